@@ -1,0 +1,4 @@
+"""Engine supervision: node config engines, the detached shim, engine state, control.
+
+State lives under <state dir>/engines/<name>/.
+"""

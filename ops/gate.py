@@ -1,0 +1,114 @@
+"""The registration gate: a K-slot semaphore of flock()ed files, so at most K engines register at once.
+
+A slot is an open fd holding LOCK_EX on slot-<i>.lock; when its holder dies the kernel drops the
+lock, so a crash can never wedge the gate. Engines find it via GPUWARDEN_GATE_DIR/_SLOTS.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import GpuwardenError
+
+ENV_DIR = "GPUWARDEN_GATE_DIR"
+ENV_SLOTS = "GPUWARDEN_GATE_SLOTS"
+
+
+class GateTimeout(GpuwardenError):
+    """No slot came free in time."""
+
+
+@dataclass
+class Slot:
+    index: int
+    fd: int
+    path: Path
+
+    def release(self) -> None:
+        if self.fd < 0:
+            return
+        try:
+            os.ftruncate(self.fd, 0)
+        except OSError:
+            pass
+        os.close(self.fd)  # closing the last fd drops the flock
+        self.fd = -1
+
+    def __enter__(self) -> "Slot":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def slot_paths(gate_dir: Path, slots: int) -> list[Path]:
+    return [gate_dir / f"slot-{i}.lock" for i in range(slots)]
+
+
+def acquire(gate_dir: Path, slots: int, who: str = "", timeout_s: float | None = None,
+            poll_s: float = 0.02) -> Slot:
+    """Take a free slot, waiting up to timeout_s (None: forever); raise GateTimeout after that."""
+    if slots < 1:
+        raise GpuwardenError(f"the registration gate needs at least one slot, got {slots}")
+    gate_dir.mkdir(parents=True, exist_ok=True)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    paths = slot_paths(gate_dir, slots)
+    # Start at a pid-dependent slot so waiters don't all hammer slot-0 first.
+    start = os.getpid() % slots
+    while True:
+        for k in range(slots):
+            i = (start + k) % slots
+            fd = os.open(paths[i], os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "who": who, "since": time.time()}).encode(), 0)
+            return Slot(i, fd, paths[i])
+        if deadline is not None and time.monotonic() >= deadline:
+            raise GateTimeout(
+                f"no registration slot free in {gate_dir} after {timeout_s:.0f}s ({slots} slot(s), all held)",
+                "see `gpuwarden engines list` for who is registering; raise the timeout or the stagger",
+            )
+        time.sleep(poll_s)
+
+
+def acquire_from_env(who: str = "", timeout_s: float | None = None) -> Slot | None:
+    """Take a slot of the gate named by the environment; None when no gate is configured."""
+    gate_dir = os.environ.get(ENV_DIR)
+    if not gate_dir:
+        return None
+    slots = int(os.environ.get(ENV_SLOTS, "1") or 1)
+    return acquire(Path(gate_dir), slots, who=who, timeout_s=timeout_s)
+
+
+def holders(gate_dir: Path, slots: int) -> list[dict]:
+    """The slots held right now: [{"slot": i, "pid": ..., "who": ..., "since": ...}]."""
+    out = []
+    for i, path in enumerate(slot_paths(gate_dir, slots)):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                continue
+            except BlockingIOError:
+                pass
+            try:
+                info = json.loads(path.read_text() or "{}")
+            except (OSError, json.JSONDecodeError):
+                info = {}
+            out.append({"slot": i, **info})
+        finally:
+            os.close(fd)
+    return out

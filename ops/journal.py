@@ -1,0 +1,67 @@
+"""Append-only journal of every action that changes the node: who, when, what, result.
+
+One JSON object per line in <state dir>/journal.log, appended under flock so lines never interleave.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import getpass
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import statedir
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = str(os.geteuid())
+    sudo = os.environ.get("SUDO_USER")
+    return f"{user} (sudo from {sudo})" if sudo and sudo != user else user
+
+
+def write(state_dir: Path, action: str, result: str, **details: Any) -> dict[str, Any]:
+    """Append one entry and return it. `result` is e.g. "ok", "failed", "skipped", "started"."""
+    entry = {
+        "ts": time.time(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": socket.gethostname(),
+        "who": _who(),
+        "pid": os.getpid(),
+        "action": action,
+        "result": result,
+        **details,
+    }
+    path = statedir.ensure(state_dir) / statedir.JOURNAL
+    line = json.dumps(entry, default=str, sort_keys=False) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+    return entry
+
+
+def read(state_dir: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """Entries oldest first (the last `limit` when given); unreadable lines are skipped."""
+    path = state_dir / statedir.JOURNAL
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return iter(())
+    if limit is not None:
+        lines = lines[-limit:]
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return iter(out)

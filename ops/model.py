@@ -1,0 +1,229 @@
+"""Immutable records that make up one NodeSnapshot, and their JSON form.
+
+Every field is plain data (ints in bytes, floats in seconds since the epoch), so a
+snapshot serialises with `to_json` and reads back with `snapshot_from_dict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+# Process states as the kernel's /proc/<pid>/stat letter maps to them.
+PROC_STATES = {
+    "R": "running", "S": "sleeping", "D": "disk-sleep", "Z": "zombie",
+    "T": "stopped", "t": "tracing-stop", "X": "dead", "I": "idle",
+    "P": "parked", "W": "paging",
+}
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as a backend sees it. Sizes in bytes; None where the vendor gives nothing."""
+
+    index: int
+    name: str
+    vendor: str  # "amd", "nvidia" or "sim"
+    bus_id: str | None = None
+    uuid: str | None = None
+    vram_total: int | None = None
+    vram_used: int | None = None
+    gtt_total: int | None = None
+    gtt_used: int | None = None
+    busy_percent: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    # AMD: KFD's gpu_id, the key of /sys/class/kfd/kfd/proc/<pid>/vram_<gpu_id>.
+    kfd_gpu_id: int | None = None
+    # AMD: XGMI hive id; GPUs of one hive can be reached by one reset.
+    hive_id: str | None = None
+    # Device files a process holds to use this GPU (render node, /dev/nvidiaN).
+    device_files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    """VRAM a backend attributes to one host PID on one GPU, and where the number came from."""
+
+    pid: int
+    gpu_index: int
+    vram_bytes: int
+    source: str  # e.g. "kfd", "fdinfo", "nvml", "amdsmi", "sim"
+    gtt_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process that uses a GPU (by the backend's account or by holding its device files)."""
+
+    pid: int
+    start_time: float | None  # seconds since the epoch; with pid, a process's identity
+    user: str | None
+    command: str
+    state: str  # one of PROC_STATES' values, or "gone" when /proc has no entry
+    ppid: int | None = None
+    cgroup: str | None = None
+    container: str | None = None
+    vram: dict[int, int] = field(default_factory=dict)  # gpu index -> bytes
+    sources: dict[int, str] = field(default_factory=dict)  # gpu index -> source
+    device_files: tuple[str, ...] = ()  # GPU device files it holds open
+    # GPU visibility variables (HIP/ROCR/CUDA_VISIBLE_DEVICES) only; nothing else of environ.
+    visible_devices: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def alive(self) -> bool:
+        """True for a process that can still free what it holds by itself."""
+        return self.state not in ("zombie", "dead", "gone")
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Something that keeps VRAM or a GPU device file after its owner should have let go."""
+
+    pid: int | None
+    start_time: float | None
+    reason: str  # "zombie", "disk-sleep", "dead", "kfd-without-process", "ownerless"
+    gpus: tuple[int, ...]
+    vram_bytes: int | None
+    command: str | None = None
+    ppid: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Residual:
+    """VRAM on one GPU that no live process accounts for."""
+
+    gpu_index: int
+    device_used: int | None
+    accounted: int  # sum of live processes' VRAM on this GPU
+    baseline: int | None  # idle use recorded by `baseline record`; None when not recorded
+    residual: int | None  # device_used - accounted - (baseline or 0); None when unknown
+    holders: tuple[Holder, ...] = ()
+    significant: bool = False  # above the tolerance, worth the operator's attention
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """A supervised engine as its shim last recorded it."""
+
+    name: str
+    gpu: int | None
+    phase: str  # starting, mapping, verifying, registering, registered, serving, stopping, exited, crashed, stale
+    pid: int | None = None
+    shim_pid: int | None = None
+    started_at: float | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    core_dumped: bool | None = None
+    restarts: int = 0
+    log_path: str | None = None
+    last_log_line: str | None = None
+    bundle: str | None = None
+    stale: bool = False  # the state file's shim is gone: nothing here can be trusted
+
+
+@dataclass(frozen=True)
+class ArenaMapper:
+    """A process that has an arena file mapped."""
+
+    pid: int
+    command: str
+    rss_bytes: int | None
+    pss_bytes: int | None
+    registered: bool | None = None  # from the status protocol; None when unknown
+    gpu: int | None = None
+
+
+@dataclass(frozen=True)
+class ArenaInfo:
+    path: str
+    size: int | None
+    header_state: str  # "ok", "missing", "bad-magic", "truncated", ... (see ops.arena)
+    mappers: tuple[ArenaMapper, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    """Everything gpuwarden knows about the node at one moment; `status --json` prints it."""
+
+    taken_at: float
+    hostname: str
+    backend: str
+    simulated: bool
+    gpus: tuple[GpuInfo, ...]
+    processes: tuple[GpuProcess, ...]
+    residual: tuple[Residual, ...]
+    engines: tuple[EngineInfo, ...] = ()
+    arenas: tuple[ArenaInfo, ...] = ()
+    drained: tuple[int, ...] = ()
+    warnings: tuple[str, ...] = ()
+    baseline_recorded: bool = False
+    source: str = "live"  # "live", or "bundle:<path>" for a replay
+    duration_s: float | None = None
+
+    def gpu(self, index: int) -> GpuInfo | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+    def needs_attention(self) -> bool:
+        """True when the operator should look: residual VRAM, dead holders, crashed engines."""
+        if any(r.significant or r.holders for r in self.residual):
+            return True
+        return any(e.phase == "crashed" for e in self.engines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        kwargs[f.name] = data[f.name]
+    return cls(**kwargs)
+
+
+def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
+    """Inverse of NodeSnapshot.to_dict (used by bundle replay and tests)."""
+
+    def int_keys(d: dict) -> dict[int, Any]:
+        return {int(k): v for k, v in (d or {}).items()}
+
+    gpus = tuple(_build(GpuInfo, {**g, "device_files": tuple(g.get("device_files", ()))})
+                 for g in data.get("gpus", []))
+    procs = tuple(
+        _build(GpuProcess, {**p, "vram": int_keys(p.get("vram")), "sources": int_keys(p.get("sources")),
+                            "device_files": tuple(p.get("device_files", ()))})
+        for p in data.get("processes", [])
+    )
+    residual = tuple(
+        _build(Residual, {**r, "holders": tuple(_build(Holder, {**h, "gpus": tuple(h.get("gpus", ()))})
+                                                for h in r.get("holders", []))})
+        for r in data.get("residual", [])
+    )
+    engines = tuple(_build(EngineInfo, e) for e in data.get("engines", []))
+    arenas = tuple(
+        _build(ArenaInfo, {**a, "mappers": tuple(_build(ArenaMapper, m) for m in a.get("mappers", []))})
+        for a in data.get("arenas", [])
+    )
+    return _build(NodeSnapshot, {
+        **data, "gpus": gpus, "processes": procs, "residual": residual, "engines": engines,
+        "arenas": arenas, "drained": tuple(data.get("drained", ())),
+        "warnings": tuple(data.get("warnings", ())),
+    })

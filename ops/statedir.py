@@ -1,0 +1,76 @@
+"""The state dir: layout, creation with safe modes, and atomic writes.
+
+Every file gpuwarden keeps between commands lives here; writers replace files atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .errors import GpuwardenError
+
+# Layout, relative to the state dir. One place so that every module agrees.
+JOURNAL = "journal.log"
+LOCKS = "locks"
+DRAINED = "drained.json"
+BASELINE = "baseline.json"
+SIM = "sim"
+ENGINES = "engines"
+GATE = "gate"
+BUNDLES = "bundles"
+
+
+def ensure(state_dir: Path, *parts: str) -> Path:
+    """Create state_dir/parts (mode 0700 for the root of it) and return the path."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = state_dir.joinpath(*parts)
+        path.mkdir(parents=True, exist_ok=True)
+    except PermissionError:
+        raise GpuwardenError(
+            f"no permission to create the state dir {state_dir}",
+            "run as root, or point --state-dir / GPUWARDEN_STATE_DIR at a directory you own",
+        ) from None
+    return path
+
+
+def atomic_write(path: Path, data: bytes | str, mode: int = 0o644) -> None:
+    """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half."""
+    if isinstance(data, str):
+        data = data.encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", mode)
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    """Read a JSON state file; a missing file gives `default`, a corrupt one an error naming it."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return default
+    except json.JSONDecodeError as exc:
+        raise GpuwardenError(
+            f"state file {path} is corrupt ({exc.msg} at line {exc.lineno})",
+            "move it aside; gpuwarden recreates it",
+        ) from None

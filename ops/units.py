@@ -1,0 +1,54 @@
+"""Byte sizes: parse operator input ("24GiB", "512M", "1.5T") and format for humans.
+
+Binary units everywhere (GiB = 2**30), the way GPU memory is sold and reported.
+"""
+
+from __future__ import annotations
+
+from .errors import GpuwardenError
+
+_MULT = {
+    "": 1, "b": 1,
+    "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
+    "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+    "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+    "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
+}
+
+
+def parse_size(text: str | int) -> int:
+    """Return bytes for '24GiB', '512m', '4096'; raise GpuwardenError on anything else."""
+    if isinstance(text, int):
+        return text
+    raw = text.strip().replace("_", "")
+    num_end = 0
+    while num_end < len(raw) and (raw[num_end].isdigit() or raw[num_end] == "."):
+        num_end += 1
+    number, unit = raw[:num_end], raw[num_end:].strip().lower()
+    if not number or unit not in _MULT:
+        raise GpuwardenError(
+            f"cannot read size {text!r}",
+            "write a number with an optional unit, e.g. 512MiB, 24GiB, 1.5TiB",
+        )
+    try:
+        value = float(number) * _MULT[unit]
+    except ValueError:
+        raise GpuwardenError(f"cannot read size {text!r}", "e.g. 24GiB") from None
+    if value < 0:
+        raise GpuwardenError(f"size {text!r} is negative")
+    return int(value)
+
+
+def fmt_bytes(n: int | None, *, precision: int = 1) -> str:
+    """'14.0 GiB' style; '-' for unknown."""
+    if n is None:
+        return "-"
+    sign = "-" if n < 0 else ""
+    value = float(abs(n))
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{sign}{int(value)} B"
+            return f"{sign}{value:.{precision}f} {unit}"
+        value /= 1024
+    return f"{sign}{value:.{precision}f} TiB"

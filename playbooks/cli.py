@@ -1,0 +1,114 @@
+"""The `gpuwarden` command line: global options, the command list, and one-line errors.
+
+Each command lives in playbooks/commands/<name>.py and registers itself on the app.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+try:  # newer typer vendors click; older releases depend on it
+    from typer._click import ClickException  # type: ignore
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import ClickException  # type: ignore
+
+from ops import __version__
+from ops.errors import GpuwardenError
+from ops.settings import BACKENDS, Settings
+
+app = typer.Typer(
+    name="gpuwarden",
+    help="Operations console for multi-GPU LLM inference nodes: see every GPU's memory and "
+    "residual VRAM, supervise engines sharing a weight arena, and run playbooks "
+    "(launch, drain, reset, purge, bundle). Run with no command to open the TUI.",
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# Order is the order of `gpuwarden --help`.
+COMMAND_MODULES = (
+    "status", "tui", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
+    "baseline", "bundle", "triage", "config", "journal", "sim",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpuwarden {__version__}")
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def _global(
+    ctx: typer.Context,
+    state_dir: Optional[Path] = typer.Option(
+        None, "--state-dir", envvar="GPUWARDEN_STATE_DIR",
+        help="Where gpuwarden keeps state (default /run/gpuwarden as root, $XDG_RUNTIME_DIR/gpuwarden otherwise).",
+        show_default=False),
+    config: Optional[Path] = typer.Option(
+        None, "--config", envvar="GPUWARDEN_CONFIG",
+        help="Node config TOML (default /etc/gpuwarden/node.toml).", show_default=False),
+    backend: Optional[str] = typer.Option(
+        None, "--backend", envvar="GPUWARDEN_BACKEND",
+        help="GPU backend: amdsmi, sysfs, nvml or sim (default: the first that works, in that order).",
+        show_default=False),
+    sysfs_root: Optional[Path] = typer.Option(
+        None, "--sysfs-root", envvar="GPUWARDEN_SYSFS_ROOT",
+        help="Read this tree instead of /sys (a captured node).", show_default=False),
+    proc_root: Optional[Path] = typer.Option(
+        None, "--proc-root", envvar="GPUWARDEN_PROC_ROOT",
+        help="Read this tree instead of /proc (a captured node).", show_default=False),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    if backend and backend not in BACKENDS + ("auto",):
+        raise GpuwardenError(f"unknown backend {backend!r}", f"choose one of: {', '.join(BACKENDS)}")
+    ctx.obj = Settings.from_env(state_dir=state_dir, config_path=config, backend=backend,
+                                sysfs_root=sysfs_root, proc_root=proc_root)
+    if ctx.invoked_subcommand is None:
+        # No command: the TUI, the product's main screen.
+        from .commands.tui import open_tui
+        open_tui(ctx.obj)
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"playbooks.commands.{_name}").register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app, turn expected failures into one line and an exit code."""
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=argv if argv is not None else sys.argv[1:], prog_name="gpuwarden",
+                          standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
+    except GpuwardenError as exc:
+        print(f"gpuwarden: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        print("gpuwarden: aborted", file=sys.stderr)
+        return 130
+    except ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("gpuwarden: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+"""CLI: `gpuwarden drain` (placeholder until its issue lands).
+
+Registers nothing yet.
+"""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass

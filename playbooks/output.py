@@ -1,0 +1,68 @@
+"""How the CLI shows playbook events and asks for confirmation.
+
+Terminal: one progress line per step. --json: one event object per line, nothing else on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Callable
+
+import typer
+
+from ops.settings import Settings
+
+from .framework import Event, Playbook, Result, run
+
+_MARK = {"step_ok": "ok", "step_failed": "FAILED", "step_skipped": "skipped"}
+
+
+def event_printer(json_out: bool) -> Callable[[Event], None]:
+    def show(event: Event) -> None:
+        if json_out:
+            sys.stdout.write(json.dumps(event.to_dict(), default=str) + "\n")
+            sys.stdout.flush()
+            return
+        if event.kind == "planned":
+            steps = event.data.get("steps", [])
+            typer.echo(f"{event.playbook}: {event.message}")
+            for i, s in enumerate(steps, 1):
+                flag = "  [changes the node]" if s.get("destructive") else ""
+                typer.echo(f"  {i}. {s['description']}{flag}")
+        elif event.kind == "step_started":
+            typer.echo(f"→ {event.message}")
+        elif event.kind in _MARK:
+            secs = event.data.get("seconds")
+            took = f" ({secs:.1f}s)" if isinstance(secs, (int, float)) else ""
+            typer.echo(f"  {_MARK[event.kind]}: {event.message}{took}",
+                       err=event.kind == "step_failed")
+        elif event.kind == "info":
+            typer.echo(f"  · {event.message}")
+        elif event.kind == "done":
+            ok = event.data.get("ok")
+            typer.echo(f"{event.playbook}: {event.message}", err=not ok)
+        sys.stdout.flush()
+    return show
+
+
+def terminal_confirm() -> Callable[[str], bool] | None:
+    """A yes/no prompt when stdin and stdout are terminals; None otherwise (scripts must pass --yes)."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return None
+
+    def ask(question: str) -> bool:
+        return typer.confirm(question, default=False)
+    return ask
+
+
+def execute(playbook: Playbook, settings: Settings, *, dry_run: bool, yes: bool, json_out: bool,
+            wait_s: float = 0.0) -> Result:
+    """Run a playbook the CLI way and exit with its code."""
+    result = run(playbook, settings, sink=event_printer(json_out), dry_run=dry_run, assume_yes=yes,
+                 confirm=None if json_out else terminal_confirm(), lock_wait_s=wait_s)
+    return result
+
+
+def exit_with(result: Result) -> None:
+    raise typer.Exit(result.exit_code)

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install gpuwarden with its test extras into ./.venv and run the whole test suite.
+# This is the README's test command and exactly what .ci/run runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v tmux >/dev/null 2>&1; then
+    # The TUI's end-to-end test drives the real program inside tmux.
+    echo "tmux missing: installing it from Debian's packages" >&2
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq tmux >/dev/null;
+    else sudo apt-get update -qq && sudo apt-get install -y -qq tmux >/dev/null; fi
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[test]'
+exec .venv/bin/python -m pytest "$@"
