@@ -1,0 +1,71 @@
+"""Choosing a GPU backend: forced by --backend, else the first that works (amdsmi, sysfs, nvml, sim).
+
+When none works the error says, in one line, which were tried and why each failed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from ..errors import BackendUnavailable, GpuwardenError
+from ..settings import BACKENDS, Settings
+from .base import Backend
+
+# name -> (module, class)
+_IMPLS = {
+    "amdsmi": ("ops.backends.amdsmi_backend", "AmdSmiBackend"),
+    "sysfs": ("ops.backends.sysfs", "SysfsBackend"),
+    "nvml": ("ops.backends.nvml", "NvmlBackend"),
+    "sim": ("ops.backends.sim", "SimBackend"),
+}
+
+
+def _construct(name: str, settings: Settings, **kw: object) -> Backend:
+    module_name, cls_name = _IMPLS[name]
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError) as exc:
+        raise BackendUnavailable(f"{name}: not available in this build ({exc})") from None
+    return cls(settings, **kw)
+
+
+def open_backend(settings: Settings, *, fallback_to_sim: bool = True) -> Backend:
+    """The backend to use. Forced: that one or an error with a hint. Auto: first that opens."""
+    if settings.backend:
+        if settings.backend not in BACKENDS:
+            raise GpuwardenError(f"unknown backend {settings.backend!r}", f"choose one of: {', '.join(BACKENDS)}")
+        try:
+            kw = {"create": True} if settings.backend == "sim" else {}
+            return _construct(settings.backend, settings, **kw)
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(
+                f"backend {settings.backend} cannot run here: {exc.message}",
+                "leave out --backend/GPUWARDEN_BACKEND to pick one automatically") from None
+
+    captured = settings.sysfs_root != Path("/sys") or settings.replay is not None
+    order = ["sysfs"] if captured else ["amdsmi", "sysfs", "nvml"]
+    reasons = []
+    for name in order:
+        try:
+            return _construct(name, settings)
+        except BackendUnavailable as exc:
+            reasons.append(exc.message)
+    if fallback_to_sim and not captured:
+        return _construct("sim", settings, create=True)
+    raise BackendUnavailable("no GPU backend works here: " + "; ".join(reasons),
+                             "use --backend sim for the simulated node")
+
+
+def probe_all(settings: Settings) -> dict[str, str]:
+    """Every backend's verdict on this node ("ok" or why not), for `status --backends`-style reports."""
+    out = {}
+    for name in BACKENDS:
+        if name == "sim":
+            continue
+        try:
+            _construct(name, settings).close()
+            out[name] = "ok"
+        except BackendUnavailable as exc:
+            out[name] = exc.message
+    return out

@@ -1,0 +1,249 @@
+"""AMD GPUs read straight from amdgpu sysfs and KFD files, no library needed.
+
+GPUs: KFD topology nodes (HIP's order) joined to /sys/class/drm/cardN by render minor or PCI
+address; VRAM per process: /sys/class/kfd/kfd/proc/<pid>/vram_<gpu_id>. Roots are parameters.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BackendUnavailable
+from ..model import GpuInfo, ProcessUsage
+
+AMD_VENDOR = 0x1002
+
+
+def read_text(path: Path | str) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65536).decode(errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_int(path: Path | str) -> int | None:
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        return int(text.strip().split()[0], 0)
+    except (ValueError, IndexError):
+        return None
+
+
+def parse_properties(text: str) -> dict[str, int]:
+    """KFD topology `properties`: "key value" per line, values integers."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1])
+            except ValueError:
+                continue
+    return out
+
+
+def bdf_from_location(domain: int, location_id: int) -> str:
+    """KFD encodes bus/device/function as (bus << 8) | (device << 3) | function."""
+    bus, dev, fn = (location_id >> 8) & 0xFF, (location_id >> 3) & 0x1F, location_id & 0x7
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn}"
+
+
+@dataclass(frozen=True)
+class KfdNode:
+    node: int
+    gpu_id: int
+    name: str
+    props: dict[str, int]
+
+    @property
+    def bus_id(self) -> str | None:
+        if "location_id" not in self.props:
+            return None
+        return bdf_from_location(self.props.get("domain", 0), self.props["location_id"])
+
+
+def kfd_gpu_nodes(sysfs_root: Path) -> list[KfdNode]:
+    """GPU nodes of the KFD topology in node order (CPU-only nodes have gpu_id 0 and are skipped)."""
+    base = sysfs_root / "class/kfd/kfd/topology/nodes"
+    try:
+        numbers = sorted(int(n) for n in os.listdir(base) if n.isdigit())
+    except OSError:
+        return []
+    nodes = []
+    for n in numbers:
+        gpu_id = read_int(base / str(n) / "gpu_id")
+        if not gpu_id:
+            continue
+        props = parse_properties(read_text(base / str(n) / "properties") or "")
+        nodes.append(KfdNode(n, gpu_id, (read_text(base / str(n) / "name") or "").strip(), props))
+    return nodes
+
+
+@dataclass(frozen=True)
+class DrmCard:
+    card: str  # "card0"
+    device_dir: Path
+    bus_id: str | None
+    render_minor: int | None
+
+
+def amd_cards(sysfs_root: Path) -> list[DrmCard]:
+    base = sysfs_root / "class/drm"
+    try:
+        names = sorted((n for n in os.listdir(base) if n.startswith("card") and n[4:].isdigit()),
+                       key=lambda n: int(n[4:]))
+    except OSError:
+        return []
+    cards = []
+    for name in names:
+        dev = base / name / "device"
+        if read_int(dev / "vendor") != AMD_VENDOR:
+            continue
+        bus = None
+        uevent = read_text(dev / "uevent") or ""
+        for line in uevent.splitlines():
+            if line.startswith("PCI_SLOT_NAME="):
+                bus = line.split("=", 1)[1].strip().lower()
+        if bus is None:
+            try:
+                bus = os.path.basename(os.path.realpath(dev)).lower() or None
+                if bus and ":" not in bus:
+                    bus = None
+            except OSError:
+                bus = None
+        minor = None
+        try:
+            for n in os.listdir(dev / "drm"):
+                if n.startswith("renderD"):
+                    minor = int(n[7:])
+        except (OSError, ValueError):
+            pass
+        cards.append(DrmCard(name, dev, bus, minor))
+    return cards
+
+
+def _hwmon(dev: Path) -> Path | None:
+    try:
+        names = sorted(os.listdir(dev / "hwmon"))
+    except OSError:
+        return None
+    return dev / "hwmon" / names[0] if names else None
+
+
+class SysfsBackend:
+    """The sysfs/KFD backend. `sysfs_root`/`proc_root` point at /sys and /proc or a captured tree."""
+
+    name = "sysfs"
+    simulated = False
+
+    def __init__(self, settings=None, *, sysfs_root: Path | None = None, dev_root: Path | None = None,
+                 name: str | None = None, simulated: bool = False):
+        self.sysfs_root = Path(sysfs_root or (settings.sysfs_root if settings else "/sys"))
+        self.dev_root = Path(dev_root or (settings.dev_root if settings else "/dev"))
+        if name:
+            self.name = name
+        self.simulated = simulated
+        self._nodes = kfd_gpu_nodes(self.sysfs_root)
+        self._cards = amd_cards(self.sysfs_root)
+        if not self._nodes and not self._cards:
+            kfd = self.sysfs_root / "class/kfd"
+            why = "no amdgpu card and no KFD GPU node" if kfd.exists() else f"no {kfd}"
+            raise BackendUnavailable(f"sysfs: {why}")
+        self._layout = self._join()
+        self._proc_dir = self.sysfs_root / "class/kfd/kfd/proc"
+        self._gpu_id_to_index = {gid: i for i, (_, gid, _) in enumerate(self._layout) if gid}
+
+    def _join(self) -> list[tuple[DrmCard | None, int | None, KfdNode | None]]:
+        """Pair KFD nodes with DRM cards; order is KFD's (what HIP enumerates), else the cards'."""
+        if not self._nodes:
+            return [(c, None, None) for c in self._cards]
+        by_minor = {c.render_minor: c for c in self._cards if c.render_minor is not None}
+        by_bus = {c.bus_id: c for c in self._cards if c.bus_id}
+        out = []
+        for node in self._nodes:
+            card = by_minor.get(node.props.get("drm_render_minor", -1)) or by_bus.get(node.bus_id or "")
+            out.append((card, node.gpu_id, node))
+        return out
+
+    def gpus(self) -> list[GpuInfo]:
+        out = []
+        for index, (card, gpu_id, node) in enumerate(self._layout):
+            dev = card.device_dir if card else None
+            name = None
+            if dev is not None:
+                name = (read_text(dev / "product_name") or "").strip() or None
+            if not name and node is not None:
+                gfx = node.props.get("gfx_target_version")
+                name = f"AMD GPU {node.name or ''}".strip() if not gfx else f"AMD GPU gfx{gfx // 10000}{(gfx // 100) % 100:x}{gfx % 100:x}"
+            temp = power = None
+            hw = _hwmon(dev) if dev is not None else None
+            if hw is not None:
+                t = read_int(hw / "temp1_input")
+                temp = t / 1000.0 if t is not None else None
+                p = read_int(hw / "power1_average")
+                if p is None:
+                    p = read_int(hw / "power1_input")
+                power = p / 1e6 if p is not None else None
+            minor = card.render_minor if card else (node.props.get("drm_render_minor") if node else None)
+            hive = node.props.get("hive_id") if node else None
+            out.append(GpuInfo(
+                index=index,
+                name=name or "AMD GPU",
+                vendor="sim" if self.simulated else "amd",
+                bus_id=(card.bus_id if card else None) or (node.bus_id if node else None),
+                uuid=(read_text(dev / "unique_id") or "").strip() or None if dev is not None else None,
+                vram_total=read_int(dev / "mem_info_vram_total") if dev is not None else None,
+                vram_used=read_int(dev / "mem_info_vram_used") if dev is not None else None,
+                gtt_total=read_int(dev / "mem_info_gtt_total") if dev is not None else None,
+                gtt_used=read_int(dev / "mem_info_gtt_used") if dev is not None else None,
+                busy_percent=read_int(dev / "gpu_busy_percent") if dev is not None else None,
+                temperature_c=temp,
+                power_w=power,
+                kfd_gpu_id=gpu_id,
+                hive_id=f"{hive:#x}" if hive else None,
+                device_files=(str(self.dev_root / "dri" / f"renderD{minor}"),) if minor is not None else (),
+            ))
+        return out
+
+    def process_usage(self) -> list[ProcessUsage]:
+        out: list[ProcessUsage] = []
+        base = str(self._proc_dir)
+        try:
+            pids = os.listdir(base)
+        except OSError:
+            return out
+        for pid_s in pids:
+            if not pid_s.isdigit():
+                continue
+            pid = int(pid_s)
+            try:
+                entries = os.listdir(f"{base}/{pid_s}")
+            except OSError:
+                continue  # the process left between the two listings
+            for entry in entries:
+                if not entry.startswith("vram_"):
+                    continue
+                try:
+                    index = self._gpu_id_to_index.get(int(entry[5:]))
+                except ValueError:
+                    continue
+                value = read_int(f"{base}/{pid_s}/{entry}") if index is not None else None
+                if value is not None:
+                    out.append(ProcessUsage(pid=pid, gpu_index=index, vram_bytes=value, source="kfd"))
+        return out
+
+    def device_globs(self) -> list[str]:
+        return [str(self.dev_root / "kfd"), str(self.dev_root / "dri" / "renderD*")]
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,208 @@
+"""Reading processes from /proc (or a captured tree): identity, state, owner, container, GPU files.
+
+Identity is (pid, start time): every kill path re-checks it so a reused PID is never signalled.
+Static facts are cached per identity, so a refresh re-reads only each process's stat line.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import pwd
+from dataclasses import dataclass
+from pathlib import Path
+
+from .model import PROC_STATES
+
+VISIBILITY_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
+                   "GPU_DEVICE_ORDINAL", "NVIDIA_VISIBLE_DEVICES")
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    start_time: float | None  # seconds since the epoch
+    start_ticks: int  # raw field 22 of stat: exact, for identity checks
+    state: str
+    ppid: int
+    uid: int | None
+    user: str | None
+    command: str
+    cgroup: str | None
+    container: str | None
+
+
+def boot_time(proc_root: Path) -> float | None:
+    try:
+        for line in (proc_root / "stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 8192).decode(errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def parse_stat(text: str) -> tuple[str, str, int, int] | None:
+    """(comm, state letter, ppid, start ticks) from a /proc/<pid>/stat line."""
+    lpar, rpar = text.find("("), text.rfind(")")
+    if lpar < 0 or rpar < 0:
+        return None
+    comm = text[lpar + 1:rpar]
+    rest = text[rpar + 2:].split()
+    # rest[0] is field 3 (state); starttime is field 22, so rest[19].
+    if len(rest) < 20:
+        return None
+    return comm, rest[0], int(rest[1]), int(rest[19])
+
+
+def container_of(cgroup_text: str | None) -> str | None:
+    """A short container id from a cgroup path (docker, containerd/kubepods, podman), else None."""
+    if not cgroup_text:
+        return None
+    for line in cgroup_text.splitlines():
+        path = line.rsplit(":", 1)[-1]
+        for part in reversed(path.split("/")):
+            name = part
+            for prefix in ("docker-", "libpod-", "cri-containerd-", "crio-"):
+                if name.startswith(prefix):
+                    name = name[len(prefix):]
+            if name.endswith(".scope"):
+                name = name[:-6]
+            if len(name) == 64 and all(c in "0123456789abcdef" for c in name):
+                return name[:12]
+    return None
+
+
+_users: dict[int, str] = {}
+
+
+def user_name(uid: int | None) -> str | None:
+    if uid is None:
+        return None
+    if uid not in _users:
+        try:
+            _users[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            _users[uid] = str(uid)
+    return _users[uid]
+
+
+class ProcReader:
+    """Reads processes under a proc root; caches what cannot change for one (pid, start) identity."""
+
+    def __init__(self, proc_root: Path = Path("/proc")):
+        self.root = proc_root
+        self._root_s = str(proc_root)
+        self._btime = boot_time(proc_root)
+        self._static: dict[tuple[int, int], tuple[int | None, str, str | None, str | None]] = {}
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(n) for n in os.listdir(self._root_s) if n.isdigit()]
+        except OSError:
+            return []
+
+    def read(self, pid: int) -> ProcInfo | None:
+        """One process, or None when it does not exist (or vanished while being read)."""
+        base = f"{self._root_s}/{pid}"
+        text = _read(base + "/stat")
+        if text is None:
+            return None
+        parsed = parse_stat(text)
+        if parsed is None:
+            return None
+        comm, letter, ppid, ticks = parsed
+        key = (pid, ticks)
+        static = self._static.get(key)
+        if static is None:
+            static = self._read_static(base, comm)
+            self._static[key] = static
+        uid, command, cgroup, container = static
+        start = self._btime + ticks / _CLK_TCK if self._btime is not None else None
+        return ProcInfo(pid=pid, start_time=start, start_ticks=ticks, state=PROC_STATES.get(letter, letter),
+                        ppid=ppid, uid=uid, user=user_name(uid), command=command, cgroup=cgroup,
+                        container=container)
+
+    def _read_static(self, base: str, comm: str) -> tuple[int | None, str, str | None, str | None]:
+        try:
+            uid: int | None = os.stat(base).st_uid
+        except OSError:
+            uid = None
+        raw = _read(base + "/cmdline")
+        command = raw.replace("\0", " ").strip() if raw else ""
+        if not command:
+            command = f"[{comm}]"
+        cgroup_text = _read(base + "/cgroup")
+        cgroup = None
+        if cgroup_text:
+            cgroup = cgroup_text.strip().splitlines()[-1].rsplit(":", 1)[-1] or None
+        return uid, command, cgroup, container_of(cgroup_text)
+
+    def forget_dead(self, live: set[int]) -> None:
+        """Drop cached facts of PIDs no longer present (keeps the cache bounded)."""
+        for key in [k for k in self._static if k[0] not in live]:
+            del self._static[key]
+
+    def open_files(self, pid: int, patterns: list[str]) -> tuple[str, ...]:
+        """Device files matching `patterns` that the process holds open (deduplicated)."""
+        fd_dir = f"{self._root_s}/{pid}/fd"
+        try:
+            names = os.listdir(fd_dir)
+        except OSError:
+            return ()
+        found: list[str] = []
+        for name in names:
+            try:
+                target = os.readlink(f"{fd_dir}/{name}")
+            except OSError:
+                continue
+            if target not in found and any(fnmatch.fnmatchcase(target, p) for p in patterns):
+                found.append(target)
+        return tuple(sorted(found))
+
+    def visibility(self, pid: int) -> dict[str, str]:
+        """GPU visibility variables from the environment; nothing else of it is kept."""
+        try:
+            with open(f"{self._root_s}/{pid}/environ", "rb") as f:
+                raw = f.read()
+        except OSError:
+            return {}
+        out = {}
+        for item in raw.split(b"\0"):
+            name, sep, value = item.partition(b"=")
+            if sep and name.decode(errors="replace") in VISIBILITY_VARS:
+                out[name.decode()] = value.decode(errors="replace")
+        return out
+
+
+def identity(pid: int, proc_root: Path = Path("/proc")) -> int | None:
+    """The start ticks of `pid` now, or None when no such process exists."""
+    text = _read(f"{proc_root}/{pid}/stat")
+    parsed = parse_stat(text) if text else None
+    return parsed[3] if parsed else None
+
+
+def same_process(pid: int, start_ticks: int, proc_root: Path = Path("/proc")) -> bool:
+    """True only when `pid` still names the very process first seen (same start ticks)."""
+    return identity(pid, proc_root) == start_ticks
+
+
+def state_of(pid: int, proc_root: Path = Path("/proc")) -> str:
+    text = _read(f"{proc_root}/{pid}/stat")
+    parsed = parse_stat(text) if text else None
+    return PROC_STATES.get(parsed[1], parsed[1]) if parsed else "gone"

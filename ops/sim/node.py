@@ -1,0 +1,292 @@
+"""The simulated driver: GPUs, VRAM allocations held by real PIDs, faults, resets.
+
+State under <state dir>/sim/: node.json, allocs/, dev/ (device files tenants hold), root/sys (the tree).
+An allocation lives as long as its (pid, start ticks) exists; zombies keep theirs, like a stuck context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Iterator
+
+from .. import statedir
+from ..errors import GpuwardenError, NotFound
+from ..procs import identity
+
+GPU_ID_BASE = 41000  # KFD gpu_ids are opaque numbers; distinct from indexes on purpose
+RENDER_MINOR_BASE = 128
+FAULTS = ("leak-on-kill", "reset-fails")
+
+
+class SimNode:
+    def __init__(self, state_dir: Path):
+        self.dir = Path(state_dir) / statedir.SIM
+        self.root = self.dir / "root"
+        self.sysfs_root = self.root / "sys"
+        self.dev_root = self.dir / "dev"
+        self.allocs_dir = self.dir / "allocs"
+        self._node_file = self.dir / "node.json"
+
+    # --- setup -------------------------------------------------------------------------------
+    @property
+    def exists(self) -> bool:
+        return self._node_file.exists()
+
+    def init(self, gpus: int = 4, vram: int = 24 << 30, *, hive: bool = False, idle_used: int = 0,
+             force: bool = False) -> None:
+        if not 1 <= gpus <= 64:
+            raise GpuwardenError(f"a simulated node has 1 to 64 GPUs, not {gpus}")
+        if vram < (64 << 20):
+            raise GpuwardenError("simulated VRAM must be at least 64 MiB per GPU")
+        statedir.ensure(self.dir.parent)
+        with self._lock():
+            if self.exists and not force and self._allocs():
+                raise GpuwardenError(
+                    f"the simulated node in {self.dir} has live allocations",
+                    "stop its tenants first, or pass --force to start over",
+                )
+            for sub in ("root", "allocs", "dev"):
+                shutil.rmtree(self.dir / sub, ignore_errors=True)
+            self.allocs_dir.mkdir(parents=True, exist_ok=True)
+            (self.dev_root / "dri").mkdir(parents=True, exist_ok=True)
+            (self.dev_root / "kfd").touch()
+            for i in range(gpus):
+                (self.dev_root / "dri" / f"renderD{RENDER_MINOR_BASE + i}").touch()
+            self._save({"gpus": gpus, "vram": vram, "gtt": vram // 2, "idle_used": idle_used,
+                        "hive": hive, "faults": [], "leaked": {}, "resets": {}, "created": time.time()})
+            self._write_static_tree()
+            self._write_dynamic_tree()
+
+    def config(self) -> dict:
+        try:
+            return json.loads(self._node_file.read_text())
+        except FileNotFoundError:
+            raise GpuwardenError(
+                f"no simulated node in {self.dir}", "create one with `gpuwarden sim init`") from None
+
+    def _save(self, cfg: dict) -> None:
+        statedir.write_json(self._node_file, cfg)
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    # --- tenants -----------------------------------------------------------------------------
+    def gpu_id(self, gpu: int) -> int:
+        return GPU_ID_BASE + gpu
+
+    def render_node(self, gpu: int) -> Path:
+        return self.dev_root / "dri" / f"renderD{RENDER_MINOR_BASE + gpu}"
+
+    def _check_gpu(self, gpu: int, cfg: dict) -> None:
+        if not 0 <= gpu < cfg["gpus"]:
+            raise NotFound(f"no GPU {gpu} on the simulated node (it has GPUs 0-{cfg['gpus'] - 1})")
+
+    def allocate(self, pid: int, gpu: int, nbytes: int) -> None:
+        """Charge `nbytes` of GPU `gpu` to process `pid` (which must exist)."""
+        ticks = identity(pid)
+        if ticks is None:
+            raise NotFound(f"process {pid} does not exist")
+        with self._lock():
+            cfg = self.config()
+            self._check_gpu(gpu, cfg)
+            free = cfg["vram"] - self._used(cfg, gpu)
+            if nbytes > free:
+                raise GpuwardenError(
+                    f"out of memory on simulated GPU {gpu}: asked {nbytes} bytes, {free} free",
+                    "see `gpuwarden status` for who holds it")
+            path = self.allocs_dir / f"{pid}-{ticks}-{gpu}.json"
+            prev = json.loads(path.read_text())["bytes"] if path.exists() else 0
+            statedir.write_json(path, {"pid": pid, "ticks": ticks, "gpu": gpu, "bytes": prev + nbytes,
+                                       "ts": time.time()})
+            self._write_dynamic_tree(cfg)
+
+    def free(self, pid: int, gpu: int | None = None) -> None:
+        with self._lock():
+            for a in self._allocs():
+                if a["pid"] == pid and (gpu is None or a["gpu"] == gpu):
+                    (self.allocs_dir / a["_file"]).unlink(missing_ok=True)
+            self._write_dynamic_tree()
+
+    def _allocs(self) -> list[dict]:
+        out = []
+        try:
+            names = os.listdir(self.allocs_dir)
+        except FileNotFoundError:
+            return out
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            try:
+                data = json.loads((self.allocs_dir / name).read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            data["_file"] = name
+            out.append(data)
+        return out
+
+    def _used(self, cfg: dict, gpu: int, allocs: list[dict] | None = None) -> int:
+        allocs = self._allocs() if allocs is None else allocs
+        return (cfg.get("idle_used", 0) + int(cfg.get("leaked", {}).get(str(gpu), 0))
+                + sum(a["bytes"] for a in allocs if a["gpu"] == gpu))
+
+    # --- the driver's work -------------------------------------------------------------------
+    def sync(self) -> None:
+        """Drop allocations whose process is gone (leaking them when the fault says so); rewrite the tree."""
+        with self._lock():
+            cfg = self.config()
+            leak = "leak-on-kill" in cfg.get("faults", [])
+            changed = False
+            for a in self._allocs():
+                if identity(a["pid"]) == a["ticks"]:
+                    continue  # alive or zombie: a context lives as long as its PID
+                (self.allocs_dir / a["_file"]).unlink(missing_ok=True)
+                changed = True
+                if leak:
+                    leaked = cfg.setdefault("leaked", {})
+                    leaked[str(a["gpu"])] = int(leaked.get(str(a["gpu"]), 0)) + a["bytes"]
+            if changed:
+                self._save(cfg)
+            self._write_dynamic_tree(cfg)
+
+    def set_fault(self, fault: str, on: bool) -> None:
+        if fault not in FAULTS:
+            raise GpuwardenError(f"unknown fault {fault!r}", f"choose one of: {', '.join(FAULTS)}")
+        with self._lock():
+            cfg = self.config()
+            faults = set(cfg.get("faults", []))
+            (faults.add if on else faults.discard)(fault)
+            cfg["faults"] = sorted(faults)
+            self._save(cfg)
+
+    def leak(self, gpu: int, nbytes: int) -> None:
+        """Leave `nbytes` of ownerless residual VRAM on a GPU (a drill for purge and reset)."""
+        with self._lock():
+            cfg = self.config()
+            self._check_gpu(gpu, cfg)
+            leaked = cfg.setdefault("leaked", {})
+            leaked[str(gpu)] = int(leaked.get(str(gpu), 0)) + nbytes
+            self._save(cfg)
+            self._write_dynamic_tree(cfg)
+
+    def reset(self, gpu: int) -> None:
+        """A GPU reset: every context on it is lost, leaked memory returns, the GPU re-enumerates."""
+        with self._lock():
+            cfg = self.config()
+            self._check_gpu(gpu, cfg)
+            if "reset-fails" in cfg.get("faults", []):
+                raise GpuwardenError(f"simulated GPU {gpu}: reset failed (fault 'reset-fails' is on)",
+                                     "clear it with `gpuwarden sim fault reset-fails off`")
+            for a in self._allocs():
+                if a["gpu"] == gpu:
+                    (self.allocs_dir / a["_file"]).unlink(missing_ok=True)
+            cfg.setdefault("leaked", {}).pop(str(gpu), None)
+            resets = cfg.setdefault("resets", {})
+            resets[str(gpu)] = int(resets.get(str(gpu), 0)) + 1
+            self._save(cfg)
+            self._write_dynamic_tree(cfg)
+
+    def describe(self) -> dict:
+        cfg = self.config()
+        allocs = self._allocs()
+        return {
+            "dir": str(self.dir), "gpus": cfg["gpus"], "vram": cfg["vram"], "hive": cfg.get("hive", False),
+            "faults": cfg.get("faults", []),
+            "leaked": {int(k): v for k, v in cfg.get("leaked", {}).items()},
+            "resets": {int(k): v for k, v in cfg.get("resets", {}).items()},
+            "allocations": [{k: v for k, v in a.items() if k != "_file"} for a in allocs],
+        }
+
+    # --- the tree ----------------------------------------------------------------------------
+    def _write_static_tree(self) -> None:
+        cfg = self.config()
+        drm = self.sysfs_root / "class/drm"
+        topo = self.sysfs_root / "class/kfd/kfd/topology/nodes"
+        (self.sysfs_root / "class/kfd/kfd/proc").mkdir(parents=True, exist_ok=True)
+        cpu = topo / "0"
+        cpu.mkdir(parents=True, exist_ok=True)
+        (cpu / "gpu_id").write_text("0\n")
+        (cpu / "name").write_text("\n")
+        (cpu / "properties").write_text("cpu_cores_count 16\nsimd_count 0\nmem_banks_count 1\n")
+        for i in range(cfg["gpus"]):
+            bus = 0x10 + i
+            dev = drm / f"card{i}" / "device"
+            (dev / "drm" / f"renderD{RENDER_MINOR_BASE + i}").mkdir(parents=True, exist_ok=True)
+            (dev / "hwmon" / "hwmon0").mkdir(parents=True, exist_ok=True)
+            files = {
+                "vendor": "0x1002\n", "device": "0x74a1\n",
+                "uevent": f"DRIVER=amdgpu\nPCI_SLOT_NAME=0000:{bus:02x}:00.0\n",
+                "product_name": "gpuwarden simulated GPU\n",
+                "unique_id": f"5157{i:012x}\n",
+                "mem_info_vram_total": f"{cfg['vram']}\n",
+                "mem_info_gtt_total": f"{cfg['gtt']}\n",
+            }
+            for name, text in files.items():
+                (dev / name).write_text(text)
+            node = topo / str(i + 1)
+            node.mkdir(parents=True, exist_ok=True)
+            (node / "gpu_id").write_text(f"{self.gpu_id(i)}\n")
+            (node / "name").write_text("gfx942\n")
+            hive = 0x5151_0001 if cfg.get("hive") else 0
+            (node / "properties").write_text(
+                "cpu_cores_count 0\nsimd_count 1216\ngfx_target_version 90402\nvendor_id 4098\n"
+                f"device_id 29857\nlocation_id {bus << 8}\ndomain 0\n"
+                f"drm_render_minor {RENDER_MINOR_BASE + i}\nhive_id {hive}\n")
+
+    def _write_dynamic_tree(self, cfg: dict | None = None) -> None:
+        """Used VRAM per GPU and the KFD per-process files, rewritten only where they changed."""
+        cfg = cfg or self.config()
+        allocs = self._allocs()
+        drm = self.sysfs_root / "class/drm"
+        for i in range(cfg["gpus"]):
+            dev = drm / f"card{i}" / "device"
+            used = self._used(cfg, i, allocs)
+            n = sum(1 for a in allocs if a["gpu"] == i)
+            busy = min(100, 12 * n)
+            _put(dev / "mem_info_vram_used", f"{used}\n")
+            _put(dev / "mem_info_gtt_used", f"{min(cfg['gtt'], 64 << 20)}\n")
+            _put(dev / "gpu_busy_percent", f"{busy}\n")
+            _put(dev / "hwmon/hwmon0/temp1_input", f"{(34 + busy // 3) * 1000}\n")
+            _put(dev / "hwmon/hwmon0/power1_average", f"{(90 + 5 * busy) * 1_000_000}\n")
+        per_pid: dict[int, dict[int, int]] = {}
+        for a in allocs:
+            gpus = per_pid.setdefault(a["pid"], {})
+            gpus[a["gpu"]] = gpus.get(a["gpu"], 0) + a["bytes"]
+        proc_dir = self.sysfs_root / "class/kfd/kfd/proc"
+        proc_dir.mkdir(parents=True, exist_ok=True)
+        for name in os.listdir(proc_dir):
+            if not name.isdigit() or int(name) not in per_pid:
+                shutil.rmtree(proc_dir / name, ignore_errors=True)
+        for pid, gpus in per_pid.items():
+            d = proc_dir / str(pid)
+            d.mkdir(exist_ok=True)
+            wanted = {f"vram_{self.gpu_id(g)}": f"{b}\n" for g, b in gpus.items()}
+            for name in os.listdir(d):
+                if name.startswith("vram_") and name not in wanted:
+                    (d / name).unlink(missing_ok=True)
+            for name, text in wanted.items():
+                _put(d / name, text)
+
+
+def _put(path: Path, text: str) -> None:
+    """Write only when the content changes: readers poll these files at 1 Hz."""
+    try:
+        if path.read_text() == text:
+            return
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("." + path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,46 @@
+"""A simulated tenant: a real process that holds simulated VRAM and the sim GPU device files.
+
+It frees its VRAM on SIGTERM/SIGINT; SIGKILL leaves it to the sim driver (or a zombie's parent).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from .node import SimNode
+
+
+def hold(state_dir: Path, gpus: list[int], nbytes: int, *, ready_fd=None) -> int:
+    node = SimNode(state_dir)
+    cfg = node.config()
+    files = [open(node.dev_root / "kfd", "rb")]
+    for g in gpus:
+        if not 0 <= g < cfg["gpus"]:
+            from ..errors import NotFound
+            raise NotFound(f"no GPU {g} on the simulated node (it has GPUs 0-{cfg['gpus'] - 1})")
+        files.append(open(node.render_node(g), "rb"))
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    pid = os.getpid()
+    try:
+        for g in gpus:
+            node.allocate(pid, g, nbytes)
+        out = ready_fd or sys.stdout
+        out.write(f"holding {nbytes} bytes on GPU {','.join(map(str, gpus))} as pid {pid}\n")
+        out.flush()
+        while not stop.wait(3600):
+            pass
+    finally:
+        node.free(pid)
+        for f in files:
+            f.close()
+    return 0

@@ -1,0 +1,92 @@
+"""Plain-text rendering of a NodeSnapshot for `gpuwarden status` (a compact table an SRE can read).
+
+The TUI has its own widgets; this is for terminals, logs and pasting into an incident channel.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ops.model import NodeSnapshot
+from ops.units import fmt_bytes
+
+
+def _pct(used: int | None, total: int | None) -> str:
+    if used is None or not total:
+        return "   -"
+    return f"{100 * used / total:3.0f}%"
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def render(snap: NodeSnapshot, width: int = 100) -> str:
+    lines: list[str] = []
+    label = "  ** SIMULATED **" if snap.simulated else ""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap.taken_at))
+    src = "" if snap.source == "live" else f"  (replay of {snap.source[7:] if snap.source.startswith('bundle:') else snap.source})"
+    lines.append(f"{snap.hostname}  backend={snap.backend}{label}  {when}{src}")
+    lines.append("")
+    lines.append(f"{'GPU':>3}  {'NAME':<24} {'VRAM USED / TOTAL':>23} {'':>4}  {'RESIDUAL':>10}  "
+                 f"{'BUSY':>4} {'TEMP':>5} {'POWER':>6}  NOTE")
+    res_by_gpu = {r.gpu_index: r for r in snap.residual}
+    for g in snap.gpus:
+        r = res_by_gpu.get(g.index)
+        residual = "-" if r is None or r.residual is None else fmt_bytes(max(r.residual, 0))
+        notes = []
+        if g.index in snap.drained:
+            notes.append("DRAINED")
+        if r and r.significant:
+            notes.append("RESIDUAL!")
+        if r and r.holders:
+            notes.append(f"{len(r.holders)} holder(s)")
+        mem = f"{fmt_bytes(g.vram_used)} / {fmt_bytes(g.vram_total)}"
+        lines.append(
+            f"{g.index:>3}  {g.name[:24]:<24} {mem:>23} {_pct(g.vram_used, g.vram_total)}  {residual:>10}  "
+            f"{_num(g.busy_percent, '3.0f'):>3}% {_num(g.temperature_c, '4.0f'):>4}C {_num(g.power_w, '5.0f'):>5}W  "
+            f"{' '.join(notes)}")
+    lines.append("")
+    if snap.processes:
+        lines.append(f"{'PID':>8}  {'USER':<10} {'STATE':<11} {'GPU VRAM':<28} COMMAND")
+        for p in snap.processes:
+            per_gpu = ", ".join(f"{gi}:{fmt_bytes(b)}" for gi, b in sorted(p.vram.items())) or "(device files only)"
+            cmd = p.command or "(gone)"
+            room = max(20, width - 63)
+            lines.append(f"{p.pid:>8}  {(p.user or '?')[:10]:<10} {p.state:<11} {per_gpu[:28]:<28} {cmd[:room]}")
+    else:
+        lines.append("no GPU processes")
+    holders = [(r.gpu_index, h) for r in snap.residual for h in r.holders]
+    if holders:
+        lines.append("")
+        lines.append("RESIDUAL VRAM HOLDERS")
+        seen = set()
+        for gi, h in holders:
+            key = (h.pid, h.reason)
+            if key in seen:
+                continue
+            seen.add(key)
+            gpus = ",".join(str(x) for x in h.gpus) or "?"
+            lines.append(f"  pid {h.pid if h.pid is not None else '-'} on GPU {gpus}: {h.reason} — "
+                         f"{fmt_bytes(h.vram_bytes) if h.vram_bytes is not None else 'size unknown'}; {h.detail}"
+                         + (f"  [{h.command[:40]}]" if h.command else ""))
+    if snap.engines:
+        lines.append("")
+        lines.append(f"{'ENGINE':<16} {'GPU':>3} {'PID':>8} {'PHASE':<12} EXIT")
+        for e in snap.engines:
+            exit_s = e.signal or ("" if e.exit_code is None else f"code {e.exit_code}")
+            lines.append(f"{e.name[:16]:<16} {'-' if e.gpu is None else e.gpu:>3} {e.pid or '-':>8} "
+                         f"{e.phase + (' (stale)' if e.stale else ''):<12} {exit_s}")
+    if snap.arenas:
+        lines.append("")
+        for a in snap.arenas:
+            regs = sum(1 for m in a.mappers if m.registered)
+            lines.append(f"arena {a.path}: {fmt_bytes(a.size)}, header {a.header_state}, "
+                         f"{len(a.mappers)} mapper(s), {regs} registered")
+    if snap.warnings:
+        lines.append("")
+        for w in snap.warnings:
+            lines.append(f"warning: {w}")
+    lines.append("")
+    lines.append("status: NEEDS ATTENTION" if snap.needs_attention() else "status: healthy")
+    return "\n".join(lines)
