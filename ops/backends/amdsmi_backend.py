@@ -1,0 +1,319 @@
+"""The amdsmi backend: AMD GPUs and their processes through the amdsmi Python library (ROCm 6.x and 7.x).
+
+Every reading that the library cannot give ("N/A", an all-ones sentinel, AmdSmiLibraryException) becomes None.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..errors import BackendUnavailable
+from ..model import GpuInfo, ProcessUsage
+from ..settings import Settings
+from . import libload
+
+MIB = 1024 * 1024
+# Unsigned "no value" sentinels the C library leaves in fields it could not fill; 6.x passes them through
+# unconverted, 7.x turns most of them into "N/A".
+_SENTINELS = frozenset({0xFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
+
+_HINT = "install amd-smi-lib from ROCm (or pick another source with --backend sysfs)"
+
+
+def known(value: Any) -> Any:
+    """The value, or None when amdsmi says it does not know ("N/A", "", an all-ones sentinel)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        return None if text in ("", "N/A", "n/a") else text
+    if isinstance(value, int) and value in _SENTINELS:
+        return None
+    return value
+
+
+def number(value: Any) -> float | None:
+    """A numeric reading, or None; amdsmi sometimes gives numbers as strings."""
+    value = known(value)
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class AmdSmiBackend:
+    """Backend over the amdsmi library. `module` replaces `import amdsmi` (tests inject a stand-in)."""
+
+    name = "amdsmi"
+    simulated = False
+
+    def __init__(self, settings: Settings, module: ModuleType | Any = None):
+        self._settings = settings
+        m = module if module is not None else libload.import_vendor(
+            "amdsmi", "amdsmi", "libamd_smi.so not found", _HINT)
+        self._m = m
+        self._errors: tuple[type[BaseException], ...] = (getattr(m, "AmdSmiException", RuntimeError),)
+        self._open = False
+        try:
+            m.amdsmi_init(m.AmdSmiInitFlags.INIT_AMD_GPUS)
+        except self._errors as exc:
+            raise BackendUnavailable(f"amdsmi: {_init_failure(exc)}", _HINT) from None
+        self._open = True
+        try:
+            self._handles = list(m.amdsmi_get_processor_handles())
+        except self._errors as exc:
+            self.close()
+            raise BackendUnavailable(f"amdsmi: cannot list GPUs ({_short(exc)})", _HINT) from None
+        if not self._handles:
+            self.close()
+            raise BackendUnavailable("amdsmi: no AMD GPU found", _HINT)
+        # 6.1 and older hand back process handles that need a second call; 6.2+ return dicts directly.
+        self._process_info = getattr(m, "amdsmi_get_gpu_process_info", None)
+        self._static = [self._static_info(i, h) for i, h in enumerate(self._handles)]
+
+    # ----------------------------------------------------------------- protocol
+
+    def gpus(self) -> list[GpuInfo]:
+        return [self._gpu(i, h) for i, h in enumerate(self._handles)]
+
+    def process_usage(self) -> list[ProcessUsage]:
+        usage: list[ProcessUsage] = []
+        for index, handle in enumerate(self._handles):
+            entries = self._try(self._m.amdsmi_get_gpu_process_list, handle)
+            for entry in entries or ():
+                info = entry if isinstance(entry, Mapping) else self._try(self._process_info, handle, entry)
+                if not info:
+                    continue
+                pid = known(info.get("pid"))
+                if pid is None:
+                    continue
+                memory = info.get("memory_usage")
+                memory = memory if isinstance(memory, Mapping) else {}
+                vram = number(memory.get("vram_mem"))
+                if vram is None:
+                    vram = number(info.get("mem"))
+                gtt = number(memory.get("gtt_mem"))
+                usage.append(ProcessUsage(
+                    pid=int(pid), gpu_index=index, vram_bytes=int(vram or 0), source="amdsmi",
+                    gtt_bytes=None if gtt is None else int(gtt)))
+        return usage
+
+    def device_globs(self) -> list[str]:
+        dev = self._settings.dev_root
+        return [str(dev / "kfd"), str(dev / "dri" / "renderD*")]
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self._try(self._m.amdsmi_shut_down)
+
+    def __enter__(self) -> "AmdSmiBackend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- readings
+
+    def _try(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
+        """Call one amdsmi function; an unsupported or failing call reads as None."""
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except self._errors:
+            return None
+
+    def _field(self, fn_name: str, handle: Any, *keys: str) -> Any:
+        """The first known value among `keys` of the dict that `fn_name(handle)` returns."""
+        result = self._try(getattr(self._m, fn_name, None), handle)
+        if not isinstance(result, Mapping):
+            return None
+        for key in keys:
+            value = known(result.get(key))
+            if value is not None:
+                return value
+        return None
+
+    def _memory(self, fn_name: str, handle: Any, kind: str) -> int | None:
+        mem_type = getattr(self._m.AmdSmiMemoryType, kind, None)
+        if mem_type is None:
+            return None
+        value = number(self._try(getattr(self._m, fn_name, None), handle, mem_type))
+        return None if value is None else int(value)
+
+    def _static_info(self, index: int, handle: Any) -> dict[str, Any]:
+        """What does not change while the driver is loaded: asked once, at open."""
+        m = self._m
+        bdf = known(self._try(m.amdsmi_get_gpu_device_bdf, handle))
+        bdf = bdf.lower() if isinstance(bdf, str) else None
+        vram_total = self._memory("amdsmi_get_gpu_memory_total", handle, "VRAM")
+        if vram_total is None:
+            mib = number(self._field("amdsmi_get_gpu_vram_usage", handle, "vram_total"))
+            vram_total = None if mib is None else int(mib) * MIB  # this call counts in MiB
+        hive = number(self._field("amdsmi_get_xgmi_info", handle, "xgmi_hive_id"))
+        kfd_id = number(self._field("amdsmi_get_gpu_kfd_info", handle, "kfd_id"))
+        return {
+            "name": self._field("amdsmi_get_gpu_asic_info", handle, "market_name") or f"AMD GPU {index}",
+            "bus_id": bdf,
+            "uuid": known(self._try(m.amdsmi_get_gpu_device_uuid, handle)),
+            "vram_total": vram_total,
+            "gtt_total": self._memory("amdsmi_get_gpu_memory_total", handle, "GTT"),
+            "kfd_gpu_id": int(kfd_id) if kfd_id is not None else self._kfd_gpu_id_from_sysfs(bdf),
+            "hive_id": f"0x{int(hive):016x}" if hive else None,  # 0: not in an XGMI hive
+            "device_files": self._device_files(handle, bdf),
+        }
+
+    def _gpu(self, index: int, handle: Any) -> GpuInfo:
+        static = self._static[index]
+        vram_used = self._memory("amdsmi_get_gpu_memory_usage", handle, "VRAM")
+        if vram_used is None:
+            mib = number(self._field("amdsmi_get_gpu_vram_usage", handle, "vram_used"))
+            vram_used = None if mib is None else int(mib) * MIB
+        busy, temperature, power = self._live_metrics(handle)
+        return GpuInfo(
+            index=index, name=static["name"], vendor="amd", bus_id=static["bus_id"], uuid=static["uuid"],
+            vram_total=static["vram_total"], vram_used=vram_used,
+            gtt_total=static["gtt_total"], gtt_used=self._memory("amdsmi_get_gpu_memory_usage", handle, "GTT"),
+            busy_percent=busy, temperature_c=temperature, power_w=power,
+            kfd_gpu_id=static["kfd_gpu_id"], hive_id=static["hive_id"],
+            device_files=static["device_files"],
+        )
+
+    def _live_metrics(self, handle: Any) -> tuple[float | None, float | None, float | None]:
+        """Busy %, temperature (hotspot, else edge) and socket power from one gpu_metrics read.
+
+        amd-smi's own `monitor` reads these three from gpu_metrics; the dedicated calls are the
+        fallback for GPUs whose metrics table lacks them.
+        """
+        metrics = self._try(getattr(self._m, "amdsmi_get_gpu_metrics_info", None), handle)
+        metrics = metrics if isinstance(metrics, Mapping) else {}
+        busy = number(metrics.get("average_gfx_activity"))
+        if busy is None:
+            busy = number(self._field("amdsmi_get_gpu_activity", handle, "gfx_activity"))
+        if busy is not None and not 0 <= busy <= 100:
+            busy = None
+        temperature = number(metrics.get("temperature_hotspot"))
+        if temperature is None:
+            temperature = number(metrics.get("temperature_edge"))
+        if temperature is None:
+            temperature = self._temperature(handle)
+        power = number(metrics.get("current_socket_power"))
+        if power is None:
+            power = number(metrics.get("average_socket_power"))
+        if power is None:
+            power = number(self._field("amdsmi_get_power_info", handle,
+                                       "socket_power", "current_socket_power", "average_socket_power"))
+        return (None if busy is None else float(busy),
+                None if temperature is None else float(temperature),
+                None if power is None else float(power))
+
+    def _temperature(self, handle: Any) -> float | None:
+        m = self._m
+        kinds = getattr(m, "AmdSmiTemperatureType", None)
+        metric = getattr(getattr(m, "AmdSmiTemperatureMetric", None), "CURRENT", None)
+        if kinds is None or metric is None:
+            return None
+        for kind in ("HOTSPOT", "EDGE"):
+            sensor = getattr(kinds, kind, None)
+            if sensor is None:
+                continue
+            value = number(self._try(getattr(m, "amdsmi_get_temp_metric", None), handle, sensor, metric))
+            if value is not None:
+                return float(value)  # amdsmi already divides the kernel's millidegrees by 1000
+        return None
+
+    # ----------------------------------------------------------------- device files
+
+    def _device_files(self, handle: Any, bdf: str | None) -> tuple[str, ...]:
+        """The render node (and card node) a process opens to use this GPU."""
+        dri = self._settings.dev_root / "dri"
+        info = self._try(getattr(self._m, "amdsmi_get_gpu_enumeration_info", None), handle)
+        if isinstance(info, Mapping):
+            render = number(info.get("drm_render"))
+            card = number(info.get("drm_card"))
+            files = []
+            if render is not None:
+                files.append(str(dri / f"renderD{int(render)}"))
+            if card is not None:
+                files.append(str(dri / f"card{int(card)}"))
+            if files:
+                return tuple(files)
+        # Without enumeration info (6.x) the PCI device's drm/ folder names the same nodes.
+        if bdf is None:
+            return ()
+        drm = self._settings.sysfs_root / "bus" / "pci" / "devices" / bdf / "drm"
+        try:
+            names = sorted(os.listdir(drm))
+        except OSError:
+            return ()
+        render_nodes = [n for n in names if n.startswith("renderD")]
+        cards = [n for n in names if n.startswith("card")]
+        return tuple(str(dri / n) for n in render_nodes + cards)
+
+    def _kfd_gpu_id_from_sysfs(self, bdf: str | None) -> int | None:
+        """KFD's gpu_id for this PCI address, from the KFD topology (6.x has no amdsmi_get_gpu_kfd_info)."""
+        if bdf is None:
+            return None
+        try:
+            domain_s, bus_s, rest = bdf.split(":")
+            dev_s, fn_s = rest.split(".")
+            domain, location = int(domain_s, 16), (int(bus_s, 16) << 8) | (int(dev_s, 16) << 3) | int(fn_s, 16)
+        except ValueError:
+            return None
+        nodes = self._settings.sysfs_root / "class" / "kfd" / "kfd" / "topology" / "nodes"
+        try:
+            node_dirs = list(nodes.iterdir())
+        except OSError:
+            return None
+        for node in node_dirs:
+            props = _read_properties(node / "properties")
+            # `domain` appeared in later kernels; older ones only have one PCI domain.
+            if props.get("location_id") == location and props.get("domain", 0) == domain:
+                try:
+                    return int((node / "gpu_id").read_text().strip())
+                except (OSError, ValueError):
+                    return None
+        return None
+
+
+def _read_properties(path: Path) -> dict[str, int]:
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    props = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        try:
+            props[key] = int(value)
+        except ValueError:
+            continue
+    return props
+
+
+def _short(exc: BaseException) -> str:
+    info = getattr(exc, "get_error_info", None)
+    try:
+        text = str(info()) if callable(info) else str(exc)
+    except Exception:
+        text = str(exc)
+    return " ".join(text.split()) or type(exc).__name__
+
+
+def _init_failure(exc: BaseException) -> str:
+    """amdsmi_init's failure as a clause that says what to do about it."""
+    text = _short(exc)
+    if "NO_PERM" in text:
+        return "no permission to open the GPU (add the user to the render and video groups)"
+    if "DRIVER_NOT_LOADED" in text or "NOT_FOUND" in text or "FAIL_LOAD" in text:
+        return "amdgpu driver not loaded"
+    return f"amdsmi_init failed ({text})"

@@ -1,0 +1,191 @@
+"""The NVML backend: NVIDIA GPUs and their processes through nvidia-ml-py (`import pynvml`).
+
+Handles and static facts are read once at open; each refresh costs a few NVML calls per GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from ..errors import BackendUnavailable
+from ..model import GpuInfo, ProcessUsage
+from ..settings import Settings
+from . import libload
+
+_HINT = "install the NVIDIA driver (libnvidia-ml.so.1) or pick another source with --backend"
+
+# Process memory that NVML would not tell us (not permitted, or hidden inside a MIG instance):
+# the PID still uses the GPU, but its VRAM must not be read as 0 bytes by the residual arithmetic.
+SOURCE_UNKNOWN = "nvml-unknown"
+
+
+def bus_id(text: str | None) -> str | None:
+    """NVML's "00000000:18:00.0" in the kernel's spelling, "0000:18:00.0" (lower-case hex)."""
+    if not text:
+        return None
+    try:
+        domain, bus, rest = text.strip().split(":")
+        device, function = rest.split(".")
+        return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{int(function, 16):x}"
+    except ValueError:
+        return text.strip().lower()
+
+
+class NvmlBackend:
+    """Backend over NVML. `module` replaces `import pynvml` (tests inject a replaying stand-in)."""
+
+    name = "nvml"
+    simulated = False
+
+    def __init__(self, settings: Settings, module: ModuleType | Any = None):
+        self._settings = settings
+        nv = module if module is not None else libload.import_vendor(
+            "pynvml", "nvml", "nvidia-ml-py cannot load", _HINT)
+        self._nv = nv
+        self._errors: tuple[type[BaseException], ...] = tuple(
+            e for e in (getattr(nv, "NVMLError", None), getattr(nv, "NVMLLibraryMismatchError", None)) if e)
+        self._open = False
+        try:
+            nv.nvmlInit()
+        except self._errors as exc:
+            raise BackendUnavailable(f"nvml: {_init_failure(nv, exc)}", _HINT) from None
+        self._open = True
+        try:
+            count = nv.nvmlDeviceGetCount()
+            self._handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        except self._errors as exc:
+            self.close()
+            raise BackendUnavailable(f"nvml: cannot list GPUs ({exc})", _HINT) from None
+        if not self._handles:
+            self.close()
+            raise BackendUnavailable("nvml: no NVIDIA GPU found", _HINT)
+        # The v2 struct keeps driver-reserved memory out of `used`, which is what nvidia-smi shows as
+        # Used; v1's used is total - free and so includes the reserved part. Drivers before r510 lack v2.
+        self._memory_version = getattr(nv, "nvmlMemory_v2", None)
+        self._temperature_v = getattr(nv, "nvmlDeviceGetTemperatureV", None)
+        self._static = [self._static_info(i, h) for i, h in enumerate(self._handles)]
+
+    # ----------------------------------------------------------------- protocol
+
+    def gpus(self) -> list[GpuInfo]:
+        return [self._gpu(i, h) for i, h in enumerate(self._handles)]
+
+    def process_usage(self) -> list[ProcessUsage]:
+        nv = self._nv
+        usage: list[ProcessUsage] = []
+        for index, handle in enumerate(self._handles):
+            # A process can sit in both lists (type C+G) with the same figure: count it once.
+            seen: dict[int, int | None] = {}
+            for lister in (nv.nvmlDeviceGetComputeRunningProcesses, nv.nvmlDeviceGetGraphicsRunningProcesses):
+                for proc in self._try(lister, handle) or ():
+                    pid = int(proc.pid)
+                    used = getattr(proc, "usedGpuMemory", None)
+                    earlier = seen.get(pid)
+                    seen[pid] = used if earlier is None else (earlier if used is None else max(earlier, used))
+            for pid, used in seen.items():
+                usage.append(ProcessUsage(
+                    pid=pid, gpu_index=index, vram_bytes=int(used) if used is not None else 0,
+                    source="nvml" if used is not None else SOURCE_UNKNOWN))
+        return usage
+
+    def device_globs(self) -> list[str]:
+        dev = self._settings.dev_root
+        return [str(dev / "nvidia[0-9]*"), str(dev / "nvidiactl"), str(dev / "nvidia-uvm")]
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self._try(self._nv.nvmlShutdown)
+
+    def __enter__(self) -> "NvmlBackend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- readings
+
+    def _try(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
+        """One NVML call; NotSupported, NoPermission, GpuIsLost and the like read as None."""
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except self._errors:
+            return None
+
+    def _static_info(self, index: int, handle: Any) -> dict[str, Any]:
+        nv = self._nv
+        pci = self._try(nv.nvmlDeviceGetPciInfo, handle)
+        minor = self._try(nv.nvmlDeviceGetMinorNumber, handle)
+        return {
+            "name": _text(self._try(nv.nvmlDeviceGetName, handle)) or f"NVIDIA GPU {index}",
+            "bus_id": bus_id(_text(getattr(pci, "busId", None))),
+            "uuid": _text(self._try(nv.nvmlDeviceGetUUID, handle)),
+            "device_files": (str(self._settings.dev_root / f"nvidia{minor}"),) if minor is not None else (),
+        }
+
+    def _memory(self, handle: Any) -> tuple[int | None, int | None]:
+        nv = self._nv
+        if self._memory_version is not None:
+            try:
+                info = nv.nvmlDeviceGetMemoryInfo(handle, version=self._memory_version)
+                return int(info.total), int(info.used)
+            except self._errors:
+                self._memory_version = None  # old driver: stay on v1 from now on
+        info = self._try(nv.nvmlDeviceGetMemoryInfo, handle)
+        if info is None:
+            return None, None
+        return int(info.total), int(info.used)
+
+    def _temperature(self, handle: Any) -> float | None:
+        nv = self._nv
+        sensor = getattr(nv, "NVML_TEMPERATURE_GPU", 0)
+        if self._temperature_v is not None:
+            try:
+                return float(self._temperature_v(handle, sensor))
+            except self._errors:
+                self._temperature_v = None  # driver without nvmlDeviceGetTemperatureV
+        value = self._try(nv.nvmlDeviceGetTemperature, handle, sensor)
+        return None if value is None else float(value)
+
+    def _gpu(self, index: int, handle: Any) -> GpuInfo:
+        nv = self._nv
+        static = self._static[index]
+        total, used = self._memory(handle)
+        rates = self._try(nv.nvmlDeviceGetUtilizationRates, handle)
+        milliwatts = self._try(nv.nvmlDeviceGetPowerUsage, handle)
+        return GpuInfo(
+            index=index, name=static["name"], vendor="nvidia", bus_id=static["bus_id"], uuid=static["uuid"],
+            vram_total=total, vram_used=used,
+            busy_percent=float(rates.gpu) if rates is not None else None,
+            temperature_c=self._temperature(handle),
+            power_w=milliwatts / 1000.0 if milliwatts is not None else None,
+            device_files=static["device_files"],
+        )
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    value = str(value).strip()
+    return value or None
+
+
+def _init_failure(nv: Any, exc: BaseException) -> str:
+    """nvmlInit's failure as a clause that says what is missing."""
+    reasons = (
+        ("NVMLError_LibraryNotFound", "libnvidia-ml.so.1 not found (no NVIDIA driver)"),
+        ("NVMLError_DriverNotLoaded", "NVIDIA driver not loaded"),
+        ("NVMLError_NoPermission", "no permission to open /dev/nvidia*"),
+        ("NVMLError_LibRmVersionMismatch", "driver and libnvidia-ml versions differ (reload the driver or reboot)"),
+    )
+    for class_name, clause in reasons:
+        cls = getattr(nv, class_name, None)
+        if cls is not None and isinstance(exc, cls):
+            return clause
+    return f"nvmlInit failed ({exc})"
