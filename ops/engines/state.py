@@ -1,13 +1,135 @@
-"""Engine state as the shims recorded it (placeholder until supervision lands).
+"""Engine state as the shims recorded it: the files under <state dir>/engines/<name>/, and reading them.
 
-list_engines() feeds the snapshot.
+list_engines() feeds the snapshot; a record whose shim is gone is reported stale, never trusted.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Any
+
+from ops import procs, statedir
+from ops.errors import GpuwardenError
 from ops.model import EngineInfo
 from ops.settings import Settings
 
+SPEC = "spec.json"  # what to run: written by the launcher, read by the shim
+STATE = "state.json"  # what happened: written by the shim only
+STATUS = "status.jsonl"  # the engine's status protocol lines
+LOG = "engine.log"  # the engine's stdout and stderr, size-capped
+SHIM_LOG = "shim.log"  # the shim's own complaints
+
+# Phases after which the shim has nothing left to do and may be gone.
+FINAL_PHASES = ("exited", "crashed")
+# Phases before an engine has registered: a crash here is a crash while registering.
+PRE_REGISTERED = ("waiting", "starting", "mapping", "verifying", "registering")
+
+
+def engines_root(state_dir: Path) -> Path:
+    return state_dir / statedir.ENGINES
+
+
+def engine_dir(state_dir: Path, name: str) -> Path:
+    return engines_root(state_dir) / name
+
+
+def read_state(state_dir: Path, name: str) -> dict[str, Any] | None:
+    return statedir.read_json(engine_dir(state_dir, name) / STATE, default=None)
+
+
+def read_spec(state_dir: Path, name: str) -> dict[str, Any] | None:
+    return statedir.read_json(engine_dir(state_dir, name) / SPEC, default=None)
+
+
+def names(state_dir: Path) -> list[str]:
+    root = engines_root(state_dir)
+    try:
+        return sorted(p.name for p in root.iterdir() if (p / SPEC).exists() or (p / STATE).exists())
+    except FileNotFoundError:
+        return []
+
+
+def alive(pid: int | None, start: int | None, proc_root: Path = Path("/proc")) -> bool:
+    """True when `pid` is still the process first recorded (same start ticks) and not a zombie."""
+    if not pid or start is None:
+        return False
+    if not procs.same_process(pid, start, proc_root):
+        return False
+    return procs.state_of(pid, proc_root) not in ("zombie", "dead", "gone")
+
+
+def shim_alive(record: dict[str, Any], proc_root: Path = Path("/proc")) -> bool:
+    return alive(record.get("shim_pid"), record.get("shim_start"), proc_root)
+
+
+def is_stale(record: dict[str, Any], proc_root: Path = Path("/proc")) -> bool:
+    """A record is stale when it claims the engine is still supervised but its shim is gone."""
+    return record.get("phase") not in FINAL_PHASES and not shim_alive(record, proc_root)
+
+
+def last_line(path: Path, limit: int = 8192) -> str | None:
+    lines = tail(path, 1, limit)
+    return lines[-1] if lines else None
+
+
+def tail(path: Path, count: int, limit: int = 65536) -> list[str]:
+    """The last `count` non-empty lines of a log, reading at most `limit` bytes from its end."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    lines = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
+    if size > limit and lines:
+        lines = lines[1:]  # the first line read is probably cut
+    return lines[-count:]
+
+
+def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | None, state_dir: Path,
+              proc_root: Path = Path("/proc")) -> EngineInfo:
+    log_path = engine_dir(state_dir, name) / LOG
+    gpu = (spec or {}).get("engine", {}).get("gpu")
+    if record is None:
+        # Spec written, shim not yet reporting: the launcher is still starting it.
+        return EngineInfo(name=name, gpu=gpu, phase="starting", log_path=str(log_path),
+                          last_log_line=last_line(log_path))
+    stale = is_stale(record, proc_root)
+    return EngineInfo(
+        name=name,
+        gpu=record.get("gpu", gpu),
+        phase="stale" if stale else record.get("phase", "starting"),
+        pid=record.get("pid"),
+        shim_pid=record.get("shim_pid"),
+        started_at=record.get("started_at"),
+        exit_code=record.get("exit_code"),
+        signal=record.get("signal"),
+        core_dumped=record.get("core_dumped"),
+        restarts=int(record.get("restarts", 0)),
+        log_path=str(log_path),
+        last_log_line=last_line(log_path),
+        bundle=record.get("bundle"),
+        stale=stale,
+    )
+
 
 def list_engines(settings: Settings) -> list[EngineInfo]:
-    return []
+    """Every engine with a record in the state dir, as its shim last wrote it (stale when the shim is gone)."""
+    out = []
+    for name in names(settings.state_dir):
+        try:
+            record = read_state(settings.state_dir, name)
+            spec = read_spec(settings.state_dir, name)
+        except GpuwardenError:
+            out.append(EngineInfo(name=name, gpu=None, phase="stale", stale=True,
+                                  last_log_line="state file is corrupt"))
+            continue
+        out.append(info_from(name, record, spec, settings.state_dir, settings.proc_root))
+    return out
+
+
+def get(settings: Settings, name: str) -> EngineInfo | None:
+    return next((e for e in list_engines(settings) if e.name == name), None)

@@ -1,0 +1,232 @@
+"""Starting, stopping and restarting supervised engines: spec files, detached shims, checked signals.
+
+Every signal re-checks its target's pid + start time right before it is sent, and leaves a journal line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ops
+from ops import journal, procs, statedir
+from ops.errors import GpuwardenError, NotFound, Refused
+from ops.nodeconfig import EngineConfig, signal_number
+from ops.settings import Settings
+
+from . import state as st
+from .shim import ORIG_PYTHONPATH
+
+VISIBILITY_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+
+
+def detect_vendor(settings: Settings) -> str:
+    """"amd" when the node has a KFD device, else "nvidia" (the visibility variables differ)."""
+    return "amd" if (settings.dev_root / "kfd").exists() else "nvidia"
+
+
+def visibility_env(gpu: int | None, vendor: str) -> dict[str, str]:
+    """Variables that make exactly GPU `gpu` visible to an engine.
+
+    ROCm applies ROCR_VISIBLE_DEVICES first and HIP/CUDA_VISIBLE_DEVICES then index what is left
+    (HIP's env-variable docs; PyTorch's _parse_visible_devices says the same), so on AMD the HIP
+    and CUDA variables must say 0, not the physical index. On NVIDIA only CUDA_VISIBLE_DEVICES counts.
+    """
+    if gpu is None:
+        return {}
+    if vendor == "amd":
+        return {"ROCR_VISIBLE_DEVICES": str(gpu), "HIP_VISIBLE_DEVICES": "0", "CUDA_VISIBLE_DEVICES": "0"}
+    return {"CUDA_VISIBLE_DEVICES": str(gpu), "HIP_VISIBLE_DEVICES": str(gpu), "ROCR_VISIBLE_DEVICES": str(gpu)}
+
+
+def gate_dir(settings: Settings) -> Path:
+    return settings.state_dir.resolve() / statedir.GATE
+
+
+def write_spec(settings: Settings, engine: EngineConfig, *, gate_slots: int, registration_timeout: float,
+               workdir: str | None, launch_id: str, vendor: str | None = None) -> dict[str, Any]:
+    spec = {
+        "engine": engine.to_dict(),
+        "gate_dir": str(gate_dir(settings)),
+        "gate_slots": gate_slots,
+        "registration_timeout": registration_timeout,
+        "workdir": engine.workdir or workdir,
+        "visibility": visibility_env(engine.gpu, vendor or detect_vendor(settings)),
+        "launch_id": launch_id,
+        "written_at": time.time(),
+    }
+    d = statedir.ensure(settings.state_dir, statedir.ENGINES, engine.name)
+    statedir.write_json(d / st.SPEC, spec)
+    return spec
+
+
+def new_launch_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def spawn_shim(settings: Settings, name: str) -> int:
+    """Start the detached shim of engine `name` (its spec must exist) and return the shim's pid."""
+    state_dir = settings.state_dir.resolve()
+    d = st.engine_dir(state_dir, name)
+    env = dict(os.environ)
+    root = str(Path(ops.__file__).resolve().parent.parent)
+    env[ORIG_PYTHONPATH] = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = root + (os.pathsep + env[ORIG_PYTHONPATH] if env[ORIG_PYTHONPATH] else "")
+    # The old state would be read as this run's until the shim writes its own.
+    try:
+        (d / st.STATE).unlink()
+    except FileNotFoundError:
+        pass
+    with open(d / st.SHIM_LOG, "ab") as shim_log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ops.engines.shim", "--name", name, "--state-dir", str(state_dir), "--detach"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=shim_log, cwd="/", env=env,
+            start_new_session=True, close_fds=True,
+        )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    proc.stdout.close()
+    proc.wait()
+    if not line.isdigit():
+        raise GpuwardenError(f"the shim for engine {name!r} did not start (see {d / st.SHIM_LOG})",
+                             "run `python -m ops.engines.shim --help` to check the installation")
+    return int(line)
+
+
+def supervised(settings: Settings, name: str) -> bool:
+    """True while a live shim looks after `name`."""
+    record = st.read_state(settings.state_dir, name)
+    return bool(record) and st.shim_alive(record, settings.proc_root) and record.get("phase") not in st.FINAL_PHASES
+
+
+def start(settings: Settings, engine: EngineConfig, *, gate_slots: int, registration_timeout: float,
+          workdir: str | None, launch_id: str | None = None) -> int:
+    """Write the spec and start the shim; refuse when a live shim already supervises that name."""
+    if supervised(settings, engine.name):
+        raise Refused(f"engine {engine.name!r} is already running under its shim",
+                      f"stop it first: gpuwarden engines stop {engine.name}")
+    launch_id = launch_id or new_launch_id()
+    write_spec(settings, engine, gate_slots=gate_slots, registration_timeout=registration_timeout,
+               workdir=workdir, launch_id=launch_id)
+    shim_pid = spawn_shim(settings, engine.name)
+    journal.write(settings.state_dir, "engine-start", "started", engine=engine.name, gpu=engine.gpu,
+                  shim_pid=shim_pid, launch_id=launch_id, argv=list(engine.argv))
+    return shim_pid
+
+
+@dataclass(frozen=True)
+class StopResult:
+    name: str
+    result: str  # "stopped", "not-running", "killed"
+    detail: str = ""
+
+
+def _signal_checked(settings: Settings, name: str, pid: int, start: int | None, sig: int, role: str) -> bool:
+    """Send `sig` only if pid is still the same process; journal what was done. True when sent."""
+    if not st.alive(pid, start, settings.proc_root):
+        journal.write(settings.state_dir, "engine-signal", "skipped", engine=name, pid=pid, role=role,
+                      signal=signal.Signals(sig).name, reason="process gone or pid reused")
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        raise Refused(f"no permission to signal {role} pid {pid} of engine {name!r}",
+                      "run as the user who launched it, or as root") from None
+    journal.write(settings.state_dir, "engine-signal", "ok", engine=name, pid=pid, role=role,
+                  signal=signal.Signals(sig).name)
+    return True
+
+
+def _wait_gone(settings: Settings, pid: int | None, start: int | None, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not st.alive(pid, start, settings.proc_root):
+            return True
+        time.sleep(0.05)
+    return not st.alive(pid, start, settings.proc_root)
+
+
+def stop(settings: Settings, name: str, *, timeout_s: float | None = None) -> StopResult:
+    """Stop one engine: through its shim (stop signal, grace, SIGKILL), or directly when the shim is gone."""
+    record = st.read_state(settings.state_dir, name)
+    spec = st.read_spec(settings.state_dir, name)
+    if record is None and spec is None:
+        raise NotFound(f"no engine named {name!r} in {settings.state_dir}",
+                       "see `gpuwarden engines list` for the names")
+    record = record or {}
+    engine = EngineConfig.from_dict((spec or {}).get("engine", {"name": name, "argv": ["?"]}))
+    grace = engine.stop_grace if timeout_s is None else timeout_s
+    shim_pid, shim_start = record.get("shim_pid"), record.get("shim_start")
+    pid, pid_start = record.get("pid"), record.get("pid_start")
+    if st.shim_alive(record, settings.proc_root):
+        _signal_checked(settings, name, shim_pid, shim_start, signal.SIGTERM, "shim")
+        # The shim itself sends SIGKILL after the grace; give it that plus a margin to record the exit.
+        if _wait_gone(settings, shim_pid, shim_start, grace + 5.0):
+            after = st.read_state(settings.state_dir, name) or {}
+            journal.write(settings.state_dir, "engine-stop", "ok", engine=name, via="shim",
+                          signal=after.get("signal"), exit_code=after.get("exit_code"))
+            return StopResult(name, "stopped", after.get("detail", ""))
+        # A wedged shim: take both down ourselves.
+        _signal_checked(settings, name, pid, pid_start, signal.SIGKILL, "engine") if pid else None
+        _signal_checked(settings, name, shim_pid, shim_start, signal.SIGKILL, "shim")
+        journal.write(settings.state_dir, "engine-stop", "killed", engine=name, reason="shim did not finish")
+        return StopResult(name, "killed", "the shim did not finish in time; engine and shim were SIGKILLed")
+    if pid and st.alive(pid, pid_start, settings.proc_root):
+        # Shim gone, engine still there: do the shim's job with the same checks.
+        _signal_checked(settings, name, pid, pid_start, signal_number(engine.stop_signal), "engine")
+        how = "stopped"
+        if not _wait_gone(settings, pid, pid_start, grace):
+            _signal_checked(settings, name, pid, pid_start, signal.SIGKILL, "engine")
+            _wait_gone(settings, pid, pid_start, 5.0)
+            how = "killed"
+        statedir.write_json(st.engine_dir(settings.state_dir, name) / st.STATE, {
+            **record, "phase": "exited", "stopped_by_request": True, "updated_at": time.time(),
+            "detail": f"{how} by gpuwarden after its shim was gone"})
+        journal.write(settings.state_dir, "engine-stop", "ok", engine=name, via="direct", how=how)
+        return StopResult(name, how, "its shim was gone; signalled the engine directly")
+    journal.write(settings.state_dir, "engine-stop", "skipped", engine=name, reason="not running")
+    return StopResult(name, "not-running", "neither the engine nor its shim is running")
+
+
+def stop_gpu(settings: Settings, gpu: int, *, timeout_s: float | None = None) -> list[StopResult]:
+    """Stop every supervised engine on GPU `gpu` (the drain playbook's step)."""
+    out = []
+    for info in st.list_engines(settings):
+        if info.gpu == gpu and info.phase not in st.FINAL_PHASES:
+            out.append(stop(settings, info.name, timeout_s=timeout_s))
+    return out
+
+
+def restart(settings: Settings, name: str, *, timeout_s: float | None = None) -> int:
+    """Stop `name` if it runs, then start it again from its recorded spec; returns the new shim pid."""
+    if st.read_spec(settings.state_dir, name) is None:
+        raise NotFound(f"no engine named {name!r} in {settings.state_dir}",
+                       "launch it first: gpuwarden launch NAME")
+    stop(settings, name, timeout_s=timeout_s)
+    shim_pid = spawn_shim(settings, name)
+    journal.write(settings.state_dir, "engine-restart", "started", engine=name, shim_pid=shim_pid)
+    return shim_pid
+
+
+def wait_for_record(settings: Settings, name: str, shim_pid: int, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Wait until the new shim has written its first state; raise with its log when it died first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        record = st.read_state(settings.state_dir, name)
+        if record and record.get("shim_pid") == shim_pid:
+            return record
+        if procs.state_of(shim_pid, settings.proc_root) in ("gone", "zombie", "dead"):
+            break
+        time.sleep(0.02)
+    lines = st.tail(st.engine_dir(settings.state_dir, name) / st.SHIM_LOG, 5)
+    raise GpuwardenError(f"the shim for engine {name!r} exited before reporting: " + (" | ".join(lines) or "no output"),
+                         f"see {st.engine_dir(settings.state_dir, name) / st.SHIM_LOG}")

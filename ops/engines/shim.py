@@ -1,0 +1,346 @@
+"""The shim: a detached supervisor for one engine (like conmon): starts it, logs it, follows and records it.
+
+Run as `python -m ops.engines.shim --name NAME --state-dir DIR`; reads spec.json, is the only writer of state.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ops import gate, procs, statedir
+from ops.errors import GpuwardenError
+from ops.nodeconfig import EngineConfig, signal_number
+from ops.status_protocol import ENV_FILE, StatusFollower
+
+from . import state as st
+from .logs import CappedLog
+from .progress import Progress
+
+# Variables that carry the shim's own import path; the engine gets the operator's value back.
+ORIG_PYTHONPATH = "GPUWARDEN_ORIG_PYTHONPATH"
+POLL_S = 0.05
+
+
+class Shim:
+    def __init__(self, state_dir: Path, name: str):
+        self.state_dir = state_dir
+        self.name = name
+        self.dir = st.engine_dir(state_dir, name)
+        spec = st.read_spec(state_dir, name)
+        if spec is None:
+            raise GpuwardenError(f"no spec.json for engine {name!r} in {self.dir}")
+        self.spec = spec
+        self.engine = EngineConfig.from_dict(spec["engine"])
+        self.stop_requested = False
+        self.record: dict[str, Any] = {
+            "name": name, "gpu": self.engine.gpu, "phase": "starting", "detail": "",
+            "shim_pid": os.getpid(), "shim_start": procs.identity(os.getpid()),
+            "pid": None, "pid_start": None, "started_at": None, "exit_code": None, "signal": None,
+            "core_dumped": None, "restarts": 0, "bundle": None, "phases": {}, "launch_id": spec.get("launch_id"),
+            "gate_slot": None, "stopped_by_request": False, "updated_at": time.time(),
+        }
+        self._bundle_threads: list[threading.Thread] = []
+
+    # --- recording ---------------------------------------------------------------------------
+
+    def save(self, **changes: Any) -> None:
+        self.record.update(changes)
+        self.record["updated_at"] = time.time()
+        statedir.write_json(self.dir / st.STATE, self.record)
+
+    def on_stop_signal(self, signum: int, frame: object) -> None:
+        self.stop_requested = True
+
+    # --- the supervision loop ----------------------------------------------------------------
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_stop_signal)
+        signal.signal(signal.SIGINT, self.on_stop_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a dropped SSH session must not end supervision
+        # A fresh launch starts a fresh status file, so its timestamps describe this launch only.
+        (self.dir / st.STATUS).write_bytes(b"")
+        self.save()
+        starts: collections.deque[float] = collections.deque()
+        failures = 0
+        while not self.stop_requested:
+            now = time.monotonic()
+            while starts and now - starts[0] > self.engine.start_limit_interval:
+                starts.popleft()
+            if len(starts) >= self.engine.start_limit_burst:
+                self.save(detail=f"start limit hit: {len(starts)} starts within "
+                          f"{self.engine.start_limit_interval:.0f}s; not restarting")
+                break
+            starts.append(now)
+            outcome = self.run_once()
+            if outcome != "crashed" or self.engine.restart != "on-failure" or self.stop_requested:
+                break
+            failures += 1
+            delay = min(self.engine.restart_backoff * (2 ** (failures - 1)), self.engine.restart_backoff_max)
+            self.save(detail=f"restarting in {delay:.1f}s (restart policy on-failure)")
+            if self._sleep(delay):
+                break
+            self.record["restarts"] += 1
+        for t in self._bundle_threads:
+            t.join(timeout=180)
+        self.save()
+        return 0
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep, waking early on a stop request; True when stopped."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.stop_requested:
+                return True
+            time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        return self.stop_requested
+
+    def engine_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if ORIG_PYTHONPATH in env:
+            orig = env.pop(ORIG_PYTHONPATH)
+            if orig:
+                env["PYTHONPATH"] = orig
+            else:
+                env.pop("PYTHONPATH", None)
+        env.update(self.spec.get("visibility", {}))
+        env[ENV_FILE] = str(self.dir / st.STATUS)
+        if self.engine.gated and self.engine.progress == "status":
+            env[gate.ENV_DIR] = self.spec["gate_dir"]
+            env[gate.ENV_SLOTS] = str(self.spec["gate_slots"])
+        env["GPUWARDEN_ENGINE"] = self.name
+        env.update(self.engine.env)
+        return env
+
+    def take_slot(self) -> gate.Slot | None:
+        """For engines that cannot take the gate themselves: hold a slot from spawn to registered."""
+        if not (self.engine.gated and self.engine.progress == "log"):
+            return None
+        self.save(phase="waiting", detail="waiting for a registration slot")
+        while not self.stop_requested:
+            try:
+                slot = gate.acquire(Path(self.spec["gate_dir"]), int(self.spec["gate_slots"]),
+                                    who=f"shim:{self.name}", timeout_s=0.2)
+            except gate.GateTimeout:
+                continue
+            self.save(gate_slot=slot.index, detail="")
+            return slot
+        return None
+
+    def run_once(self) -> str:
+        """Start the engine once and supervise it to its end: 'stopped', 'exited' or 'crashed'."""
+        self.save(pid=None, pid_start=None, exit_code=None, signal=None, core_dumped=None, phases={},
+                  stopped_by_request=False, phase="starting", detail="")
+        slot = self.take_slot()
+        if self.stop_requested:
+            self.save(phase="exited", detail="stopped before it started", stopped_by_request=True)
+            return "stopped"
+        status = StatusFollower(self.dir / st.STATUS)
+        # Skip what earlier runs wrote; a restart must not replay their phases.
+        try:
+            status._offset = (self.dir / st.STATUS).stat().st_size
+        except FileNotFoundError:
+            pass
+        log = CappedLog(self.dir / st.LOG, self.engine.log_max)
+        progress = Progress(self.engine.registered_pattern, self.engine.ready_pattern)
+        try:
+            proc = subprocess.Popen(
+                list(self.engine.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, cwd=self.spec.get("workdir") or None, env=self.engine_env(),
+                process_group=0,
+            )
+        except OSError as exc:
+            log.write(f"gpuwarden shim: cannot start {self.engine.argv[0]!r}: {exc}\n".encode())
+            log.close()
+            if slot:
+                slot.release()
+            self.save(phase="crashed", detail=f"cannot start {self.engine.argv[0]!r}: {exc.strerror or exc}",
+                      gate_slot=None)
+            return "crashed"
+        self.save(pid=proc.pid, pid_start=procs.identity(proc.pid), started_at=time.time(),
+                  phases={"starting": time.time()})
+        try:
+            return self._supervise(proc, log, status, progress, slot)
+        finally:
+            log.close()
+            if slot:
+                slot.release()
+
+    def _supervise(self, proc: subprocess.Popen, log: CappedLog, status: StatusFollower,
+                   progress: Progress, slot: gate.Slot | None) -> str:
+        assert proc.stdout is not None
+        out_fd = proc.stdout.fileno()
+        os.set_blocking(out_fd, False)
+        partial = b""
+        spawned = time.monotonic()
+        stop_sig = signal_number(self.engine.stop_signal)
+        kill_at: float | None = None
+        pipe_open = True
+        # We reap the engine ourselves: Popen's returncode drops the core-dump bit of the wait status.
+        wait_status: int | None = None
+        while True:
+            changed = False
+            if pipe_open:
+                ready, _, _ = select.select([out_fd], [], [], POLL_S)
+                if ready:
+                    try:
+                        chunk = os.read(out_fd, 65536)
+                    except BlockingIOError:
+                        chunk = None
+                    if chunk == b"":
+                        pipe_open = False
+                    elif chunk:
+                        log.write(chunk)
+                        partial += chunk
+                        *lines, partial = partial.split(b"\n")
+                        for raw in lines:
+                            changed |= progress.on_line(raw.decode(errors="replace"))
+                        if len(partial) > 65536:
+                            partial = partial[-4096:]
+            else:
+                time.sleep(POLL_S)
+            for event in status.poll():
+                changed |= progress.on_event(event)
+            if changed and kill_at is None:
+                self.save(phase=progress.phase, phases=dict(progress.since))
+            if slot is not None and slot.fd >= 0:
+                if progress.registered:
+                    slot.release()
+                    self.save(gate_slot=None)
+                elif time.monotonic() - spawned > float(self.spec.get("registration_timeout", 600)):
+                    slot.release()
+                    self.save(gate_slot=None, detail="registration timeout: released the gate slot "
+                              "without seeing registered_pattern")
+            if self.stop_requested and kill_at is None:
+                self.save(phase="stopping", stopped_by_request=True,
+                          detail=f"sent {self.engine.stop_signal}, SIGKILL after {self.engine.stop_grace:.0f}s")
+                # The engine is our unreaped child, so its pid cannot have been reused yet.
+                _signal(proc.pid, stop_sig)
+                kill_at = time.monotonic() + self.engine.stop_grace
+            if wait_status is None:
+                pid, raw = os.waitpid(proc.pid, os.WNOHANG)
+                if pid:
+                    wait_status = raw
+                    proc.returncode = os.waitstatus_to_exitcode(raw)
+            if kill_at is not None and time.monotonic() >= kill_at and wait_status is None:
+                _killpg(proc.pid)
+                self.save(detail=f"no exit within {self.engine.stop_grace:.0f}s of {self.engine.stop_signal}: "
+                          "sent SIGKILL")
+                kill_at = float("inf")
+            if wait_status is not None:
+                break
+        self._drain(out_fd, log, pipe_open)
+        if kill_at is None:
+            # Leftover children of the engine keep GPU memory; they go with it.
+            _killpg(proc.pid)
+        return self.record_exit(wait_status, progress)
+
+    def _drain(self, fd: int, log: CappedLog, pipe_open: bool) -> None:
+        # Read what the engine wrote just before dying; a grandchild holding the pipe must not stall us.
+        deadline = time.monotonic() + 0.5
+        while pipe_open and time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            log.write(chunk)
+
+    def record_exit(self, raw: int, progress: Progress) -> str:
+        code, sig, core = None, None, None
+        if os.WIFSIGNALED(raw):
+            sig, core = _signal_name(os.WTERMSIG(raw)), bool(os.WCOREDUMP(raw))
+        else:
+            code = os.waitstatus_to_exitcode(raw)
+        requested = self.record.get("stopped_by_request")
+        crashed = not requested and (sig is not None or code != 0)
+        phases = dict(progress.since)
+        phases["crashed" if crashed else "exited"] = time.time()
+        if sig:
+            how = f"killed by {sig}" + (" (core dumped)" if core else "")
+        else:
+            how = f"exited with code {code}"
+        was = progress.phase
+        self.save(phase="crashed" if crashed else "exited", exit_code=code, signal=sig, core_dumped=core,
+                  phases=phases, gate_slot=None, detail=f"{how} while {was}" if crashed else how,
+                  died_while=was)
+        if sig and not requested:
+            self._collect_bundle(f"engine {self.name} {how} while {was}")
+        return "crashed" if crashed else ("stopped" if requested else "exited")
+
+    def _collect_bundle(self, reason: str) -> None:
+        def work() -> None:
+            try:
+                from ops.bundle import auto  # written by the bundle issue; optional here
+                from ops.settings import Settings
+                path = auto.maybe_collect(Settings.from_env(state_dir=str(self.state_dir)),
+                                          engine=self.name, reason=reason)
+                if path:
+                    self.save(bundle=str(path))
+            except Exception as exc:  # supervision must never fail because evidence could not be gathered
+                print(f"gpuwarden shim: bundle collection failed: {exc!r}", file=sys.stderr)
+        t = threading.Thread(target=work, name="bundle", daemon=True)
+        t.start()
+        self._bundle_threads.append(t)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ops.engines.shim", description=__doc__)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--state-dir", required=True, type=Path)
+    parser.add_argument("--detach", action="store_true",
+                        help="fork once more, print the supervising pid, and let the caller go")
+    args = parser.parse_args(argv)
+    if args.detach:
+        # Second fork of a double fork: the session leader exits, so the shim can never regain a
+        # terminal, and the launcher reaps its direct child at once instead of leaving a zombie.
+        pid = os.fork()
+        if pid:
+            print(pid, flush=True)
+            os._exit(0)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    try:
+        return Shim(args.state_dir, args.name).run()
+    except GpuwardenError as exc:
+        print(f"gpuwarden shim: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
