@@ -1,0 +1,72 @@
+"""Helpers for tests on the simulated node: start tenants as real processes, wait for them.
+
+A tenant is `gpuwarden sim hold`; a "careless parent" spawns one and never reaps it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import REPO
+
+
+def cli_argv(state_dir: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "playbooks.cli", "--state-dir", str(state_dir), "--backend", "sim", *args]
+
+
+def start_tenant(state_dir: Path, gpu: int, size: str, env: dict | None = None) -> subprocess.Popen:
+    """A real process holding `size` of VRAM on simulated GPU `gpu`; returns once it holds it."""
+    proc = subprocess.Popen(cli_argv(state_dir, "sim", "hold", "--gpu", str(gpu), "--size", size),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env={**os.environ, **(env or {})})
+    line = proc.stdout.readline()
+    if not line.startswith("holding"):
+        proc.kill()
+        raise AssertionError(f"tenant did not start: {line!r} {proc.stderr.read()}")
+    return proc
+
+
+CARELESS_PARENT = r"""
+import subprocess, sys, time
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, text=True)
+line = child.stdout.readline()
+print(child.pid, flush=True)
+time.sleep(600)   # never waits for the child: a SIGKILLed child stays a zombie
+"""
+
+
+def start_careless_parent(state_dir: Path, gpu: int, size: str) -> tuple[subprocess.Popen, int]:
+    """A parent that never reaps its tenant child; returns (parent, child pid) once the child holds VRAM."""
+    parent = subprocess.Popen([sys.executable, "-c", CARELESS_PARENT,
+                               *cli_argv(state_dir, "sim", "hold", "--gpu", str(gpu), "--size", size)],
+                              stdout=subprocess.PIPE, text=True, cwd=REPO)
+    child = int(parent.stdout.readline())
+    return parent, child
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def proc_state(pid: int) -> str | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2]
+
+
+def kill_and_wait_zombie(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: proc_state(pid) == "Z", what=f"pid {pid} to become a zombie")

@@ -1,0 +1,142 @@
+"""`gpuwarden status` on the simulated node with real tenant processes.
+
+Residual VRAM appears when a tenant dies unreaped or leaks, and the holder is named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from simnode import kill_and_wait_zombie, start_careless_parent, start_tenant, wait_for
+
+GiB = 1 << 30
+
+
+@pytest.fixture
+def sim(cli, state_dir):
+    proc = cli("sim", "init", "--gpus", "4", "--vram", "24GiB")
+    assert proc.returncode == 0, proc.stderr
+    return state_dir
+
+
+def status_json(cli) -> tuple[int, dict]:
+    proc = cli("--backend", "sim", "status", "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_idle_sim_node_is_healthy_and_labelled(sim, cli):
+    rc, snap = status_json(cli)
+    assert rc == 0
+    assert snap["simulated"] is True and snap["backend"] == "sim"
+    assert [g["vram_total"] for g in snap["gpus"]] == [24 * GiB] * 4
+    assert any("SIMULATED" in w for w in snap["warnings"])
+    text = cli("--backend", "sim", "status")
+    assert "SIMULATED" in text.stdout and "status: healthy" in text.stdout
+
+
+def test_tenant_is_attributed_and_freed_on_sigterm(sim, cli):
+    tenant = start_tenant(sim, 1, "3GiB", env={"CUDA_VISIBLE_DEVICES": "1", "HF_TOKEN": "hf_secret_value_123"})
+    try:
+        rc, snap = status_json(cli)
+        [p] = [p for p in snap["processes"] if p["pid"] == tenant.pid]
+        assert p["vram"] == {"1": 3 * GiB} and p["sources"] == {"1": "kfd"}
+        assert p["state"] in ("sleeping", "running")
+        assert p["visible_devices"] == {"CUDA_VISIBLE_DEVICES": "1"}
+        assert snap["gpus"][1]["vram_used"] == 3 * GiB
+        assert any(f.endswith("renderD129") for f in p["device_files"])
+        raw = cli("--backend", "sim", "status", "--json").stdout
+        assert "hf_secret_value_123" not in raw  # nothing but the visibility variables leaves environ
+        assert rc == 0
+    finally:
+        tenant.send_signal(signal.SIGTERM)
+        assert tenant.wait(10) == 0
+    rc, snap = status_json(cli)
+    assert snap["gpus"][1]["vram_used"] == 0 and not any(p["pid"] == tenant.pid for p in snap["processes"])
+
+
+def test_unreaped_killed_tenant_is_residual_with_its_holder(sim, cli):
+    bystander = start_tenant(sim, 0, "1GiB")
+    parent, child = start_careless_parent(sim, 2, "5GiB")
+    try:
+        kill_and_wait_zombie(child)
+        rc, snap = status_json(cli)
+        assert rc == 1
+        res = snap["residual"][2]
+        assert res["residual"] == 5 * GiB and res["significant"] is True
+        [holder] = res["holders"]
+        assert holder["pid"] == child and holder["reason"] == "zombie" and holder["ppid"] == parent.pid
+        assert holder["vram_bytes"] == 5 * GiB
+        assert snap["residual"][0]["residual"] == 0  # the live bystander is accounted for
+        text = cli("--backend", "sim", "status").stdout
+        assert f"pid {child} on GPU 2: zombie" in text and "NEEDS ATTENTION" in text
+    finally:
+        parent.kill()
+        parent.wait()
+        bystander.terminate()
+        bystander.wait(10)
+    # init reaps the orphaned zombie; the driver then frees its memory
+    wait_for(lambda: status_json(cli)[1]["residual"][2]["residual"] == 0, what="residual to clear")
+
+
+def test_leak_fault_leaves_ownerless_residual(sim, cli):
+    assert cli("sim", "fault", "leak-on-kill", "on").returncode == 0
+    tenant = start_tenant(sim, 3, "2GiB")
+    tenant.kill()
+    tenant.wait()
+    rc, snap = status_json(cli)
+    assert rc == 1
+    res = snap["residual"][3]
+    assert res["residual"] == 2 * GiB and res["holders"] == []
+    assert any("GPU 3" in w and "reset" in w for w in snap["warnings"])
+
+
+def test_baseline_is_subtracted(sim, cli, state_dir):
+    from ops.nodestate import set_baseline
+    cli("sim", "leak", "--gpu", "0", "--size", "300MiB")  # idle driver use, say
+    set_baseline(state_dir, {0: 300 << 20}, backend="sim")
+    rc, snap = status_json(cli)
+    assert snap["baseline_recorded"] is True
+    assert snap["residual"][0]["residual"] == 0 and snap["residual"][0]["baseline"] == 300 << 20
+    assert rc == 0
+
+
+def test_unknown_gpu_is_one_line(sim, cli):
+    proc = cli("--backend", "sim", "sim", "hold", "--gpu", "9", "--size", "1GiB")
+    assert proc.returncode == 2
+    assert "no GPU 9 on the simulated node (it has GPUs 0-3)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_forced_backend_that_cannot_run(cli):
+    proc = cli("--backend", "nvml", "status")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "backend nvml cannot run here" in proc.stderr
+
+
+def test_no_backend_on_a_captured_empty_tree_names_each_reason(cli, tmp_path):
+    proc = cli("--sysfs-root", str(tmp_path), "status")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no GPU backend works here" in proc.stderr and "sysfs:" in proc.stderr
+
+
+def test_captured_tree_through_env(cli, tmp_path, fixtures):
+    from sysfs_tree import add_card, add_kfd_node, add_kfd_proc
+    f = fixtures / "sysfs"
+    add_card(tmp_path, 0, vram_total=(f / "amdgpu_mem_info_vram_total_8gb_card.txt").read_text(),
+             vram_used=(f / "amdgpu_mem_info_vram_used_8gb_card.txt").read_text(), render_minor=128)
+    add_kfd_node(tmp_path, 1, 777, (f / "kfd_topology_node1_properties_strix_halo_gfx1151_truncated.txt").read_text())
+    add_kfd_proc(tmp_path, os.getpid(), 777, 2 << 30)
+    proc = cli("status", "--json", env={"GPUWARDEN_SYSFS_ROOT": str(tmp_path)})
+    snap = json.loads(proc.stdout)
+    assert snap["backend"] == "sysfs" and snap["simulated"] is False
+    assert snap["gpus"][0]["vram_used"] == 6812925952
+    [p] = snap["processes"]
+    assert p["pid"] == os.getpid() and p["vram"] == {"0": 2 << 30}
+    # 6.35 GiB used, 2 GiB accounted, no baseline: the rest is residual with no holder
+    assert snap["residual"][0]["residual"] == 6812925952 - (2 << 30)
+    assert proc.returncode == 1
