@@ -1,0 +1,184 @@
+"""Create an arena file: fill the payload (a test pattern or a copy of a file) on every core, then the header.
+
+Writes under a temporary name next to the target and renames at the end, so a failure (ENOSPC on a
+full tmpfs, Ctrl-C) leaves nothing half-written behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import xxhash
+
+from ops.errors import GpuwardenError
+from ops.units import fmt_bytes
+
+from . import format as fmt
+from .parallel import ChunkPool, Progress, Stopwatch, fmt_rate
+
+
+@dataclass(frozen=True)
+class Created:
+    path: str
+    header: fmt.Header
+    seconds: float
+    workers: int
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, **self.header.summary(), "seconds": round(self.seconds, 3),
+                "gbps": round(fmt_rate(self.header.payload_size, self.seconds), 3), "workers": self.workers}
+
+
+def _no_space(path: Path, need: int) -> fmt.ArenaError:
+    try:
+        free = shutil.disk_usage(path.parent).free
+        have = f"{fmt_bytes(free)} free"
+    except OSError:
+        have = "free space unknown"
+    return fmt.ArenaError("no-space", f"no space left for a {fmt_bytes(need)} arena in {path.parent} ({have}); "
+                          "nothing was left behind",
+                          "free space there, pick a larger filesystem, or for tmpfs raise its size "
+                          "(mount -o remount,size=... /dev/shm)", need=need)
+
+
+def _os_error(exc: OSError, path: Path, need: int) -> fmt.ArenaError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return _no_space(path, need)
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return fmt.ArenaError("no-permission", f"no permission to create arena {path} "
+                              f"({os.strerror(exc.errno)})", "run as a user that may write that directory, or pick another path")
+    return fmt.ArenaError("unreadable", f"cannot write arena {path}: {os.strerror(exc.errno or errno.EIO)}")
+
+
+def create(path: str | Path, *, size: int | None = None, source: str | Path | None = None,
+           chunk_size: int = fmt.DEFAULT_CHUNK, force: bool = False, workers: int | None = None,
+           progress: Progress | None = None) -> Created:
+    """Create the arena at `path` with `size` bytes of test pattern, or the bytes of `source`."""
+    path = Path(path)
+    if (size is None) == (source is None):
+        raise GpuwardenError("give exactly one of --size and --from", "e.g. --size 32GiB")
+    src_fd = None
+    if source is not None:
+        src_fd = _open_source(Path(source))
+        size = os.fstat(src_fd).st_size
+    assert size is not None
+    try:
+        if size <= 0:
+            raise GpuwardenError(f"arena size must be positive, got {size}", "e.g. --size 1GiB")
+        fmt.check_chunk_size(chunk_size, size)
+        if path.exists() and not force:
+            raise GpuwardenError(f"{path} already exists", "pass --force to replace it (engines mapping it keep the old pages)")
+        if path.is_dir():
+            raise GpuwardenError(f"{path} is a directory", "name the arena file, e.g. /dev/shm/weights.arena")
+        count = fmt.chunk_count_for(size, chunk_size)
+        hsize = fmt.header_size_for(count)
+        tmp = path.parent / f".{path.name}.partial-{os.getpid()}"
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:
+            raise GpuwardenError(f"directory {path.parent} does not exist", "create it first, or pick another path") from None
+        except OSError as exc:
+            raise _os_error(exc, path, hsize + size) from None
+        try:
+            clock = Stopwatch()
+            try:
+                # Reserve every block first: a full tmpfs fails here at once, not after minutes of writing.
+                os.posix_fallocate(fd, 0, hsize + size)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+            pool = ChunkPool(count, workers)
+            hashes = [0] * count
+            if src_fd is None:
+                job = _pattern_job(fd, hsize, size, chunk_size, hashes, pool.workers)
+            else:
+                job = _copy_job(src_fd, fd, hsize, size, chunk_size, hashes, pool.workers)
+            pool.run(job, size, progress)
+            header = fmt.build(size, chunk_size, hashes)
+            _pwrite_all(fd, header, 0)
+            os.fsync(fd)
+            os.replace(tmp, path)
+        except OSError as exc:
+            _discard(tmp)
+            raise _os_error(exc, path, hsize + size) from None
+        except BaseException:
+            _discard(tmp)
+            raise
+        finally:
+            os.close(fd)
+        return Created(str(path), fmt.load_header(path), clock.seconds, pool.workers)
+    finally:
+        if src_fd is not None:
+            os.close(src_fd)
+
+
+def _open_source(source: Path) -> int:
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise GpuwardenError(f"source file {source} does not exist", "pass the weights file to copy with --from") from None
+    except PermissionError:
+        raise GpuwardenError(f"no permission to read {source}", "run as a user that can read it") from None
+    if not Path(source).is_file():
+        os.close(fd)
+        raise GpuwardenError(f"{source} is not a regular file", "--from takes a file")
+    return fd
+
+
+def _discard(tmp: Path) -> None:
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
+
+
+def _pattern_job(fd: int, hsize: int, size: int, chunk: int, hashes: list[int], workers: int):
+    # One random block per arena, repeated; each chunk's first 16 bytes carry its index and the nonce,
+    # so every chunk hashes differently and a chunk copied to the wrong place is caught.
+    seed = os.urandom(1 << 20)
+    nonce = os.urandom(8)
+    template = (seed * (chunk // len(seed) + 1))[:chunk]
+    buffers = [bytearray(template) for _ in range(workers)]
+
+    def job(w: int, i: int) -> int:
+        buf = buffers[w]
+        buf[0:16] = struct.pack("<Q", i) + nonce
+        start = i * chunk
+        n = min(chunk, size - start)
+        view = memoryview(buf)[:n]
+        hashes[i] = xxhash.xxh3_64_intdigest(view)
+        _pwrite_all(fd, view, hsize + start)
+        return n
+    return job
+
+
+def _copy_job(src: int, fd: int, hsize: int, size: int, chunk: int, hashes: list[int], workers: int):
+    buffers = [bytearray(chunk) for _ in range(workers)]
+
+    def job(w: int, i: int) -> int:
+        start = i * chunk
+        n = min(chunk, size - start)
+        view = memoryview(buffers[w])[:n]
+        got = 0
+        while got < n:
+            r = os.preadv(src, [view[got:]], start + got)
+            if r == 0:
+                raise GpuwardenError("the source file shrank while it was being copied", "copy it when nothing writes it")
+            got += r
+        hashes[i] = xxhash.xxh3_64_intdigest(view)
+        _pwrite_all(fd, view, hsize + start)
+        return n
+    return job

@@ -1,0 +1,187 @@
+"""Who has an arena mapped: /proc/*/maps by device and inode, Rss/Pss from smaps, "registered" from the status protocol.
+
+A mapper's registration is read from the status file its environment names (GPUWARDEN_STATUS_FILE, or the
+file behind GPUWARDEN_STATUS_FD); without one it stays unknown (None).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ops.model import ArenaMapper
+from ops.status_protocol import ENV_FD, ENV_FILE, read_events
+
+# Phases after which the arena counts as registered, and those that say it is not (yet, or any more).
+_REGISTERED = {"registered", "serving"}
+_NOT_REGISTERED = {"starting", "mapping", "verifying", "registering", "stopping", "exited"}
+
+
+@dataclass(frozen=True)
+class FileId:
+    path: str
+    dev: tuple[int, int] | None  # (major, minor) as /proc/<pid>/maps prints it
+    inode: int | None
+
+
+def file_id(path: str | Path) -> FileId:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return FileId(str(path), None, None)
+    return FileId(str(path), (os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino)
+
+
+def _parse_maps_line(line: str) -> tuple[str, tuple[int, int], int, str] | None:
+    """(perms, (major, minor), inode, pathname) of one maps line; None for anonymous ones."""
+    parts = line.split(None, 5)
+    if len(parts) < 6:
+        return None
+    try:
+        major, minor = (int(x, 16) for x in parts[3].split(":"))
+        inode = int(parts[4])
+    except ValueError:
+        return None
+    path = parts[5].rstrip("\n")
+    if path.endswith(" (deleted)"):
+        path = path[: -len(" (deleted)")]
+    return parts[1], (major, minor), inode, path
+
+
+def _matches(fid: FileId, dev: tuple[int, int], inode: int, path: str) -> bool:
+    if fid.inode is not None and inode == fid.inode and dev == fid.dev:
+        return True
+    # A captured /proc tree or a vanished file: fall back to the name.
+    return fid.inode is None and path == fid.path
+
+
+def maps_file(pid: int, fid: FileId, proc_root: Path) -> bool:
+    """True when process `pid` has the file mapped."""
+    try:
+        with open(f"{proc_root}/{pid}/maps", errors="replace") as f:
+            for line in f:
+                if fid.path.rsplit("/", 1)[-1] not in line:
+                    continue
+                parsed = _parse_maps_line(line)
+                if parsed and _matches(fid, parsed[1], parsed[2], parsed[3]):
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def usage(pid: int, fid: FileId, proc_root: Path) -> tuple[int | None, int | None]:
+    """(Rss, Pss) in bytes of the process's mappings of the file, from /proc/<pid>/smaps."""
+    rss = pss = 0
+    inside = False
+    try:
+        with open(f"{proc_root}/{pid}/smaps", errors="replace") as f:
+            for line in f:
+                first = line.split(None, 1)[0] if line.strip() else ""
+                if "-" in first and not first.endswith(":"):
+                    parsed = _parse_maps_line(line)
+                    inside = bool(parsed and _matches(fid, parsed[1], parsed[2], parsed[3]))
+                    continue
+                if not inside:
+                    continue
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None, None
+    return rss, pss
+
+
+def _environ(pid: int, proc_root: Path) -> dict[str, str]:
+    try:
+        with open(f"{proc_root}/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep and name in (ENV_FILE.encode(), ENV_FD.encode()):
+            out[name.decode()] = value.decode(errors="replace")
+    return out
+
+
+def status_file_of(pid: int, proc_root: Path) -> Path | None:
+    """The status-protocol file process `pid` writes, when its environment names one."""
+    env = _environ(pid, proc_root)
+    if env.get(ENV_FD, "").isdigit():
+        try:
+            target = os.readlink(f"{proc_root}/{pid}/fd/{env[ENV_FD]}")
+            if target.startswith("/"):
+                return Path(target)
+        except OSError:
+            pass
+    if env.get(ENV_FILE):
+        return Path(env[ENV_FILE])
+    return None
+
+
+def registration(pid: int, proc_root: Path) -> tuple[bool | None, int | None]:
+    """(registered?, gpu) from the process's own status events; (None, None) when unknown."""
+    path = status_file_of(pid, proc_root)
+    if path is None:
+        return None, None
+    registered: bool | None = None
+    gpu: int | None = None
+    for event in read_events(path):
+        if event.data.get("pid") not in (None, pid):
+            continue
+        if isinstance(event.data.get("gpu"), int):
+            gpu = event.data["gpu"]
+        if event.phase in _REGISTERED:
+            registered = True
+        elif event.phase in _NOT_REGISTERED:
+            registered = False
+    return registered, gpu
+
+
+def _command(pid: int, proc_root: Path) -> str:
+    try:
+        with open(f"{proc_root}/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip() or "?"
+
+
+def _pids(proc_root: Path) -> list[int]:
+    try:
+        return sorted(int(n) for n in os.listdir(proc_root) if n.isdigit())
+    except OSError:
+        return []
+
+
+def find_mappers(path: str | Path, proc_root: Path = Path("/proc"), *, with_usage: bool = True,
+                 pids: list[int] | None = None) -> list[ArenaMapper]:
+    """Every process (or those in `pids`) with the file mapped; Rss/Pss only when with_usage."""
+    fid = file_id(path)
+    out = []
+    for pid in (pids if pids is not None else _pids(proc_root)):
+        if not maps_file(pid, fid, proc_root):
+            continue
+        rss, pss = usage(pid, fid, proc_root) if with_usage else (None, None)
+        registered, gpu = registration(pid, proc_root)
+        out.append(ArenaMapper(pid=pid, command=_command(pid, proc_root), rss_bytes=rss, pss_bytes=pss,
+                               registered=registered, gpu=gpu))
+    return out
+
+
+def shared_files(pid: int, proc_root: Path) -> set[str]:
+    """Regular files the process maps shared (candidates for arenas)."""
+    found = set()
+    try:
+        with open(f"{proc_root}/{pid}/maps", errors="replace") as f:
+            for line in f:
+                parsed = _parse_maps_line(line)
+                if parsed and "s" in parsed[0] and parsed[3].startswith("/") and not parsed[3].startswith("/dev/dri"):
+                    found.add(parsed[3])
+    except OSError:
+        pass
+    return found

@@ -1,0 +1,8 @@
+"""Registration runtimes: register the arena with one GPU (hip, cuda), pin it (host), or record it (sim).
+
+`get(name)` returns one; see base.Runtime for the interface.
+"""
+
+from .base import RUNTIMES, CopyResult, Registration, RegisterFailed, Runtime, RuntimeUnavailable, get
+
+__all__ = ["RUNTIMES", "CopyResult", "Registration", "RegisterFailed", "Runtime", "RuntimeUnavailable", "get"]

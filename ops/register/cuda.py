@@ -1,0 +1,65 @@
+"""The cuda runtime: cudaHostRegister(Portable|Mapped) through cuda-bindings, new or old module layout.
+
+`from cuda.bindings import runtime` (cuda-bindings >= 12.6) or `from cuda import cudart` (older cuda-python).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import RuntimeUnavailable
+from .gpu import GpuApi, GpuRuntime
+
+# cudaError_t values that mean "no driver or no device", not "this call failed".
+_UNAVAILABLE = {"cudaErrorInsufficientDriver", "cudaErrorNoDevice", "cudaErrorInitializationError",
+                "cudaErrorSystemDriverMismatch", "cudaErrorCompatNotSupportedOnDevice", "cudaErrorInvalidDevice"}
+
+
+def _import() -> Any:
+    try:
+        from cuda.bindings import runtime as cudart  # type: ignore
+        return cudart
+    except ImportError:
+        pass
+    try:
+        from cuda import cudart  # type: ignore
+        return cudart
+    except ImportError:
+        raise RuntimeUnavailable("the cuda runtime needs cuda-bindings, which is not installed",
+                                 "pip install cuda-bindings (or cuda-python), or use --runtime host/sim") from None
+    except Exception as exc:  # a broken install raises at import; still one line
+        raise RuntimeUnavailable(f"cuda-bindings failed to load: {exc}", "reinstall cuda-bindings") from None
+
+
+class CudaApi(GpuApi):
+    prefix = "cuda"
+
+    def __init__(self) -> None:
+        self.mod = _import()
+        self.register_flags = int(self.mod.cudaHostRegisterPortable) | int(self.mod.cudaHostRegisterMapped)
+        self.h2d = self.mod.cudaMemcpyKind.cudaMemcpyHostToDevice
+
+    def describe(self, err: Any) -> str:
+        try:
+            res = self.mod.cudaGetErrorString(err)
+            text = res[1] if isinstance(res, tuple) else res
+            return text.decode() if isinstance(text, bytes) else str(text)
+        except Exception:
+            return "no description"
+
+    def unavailable(self, err: Any) -> bool:
+        return self.error_name(err) in _UNAVAILABLE
+
+    def call(self, name: str, *args: Any) -> tuple:
+        try:
+            return super().call(name, *args)
+        except RuntimeError as exc:  # the bindings raise when libcudart/libcuda cannot be loaded at all
+            raise RuntimeUnavailable(f"cuda: cannot load the CUDA libraries ({exc})",
+                                     "install the NVIDIA driver / CUDA runtime, or use --runtime host/sim") from None
+
+
+class CudaRuntime(GpuRuntime):
+    name = "cuda"
+
+    def __init__(self) -> None:
+        self.api = CudaApi()

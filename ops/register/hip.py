@@ -1,0 +1,62 @@
+"""The hip runtime: hipHostRegister(Portable|Mapped) through hip-python (`from hip import hip`).
+
+hip-python imports without ROCm but raises RuntimeError at the first call when libamdhip64.so is missing;
+both become one RuntimeUnavailable line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import RuntimeUnavailable
+from .gpu import GpuApi, GpuRuntime
+
+_UNAVAILABLE = {"hipErrorNoDevice", "hipErrorInsufficientDriver", "hipErrorInvalidDevice",
+                "hipErrorNotInitialized", "hipErrorInitializationError"}
+
+
+def _import() -> Any:
+    try:
+        from hip import hip  # type: ignore
+        return hip
+    except ImportError:
+        raise RuntimeUnavailable("the hip runtime needs hip-python, which is not installed",
+                                 "pip install hip-python matching your ROCm, or use --runtime host/sim") from None
+    except Exception as exc:
+        raise RuntimeUnavailable(f"hip-python failed to load: {exc}", "reinstall hip-python for your ROCm") from None
+
+
+class HipApi(GpuApi):
+    prefix = "hip"
+
+    def __init__(self) -> None:
+        self.mod = _import()
+        self.register_flags = int(self.mod.hipHostRegisterPortable) | int(self.mod.hipHostRegisterMapped)
+        self.h2d = self.mod.hipMemcpyKind.hipMemcpyHostToDevice
+
+    def describe(self, err: Any) -> str:
+        try:
+            res = self.mod.hipGetErrorString(err)
+            text = res[1] if isinstance(res, tuple) and len(res) > 1 else (res[0] if isinstance(res, tuple) else res)
+            return text.decode() if isinstance(text, bytes) else str(text)
+        except Exception:
+            return "no description"
+
+    def unavailable(self, err: Any) -> bool:
+        return self.error_name(err) in _UNAVAILABLE
+
+    def call(self, name: str, *args: Any) -> tuple:
+        try:
+            return super().call(name, *args)
+        except RuntimeError as exc:
+            if "libamdhip64" in str(exc) or "dlopen" in str(exc):
+                raise RuntimeUnavailable("hip: libamdhip64.so is not installed (ROCm's HIP runtime)",
+                                         "install ROCm (or put its lib dir on LD_LIBRARY_PATH), or use --runtime host/sim") from None
+            raise RuntimeUnavailable(f"hip: {exc}", "check the ROCm install") from None
+
+
+class HipRuntime(GpuRuntime):
+    name = "hip"
+
+    def __init__(self) -> None:
+        self.api = HipApi()
