@@ -5,16 +5,14 @@ Every reading that the library cannot give ("N/A", an all-ones sentinel, AmdSmiL
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ..errors import BackendUnavailable
 from ..model import GpuInfo, ProcessUsage
 from ..settings import Settings
-from . import libload
+from . import libload, sysfs
 
 MIB = 1024 * 1024
 # Unsigned "no value" sentinels the C library leaves in fields it could not fill; 6.x passes them through
@@ -77,6 +75,8 @@ class AmdSmiBackend:
             raise BackendUnavailable("amdsmi: no AMD GPU found", _HINT)
         # 6.1 and older hand back process handles that need a second call; 6.2+ return dicts directly.
         self._process_info = getattr(m, "amdsmi_get_gpu_process_info", None)
+        self._kfd_nodes: list[sysfs.KfdNode] | None = None
+        self._cards: list[sysfs.DrmCard] | None = None
         self._static = [self._static_info(i, h) for i, h in enumerate(self._handles)]
 
     # ----------------------------------------------------------------- protocol
@@ -168,7 +168,7 @@ class AmdSmiBackend:
             "vram_total": vram_total,
             "gtt_total": self._memory("amdsmi_get_gpu_memory_total", handle, "GTT"),
             "kfd_gpu_id": int(kfd_id) if kfd_id is not None else self._kfd_gpu_id_from_sysfs(bdf),
-            "hive_id": f"0x{int(hive):016x}" if hive else None,  # 0: not in an XGMI hive
+            "hive_id": f"{int(hive):#x}" if hive else None,  # 0: not in an XGMI hive
             "device_files": self._device_files(handle, bdf),
         }
 
@@ -234,70 +234,28 @@ class AmdSmiBackend:
     # ----------------------------------------------------------------- device files
 
     def _device_files(self, handle: Any, bdf: str | None) -> tuple[str, ...]:
-        """The render node (and card node) a process opens to use this GPU."""
-        dri = self._settings.dev_root / "dri"
+        """The render node a process opens to use this GPU (what the holder scan matches)."""
         info = self._try(getattr(self._m, "amdsmi_get_gpu_enumeration_info", None), handle)
-        if isinstance(info, Mapping):
-            render = number(info.get("drm_render"))
-            card = number(info.get("drm_card"))
-            files = []
-            if render is not None:
-                files.append(str(dri / f"renderD{int(render)}"))
-            if card is not None:
-                files.append(str(dri / f"card{int(card)}"))
-            if files:
-                return tuple(files)
-        # Without enumeration info (6.x) the PCI device's drm/ folder names the same nodes.
-        if bdf is None:
+        render = number(info.get("drm_render")) if isinstance(info, Mapping) else None
+        if render is None and bdf is not None:
+            # 6.x has no enumeration info: the PCI device's drm/ folder names the same node.
+            render = next((c.render_minor for c in self._sysfs_cards() if c.bus_id == bdf), None)
+        if render is None:
             return ()
-        drm = self._settings.sysfs_root / "bus" / "pci" / "devices" / bdf / "drm"
-        try:
-            names = sorted(os.listdir(drm))
-        except OSError:
-            return ()
-        render_nodes = [n for n in names if n.startswith("renderD")]
-        cards = [n for n in names if n.startswith("card")]
-        return tuple(str(dri / n) for n in render_nodes + cards)
+        return (str(self._settings.dev_root / "dri" / f"renderD{int(render)}"),)
 
     def _kfd_gpu_id_from_sysfs(self, bdf: str | None) -> int | None:
         """KFD's gpu_id for this PCI address, from the KFD topology (6.x has no amdsmi_get_gpu_kfd_info)."""
         if bdf is None:
             return None
-        try:
-            domain_s, bus_s, rest = bdf.split(":")
-            dev_s, fn_s = rest.split(".")
-            domain, location = int(domain_s, 16), (int(bus_s, 16) << 8) | (int(dev_s, 16) << 3) | int(fn_s, 16)
-        except ValueError:
-            return None
-        nodes = self._settings.sysfs_root / "class" / "kfd" / "kfd" / "topology" / "nodes"
-        try:
-            node_dirs = list(nodes.iterdir())
-        except OSError:
-            return None
-        for node in node_dirs:
-            props = _read_properties(node / "properties")
-            # `domain` appeared in later kernels; older ones only have one PCI domain.
-            if props.get("location_id") == location and props.get("domain", 0) == domain:
-                try:
-                    return int((node / "gpu_id").read_text().strip())
-                except (OSError, ValueError):
-                    return None
-        return None
+        if self._kfd_nodes is None:
+            self._kfd_nodes = sysfs.kfd_gpu_nodes(self._settings.sysfs_root)
+        return next((n.gpu_id for n in self._kfd_nodes if n.bus_id == bdf), None)
 
-
-def _read_properties(path: Path) -> dict[str, int]:
-    try:
-        text = path.read_text()
-    except OSError:
-        return {}
-    props = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        try:
-            props[key] = int(value)
-        except ValueError:
-            continue
-    return props
+    def _sysfs_cards(self) -> list[sysfs.DrmCard]:
+        if self._cards is None:
+            self._cards = sysfs.amd_cards(self._settings.sysfs_root)
+        return self._cards
 
 
 def _short(exc: BaseException) -> str:
