@@ -1,0 +1,255 @@
+"""`arena probe`: run N canaries (one per GPU) with at most K registering at once, report how each fared, stop them.
+
+A plain runner (it changes nothing on the node but its own temporary arena), reporting through a callback.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ops import journal
+from ops.errors import GpuwardenError
+from ops.settings import Settings
+from ops.status_protocol import ENV_FILE, StatusFollower
+from ops.units import fmt_bytes
+
+# Variables that narrow which GPUs a canary sees. ROCR_ acts at the ROCr level, so a HIP registration is
+# mapped (and charged by KFD) for that one GPU only; HIP then numbers it 0.
+OWN_GPU_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+GPU_RUNTIMES = ("hip", "cuda")
+
+
+@dataclass
+class CanaryRun:
+    index: int
+    gpu: int
+    proc: subprocess.Popen
+    status_path: Path
+    log_path: Path
+    follower: StatusFollower
+    phase: str = "spawned"
+    register_seconds: float | None = None
+    gbps: float | None = None
+    error: str | None = None
+    ended: str | None = None
+    returncode: int | None = None
+    gate_wait_s: float | None = None
+    phase_ts: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"canary": self.index, "gpu": self.gpu, "pid": self.proc.pid, "phase": self.phase,
+                "register_seconds": self.register_seconds, "gbps": self.gbps, "ended": self.ended,
+                "returncode": self.returncode, "error": self.error, "log": str(self.log_path)}
+
+
+@dataclass
+class ProbeOptions:
+    engines: int
+    concurrency: int
+    runtime: str = "cuda"
+    arena: str | None = None
+    size: int | None = None
+    verify: str = "header"
+    register_chunk: str | None = None
+    copy_buffer: str = "1GiB"
+    visibility: str = "own"  # "own": each canary sees only its GPU; "all": every canary sees every GPU
+    timeout_s: float = 600.0
+    hold_s: float = 0.0
+    workdir: str | None = None
+    extra: tuple[str, ...] = ()  # more canary flags (fault switches for drills)
+
+
+def _ended(code: int | None) -> str:
+    if code is None:
+        return "running"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit {code}"
+
+
+class Probe:
+    def __init__(self, settings: Settings, opts: ProbeOptions, say: Callable[[str], None] = lambda s: None):
+        self.settings = settings
+        self.o = opts
+        self.say = say
+        self.runs: list[CanaryRun] = []
+        self.arena_path: str | None = None
+        self.created_arena = False
+        self._arena_bytes: int | None = None
+
+    def run(self) -> dict:
+        o = self.o
+        if o.engines < 1 or o.concurrency < 1:
+            raise GpuwardenError("--engines and --concurrency must be at least 1", "e.g. --engines 4 --concurrency 1")
+        if (o.arena is None) == (o.size is None):
+            raise GpuwardenError("give exactly one of --arena PATH and --size SIZE", "e.g. --size 32GiB")
+        work = Path(tempfile.mkdtemp(prefix="gpuwarden-probe-", dir=o.workdir))
+        t0 = time.time()
+        journal.write(self.settings.state_dir, "arena probe", "started", engines=o.engines,
+                      concurrency=o.concurrency, runtime=o.runtime)
+        try:
+            self._arena(work)
+            self._spawn(work)
+            self._follow()
+            if o.hold_s > 0:
+                self.say(f"holding {o.hold_s:.0f}s with every canary serving")
+                self._wait_hold()
+            self._stop()
+        finally:
+            for r in self.runs:
+                if r.proc.poll() is None:
+                    r.proc.kill()
+                    r.proc.wait()
+            if self.created_arena and self.arena_path:
+                Path(self.arena_path).unlink(missing_ok=True)
+            shutil.rmtree(work / "gate", ignore_errors=True)
+        ok = all(r.returncode == 0 and r.register_seconds is not None for r in self.runs)
+        report = {
+            "ok": ok, "engines": o.engines, "concurrency": o.concurrency, "runtime": o.runtime,
+            "visibility": o.visibility, "arena": self.arena_path, "arena_bytes": self._arena_bytes,
+            "seconds": round(time.time() - t0, 3), "workdir": str(work),
+            "canaries": [r.to_dict() for r in self.runs],
+        }
+        journal.write(self.settings.state_dir, "arena probe", "ok" if ok else "failed",
+                      engines=o.engines, concurrency=o.concurrency, runtime=o.runtime,
+                      ended=[r.ended for r in self.runs])
+        return report
+
+    # Steps.
+    def _arena(self, work: Path) -> None:
+        from ops.arena import create, format as fmt
+        if self.o.arena:
+            self.arena_path = self.o.arena
+            self._arena_bytes = fmt.load_header(self.o.arena).payload_size
+            return
+        assert self.o.size is not None
+        base = Path("/dev/shm") if Path("/dev/shm").is_dir() and shutil.disk_usage("/dev/shm").free > self.o.size * 1.1 else work
+        path = base / f"gpuwarden-probe-{os.getpid()}.arena"
+        self.say(f"creating a {fmt_bytes(self.o.size)} arena at {path}")
+        made = create.create(path, size=self.o.size)
+        self.created_arena = True
+        self.arena_path = str(path)
+        self._arena_bytes = made.header.payload_size
+        self.say(f"created in {made.seconds:.1f}s")
+
+    def _spawn(self, work: Path) -> None:
+        o = self.o
+        gate_dir = work / "gate"
+        gate_dir.mkdir()
+        for i in range(o.engines):
+            status = work / f"canary-{i}.status"
+            log = work / f"canary-{i}.log"
+            env = {k: v for k, v in os.environ.items() if k not in ("GPUWARDEN_STATUS_FD",)}
+            env.update({ENV_FILE: str(status), "GPUWARDEN_GATE_DIR": str(gate_dir),
+                        "GPUWARDEN_GATE_SLOTS": str(o.concurrency),
+                        "GPUWARDEN_STATE_DIR": str(self.settings.state_dir)})
+            if o.visibility == "own":
+                for var in OWN_GPU_VARS:
+                    env[var] = str(i)
+                env.pop("HIP_VISIBLE_DEVICES", None)  # would index into ROCR_'s one GPU a second time
+                gpu_arg = 0
+            else:
+                gpu_arg = i
+            argv = [sys.executable, "-m", "ops.canary", "--arena", str(self.arena_path), "--gpu", str(gpu_arg),
+                    "--runtime", o.runtime, "--verify", o.verify, "--copy-buffer", o.copy_buffer, *o.extra]
+            if o.register_chunk:
+                argv += ["--register-chunk", o.register_chunk]
+            with open(log, "wb") as logf:
+                proc = subprocess.Popen(argv, env=env, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        cwd=str(work), start_new_session=True)
+            self.runs.append(CanaryRun(i, i, proc, status, log, StatusFollower(status)))
+        self.say(f"started {o.engines} canar{'y' if o.engines == 1 else 'ies'} ({o.runtime}), "
+                 f"at most {o.concurrency} registering at once")
+
+    def _poll(self) -> None:
+        for r in self.runs:
+            for ev in r.follower.poll():
+                r.phase = ev.phase
+                r.phase_ts[ev.phase] = ev.ts
+                if ev.phase == "registered":
+                    r.register_seconds = ev.data.get("seconds")
+                    self.say(f"canary {r.index} (GPU {r.gpu}): registered {fmt_bytes(ev.data.get('bytes'))} "
+                             f"in {r.register_seconds:.2f}s")
+                elif ev.phase == "serving":
+                    r.gbps = ev.data.get("gbps")
+                    if r.gbps is not None:
+                        self.say(f"canary {r.index} (GPU {r.gpu}): copy {r.gbps:.1f} GB/s, serving")
+                elif ev.phase == "exited" and ev.data.get("error"):
+                    r.error = ev.data["error"]
+            if r.returncode is None and r.proc.poll() is not None:
+                r.returncode = r.proc.returncode
+                r.ended = _ended(r.returncode)
+                if r.phase not in ("exited",) or r.returncode != 0:
+                    self.say(f"canary {r.index} (GPU {r.gpu}): ended ({r.ended}) in phase {r.phase}"
+                             + (f": {r.error}" if r.error else ""))
+
+    def _follow(self) -> None:
+        deadline = time.monotonic() + self.o.timeout_s
+        while True:
+            self._poll()
+            if all(r.returncode is not None or r.phase == "serving" for r in self.runs):
+                return
+            if time.monotonic() > deadline:
+                self.say(f"timed out after {self.o.timeout_s:.0f}s waiting for every canary to serve")
+                return
+            time.sleep(0.05)
+
+    def _wait_hold(self) -> None:
+        end = time.monotonic() + self.o.hold_s
+        while time.monotonic() < end and any(r.returncode is None for r in self.runs):
+            self._poll()
+            time.sleep(0.1)
+
+    def _stop(self) -> None:
+        # Our own children, not yet reaped: their pids cannot have been reused, so signalling is safe.
+        for r in self.runs:
+            if r.proc.poll() is None:
+                r.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(r.proc.poll() is None for r in self.runs):
+            self._poll()
+            time.sleep(0.05)
+        for r in self.runs:
+            if r.proc.poll() is None:
+                self.say(f"canary {r.index} ignored SIGTERM for 60s: SIGKILL")
+                r.proc.kill()
+                r.proc.wait()
+        self._poll()
+        for r in self.runs:
+            if r.error is None and r.returncode not in (0, None):
+                r.error = _last_line(r.log_path)
+
+
+def _last_line(path: Path) -> str | None:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    return lines[-1][-300:] if lines else None
+
+
+def table(report: dict) -> list[str]:
+    rows = [f"{'canary':>6} {'gpu':>3} {'pid':>8} {'register s':>10} {'GB/s':>7}  ended"]
+    for c in report["canaries"]:
+        reg = f"{c['register_seconds']:.2f}" if c["register_seconds"] is not None else "-"
+        gbps = f"{c['gbps']:.1f}" if c["gbps"] is not None else "-"
+        ended = c["ended"] or "-"
+        if c["error"] and c["returncode"] != 0:
+            ended += f"  ({c['error']})"
+        rows.append(f"{c['canary']:>6} {c['gpu']:>3} {c['pid']:>8} {reg:>10} {gbps:>7}  {ended}")
+    verdict = "all canaries registered, served and stopped cleanly" if report["ok"] else "PROBLEMS: see the rows above"
+    rows.append(f"{report['engines']} canaries, concurrency {report['concurrency']}, runtime {report['runtime']}, "
+                f"arena {fmt_bytes(report['arena_bytes'])}: {verdict}")
+    return rows
