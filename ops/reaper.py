@@ -1,0 +1,289 @@
+"""Removing the processes that keep residual VRAM: checked signals, zombie reaping, refusals that say why.
+
+Every signal re-checks pid + start ticks right before it is sent and leaves a journal line; nothing else kills.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import journal, procs
+from .settings import Settings
+
+# Processes whose death takes the node (or other tenants) down with them: never signalled.
+PROTECTED_COMMS = frozenset({
+    "init", "systemd", "sshd", "kthreadd", "containerd", "dockerd", "containerd-shim",
+    "containerd-shim-runc-v2", "containerd-shim-runc-v1", "docker-containerd-shim", "conmon", "crio",
+    "runc", "crun", "kubelet", "tini", "dumb-init", "s6-svscan", "supervisord",
+})
+# The command line of a gpuwarden shim: killing one orphans the engine it supervises.
+SHIM_MARKER = "ops.engines.shim"
+PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
+
+
+@dataclass(frozen=True)
+class Target:
+    """A process to remove; `start_ticks` is its identity as first seen."""
+
+    pid: int
+    start_ticks: int
+    reason: str  # "zombie", "disk-sleep", "dead-tenant"
+    command: str = ""
+    gpus: tuple[int, ...] = ()
+    vram_bytes: int | None = None
+
+
+@dataclass
+class Outcome:
+    pid: int
+    reason: str
+    result: str  # "removed", "gone", "skipped", "reported", "failed"
+    detail: str
+    next_step: str | None = None
+    signals: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.result in ("removed", "gone")
+
+
+@dataclass(frozen=True)
+class Stat:
+    comm: str
+    state: str  # PROC_STATES value
+    ppid: int
+    flags: int
+    start_ticks: int
+
+
+def read_stat(pid: int, proc_root: Path) -> Stat | None:
+    """The few /proc/<pid>/stat fields the reaper decides on, or None when the process is gone."""
+    try:
+        with open(f"{proc_root}/{pid}/stat", "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    lpar, rpar = text.find("("), text.rfind(")")
+    rest = text[rpar + 2:].split() if lpar >= 0 and rpar > lpar else []
+    # rest[0] is field 3 (state): ppid is field 4, flags field 9, starttime field 22.
+    if len(rest) < 20:
+        return None
+    from .model import PROC_STATES
+    return Stat(comm=text[lpar + 1:rpar], state=PROC_STATES.get(rest[0], rest[0]), ppid=int(rest[1]),
+                flags=int(rest[6]), start_ticks=int(rest[19]))
+
+
+def _uid(pid: int, proc_root: Path) -> int | None:
+    try:
+        return os.stat(f"{proc_root}/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _cmdline(pid: int, proc_root: Path) -> str:
+    try:
+        with open(f"{proc_root}/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _ancestors_of_self(proc_root: Path) -> set[int]:
+    out, pid = set(), os.getpid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        st = read_stat(pid, proc_root)
+        if st is None:
+            break
+        pid = st.ppid
+    return out
+
+
+def untouchable(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+    """Why `pid` must never be signalled by gpuwarden, or None when it may be.
+
+    Not PID 1, not a kernel thread, not init/systemd/sshd/a container runtime or a gpuwarden shim,
+    not gpuwarden itself or one of its ancestors, and the same user unless we are root.
+    """
+    if pid <= 1:
+        return "it is PID 1 (init): killing it takes the node down"
+    st = read_stat(pid, proc_root)
+    if st is None:
+        return None
+    if st.flags & PF_KTHREAD or pid == 2 or st.ppid == 2:
+        return "it is a kernel thread"
+    if pid in _ancestors_of_self(proc_root):
+        return "it is this gpuwarden or one of its parents"
+    if st.comm in PROTECTED_COMMS or st.comm.startswith("containerd-shim"):
+        return f"it is {st.comm}, which the node or its containers depend on"
+    cmd = _cmdline(pid, proc_root)
+    if SHIM_MARKER in cmd:
+        return "it is a gpuwarden shim: stop its engine with `gpuwarden engines stop` instead"
+    uid = _uid(pid, proc_root)
+    if os.geteuid() != 0 and uid is not None and uid != os.geteuid():
+        return f"it belongs to another user (uid {uid}) and gpuwarden is not root"
+    return None
+
+
+class Reaper:
+    """Removes targets one at a time. `progress` gets one-line notes (the playbook shows them)."""
+
+    def __init__(self, settings: Settings, *, grace_s: float = 5.0, kill_wait_s: float = 5.0,
+                 reap_wait_s: float = 1.0, orphan_wait_s: float = 5.0,
+                 progress: Callable[[str], None] = lambda msg: None):
+        self.settings = settings
+        self.proc_root = settings.proc_root
+        self.grace_s = grace_s
+        self.kill_wait_s = kill_wait_s
+        self.reap_wait_s = reap_wait_s
+        self.orphan_wait_s = orphan_wait_s
+        self.progress = progress
+
+    # --- the one place a signal is sent -------------------------------------------------------
+    def send(self, pid: int, start_ticks: int, sig: int, *, role: str, target: int, why: str) -> str:
+        """Send `sig` to pid only if it is still the process first seen. Returns "sent", "gone" or "denied"."""
+        name = signal.Signals(sig).name
+        if procs.identity(pid, self.proc_root) != start_ticks:
+            journal.write(self.settings.state_dir, "reaper-signal", "skipped", pid=pid, signal=name, role=role,
+                          target=target, reason="process gone or its PID now names another process")
+            return "gone"
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return "gone"
+        except PermissionError:
+            journal.write(self.settings.state_dir, "reaper-signal", "failed", pid=pid, signal=name, role=role,
+                          target=target, reason="no permission")
+            return "denied"
+        journal.write(self.settings.state_dir, "reaper-signal", "ok", pid=pid, signal=name, role=role,
+                      target=target, why=why)
+        return "sent"
+
+    def _wait(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if done():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+    def _exited(self, pid: int, ticks: int) -> bool:
+        """True once pid no longer runs as that process (gone, reused, or a zombie awaiting its parent)."""
+        st = read_stat(pid, self.proc_root)
+        return st is None or st.start_ticks != ticks or st.state in ("zombie", "dead")
+
+    def _gone(self, pid: int, ticks: int) -> bool:
+        return procs.identity(pid, self.proc_root) != ticks
+
+    # --- entry point ---------------------------------------------------------------------------
+    def handle(self, target: Target) -> Outcome:
+        st = read_stat(target.pid, self.proc_root)
+        if st is None or st.start_ticks != target.start_ticks:
+            journal.write(self.settings.state_dir, "reaper", "skipped", pid=target.pid, reason=target.reason,
+                          why="process gone or its PID now names another process")
+            return Outcome(target.pid, target.reason, "gone" if st is None else "skipped",
+                           "already gone" if st is None else
+                           "its PID now names another process (start time differs): left alone")
+        if st.state in ("zombie", "dead"):
+            return self.reap_zombie(target, st)
+        if st.state == "disk-sleep":
+            out = Outcome(target.pid, target.reason, "reported",
+                          "in uninterruptible sleep (D): no signal can remove it until its I/O returns",
+                          next_step=f"look at /proc/{target.pid}/stack and the storage or driver it waits on; "
+                                    "if it never returns, only a reboot frees it")
+            journal.write(self.settings.state_dir, "reaper", "reported", pid=target.pid, reason=target.reason,
+                          state=st.state)
+            return out
+        return self.terminate(target)
+
+    def terminate(self, target: Target) -> Outcome:
+        """A live process that should be gone: TERM, grace, KILL; then reap it if it stays a zombie."""
+        refusal = untouchable(target.pid, self.proc_root)
+        if refusal:
+            journal.write(self.settings.state_dir, "reaper", "reported", pid=target.pid, reason=target.reason,
+                          why=refusal)
+            return Outcome(target.pid, target.reason, "reported", f"not signalled: {refusal}",
+                           next_step="stop it by hand if it really is a leftover")
+        out = Outcome(target.pid, target.reason, "failed", "")
+        result = self._term_then_kill(target.pid, target.start_ticks, role="holder", target=target.pid, out=out)
+        if result == "denied":
+            out.detail = "no permission to signal it"
+            out.next_step = "run gpuwarden as root or as its owner"
+            return out
+        if self._gone(target.pid, target.start_ticks):
+            out.result, out.detail = "removed", f"exited after {out.signals[-1] if out.signals else 'nothing'}"
+            return out
+        st = read_stat(target.pid, self.proc_root)
+        if st is not None and st.state in ("zombie", "dead"):
+            zombie = self.reap_zombie(target, st)
+            zombie.signals[:0] = out.signals
+            return zombie
+        out.detail = "still there after SIGKILL"
+        out.next_step = f"check /proc/{target.pid}/status; a process stuck in the driver needs a GPU reset"
+        return out
+
+    def _term_then_kill(self, pid: int, ticks: int, *, role: str, target: int, out: Outcome) -> str:
+        why = f"{role} of residual VRAM" if role == "holder" else "parent does not reap its zombie child"
+        r = self.send(pid, ticks, signal.SIGTERM, role=role, target=target, why=why)
+        if r != "sent":
+            return r
+        out.signals.append(f"SIGTERM->{pid}")
+        self.progress(f"sent SIGTERM to {role} pid {pid}; waiting up to {self.grace_s:g}s")
+        if self._wait(lambda: self._exited(pid, ticks), self.grace_s):
+            return "exited"
+        r = self.send(pid, ticks, signal.SIGKILL, role=role, target=target, why=why + " (grace over)")
+        if r != "sent":
+            return r
+        out.signals.append(f"SIGKILL->{pid}")
+        self.progress(f"sent SIGKILL to {role} pid {pid}")
+        self._wait(lambda: self._exited(pid, ticks), self.kill_wait_s)
+        return "exited"
+
+    def reap_zombie(self, target: Target, st: Stat) -> Outcome:
+        """Ask the parent to reap (SIGCHLD); if it will not and may be touched, end it so init reaps."""
+        out = Outcome(target.pid, "zombie", "failed", "")
+        ppid = st.ppid
+        parent = read_stat(ppid, self.proc_root)
+        if parent is None:
+            out.result = "reported"
+            out.detail = f"zombie whose parent pid {ppid} is gone and nobody reaps it"
+            out.next_step = "its new parent (init) should reap it; if not, a reboot or GPU reset clears the VRAM"
+            return out
+        parent_cmd = _cmdline(ppid, self.proc_root) or f"[{parent.comm}]"
+        if ppid > 1 and self.send(ppid, parent.start_ticks, signal.SIGCHLD, role="parent", target=target.pid,
+                                  why="ask the parent to reap its zombie child") == "sent":
+            out.signals.append(f"SIGCHLD->{ppid}")
+            if self._wait(lambda: self._gone(target.pid, target.start_ticks), self.reap_wait_s):
+                out.result, out.detail = "removed", f"reaped by its parent pid {ppid} after SIGCHLD"
+                return out
+        refusal = untouchable(ppid, self.proc_root)
+        if refusal:
+            out.result = "reported"
+            out.detail = f"zombie not reaped by its parent pid {ppid} ({parent_cmd[:60]}), which was left alone: {refusal}"
+            out.next_step = (f"restart or fix pid {ppid} so it waits for its children; "
+                             "or reset the GPU once it is drained")
+            journal.write(self.settings.state_dir, "reaper", "reported", pid=target.pid, reason="zombie",
+                          parent=ppid, why=refusal)
+            return out
+        self.progress(f"parent pid {ppid} ({parent_cmd[:40]}) does not reap zombie {target.pid}: ending the parent")
+        r = self._term_then_kill(ppid, parent.start_ticks, role="parent", target=target.pid, out=out)
+        if r == "denied":
+            out.detail = f"no permission to signal parent pid {ppid}"
+            out.next_step = "run gpuwarden as root or as the parent's owner"
+            return out
+        if self._wait(lambda: self._gone(target.pid, target.start_ticks), self.orphan_wait_s):
+            out.result = "removed"
+            out.detail = f"parent pid {ppid} ({parent_cmd[:40]}) ended; the zombie was reaped by its new parent"
+            return out
+        now = read_stat(target.pid, self.proc_root)
+        out.result = "reported"
+        out.detail = (f"parent pid {ppid} ended, but the zombie stays under pid {now.ppid if now else '?'}, "
+                      "which does not reap it")
+        out.next_step = "that process must reap it (or the node be rebooted); a GPU reset frees the VRAM meanwhile"
+        return out

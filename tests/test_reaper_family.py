@@ -1,0 +1,100 @@
+"""Process families for reaper and purge tests: a subreaper, a parent that never reaps, and a tenant.
+
+The machine's PID 1 may not reap orphans promptly, so the family's own subreaper plays init.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# Runs as `python -c`: argv[1] is "direct" (the tenant is the subreaper's child) or "bad-parent"
+# (a middle process starts the tenant and never waits for it); the rest is the tenant's argv.
+FAMILY = r'''
+import ctypes, os, signal, subprocess, sys, time
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+mode, argv = sys.argv[1], sys.argv[2:]
+r, w = os.pipe()
+middle = os.fork()
+if middle == 0:
+    os.close(r)
+    if mode == "bad-parent":
+        tenant = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        os.write(w, f"{os.getpid()} {tenant.pid}\n".encode())
+        tenant._child_created = False  # keep Popen's finaliser from ever reaping it
+        while True:
+            time.sleep(3600)
+    os.write(w, f"{os.getppid()} {os.getpid()}\n".encode())
+    os.execvp(argv[0], argv)
+os.close(w)
+sys.stdout.write(os.read(r, 100).decode())
+sys.stdout.flush()
+signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.05)
+'''
+
+
+@dataclass
+class Family:
+    keeper: subprocess.Popen  # the subreaper
+    parent: int  # the tenant's parent (the keeper itself in "direct" mode)
+    tenant: int
+
+    def stop(self) -> None:
+        for pid in (self.tenant, self.parent):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.keeper.kill()
+        self.keeper.wait(10)
+
+
+def start_family(argv: list[str], *, mode: str = "bad-parent", env: dict[str, str] | None = None,
+                 ready: str | None = None, timeout: float = 20.0) -> Family:
+    """Start a family; with `ready`, wait until the tenant has printed that to stdout of its own file."""
+    keeper = subprocess.Popen([sys.executable, "-c", FAMILY, mode, *argv], stdout=subprocess.PIPE,
+                              env={**os.environ, **(env or {})}, text=True)
+    assert keeper.stdout is not None
+    line = keeper.stdout.readline().split()
+    parent, tenant = int(line[0]), int(line[1])
+    return Family(keeper, parent, tenant)
+
+
+def wait_for(cond, timeout: float = 15.0, step: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def proc_state(pid: int) -> str | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2]
+
+
+def test_family_bad_parent_leaves_a_zombie():
+    fam = start_family(["sleep", "30"])
+    try:
+        assert fam.parent != fam.keeper.pid
+        os.kill(fam.tenant, signal.SIGKILL)
+        assert wait_for(lambda: proc_state(fam.tenant) == "Z", 5)
+        # The parent really does not reap: still a zombie a moment later.
+        time.sleep(0.2)
+        assert proc_state(fam.tenant) == "Z"
+    finally:
+        fam.stop()
