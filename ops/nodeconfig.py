@@ -358,3 +358,21 @@ def signal_number(name: str) -> int:
     if number is None:
         raise ConfigError(f"unknown signal {name!r}", 'use a name such as "SIGTERM" or "SIGINT"')
     return number
+
+
+def effective_settings(settings: Settings, config: NodeConfig | None = None) -> Settings:
+    """Settings with the config's state_dir applied when neither --state-dir nor the environment chose one."""
+    import os
+
+    from .settings import default_state_dir
+
+    if os.environ.get("GPUWARDEN_STATE_DIR") or settings.state_dir != default_state_dir():
+        return settings
+    if config is None:
+        try:
+            config = load(settings)
+        except ConfigError:
+            return settings
+    if config.state_dir is None:
+        return settings
+    return settings.with_(state_dir=config.state_dir)

@@ -5,6 +5,7 @@ Every signal re-checks its target's pid + start time right before it is sent, an
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -46,6 +47,13 @@ def visibility_env(gpu: int | None, vendor: str) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": str(gpu), "HIP_VISIBLE_DEVICES": str(gpu), "ROCR_VISIBLE_DEVICES": str(gpu)}
 
 
+def expand(engine: EngineConfig) -> EngineConfig:
+    """Fill the placeholders {name} and {gpu} in argv (nothing else is interpreted)."""
+    gpu = "" if engine.gpu is None else str(engine.gpu)
+    argv = tuple(a.replace("{name}", engine.name).replace("{gpu}", gpu) for a in engine.argv)
+    return dataclasses.replace(engine, argv=argv)
+
+
 def gate_dir(settings: Settings) -> Path:
     return settings.state_dir.resolve() / statedir.GATE
 
@@ -53,7 +61,7 @@ def gate_dir(settings: Settings) -> Path:
 def write_spec(settings: Settings, engine: EngineConfig, *, gate_slots: int, registration_timeout: float,
                workdir: str | None, launch_id: str, vendor: str | None = None) -> dict[str, Any]:
     spec = {
-        "engine": engine.to_dict(),
+        "engine": expand(engine).to_dict(),
         "gate_dir": str(gate_dir(settings)),
         "gate_slots": gate_slots,
         "registration_timeout": registration_timeout,

@@ -152,6 +152,8 @@ class Shim:
             pass
         log = CappedLog(self.dir / st.LOG, self.engine.log_max)
         progress = Progress(self.engine.registered_pattern, self.engine.ready_pattern)
+        log.write(f"{st.RUN_MARK}starting {self.name} (restart {self.record['restarts']}) at "
+                  f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n".encode())
         try:
             proc = subprocess.Popen(
                 list(self.engine.argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -19,6 +19,8 @@ STATE = "state.json"  # what happened: written by the shim only
 STATUS = "status.jsonl"  # the engine's status protocol lines
 LOG = "engine.log"  # the engine's stdout and stderr, size-capped
 SHIM_LOG = "shim.log"  # the shim's own complaints
+# The shim writes a line starting so into engine.log before each start of the engine.
+RUN_MARK = "--- gpuwarden: "
 
 # Phases after which the shim has nothing left to do and may be gone.
 FINAL_PHASES = ("exited", "crashed")
@@ -86,6 +88,16 @@ def tail(path: Path, count: int, limit: int = 65536) -> list[str]:
     lines = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
     if size > limit and lines:
         lines = lines[1:]  # the first line read is probably cut
+    return lines[-count:]
+
+
+def run_tail(path: Path, count: int) -> list[str]:
+    """The last `count` lines the engine wrote in its latest run (after the shim's last start mark)."""
+    lines = tail(path, max(count, 200), limit=262144)
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(RUN_MARK):
+            lines = lines[i + 1:]
+            break
     return lines[-count:]
 
 

@@ -1,10 +1,134 @@
-"""CLI: `gpuwarden config` (placeholder until its issue lands).
+"""CLI: `gpuwarden config` — check the node config, print complete examples to start from.
 
-Registers nothing yet.
+`config check` exits 0 with a summary, or 2 with one line naming the file, line and key.
 """
+
+from __future__ import annotations
+
+import json
+import sys
 
 import typer
 
+from ops import nodeconfig
+from ops.settings import Settings
+from ops.units import fmt_bytes
+
+FOUR_ENGINES = '''\
+# /etc/gpuwarden/node.toml — four data-parallel engines, one GPU each, sharing one weight arena.
+
+# Where gpuwarden keeps engine state, logs and the registration gate (default /run/gpuwarden as root).
+state_dir = "/run/gpuwarden"
+
+[arena]
+path = "/dev/shm/experts.arena"      # MAP_SHARED file every engine maps and registers
+size = "64GiB"                       # payload size; launch refuses an arena of another size
+source = "/models/experts.bin"       # what `gpuwarden arena create` fills it from
+
+[stagger]
+slots = 1                            # at most this many engines register at once (launch --stagger K)
+registration_timeout = 600           # seconds an engine may take to register before its slot is freed
+
+[defaults]                           # every engine gets these unless it sets its own
+workdir = "/srv/engine"
+progress = "log"                     # this engine does not speak the status protocol: follow its log
+registered_pattern = "session is up"
+ready_pattern = "serving on port \\\\d+"
+stop_signal = "SIGINT"
+stop_grace = 60
+restart = "on-failure"               # restart after a crash, with backoff...
+restart_backoff = 5                  # ...5 s, 10 s, 20 s ... up to restart_backoff_max
+restart_backoff_max = 120
+start_limit_burst = 3                # ...but give up after 3 starts within 600 s
+start_limit_interval = 600
+log_max = "256MiB"                   # engine.log + engine.log.1 stay under this
+env = { NCCL_DEBUG = "WARN" }
+
+[[engines]]
+name = "dp0"
+gpu = 0                              # the shim sets ROCR/HIP/CUDA_VISIBLE_DEVICES so it sees only GPU 0
+argv = ["/opt/engine/bin/serve", "--arena", "/dev/shm/experts.arena", "--dp-rank", "0", "--port", "8000"]
+
+[[engines]]
+name = "dp1"
+gpu = 1
+argv = ["/opt/engine/bin/serve", "--arena", "/dev/shm/experts.arena", "--dp-rank", "1", "--port", "8001"]
+
+[[engines]]
+name = "dp2"
+gpu = 2
+argv = ["/opt/engine/bin/serve", "--arena", "/dev/shm/experts.arena", "--dp-rank", "2", "--port", "8002"]
+
+[[engines]]
+name = "dp3"
+gpu = 3
+argv = ["/opt/engine/bin/serve", "--arena", "/dev/shm/experts.arena", "--dp-rank", "3", "--port", "8003"]
+'''
+
+CANARY = '''\
+# A canary per GPU: maps and verifies the arena, registers it, copies it to the GPU, serves until stopped.
+# The canary speaks the status protocol and takes a gate slot around its register call itself.
+
+[arena]
+path = "/dev/shm/canary.arena"
+size = "32GiB"
+
+[stagger]
+slots = 1
+registration_timeout = 300
+
+[defaults]
+progress = "status"
+stop_grace = 30
+restart = "no"
+
+# Inside an engine its one GPU is device 0 (the shim restricts visibility), hence --gpu 0.
+[[engines]]
+name = "canary0"
+gpu = 0
+argv = ["gpuwarden", "canary", "--arena", "/dev/shm/canary.arena", "--gpu", "0", "--runtime", "hip"]
+
+[[engines]]
+name = "canary1"
+gpu = 1
+argv = ["gpuwarden", "canary", "--arena", "/dev/shm/canary.arena", "--gpu", "0", "--runtime", "hip"]
+'''
+
+config_app = typer.Typer(help="The node config: check it, print examples.", no_args_is_help=True,
+                         rich_markup_mode=None)
+
+
+@config_app.command("check")
+def check_cmd(ctx: typer.Context,
+              json_out: bool = typer.Option(False, "--json", help="Print the parsed config as JSON.")) -> None:
+    """Parse and validate the node config (--config, default /etc/gpuwarden/node.toml).
+
+    Exit 0 with a summary when it is valid; exit 2 with one line that names the file, the line and the
+    key, and says what is expected, when it is not.
+    """
+    settings: Settings = ctx.obj
+    cfg = nodeconfig.load(settings)
+    if json_out:
+        sys.stdout.write(json.dumps({
+            "path": str(cfg.path), "state_dir": str(cfg.state_dir) if cfg.state_dir else None,
+            "arena": cfg.arena.__dict__ if cfg.arena else None, "stagger": cfg.stagger.__dict__,
+            "engines": [e.to_dict() for e in cfg.engines]}, indent=2) + "\n")
+        return
+    typer.echo(f"{cfg.path}: ok")
+    if cfg.arena:
+        typer.echo(f"  arena   {cfg.arena.path}" + (f"  {fmt_bytes(cfg.arena.size)}" if cfg.arena.size else ""))
+    typer.echo(f"  stagger {cfg.stagger.slots} registering at once, timeout {cfg.stagger.registration_timeout:.0f}s")
+    for e in cfg.engines:
+        gpu = "all GPUs" if e.gpu is None else f"GPU {e.gpu}"
+        follow = "status protocol" if e.progress == "status" else f"log /{e.registered_pattern}/"
+        typer.echo(f"  engine  {e.name:<12} {gpu:<8} {follow}, restart {e.restart}: {' '.join(e.argv)}")
+
+
+@config_app.command("example")
+def example_cmd(canary: bool = typer.Option(False, "--canary", help="The canary example instead of four engines.")) -> None:
+    """Print a complete, commented node config to start from (four engines on four GPUs, or canaries)."""
+    sys.stdout.write(CANARY if canary else FOUR_ENGINES)
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.add_typer(config_app, name="config")

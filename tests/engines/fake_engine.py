@@ -43,6 +43,8 @@ def main() -> int:
     p.add_argument("--marker-dir", type=Path)
     p.add_argument("--log-only", action="store_true", help="no status protocol, no gate: print lines only")
     p.add_argument("--exit-after-register", type=int, default=None, help="exit with this code once registered")
+    p.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM (tests the SIGKILL after the grace)")
+    p.add_argument("--spam", type=int, default=0, help="print this many bytes of filler once serving")
     args = p.parse_args()
 
     stop = False
@@ -50,7 +52,7 @@ def main() -> int:
     def on_term(signum, frame):
         nonlocal stop
         stop = True
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if args.ignore_term else on_term)
 
     status = StatusWriter() if not args.log_only else StatusWriter({})
     status.emit("starting")
@@ -84,6 +86,9 @@ def main() -> int:
         return args.exit_after_register
     status.emit("serving")
     print("serving", flush=True)
+    for i in range(args.spam // 100):
+        print(f"{i:08d} " + "x" * 90, flush=i % 50 == 0)
+    sys.stdout.flush()
     while not stop:
         time.sleep(0.05)
     status.emit("stopping")

@@ -1,0 +1,105 @@
+"""Helpers for supervision tests: node configs of fake engines, polling with deadlines, and cleanup.
+
+Every test that starts shims uses the `supervised` fixture, which stops whatever is still running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+FAKE = Path(__file__).resolve().with_name("fake_engine.py")
+
+
+def engine_argv(*extra: str) -> list[str]:
+    return [sys.executable, str(FAKE), *extra]
+
+
+def write_config(path: Path, count: int, *, slots: int = 1, register_s: float = 0.3, crash_at: int = 0,
+                 marker_dir: Path | None = None, log_only: bool = False, registration_timeout: float = 30,
+                 stop_grace: float = 3, restart: str = "no", extra: tuple[str, ...] = (),
+                 engine_keys: str = "") -> Path:
+    """A node config of `count` fake engines e0..e{count-1}, engine i on GPU i."""
+    args = ["--register-s", str(register_s), *extra]
+    if crash_at:
+        args += ["--crash-at-overlap", str(crash_at)]
+    if marker_dir is not None:
+        args += ["--marker-dir", str(marker_dir)]
+    if log_only:
+        args += ["--log-only"]
+    lines = [
+        "[stagger]", f"slots = {slots}", f"registration_timeout = {registration_timeout}", "",
+        "[defaults]", f"stop_grace = {stop_grace}", f'restart = "{restart}"',
+    ]
+    if log_only:
+        lines += ['progress = "log"', 'registered_pattern = "session is up"', 'ready_pattern = "^serving"']
+    lines.append("")
+    for i in range(count):
+        lines += ["[[engines]]", f'name = "e{i}"', f"gpu = {i}", f"argv = {json.dumps(engine_argv(*args))}"]
+        if engine_keys:
+            lines.append(engine_keys)
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str, poll: float = 0.03):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def records(state_dir: Path) -> dict[str, dict]:
+    from ops.engines import state as st
+    return {n: st.read_state(state_dir, n) or {} for n in st.names(state_dir)}
+
+
+def registration_windows(state_dir: Path) -> dict[str, tuple[float, float]]:
+    """Each engine's [registering, registered] interval from its own status protocol lines."""
+    from ops.engines import state as st
+    from ops.status_protocol import read_events
+    out = {}
+    for name in st.names(state_dir):
+        events = read_events(st.engine_dir(state_dir, name) / st.STATUS)
+        start = next(e.ts for e in events if e.phase == "registering")
+        end = next(e.ts for e in events if e.phase == "registered")
+        out[name] = (start, end)
+    return out
+
+
+def stop_everything(state_dir: Path) -> None:
+    """Stop every engine and shim of this state dir, politely then not."""
+    from ops.engines import control
+    from ops.engines import state as st
+    from ops.settings import Settings
+    settings = Settings(state_dir=state_dir)
+    for name in st.names(state_dir):
+        try:
+            control.stop(settings, name, timeout_s=1.0)
+        except Exception:
+            pass
+    for record in records(state_dir).values():
+        for pid_key, start_key in (("pid", "pid_start"), ("shim_pid", "shim_start")):
+            if st.alive(record.get(pid_key), record.get(start_key)):
+                try:
+                    os.kill(record[pid_key], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+@pytest.fixture
+def supervised(state_dir: Path):
+    """The test's state dir; every engine started under it is stopped afterwards."""
+    yield state_dir
+    stop_everything(state_dir)

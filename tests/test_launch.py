@@ -1,0 +1,119 @@
+"""`gpuwarden launch` with real shims and real engine processes: stagger, crash reports, launcher death."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import REPO
+from engines.harness import (registration_windows, records, supervised, wait_for,  # noqa: F401
+                             write_config)
+
+from ops import nodestate
+
+
+def test_stagger_1_never_overlaps(tmp_path, supervised, cli):
+    cfg = write_config(tmp_path / "node.toml", 4, slots=4, register_s=0.25)
+    proc = cli("--config", str(cfg), "launch", "--stagger", "1", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert events[-1]["kind"] == "done" and events[-1]["data"]["ok"]
+    # Phases were shown as they moved.
+    phases = {(e["data"].get("engine"), e["data"].get("phase")) for e in events if e["kind"] == "info"}
+    assert {("e0", "serving"), ("e3", "serving")} <= phases
+    windows = registration_windows(supervised)
+    assert len(windows) == 4
+    for (a, wa), (b, wb) in itertools.combinations(sorted(windows.items()), 2):
+        assert wa[1] <= wb[0] or wb[1] <= wa[0], f"{a} {wa} overlaps {b} {wb}"
+    assert all(r["phase"] == "serving" for r in records(supervised).values())
+
+
+def test_overlap_crash_kills_stagger_4_launch(tmp_path, supervised, cli):
+    cfg = write_config(tmp_path / "node.toml", 4, register_s=1.5, crash_at=3, marker_dir=tmp_path / "markers",
+                       extra=("--startup-s", "0.3"))
+    proc = cli("--config", str(cfg), "launch", "--stagger", "4")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "killed by SIGSEGV while registering" in out
+    assert "segfault: 3 registrations overlap" in out or "segfault: 4 registrations overlap" in out
+    assert "Traceback" not in out
+    crashed = [n for n, r in records(supervised).items() if r.get("signal") == "SIGSEGV"]
+    assert crashed and all(records(supervised)[n]["phase"] == "crashed" for n in crashed)
+
+
+def test_overlap_crash_engine_survives_stagger_1(tmp_path, supervised, cli):
+    cfg = write_config(tmp_path / "node.toml", 4, register_s=0.3, crash_at=3, marker_dir=tmp_path / "markers")
+    proc = cli("--config", str(cfg), "launch", "--stagger", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(r["phase"] == "serving" and r["signal"] is None for r in records(supervised).values())
+
+
+def test_shim_holds_the_gate_for_log_only_engines(tmp_path, supervised, cli):
+    # These engines neither speak the protocol nor take the gate: the shim must serialise them.
+    cfg = write_config(tmp_path / "node.toml", 3, register_s=0.3, crash_at=2, marker_dir=tmp_path / "markers",
+                       log_only=True)
+    proc = cli("--config", str(cfg), "launch", "--stagger", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(r["phase"] == "serving" for r in records(supervised).values())
+
+
+def test_killing_the_launcher_leaves_engines_serving(tmp_path, supervised, cli):
+    cfg = write_config(tmp_path / "node.toml", 4, register_s=0.4)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "playbooks.cli", "--state-dir", str(supervised), "--config", str(cfg),
+         "launch", "--stagger", "1"],
+        cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    try:
+        wait_for(lambda: records(supervised).get("e0", {}).get("phase") == "serving", 20, "e0 serving")
+        not_yet = [n for n, r in records(supervised).items() if r.get("phase") != "serving"]
+        assert not_yet, "the launch finished before it could be interrupted"
+        # What a dropped SSH session does to its process group, then the hard way.
+        os.killpg(launcher.pid, signal.SIGHUP)
+        os.killpg(launcher.pid, signal.SIGKILL)
+    finally:
+        launcher.wait(10)
+
+    def all_serving():
+        proc = cli("engines", "list", "--json")
+        listed = json.loads(proc.stdout)
+        return len(listed) == 4 and all(e["phase"] == "serving" and not e["stale"] for e in listed)
+    wait_for(all_serving, 20, "all four engines serving after the launcher died", poll=0.2)
+
+
+def test_drained_gpu_is_refused_and_dry_run_starts_nothing(tmp_path, supervised, cli):
+    cfg = write_config(tmp_path / "node.toml", 2)
+    proc = cli("--config", str(cfg), "launch", "--dry-run")
+    assert proc.returncode == 0 and "start e0@GPU0, e1@GPU1" in proc.stdout
+    assert records(supervised) == {}
+    nodestate.set_drained(supervised, 1, True, who="tester", reason="bad HBM")
+    proc = cli("--config", str(cfg), "launch")
+    assert proc.returncode == 1
+    assert "GPU 1 (engine e1) is drained by tester: bad HBM" in proc.stdout
+    assert records(supervised) == {}
+    # Leaving the drained GPU's engine out is fine.
+    proc = cli("--config", str(cfg), "launch", "e0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert set(records(supervised)) == {"e0"}
+
+
+def test_sequential_waits_for_each_engine(tmp_path, supervised, cli):
+    cfg = write_config(tmp_path / "node.toml", 3, slots=3, register_s=0.2)
+    proc = cli("--config", str(cfg), "launch", "--sequential")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recs = records(supervised)
+    for a, b in (("e0", "e1"), ("e1", "e2")):
+        assert recs[a]["phases"]["serving"] <= recs[b]["started_at"]
+
+
+def test_already_running_engine_is_refused(tmp_path, supervised, cli):
+    cfg = write_config(tmp_path / "node.toml", 1)
+    assert cli("--config", str(cfg), "launch").returncode == 0
+    proc = cli("--config", str(cfg), "launch")
+    assert proc.returncode == 1
+    assert "engine e0 is already running" in proc.stdout
