@@ -1,0 +1,237 @@
+"""Make one incident bundle: run every collector concurrently under its deadline, pack, triage, write.
+
+A collector that fails or runs out of time is recorded in the manifest and never stops the bundle;
+only failing to write the archive itself is an error.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import __version__, statedir
+from ..errors import GpuwardenError
+from ..settings import Settings
+from ..triage import analyze_text
+from ..triage.findings import Report
+from ..triage.render import as_json, markdown
+from . import archive, kernellog
+from .collectors import COLLECTORS, Collector, Context
+from .entries import OK, SKIPPED, TIMED_OUT, Entry
+from .redact import describe as redaction_patterns
+from .runner import Worker
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_MAX_BYTES = 16 << 20
+# Past its deadline a collector's command is being killed; give the kill and the pipes this long.
+GRACE_S = 0.75
+MANIFEST = "manifest.json"
+
+Progress = Callable[[str, str, int, int], None]  # (event, collector, done, total)
+
+
+@dataclass
+class BundleResult:
+    path: Path
+    bytes: int
+    duration_s: float
+    manifest: dict[str, Any]
+    report: Report
+
+    def not_collected(self) -> list[dict[str, Any]]:
+        return self.manifest["not_collected"]
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.manifest
+        return {"path": str(self.path), "bytes": self.bytes, "duration_s": round(self.duration_s, 3),
+                "items": len(m["items"]), "collectors": m["collectors"], "not_collected": m["not_collected"],
+                "redaction": {k: v for k, v in m["redaction"].items() if k != "patterns"},
+                "triage": m["triage"]}
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '15m', '2h', '1d' -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(text).lower())
+    if not m:
+        raise GpuwardenError(f"cannot read the duration {text!r}", "write it like 30s, 15m, 2h or 1d")
+    return float(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+
+
+def _has_gpu_tree(sysfs_root: Path) -> bool:
+    return (sysfs_root / "class/kfd/kfd/topology/nodes").is_dir() or (sysfs_root / "module/nvidia").is_dir()
+
+
+def capture_roots(settings: Settings) -> tuple[Path, list[Path], bool]:
+    """(sysfs root to copy, device roots whose files mark GPU holders, simulated?)."""
+    from ..sim.node import SimNode
+    sim = SimNode(settings.state_dir)
+    if sim.exists and (settings.backend == "sim" or (settings.backend is None and not _has_gpu_tree(settings.sysfs_root))):
+        return sim.sysfs_root, [settings.dev_root, sim.dev_root], True
+    return settings.sysfs_root, [settings.dev_root], False
+
+
+def resolve_output(settings: Settings, output: Path | None, stamp: str) -> Path:
+    name = f"gpuwarden-bundle-{socket.gethostname()}-{stamp}.tar.gz"
+    if output is None:
+        return statedir.ensure(settings.state_dir, statedir.BUNDLES) / name
+    output = Path(output)
+    if output.is_dir() or str(output).endswith("/"):
+        output.mkdir(parents=True, exist_ok=True)
+        return output / name
+    if not output.parent.is_dir():
+        raise GpuwardenError(f"the directory {output.parent} does not exist", "create it, or pick another --output")
+    return output if output.name.endswith((".tar.gz", ".tgz")) else output.with_name(output.name + ".tar.gz")
+
+
+def collect_bundle(settings: Settings, *, output: Path | None = None, since: str | float | None = None,
+                   safe_mode: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S,
+                   max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
+                   collectors: tuple[Collector, ...] = COLLECTORS) -> BundleResult:
+    t0 = time.monotonic()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    final = resolve_output(settings, output, stamp)
+    since_s = parse_duration(since) if isinstance(since, str) else since
+    if timeout_s <= 0:
+        raise GpuwardenError(f"--timeout must be positive, not {timeout_s:g}")
+    if max_bytes < 1024:
+        raise GpuwardenError(f"--max-bytes {max_bytes} is too small", "give at least 1K per output")
+    sysfs_root, dev_roots, simulated = capture_roots(settings)
+
+    # --- run ---------------------------------------------------------------------------------
+    workers: list[tuple[Collector, Worker | None, Context]] = []
+    for c in collectors:
+        ctx = Context(settings=settings, since_s=since_s, timeout_s=timeout_s, safe_mode=safe_mode,
+                      sysfs_root=sysfs_root, dev_roots=dev_roots, deadline=time.monotonic() + timeout_s)
+        if c.vendor and safe_mode:
+            workers.append((c, None, ctx))
+            continue
+        workers.append((c, Worker(c.name, lambda c=c, ctx=ctx: c.fn(ctx)), ctx))
+    entries: list[Entry] = []
+    summaries: list[dict[str, Any]] = []
+    total = len(workers)
+    for done, (c, w, ctx) in enumerate(workers, 1):
+        if w is None:
+            entries.append(Entry(c.name, c.name, "command", status=SKIPPED, error="skipped by --safe-mode"))
+            summaries.append({"name": c.name, "status": SKIPPED, "duration_s": 0.0, "timed_out": False,
+                              "error": "skipped by --safe-mode"})
+            continue
+        finished = w.wait_until(ctx.deadline + GRACE_S)
+        if not finished:
+            err = f"did not finish within {timeout_s:g}s; abandoned"
+            entries.append(Entry(c.name, c.name, "python", status=TIMED_OUT, timed_out=True, error=err,
+                                 duration_s=w.duration_s))
+            summaries.append({"name": c.name, "status": TIMED_OUT, "duration_s": round(w.duration_s, 3),
+                              "timed_out": True, "error": err})
+        elif w.error is not None:
+            err = _describe_error(w.error)
+            entries.append(Entry(c.name, c.name, "python", status="failed", error=err, duration_s=w.duration_s))
+            summaries.append({"name": c.name, "status": "failed", "duration_s": round(w.duration_s, 3),
+                              "timed_out": False, "error": err})
+        else:
+            got: list[Entry] = list(w.result or [])
+            entries.extend(got)
+            summaries.append(_summary(c.name, got, w.duration_s))
+        if progress:
+            progress("collected", c.name, done, total)
+
+    # --- pack + triage -----------------------------------------------------------------------
+    for e in entries:
+        archive.pack(e, max_bytes)
+    report = _triage(entries)
+    for path, data in (("triage.md", markdown(report).encode()), ("triage.json", as_json(report).encode())):
+        e = Entry("triage", "ops.triage", "generated", path=path, data=data)
+        archive.pack(e, max_bytes)
+        entries.append(e)
+    if progress:
+        progress("writing", str(final), total, total)
+
+    manifest = _manifest(settings, entries, summaries, report, since_s=since_s, safe_mode=safe_mode,
+                         timeout_s=timeout_s, max_bytes=max_bytes, sysfs_root=sysfs_root, dev_roots=dev_roots,
+                         simulated=simulated, started=t0)
+    top = final.name[:-len(".tar.gz")] if final.name.endswith(".tar.gz") else final.stem
+    size = archive.write(final, top, entries, [(MANIFEST, json.dumps(manifest, indent=2).encode())])
+    return BundleResult(final, size, time.monotonic() - t0, manifest, report)
+
+
+def _describe_error(exc: BaseException) -> str:
+    if isinstance(exc, GpuwardenError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _summary(name: str, got: list[Entry], duration: float) -> dict[str, Any]:
+    bad = [e for e in got if e.status != OK]
+    stored = [e for e in got if e.path and e.status in (OK, "failed", TIMED_OUT)]
+    if not bad:
+        status = OK
+    elif any(e.status == TIMED_OUT for e in bad):
+        status = TIMED_OUT
+    elif stored and len(bad) < len(got):
+        status = "partial"
+    else:
+        status = bad[0].status
+    out = {"name": name, "status": status, "duration_s": round(duration, 3),
+           "timed_out": any(e.timed_out for e in got), "files": sum(1 for e in got if e.path)}
+    if bad:
+        out["error"] = "; ".join(dict.fromkeys(f"{e.source}: {e.error}" for e in bad[:3] if e.error)) or None
+    return out
+
+
+def _triage(entries: list[Entry]) -> Report:
+    log = next((e for e in entries if e.path == kernellog.PATH and e.data is not None), None)
+    snap_entry = next((e for e in entries if e.path == "gpuwarden/snapshot.json" and e.data), None)
+    snapshot = None
+    if snap_entry is not None:
+        try:
+            snapshot = json.loads(snap_entry.data)
+        except ValueError:
+            snapshot = None
+    text = log.data.decode(errors="replace") if log else ""
+    report = analyze_text(text, source=kernellog.PATH if log else "no kernel log", snapshot=snapshot)
+    if log is None:
+        report.notes.insert(0, "no kernel log could be read (see manifest.json not_collected): "
+                               "triage covers the snapshot only")
+    return report
+
+
+def _manifest(settings: Settings, entries: list[Entry], summaries: list[dict[str, Any]], report: Report,
+              **opts: Any) -> dict[str, Any]:
+    stored = [e for e in entries if e.path is not None and e.kind != "dir"]
+    missing = [e for e in entries if e.path is None]
+    by_pattern: dict[str, int] = {}
+    by_item = []
+    for e in entries:
+        for pattern, count in e.redactions.items():
+            by_pattern[pattern] = by_pattern.get(pattern, 0) + count
+            by_item.append({"path": e.path, "pattern": pattern, "count": count})
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = str(os.geteuid())
+    return {
+        "format": 1,
+        "tool": "gpuwarden",
+        "version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": socket.gethostname(),
+        "collected_by": {"user": user, "uid": os.getuid(), "euid": os.geteuid(), "root": os.geteuid() == 0},
+        "options": {"since_s": opts["since_s"], "safe_mode": opts["safe_mode"], "timeout_s": opts["timeout_s"],
+                    "max_bytes": opts["max_bytes"]},
+        "tree": {"sysfs_from": str(opts["sysfs_root"]), "proc_from": str(settings.proc_root),
+                 "dev_roots": [str(d) for d in opts["dev_roots"]], "simulated": opts["simulated"],
+                 "backend": settings.backend},
+        "duration_s": round(time.monotonic() - opts["started"], 3),
+        "collectors": summaries,
+        "items": [e.manifest() for e in stored],
+        "not_collected": [e.manifest() for e in missing],
+        "redaction": {"total": sum(by_pattern.values()), "by_pattern": by_pattern, "by_item": by_item,
+                      "patterns": [{"name": n, "matches": what} for n, what in redaction_patterns()]},
+        "triage": {"counts": report.counts(), "summary": report.summary()[:20]},
+    }

@@ -1,0 +1,255 @@
+"""The bundle's collectors: what each gathers and from where. Each returns a list of Entry.
+
+Vendor tools (amd-smi, rocm-smi, nvidia-smi) are the ones that hang on a wedged GPU: --safe-mode
+skips them. Everything else reads files or runs in-process code under the same per-collector deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .. import __version__, statedir
+from ..settings import Settings
+from . import kernellog, trees
+from .entries import FAILED, SKIPPED, Entry, from_command
+from .runner import run_command
+
+VENDOR_COMMANDS: tuple[tuple[str, list[str], str], ...] = (
+    ("amd-smi-static", ["amd-smi", "static", "--json"], "vendor/amd-smi-static.json"),
+    ("amd-smi-metric", ["amd-smi", "metric", "--json"], "vendor/amd-smi-metric.json"),
+    ("amd-smi-process", ["amd-smi", "process", "--json"], "vendor/amd-smi-process.json"),
+    ("rocm-smi-allinfo", ["rocm-smi", "--showallinfo", "--json"], "vendor/rocm-smi-showallinfo.json"),
+    ("rocm-smi-pids", ["rocm-smi", "--showpids"], "vendor/rocm-smi-showpids.txt"),
+    ("nvidia-smi", ["nvidia-smi", "-q", "-x"], "vendor/nvidia-smi-q.xml"),
+)
+LOG_TAIL = 256 << 10  # of each engine log and the journal
+GPU_LIBS = re.compile(
+    r"(/\S*lib(?:amdhip64|hsa-runtime64|hsakmt|amd_comgr|rocblas|hipblaslt|rccl|MIOpen|amd_smi|rocm_smi64"
+    r"|cuda|cudart|nvidia-ml|nccl|cublas|cublasLt|cudnn)\.so[^\s/]*)$")
+
+
+@dataclass
+class Context:
+    settings: Settings
+    since_s: float | None
+    timeout_s: float
+    safe_mode: bool
+    sysfs_root: Path  # the tree the backend really reads (the sim node's, on a sim node)
+    dev_roots: list[Path]
+    deadline: float = 0.0  # monotonic; set per collector by the orchestrator
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Collector:
+    name: str
+    fn: Callable[[Context], list[Entry]]
+    vendor: bool = False
+
+
+def _vendor(name: str, argv: list[str], path: str) -> Callable[[Context], list[Entry]]:
+    def run(ctx: Context) -> list[Entry]:
+        res = run_command(argv, max(0.1, ctx.deadline - time.monotonic()))
+        return from_command(name, res, path)
+    return run
+
+
+def _snapshot(ctx: Context) -> list[Entry]:
+    from ..snapshot import take_snapshot
+    t0 = time.monotonic()
+    snap = take_snapshot(ctx.settings)
+    return [Entry("snapshot", "ops.snapshot.take_snapshot", "python", path="gpuwarden/snapshot.json",
+                  data=snap.to_json().encode(), duration_s=time.monotonic() - t0)]
+
+
+def _sysfs(ctx: Context) -> list[Entry]:
+    return trees.copy_sysfs(ctx.sysfs_root)
+
+
+def engine_pids(settings: Settings) -> set[int]:
+    pids: set[int] = set()
+    try:
+        from ..engines import state as engine_state
+    except ImportError:
+        return pids
+    for name in engine_state.names(settings.state_dir):
+        try:
+            record = engine_state.read_state(settings.state_dir, name) or {}
+        except Exception:
+            continue  # a corrupt record is copied as a file by the engines collector
+        for key in ("pid", "shim_pid"):
+            if isinstance(record.get(key), int):
+                pids.add(record[key])
+    return pids
+
+
+def _proc(ctx: Context) -> list[Entry]:
+    globs = trees.gpu_device_globs(ctx.dev_roots)
+    holders, denied = trees.find_holders(ctx.settings.proc_root, globs)
+    pids = holders | engine_pids(ctx.settings) | trees.kfd_pids(ctx.sysfs_root)
+    entries = trees.copy_proc(ctx.settings.proc_root, pids, globs)
+    if denied:
+        entries.append(Entry("proc", f"{ctx.settings.proc_root}/*/fd", "file", status="permission-denied",
+                             error=f"could not check {denied} processes' open files for GPU device files "
+                                   "(run as root to see every GPU holder)"))
+    entries.append(_versions(ctx, entries))
+    summary = {"gpu_holders": sorted(holders), "engine_pids": sorted(engine_pids(ctx.settings)),
+               "kfd_pids": sorted(trees.kfd_pids(ctx.sysfs_root)), "fd_dirs_not_readable": denied,
+               "device_globs": globs}
+    entries.append(Entry("proc", "process discovery", "generated", path="gpuwarden/pids.json",
+                         data=json.dumps(summary, indent=2).encode()))
+    return entries
+
+
+def _versions(ctx: Context, proc_entries: list[Entry]) -> Entry:
+    libs: dict[str, list[str]] = {}
+    for e in proc_entries:
+        if e.path and e.path.endswith("/maps") and e.data:
+            pid = e.path.split("/")[-2]
+            found = sorted({m.group(1) for line in e.data.decode(errors="replace").splitlines()
+                            if (m := GPU_LIBS.search(line))})
+            if found:
+                libs[pid] = found
+    u = os.uname()
+    versions = {
+        "gpuwarden": __version__, "python": sys.version.split()[0],
+        "kernel": {"sysname": u.sysname, "release": u.release, "version": u.version, "machine": u.machine},
+        "platform": platform.platform(),
+        "amdgpu_module": _first_line(ctx.sysfs_root / "module/amdgpu/version"),
+        "nvidia_module": _first_line(ctx.sysfs_root / "module/nvidia/version")
+        or _first_line(ctx.settings.proc_root / "driver/nvidia/version"),
+        "gpu_libraries_by_pid": libs,
+    }
+    return Entry("proc", "uname, module versions, GPU libraries in /proc/<pid>/maps", "generated",
+                 path="node/versions.json", data=json.dumps(versions, indent=2).encode())
+
+
+def _first_line(path: Path) -> str | None:
+    data, _, _ = trees.read_file(path, 4096)
+    return data.decode(errors="replace").strip().splitlines()[0] if data and data.strip() else None
+
+
+def _node(ctx: Context) -> list[Entry]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+
+    def show(v: int) -> str | int:
+        return "unlimited" if v == resource.RLIM_INFINITY else v
+    info = {
+        "collected_by": {"uid": os.getuid(), "euid": os.geteuid(), "pid": os.getpid()},
+        "memlock_limit_of_collector": {"soft": show(soft), "hard": show(hard)},
+        "hostname": os.uname().nodename,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    entries = [Entry("node", "getrlimit(RLIMIT_MEMLOCK), uname", "generated", path="node/node.json",
+                     data=json.dumps(info, indent=2).encode())]
+    for conf in (Path("/etc/security/limits.conf"),):
+        data, status, error = trees.read_file(conf)
+        if data is not None:
+            entries.append(Entry("node", str(conf), "file", path=f"node/{conf.name}", data=data))
+        elif status:
+            entries.append(Entry("node", str(conf), "file", status=status, error=error))
+    return entries
+
+
+def _tail(path: Path, limit: int = LOG_TAIL) -> tuple[bytes | None, str | None]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            return f.read(), None
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, exc.strerror
+
+
+def _engines(ctx: Context) -> list[Entry]:
+    root = ctx.settings.state_dir / statedir.ENGINES
+    entries = []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return entries
+    for name in names:
+        d = root / name
+        if not d.is_dir():
+            continue
+        for f in sorted(os.listdir(d)):
+            if f.startswith("."):
+                continue
+            data, error = _tail(d / f)
+            if data is not None:
+                entries.append(Entry("engines", str(d / f), "file", path=f"engines/{name}/{f}", data=data))
+            elif error:
+                entries.append(Entry("engines", str(d / f), "file", status=FAILED, error=error))
+    return entries
+
+
+def _arena(ctx: Context) -> list[Entry]:
+    try:
+        from ..arena.watch import list_arenas
+    except ImportError as exc:
+        return [Entry("arena", "ops.arena.watch.list_arenas", "python", status=SKIPPED,
+                      error=f"arena support not available ({exc})")]
+    from ..model import _plain
+    arenas = list_arenas(ctx.settings)
+    return [Entry("arena", "ops.arena.watch.list_arenas", "python", path="gpuwarden/arenas.json",
+                  data=json.dumps([_plain(a) for a in arenas], indent=2).encode())]
+
+
+def _coredumps(ctx: Context) -> list[Entry]:
+    res = run_command(["coredumpctl", "list", "--no-pager", "-q"], max(0.1, ctx.deadline - time.monotonic()))
+    entries = from_command("coredumps", res, "node/coredumpctl-list.txt")
+    d = Path("/var/lib/systemd/coredump")
+    try:
+        names = sorted(os.listdir(d))
+        lines = []
+        for n in names:
+            try:
+                st = os.stat(d / n)
+                lines.append(f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(st.st_mtime))} {st.st_size} {n}")
+            except OSError:
+                lines.append(f"? ? {n}")
+        entries.append(Entry("coredumps", str(d), "file", path="node/coredump-dir.txt",
+                             data=("\n".join(lines) + "\n").encode()))
+    except FileNotFoundError:
+        pass
+    except PermissionError as exc:
+        entries.append(Entry("coredumps", str(d), "file", status="permission-denied", error=exc.strerror))
+    return entries
+
+
+def _journal(ctx: Context) -> list[Entry]:
+    path = ctx.settings.state_dir / statedir.JOURNAL
+    data, error = _tail(path)
+    if data is not None:
+        return [Entry("journal", str(path), "file", path="gpuwarden/journal.log", data=data)]
+    return [Entry("journal", str(path), "file", status=FAILED, error=error)] if error else []
+
+
+def _kernel(ctx: Context) -> list[Entry]:
+    return kernellog.collect(ctx.settings, ctx.since_s, ctx.deadline)
+
+
+COLLECTORS: tuple[Collector, ...] = (
+    Collector("kernel-log", _kernel),
+    *(Collector(name, _vendor(name, argv, path), vendor=True) for name, argv, path in VENDOR_COMMANDS),
+    Collector("snapshot", _snapshot),
+    Collector("sysfs", _sysfs),
+    Collector("proc", _proc),
+    Collector("node", _node),
+    Collector("engines", _engines),
+    Collector("arena", _arena),
+    Collector("coredumps", _coredumps),
+    Collector("journal", _journal),
+)

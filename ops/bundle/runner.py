@@ -1,0 +1,110 @@
+"""Run one collector step under a deadline: a command (killed with its whole process group) or a call.
+
+A vendor tool stuck on a wedged GPU must never hold the bundle: commands run in their own session,
+and at the timeout the group gets SIGKILL, so grandchildren holding the pipes die with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# After the kill, how long to wait for the pipes to drain before giving up on them.
+DRAIN_AFTER_KILL_S = 0.5
+
+
+@dataclass
+class CommandResult:
+    argv: list[str]
+    stdout: bytes
+    stderr: bytes
+    exit_code: int | None
+    timed_out: bool
+    duration_s: float
+    error: str | None = None  # could not start it at all (not installed, no permission)
+
+
+def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = None) -> CommandResult:
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, env=env, close_fds=True)
+    except FileNotFoundError:
+        return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: not installed")
+    except PermissionError as exc:
+        return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: {exc.strerror}")
+    try:
+        out, err = proc.communicate(timeout=max(0.01, timeout_s))
+        return CommandResult(argv, out, err, proc.returncode, False, time.monotonic() - t0)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = b"", b""
+        try:
+            out, err = proc.communicate(timeout=DRAIN_AFTER_KILL_S)
+        except subprocess.TimeoutExpired:
+            # Something outside the group still holds the pipes; stop reading, keep nothing.
+            for stream in (proc.stdout, proc.stderr):
+                try:
+                    stream.close()  # type: ignore[union-attr]
+                except OSError:
+                    pass
+            try:
+                proc.wait(timeout=DRAIN_AFTER_KILL_S)
+            except subprocess.TimeoutExpired:
+                pass
+        return CommandResult(argv, out or b"", err or b"", proc.returncode, True, time.monotonic() - t0,
+                             f"timed out after {timeout_s:g}s; process group killed")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own session: pgid == pid
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+
+
+class Worker:
+    """A daemon thread running one call; join() waits up to a deadline and reports if it finished.
+
+    Python cannot stop a thread blocked in a read of a hung sysfs file, so a late worker is simply
+    abandoned: its result is dropped and the bundle goes on without it.
+    """
+
+    def __init__(self, name: str, fn: Callable[[], Any]):
+        self.name = name
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.started = time.monotonic()
+        self.finished: float | None = None
+        self._done = threading.Event()
+
+        def body() -> None:
+            try:
+                self.result = fn()
+            except BaseException as exc:  # reported in the manifest, never raised into the bundle
+                self.error = exc
+            finally:
+                self.finished = time.monotonic()
+                self._done.set()
+
+        self._thread = threading.Thread(target=body, name=f"collect-{name}", daemon=True)
+        self._thread.start()
+
+    def wait_until(self, deadline: float) -> bool:
+        return self._done.wait(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def duration_s(self) -> float:
+        return (self.finished or time.monotonic()) - self.started
