@@ -1,0 +1,64 @@
+"""Automatic bundles when a supervised engine dies of a signal: at most one per few minutes per node.
+
+The engine shim calls maybe_collect(); a timestamp file under flock in <state dir>/bundles keeps
+concurrent crashes (four engines dying together) to one safe-mode bundle, and every decision is journaled.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from .. import journal, statedir
+from ..settings import Settings
+
+MIN_INTERVAL_S = 300.0
+AUTO_TIMEOUT_S = 5.0
+LOCK = ".auto.lock"
+STAMP = ".auto.last"
+
+
+def _claim(directory: Path, min_interval_s: float) -> tuple[bool, float | None]:
+    """Take the node's slot for an automatic bundle: (claimed, when the last one was started)."""
+    fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        stamp = directory / STAMP
+        try:
+            last = float(stamp.read_text().strip())
+        except (OSError, ValueError):
+            last = None
+        now = time.time()
+        if last is not None and 0 <= now - last < min_interval_s:
+            return False, last
+        statedir.atomic_write(stamp, f"{now}\n", 0o600)
+        return True, last
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
+def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_s: float = MIN_INTERVAL_S,
+                  timeout_s: float = AUTO_TIMEOUT_S) -> str | None:
+    """Collect a safe-mode bundle unless one was started recently; the path, or None. Never raises."""
+    try:
+        directory = statedir.ensure(settings.state_dir, statedir.BUNDLES)
+        claimed, last = _claim(directory, min_interval_s)
+        if not claimed:
+            journal.write(settings.state_dir, "bundle.auto", "skipped", engine=engine, reason=reason,
+                          why=f"another automatic bundle started {time.time() - (last or 0):.0f}s ago "
+                              f"(at most one per {min_interval_s:.0f}s)")
+            return None
+        from .collect import collect_bundle
+        result = collect_bundle(settings, safe_mode=True, timeout_s=timeout_s)
+        journal.write(settings.state_dir, "bundle.auto", "ok", engine=engine, reason=reason, path=str(result.path),
+                      bytes=result.bytes, seconds=round(result.duration_s, 2), triage=result.report.summary()[:5])
+        return str(result.path)
+    except Exception as exc:  # evidence gathering must never take the shim down
+        try:
+            journal.write(settings.state_dir, "bundle.auto", "failed", engine=engine, reason=reason,
+                          error=getattr(exc, "message", None) or repr(exc))
+        except Exception:
+            pass
+        return None
