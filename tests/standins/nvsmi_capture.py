@@ -1,0 +1,105 @@
+"""Reads captured `nvidia-smi -q` text (shared/fixtures/nvidia) into the per-GPU readings a stand-in
+pynvml replays. Key spellings differ between drivers (565: "Gpu", "Power Draw"; 590: "GPU",
+"Average Power Draw"), so lookups try each.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MIB = 1 << 20
+
+
+@dataclass
+class SmiProcess:
+    pid: int
+    kind: str  # "C", "G" or "C+G"
+    name: str
+    used_mib: int | None  # None: nvidia-smi printed N/A
+
+
+@dataclass
+class SmiGpu:
+    bus_id: str  # as nvidia-smi prints it: 00000000:18:00.0
+    fields: dict[str, str]
+    processes: list[SmiProcess] = field(default_factory=list)
+
+    def get(self, *keys: str) -> str | None:
+        for key in keys:
+            value = self.fields.get(key)
+            if value is not None and value not in ("N/A", "[N/A]"):
+                return value
+        return None
+
+    def number(self, *keys: str) -> float | None:
+        value = self.get(*keys)
+        if value is None:
+            return None
+        match = re.match(r"-?\d+(\.\d+)?", value)
+        return float(match.group(0)) if match else None
+
+    @property
+    def name(self) -> str:
+        return self.fields["Product Name"]
+
+    @property
+    def uuid(self) -> str:
+        return self.fields["GPU UUID"]
+
+    @property
+    def minor(self) -> int:
+        return int(self.fields["Minor Number"])
+
+    def fb(self, key: str) -> int:
+        """FB Memory Usage figure in bytes (nvidia-smi prints whole MiB)."""
+        return int(self.number(f"FB Memory Usage.{key}")) * MIB
+
+    @property
+    def utilization(self) -> float | None:
+        return self.number("Utilization.GPU", "Utilization.Gpu")
+
+    @property
+    def temperature(self) -> float | None:
+        return self.number("Temperature.GPU Current Temp")
+
+    @property
+    def power_w(self) -> float | None:
+        # What nvmlDeviceGetPowerUsage reports on Hopper: the 1 s average (NVML reference).
+        return self.number("GPU Power Readings.Average Power Draw", "GPU Power Readings.Power Draw")
+
+
+def parse_q(path: Path) -> list[SmiGpu]:
+    gpus: list[SmiGpu] = []
+    stack: list[str] = []
+    proc: dict[str, str] | None = None
+    for raw in path.read_text().splitlines():
+        if not raw.strip():
+            continue
+        if raw.startswith("GPU "):
+            gpus.append(SmiGpu(bus_id=raw.split()[1], fields={}))
+            stack, proc = [], None
+            continue
+        if not gpus or not raw.startswith("    "):
+            continue
+        depth = (len(raw) - len(raw.lstrip())) // 4  # 1 = a GPU's top-level key
+        key, sep, value = raw.strip().partition(":")
+        key, value = key.strip(), value.strip()
+        stack = stack[:depth - 1] + [key]
+        gpu = gpus[-1]
+        if stack[0] == "Processes" and depth > 1:
+            if key == "GPU instance ID":
+                proc = {}
+            if proc is not None:
+                proc[key] = value
+                if key == "Used GPU Memory":
+                    used = re.match(r"(\d+) MiB", value)
+                    gpu.processes.append(SmiProcess(
+                        pid=int(proc["Process ID"]), kind=proc.get("Type", "C"), name=proc.get("Name", ""),
+                        used_mib=int(used.group(1)) if used else None))
+                    proc = None
+            continue
+        if sep and value:
+            gpu.fields[".".join(stack)] = value
+    return gpus

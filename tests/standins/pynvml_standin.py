@@ -1,0 +1,163 @@
+"""A stand-in `pynvml` for a machine without libnvidia-ml: the real nvidia-ml-py module's constants,
+error classes and structs, and every nvml* function with its real signature, answering from a
+captured `nvidia-smi -q` report (nvsmi_capture) with the structs NVML itself would fill.
+
+Wrong arity or a non-handle raises ContractViolation (which the backend cannot swallow); a call a
+capture cannot answer raises NVMLError_NotSupported, as NVML does for an unsupported query.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any
+
+import pynvml as real
+
+from .nvsmi_capture import MIB, SmiGpu
+
+
+class ContractViolation(AssertionError):
+    """The backend used pynvml in a way the real module would not accept."""
+
+
+class DeviceHandle:
+    def __init__(self, index: int):
+        self.index = index
+
+
+class _Replay:
+    def __init__(self, mod: types.ModuleType, gpus: list[SmiGpu], *, init_error: int | None,
+                 memory_v2: bool, process_memory: bool):
+        self.mod, self.gpus = mod, gpus
+        self.init_error, self.memory_v2, self.process_memory = init_error, memory_v2, process_memory
+
+    def _gpu(self, handle: DeviceHandle) -> SmiGpu:
+        return self.gpus[handle.index]
+
+    @staticmethod
+    def _known(value: Any) -> Any:
+        if value is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return value
+
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise real.NVMLError(self.init_error)
+
+    def nvmlShutdown(self) -> None:
+        return None
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> DeviceHandle:
+        if not 0 <= index < len(self.gpus):
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        return DeviceHandle(index)
+
+    def nvmlDeviceGetName(self, handle: DeviceHandle) -> str:
+        return self._gpu(handle).name
+
+    def nvmlDeviceGetUUID(self, handle: DeviceHandle) -> str:
+        return self._gpu(handle).uuid
+
+    def nvmlDeviceGetMinorNumber(self, handle: DeviceHandle) -> int:
+        return self._gpu(handle).minor
+
+    def nvmlDeviceGetPciInfo(self, handle: DeviceHandle) -> Any:
+        gpu = self._gpu(handle)
+        info = real.nvmlPciInfo_t()
+        info.busId = gpu.bus_id.encode()
+        info.busIdLegacy = gpu.bus_id.encode()
+        return info
+
+    def nvmlDeviceGetMemoryInfo(self, handle: DeviceHandle, version: Any = None) -> Any:
+        gpu = self._gpu(handle)
+        total, reserved, used, free = (gpu.fb(k) for k in ("Total", "Reserved", "Used", "Free"))
+        if version:
+            if not self.memory_v2:  # a pre-r510 driver has no nvmlDeviceGetMemoryInfo_v2 symbol
+                raise real.NVMLError(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+            mem = real.c_nvmlMemory_v2_t()
+            mem.version, mem.total, mem.reserved, mem.used, mem.free = version, total, reserved, used, free
+            return mem
+        mem = real.c_nvmlMemory_t()
+        # v1: used is everything not free, the driver's reservation included (NVML reference).
+        mem.total, mem.free, mem.used = total, free, total - free
+        return mem
+
+    def nvmlDeviceGetUtilizationRates(self, handle: DeviceHandle) -> Any:
+        gpu = self._gpu(handle)
+        rates = real.c_nvmlUtilization_t()
+        rates.gpu = int(self._known(gpu.utilization))
+        rates.memory = int(gpu.number("Utilization.Memory") or 0)
+        return rates
+
+    def nvmlDeviceGetTemperature(self, handle: DeviceHandle, sensor: int) -> int:
+        if sensor != real.NVML_TEMPERATURE_GPU:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return int(self._known(self._gpu(handle).temperature))
+
+    def nvmlDeviceGetTemperatureV(self, handle: DeviceHandle, sensor: int, version: Any = None) -> int:
+        return self.nvmlDeviceGetTemperature(handle, sensor)
+
+    def nvmlDeviceGetPowerUsage(self, handle: DeviceHandle) -> int:
+        return round(self._known(self._gpu(handle).power_w) * 1000)  # NVML counts milliwatts
+
+    def _processes(self, handle: DeviceHandle, kind: str) -> list:
+        out = []
+        for p in self._gpu(handle).processes:
+            if kind not in p.kind.split("+"):
+                continue
+            struct = real.c_nvmlProcessInfo_v3_t()
+            struct.pid = p.pid
+            unknown = p.used_mib is None or not self.process_memory
+            struct.usedGpuMemory = real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if unknown else p.used_mib * MIB
+            struct.gpuInstanceId = struct.computeInstanceId = 0xFFFFFFFF
+            obj = real.nvmlStructToFriendlyObject(struct)
+            if obj.usedGpuMemory == real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+                obj.usedGpuMemory = None  # what pynvml itself does with the sentinel
+            out.append(obj)
+        return out
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: DeviceHandle) -> list:
+        return self._processes(handle, "C")
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: DeviceHandle) -> list:
+        return self._processes(handle, "G")
+
+
+def build(gpus: list[SmiGpu], *, init_error: int | None = None, memory_v2: bool = True,
+          process_memory: bool = True) -> types.ModuleType:
+    """A module that looks like `import pynvml` on the node the capture describes."""
+    mod = types.ModuleType("pynvml", "stand-in pynvml replaying nvidia-smi -q")
+    mod.calls = []
+    replay = _Replay(mod, gpus, init_error=init_error, memory_v2=memory_v2, process_memory=process_memory)
+    for name in dir(real):
+        obj = getattr(real, name)
+        if name.startswith("nvml") and inspect.isfunction(obj):
+            setattr(mod, name, _function(mod, replay, name, inspect.signature(obj)))
+        elif not name.startswith("__"):
+            setattr(mod, name, obj)
+    return mod
+
+
+def _function(mod: types.ModuleType, replay: _Replay, name: str, sig: inspect.Signature):
+    answer = getattr(replay, name, None)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise ContractViolation(f"{name}{sig}: {exc}") from None
+        handle = bound.arguments.get("handle")
+        if "handle" in sig.parameters and not isinstance(handle, DeviceHandle):
+            raise ContractViolation(f"{name}: handle must come from nvmlDeviceGetHandleByIndex, got {handle!r}")
+        mod.calls.append(name)
+        if answer is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return answer(*bound.args, **bound.kwargs)
+
+    call.__name__ = name
+    call.__signature__ = sig  # type: ignore[attr-defined]
+    return call
