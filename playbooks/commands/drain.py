@@ -1,10 +1,59 @@
-"""CLI: `gpuwarden drain` (placeholder until its issue lands).
+"""CLI: `gpuwarden drain GPU` and `gpuwarden undrain GPU` — take a GPU out of service and put it back.
 
-Registers nothing yet.
+Plan first with --dry-run; scripts pass --yes; --json prints one event per line.
 """
+
+from __future__ import annotations
+
+from typing import Optional
 
 import typer
 
+from ops.settings import Settings
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("drain")
+    def drain_cmd(
+        ctx: typer.Context,
+        gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`)."),
+        timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait until the GPU is idle."),
+        grace: Optional[float] = typer.Option(None, "--grace", help="Seconds each engine gets between its stop "
+                                              "signal and SIGKILL (default: the engine's stop_grace)."),
+        reason: str = typer.Option("", "--reason", help="Why, for the journal and `status`."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
+        yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask; required when there is no terminal."),
+        json_out: bool = typer.Option(False, "--json", help="One JSON event per line."),
+        wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another playbook's lock on the GPU."),
+    ) -> None:
+        """Drain GPU N: mark it drained, stop the engines on it, wait until it is idle.
+
+        Launch refuses a drained GPU and status shows it. Engines on this GPU only are stopped through
+        their shims (stop signal, grace, SIGKILL); then drain waits until no process holds the GPU and its
+        VRAM is back at the baseline, and reports what was stopped and what remains. Exit 1 when something
+        remains (see `gpuwarden purge N`).
+        """
+        from playbooks import nodecheck
+        from playbooks.drain import DrainPlaybook
+        from playbooks.output import execute, exit_with
+        settings: Settings = ctx.obj
+        nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
+        exit_with(execute(DrainPlaybook(gpu, timeout_s=timeout, grace_s=grace, reason=reason), settings,
+                          dry_run=dry_run, yes=yes, json_out=json_out, wait_s=wait))
+
+    @app.command("undrain")
+    def undrain_cmd(
+        ctx: typer.Context,
+        gpu: int = typer.Argument(..., help="GPU index."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
+        yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for symmetry; undrain asks nothing."),
+        json_out: bool = typer.Option(False, "--json", help="One JSON event per line."),
+        wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another playbook's lock on the GPU."),
+    ) -> None:
+        """Undrain GPU N: clear its drained mark so launch may use it again."""
+        from playbooks import nodecheck
+        from playbooks.drain import UndrainPlaybook
+        from playbooks.output import execute, exit_with
+        settings: Settings = ctx.obj
+        nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
+        exit_with(execute(UndrainPlaybook(gpu), settings, dry_run=dry_run, yes=yes, json_out=json_out, wait_s=wait))

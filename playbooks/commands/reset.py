@@ -1,10 +1,39 @@
-"""CLI: `gpuwarden reset` (placeholder until its issue lands).
+"""CLI: `gpuwarden reset GPU` — reset one drained, idle GPU the vendor's way and verify it came back.
 
-Registers nothing yet.
+Plan first with --dry-run; scripts pass --yes; --json prints one event per line.
 """
+
+from __future__ import annotations
 
 import typer
 
+from ops.settings import Settings
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("reset")
+    def reset_cmd(
+        ctx: typer.Context,
+        gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`)."),
+        force: bool = typer.Option(False, "--force", help="Reset even if the GPU is not drained or processes "
+                                   "still use it (they lose their GPU contexts)."),
+        timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for the GPU to come back clean."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (and the exact reset command); change nothing."),
+        yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask; required when there is no terminal."),
+        json_out: bool = typer.Option(False, "--json", help="One JSON event per line."),
+        wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another playbook's lock on the GPU."),
+    ) -> None:
+        """Reset GPU N: every context on it is lost and leaked VRAM returns.
+
+        Refuses unless the GPU is drained (`gpuwarden drain N`) and no process holds it; on AMD every GPU of
+        the same XGMI hive must be drained too, since the driver resets the hive as one. Picks the vendor's
+        way (amdsmi library, amd-smi, rocm-smi; nvidia-smi -r; the simulated driver), then verifies that the
+        GPU enumerates again, its VRAM is back at the baseline and no residual is left. Needs root on real GPUs.
+        """
+        from playbooks import nodecheck
+        from playbooks.output import execute, exit_with
+        from playbooks.reset import ResetPlaybook
+        settings: Settings = ctx.obj
+        nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
+        exit_with(execute(ResetPlaybook(gpu, force=force, timeout_s=timeout), settings,
+                          dry_run=dry_run, yes=yes, json_out=json_out, wait_s=wait))

@@ -1,0 +1,120 @@
+"""The drain and undrain playbooks: take one GPU out of service (mark, stop its engines, wait idle), or back in.
+
+Only engines on that GPU are stopped, through their shims; other GPUs keep serving.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from typing import Any
+
+from ops import nodestate
+
+from . import nodecheck
+from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = str(os.geteuid())
+    sudo = os.environ.get("SUDO_USER")
+    return f"{user} (sudo from {sudo})" if sudo and sudo != user else user
+
+
+class DrainPlaybook(Playbook):
+    name = "drain"
+    destructive = True
+
+    def __init__(self, gpu: int, *, timeout_s: float = 60.0, grace_s: float | None = None, reason: str = ""):
+        self.gpu = gpu
+        self.timeout_s = timeout_s
+        self.grace_s = grace_s
+        self.reason = reason
+        self.description = f"drain GPU {gpu}: mark it drained, stop its engines, wait until it is idle"
+
+    def gpus(self) -> tuple[int, ...]:
+        return (self.gpu,)
+
+    def summary(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "reason": self.reason}
+
+    def preconditions(self, ctx: RunContext) -> list[str]:
+        snap = nodecheck.snapshot(ctx.settings)
+        nodecheck.require_gpu(snap, self.gpu)
+        engines = [e for e in snap.engines if e.gpu == self.gpu and e.phase not in ("exited", "crashed")]
+        ctx.scratch["engines_planned"] = [e.name for e in engines]
+        return []
+
+    def plan(self, ctx: RunContext) -> list[Step]:
+        names = ctx.scratch.get("engines_planned", [])
+        stop_what = f"stop engine(s) {', '.join(names)} through their shims" if names else \
+            "stop any engine on it through its shim (none running now)"
+        return [
+            Step("mark", f"mark GPU {self.gpu} drained (launch refuses it, status shows it)", self._mark,
+                 destructive=True),
+            Step("stop-engines", f"{stop_what} (stop signal, grace, SIGKILL)", self._stop, destructive=True),
+            Step("wait-idle", f"wait up to {self.timeout_s:g}s until no process holds GPU {self.gpu} "
+                              "and its VRAM is back at the baseline", self._wait),
+        ]
+
+    def _mark(self, ctx: RunContext) -> str:
+        already = self.gpu in nodestate.drained(ctx.settings.state_dir)
+        nodestate.set_drained(ctx.settings.state_dir, self.gpu, True, who=_who(), reason=self.reason)
+        return f"GPU {self.gpu} {'was already' if already else 'is now'} drained"
+
+    def _stop(self, ctx: RunContext) -> str:
+        try:
+            from ops.engines.control import stop_gpu
+        except ImportError:
+            raise SkipStep("engine supervision is not part of this build: no engines to stop") from None
+        results = stop_gpu(ctx.settings, self.gpu, timeout_s=self.grace_s)
+        stopped = [{"engine": r.name, "result": r.result, "detail": r.detail} for r in results]
+        ctx.scratch["stopped"] = stopped
+        for r in results:
+            ctx.info(f"engine {r.name}: {r.result}" + (f" ({r.detail})" if r.detail else ""),
+                     engine=r.name, result=r.result)
+        if not results:
+            raise SkipStep(f"no supervised engine runs on GPU {self.gpu}")
+        return f"{len(results)} engine(s) on GPU {self.gpu} stopped: " + ", ".join(
+            f"{r.name} ({r.result})" for r in results)
+
+    def _wait(self, ctx: RunContext) -> str:
+        _, states = nodecheck.wait_idle(ctx.settings, [self.gpu], self.timeout_s, cancelled=ctx.cancelled)
+        state = states[self.gpu]
+        ctx.scratch["remaining"] = list(state.problems)
+        if not state.ok:
+            raise StepFailed(f"GPU {self.gpu} is drained but not idle after {self.timeout_s:g}s: "
+                             + "; ".join(state.problems),
+                             f"stop those processes, or remove leftovers with `gpuwarden purge {self.gpu}`")
+        return f"GPU {self.gpu} is idle: no holders, VRAM at baseline"
+
+
+class UndrainPlaybook(Playbook):
+    name = "undrain"
+    destructive = False
+
+    def __init__(self, gpu: int):
+        self.gpu = gpu
+        self.description = f"undrain GPU {gpu}: launch may use it again"
+
+    def gpus(self) -> tuple[int, ...]:
+        return (self.gpu,)
+
+    def summary(self) -> dict[str, Any]:
+        return {"gpu": self.gpu}
+
+    def preconditions(self, ctx: RunContext) -> list[str]:
+        nodecheck.require_gpu(nodecheck.snapshot(ctx.settings), self.gpu)
+        return []
+
+    def plan(self, ctx: RunContext) -> list[Step]:
+        return [Step("unmark", f"clear GPU {self.gpu}'s drained mark", self._unmark, destructive=True)]
+
+    def _unmark(self, ctx: RunContext) -> str:
+        if self.gpu not in nodestate.drained(ctx.settings.state_dir):
+            raise SkipStep(f"GPU {self.gpu} was not drained")
+        nodestate.set_drained(ctx.settings.state_dir, self.gpu, False)
+        return f"GPU {self.gpu} is back in service"

@@ -1,0 +1,101 @@
+"""What the node-changing playbooks ask of a snapshot: does the GPU exist, who uses it, is it idle again.
+
+Drain, reset, purge and baseline share these so "idle" and "in use" mean one thing everywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ops.errors import NotFound, Refused
+from ops.model import GpuInfo, GpuProcess, NodeSnapshot
+from ops.settings import Settings
+from ops.units import fmt_bytes
+
+
+def snapshot(settings: Settings) -> NodeSnapshot:
+    """A fresh full snapshot of the live node (refused on a captured tree: nothing there can change)."""
+    if settings.replay is not None:
+        raise Refused(f"this is a replay of {settings.replay}: nothing on it can be changed",
+                      "run the playbook on the node itself")
+    from ops.snapshot import take_snapshot
+    return take_snapshot(settings)
+
+
+def require_gpu(snap: NodeSnapshot, index: int) -> GpuInfo:
+    gpu = snap.gpu(index)
+    if gpu is None:
+        have = ", ".join(str(g.index) for g in snap.gpus) or "none"
+        raise NotFound(f"no GPU {index} on this node (GPUs: {have})",
+                       "see `gpuwarden status` for the GPU indexes")
+    return gpu
+
+
+def users(snap: NodeSnapshot, index: int) -> list[GpuProcess]:
+    """Processes that use GPU `index`: VRAM charged to them there, or its device file held open."""
+    gpu = snap.gpu(index)
+    files = set(gpu.device_files) if gpu else set()
+    return [p for p in snap.processes if index in p.vram or files.intersection(p.device_files)]
+
+
+def live_users(snap: NodeSnapshot, index: int) -> list[GpuProcess]:
+    return [p for p in users(snap, index) if p.alive]
+
+
+def describe(p: GpuProcess, index: int | None = None) -> str:
+    size = f", {fmt_bytes(p.vram[index])}" if index is not None and index in p.vram else ""
+    return f"pid {p.pid} ({p.state}{size}) {p.command[:60] or '(gone)'}"
+
+
+@dataclass(frozen=True)
+class Idle:
+    """Whether one GPU is idle: nobody uses it and its VRAM is back to the baseline."""
+
+    gpu: int
+    ok: bool
+    present: bool
+    problems: tuple[str, ...]
+
+
+def idle_state(snap: NodeSnapshot, index: int) -> Idle:
+    gpu = snap.gpu(index)
+    if gpu is None:
+        return Idle(index, False, False, (f"GPU {index} does not enumerate",))
+    problems = [f"used by {describe(p, index)}" for p in users(snap, index)]
+    res = next((r for r in snap.residual if r.gpu_index == index), None)
+    if res is not None:
+        if res.significant:
+            what = "baseline" if res.baseline is not None else "idle (no baseline recorded)"
+            problems.append(f"{fmt_bytes(res.residual or 0)} of VRAM above {what} held by no live process")
+        for h in res.holders:
+            if h.pid is not None and not any(f"pid {h.pid} " in p for p in problems):
+                problems.append(f"pid {h.pid} holds it ({h.reason})")
+    return Idle(index, not problems, True, tuple(problems))
+
+
+def wait_idle(settings: Settings, gpus: list[int], timeout_s: float, *, poll_s: float = 0.25,
+              cancelled=None) -> tuple[NodeSnapshot, dict[int, Idle]]:
+    """Poll until every GPU in `gpus` is idle or the timeout passes; returns the last look."""
+    from ops.snapshot import Sampler
+    sampler = Sampler(settings, deep_every_s=0.0)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            snap = sampler.snapshot(deep=True)
+            states = {g: idle_state(snap, g) for g in gpus}
+            if all(s.ok for s in states.values()) or time.monotonic() >= deadline:
+                return snap, states
+            if cancelled is not None and cancelled.is_set():
+                return snap, states
+            time.sleep(poll_s)
+    finally:
+        sampler.close()
+
+
+def hive_peers(snap: NodeSnapshot, index: int) -> list[int]:
+    """Other GPUs of the same XGMI hive as `index` (a reset of one can reach them all)."""
+    gpu = snap.gpu(index)
+    if gpu is None or not gpu.hive_id:
+        return []
+    return [g.index for g in snap.gpus if g.index != index and g.hive_id == gpu.hive_id]

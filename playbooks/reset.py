@@ -1,0 +1,126 @@
+"""The reset playbook: reset one GPU the vendor's way once it is drained and idle, then verify it came back.
+
+On AMD the other GPUs of its XGMI hive are checked and locked too: the driver resets the hive as one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Callable
+
+from ops import gpureset, nodestate
+from ops.gpureset import ResetPath
+from ops.model import NodeSnapshot
+from ops.settings import Settings
+
+from . import nodecheck
+from .framework import Playbook, RunContext, Step, StepFailed
+
+
+def blockers(snap: NodeSnapshot, gpu: int, *, require_drained: bool, drained: dict[int, dict]) -> list[str]:
+    """Why GPU `gpu` (and its hive) may not be reset now; empty when it may."""
+    problems = []
+    for g in [gpu, *nodecheck.hive_peers(snap, gpu)]:
+        label = f"GPU {g}" if g == gpu else f"GPU {g} (same XGMI hive as GPU {gpu}: the reset reaches it)"
+        if require_drained and g not in drained:
+            problems.append(f"{label} is not drained (run `gpuwarden drain {g}` first)")
+        live = nodecheck.live_users(snap, g)
+        if live:
+            problems.append(f"{label} is in use by " + "; ".join(nodecheck.describe(p, g) for p in live[:4])
+                            + (" ..." if len(live) > 4 else ""))
+    return problems
+
+
+def reset_step(settings: Settings, gpu: int, *, force: bool, timeout_s: float,
+               runner: gpureset.Runner, which: gpureset.Which, amdsmi_loader: Callable[[], Any]) -> list[Step]:
+    """The reset and verify steps; purge --escalate-reset uses the same ones."""
+
+    def do_reset(ctx: RunContext) -> str:
+        # Look again right before acting: a tenant may have started since the plan was made.
+        snap = nodecheck.snapshot(settings)
+        info = nodecheck.require_gpu(snap, gpu)
+        if not force:
+            problems = blockers(snap, gpu, require_drained=False, drained={})
+            if problems:
+                raise StepFailed("not reset: " + "; ".join(problems), "stop them, or pass --force")
+        path = gpureset.choose(info, which=which, amdsmi_loader=amdsmi_loader)
+        ctx.info(f"resetting GPU {gpu}: {path.what}", method=path.method)
+        done = gpureset.perform(settings, path, runner=runner, amdsmi_loader=amdsmi_loader)
+        ctx.scratch.setdefault("reset", []).append({"gpu": gpu, "method": path.method, "call": done})
+        return f"GPU {gpu} reset: {done}"
+
+    def verify(ctx: RunContext) -> str:
+        before = ctx.scratch.get("identity", {}).get(gpu)
+        snap, states = nodecheck.wait_idle(settings, [gpu], timeout_s, cancelled=ctx.cancelled)
+        info = snap.gpu(gpu)
+        state = states[gpu]
+        if info is None or not state.present:
+            raise StepFailed(f"GPU {gpu} did not enumerate again within {timeout_s:g}s",
+                             "see dmesg; the GPU may need a reboot or a PCI rescan")
+        if before and info.bus_id and before != info.bus_id:
+            raise StepFailed(f"index {gpu} is now the GPU at {info.bus_id}, not {before}: the GPUs re-enumerated "
+                             "in another order", "check `gpuwarden status` before doing anything else")
+        if not state.ok:
+            raise StepFailed(f"GPU {gpu} is back but not clean: " + "; ".join(state.problems),
+                             "see `gpuwarden status`; a residual that survives a reset points at the driver")
+        res = next((r for r in snap.residual if r.gpu_index == gpu), None)
+        ctx.scratch.setdefault("verified", []).append(gpu)
+        base = ("VRAM at baseline" if res is not None and res.baseline is not None
+                else "no unexplained VRAM (no baseline recorded)")
+        return f"GPU {gpu} enumerates again, {base}, no holders"
+
+    return [
+        Step("reset", f"reset GPU {gpu} (every context on it is lost)", do_reset, destructive=True),
+        Step("verify", f"verify GPU {gpu}: enumerates again, VRAM at baseline, no residual", verify),
+    ]
+
+
+class ResetPlaybook(Playbook):
+    name = "reset"
+    destructive = True
+
+    def __init__(self, gpu: int, *, force: bool = False, timeout_s: float = 60.0,
+                 runner: gpureset.Runner = gpureset.run_command, which: gpureset.Which = shutil.which,
+                 amdsmi_loader: Callable[[], Any] = gpureset.load_amdsmi):
+        self.gpu = gpu
+        self.force = force
+        self.timeout_s = timeout_s
+        self.runner, self.which, self.amdsmi_loader = runner, which, amdsmi_loader
+        self.description = f"reset GPU {gpu}"
+        self._locked = (gpu,)
+        self._path: ResetPath | None = None
+
+    def gpus(self) -> tuple[int, ...]:
+        return self._locked
+
+    def summary(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "force": self.force, "gpus_locked": list(self._locked),
+                "method": self._path.method if self._path else None}
+
+    def preconditions(self, ctx: RunContext) -> list[str]:
+        snap = nodecheck.snapshot(ctx.settings)
+        info = nodecheck.require_gpu(snap, self.gpu)
+        peers = nodecheck.hive_peers(snap, self.gpu)
+        self._locked = (self.gpu, *peers)
+        if peers:
+            ctx.info(f"GPU {self.gpu} is in XGMI hive {info.hive_id} with GPU(s) {', '.join(map(str, peers))}: "
+                     "the reset reaches them too", hive=info.hive_id, peers=peers)
+        problems = []
+        if info.vendor != "sim" and os.geteuid() != 0:
+            problems.append("a GPU reset needs root (run it with sudo)")
+        if not self.force:
+            problems += blockers(snap, self.gpu, require_drained=True, drained=nodestate.drained(ctx.settings.state_dir))
+        try:
+            self._path = gpureset.choose(info, which=self.which, amdsmi_loader=self.amdsmi_loader)
+        except Exception as exc:  # no tool, no bus id: the plan cannot name a way to reset
+            problems.append(str(exc))
+        ctx.scratch["identity"] = {self.gpu: info.bus_id}
+        return problems
+
+    def plan(self, ctx: RunContext) -> list[Step]:
+        steps = reset_step(ctx.settings, self.gpu, force=self.force, timeout_s=self.timeout_s,
+                           runner=self.runner, which=self.which, amdsmi_loader=self.amdsmi_loader)
+        if self._path is not None:
+            steps[0].description += f" via {self._path.what}"
+        return steps
