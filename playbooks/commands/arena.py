@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -60,9 +59,9 @@ def register(app: typer.Typer) -> None:
 @arena_app.command("create")
 def create_cmd(
     ctx: typer.Context,
-    path: Path = typer.Argument(..., help="Arena file to create, e.g. /dev/shm/weights.arena."),
+    path: str = typer.Argument(..., help="Arena file to create, e.g. /dev/shm/weights.arena."),
     size: Optional[str] = typer.Option(None, "--size", help="Payload size filled with a test pattern, e.g. 32GiB."),
-    source: Optional[Path] = typer.Option(None, "--from", help="Copy this file's bytes in as the payload."),
+    source: Optional[str] = typer.Option(None, "--from", help="Copy this file's bytes in as the payload."),
     chunk_size: str = typer.Option("16MiB", "--chunk-size", help="Bytes per hashed chunk (multiple of 4 KiB)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing file."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Threads (default: every core)."),
@@ -96,7 +95,7 @@ def create_cmd(
 
 @arena_app.command("verify")
 def verify_cmd(
-    path: Path = typer.Argument(..., help="Arena file."),
+    path: str = typer.Argument(..., help="Arena file."),
     expect_size: Optional[str] = typer.Option(None, "--size", help="Fail unless the payload is exactly this size."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Threads (default: every core)."),
     method: str = typer.Option("pread", "--method", help="pread (default) or mmap."),
@@ -127,7 +126,7 @@ def verify_cmd(
 @arena_app.command("inspect")
 def inspect_cmd(
     ctx: typer.Context,
-    path: Path = typer.Argument(..., help="Arena file."),
+    path: str = typer.Argument(..., help="Arena file."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
 ) -> None:
     """Show the header, whether it checks out (no payload hashing), and every process that maps the file.
@@ -207,7 +206,7 @@ def probe_cmd(
     engines: int = typer.Option(..., "--engines", help="Canaries to run, one per GPU (GPU 0..N-1)."),
     concurrency: int = typer.Option(1, "--concurrency", help="At most this many register at once (a private gate)."),
     runtime: str = typer.Option("cuda", "--runtime", help="hip, cuda, host or sim."),
-    arena: Optional[Path] = typer.Option(None, "--arena", help="Use this arena (it is left in place)."),
+    arena: Optional[str] = typer.Option(None, "--arena", help="Use this arena (it is left in place)."),
     size: Optional[str] = typer.Option(None, "--size", help="Create a temporary arena this big (in /dev/shm when it fits)."),
     verify: str = typer.Option("header", "--verify", help="What each canary checks before registering: full, header, none."),
     register_chunk: Optional[str] = typer.Option(None, "--register-chunk", help="Register in pieces of this size."),

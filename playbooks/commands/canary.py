@@ -5,7 +5,6 @@ The engine itself lives in ops.canary so the shim can spawn it without Typer.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -17,7 +16,7 @@ from ops.units import parse_size
 def register(app: typer.Typer) -> None:
     @app.command("canary")
     def canary_cmd(
-        arena: Path = typer.Option(..., "--arena", help="The arena file to map."),
+        arena: str = typer.Option(..., "--arena", help="The arena file to map."),
         gpu: int = typer.Option(0, "--gpu", help="Device index as this process sees it."),
         runtime: str = typer.Option("host", "--runtime", help="hip, cuda, host (mlock, no GPU) or sim."),
         verify: str = typer.Option("full", "--verify", help="full (hash every chunk), header, or none."),
