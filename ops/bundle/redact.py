@@ -14,6 +14,8 @@ SECRET_NAME = re.compile(
     r"(?i)(?:^|_|-)?(?:[A-Z0-9]*?)(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY"
     r"|CREDENTIALS?|AUTH|SESSION_?KEY|SIGNING_?KEY|COOKIE)(?:[A-Z0-9_]*)$")
 
+_KEYWORDS = r"(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?|auth)"
+
 # (name, regex, group holding the secret) applied to text; order matters (specific first).
 PATTERNS: tuple[tuple[str, re.Pattern, int], ...] = (
     ("private-key-block", re.compile(
@@ -26,11 +28,11 @@ PATTERNS: tuple[tuple[str, re.Pattern, int], ...] = (
     ("github-token", re.compile(r"\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b"), 1),
     ("slack-token", re.compile(r"\b(xox[abprs]-[A-Za-z0-9-]{10,})\b"), 1),
     ("jwt", re.compile(r"\b(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"), 1),
-    # key=value / key: value / --key value / "key": "value" with a secret-sounding key
+    # key=value, key: value, "key": "value" with a secret-sounding key; or a --flag followed by its value
     ("secret-assignment", re.compile(
-        r"(?i)((?:[\w.-]*?)(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
-        r"|credentials?|auth)[\w.-]*\"?\s*(?:=|:|\s|\x00)\s*\"?)(?!(?:Bearer|Basic|Token)\s|\[REDACTED)"
-        r"([^\s\"',\x00;&]{3,})"), 2),
+        r"(?i)((?:--?[\w.-]*?" + _KEYWORDS + r"[\w.-]*(?:[ \t]+|\x00|=))"
+        r"|(?:[\w.-]*?" + _KEYWORDS + r"[\w.-]*\"?[ \t]*[=:][ \t]*\"?))"
+        r"(?!(?:Bearer|Basic|Token)[ \t]|\[REDACTED)([^\s\"',\x00;&]{3,})"), 2),
 )
 
 _MARK = "[REDACTED:{}]"

@@ -1,10 +1,98 @@
-"""CLI: `gpuwarden bundle` (placeholder until its issue lands).
+"""CLI: `gpuwarden bundle` — gather the evidence of an incident into one .tar.gz, with a triage on top.
 
-Registers nothing yet.
+Collectors run concurrently under a per-collector timeout; failures are listed, never fatal.
 """
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
 
 import typer
 
+from ops.settings import Settings
+from ops.units import fmt_bytes, parse_size
+
+HELP = """Collect an incident bundle: kernel log (dmesg, else journalctl -k, else /dev/kmsg), amd-smi /
+rocm-smi / nvidia-smi output, the gpuwarden snapshot, the raw sysfs/KFD/DRM-fdinfo and /proc files
+the backends read (kept in their tree layout, so `gpuwarden status --bundle` replays them), amdgpu
+module parameters, kernel command line, meminfo, memlock limits, every engine's state and log tail,
+arenas, /proc/<pid>/{status,maps,limits,environ,cmdline} of engines and GPU holders, versions (kernel,
+driver, HIP/HSA libraries loaded), core dumps — plus triage.md/triage.json and manifest.json.
+
+Each collector runs under --timeout (a hung rocm-smi is killed with its process group); one that fails
+or times out is listed in the manifest and the bundle goes on. Secrets in environments, command lines
+and logs are redacted (tokens, passwords, keys, AWS/HF/OpenAI/GitHub-style tokens, Bearer headers,
+URLs with user:password; the list is in ops/bundle/redact.py) and the manifest says what was redacted,
+never the values. The archive is mode 0600, written to a temp name and renamed at the end, so a full
+disk leaves nothing behind. Default output: <state dir>/bundles/."""
+
+
+def _progress_printer():
+    if not sys.stderr.isatty():
+        return None
+
+    def show(event: str, name: str, done: int, total: int) -> None:
+        text = f"collecting {done}/{total}: {name}" if event == "collected" else f"writing {name}"
+        sys.stderr.write("\r\x1b[2K" + text[:120])
+        sys.stderr.flush()
+    return show
+
+
+def _print_result(result) -> None:
+    m = result.manifest
+    typer.echo(f"bundle: {result.path}")
+    typer.echo(f"  {fmt_bytes(result.bytes)}, {len(m['items'])} files, {result.duration_s:.1f}s"
+               + (" (as root)" if m["collected_by"]["root"] else f" (as {m['collected_by']['user']}, not root)"))
+    problems = [c for c in m["collectors"] if c["status"] not in ("ok", "missing", "skipped")]
+    absent = [c["name"] for c in m["collectors"] if c["status"] == "missing"]
+    skipped = [c["name"] for c in m["collectors"] if c["status"] == "skipped"]
+    for c in problems:
+        typer.echo(f"  {c['name']}: {c['status']}" + (f" — {c['error']}" if c.get("error") else ""))
+    if absent:
+        typer.echo(f"  not installed here: {', '.join(absent)}")
+    if skipped:
+        typer.echo(f"  skipped (--safe-mode): {', '.join(skipped)}")
+    denied = [e for e in m["not_collected"] if e["status"] == "permission-denied"]
+    if denied:
+        typer.echo(f"  could not read {len(denied)} item(s) without more privileges, e.g. "
+                   + ", ".join(e["source"] for e in denied[:3]))
+    red = m["redaction"]
+    if red["total"]:
+        typer.echo(f"  redacted {red['total']} secret(s): "
+                   + ", ".join(f"{k} x{v}" for k, v in sorted(red["by_pattern"].items())))
+    typer.echo("triage:")
+    from ops.triage.render import summary_lines
+    for line in summary_lines(result.report):
+        typer.echo(f"  - {line}")
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("bundle", help=HELP)
+    def bundle_cmd(
+        ctx: typer.Context,
+        output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                              help="File or directory for the bundle (default <state dir>/bundles/)."),
+        since: Optional[str] = typer.Option(None, "--since", help="Only log lines from the last DURATION (30m, 2h, 1d)."),
+        safe_mode: bool = typer.Option(False, "--safe-mode",
+                                       help="Skip the vendor tools that can hang on a wedged GPU (amd-smi, rocm-smi, nvidia-smi)."),
+        timeout: float = typer.Option(10.0, "--timeout", help="Seconds each collector may take.", min=0.1),
+        max_bytes: str = typer.Option("16M", "--max-bytes", help="Cap per output file; the tail is kept (e.g. 4M)."),
+        json_out: bool = typer.Option(False, "--json", help="Print the result (path, collectors, triage) as JSON."),
+    ) -> None:
+        from ops.bundle.collect import collect_bundle
+        settings: Settings = ctx.obj
+        progress = None if json_out else _progress_printer()
+        try:
+            result = collect_bundle(settings, output=output, since=since, safe_mode=safe_mode, timeout_s=timeout,
+                                    max_bytes=parse_size(max_bytes), progress=progress)
+        finally:
+            if progress:
+                sys.stderr.write("\r\x1b[2K")
+                sys.stderr.flush()
+        if json_out:
+            sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+        else:
+            _print_result(result)
