@@ -37,9 +37,21 @@ class CappedLog:
             data = data[len(piece):]
 
     def _rotate(self) -> None:
+        # Link and rename only, so the log path exists at every instant for readers following it.
+        old = self.path.with_name(self.path.name + ".1")
+        tmp_old = self.path.with_name(f".{self.path.name}.1.tmp")
+        tmp_new = self.path.with_name(f".{self.path.name}.tmp")
+        for tmp in (tmp_old, tmp_new):
+            try:
+                tmp.unlink()
+            except FileNotFoundError:
+                pass
+        os.link(self.path, tmp_old)
+        os.replace(tmp_old, old)
+        fd = os.open(tmp_new, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o640)
+        os.replace(tmp_new, self.path)
         os.close(self._fd)
-        os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o640)
+        self._fd = fd
         self._size = 0
 
     def close(self) -> None:

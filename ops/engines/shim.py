@@ -80,6 +80,8 @@ class Shim:
                 self.save(detail=f"start limit hit: {len(starts)} starts within "
                           f"{self.engine.start_limit_interval:.0f}s; not restarting")
                 break
+            if failures:
+                self.record["restarts"] += 1
             starts.append(now)
             outcome = self.run_once()
             if outcome != "crashed" or self.engine.restart != "on-failure" or self.stop_requested:
@@ -89,7 +91,6 @@ class Shim:
             self.save(detail=f"restarting in {delay:.1f}s (restart policy on-failure)")
             if self._sleep(delay):
                 break
-            self.record["restarts"] += 1
         for t in self._bundle_threads:
             t.join(timeout=180)
         self.save()
@@ -268,7 +269,9 @@ class Shim:
         else:
             code = os.waitstatus_to_exitcode(raw)
         requested = self.record.get("stopped_by_request")
-        crashed = not requested and (sig is not None or code != 0)
+        ours = (self.engine.stop_signal, "SIGKILL")
+        # After our stop request, only death by a signal we did not send counts as a crash.
+        crashed = (sig is not None and sig not in ours) if requested else (sig is not None or code != 0)
         phases = dict(progress.since)
         phases["crashed" if crashed else "exited"] = time.time()
         if sig:
@@ -279,7 +282,7 @@ class Shim:
         self.save(phase="crashed" if crashed else "exited", exit_code=code, signal=sig, core_dumped=core,
                   phases=phases, gate_slot=None, detail=f"{how} while {was}" if crashed else how,
                   died_while=was)
-        if sig and not requested:
+        if crashed and sig:
             self._collect_bundle(f"engine {self.name} {how} while {was}")
         return "crashed" if crashed else ("stopped" if requested else "exited")
 

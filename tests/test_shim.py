@@ -1,0 +1,128 @@
+"""The shim with real processes: detached, exit records, restart policy, stop escalation, stale records, log cap."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from engines.harness import engine_argv, supervised, wait_for  # noqa: F401
+
+from ops import procs
+from ops.engines import control
+from ops.engines import state as st
+from ops.nodeconfig import EngineConfig
+from ops.settings import Settings
+
+
+def _start(state_dir, *args, name="e0", gpu=2, **keys):
+    settings = Settings(state_dir=state_dir)
+    engine = EngineConfig(name=name, argv=tuple(engine_argv("--register-s", "0.05", *args)), gpu=gpu, **keys)
+    shim = control.start(settings, engine, gate_slots=1, registration_timeout=30, workdir=None)
+    control.wait_for_record(settings, name, shim)
+    return settings, shim
+
+
+def _phase(state_dir, name="e0"):
+    return (st.read_state(state_dir, name) or {}).get("phase")
+
+
+def test_shim_is_detached_and_ignores_hangup(supervised):
+    settings, shim = _start(supervised)
+    wait_for(lambda: _phase(supervised) == "serving", 10, "serving")
+    # Its own session, not ours: closing our terminal cannot reach it.
+    assert os.getsid(shim) != os.getsid(0)
+    assert os.getsid(shim) != shim  # not a session leader either, so it can never gain a terminal
+    os.kill(shim, signal.SIGHUP)
+    time.sleep(0.2)
+    assert st.shim_alive(st.read_state(supervised, "e0"))
+    record = st.read_state(supervised, "e0")
+    env = procs.ProcReader().visibility(record["pid"]) if hasattr(procs.ProcReader, "visibility") else {}
+    if env:
+        assert env.get("CUDA_VISIBLE_DEVICES") == "2"
+    assert "CUDA_VISIBLE_DEVICES=2" in (st.engine_dir(supervised, "e0") / st.LOG).read_text()
+
+
+def test_exit_code_and_signal_are_recorded(supervised):
+    _start(supervised, "--exit-after-register", "3", name="bad")
+    wait_for(lambda: _phase(supervised, "bad") == "crashed", 10, "crashed")
+    record = st.read_state(supervised, "bad")
+    assert record["exit_code"] == 3 and record["signal"] is None
+    _start(supervised, "--crash-at-overlap", "1", "--marker-dir", str(supervised / "m"), name="segv")
+    wait_for(lambda: _phase(supervised, "segv") == "crashed", 10, "crashed")
+    record = st.read_state(supervised, "segv")
+    assert record["signal"] == "SIGSEGV" and isinstance(record["core_dumped"], bool)
+    assert record["died_while"] == "registering" and record["exit_code"] is None
+    info = st.get(Settings(state_dir=supervised), "segv")
+    assert info.signal == "SIGSEGV" and info.last_log_line.startswith("segfault")
+
+
+def test_restart_on_failure_stops_at_the_start_limit(supervised):
+    settings, _ = _start(supervised, "--exit-after-register", "1", restart="on-failure", restart_backoff=0.05,
+                         start_limit_burst=3, start_limit_interval=60)
+    wait_for(lambda: "start limit" in (st.read_state(supervised, "e0") or {}).get("detail", ""), 20,
+             "the start limit")
+    record = st.read_state(supervised, "e0")
+    assert record["restarts"] == 2 and record["phase"] == "crashed" and record["exit_code"] == 1
+    wait_for(lambda: not st.shim_alive(st.read_state(supervised, "e0")), 5, "the shim to finish")
+    log = (st.engine_dir(supervised, "e0") / st.LOG).read_text()
+    assert log.count(st.RUN_MARK) == 3
+
+
+def test_stop_escalates_to_sigkill_after_grace(supervised):
+    settings, shim = _start(supervised, "--ignore-term", stop_grace=0.3)
+    wait_for(lambda: _phase(supervised) == "serving", 10, "serving")
+    t0 = time.monotonic()
+    result = control.stop(settings, "e0")
+    assert result.result == "stopped"
+    assert 0.3 <= time.monotonic() - t0 < 5
+    record = st.read_state(supervised, "e0")
+    assert record["signal"] == "SIGKILL" and record["phase"] == "exited" and record["stopped_by_request"]
+    actions = [line for line in (supervised / "journal.log").read_text().splitlines() if "engine-signal" in line]
+    assert actions and '"role": "shim"' in actions[0]
+
+
+def test_stale_record_and_direct_stop(supervised):
+    settings, shim = _start(supervised)
+    wait_for(lambda: _phase(supervised) == "serving", 10, "serving")
+    os.kill(shim, signal.SIGKILL)
+    wait_for(lambda: st.get(settings, "e0").stale, 5, "stale")
+    info = st.get(settings, "e0")
+    assert info.phase == "stale"
+    record = st.read_state(supervised, "e0")
+    assert st.alive(record["pid"], record["pid_start"])
+    result = control.stop(settings, "e0", timeout_s=2)
+    assert result.result in ("stopped", "killed")
+    assert not st.alive(record["pid"], record["pid_start"])
+    assert st.get(settings, "e0").phase == "exited"
+
+
+def test_reused_pid_is_never_signalled(supervised):
+    settings = Settings(state_dir=supervised)
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        real = procs.identity(bystander.pid)
+        d = st.engine_dir(supervised, "ghost")
+        d.mkdir(parents=True)
+        from ops import statedir
+        # A record whose pids now name another process (other start time): what a reboot or pid wrap leaves.
+        statedir.write_json(d / st.STATE, {"name": "ghost", "phase": "serving", "shim_pid": bystander.pid,
+                                           "shim_start": real - 1, "pid": bystander.pid, "pid_start": real - 1})
+        assert st.get(settings, "ghost").stale
+        assert control.stop(settings, "ghost", timeout_s=0.2).result == "not-running"
+        time.sleep(0.1)
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_log_is_capped(supervised):
+    _start(supervised, "--spam", "200000", log_max=8192)
+    wait_for(lambda: _phase(supervised) == "serving", 10, "serving")
+    log = st.engine_dir(supervised, "e0") / st.LOG
+    wait_for(lambda: "00001999" in log.read_text(errors="replace"), 10, "the last filler line")
+    total = log.stat().st_size + log.with_name(st.LOG + ".1").stat().st_size
+    assert total <= 8192
+    assert st.last_line(log).startswith("00001999")
