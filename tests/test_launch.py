@@ -117,3 +117,21 @@ def test_already_running_engine_is_refused(tmp_path, supervised, cli):
     proc = cli("--config", str(cfg), "launch")
     assert proc.returncode == 1
     assert "engine e0 is already running" in proc.stdout
+
+
+def test_four_canaries_stagger_1_register_one_at_a_time(tmp_path, supervised, cli):
+    arena = tmp_path / "small.arena"
+    made = cli("arena", "create", str(arena), "--size", "4MiB", "--chunk-size", "1MiB", "-q")
+    assert made.returncode == 0, made.stderr
+    lines = ["[arena]", f'path = "{arena}"', "", "[stagger]", "slots = 4", ""]
+    for i in range(4):
+        argv = [sys.executable, "-m", "ops.canary", "--arena", str(arena), "--gpu", "0", "--runtime", "host"]
+        lines += ["[[engines]]", f'name = "c{i}"', f"gpu = {i}", f"argv = {json.dumps(argv)}", ""]
+    cfg = tmp_path / "node.toml"
+    cfg.write_text("\n".join(lines))
+    proc = cli("--config", str(cfg), "launch", "--stagger", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    windows = registration_windows(supervised)
+    assert len(windows) == 4
+    for (a, wa), (b, wb) in itertools.combinations(sorted(windows.items()), 2):
+        assert wa[1] <= wb[0] or wb[1] <= wa[0], f"{a} {wa} overlaps {b} {wb}"
