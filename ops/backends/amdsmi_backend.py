@@ -5,7 +5,7 @@ Every reading that the library cannot give ("N/A", an all-ones sentinel, AmdSmiL
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -47,7 +47,7 @@ def number(value: Any) -> float | None:
         return None
 
 
-class AmdSmiBackend:
+class AmdSmiBackend(libload.LibraryBackend):
     """Backend over the amdsmi library. `module` replaces `import amdsmi` (tests inject a stand-in)."""
 
     name = "amdsmi"
@@ -59,12 +59,11 @@ class AmdSmiBackend:
             "amdsmi", "amdsmi", "libamd_smi.so not found", _HINT)
         self._m = m
         self._errors: tuple[type[BaseException], ...] = (getattr(m, "AmdSmiException", RuntimeError),)
-        self._open = False
         try:
             m.amdsmi_init(m.AmdSmiInitFlags.INIT_AMD_GPUS)
         except self._errors as exc:
             raise BackendUnavailable(f"amdsmi: {_init_failure(exc)}", _HINT) from None
-        self._open = True
+        self._shutdown = m.amdsmi_shut_down
         try:
             self._handles = list(m.amdsmi_get_processor_handles())
         except self._errors as exc:
@@ -110,27 +109,7 @@ class AmdSmiBackend:
         dev = self._settings.dev_root
         return [str(dev / "kfd"), str(dev / "dri" / "renderD*")]
 
-    def close(self) -> None:
-        if self._open:
-            self._open = False
-            self._try(self._m.amdsmi_shut_down)
-
-    def __enter__(self) -> "AmdSmiBackend":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ----------------------------------------------------------------- readings
-
-    def _try(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
-        """Call one amdsmi function; an unsupported or failing call reads as None."""
-        if fn is None:
-            return None
-        try:
-            return fn(*args)
-        except self._errors:
-            return None
 
     def _field(self, fn_name: str, handle: Any, *keys: str) -> Any:
         """The first known value among `keys` of the dict that `fn_name(handle)` returns."""

@@ -1,4 +1,4 @@
-"""Imports a vendor GPU library lazily and turns every way that can fail into one short clause.
+"""Vendor GPU libraries (amdsmi, NVML): a lazy import that fails in one short clause, and guarded calls.
 
 The amdsmi wheel prints to stdout and raises KeyError at import when libamd_smi.so is absent, so the
 import runs with output captured; failures are remembered so `--watch` does not retry each frame.
@@ -10,7 +10,9 @@ import contextlib
 import importlib
 import io
 import sys
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 from ..errors import BackendUnavailable
 
@@ -46,3 +48,29 @@ def import_vendor(module_name: str, backend: str, library_missing: str, hint: st
 def forget_failures() -> None:
     """Let the next import_vendor try again (tests; a library installed while running)."""
     _failed.clear()
+
+
+class LibraryBackend:
+    """What the library backends share: calls whose library errors read as None, and one shutdown."""
+
+    _errors: tuple[type[BaseException], ...] = ()
+    _shutdown: Callable[[], Any] | None = None  # set once the library is initialised
+
+    def _try(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
+        """One library call; an unsupported or failing query (the library's own errors) reads as None."""
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except self._errors:
+            return None
+
+    def close(self) -> None:
+        shutdown, self._shutdown = self._shutdown, None
+        self._try(shutdown)
+
+    def __enter__(self) -> "LibraryBackend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -5,7 +5,6 @@ Handles and static facts are read once at open; each refresh costs a few NVML ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -33,7 +32,7 @@ def bus_id(text: str | None) -> str | None:
         return text.strip().lower()
 
 
-class NvmlBackend:
+class NvmlBackend(libload.LibraryBackend):
     """Backend over NVML. `module` replaces `import pynvml` (tests inject a replaying stand-in)."""
 
     name = "nvml"
@@ -46,12 +45,11 @@ class NvmlBackend:
         self._nv = nv
         self._errors: tuple[type[BaseException], ...] = tuple(
             e for e in (getattr(nv, "NVMLError", None), getattr(nv, "NVMLLibraryMismatchError", None)) if e)
-        self._open = False
         try:
             nv.nvmlInit()
         except self._errors as exc:
             raise BackendUnavailable(f"nvml: {_init_failure(nv, exc)}", _HINT) from None
-        self._open = True
+        self._shutdown = nv.nvmlShutdown
         try:
             count = nv.nvmlDeviceGetCount()
             self._handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
@@ -94,27 +92,7 @@ class NvmlBackend:
         dev = self._settings.dev_root
         return [str(dev / "nvidia[0-9]*"), str(dev / "nvidiactl"), str(dev / "nvidia-uvm")]
 
-    def close(self) -> None:
-        if self._open:
-            self._open = False
-            self._try(self._nv.nvmlShutdown)
-
-    def __enter__(self) -> "NvmlBackend":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ----------------------------------------------------------------- readings
-
-    def _try(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
-        """One NVML call; NotSupported, NoPermission, GpuIsLost and the like read as None."""
-        if fn is None:
-            return None
-        try:
-            return fn(*args)
-        except self._errors:
-            return None
 
     def _static_info(self, index: int, handle: Any) -> dict[str, Any]:
         nv = self._nv

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .amd_smi_capture import ReplayGpu, ReplayNode, ReplayProcess
+from .contract import ContractViolation, bind
 
 API_DIR = Path(__file__).parent / "amdsmi_api"
 VERSIONS = ("rocm-6.1.0", "rocm-6.2.0", "amdsmi-7.0.2")
@@ -26,10 +27,6 @@ NOT_SUPPORTED, NO_PERM, DRIVER_NOT_LOADED = 2, 10, 34
 _STATUS_TEXT = {NOT_SUPPORTED: "AMDSMI_STATUS_NOT_SUPPORTED - Feature not supported",
                 NO_PERM: "AMDSMI_STATUS_NO_PERM - Permission Denied",
                 DRIVER_NOT_LOADED: "AMDSMI_STATUS_DRIVER_NOT_LOADED - Driver not loaded"}
-
-
-class ContractViolation(AssertionError):
-    """The backend used the API in a way the real library would not accept."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -249,10 +246,7 @@ def _function(mod: types.ModuleType, replay: _Replay, name: str, spec: dict):
     answer = getattr(replay, name, None)
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise ContractViolation(f"{name}{sig}: {exc}") from None
+        bound = bind(name, sig, args, kwargs)
         for pname, value in bound.arguments.items():
             if pname == "processor_handle" and not isinstance(value, ProcessorHandle):
                 raise ContractViolation(f"{name}: processor_handle must be a handle, got {value!r}")

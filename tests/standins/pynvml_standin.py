@@ -14,11 +14,8 @@ from typing import Any
 
 import pynvml as real
 
+from .contract import ContractViolation, bind
 from .nvsmi_capture import MIB, SmiGpu
-
-
-class ContractViolation(AssertionError):
-    """The backend used pynvml in a way the real module would not accept."""
 
 
 class DeviceHandle:
@@ -146,10 +143,7 @@ def _function(mod: types.ModuleType, replay: _Replay, name: str, sig: inspect.Si
     answer = getattr(replay, name, None)
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise ContractViolation(f"{name}{sig}: {exc}") from None
+        bound = bind(name, sig, args, kwargs)
         handle = bound.arguments.get("handle")
         if "handle" in sig.parameters and not isinstance(handle, DeviceHandle):
             raise ContractViolation(f"{name}: handle must come from nvmlDeviceGetHandleByIndex, got {handle!r}")
