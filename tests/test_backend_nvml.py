@@ -16,13 +16,15 @@ from ops.backends import libload
 from ops.backends.nvml import SOURCE_UNKNOWN, NvmlBackend, bus_id
 from ops.errors import BackendUnavailable
 from standins import pynvml_standin as standin
-from standins.nvsmi_capture import MIB, parse_q
+from standins.nvsmi_capture import MIB, parse_q, parse_query_csv
 
 BACKEND_SRC = Path(__file__).resolve().parent.parent / "ops/backends/nvml.py"
 H100X8_Q = "nvidia/nvidia_smi_q_text_8x_h100_sxm_565.txt"
 H100X8_TABLE = "nvidia/nvidia_smi_default_table_8x_h100_sxm_565.txt"
 H100_LOAD_Q = "nvidia/nvidia_smi_q_text_h100_80gb_hbm3_590.48.01_load.txt"
 H100_LOAD_APPS = "nvidia/nvidia_smi_query_compute_apps_h100_80gb_hbm3_590.48.01_load.csv"
+H200_MIG_GPU = "nvidia/nvidia_smi_query_gpu_all_fields_h200_mig_590.48.01_load.csv"
+H200_MIG_APPS = "nvidia/nvidia_smi_query_compute_apps_h200_mig_590.48.01_load.csv"
 
 
 @pytest.fixture
@@ -104,6 +106,34 @@ def test_processes_under_load_match_compute_apps(open_replay, fixtures):
     expected = {int(r[5]): int(r[7].split()[0]) * MIB for r in rows}
     assert {u.pid: u.vram_bytes for u in usage} == expected
     assert {(u.gpu_index, u.source, u.gtt_bytes) for u in usage} == {(0, "nvml", None)}
+
+
+def test_h200_in_mig_mode_without_utilisation_or_minor_number(settings, fixtures):
+    gpus = parse_query_csv(fixtures / H200_MIG_GPU, fixtures / H200_MIG_APPS)
+    backend = NvmlBackend(settings, module=standin.build(gpus))
+    try:
+        [gpu] = backend.gpus()
+        usage = backend.process_usage()
+    finally:
+        backend.close()
+    # MIG mode: utilization.gpu was [N/A] (NVML: NotSupported) -> None, and nothing else breaks
+    assert gpu.busy_percent is None and gpu.name == "NVIDIA H200" and gpu.bus_id == "0000:83:00.0"
+    assert gpu.vram_used == 16959 * MIB and gpu.vram_total == 143771 * MIB
+    assert gpu.temperature_c == 36.0 and gpu.power_w == pytest.approx(295.01)
+    assert gpu.device_files == ()  # the capture has no minor number: no guessed /dev/nvidiaN
+    assert {u.pid: u.vram_bytes // MIB for u in usage} == {12249: 2194, 12250: 1170, 12267: 13526}
+
+
+def test_standin_rejects_what_pynvml_rejects(fixtures):
+    mod = standin.build(parse_q(fixtures / H100_LOAD_Q))
+    mod.nvmlInit()
+    handle = mod.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(standin.ContractViolation):
+        mod.nvmlDeviceGetPowerUsage(handle, 0)  # wrong arity
+    with pytest.raises(standin.ContractViolation):
+        mod.nvmlDeviceGetPowerUsage(0)  # an index where a handle belongs
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        mod.nvmlDeviceGetFanSpeed(handle)  # real signature, nothing captured: NotSupported
 
 
 def test_memory_not_permitted_is_marked_unknown_not_zero_evidence(open_replay, fixtures):

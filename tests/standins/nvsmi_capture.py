@@ -1,10 +1,11 @@
-"""Reads captured `nvidia-smi -q` text (shared/fixtures/nvidia) into the per-GPU readings a stand-in
-pynvml replays. Key spellings differ between drivers (565: "Gpu", "Power Draw"; 590: "GPU",
-"Average Power Draw"), so lookups try each.
+"""Reads captured `nvidia-smi -q` text or `--query-gpu` CSV (shared/fixtures/nvidia) into the per-GPU
+readings a stand-in pynvml replays. Key spellings differ between drivers (565: "Gpu", "Power Draw";
+590: "GPU", "Average Power Draw"), so lookups try each.
 """
 
 from __future__ import annotations
 
+import csv
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,8 +50,9 @@ class SmiGpu:
         return self.fields["GPU UUID"]
 
     @property
-    def minor(self) -> int:
-        return int(self.fields["Minor Number"])
+    def minor(self) -> int | None:
+        value = self.get("Minor Number")
+        return None if value is None else int(value)
 
     def fb(self, key: str) -> int:
         """FB Memory Usage figure in bytes (nvidia-smi prints whole MiB)."""
@@ -102,4 +104,34 @@ def parse_q(path: Path) -> list[SmiGpu]:
             continue
         if sep and value:
             gpu.fields[".".join(stack)] = value
+    return gpus
+
+
+# --query-gpu CSV column -> the -q report's key for the same reading
+_CSV_TO_Q = {
+    "name": "Product Name", "uuid": "GPU UUID", "memory.total [MiB]": "FB Memory Usage.Total",
+    "memory.reserved [MiB]": "FB Memory Usage.Reserved", "memory.used [MiB]": "FB Memory Usage.Used",
+    "memory.free [MiB]": "FB Memory Usage.Free", "utilization.gpu [%]": "Utilization.GPU",
+    "utilization.memory [%]": "Utilization.Memory", "temperature.gpu": "Temperature.GPU Current Temp",
+    "power.draw.average [W]": "GPU Power Readings.Average Power Draw",
+}
+
+
+def parse_query_csv(query_gpu: Path, compute_apps: Path | None = None) -> list[SmiGpu]:
+    """`nvidia-smi --query-gpu=... --format=csv` (+ `--query-compute-apps`) as the same readings."""
+    rows = list(csv.reader(query_gpu.read_text().splitlines(), skipinitialspace=True))
+    gpus = []
+    for row in rows[1:]:
+        cells = dict(zip(rows[0], row))
+        fields = {q: cells[c] for c, q in _CSV_TO_Q.items() if c in cells}
+        gpus.append(SmiGpu(bus_id=cells["pci.bus_id"], fields=fields))
+    if compute_apps is not None:
+        apps = list(csv.reader(compute_apps.read_text().splitlines(), skipinitialspace=True))
+        header = apps[0]
+        for row in apps[1:]:
+            cells = dict(zip(header, row))
+            gpu = next(g for g in gpus if g.bus_id == cells["gpu_bus_id"])
+            used = re.match(r"(\d+) MiB", cells["used_gpu_memory [MiB]"])
+            gpu.processes.append(SmiProcess(pid=int(cells["pid"]), kind="C", name=cells["process_name"],
+                                            used_mib=int(used.group(1)) if used else None))
     return gpus

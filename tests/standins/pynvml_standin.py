@@ -60,7 +60,7 @@ class _Replay:
         return self._gpu(handle).uuid
 
     def nvmlDeviceGetMinorNumber(self, handle: DeviceHandle) -> int:
-        return self._gpu(handle).minor
+        return self._known(self._gpu(handle).minor)
 
     def nvmlDeviceGetPciInfo(self, handle: DeviceHandle) -> Any:
         gpu = self._gpu(handle)
