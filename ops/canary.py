@@ -182,7 +182,7 @@ def run(opts: Options) -> int:
         return canary.run()
     except GpuwardenError as exc:
         canary.status.emit("exited", gpu=opts.gpu, code=exc.exit_code, error=exc.message)
-        print(f"gpuwarden canary: error: {exc.message}", file=sys.stderr)
+        print(f"gpuwarden: error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"  hint: {exc.hint}", file=sys.stderr)
         return exc.exit_code
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         opts = options_from(ns)
     except GpuwardenError as exc:
-        print(f"gpuwarden canary: error: {exc.message}", file=sys.stderr)
+        print(f"gpuwarden: error: {exc.message}", file=sys.stderr)
         return 2
     return run(opts)
 

@@ -25,10 +25,10 @@ def _import() -> Any:
         from cuda import cudart  # type: ignore
         return cudart
     except ImportError:
-        raise RuntimeUnavailable("the cuda runtime needs cuda-bindings, which is not installed",
+        raise RuntimeUnavailable("cuda: the cuda runtime needs cuda-bindings, which is not installed",
                                  "pip install cuda-bindings (or cuda-python), or use --runtime host/sim") from None
     except Exception as exc:  # a broken install raises at import; still one line
-        raise RuntimeUnavailable(f"cuda-bindings failed to load: {exc}", "reinstall cuda-bindings") from None
+        raise RuntimeUnavailable(f"cuda: cuda-bindings failed to load: {exc}", "reinstall cuda-bindings") from None
 
 
 class CudaApi(GpuApi):

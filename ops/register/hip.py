@@ -20,10 +20,10 @@ def _import() -> Any:
         from hip import hip  # type: ignore
         return hip
     except ImportError:
-        raise RuntimeUnavailable("the hip runtime needs hip-python, which is not installed",
+        raise RuntimeUnavailable("hip: the hip runtime needs hip-python, which is not installed",
                                  "pip install hip-python matching your ROCm, or use --runtime host/sim") from None
     except Exception as exc:
-        raise RuntimeUnavailable(f"hip-python failed to load: {exc}", "reinstall hip-python for your ROCm") from None
+        raise RuntimeUnavailable(f"hip: hip-python failed to load: {exc}", "reinstall hip-python for your ROCm") from None
 
 
 class HipApi(GpuApi):

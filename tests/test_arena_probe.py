@@ -1,0 +1,52 @@
+"""`arena probe`: N real canaries behind a K-slot gate, per-canary register time, GB/s and how each ended.
+
+sim and host runtimes here; the cuda run on an H200 node is tests/device/arena_probe.sh.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ops.settings import Settings
+from playbooks.probe import Probe, ProbeOptions, table
+
+
+def test_probe_cli_three_sim_canaries_one_at_a_time(cli, tmp_path):
+    proc = cli("arena", "probe", "--engines", "3", "--concurrency", "1", "--runtime", "sim", "--size", "4MiB",
+               "--json", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] and report["arena_bytes"] == 4 << 20
+    rows = report["canaries"]
+    assert [r["gpu"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        assert r["ended"] == "exit 0" and r["register_seconds"] is not None and r["gbps"] > 0
+    # The temporary arena is gone afterwards.
+    from pathlib import Path
+    assert not Path(report["arena"]).exists()
+
+
+def test_probe_reports_a_crash_by_signal_name(tmp_path, state_dir):
+    from ops.arena.create import create
+    arena = tmp_path / "a.arena"
+    create(arena, size=2 << 20, chunk_size=1 << 20)
+    lines: list[str] = []
+    opts = ProbeOptions(engines=2, concurrency=2, runtime="host", arena=str(arena), workdir=str(tmp_path),
+                        extra=("--crash-at", "registered", "--crash-signal", "SEGV"))
+    report = Probe(Settings(state_dir=state_dir), opts, lines.append).run()
+    assert not report["ok"]
+    assert [c["ended"] for c in report["canaries"]] == ["SIGSEGV", "SIGSEGV"]
+    assert all(c["register_seconds"] is not None for c in report["canaries"])
+    assert arena.exists(), "a probe must not delete an arena it was given"
+    text = "\n".join(table(report))
+    assert "SIGSEGV" in text and "PROBLEMS" in text
+    assert any("ended (SIGSEGV) in phase registered" in line for line in lines)
+    journal = (state_dir / "journal.log").read_text()
+    assert '"action": "arena probe"' in journal and '"result": "failed"' in journal
+
+
+def test_probe_table_on_a_terminal_free_run(cli, tmp_path):
+    proc = cli("arena", "probe", "--engines", "2", "--concurrency", "2", "--runtime", "host", "--size", "2MiB")
+    assert proc.returncode == 0, proc.stderr
+    assert "register s" in proc.stdout and "all canaries registered, served and stopped cleanly" in proc.stdout
+    assert "started 2 canaries" in proc.stderr

@@ -1,0 +1,180 @@
+"""The canary engine as a real child process: phases through the status protocol, SIGTERM, fault switches.
+
+Runtimes host (mlock, really pins) and sim (records in the sim node); hip/cuda must fail in one line here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+from ops.status_protocol import read_events
+
+
+def make_arena(path: Path, size: int = 4 << 20) -> Path:
+    from ops.arena.create import create
+    create(path, size=size, chunk_size=1 << 20)
+    return path
+
+
+def spawn(arena: Path, status: Path, state_dir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    full = {**os.environ, "GPUWARDEN_STATUS_FILE": str(status), "GPUWARDEN_STATE_DIR": str(state_dir), **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "ops.canary", "--arena", str(arena), *args], cwd=REPO, env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_phase(status: Path, phase: str, proc: subprocess.Popen | None = None, timeout: float = 20) -> list:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = read_events(status)
+        if any(e.phase == phase for e in events):
+            return events
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"canary ended ({proc.returncode}) before {phase}: {proc.stderr.read()}")
+        time.sleep(0.02)
+    raise AssertionError(f"no {phase} within {timeout}s: {[e.phase for e in read_events(status)]}")
+
+
+def vm_locked(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmLck:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_host_canary_pins_serves_and_stops_on_sigterm(tmp_path, state_dir):
+    arena = make_arena(tmp_path / "a.arena")
+    status = tmp_path / "c.status"
+    proc = spawn(arena, status, state_dir, "--runtime", "host", "--gpu", "0")
+    try:
+        events = wait_phase(status, "serving", proc)
+        assert vm_locked(proc.pid) >= 4 << 20, "host runtime did not pin the arena"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        proc.kill()
+    events = read_events(status)
+    phases = [e.phase for e in events]
+    assert phases == ["starting", "mapping", "verifying", "registering", "registered", "serving", "stopping", "exited"]
+    reg = next(e for e in events if e.phase == "registered")
+    assert reg.data["bytes"] == 4 << 20 and reg.data["seconds"] >= 0 and reg.data["pid"] == proc.pid
+    serving = next(e for e in events if e.phase == "serving")
+    assert serving.data["gbps"] > 0
+    out = proc.stdout.read()
+    assert "session is up" in out and "stopped cleanly" in out
+
+
+def test_crash_at_phase_dies_by_that_signal(tmp_path, state_dir):
+    arena = make_arena(tmp_path / "a.arena")
+    status = tmp_path / "c.status"
+    proc = spawn(arena, status, state_dir, "--runtime", "sim", "--gpu", "1", "--crash-at", "registered",
+                 "--crash-signal", "SEGV")
+    assert proc.wait(20) == -signal.SIGSEGV
+    phases = [e.phase for e in read_events(status)]
+    assert phases[-1] == "registered"
+    from ops.sim import registrations
+    recs = registrations.list_all(state_dir)
+    # The crash skipped the unregister: the sim node keeps the registration, now owned by a dead process.
+    assert len(recs) == 1 and recs[0]["stale"] and recs[0]["gpu"] == 1 and recs[0]["bytes"] == 4 << 20
+
+
+def test_hang_at_phase_ignores_sigterm(tmp_path, state_dir):
+    arena = make_arena(tmp_path / "a.arena")
+    status = tmp_path / "c.status"
+    proc = spawn(arena, status, state_dir, "--runtime", "host", "--hang-at", "registering")
+    try:
+        wait_phase(status, "registering", proc)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(1.0)
+        proc.kill()
+        assert proc.wait(10) == -signal.SIGKILL
+    finally:
+        proc.kill()
+    assert [e.phase for e in read_events(status)][-1] == "registering"
+
+
+def test_truncated_arena_is_refused_by_the_canary(tmp_path, state_dir):
+    arena = make_arena(tmp_path / "a.arena")
+    os.truncate(arena, arena.stat().st_size - 4096)
+    status = tmp_path / "c.status"
+    proc = spawn(arena, status, state_dir, "--runtime", "host")
+    assert proc.wait(20) == 1
+    err = proc.stderr.read()
+    assert "Traceback" not in err and "is truncated" in err.splitlines()[0]
+    last = read_events(status)[-1]
+    assert last.phase == "exited" and "truncated" in last.data["error"]
+
+
+@pytest.mark.parametrize("runtime,needle", [("hip", "hip"), ("cuda", "cuda")])
+def test_gpu_runtime_without_library_is_one_line(cli, tmp_path, runtime, needle):
+    arena = make_arena(tmp_path / "a.arena")
+    proc = cli("canary", "--arena", str(arena), "--runtime", runtime)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"gpuwarden: error: {needle}")
+
+
+def test_memlock_too_low_reports_the_numbers(tmp_path, state_dir):
+    arena = make_arena(tmp_path / "a.arena")
+    argv = [sys.executable, "-m", "ops.canary", "--arena", str(arena), "--runtime", "host", "--verify", "none"]
+    if os.geteuid() == 0:  # root has CAP_IPC_LOCK, which ignores the limit: drop it
+        argv = ["setpriv", "--inh-caps=-all", "--bounding-set=-ipc_lock", "--", *argv]
+    proc = subprocess.run(["prlimit", "--memlock=65536:65536", "--", *argv], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "GPUWARDEN_STATE_DIR": str(state_dir)}, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert "RLIMIT_MEMLOCK is 64.0 KiB (65536 bytes)" in proc.stderr and "4.0 MiB" in proc.stderr
+    assert "ulimit -l" in proc.stderr
+
+
+def test_chunked_registration_and_sim_visibility(tmp_path, state_dir):
+    arena = make_arena(tmp_path / "a.arena")
+    status = tmp_path / "c.status"
+    proc = spawn(arena, status, state_dir, "--runtime", "sim", "--gpu", "0", "--register-chunk", "1MiB",
+                 env={"CUDA_VISIBLE_DEVICES": "3", "ROCR_VISIBLE_DEVICES": "3"})
+    try:
+        events = wait_phase(status, "serving", proc)
+        assert next(e for e in events if e.phase == "registered").data["chunks"] == 4
+        from ops.sim import registrations
+        recs = registrations.list_all(state_dir)
+        assert len(recs) == 4 and {r["gpu"] for r in recs} == {3} and not any(r["stale"] for r in recs)
+        assert registrations.charged(state_dir, gpu=3) == 4 << 20
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+        assert registrations.list_all(state_dir) == []
+    finally:
+        proc.kill()
+
+
+def test_gate_slot_is_held_only_around_register(tmp_path, state_dir):
+    from ops import gate
+    arena = make_arena(tmp_path / "a.arena")
+    gate_dir = tmp_path / "gate"
+    env = {"GPUWARDEN_GATE_DIR": str(gate_dir), "GPUWARDEN_GATE_SLOTS": "1"}
+    held = gate.acquire(gate_dir, 1, who="test")
+    try:
+        s1 = tmp_path / "1.status"
+        p1 = spawn(arena, s1, state_dir, "--runtime", "sim", "--gate-timeout", "0.5", env=env)
+        assert p1.wait(20) == 2
+        assert "no registration slot free" in p1.stderr.read()
+        assert [e.phase for e in read_events(s1)][-2:] == ["registering", "exited"]
+    finally:
+        held.release()
+    s2 = tmp_path / "2.status"
+    p2 = spawn(arena, s2, state_dir, "--runtime", "sim", env=env)
+    try:
+        wait_phase(s2, "serving", p2)
+        assert gate.holders(gate_dir, 1) == [], "the slot must be released once registered"
+        p2.send_signal(signal.SIGTERM)
+        assert p2.wait(20) == 0
+    finally:
+        p2.kill()
