@@ -6,9 +6,9 @@ only failing to write the archive itself is an error.
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
+import pwd
 import re
 import socket
 import time
@@ -212,8 +212,8 @@ def _manifest(settings: Settings, entries: list[Entry], summaries: list[dict[str
             by_pattern[pattern] = by_pattern.get(pattern, 0) + count
             by_item.append({"path": e.path, "pattern": pattern, "count": count})
     try:
-        user = getpass.getuser()
-    except Exception:
+        user = pwd.getpwuid(os.geteuid()).pw_name  # not $USER: setpriv/su keep the caller's
+    except KeyError:
         user = str(os.geteuid())
     return {
         "format": 1,

@@ -1,0 +1,349 @@
+"""Incident bundles end to end: hung collectors, checksums, redaction, non-root, full disk, replay.
+
+Real processes throughout: stand-in vendor tools are shell scripts on PATH, secrets live in a real
+child's environment, the non-root run switches to nobody with setpriv, the full disk is a tmpfs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from ops.bundle import auto
+from ops.bundle.collect import GRACE_S, collect_bundle
+from ops.bundle.collectors import Collector
+from ops.bundle.entries import Entry
+from ops.bundle.replay import snapshot_from_bundle
+from ops.settings import Settings
+from ops.sim.node import SimNode
+
+
+def stub(bindir: Path, name: str, body: str) -> Path:
+    bindir.mkdir(parents=True, exist_ok=True)
+    p = bindir / name
+    p.write_text("#!/bin/sh\n" + body + "\n")
+    p.chmod(0o755)
+    return p
+
+
+@pytest.fixture
+def sim(state_dir: Path) -> Settings:
+    SimNode(state_dir).init(gpus=2, vram=8 << 30)
+    return Settings(state_dir=state_dir, config_path=state_dir / "node.toml", backend="sim")
+
+
+@pytest.fixture
+def bindir(tmp_path: Path, monkeypatch) -> Path:
+    d = tmp_path / "bin"
+    d.mkdir()
+    monkeypatch.setenv("PATH", f"{d}{os.pathsep}{os.environ['PATH']}")
+    return d
+
+
+def members(path: Path) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(path) as tf:
+        return {m.name.split("/", 1)[1]: m for m in tf.getmembers()}
+
+
+def read(path: Path, rel: str) -> bytes:
+    with tarfile.open(path) as tf:
+        top = tf.getnames()[0].split("/")[0]
+        return tf.extractfile(f"{top}/{rel}").read()
+
+
+def manifest_of(path: Path) -> dict:
+    return json.loads(read(path, "manifest.json"))
+
+
+def collector(m: dict, name: str) -> dict:
+    return next(c for c in m["collectors"] if c["name"] == name)
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_hung_rocm_smi_is_killed_with_its_children_and_marked(sim, bindir, tmp_path):
+    pids = tmp_path / "pids"
+    # The stand-in forks a grandchild that keeps stdout open: only a process-group kill ends it.
+    stub(bindir, "rocm-smi", f'echo $$ >> {pids}; sleep 60 & echo $! >> {pids}; wait')
+    t0 = time.monotonic()
+    result = collect_bundle(sim, output=tmp_path, timeout_s=1.5)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 1.5 + 1.0, f"bundle took {elapsed:.2f}s"
+    m = result.manifest
+    for name in ("rocm-smi-allinfo", "rocm-smi-pids"):
+        c = collector(m, name)
+        assert c["status"] == "timed-out" and c["timed_out"] is True, c
+    item = next(i for i in m["items"] if i["source"] == "rocm-smi --showpids")
+    assert item["timed_out"] and "process group killed" in item["error"]
+    assert collector(m, "snapshot")["status"] == "ok"  # the rest of the bundle is unaffected
+    deadline = time.monotonic() + 2
+    procs = [int(x) for x in pids.read_text().split()]
+    assert len(procs) == 4
+    while not all(gone(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert all(gone(p) for p in procs), "a stand-in or its sleep survived the timeout"
+
+
+def test_cli_bundle_json_reports_timeout(cli, sim, bindir, tmp_path):
+    stub(bindir, "nvidia-smi", "sleep 30")
+    proc = cli("--backend", "sim", "bundle", "--output", str(tmp_path), "--timeout", "1", "--json",
+               env={"PATH": os.environ["PATH"]}, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert next(c for c in data["collectors"] if c["name"] == "nvidia-smi")["status"] == "timed-out"
+    assert data["duration_s"] < 1 + 1.0
+    assert Path(data["path"]).is_file()
+
+
+def test_every_sha256_matches_and_the_archive_is_private(sim, tmp_path):
+    result = collect_bundle(sim, output=tmp_path, timeout_s=5)
+    assert stat.S_IMODE(result.path.stat().st_mode) == 0o600
+    m = manifest_of(result.path)
+    names = members(result.path)
+    files = [i for i in m["items"] if i["kind"] not in ("dir", "link")]
+    assert len(files) > 20
+    for item in files:
+        data = read(result.path, item["path"])
+        assert len(data) == item["bytes"], item["path"]
+        assert hashlib.sha256(data).hexdigest() == item["sha256"], item["path"]
+    # everything in the archive is in the manifest (and nothing else is there)
+    listed = {i["path"] for i in m["items"]} | {"manifest.json"}
+    assert {n for n, ti in names.items() if not ti.isdir()} <= listed
+    for must in ("kernel/kernel.log", "gpuwarden/snapshot.json", "triage.md", "triage.json",
+                 "tree/sys/class/drm/card0/device/mem_info_vram_used", "tree/proc/meminfo", "tree/proc/cmdline",
+                 "node/versions.json", "node/node.json"):
+        assert must in listed, must
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")], "temp file left behind"
+
+
+def test_planted_secrets_appear_nowhere(sim, tmp_path):
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "kfd").write_text("")
+    secrets = {"HF_TOKEN": "hf_" + "Q7" * 17, "MY_SERVICE_PASSWORD": "Zebra-4471-pw",
+               "DB_URL": "postgres://svc:Hunter2Secret@db:5432/x", "OPENAI_API_KEY": "sk-" + "R9" * 20}
+    argv_secrets = ["--api-key=sk-proj-" + "S3" * 15, "--password", "Tr0ub4dor-3-horse"]
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys,time; f=open(sys.argv[1]); print('ready', flush=True); time.sleep(60)",
+         str(dev / "kfd"), *argv_secrets],
+        env={**os.environ, **secrets}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        engine = sim.state_dir / "engines" / "e0"
+        engine.mkdir(parents=True)
+        (engine / "state.json").write_text(json.dumps({"name": "e0", "pid": child.pid, "phase": "serving"}))
+        (engine / "engine.log").write_text(f"loading with token {secrets['HF_TOKEN']}\nsession is up\n")
+        result = collect_bundle(sim.with_(dev_root=dev), output=tmp_path, timeout_s=5)
+    finally:
+        child.kill()
+        child.wait()
+    raw = gzip.decompress(result.path.read_bytes())
+    for value in [*secrets.values(), "Hunter2Secret", "S3" * 15, "Tr0ub4dor-3-horse"]:
+        assert value.encode() not in raw, f"secret {value[:6]}... leaked"
+    environ = read(result.path, f"tree/proc/{child.pid}/environ")
+    assert b"HF_TOKEN=[REDACTED:" in environ and b"MY_SERVICE_PASSWORD=[REDACTED:env-secret-name]" in environ
+    assert b"PATH=" in environ  # the rest of the environment is kept
+    pids = json.loads(read(result.path, "gpuwarden/pids.json"))
+    assert child.pid in pids["gpu_holders"]
+    red = result.manifest["redaction"]
+    assert red["by_pattern"]["env-secret-name"] >= 2
+    assert any(i["path"] == f"tree/proc/{child.pid}/cmdline" for i in red["by_item"])
+    assert any(i["path"] == "engines/e0/engine.log" for i in red["by_item"])
+    assert "Q7Q7" not in json.dumps(result.manifest)
+
+
+def test_collector_failures_and_hangs_never_stop_the_bundle(sim, tmp_path):
+    def boom(ctx):
+        raise RuntimeError("driver said no")
+
+    def stuck(ctx):
+        time.sleep(30)
+        return []
+
+    def fine(ctx):
+        return [Entry("fine", "here", "generated", path="fine.txt", data=b"ok\n")]
+
+    t0 = time.monotonic()
+    result = collect_bundle(sim, output=tmp_path, timeout_s=0.5,
+                            collectors=(Collector("boom", boom), Collector("stuck", stuck), Collector("fine", fine)))
+    assert time.monotonic() - t0 < 0.5 + GRACE_S + 0.5
+    m = result.manifest
+    assert collector(m, "boom") == {"name": "boom", "status": "failed", "duration_s": collector(m, "boom")["duration_s"],
+                                    "timed_out": False, "error": "RuntimeError: driver said no"}
+    assert collector(m, "stuck")["status"] == "timed-out"
+    assert read(result.path, "fine.txt") == b"ok\n"
+    assert "no kernel log" in read(result.path, "triage.md").decode()
+
+
+def test_kernel_log_since_window_and_tail_cap(sim, bindir, tmp_path):
+    now = time.time()
+
+    def iso(t):
+        return time.strftime("%Y-%m-%dT%H:%M:%S,000000+00:00", time.gmtime(t))
+    lines = [f"{iso(now - 7200)} old line {i}" for i in range(3)] + [f"{iso(now - 60)} recent line {i}" for i in range(3)]
+    log = tmp_path / "log.txt"
+    log.write_text("\n".join(lines) + "\n")
+    stub(bindir, "dmesg", f"cat {log}")
+    result = collect_bundle(sim, output=tmp_path, since="30m", timeout_s=5)
+    text = read(result.path, "kernel/kernel.log").decode()
+    assert "old line" not in text and text.count("recent line") == 3
+
+    big = tmp_path / "big.txt"
+    big.write_text("".join(f"[{i:6d}.000000] filler line {i}\n" for i in range(5000)) + "[99999.0] MARKER-END\n")
+    stub(bindir, "dmesg", f"cat {big}")
+    result = collect_bundle(sim, output=tmp_path, timeout_s=5, max_bytes=4096)
+    data = read(result.path, "kernel/kernel.log")
+    assert len(data) == 4096 and data.endswith(b"MARKER-END\n")
+    item = next(i for i in result.manifest["items"] if i["path"] == "kernel/kernel.log")
+    assert item["truncated"] and item["original_bytes"] == big.stat().st_size
+
+
+def test_kmsg_fallback_when_dmesg_and_journalctl_are_refused(sim, bindir, tmp_path):
+    if not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("/dev/kmsg is not readable here")
+    for tool in ("dmesg", "journalctl"):
+        stub(bindir, tool, f'echo "{tool}: read kernel buffer failed: Operation not permitted" >&2; exit 1')
+    result = collect_bundle(sim, output=tmp_path, timeout_s=5)
+    item = next(i for i in result.manifest["items"] if i["path"] == "kernel/kernel.log")
+    assert item["source"] == "/dev/kmsg" and item["bytes"] > 0
+    refused = {e["source"].split()[0]: e for e in result.manifest["not_collected"] if e["collector"] == "kernel-log"}
+    assert refused["dmesg"]["status"] == "permission-denied" and refused["journalctl"]["status"] == "permission-denied"
+
+
+def test_triage_inside_bundle_and_cli(cli, sim, bindir, tmp_path, fixtures):
+    stub(bindir, "dmesg", f"cat {fixtures / 'dmesg/rocm4189_rx570_segfault_libamdhip64.log'}")
+    result = collect_bundle(sim, output=tmp_path, timeout_s=5)
+    tri = json.loads(read(result.path, "triage.json"))
+    assert {f["rule"] for f in tri["findings"]} >= {"userspace.crash"}
+    assert "libamdhip64" in read(result.path, "triage.md").decode()
+    proc = cli("triage", str(result.path), "--json")
+    assert proc.returncode == 1 and json.loads(proc.stdout)["findings"][0]["rule"] == "userspace.crash"
+
+
+def test_replay_reads_the_captured_tree(cli, sim, tmp_path):
+    holder = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir), "sim", "hold",
+                               "--gpu", "1", "--size", "3G"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert "holding" in holder.stdout.readline()
+        from ops.snapshot import take_snapshot
+        live = take_snapshot(sim)
+        result = collect_bundle(sim, output=tmp_path, timeout_s=5)
+    finally:
+        holder.terminate()
+        holder.wait(10)
+    snap = snapshot_from_bundle(result.path, sim.with_(backend=None))
+    assert snap.source == f"bundle:{result.path}"
+    assert [(g.index, g.vram_total, g.vram_used) for g in snap.gpus] == \
+           [(g.index, g.vram_total, g.vram_used) for g in live.gpus]
+    assert snap.gpus[1].vram_used == 3 << 30
+    replayed = {p.pid: p for p in snap.processes}
+    assert replayed[holder.pid].vram == {1: 3 << 30} and replayed[holder.pid].device_files
+    proc = cli("status", "--bundle", str(result.path), "--json")
+    assert json.loads(proc.stdout)["source"] == f"bundle:{result.path}", proc.stderr
+
+
+def test_auto_bundles_are_rate_limited_across_threads(sim):
+    paths: list[str | None] = []
+    threads = [threading.Thread(target=lambda: paths.append(auto.maybe_collect(sim, "e0", "killed by SIGSEGV")))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    made = [p for p in paths if p]
+    assert len(made) == 1 and Path(made[0]).is_file()
+    assert made[0].startswith(str(sim.state_dir / "bundles"))
+    m = manifest_of(Path(made[0]))
+    assert m["options"]["safe_mode"] is True and collector(m, "rocm-smi-pids")["status"] == "skipped"
+    from ops import journal
+    entries = [e for e in journal.read(sim.state_dir) if e["action"] == "bundle.auto"]
+    assert sorted(e["result"] for e in entries) == ["ok", "skipped", "skipped"]
+    assert next(e for e in entries if e["result"] == "ok")["path"] == made[0]
+
+
+def _nobody_can_run() -> str | None:
+    if os.geteuid() != 0:
+        return "tests do not run as root: cannot switch to nobody"
+    if not shutil.which("setpriv"):
+        return "setpriv is not installed"
+    return None
+
+
+def test_non_root_collection_says_what_it_could_not_read(tmp_path):
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    base = Path(tempfile.mkdtemp(prefix="gw-nobody-"))
+    try:
+        os.chmod(base, 0o777)
+        cmd = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m",
+               "playbooks.cli", "--state-dir", str(base / "state"), "--backend", "sim", "bundle", "--output", str(base),
+               "--timeout", "5"]
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "HOME": str(base)})
+        assert proc.returncode == 0, proc.stderr
+        assert "not root" in proc.stdout and "could not read" in proc.stdout
+        path = next(base.glob("*.tar.gz"))
+        assert path.stat().st_uid == 65534 and stat.S_IMODE(path.stat().st_mode) == 0o600
+        m = manifest_of(path)
+        assert m["collected_by"]["root"] is False and m["collected_by"]["uid"] == 65534
+        denied = [e for e in m["not_collected"] if e["status"] == "permission-denied"]
+        assert any("open files" in (e.get("error") or "") for e in denied)
+        assert collector(m, "snapshot")["status"] == "ok"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _fill_stub(bindir: Path) -> None:
+    # ~2.7 MB of base64 noise: compresses poorly, so the archive outgrows the small target
+    stub(bindir, "dmesg", "head -c 2000000 /dev/urandom | base64")
+
+
+def test_full_disk_leaves_no_partial_archive(cli, sim, bindir, tmp_path):
+    target = tmp_path / "small"
+    target.mkdir()
+    mounted = False
+    if os.geteuid() == 0:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(target)],
+                                 capture_output=True).returncode == 0
+    _fill_stub(bindir)
+    try:
+        if mounted:
+            proc = cli("--backend", "sim", "bundle", "--output", str(target), env={"PATH": os.environ["PATH"]})
+        else:
+            # No tmpfs: a child whose file-size limit stands in for the full disk (EFBIG instead of ENOSPC).
+            def limit():
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+            proc = subprocess.run([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir),
+                                   "--backend", "sim", "bundle", "--output", str(target)], cwd=REPO,
+                                  capture_output=True, text=True, preexec_fn=limit, timeout=60)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "no space left" in proc.stderr and "nothing was left behind" in proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert os.listdir(target) == []
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(target)], check=False)
