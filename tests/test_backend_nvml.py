@@ -136,6 +136,16 @@ def test_standin_rejects_what_pynvml_rejects(fixtures):
         mod.nvmlDeviceGetFanSpeed(handle)  # real signature, nothing captured: NotSupported
 
 
+def test_old_driver_without_v3_process_lists_falls_back_to_v2(open_replay, fixtures):
+    backend, mod = open_replay(fixtures / H100_LOAD_Q, process_v3=False)
+    first = backend.process_usage()
+    second = backend.process_usage()
+    assert sorted(u.pid for u in first) == sorted(u.pid for u in second) == [11327, 11328, 11345]
+    # the unversioned lister is tried once per GPU and kind, then only _v2 is called
+    assert mod.calls.count("nvmlDeviceGetComputeRunningProcesses") == 1
+    assert mod.calls.count("nvmlDeviceGetComputeRunningProcesses_v2") == 2
+
+
 def test_memory_not_permitted_is_marked_unknown_not_zero_evidence(open_replay, fixtures):
     backend, _ = open_replay(fixtures / H100_LOAD_Q, process_memory=False)
     usage = backend.process_usage()

@@ -63,6 +63,15 @@ class NvmlBackend(libload.LibraryBackend):
         # Used; v1's used is total - free and so includes the reserved part. Drivers before r510 lack v2.
         self._memory_version = getattr(nv, "nvmlMemory_v2", None)
         self._temperature_v = getattr(nv, "nvmlDeviceGetTemperatureV", None)
+        # The unversioned process listers call the _v3 symbols (drivers r510+); older drivers raise a
+        # version mismatch there and answer only the _v2 ones. Newest first; a mismatch drops it for good.
+        self._listers = [
+            [f for f in (getattr(nv, newest, None), getattr(nv, older, None)) if f]
+            for newest, older in (
+                ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
+                ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"))]
+        self._mismatch = tuple(e for e in (getattr(nv, "NVMLLibraryMismatchError", None),
+                                           getattr(nv, "NVMLError_FunctionNotFound", None)) if e)
         self._static = [self._static_info(i, h) for i, h in enumerate(self._handles)]
 
     # ----------------------------------------------------------------- protocol
@@ -71,13 +80,12 @@ class NvmlBackend(libload.LibraryBackend):
         return [self._gpu(i, h) for i, h in enumerate(self._handles)]
 
     def process_usage(self) -> list[ProcessUsage]:
-        nv = self._nv
         usage: list[ProcessUsage] = []
         for index, handle in enumerate(self._handles):
             # A process can sit in both lists (type C+G) with the same figure: count it once.
             seen: dict[int, int | None] = {}
-            for lister in (nv.nvmlDeviceGetComputeRunningProcesses, nv.nvmlDeviceGetGraphicsRunningProcesses):
-                for proc in self._try(lister, handle) or ():
+            for candidates in self._listers:
+                for proc in self._running(candidates, handle):
                     pid = int(proc.pid)
                     used = getattr(proc, "usedGpuMemory", None)
                     earlier = seen.get(pid)
@@ -93,6 +101,16 @@ class NvmlBackend(libload.LibraryBackend):
         return [str(dev / "nvidia[0-9]*"), str(dev / "nvidiactl"), str(dev / "nvidia-uvm")]
 
     # ----------------------------------------------------------------- readings
+
+    def _running(self, candidates: list[Any], handle: Any) -> list[Any]:
+        while candidates:
+            try:
+                return list(candidates[0](handle))
+            except self._mismatch:
+                candidates.pop(0)
+            except self._errors:
+                return []
+        return []
 
     def _static_info(self, index: int, handle: Any) -> dict[str, Any]:
         nv = self._nv

@@ -25,9 +25,10 @@ class DeviceHandle:
 
 class _Replay:
     def __init__(self, mod: types.ModuleType, gpus: list[SmiGpu], *, init_error: int | None,
-                 memory_v2: bool, process_memory: bool):
+                 memory_v2: bool, process_memory: bool, process_v3: bool):
         self.mod, self.gpus = mod, gpus
         self.init_error, self.memory_v2, self.process_memory = init_error, memory_v2, process_memory
+        self.process_v3 = process_v3
 
     def _gpu(self, handle: DeviceHandle) -> SmiGpu:
         return self.gpus[handle.index]
@@ -117,19 +118,32 @@ class _Replay:
             out.append(obj)
         return out
 
+    def _v3(self, handle: DeviceHandle, kind: str) -> list:
+        if not self.process_v3:  # pre-r510 driver: pynvml's unversioned wrapper finds no _v3 symbol
+            raise real.NVMLLibraryMismatchError("Unversioned function called and the pyNVML version does "
+                                                "not match the NVML lib version.")
+        return self._processes(handle, kind)
+
     def nvmlDeviceGetComputeRunningProcesses(self, handle: DeviceHandle) -> list:
-        return self._processes(handle, "C")
+        return self._v3(handle, "C")
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: DeviceHandle) -> list:
+        return self._v3(handle, "G")
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: DeviceHandle) -> list:
+        return self._processes(handle, "C")
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: DeviceHandle) -> list:
         return self._processes(handle, "G")
 
 
 def build(gpus: list[SmiGpu], *, init_error: int | None = None, memory_v2: bool = True,
-          process_memory: bool = True) -> types.ModuleType:
+          process_memory: bool = True, process_v3: bool = True) -> types.ModuleType:
     """A module that looks like `import pynvml` on the node the capture describes."""
     mod = types.ModuleType("pynvml", "stand-in pynvml replaying nvidia-smi -q")
     mod.calls = []
-    replay = _Replay(mod, gpus, init_error=init_error, memory_v2=memory_v2, process_memory=process_memory)
+    replay = _Replay(mod, gpus, init_error=init_error, memory_v2=memory_v2, process_memory=process_memory,
+                     process_v3=process_v3)
     for name in dir(real):
         obj = getattr(real, name)
         if name.startswith("nvml") and inspect.isfunction(obj):
