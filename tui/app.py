@@ -1,25 +1,306 @@
-"""The gpuwarden Textual application (placeholder until the TUI issue lands).
+"""The gpuwarden Textual application: live panels of the node and keys that start the same playbooks as the CLI.
 
-Shows the backend in use and the snapshot as text.
+Snapshots come from a SamplingThread (never the event loop); a watchdog marks the panels stale when they stop.
 """
 
 from __future__ import annotations
 
-from textual.app import App, ComposeResult
-from textual.widgets import Footer, Header, Static
+import os
+import time
+from pathlib import Path
+from typing import Callable
 
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Footer
+
+from ops.errors import GpuwardenError
+from ops.model import NodeSnapshot
 from ops.settings import Settings
+
+from . import node_events
+from .actions import ACTIONS, NotAvailable, Target, by_name
+from .history import VramHistory
+from .messages import PlaybookFinished, PlaybookProgress, SamplingFailed, SnapshotArrived
+from .palette import GpuwardenCommands
+from .runner import PlaybookRun
+from .sampling import MIN_REFRESH_S, SamplingThread, SnapshotSource
+from .widgets.arena import ArenaPanel
+from .widgets.engines import EnginesPanel
+from .widgets.events import EventsPanel
+from .widgets.gpus import GpusPanel
+from .widgets.header import NodeHeader
+
+STALE_FACTOR = 2.0  # no snapshot for this many intervals: the panels are marked stale
 
 
 class GpuwardenApp(App):
     TITLE = "gpuwarden"
-    BINDINGS = [("q", "quit", "Quit")]
+    CSS_PATH = "theme.tcss"
+    COMMANDS = App.COMMANDS | {GpuwardenCommands}
+    # View keys only; the action keys are bound per instance, and not at all when read-only.
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Keys", key_display="?"),
+        Binding("enter", "details", "Details", show=False),
+        Binding("t", "triage", "Triage", show=False),
+        Binding("o", "progress", "Progress", show=False),
+        Binding("ctrl+r", "refresh_now", "Refresh", show=False),
+    ]
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, *, source: SnapshotSource, refresh_s: float = 1.0,
+                 read_only: bool = False, bundle: Path | None = None,
+                 on_exit: Callable[[], None] | None = None, watch_terminal: bool = False):
         super().__init__()
         self.settings = settings
+        self.source = source
+        self.refresh_s = max(refresh_s, MIN_REFRESH_S)
+        self.read_only = read_only or bundle is not None
+        self.bundle = bundle
+        self.last_bundle: Path | None = bundle
+        self._on_exit = on_exit
+        self._watch_terminal = watch_terminal
+        self.snapshot: NodeSnapshot | None = None
+        self.history = VramHistory()
+        self.last_arrival: float | None = None
+        self.sample_error: str | None = None
+        self.current_run: PlaybookRun | None = None
+        self.sampler: SamplingThread | None = None
+        self._started = time.monotonic()
+        if not self.read_only:
+            for spec in ACTIONS:
+                self.bind(spec.key, f"act('{spec.name}')", description=spec.short)
 
+    # --- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield Header()
-        yield Static("gpuwarden — loading…", id="body")
+        yield NodeHeader(refresh_s=self.refresh_s, read_only=self.read_only,
+                         replay=str(self.bundle) if self.bundle else None, id="header")
+        yield GpusPanel(id="gpus")
+        yield EnginesPanel(id="engines")
+        with Horizontal(id="bottom"):
+            yield ArenaPanel(id="arena")
+            yield EventsPanel(id="events")
         yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#header", NodeHeader).show(None)
+        self.sampler = SamplingThread(self.source, self.refresh_s, self._deliver, self._failed)
+        self.sampler.start()
+        self.set_interval(min(0.5, self.refresh_s), self._watchdog)
+        if self._watch_terminal:
+            import asyncio
+            import signal
+            # SSH dropped: leave through the normal exit path instead of dying mid-write.
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.exit)
+        self.query_one("#gpus").focus()
+
+    def on_unmount(self) -> None:
+        if self.sampler:
+            self.sampler.stop()
+        if self.current_run and self.current_run.running:
+            self.current_run.cancel()
+        if self._on_exit:
+            self._on_exit()
+
+    # --- sampling (called from the sampler thread) -----------------------------------------------
+    def _deliver(self, snap: NodeSnapshot) -> None:
+        self.post_message(SnapshotArrived(snap))
+
+    def _failed(self, error: str) -> None:
+        self.post_message(SamplingFailed(error))
+
+    def on_snapshot_arrived(self, message: SnapshotArrived) -> None:
+        snap = message.snapshot
+        self.last_arrival = time.monotonic()
+        self.sample_error = None
+        events = node_events.diff(self.snapshot, snap)
+        self.snapshot = snap
+        self.history.add(snap)
+        self._draw(events)
+
+    def on_sampling_failed(self, message: SamplingFailed) -> None:
+        if message.error != self.sample_error:
+            self.query_one(EventsPanel).add([node_events.NodeEvent(time.time(), "error", message.error)])
+        self.sample_error = message.error
+        self._show_header()
+
+    def _draw(self, events: list[node_events.NodeEvent]) -> None:
+        snap = self.snapshot
+        if snap is None:
+            return
+        width = self.size.width
+        self.query_one(GpusPanel).show(snap, self.history, width)
+        self.query_one(EnginesPanel).show(snap, width)
+        self.query_one(ArenaPanel).show(snap)
+        self.query_one(EventsPanel).add(events)
+        self._set_stale(False)
+        self._show_header()
+        show = getattr(self.screen, "show_snapshot", None)
+        if show is not None:
+            show(snap)
+
+    def on_resize(self) -> None:
+        self._draw([])
+
+    def stale_for(self) -> float | None:
+        """Seconds since the last snapshot when that is over STALE_FACTOR intervals; else None."""
+        since = self.last_arrival if self.last_arrival is not None else self._started
+        age = time.monotonic() - since
+        return age if age > STALE_FACTOR * self.refresh_s else None
+
+    def _watchdog(self) -> None:
+        if self._watch_terminal and not _terminal_alive():
+            self.exit(return_code=0)
+            return
+        stale = self.stale_for()
+        self._set_stale(stale is not None)
+        if stale is not None or self.sample_error:
+            self._show_header()
+
+    def _set_stale(self, stale: bool) -> None:
+        for panel in self.query("#gpus, #engines, #arena"):
+            panel.set_class(stale, "stale")
+
+    def _show_header(self) -> None:
+        snap = self.snapshot
+        self.query_one("#header", NodeHeader).show(
+            snap, stale_for=self.stale_for() if self.bundle is None else None, error=self.sample_error,
+            attention=bool(snap and snap.needs_attention()))
+
+    # --- views ----------------------------------------------------------------------------------
+    def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
+        if message.data_table.id in ("gpus", "engines"):
+            message.stop()
+            self.action_details()
+
+    def action_details(self) -> None:
+        focused = self.focused
+        if isinstance(focused, EnginesPanel):
+            engine = focused.selected()
+            if engine is None:
+                self.notify("no engine selected")
+                return
+            from .screens.engine_log import EngineLogScreen
+            self.push_screen(EngineLogScreen(engine.name, engine.log_path))
+            return
+        gpu = self.query_one(GpusPanel).selected_gpu()
+        if gpu is None or self.snapshot is None:
+            self.notify("no GPU to show yet")
+            return
+        from .screens.gpu_detail import GpuDetailScreen
+        self.push_screen(GpuDetailScreen(gpu, self.snapshot))
+
+    def action_triage(self) -> None:
+        path = self.last_bundle
+        engine = self.query_one(EnginesPanel).selected()
+        if path is None and engine is not None and engine.bundle:
+            path = Path(engine.bundle)
+        if path is None:
+            self.notify("no bundle yet: " + ("start gpuwarden tui --bundle FILE" if self.read_only
+                                            else "press B to collect one"), severity="warning")
+            return
+        from .screens.triage import TriageScreen
+        self.push_screen(TriageScreen(path))
+
+    def action_help(self) -> None:
+        from .screens.help import HelpScreen
+        keys = [("↑ ↓", "move in the focused panel"), ("tab", "next panel"), ("enter", "details of the selection"),
+                ("t", "triage of the last bundle"), ("o", "progress of the last playbook"),
+                ("ctrl+r", "refresh now"), ("ctrl+p", "command palette"), ("?", "this list"), ("q", "quit")]
+        if not self.read_only:
+            keys = [(a.key, f"{a.title}: {a.help}") for a in ACTIONS] + keys
+        note = "read-only: no action keys" if self.read_only else "destructive actions ask first; Cancel is the default"
+        self.push_screen(HelpScreen(keys, note))
+
+    def action_refresh_now(self) -> None:
+        if self.sampler:
+            self.sampler.refresh_now()
+
+    def action_progress(self) -> None:
+        if self.current_run is None:
+            self.notify("no playbook has run in this session")
+            return
+        from .screens.progress import ProgressScreen
+        self.push_screen(ProgressScreen(self.current_run))
+
+    def palette_commands(self) -> list[tuple[str, str, str]]:
+        """(title, help, action) for the command palette; no actions at all when read-only."""
+        out = [("Show keys", "list every key", "help"), ("GPU details", "processes and holders of the selected GPU",
+                                                          "details"),
+               ("Bundle triage", "the triage summary of the last bundle", "triage"),
+               ("Refresh now", "take a snapshot now", "refresh_now")]
+        if not self.read_only:
+            out = [(a.title, a.help, f"act('{a.name}')") for a in ACTIONS] + out
+        return out
+
+    # --- actions --------------------------------------------------------------------------------
+    def _target(self) -> Target:
+        engine = self.query_one(EnginesPanel).selected()
+        return Target(gpu=self.query_one(GpusPanel).selected_gpu(), engine=engine.name if engine else None,
+                      engine_gpu=engine.gpu if engine else None)
+
+    def action_act(self, name: str) -> None:
+        if self.read_only:  # the keys are gone; this catches anything else that asks
+            self.notify("read-only: actions are disabled", severity="warning")
+            return
+        spec = by_name(name)
+        if self.current_run is not None and self.current_run.running:
+            self.notify(f"{self.current_run.title} is still running (o shows it)", severity="warning")
+            return
+        target = self._target()
+        if spec.needs == "gpu" and target.gpu is None:
+            self.notify("select a GPU first", severity="warning")
+            return
+        if spec.needs == "engine" and target.engine is None:
+            self.notify("select an engine first (tab to the Engines panel)", severity="warning")
+            return
+        try:
+            playbook = spec.build(self.settings, target)
+        except NotAvailable as exc:
+            self.notify(f"{spec.title}: {exc.message}", severity="warning")
+            return
+        except GpuwardenError as exc:
+            self.notify(f"{spec.title}: {exc.message}" + (f"\n{exc.hint}" if exc.hint else ""), severity="error")
+            return
+        what = {"gpu": f" on GPU {target.gpu}", "engine": f" {target.engine}", "node": ""}[spec.needs]
+        run = PlaybookRun(self, playbook, self.settings, f"{spec.title}{what}")
+        self.current_run = run
+        from .screens.progress import ProgressScreen
+        self.push_screen(ProgressScreen(run))
+        run.start()
+
+    def on_playbook_progress(self, message: PlaybookProgress) -> None:
+        line = node_events.from_playbook(message.event)
+        if line is not None:
+            self.query_one(EventsPanel).add([line])
+        self._refresh_progress(message.run)
+
+    def on_playbook_finished(self, message: PlaybookFinished) -> None:
+        run = message.run
+        result = run.result
+        if result is not None:
+            path = result.data.get("bundle") or result.data.get("path")
+            if run.playbook.name == "bundle" and path:
+                self.last_bundle = Path(path)
+            if not result.ok and result.refused != "cancelled":
+                self.notify(f"{run.title}: " + (result.refused or f"failed at {result.failed_step}"),
+                            severity="error")
+        self._refresh_progress(run)
+        self.action_refresh_now()
+
+    def _refresh_progress(self, run: PlaybookRun) -> None:
+        from .screens.progress import ProgressScreen
+        for screen in self.screen_stack:
+            if isinstance(screen, ProgressScreen) and screen.run is run and screen.is_mounted:
+                screen.refresh_lines()
+
+
+def _terminal_alive() -> bool:
+    """False once the controlling terminal has hung up (SSH dropped): terminal ioctls then fail."""
+    import termios
+    try:
+        termios.tcgetattr(0)
+        return True
+    except (termios.error, OSError):
+        return False

@@ -5,18 +5,60 @@ The TUI is imported only here, so scripted commands never pay for Textual.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Optional
+
 import typer
 
+from ops.errors import GpuwardenError
 from ops.settings import Settings
 
+MIN_REFRESH_S = 0.25
 
-def open_tui(settings: Settings) -> None:
+
+def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float = 1.0,
+             bundle: Path | None = None) -> int:
+    """Run the TUI until the operator quits or the terminal goes away; returns the exit code."""
+    if refresh_s < MIN_REFRESH_S:
+        raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise GpuwardenError("the console needs a terminal (stdin and stdout are not both terminals)",
+                             "from scripts use `gpuwarden status` (or `status --json`)")
+    from tui.sampling import bundle_source, live_source
+    close = None
+    if bundle is not None:
+        source = bundle_source(bundle, settings)
+    else:
+        source, close = live_source(settings)  # a missing GPU library fails here, in one line
     from tui.app import GpuwardenApp
-    GpuwardenApp(settings).run()
+    app = GpuwardenApp(settings, source=source, refresh_s=refresh_s, read_only=read_only, bundle=bundle,
+                       on_exit=close, watch_terminal=True)
+    try:
+        app.run()
+    except OSError:
+        return 0  # the terminal vanished while Textual restored it: nothing left to show anything on
+    return app.return_code or 0
 
 
 def register(app: typer.Typer) -> None:
     @app.command("tui")
-    def tui_cmd(ctx: typer.Context) -> None:
-        """Open the live console (GPUs, residual VRAM, engines, arena, playbooks)."""
-        open_tui(ctx.obj)
+    def tui_cmd(
+        ctx: typer.Context,
+        read_only: bool = typer.Option(False, "--read-only",
+                                       help="Watch only: the action keys (launch, stop, drain, reset, purge, "
+                                            "baseline, bundle) are not bound and not in the command palette."),
+        refresh: float = typer.Option(1.0, "--refresh", metavar="SECONDS",
+                                      help="Seconds between snapshots (0.25 or more). A slow backend call delays "
+                                           "the next one; it is never overlapped."),
+        bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="FILE",
+                                              help="Show the node captured in an incident bundle (read-only)."),
+    ) -> None:
+        """Open the live console: GPUs with residual VRAM, engines, arena, events; keys run the playbooks.
+
+        Press ? inside for the keys and ctrl+p for the command palette. Destructive actions ask first,
+        with Cancel as the default button.
+        """
+        code = open_tui(ctx.obj, read_only=read_only, refresh_s=refresh, bundle=bundle)
+        if code:
+            raise typer.Exit(code)

@@ -1,0 +1,299 @@
+"""The TUI under Textual's Pilot: header, panels, read-only, stale data, confirm dialog, and every action.
+
+Actions run against real supervised engines (fake_engine under real shims) on the simulated node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from engines.harness import records, supervised, write_config  # noqa: F401
+from test_tui_support import fixed_snapshot, make_app, screen_text, wait_for
+
+from ops import journal
+from ops.settings import Settings
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def sim_settings(state_dir: Path, config: Path | None = None) -> Settings:
+    from ops.sim.node import SimNode
+    SimNode(state_dir).init(gpus=4, vram=24 << 30)
+    return Settings(state_dir=state_dir, backend="sim", config_path=config or state_dir / "node.toml")
+
+
+def live_app(settings: Settings, **kw):
+    from tui.app import GpuwardenApp
+    from tui.sampling import live_source
+    source, close = live_source(settings)
+    return GpuwardenApp(settings, source=source, on_exit=close, refresh_s=0.25, **kw)
+
+
+def test_header_and_panels_show_the_snapshot(settings):
+    async def go():
+        app = make_app(settings, read_only=True)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
+            await pilot.pause(0.05)
+            text = screen_text(app)
+            for needle in ("node-a17", "SIMULATED", "every 1s", "READ-ONLY", "dp1", "SIGSEGV", "crashed",
+                           "14.0 GiB", "/dev/shm/experts.arena", "residual VRAM 14.0 GiB appeared", "DRAINED"):
+                assert needle in text, needle
+    run(go())
+
+
+def test_read_only_removes_action_bindings_and_palette_entries(settings):
+    from tui.actions import ACTIONS
+
+    async def go():
+        app = make_app(settings, read_only=True)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            keys = {b.key for _, b in app._bindings}
+            assert not keys & {a.key for a in ACTIONS}, keys
+            footer = screen_text(app).splitlines()[-1]
+            assert "Drain" not in footer and "Purge" not in footer
+            assert all("act(" not in action for _, _, action in app.palette_commands())
+            # The palette's provider offers no action either.
+            from tui.palette import GpuwardenCommands
+            provider = GpuwardenCommands(app.screen)
+            titles = [hit.text async for hit in provider.search("drain")] + \
+                     [hit.text async for hit in provider.discover()]
+            assert not any("Drain" in str(t) for t in titles)
+            await pilot.press("d", "R", "P")
+            await pilot.pause(0.05)
+            assert app.current_run is None
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: "Keys" in screen_text(app), what="help")
+            assert "Drain GPU" not in screen_text(app) and "read-only" in screen_text(app)
+
+        app = make_app(settings)
+        async with app.run_test(size=(80, 24)) as pilot:
+            keys = {b.key for _, b in app._bindings}
+            assert {a.key for a in ACTIONS} <= keys
+            from tui.palette import GpuwardenCommands
+            provider = GpuwardenCommands(app.screen)
+            titles = [str(hit.text) async for hit in provider.search("drain")]
+            assert any("Drain GPU" in t for t in titles)
+    run(go())
+
+
+def test_confirm_dialog_focuses_cancel_and_enter_cancels():
+    from tui.screens.confirm import ConfirmScreen
+    from textual.app import App
+
+    answers = []
+
+    class Host(App):
+        def on_mount(self):
+            self.push_screen(ConfirmScreen("Reset GPU 1", "reset it?"), answers.append)
+
+    async def go():
+        app = Host()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause(0.05)
+            assert app.focused is not None and app.focused.id == "cancel"
+            await pilot.press("enter")
+            await pilot.pause(0.05)
+            assert answers == [False]
+            app.push_screen(ConfirmScreen("Reset GPU 1", "reset it?"), answers.append)
+            await pilot.pause(0.05)
+            await pilot.press("escape")
+            await pilot.pause(0.05)
+            assert answers == [False, False]
+            app.push_screen(ConfirmScreen("Reset GPU 1", "reset it?"), answers.append)
+            await pilot.pause(0.05)
+            await pilot.press("right", "enter")
+            await pilot.pause(0.05)
+            assert answers == [False, False, True]
+    run(go())
+
+
+def test_hung_backend_marks_data_stale_and_keys_still_work(settings):
+    release = threading.Event()
+    calls = []
+
+    def source():
+        calls.append(time.monotonic())
+        if len(calls) > 1:
+            release.wait(20)  # the second call hangs like a wedged GPU driver
+        return fixed_snapshot(taken_at=time.time())
+
+    async def go():
+        app = make_app(settings, source=source, refresh_s=0.25)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            await wait_for(pilot, lambda: "STALE" in screen_text(app), timeout=5, what="stale mark")
+            assert app.query_one("#gpus").has_class("stale")
+            t0 = time.monotonic()
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: "Keys" in screen_text(app), timeout=2, what="help while hung")
+            assert time.monotonic() - t0 < 1.0
+            await pilot.press("escape")
+            assert len(calls) == 2  # the hung call was never overlapped by another
+            release.set()
+            await wait_for(pilot, lambda: "STALE" not in screen_text(app), timeout=5, what="fresh data")
+            assert not app.query_one("#gpus").has_class("stale")
+    run(go())
+
+
+def test_sampling_never_overlaps_itself(settings):
+    active, peak, count = [0], [0], [0]
+    lock = threading.Lock()
+
+    def slow():
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.3)  # slower than the refresh interval
+        with lock:
+            active[0] -= 1
+            count[0] += 1
+        return fixed_snapshot(taken_at=time.time())
+
+    async def go():
+        app = make_app(settings, source=slow, refresh_s=0.25)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: count[0] >= 3, timeout=10)
+    run(go())
+    assert peak[0] == 1
+
+
+def test_gpu_detail_names_the_holder(settings):
+    async def go():
+        app = make_app(settings)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            await pilot.press("down", "enter")
+            await wait_for(pilot, lambda: "holder pid 4242" in screen_text(app), what="GPU 1 detail")
+            text = screen_text(app)
+            assert "zombie" in text and "python serve.py" in text
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: "Engines" in screen_text(app))
+    run(go())
+
+
+def test_engine_log_follows_new_lines(settings, tmp_path):
+    from ops.model import EngineInfo
+    log = tmp_path / "engine.log"
+    log.write_text("first line\n")
+    base = fixed_snapshot()
+    snap = base.__class__(**{**base.__dict__, "engines": (EngineInfo(name="e9", gpu=0, phase="serving", pid=1,
+                                                                     log_path=str(log)),)})
+
+    async def go():
+        app = make_app(settings, source=lambda: snap)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            await pilot.press("tab", "enter")
+            await wait_for(pilot, lambda: "first line" in screen_text(app), what="log tail")
+            with open(log, "a") as f:
+                f.write("second line arrives\n")
+            await wait_for(pilot, lambda: "second line arrives" in screen_text(app), what="followed line")
+            await pilot.press("escape")
+    run(go())
+
+
+def test_triage_view_reads_the_bundle(settings, tmp_path):
+    bundle = tmp_path / "b.tar.gz"
+    src = tmp_path / "triage.md"
+    src.write_text("# triage\n4 segfaults in libamdhip64.so.7 at the same offset\n")
+    with tarfile.open(bundle, "w:gz") as tar:
+        tar.add(src, arcname="bundle-x/triage.md")
+
+    async def go():
+        app = make_app(settings, bundle=bundle)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            assert app.read_only
+            await pilot.press("t")
+            await wait_for(pilot, lambda: "4 segfaults in libamdhip64" in screen_text(app), what="triage text")
+    run(go())
+
+
+# --- actions against real supervised engines -----------------------------------------------------
+
+def test_launch_then_stop_engine_with_confirm(tmp_path, supervised):  # noqa: F811
+    cfg = write_config(tmp_path / "node.toml", 2, register_s=0.1)
+    settings = sim_settings(supervised, cfg)
+
+    async def go():
+        app = live_app(settings)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            await pilot.press("l")
+            await wait_for(pilot, lambda: app.current_run is not None and not app.current_run.running,
+                           timeout=30, what="launch to finish")
+            assert app.current_run.result.ok, [e.to_dict() for e in app.current_run.events]
+            assert "done" in screen_text(app)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.snapshot and sum(e.phase == "serving" for e in app.snapshot.engines) == 2,
+                           timeout=10, what="engines serving in the panel")
+            engines = app.query_one("#engines")
+            engines.focus()
+            await pilot.pause(0.05)
+            name = engines.selected().name
+            pid = records(supervised)[name]["pid"]
+
+            await pilot.press("s")  # destructive: asks, Cancel focused
+            await wait_for(pilot, lambda: app.focused is not None and app.focused.id == "cancel", what="dialog")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: not app.current_run.running, what="cancelled run")
+            assert app.current_run.result.refused == "cancelled"
+            assert records(supervised)[name]["phase"] == "serving"
+            await pilot.press("escape")
+
+            await pilot.press("s")
+            await wait_for(pilot, lambda: app.focused is not None and app.focused.id == "cancel", what="dialog")
+            await pilot.press("right", "enter")
+            await wait_for(pilot, lambda: not app.current_run.running, timeout=20, what="stop to finish")
+            assert app.current_run.result.ok
+            assert records(supervised)[name]["phase"] == "exited"
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: f"engine {name}: serving → exited" in screen_text(app)
+                           or f"stop/stop: {name}" in screen_text(app), what="event line")
+            return name, pid
+
+    name, pid = run(go())
+    import os
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    entries = list(journal.read(supervised))
+    actions = [(e.get("action"), e.get("result")) for e in entries]
+    assert ("stop", "cancelled") in actions, actions
+    assert ("engine-stop", "ok") in actions and ("stop:stop", "ok") in actions, actions
+
+
+@pytest.mark.parametrize("key,name", [("d", "drain"), ("u", "undrain"), ("R", "reset"), ("P", "purge"),
+                                      ("b", "baseline"), ("B", "bundle")])
+def test_node_actions_run_their_playbook_or_say_not_available(tmp_path, key, name):
+    state = tmp_path / "state"
+    state.mkdir()
+    settings = sim_settings(state)
+
+    async def go():
+        app = live_app(settings)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            await pilot.press(key)
+            await pilot.pause(0.1)
+            if app.current_run is None:
+                notes = [n.message for n in app._notifications]
+                assert any("not available in this build" in m for m in notes), notes
+                return None
+            if app.focused is not None and app.focused.id == "cancel":
+                await pilot.press("right", "enter")
+            await wait_for(pilot, lambda: not app.current_run.running, timeout=30, what=f"{name} to finish")
+            return app.current_run.result
+
+    result = run(go())
+    if result is not None:
+        assert result.events[-1].kind == "done"

@@ -1,0 +1,76 @@
+"""Runs one playbook in a thread with the framework's own run(): events go to the app, confirmation to a dialog.
+
+The runner blocks its own thread (never the event loop) while the operator answers the confirm dialog.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from playbooks.framework import Event, Playbook, Result, run
+
+from .messages import PlaybookFinished, PlaybookProgress
+
+if TYPE_CHECKING:
+    from textual.app import App
+
+    from ops.settings import Settings
+
+
+class PlaybookRun:
+    def __init__(self, app: "App", playbook: Playbook, settings: "Settings", title: str):
+        self.app = app
+        self.playbook = playbook
+        self.settings = settings
+        self.title = title
+        self.cancelled = threading.Event()
+        self.events: list[Event] = []
+        self.result: Result | None = None
+        self._thread = threading.Thread(target=self._main, name=f"playbook-{playbook.name}", daemon=True)
+
+    @property
+    def running(self) -> bool:
+        return self.result is None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _main(self) -> None:
+        try:
+            self.result = run(self.playbook, self.settings, sink=self._sink, confirm=self._confirm,
+                              cancelled=self.cancelled)
+        except Exception as exc:  # run() catches expected failures; anything else must still end the run
+            event = Event("done", self.playbook.name, None, f"{type(exc).__name__}: {exc}", {"ok": False})
+            self._sink(event)
+            self.result = Result(ok=False, events=self.events, failed_step="(runner)")
+        self.app.post_message(PlaybookFinished(self))
+
+    def _sink(self, event: Event) -> None:
+        self.events.append(event)
+        self.app.post_message(PlaybookProgress(self, event))
+
+    def _confirm(self, question: str) -> bool:
+        from .screens.confirm import ConfirmScreen
+
+        answered = threading.Event()
+        answer: list[bool] = []
+
+        def done(ok: bool | None) -> None:
+            answer.append(bool(ok))
+            answered.set()
+
+        try:
+            self.app.call_from_thread(self.app.push_screen, ConfirmScreen(self.title, question), done)
+        except RuntimeError:
+            return False  # the app is gone: nobody said yes
+        while not answered.wait(0.2):
+            if self.cancelled.is_set() or not self.app.is_running:
+                return False
+        return answer[0]

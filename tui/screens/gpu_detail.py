@@ -1,0 +1,84 @@
+"""One GPU in detail: its numbers, where its VRAM went (processes, baseline, residual) and who holds the residual.
+
+Follows the live snapshots while open; Escape goes back.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from ops.model import NodeSnapshot
+
+from .. import text
+from ..styles import STYLES as S
+
+
+def gpu_summary(snap: NodeSnapshot, index: int) -> Text:
+    g = snap.gpu(index)
+    t = Text()
+    if g is None:
+        t.append(f"GPU {index} is not in the latest snapshot", style=S["phase.bad"])
+        return t
+    t.append(f"GPU {g.index}  {g.name}", style="bold")
+    t.append(f"  ({g.vendor}{', bus ' + g.bus_id if g.bus_id else ''})")
+    if g.index in snap.drained:
+        t.append("  DRAINED", style=S["drained"])
+    t.append(f"\nVRAM {text.size(g.vram_used)} of {text.size(g.vram_total)}   GTT {text.size(g.gtt_used)} of "
+             f"{text.size(g.gtt_total)}   busy {text.num(g.busy_percent, '.0f', '%')}   "
+             f"{text.num(g.temperature_c, '.0f', 'C')}   {text.num(g.power_w, '.0f', 'W')}")
+    if g.device_files:
+        t.append(f"\ndevice files: {', '.join(g.device_files)}", style="dim")
+    r = next((r for r in snap.residual if r.gpu_index == index), None)
+    if r is not None:
+        base = "not recorded" if r.baseline is None else text.size(r.baseline)
+        t.append(f"\nused {text.size(r.device_used)} = live processes {text.size(r.accounted)} + baseline {base} + "
+                 f"residual ")
+        t.append(text.size(r.residual) if r.residual is not None else "unknown",
+                 style=S["residual"] if r.significant else "")
+        if r.significant and not r.holders:
+            t.append("\nno holder found: an ownerless leak that only a GPU reset clears", style=S["residual"])
+        for h in r.holders:
+            t.append(f"\nholder pid {h.pid if h.pid is not None else '-'}: ", style=S["residual"])
+            t.append(f"{h.reason}, {text.size(h.vram_bytes) if h.vram_bytes is not None else 'size unknown'} — "
+                     f"{h.detail}" + (f" [{text.clip(h.command, 40)}]" if h.command else ""))
+    return t
+
+
+class GpuDetailScreen(Screen[None]):
+    BINDINGS = [("escape", "app.pop_screen", "Back")]
+
+    def __init__(self, index: int, snap: NodeSnapshot):
+        super().__init__()
+        self.index = index
+        self.snap = snap
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static("", id="gpu-summary")
+            table = DataTable(cursor_type="row", id="gpu-procs")
+            table.border_title = "Processes on this GPU"
+            yield table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns("PID", "USER", "STATE", "VRAM", "FROM", "CONTAINER", "COMMAND")
+        self.show_snapshot(self.snap)
+
+    def show_snapshot(self, snap: NodeSnapshot) -> None:
+        self.snap = snap
+        self.query_one("#gpu-summary", Static).update(gpu_summary(snap, self.index))
+        table = self.query_one(DataTable)
+        table.clear()
+        g = snap.gpu(self.index)
+        files = set(g.device_files) if g else set()
+        for p in snap.processes:
+            if self.index not in p.vram and not files.intersection(p.device_files):
+                continue
+            vram = p.vram.get(self.index)
+            table.add_row(str(p.pid), p.user or "?", Text(p.state, style="" if p.alive else S["phase.bad"]),
+                          text.size(vram) if vram is not None else "files only", p.sources.get(self.index, "-"),
+                          p.container or "-", text.clip(p.command or "(gone)", 60), key=str(p.pid))

@@ -1,0 +1,37 @@
+"""The key list that `?` opens: every binding the main screen has right now (none of the actions when read-only).
+
+Built from the live bindings, so it can never list a key that does nothing.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Label
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [("escape", "close", "Close"), ("question_mark", "close", "Close"), ("q", "close", "Close")]
+
+    def __init__(self, keys: list[tuple[str, str]], note: str = ""):
+        super().__init__()
+        self.keys = keys
+        self.note = note
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help"):
+            yield Label("Keys", id="help-title")
+            table = DataTable(show_cursor=False, id="help-keys")
+            yield table
+            if self.note:
+                yield Label(self.note, id="help-note")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("KEY", "WHAT IT DOES")
+        for key, what in self.keys:
+            table.add_row(key, what)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

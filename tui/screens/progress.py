@@ -1,0 +1,84 @@
+"""The progress view of a running playbook: its plan, each step as it starts and ends, and the outcome.
+
+Escape hides it while the playbook goes on (its steps stay in the Events panel); c asks it to stop after the current step.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Label, Static
+
+from playbooks.framework import Event
+from ..styles import STYLES as S
+
+MARK = {"step_ok": ("ok", S["phase.good"]), "step_failed": ("FAILED", S["phase.bad"]),
+        "step_skipped": ("skipped", S["phase.busy"])}
+
+
+def event_line(event: Event) -> Text:
+    t = Text()
+    if event.kind == "planned":
+        t.append(event.message, style="bold")
+        for i, s in enumerate(event.data.get("steps", []), 1):
+            t.append(f"\n  {i}. {s['description']}")
+            if s.get("destructive"):
+                t.append("  [changes the node]", style=S["phase.busy"])
+    elif event.kind == "step_started":
+        t.append(f"→ {event.message}")
+    elif event.kind in MARK:
+        word, style = MARK[event.kind]
+        t.append(f"  {word}: ", style=style)
+        t.append(event.message)
+        secs = event.data.get("seconds")
+        if isinstance(secs, (int, float)):
+            t.append(f" ({secs:.1f}s)", style="dim")
+    elif event.kind == "info":
+        t.append(f"  · {event.message}")
+    elif event.kind == "done":
+        ok = event.data.get("ok")
+        t.append(("done: " if ok else "not done: ") + event.message, style=S["phase.good"] if ok else S["phase.bad"])
+    return t
+
+
+class ProgressScreen(ModalScreen[None]):
+    BINDINGS = [("escape", "close", "Hide"), ("c", "cancel_run", "Stop after this step")]
+
+    def __init__(self, run):
+        super().__init__()
+        self.run = run
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="progress"):
+            yield Label(self.run.title, id="progress-title")
+            with VerticalScroll(id="progress-log"):
+                yield Static("", id="progress-lines")
+            yield Label("running…", id="progress-state")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_lines()
+
+    def refresh_lines(self) -> None:
+        t = Text()
+        for i, e in enumerate(self.run.events):
+            if i:
+                t.append("\n")
+            t.append_text(event_line(e))
+        self.query_one("#progress-lines", Static).update(t)
+        self.query_one("#progress-log", VerticalScroll).scroll_end(animate=False)
+        state = self.query_one("#progress-state", Label)
+        if self.run.result is None:
+            state.update("running… (Esc hides this view, c stops after the current step)")
+        else:
+            state.update("finished: " + ("ok" if self.run.result.ok else f"exit {self.run.result.exit_code}")
+                         + " — Esc to close")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_cancel_run(self) -> None:
+        self.run.cancel()
+        self.notify("stop requested: the playbook ends after the current step")

@@ -1,0 +1,47 @@
+"""A bundle's triage summary (the triage.md the bundle carries on top), scrollable.
+
+Reads the tar directly, so it works for any bundle file, not only one this process collected.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Label, Static
+
+TRIAGE_NAMES = ("triage.md", "triage.txt")
+LIMIT = 512 * 1024
+
+
+def triage_text(bundle: Path) -> str:
+    """The triage summary inside a bundle, or a sentence that says why there is none."""
+    try:
+        with tarfile.open(bundle, "r:*") as tar:
+            for member in tar.getmembers():
+                if member.isfile() and Path(member.name).name in TRIAGE_NAMES:
+                    f = tar.extractfile(member)
+                    if f is not None:
+                        return f.read(LIMIT).decode(errors="replace")
+    except FileNotFoundError:
+        return f"{bundle}: no such file"
+    except (tarfile.TarError, OSError) as exc:
+        return f"{bundle}: not a readable bundle ({exc})"
+    return f"{bundle} has no triage summary (triage.md); run `gpuwarden triage {bundle}`"
+
+
+class TriageScreen(Screen[None]):
+    BINDINGS = [("escape", "app.pop_screen", "Back")]
+
+    def __init__(self, bundle: Path):
+        super().__init__()
+        self.bundle = bundle
+
+    def compose(self) -> ComposeResult:
+        yield Label(f"triage of {self.bundle}", id="triage-title")
+        with VerticalScroll(id="triage"):
+            yield Static(triage_text(self.bundle), markup=False)
+        yield Footer()

@@ -1,0 +1,88 @@
+"""Small text pieces the panels draw with: VRAM bars, sparklines, sizes, ages, signal names.
+
+Pure functions on numbers, so panels stay thin and the pieces are tested without a terminal.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from ops.units import fmt_bytes
+from .styles import STYLES as S
+
+_TICKS = "▁▂▃▄▅▆▇█"
+
+
+def bar(used: int | None, total: int | None, width: int, *, residual: int | None = None) -> Text:
+    """A bar `width` cells wide: used VRAM filled, the residual part of it in the warning style."""
+    if used is None or not total or width <= 0:
+        return Text("-".center(max(width, 1)), style="dim")
+    frac = min(max(used / total, 0.0), 1.0)
+    filled = int(round(frac * width))
+    res_cells = 0
+    if residual and residual > 0:
+        res_cells = min(filled, max(1, int(round(min(residual / total, 1.0) * width))))
+    out = Text()
+    out.append("█" * (filled - res_cells), style=S["bar.used"])
+    out.append("█" * res_cells, style=S["bar.residual"])
+    out.append("░" * (width - filled), style=S["bar.free"])
+    return out
+
+
+def sparkline(values: list[float], width: int) -> str:
+    """The last `width` fractions (0..1) as block characters; blanks where there is no history yet."""
+    if width <= 0:
+        return ""
+    tail = values[-width:]
+    cells = []
+    for v in tail:
+        v = min(max(v, 0.0), 1.0)
+        cells.append(_TICKS[min(int(v * len(_TICKS)), len(_TICKS) - 1)])
+    return " " * (width - len(tail)) + "".join(cells)
+
+
+def size(n: int | None) -> str:
+    return "-" if n is None else fmt_bytes(n)
+
+
+def short_size(n: int | None) -> str:
+    """"14.0G", "512M": a size in at most six cells."""
+    if n is None:
+        return "-"
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f}G"
+    return f"{n / (1 << 20):.0f}M"
+
+
+def used_of(used: int | None, total: int | None) -> str:
+    """"12.0/24.0G" in one unit, short enough for a narrow column."""
+    if used is None or total is None:
+        return "-"
+    gib = 1 << 30
+    if total >= gib:
+        return f"{used / gib:.1f}/{total / gib:.0f}G"
+    mib = 1 << 20
+    return f"{used / mib:.0f}/{total / mib:.0f}M"
+
+
+def num(value: float | None, fmt: str, unit: str = "") -> str:
+    return "-" if value is None else format(value, fmt) + unit
+
+
+def duration(seconds: float | None) -> str:
+    """Compact age: 45s, 12m, 3h04m, 2d05h."""
+    if seconds is None or seconds < 0:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s" if s < 600 else f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def clip(value: str | None, width: int) -> str:
+    value = value or ""
+    return value if len(value) <= width else value[: max(width - 1, 0)] + "…"

@@ -1,0 +1,44 @@
+"""The Arena panel: each shared weight arena's path, size, header state, and its mappers (registered or not).
+
+Plain text: an arena has a handful of mappers, so a table would only add chrome.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ops.model import NodeSnapshot
+
+from .. import text
+from ..styles import STYLES as S
+
+
+class ArenaPanel(Static):
+    def __init__(self, **kw):
+        super().__init__("", **kw)
+        self.border_title = "Arena"
+        self._last: str | None = None
+
+    def show(self, snap: NodeSnapshot) -> None:
+        t = Text()
+        if not snap.arenas:
+            t.append("no arena configured or mapped", style="dim")
+        for i, a in enumerate(snap.arenas):
+            if i:
+                t.append("\n")
+            t.append(a.path, style="bold")
+            t.append(f"\n{text.size(a.size)}, header ")
+            t.append(a.header_state, style=S["phase.good"] if a.header_state == "ok" else S["phase.bad"])
+            regs = sum(1 for m in a.mappers if m.registered)
+            t.append(f"\n{len(a.mappers)} mapped, {regs} registered")
+            for m in a.mappers:
+                mark = {True: ("registered", S["phase.good"]), False: ("mapped only", S["phase.busy"]),
+                        None: ("registered?", "dim")}[m.registered]
+                gpu = "" if m.gpu is None else f"GPU{m.gpu} "
+                t.append(f"\n {m.pid} {gpu}")
+                t.append(mark[0], style=mark[1])
+        key = t.markup
+        if key != self._last:
+            self._last = key
+            self.update(t)

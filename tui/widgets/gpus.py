@@ -1,0 +1,91 @@
+"""The GPUs panel: one row per GPU with a VRAM bar, residual (highlighted), GTT, busy, temp, power, engines, trend.
+
+Fewer columns below 100 cells of width; rows are redrawn only when what they show has changed.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from ops.model import NodeSnapshot
+
+from .. import text
+from ..history import VramHistory
+from ..styles import STYLES as S
+
+WIDE_AT = 120  # room for GTT, power and a longer bar
+TREND_AT = 140  # room for the sparkline too
+NARROW = ("GPU", "NAME", "VRAM", "USED", "RESID", "BUSY", "TEMP", "ENG", "")
+NARROW_NAME = 14
+WIDE = ("GPU", "NAME", "VRAM", "USED", "RESIDUAL", "GTT", "BUSY", "TEMP", "POWER", "ENG", "")
+TREND = ("GPU", "NAME", "VRAM", "USED", "RESIDUAL", "GTT", "BUSY", "TEMP", "POWER", "ENG", "VRAM TREND", "")
+
+
+class GpusPanel(DataTable):
+    def __init__(self, **kw):
+        super().__init__(cursor_type="row", zebra_stripes=False, cell_padding=1, **kw)
+        self.border_title = "GPUs"
+        self._wide: tuple | None = None
+        self._rows: list[tuple] = []
+
+    def selected_gpu(self) -> int | None:
+        if not self.row_count:
+            return None
+        key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+        return int(key.value) if key.value is not None else None
+
+    def show(self, snap: NodeSnapshot, history: VramHistory, width: int) -> None:
+        wide = width >= WIDE_AT
+        trend = width >= TREND_AT
+        bar_w = 16 if wide else 10
+        name_w = max(12, min(28, width - (128 if trend else 100))) if wide else NARROW_NAME
+        res_by = {r.gpu_index: r for r in snap.residual}
+        engines: dict[int, int] = {}
+        for e in snap.engines:
+            if e.gpu is not None and e.phase not in ("exited", "crashed"):
+                engines[e.gpu] = engines.get(e.gpu, 0) + 1
+        rows = []
+        for g in snap.gpus:
+            r = res_by.get(g.index)
+            resid = r.residual if r and r.residual and r.residual > 0 else 0
+            significant = bool(r and r.significant)
+            res_text = Text((text.size(resid) if wide else text.short_size(resid)) if resid else "-",
+                            style=S["residual"] if significant else ("dim" if not resid else ""))
+            if r and r.holders:
+                res_text.append(f" {len(r.holders)}h" if not wide else f" ({len(r.holders)} holder{'s' if len(r.holders) > 1 else ''})", style=S["residual"])
+            mark = Text()
+            if g.index in snap.drained:
+                mark.append("DRAINED" if wide else "DRN", style=S["drained"])
+            elif significant:
+                mark.append("!", style=S["residual"])
+            row = [str(g.index), text.clip(g.name, name_w),
+                   text.bar(g.vram_used, g.vram_total, bar_w, residual=resid if significant else None),
+                   text.used_of(g.vram_used, g.vram_total), res_text]
+            if wide:
+                row.append(text.used_of(g.gtt_used, g.gtt_total))
+            row += [text.num(g.busy_percent, ".0f", "%"), text.num(g.temperature_c, ".0f", "C")]
+            if wide:
+                row.append(text.num(g.power_w, ".0f", "W"))
+            row.append(str(engines.get(g.index, 0)))
+            if trend:
+                row.append(Text(text.sparkline(history.series(g.index), 20), style=S["trend"]))
+            row.append(mark)
+            rows.append((str(g.index), row))
+        layout = TREND if trend else (WIDE if wide else NARROW)
+        if layout != self._wide:
+            self.clear(columns=True)
+            self.add_columns(*layout)
+            self._wide = layout
+            self._rows = []
+        fingerprint = [(k, tuple(str(c) if not isinstance(c, Text) else (c.plain, str(c.spans)) for c in row))
+                       for k, row in rows]
+        if fingerprint == self._rows:
+            return
+        cursor = self.cursor_row
+        self.clear()
+        for key, row in rows:
+            self.add_row(*row, key=key)
+        self._rows = fingerprint
+        if rows:
+            self.move_cursor(row=min(cursor, len(rows) - 1), animate=False)

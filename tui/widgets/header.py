@@ -1,0 +1,51 @@
+"""The one-line header: node, backend (SIMULATED when it is the sim node), refresh, read-only, staleness.
+
+Shows no clock, so a fixed snapshot always renders the same.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ops.model import NodeSnapshot
+
+from ..text import duration
+from ..styles import STYLES as S
+
+
+class NodeHeader(Static):
+    DEFAULT_CSS = "NodeHeader { height: 1; }"
+
+    def __init__(self, *, refresh_s: float, read_only: bool, replay: str | None = None, **kw):
+        super().__init__("gpuwarden — waiting for the first snapshot…", **kw)
+        self.refresh_s = refresh_s
+        self.read_only = read_only
+        self.replay = replay
+
+    def show(self, snap: NodeSnapshot | None, *, stale_for: float | None = None, error: str | None = None,
+             attention: bool = False) -> None:
+        t = Text()
+        t.append(" gpuwarden ", style=S["header.brand"])
+        if snap is not None:
+            t.append(f" {snap.hostname} ", style=S["header.node"])
+            t.append(f" {snap.backend}")
+            if snap.simulated:
+                t.append(" ")
+                t.append(" SIMULATED ", style=S["header.sim"])
+        if self.replay:
+            t.append(f"  replay {self.replay}", style=S["header.warn"])
+        else:
+            t.append(f"  every {self.refresh_s:g}s")
+        if self.read_only:
+            t.append("  ")
+            t.append(" READ-ONLY ", style=S["header.ro"])
+        if stale_for is not None:
+            t.append("  ")
+            t.append(f" STALE {duration(stale_for)} ", style=S["header.stale"])
+        if error:
+            t.append(f"  {error}", style=S["header.warn"])
+        elif attention:
+            t.append("  ")
+            t.append(" NEEDS ATTENTION ", style=S["header.stale"])
+        self.update(t)
