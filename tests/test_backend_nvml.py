@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import csv
 import re
+import subprocess
 from pathlib import Path
 
 import pynvml
@@ -15,6 +16,7 @@ import pytest
 from ops.backends import libload
 from ops.backends.nvml import SOURCE_UNKNOWN, NvmlBackend, bus_id
 from ops.errors import BackendUnavailable
+from ops.snapshot import take_snapshot
 from standins import pynvml_standin as standin
 from standins.nvsmi_capture import MIB, parse_q, parse_query_csv
 
@@ -194,3 +196,32 @@ def test_every_nvml_name_the_backend_uses_exists_in_pynvml():
     assert "nvmlDeviceGetMemoryInfo" in names, "the AST scan found nothing: the test is broken"
     missing = sorted(n for n in names if not hasattr(pynvml, n))
     assert not missing, missing
+
+
+def test_snapshot_attributes_nvml_pids_to_real_processes_and_flags_a_dead_one(settings, fixtures):
+    """The captured H100 load, with its three PIDs swapped for real processes: attribution, then one dies."""
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    try:
+        gpus = parse_q(fixtures / H100_LOAD_Q)
+        for proc, captured in zip(procs, gpus[0].processes):
+            captured.pid = proc.pid
+        backend = NvmlBackend(settings, module=standin.build(gpus))
+        snap = take_snapshot(settings, backend)
+        seen = {p.pid: p for p in snap.processes}
+        assert [seen[p.pid].state for p in procs] == ["sleeping"] * 3
+        assert all(seen[p.pid].command.startswith("sleep") and seen[p.pid].sources == {0: "nvml"} for p in procs)
+        [res] = snap.residual
+        assert res.accounted == (2566 + 1542 + 15690) * MIB
+        assert res.residual == (19818 - 2566 - 1542 - 15690) * MIB and not res.significant
+        # The 15.7 GB process is killed and reaped, but NVML still charges its PID: that VRAM is residual now.
+        procs[2].kill()
+        procs[2].wait()
+        snap = take_snapshot(settings, backend)
+        [res] = snap.residual
+        assert res.significant and [h.pid for h in res.holders] == [procs[2].pid]
+        assert snap.needs_attention()
+        backend.close()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
