@@ -8,6 +8,7 @@ import ast
 import csv
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pynvml
@@ -62,7 +63,8 @@ def test_cli_forced_nvml_fails_with_one_line_and_exit_2(cli):
 @pytest.mark.parametrize("code, clause", [
     (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "NVIDIA driver not loaded"),
     (pynvml.NVML_ERROR_NO_PERMISSION, "no permission to open /dev/nvidia*"),
-    (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "driver and libnvidia-ml versions differ (reload the driver or reboot)"),
+    (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+     "driver and libnvidia-ml versions differ (reload the driver or reboot)"),
     (pynvml.NVML_ERROR_UNKNOWN, "nvmlInit failed (Unknown Error)"),
 ])
 def test_init_failures_become_one_clause(code, clause, settings, fixtures):
@@ -225,3 +227,29 @@ def test_snapshot_attributes_nvml_pids_to_real_processes_and_flags_a_dead_one(se
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_a_process_holding_the_device_files_is_found_by_the_holder_scan(settings, fixtures, tmp_path):
+    """A real process that opened (stand-in) /dev/nvidia0 and /dev/nvidiactl under the dev root, but that
+    NVML does not list, still shows up as a GPU process holding them; /dev/nvidia-caps does not count."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidiactl", "nvidia-caps"):
+        (dev / name).write_text("")
+    settings = settings.with_(dev_root=dev)
+    opener = ("import sys; fs = [open(p) for p in sys.argv[1:]]; print('open', flush=True); sys.stdin.read()")
+    paths = [str(dev / n) for n in ("nvidia0", "nvidiactl", "nvidia-caps")]
+    child = subprocess.Popen([sys.executable, "-c", opener, *paths],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "open\n"
+        backend = NvmlBackend(settings, module=standin.build(parse_q(fixtures / H100X8_Q)))
+        snap = take_snapshot(settings, backend)
+        backend.close()
+        [proc] = [p for p in snap.processes if p.pid == child.pid]
+        assert proc.device_files == (str(dev / "nvidia0"), str(dev / "nvidiactl"))
+        assert proc.vram == {} and proc.alive
+        assert snap.gpu(0).device_files == (str(dev / "nvidia0"),)
+    finally:
+        child.kill()
+        child.wait()
