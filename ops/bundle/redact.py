@@ -30,7 +30,8 @@ PATTERNS: tuple[tuple[str, re.Pattern, int], ...] = (
     ("jwt", re.compile(r"\b(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"), 1),
     # key=value, key: value, "key": "value" with a secret-sounding key; or a --flag followed by its value
     ("secret-assignment", re.compile(
-        r"(?i)((?:--?[\w.-]*?" + _KEYWORDS + r"[\w.-]*(?:[ \t]+|\x00|=))"
+        # (?<!...) starts keys at a token boundary only: scanning from inside every word is quadratic
+        r"(?i)(?<![\w.-])((?:--?[\w.-]*?" + _KEYWORDS + r"[\w.-]*(?:[ \t]+|\x00|=))"
         r"|(?:[\w.-]*?" + _KEYWORDS + r"[\w.-]*\"?[ \t]*[=:][ \t]*\"?))"
         r"(?!(?:Bearer|Basic|Token)[ \t]|\[REDACTED)([^\s\"',\x00;&]{3,})"), 2),
 )
@@ -52,11 +53,28 @@ def _sub(name: str, regex: re.Pattern, group: int, text: str, counts: Counter) -
     return regex.sub(repl, text)
 
 
+_KEY_HINT = re.compile(_KEYWORDS, re.IGNORECASE)
+
+
+def _sub_keyed(name: str, regex: re.Pattern, group: int, text: str, counts: Counter) -> str:
+    """The key=value rule, run only on lines that mention a secret word (most log lines do not)."""
+    if not _KEY_HINT.search(text):
+        return text
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if _KEY_HINT.search(line):
+            lines[i] = _sub(name, regex, group, line, counts)
+    return "\n".join(lines)
+
+
 def redact_text(text: str, counts: Counter | None = None) -> tuple[str, Counter]:
     """Text with every known secret shape replaced; counts per pattern name."""
     counts = counts if counts is not None else Counter()
     for name, regex, group in PATTERNS:
-        text = _sub(name, regex, group, text, counts)
+        if name == "secret-assignment":
+            text = _sub_keyed(name, regex, group, text, counts)
+        else:
+            text = _sub(name, regex, group, text, counts)
     return text, counts
 
 

@@ -79,12 +79,18 @@ class _Analyzer:
         self.idx = idx
         if self.follow(idx, line):
             return
-        if self.crash(line) or self.xid(line) or self.oom(line):
+        low = msg.lower()
+        # The substring tests are literals these regexes require: they spare a search on most lines.
+        if ("segfault" in low or "traps:" in low) and self.crash(line):
             return
-        if self.nvidia_context(msg):
+        if "nvrm" in low and (self.xid(line) or self.nvidia_context(msg)):
+            return
+        if ("oom" in low or "out of memory" in low) and self.oom(line):
             return
         matched = False
         for rule in RULES:
+            if rule.hint is not None and rule.hint not in low:
+                continue
             m = rule.regex.search(msg)
             if m:
                 self.record(idx, line, rule, m)

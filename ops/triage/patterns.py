@@ -12,6 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+try:  # the regex parser: used only to find a literal every match must contain
+    import re._parser as _sre_parse  # type: ignore[import-not-found]
+    from re._constants import LITERAL as _LITERAL  # type: ignore[import-not-found]
+except ImportError:  # Python < 3.11
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+    from sre_constants import LITERAL as _LITERAL  # type: ignore[no-redef]
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -24,11 +31,30 @@ class Rule:
     meaning: str = ""
     victim: tuple[str, ...] = ()  # groups recorded per occurrence as the affected process
     follow: tuple[re.Pattern, ...] = field(default=())  # detail lines after the match
+    # Lower-case text every match contains: a cheap `in` test skips the regex on most lines.
+    hint: str | None = None
+
+
+def required_literal(pattern: str, flags: int = 0) -> str | None:
+    """The longest run of literal characters at the pattern's top level (so every match has it)."""
+    try:
+        parsed = _sre_parse.parse(pattern, flags)
+    except Exception:
+        return None
+    best, run = "", []
+    for op, arg in list(parsed) + [(None, None)]:
+        if op == _LITERAL:
+            run.append(chr(arg))
+            continue
+        if len(run) > len(best):
+            best = "".join(run)
+        run = []
+    return best.lower() if len(best) >= 3 else None
 
 
 def _r(id, category, severity, pattern, title, key=(), meaning="", victim=(), follow=(), flags=0):
     return Rule(id, category, severity, re.compile(pattern, flags), title, tuple(key), meaning,
-                tuple(victim), tuple(re.compile(p) for p in follow))
+                tuple(victim), tuple(re.compile(p) for p in follow), required_literal(pattern, flags))
 
 
 # Detail lines that amdgpu prints after a page-fault header.
