@@ -56,6 +56,10 @@ def test_exit_code_and_signal_are_recorded(supervised):
     assert record["died_while"] == "registering" and record["exit_code"] is None
     info = st.get(Settings(state_dir=supervised), "segv")
     assert info.signal == "SIGSEGV" and info.last_log_line.startswith("segfault")
+    # Death by a signal asks for an incident bundle, whose path lands in the record (and the snapshot).
+    wait_for(lambda: (st.read_state(supervised, "segv") or {}).get("bundle"), 60, "the crash bundle", poll=0.1)
+    bundle = st.get(Settings(state_dir=supervised), "segv").bundle
+    assert bundle.endswith(".tar.gz") and os.path.exists(bundle)
 
 
 def test_restart_on_failure_stops_at_the_start_limit(supervised):

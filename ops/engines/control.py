@@ -175,7 +175,9 @@ def stop(settings: Settings, name: str, *, timeout_s: float | None = None) -> St
     grace = engine.stop_grace if timeout_s is None else timeout_s
     shim_pid, shim_start = record.get("shim_pid"), record.get("shim_start")
     pid, pid_start = record.get("pid"), record.get("pid_start")
-    if st.shim_alive(record, settings.proc_root):
+    ended = record.get("phase") in st.FINAL_PHASES and not st.alive(pid, pid_start, settings.proc_root)
+    if st.shim_alive(record, settings.proc_root) and not ended:
+        # (A shim whose engine has ended is only finishing its records, e.g. a crash bundle: leave it be.)
         _signal_checked(settings, name, shim_pid, shim_start, signal.SIGTERM, "shim")
         # The shim itself sends SIGKILL after the grace; give it that plus a margin to record the exit.
         if _wait_gone(settings, shim_pid, shim_start, grace + 5.0):

@@ -50,13 +50,16 @@ class Shim:
             "gate_slot": None, "stopped_by_request": False, "updated_at": time.time(),
         }
         self._bundle_threads: list[threading.Thread] = []
+        self._save_lock = threading.Lock()
 
     # --- recording ---------------------------------------------------------------------------
 
     def save(self, **changes: Any) -> None:
-        self.record.update(changes)
-        self.record["updated_at"] = time.time()
-        statedir.write_json(self.dir / st.STATE, self.record)
+        # The bundle thread saves too; one writer at a time keeps the record whole.
+        with self._save_lock:
+            self.record.update(changes)
+            self.record["updated_at"] = time.time()
+            statedir.write_json(self.dir / st.STATE, self.record)
 
     def on_stop_signal(self, signum: int, frame: object) -> None:
         self.stop_requested = True
