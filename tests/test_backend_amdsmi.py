@@ -99,9 +99,26 @@ def test_vram_in_mib_when_byte_counters_fail(version, open_replay, fixtures):
 
 
 def _raises_unsupported(mod):
-    def fail(processor_handle, mem_type):
+    def fail(processor_handle, *args):
         raise mod.AmdSmiLibraryException(standin.NOT_SUPPORTED)
     return fail
+
+
+@pytest.mark.parametrize("version", standin.VERSIONS)
+def test_gpu_metrics_answers_what_the_dedicated_calls_cannot(version, settings, fixtures):
+    node = capture.monitor_node(fixtures / "amd-smi/amd_smi_monitor_process_rocm640.txt")
+    mod = standin.build(version, node)
+    for name in ("amdsmi_get_gpu_activity", "amdsmi_get_power_info", "amdsmi_get_temp_metric"):
+        setattr(mod, name, _raises_unsupported(mod))
+    backend = AmdSmiBackend(settings, module=mod)
+    try:
+        [gpu] = backend.gpus()
+        backend.gpus()
+    finally:
+        backend.close()
+    # 6.1's table has only average_socket_power; 6.2+ carry current_socket_power (what amd-smi shows)
+    assert (gpu.busy_percent, gpu.temperature_c, gpu.power_w) == (96.0, 49.0, 293.0)
+    assert mod.calls.count("amdsmi_get_gpu_metrics_info") == 2  # once per refresh, not once per field
 
 
 @pytest.mark.parametrize("version", standin.VERSIONS)

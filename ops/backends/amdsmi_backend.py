@@ -168,29 +168,31 @@ class AmdSmiBackend(libload.LibraryBackend):
         )
 
     def _live_metrics(self, handle: Any) -> tuple[float | None, float | None, float | None]:
-        """Busy %, temperature (hotspot, else edge) and socket power from one gpu_metrics read.
+        """Busy %, temperature (hotspot, else edge) and socket power.
 
-        amd-smi's own `monitor` reads these three from gpu_metrics; the dedicated calls are the
-        fallback for GPUs whose metrics table lacks them.
+        The dedicated calls come first because their units are fixed (%, degrees C after amdsmi's own
+        /1000, W); the kernel's gpu_metrics table only states its units from v1.4 (MI300) on, so it is
+        read, once, just for what those calls could not give.
         """
-        metrics = self._try(getattr(self._m, "amdsmi_get_gpu_metrics_info", None), handle)
-        metrics = metrics if isinstance(metrics, Mapping) else {}
-        busy = number(metrics.get("average_gfx_activity"))
-        if busy is None:
-            busy = number(self._field("amdsmi_get_gpu_activity", handle, "gfx_activity"))
+        busy = number(self._field("amdsmi_get_gpu_activity", handle, "gfx_activity"))
+        temperature = self._temperature(handle)
+        power = number(self._field("amdsmi_get_power_info", handle,
+                                   "socket_power", "current_socket_power", "average_socket_power"))
+        if busy is None or temperature is None or power is None:
+            metrics = self._try(getattr(self._m, "amdsmi_get_gpu_metrics_info", None), handle)
+            metrics = metrics if isinstance(metrics, Mapping) else {}
+            if busy is None:
+                busy = number(metrics.get("average_gfx_activity"))
+            if temperature is None:
+                temperature = number(metrics.get("temperature_hotspot"))
+                if temperature is None:
+                    temperature = number(metrics.get("temperature_edge"))
+            if power is None:
+                power = number(metrics.get("current_socket_power"))
+                if power is None:
+                    power = number(metrics.get("average_socket_power"))
         if busy is not None and not 0 <= busy <= 100:
             busy = None
-        temperature = number(metrics.get("temperature_hotspot"))
-        if temperature is None:
-            temperature = number(metrics.get("temperature_edge"))
-        if temperature is None:
-            temperature = self._temperature(handle)
-        power = number(metrics.get("current_socket_power"))
-        if power is None:
-            power = number(metrics.get("average_socket_power"))
-        if power is None:
-            power = number(self._field("amdsmi_get_power_info", handle,
-                                       "socket_power", "current_socket_power", "average_socket_power"))
         return (None if busy is None else float(busy),
                 None if temperature is None else float(temperature),
                 None if power is None else float(power))
