@@ -209,7 +209,7 @@ class GpuwardenApp(App):
                 ("t", "triage of the last bundle"), ("o", "progress of the last playbook"),
                 ("ctrl+r", "refresh now"), ("ctrl+p", "command palette"), ("?", "this list"), ("q", "quit")]
         if not self.read_only:
-            keys = [(a.key, f"{a.title}: {a.help}") for a in ACTIONS] + keys
+            keys = [(a.key, a.title) for a in ACTIONS] + keys
         note = "read-only: no action keys" if self.read_only else "destructive actions ask first; Cancel is the default"
         self.push_screen(HelpScreen(keys, note))
 

@@ -22,8 +22,9 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float = 
     """Run the TUI until the operator quits or the terminal goes away; returns the exit code."""
     if refresh_s < MIN_REFRESH_S:
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise GpuwardenError("the console needs a terminal (stdin and stdout are not both terminals)",
+    # Textual draws on stderr (stdout stays free for redirection), so that and stdin must be terminals.
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise GpuwardenError("the console needs a terminal (stdin and stderr are not both terminals)",
                              "from scripts use `gpuwarden status` (or `status --json`)")
     from tui.sampling import bundle_source, live_source
     close = None

@@ -1,0 +1,156 @@
+"""The installed `gpuwarden tui` in a real terminal (tmux): it draws the sim node, answers keys, quits, and
+leaves cleanly when its terminal goes away (SIGHUP, as when an SSH session drops).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(shutil.which("tmux") is None,
+                                 reason="tmux is not installed (tests/run-all.sh installs it)")]
+
+GPUWARDEN = Path(sys.executable).parent / "gpuwarden"
+
+# Runs gpuwarden as its child with SIGHUP at its default, records the exit status; survives the hangup itself.
+WRAPPER = r"""
+import os, signal, subprocess, sys
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+proc = subprocess.Popen(sys.argv[2:], preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+open(sys.argv[1] + ".pid", "w").write(str(proc.pid))
+rc = proc.wait()
+open(sys.argv[1] + ".tmp", "w").write(str(rc))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+"""
+
+
+class Tmux:
+    def __init__(self, socket: Path, name: str = "gw"):
+        self.base = ["tmux", "-S", str(socket)]
+        self.name = name
+
+    def start(self, command: str, width: int = 100, height: int = 30, env: dict | None = None) -> None:
+        args = [*self.base, "new-session", "-d", "-x", str(width), "-y", str(height), "-s", self.name]
+        for k, v in (env or {}).items():
+            args += ["-e", f"{k}={v}"]
+        subprocess.run([*args, command], check=True)
+
+    def screen(self) -> str:
+        out = subprocess.run([*self.base, "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
+        return out.stdout
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run([*self.base, "send-keys", "-t", self.name, *keys], check=True)
+
+    def wait_screen(self, needle: str, timeout: float = 20.0) -> str:
+        deadline = time.monotonic() + timeout
+        text = ""
+        while time.monotonic() < deadline:
+            text = self.screen()
+            if needle in text:
+                return text
+            time.sleep(0.1)
+        raise AssertionError(f"{needle!r} never appeared on the screen:\n{text}")
+
+    def kill(self) -> None:
+        subprocess.run([*self.base, "kill-server"], capture_output=True)
+
+
+@pytest.fixture
+def sim_state(tmp_path: Path) -> Path:
+    state = tmp_path / "state"
+    subprocess.run([str(GPUWARDEN), "--state-dir", str(state), "sim", "init", "--gpus", "4", "--vram", "24GiB"],
+                   check=True, capture_output=True)
+    return state
+
+
+@pytest.fixture
+def tmux(tmp_path: Path):
+    t = Tmux(tmp_path / "tmux.sock")
+    yield t
+    t.kill()
+
+
+def wait_file(path: Path, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def test_tui_in_a_real_terminal_draws_answers_keys_and_quits(sim_state, tmux, tmp_path):
+    assert GPUWARDEN.exists(), f"{GPUWARDEN} is not installed"
+    rc = tmp_path / "rc"
+    tmux.start(f"{GPUWARDEN} --state-dir {sim_state} --backend sim tui --refresh 0.5; echo exit=$? > {rc}; sleep 60")
+    text = tmux.wait_screen("SIMULATED")
+    tmux.wait_screen("0.0/24G")
+    assert "every 0.5s" in text and "GPUs" in tmux.screen() and "Engines" in tmux.screen()
+    tmux.keys("?")
+    tmux.wait_screen("WHAT IT DOES")
+    assert "Drain GPU" in tmux.screen()
+    tmux.keys("Escape")
+    deadline = time.monotonic() + 10
+    while "WHAT IT DOES" in tmux.screen() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    tmux.keys("Enter")  # GPU 0's detail view
+    tmux.wait_screen("Processes on this GPU")
+    tmux.keys("Escape")
+    tmux.wait_screen("Engines")
+    tmux.keys("q")
+    assert wait_file(rc, 15).strip() == "exit=0"
+    after = tmux.screen()
+    assert "Traceback" not in after and "Error" not in after
+
+
+def test_tui_read_only_in_a_real_terminal_has_no_action_keys(sim_state, tmux, tmp_path):
+    rc = tmp_path / "rc"
+    tmux.start(f"{GPUWARDEN} --state-dir {sim_state} --backend sim tui --read-only; echo exit=$? > {rc}; sleep 60",
+               width=80, height=24)
+    text = tmux.wait_screen("READ-ONLY")
+    assert "Drain" not in text.splitlines()[-1]
+    tmux.keys("d")  # unbound: nothing may happen
+    time.sleep(0.3)
+    assert "Proceed" not in tmux.screen() and "Drain GPU" not in tmux.screen()
+    tmux.keys("q")
+    assert wait_file(rc, 15).strip() == "exit=0"
+
+
+@pytest.mark.parametrize("how", ["sighup", "terminal-closed"])
+def test_tui_exits_cleanly_when_the_terminal_goes_away(sim_state, tmux, tmp_path, how):
+    rc = tmp_path / "rc"
+    tmux.start(f"{sys.executable} -c '{WRAPPER}' {rc} {GPUWARDEN} --state-dir {sim_state} --backend sim tui"
+               + ("; sleep 60" if how == "sighup" else ""))
+    tmux.wait_screen("SIMULATED")
+    pid = int(wait_file(Path(str(rc) + ".pid"), 5))
+    if how == "sighup":
+        os.kill(pid, signal.SIGHUP)
+    else:
+        tmux.kill()  # tmux closes the pty: the kernel hangs up the terminal and signals its processes
+    code = int(wait_file(rc, 15))
+    assert code == 0, f"exit status {code} (negative: killed by that signal)"
+    if how == "sighup":
+        after = tmux.screen()
+        assert "Traceback" not in after, after
+
+
+def test_tui_without_a_terminal_says_so_in_one_line(sim_state):
+    proc = subprocess.run([str(GPUWARDEN), "--state-dir", str(sim_state), "--backend", "sim", "tui"],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "needs a terminal" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_tui_refresh_below_the_floor_is_refused(sim_state):
+    proc = subprocess.run([str(GPUWARDEN), "--state-dir", str(sim_state), "--backend", "sim", "tui",
+                           "--refresh", "0.1"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "too fast" in proc.stderr and "Traceback" not in proc.stderr
