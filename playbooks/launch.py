@@ -60,7 +60,7 @@ class LaunchPlaybook(Playbook):
                 problems.append(f"GPU {e.gpu} (engine {e.name}) is drained"
                                 f"{' by ' + d['who'] if d.get('who') else ''}"
                                 f"{': ' + d['reason'] if d.get('reason') else ''}; "
-                                f"undrain it (gpuwarden drain --undo {e.gpu}) or leave {e.name} out")
+                                f"undrain it (gpuwarden undrain {e.gpu}) or leave {e.name} out")
             if control.supervised(ctx.settings, e.name):
                 problems.append(f"engine {e.name} is already running; stop it first (gpuwarden engines stop {e.name})")
         if self.config.arena is not None:

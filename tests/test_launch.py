@@ -135,3 +135,21 @@ def test_four_canaries_stagger_1_register_one_at_a_time(tmp_path, supervised, cl
     assert len(windows) == 4
     for (a, wa), (b, wb) in itertools.combinations(sorted(windows.items()), 2):
         assert wa[1] <= wb[0] or wb[1] <= wa[0], f"{a} {wa} overlaps {b} {wb}"
+
+
+def test_arena_missing_or_corrupt_stops_the_launch(tmp_path, supervised, cli):
+    arena = tmp_path / "a.arena"
+    cfg = write_config(tmp_path / "node.toml", 1)
+    cfg.write_text(f'[arena]\npath = "{arena}"\n\n' + cfg.read_text())
+    proc = cli("--config", str(cfg), "launch")
+    assert proc.returncode == 1 and f"arena {arena} does not exist" in proc.stdout
+    assert cli("arena", "create", str(arena), "--size", "4MiB", "--chunk-size", "1MiB", "-q").returncode == 0
+    with open(arena, "r+b") as f:
+        f.seek(-100, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-100, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    proc = cli("--config", str(cfg), "launch")
+    assert proc.returncode == 1
+    assert "FAILED" in proc.stderr and "chunk" in proc.stderr
+    assert records(supervised) == {}

@@ -130,3 +130,19 @@ def test_log_is_capped(supervised):
     total = log.stat().st_size + log.with_name(st.LOG + ".1").stat().st_size
     assert total <= 8192
     assert st.last_line(log).startswith("00001999")
+
+
+def test_registration_timeout_frees_the_shims_gate_slot(supervised):
+    # A log-followed engine that never prints its registered line must not hold the gate for ever.
+    keys = dict(progress="log", registered_pattern="never printed")
+    settings = Settings(state_dir=supervised)
+    for name in ("slow", "next"):
+        engine = EngineConfig(name=name, argv=tuple(engine_argv("--register-s", "0", "--log-only")), gpu=0, **keys)
+        shim = control.start(settings, engine, gate_slots=1, registration_timeout=0.6, workdir=None)
+        control.wait_for_record(settings, name, shim)
+        if name == "slow":
+            wait_for(lambda: (st.read_state(supervised, "slow") or {}).get("gate_slot") == 0, 5, "slow holding")
+    assert (st.read_state(supervised, "next") or {}).get("phase") == "waiting"
+    wait_for(lambda: (st.read_state(supervised, "next") or {}).get("gate_slot") == 0, 5, "next admitted")
+    slow = st.read_state(supervised, "slow")
+    assert slow["gate_slot"] is None and "registration timeout" in slow["detail"]
