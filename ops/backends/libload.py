@@ -1,7 +1,6 @@
 """Vendor GPU libraries (amdsmi, NVML): a lazy import that fails in one short clause, and guarded calls.
 
-The amdsmi wheel prints to stdout and raises KeyError at import when libamd_smi.so is absent, so the
-import runs with output captured; failures are remembered so `--watch` does not retry each frame.
+A failed import is remembered, so `--watch` does not try it again on every frame.
 """
 
 from __future__ import annotations
@@ -29,7 +28,8 @@ def import_vendor(module_name: str, backend: str, library_missing: str, hint: st
         return sys.modules[module_name]
     if module_name in _failed:
         raise _failed[module_name]
-    # The wheels write their own complaints to stdout; `status --json` must stay clean JSON.
+    # The amdsmi wheel prints its complaint to stdout before raising KeyError('libamd_smi.so'), and
+    # `status --json` must stay clean JSON.
     sink = io.StringIO()
     try:
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):

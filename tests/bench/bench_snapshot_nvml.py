@@ -1,8 +1,5 @@
-"""Cost of one gpuwarden snapshot over NVML against two peers measured in the same run:
-`nvidia-smi --query-gpu=index,memory.used --format=csv` as a subprocess, and nvitop's take_snapshots().
-
-Needs an NVIDIA GPU (the lead runs it through tests/device/status_nvml.sh). Medians of N warm runs.
-Run: python3 tests/bench/bench_snapshot_nvml.py [--runs 30] [--out results.json]
+"""Cost of one gpuwarden snapshot over NVML against `nvidia-smi --query-gpu=index,memory.used` run as a
+subprocess and nvitop's take_snapshots(), medians of warm runs in one process, as ratios.
 """
 
 from __future__ import annotations
@@ -24,6 +21,8 @@ from ops.backends.nvml import NvmlBackend  # noqa: E402
 from ops.settings import Settings  # noqa: E402
 from ops.snapshot import Sampler, take_snapshot  # noqa: E402
 
+# Needs an NVIDIA GPU; tests/device/status_nvml.sh runs it.
+# python3 tests/bench/bench_snapshot_nvml.py [--runs 30] [--out results.json]
 TARGET_VS_SMI = 100.0
 TARGET_VS_NVITOP = 20.0
 

@@ -1,7 +1,5 @@
-"""Turns captured amd-smi / rocm-smi output (shared/fixtures) into the readings a stand-in amdsmi replays.
-
-Sizes: amd-smi prints binary units ("GB" = 1024**3, amdsmi_cli's convert_bytes_to_readable); what a
-capture does not show stays None, and the stand-in then answers the way the library does for it.
+"""Turns captured amd-smi / rocm-smi output (shared/fixtures) into the readings a stand-in amdsmi replays;
+what a capture does not show stays None, and the stand-in answers as the library does for it.
 """
 
 from __future__ import annotations
@@ -11,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# amd-smi prints binary units: "GB" is 1024**3 (amdsmi_cli's convert_bytes_to_readable)
 _UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
 
 

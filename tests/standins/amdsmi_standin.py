@@ -1,9 +1,5 @@
-"""A stand-in `amdsmi` module: the real API's functions, signatures, enums, exceptions and result keys
-(extracted per version into amdsmi_api/*.json), answering with readings replayed from captures.
-
-Anything the real library would reject (wrong arity, a non-handle, a plain int where an enum is
-expected, reading a key the real function never returns) raises ContractViolation, which the backend
-cannot swallow; anything a capture does not show answers as the library does for an unsupported call.
+"""A stand-in `amdsmi` built from one version's real API (functions, signatures, enums, exceptions,
+result keys in amdsmi_api/*.json) that replays captured readings and rejects what amdsmi would reject.
 """
 
 from __future__ import annotations
@@ -32,6 +28,11 @@ _STATUS_TEXT = {NOT_SUPPORTED: "AMDSMI_STATUS_NOT_SUPPORTED - Feature not suppor
 @functools.lru_cache(maxsize=None)
 def load_api(version: str) -> dict:
     return json.loads((API_DIR / f"{version}.json").read_text())
+
+
+# Anything the real library would reject (wrong arity, a non-handle, a plain int where an enum is
+# expected, reading a key the real function never returns) raises ContractViolation, which the backend
+# cannot swallow; whatever a capture does not show answers as the library does for an unsupported call.
 
 
 class ProcessorHandle:

@@ -1,8 +1,5 @@
-"""Extracts the public amdsmi Python API (functions, their parameters, dict keys they return, enums,
-exceptions) from a copy of the package's source, so stand-ins are built from the real signatures.
-
-Usage: python tests/standins/extract_amdsmi_api.py <dir with __init__.py, amdsmi_interface.py,
-amdsmi_exception.py> <label> > tests/standins/amdsmi_api/<label>.json
+"""Extracts the public amdsmi Python API (functions, parameters, returned dict keys, enums, exceptions)
+from a copy of the package's source, so stand-ins are built from the real signatures.
 """
 
 from __future__ import annotations
@@ -79,6 +76,8 @@ def extract(pkg: Path, label: str) -> dict:
             "exceptions": exceptions}
 
 
+# python tests/standins/extract_amdsmi_api.py <dir with __init__.py, amdsmi_interface.py,
+#     amdsmi_exception.py> <label> > tests/standins/amdsmi_api/<label>.json
 if __name__ == "__main__":
     json.dump(extract(Path(sys.argv[1]), sys.argv[2]), sys.stdout, indent=1, sort_keys=False)
     sys.stdout.write("\n")

@@ -1,6 +1,5 @@
 """Reads captured `nvidia-smi -q` text or `--query-gpu` CSV (shared/fixtures/nvidia) into the per-GPU
-readings a stand-in pynvml replays. Key spellings differ between drivers (565: "Gpu", "Power Draw";
-590: "GPU", "Average Power Draw"), so lookups try each.
+readings a stand-in pynvml replays, whichever driver's key spellings the capture uses.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ class SmiGpu:
     processes: list[SmiProcess] = field(default_factory=list)
 
     def get(self, *keys: str) -> str | None:
+        """The first key present: spellings differ by driver (565 "Gpu", "Power Draw"; 590 "GPU", ...)."""
         for key in keys:
             value = self.fields.get(key)
             if value is not None and value not in ("N/A", "[N/A]"):

@@ -1,9 +1,5 @@
-"""A stand-in `pynvml` for a machine without libnvidia-ml: the real nvidia-ml-py module's constants,
-error classes and structs, and every nvml* function with its real signature, answering from a
-captured `nvidia-smi -q` report (nvsmi_capture) with the structs NVML itself would fill.
-
-Wrong arity or a non-handle raises ContractViolation (which the backend cannot swallow); a call a
-capture cannot answer raises NVMLError_NotSupported, as NVML does for an unsupported query.
+"""A stand-in `pynvml`: the real nvidia-ml-py constants, errors, structs and nvml* signatures, answering
+from a captured nvidia-smi report with the structs NVML fills, and rejecting calls pynvml would reject.
 """
 
 from __future__ import annotations
@@ -16,6 +12,10 @@ import pynvml as real
 
 from .contract import ContractViolation, bind
 from .nvsmi_capture import MIB, SmiGpu
+
+
+# Wrong arity or a non-handle raises ContractViolation (which the backend cannot swallow); a call a
+# capture cannot answer raises NVMLError_NotSupported, as NVML does for an unsupported query.
 
 
 class DeviceHandle:
