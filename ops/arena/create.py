@@ -166,19 +166,23 @@ def _pattern_job(fd: int, hsize: int, size: int, chunk: int, hashes: list[int], 
 
 
 def _copy_job(src: int, fd: int, hsize: int, size: int, chunk: int, hashes: list[int], workers: int):
-    buffers = [bytearray(chunk) for _ in range(workers)]
+    # Cache-sized blocks, hashed as a stream (see verify._pread_job for why).
+    block = 1 << 20
+    buffers = [bytearray(block) for _ in range(workers)]
 
     def job(w: int, i: int) -> int:
         start = i * chunk
         n = min(chunk, size - start)
-        view = memoryview(buffers[w])[:n]
-        got = 0
-        while got < n:
-            r = os.preadv(src, [view[got:]], start + got)
-            if r == 0:
+        view = memoryview(buffers[w])
+        h = xxhash.xxh3_64()
+        done = 0
+        while done < n:
+            got = os.preadv(src, [view[:min(block, n - done)]], start + done)
+            if got == 0:
                 raise GpuwardenError("the source file shrank while it was being copied", "copy it when nothing writes it")
-            got += r
-        hashes[i] = xxhash.xxh3_64_intdigest(view)
-        _pwrite_all(fd, view, hsize + start)
+            h.update(view[:got])
+            _pwrite_all(fd, view[:got], hsize + start + done)
+            done += got
+        hashes[i] = h.intdigest()
         return n
     return job

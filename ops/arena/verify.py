@@ -19,6 +19,7 @@ from . import format as fmt
 from .parallel import ChunkPool, Progress, Stopwatch, fmt_rate
 
 METHODS = ("pread", "mmap")
+READ_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -82,19 +83,24 @@ def _record_bad(pool: ChunkPool, bad: list[int], i: int) -> None:
 
 
 def _pread_job(fd: int, header: fmt.Header, pool: ChunkPool, bad: list[int]):
-    buffers = [bytearray(header.chunk_size) for _ in range(pool.workers)]
+    # Read each chunk in cache-sized blocks and hash as a stream: a block copied by pread is still in
+    # L2 when xxh3 reads it, where one whole-chunk buffer would go out to DRAM and back (2x slower).
+    buffers = [bytearray(READ_BLOCK) for _ in range(pool.workers)]
 
     def job(w: int, i: int) -> int:
         start, length = header.chunk_range(i)
-        view = memoryview(buffers[w])[:length]
-        got = 0
-        while got < length:
-            n = os.preadv(fd, [view[got:]], header.header_size + start + got)
+        view = memoryview(buffers[w])
+        h = xxhash.xxh3_64()
+        pos = header.header_size + start
+        end = pos + length
+        while pos < end:
+            n = os.preadv(fd, [view[:min(READ_BLOCK, end - pos)]], pos)
             if n == 0:
-                raise fmt.ArenaError("truncated", f"{header.header_size + start + got} bytes into the arena the file ended: "
+                raise fmt.ArenaError("truncated", f"{pos} bytes into the arena the file ended: "
                                      "it was truncated while being verified", "recreate it")
-            got += n
-        if xxhash.xxh3_64_intdigest(view) != header.chunk_hashes[i]:
+            h.update(view[:n])
+            pos += n
+        if h.intdigest() != header.chunk_hashes[i]:
             _record_bad(pool, bad, i)
         return length
     return job

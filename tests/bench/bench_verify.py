@@ -1,0 +1,102 @@
+"""Arena verify throughput on every core, against single-threaded `xxhsum -H3` (XXH3-64) on the same file.
+
+The file is several times larger than the CPU caches and sits in the page cache (tmpfs by default), so
+both sides read memory, not disk. Peer fallback when xxhsum is missing: b3sum --num-threads 1, else
+Python's xxh3 in one thread (the output says which). Run: python tests/bench/bench_verify.py [--size 4GiB]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import xxhash  # noqa: E402
+
+from ops.arena.create import create  # noqa: E402
+from ops.arena.parallel import default_workers  # noqa: E402
+from ops.arena.verify import verify  # noqa: E402
+from ops.units import parse_size  # noqa: E402
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def best_of(fn, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def peer(path: Path):
+    if shutil.which("xxhsum"):
+        return "xxhsum -H3 (XXH3-64, 1 thread)", lambda: subprocess.run(["xxhsum", "-H3", str(path)], check=True,
+                                                                        capture_output=True)
+    if shutil.which("b3sum"):
+        return "b3sum --num-threads 1", lambda: subprocess.run(["b3sum", "--num-threads", "1", str(path)],
+                                                               check=True, capture_output=True)
+
+    def py_single():
+        h = xxhash.xxh3_64()
+        with open(path, "rb") as f:
+            while chunk := f.read(16 << 20):
+                h.update(chunk)
+    return "python xxh3_64, 1 thread (no xxhsum/b3sum here)", py_single
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--size", default="4GiB", help="arena payload size (default 4GiB)")
+    ap.add_argument("--dir", default="/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir())
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    size = parse_size(args.size)
+    path = Path(args.dir) / f"gw-bench-verify-{os.getpid()}.arena"
+    try:
+        t = time.perf_counter()
+        create(path, size=size)
+        created = time.perf_counter() - t
+        name, peer_fn = peer(path)
+        peer_fn()  # warm: both sides then read the same cached pages
+        cores = default_workers()
+        print(f"machine: nproc {os.cpu_count()}, usable {cores}, CPU {cpu_model()}")
+        print(f"file: {path} ({size / 2**30:.2f} GiB payload), created in {created:.1f}s")
+        peer_s = best_of(peer_fn, args.runs)
+        peer_gbps = size / peer_s / 1e9
+        print(f"peer  {name}: {peer_gbps:6.2f} GB/s ({peer_s:.2f}s)")
+        rows = []
+        for method in ("pread", "mmap"):
+            for workers in sorted({1, max(1, cores // 2), cores}):
+                s = best_of(lambda: verify(path, workers=workers, method=method), args.runs)
+                gbps = size / s / 1e9
+                rows.append((method, workers, gbps))
+                print(f"verify {method:5} x{workers:<3}: {gbps:6.2f} GB/s  ratio vs peer {gbps / peer_gbps:5.2f}  "
+                      f"(ideal {workers})")
+        best = max(rows, key=lambda r: r[2])
+        print(f"best: verify {best[0]} with {best[1]} threads = {best[2] / peer_gbps:.2f} x the single-thread peer "
+              f"on {cores} usable cores")
+        print(f"median of all verify rows: {statistics.median(r[2] for r in rows):.2f} GB/s")
+    finally:
+        path.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()
