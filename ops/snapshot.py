@@ -86,7 +86,9 @@ class Sampler:
         drained = tuple(sorted(nodestate.drained(self.settings.state_dir)))
         residual, warnings = self._residual(gpus, processes, usage, baseline)
         if self.backend.simulated:
-            warnings.insert(0, "SIMULATED node: no real GPU was found (or --backend sim was given)")
+            why = getattr(self.backend, "fallback_reason", None)
+            warnings.insert(0, f"SIMULATED node: no real GPU backend works here ({why})" if why
+                            else "SIMULATED node (--backend sim)")
         if not baseline:
             warnings.append("no idle baseline recorded: residual counts all unexplained VRAM "
                             "(record one with `gpuwarden baseline record` on an idle node)")

@@ -140,3 +140,15 @@ def test_captured_tree_through_env(cli, tmp_path, fixtures):
     # 6.35 GiB used, 2 GiB accounted, no baseline: the rest is residual with no holder
     assert snap["residual"][0]["residual"] == 6812925952 - (2 << 30)
     assert proc.returncode == 1
+
+
+def test_auto_choice_falls_back_to_sim_and_says_why(cli):
+    from pathlib import Path
+    if Path("/sys/class/kfd").exists() or Path("/dev/nvidiactl").exists():
+        pytest.skip("this machine has a GPU driver: the automatic choice is a real backend")
+    proc = cli("status", "--json", env={"GPUWARDEN_BACKEND": ""})
+    snap = json.loads(proc.stdout)
+    assert snap["backend"] == "sim" and snap["simulated"] is True
+    [label] = [w for w in snap["warnings"] if w.startswith("SIMULATED")]
+    for name in ("amdsmi:", "sysfs:", "nvml:"):
+        assert name in label

@@ -52,7 +52,9 @@ def open_backend(settings: Settings, *, fallback_to_sim: bool = True) -> Backend
         except BackendUnavailable as exc:
             reasons.append(exc.message)
     if fallback_to_sim and not captured:
-        return _construct("sim", settings, create=True)
+        sim = _construct("sim", settings, create=True)
+        sim.fallback_reason = "; ".join(reasons)  # shown with the SIMULATED label
+        return sim
     raise BackendUnavailable("no GPU backend works here: " + "; ".join(reasons),
                              "use --backend sim for the simulated node")
 
