@@ -317,8 +317,8 @@ def test_non_root_collection_says_what_it_could_not_read(tmp_path):
 
 
 def _fill_stub(bindir: Path) -> None:
-    # ~2.7 MB of base64 noise: compresses poorly, so the archive outgrows the small target
-    stub(bindir, "dmesg", "head -c 2000000 /dev/urandom | base64")
+    # ~400 KB of base64 noise: compresses poorly, so the archive outgrows the 64 KiB target
+    stub(bindir, "dmesg", "head -c 300000 /dev/urandom | base64")
 
 
 def test_full_disk_leaves_no_partial_archive(cli, sim, bindir, tmp_path):
@@ -326,7 +326,7 @@ def test_full_disk_leaves_no_partial_archive(cli, sim, bindir, tmp_path):
     target.mkdir()
     mounted = False
     if os.geteuid() == 0:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(target)],
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(target)],
                                  capture_output=True).returncode == 0
     _fill_stub(bindir)
     try:
@@ -336,7 +336,7 @@ def test_full_disk_leaves_no_partial_archive(cli, sim, bindir, tmp_path):
             # No tmpfs: a child whose file-size limit stands in for the full disk (EFBIG instead of ENOSPC).
             def limit():
                 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-                resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+                resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
             proc = subprocess.run([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir),
                                    "--backend", "sim", "bundle", "--output", str(target)], cwd=REPO,
                                   capture_output=True, text=True, preexec_fn=limit, timeout=60)
