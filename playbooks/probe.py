@@ -47,7 +47,7 @@ class CanaryRun:
 
     def to_dict(self) -> dict:
         return {"canary": self.index, "gpu": self.gpu, "pid": self.proc.pid, "phase": self.phase,
-                "register_seconds": self.register_seconds, "gbps": self.gbps, "ended": self.ended,
+                "register_seconds": self.register_seconds, "gate_wait_seconds": self.gate_wait_s, "gbps": self.gbps, "ended": self.ended,
                 "returncode": self.returncode, "error": self.error, "log": str(self.log_path)}
 
 
@@ -152,6 +152,9 @@ class Probe:
             status = work / f"canary-{i}.status"
             log = work / f"canary-{i}.log"
             env = {k: v for k, v in os.environ.items() if k not in ("GPUWARDEN_STATUS_FD",)}
+            # The canaries import ops from wherever this process did, installed or not.
+            repo = str(Path(__file__).resolve().parent.parent)
+            env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
             env.update({ENV_FILE: str(status), "GPUWARDEN_GATE_DIR": str(gate_dir),
                         "GPUWARDEN_GATE_SLOTS": str(o.concurrency),
                         "GPUWARDEN_STATE_DIR": str(self.settings.state_dir)})
@@ -180,6 +183,8 @@ class Probe:
                 r.phase_ts[ev.phase] = ev.ts
                 if ev.phase == "registered":
                     r.register_seconds = ev.data.get("seconds")
+                    if "registering" in r.phase_ts and r.register_seconds is not None:
+                        r.gate_wait_s = round(max(0.0, ev.ts - r.phase_ts["registering"] - r.register_seconds), 3)
                     self.say(f"canary {r.index} (GPU {r.gpu}): registered {fmt_bytes(ev.data.get('bytes'))} "
                              f"in {r.register_seconds:.2f}s")
                 elif ev.phase == "serving":
@@ -241,14 +246,15 @@ def _last_line(path: Path) -> str | None:
 
 
 def table(report: dict) -> list[str]:
-    rows = [f"{'canary':>6} {'gpu':>3} {'pid':>8} {'register s':>10} {'GB/s':>7}  ended"]
+    rows = [f"{'canary':>6} {'gpu':>3} {'pid':>8} {'waited s':>8} {'register s':>10} {'GB/s':>7}  ended"]
     for c in report["canaries"]:
         reg = f"{c['register_seconds']:.2f}" if c["register_seconds"] is not None else "-"
         gbps = f"{c['gbps']:.1f}" if c["gbps"] is not None else "-"
+        waited = f"{c['gate_wait_seconds']:.2f}" if c.get("gate_wait_seconds") is not None else "-"
         ended = c["ended"] or "-"
         if c["error"] and c["returncode"] != 0:
             ended += f"  ({c['error']})"
-        rows.append(f"{c['canary']:>6} {c['gpu']:>3} {c['pid']:>8} {reg:>10} {gbps:>7}  {ended}")
+        rows.append(f"{c['canary']:>6} {c['gpu']:>3} {c['pid']:>8} {waited:>8} {reg:>10} {gbps:>7}  {ended}")
     verdict = "all canaries registered, served and stopped cleanly" if report["ok"] else "PROBLEMS: see the rows above"
     rows.append(f"{report['engines']} canaries, concurrency {report['concurrency']}, runtime {report['runtime']}, "
                 f"arena {fmt_bytes(report['arena_bytes'])}: {verdict}")
