@@ -347,3 +347,24 @@ def test_full_disk_leaves_no_partial_archive(cli, sim, bindir, tmp_path):
     finally:
         if mounted:
             subprocess.run(["umount", str(target)], check=False)
+
+
+def test_triage_reports_residual_vram_and_its_holders(sim, tmp_path):
+    holder = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir), "sim", "hold",
+                               "--gpu", "0", "--size", "2G"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert "holding" in holder.stdout.readline()
+        holder.kill()  # not reaped yet: a zombie that still holds its simulated VRAM
+        deadline = time.monotonic() + 5
+        while not gone(holder.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        SimNode(sim.state_dir).leak(1, 4 << 30)
+        result = collect_bundle(sim, output=tmp_path, timeout_s=5)
+    finally:
+        holder.wait(10)
+    found = {f.signature: f for f in result.report.findings if f.rule == "snapshot.residual_vram"}
+    assert set(found) == {"0", "1"}
+    assert found["0"].victims[0]["pid"] == holder.pid and found["0"].victims[0]["reason"] == "zombie"
+    assert found["1"].severity == "error" and "4.0 GiB residual VRAM, held by no live holder" in found["1"].title
+    md = read(result.path, "triage.md").decode()
+    assert "GPU 1: 4.0 GiB residual VRAM" in md

@@ -7,6 +7,7 @@ and at the timeout the group gets SIGKILL, so grandchildren holding the pipes di
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -31,8 +32,12 @@ class CommandResult:
 
 def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = None) -> CommandResult:
     t0 = time.monotonic()
+    # which() skips PATH entries this user cannot search; exec would report those as EACCES.
+    exe = shutil.which(argv[0], path=(env or os.environ).get("PATH"))
+    if exe is None:
+        return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: not installed")
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen([exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True, env=env, close_fds=True)
     except FileNotFoundError:
         return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: not installed")

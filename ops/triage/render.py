@@ -16,7 +16,9 @@ _MARK = {"critical": "CRITICAL", "error": "ERROR", "warning": "warning", "info":
 def summary_lines(report: Report, limit: int = 12) -> list[str]:
     lines = report.summary()
     if not lines:
-        return ["no problems found in the kernel log"]
+        where = "in the snapshot" if report.source == "no kernel log" else (
+            "in the kernel log" if report.lines else "(the kernel log was empty)")
+        return [f"no problems found {where}"]
     more = len(lines) - limit
     return lines[:limit] + ([f"... and {more} more (see triage.md)"] if more > 0 else [])
 

@@ -65,6 +65,9 @@ def _print_result(result) -> None:
                    + ", ".join(f"{k} x{v}" for k, v in sorted(red["by_pattern"].items())))
     typer.echo("triage:")
     from ops.triage.render import summary_lines
+    for note in result.report.notes:
+        if note.startswith("no kernel log"):
+            typer.echo(f"  ! {note}")
     for line in summary_lines(result.report):
         typer.echo(f"  - {line}")
 
