@@ -89,6 +89,21 @@ def test_eight_h100_match_what_nvidia_smi_printed(open_replay, fixtures, tmp_pat
     assert shown == [(g.vram_used // MIB, g.vram_total // MIB) for g in gpus]
 
 
+def test_a_gpu_this_user_may_not_open_is_left_out_and_the_rest_keep_their_index(open_replay, fixtures):
+    backend, _ = open_replay(fixtures / H100X8_Q, denied=frozenset({1}))
+    gpus = backend.gpus()
+    assert [g.index for g in gpus] == [0, 2, 3, 4, 5, 6, 7]
+    assert gpus[1].bus_id == "0000:3a:00.0"  # NVML's (and nvidia-smi's) GPU 2
+
+
+def test_no_gpu_may_be_opened(settings, fixtures):
+    mod = standin.build(parse_q(fixtures / H100_LOAD_Q), denied=frozenset({0}))
+    with pytest.raises(BackendUnavailable) as err:
+        NvmlBackend(settings, module=mod)
+    assert err.value.message == "nvml: no usable NVIDIA GPU: 1 found, none could be opened (Insufficient Permissions)"
+    assert mod.calls.count("nvmlShutdown") == 1
+
+
 def test_v1_memory_counts_the_reservation_as_used(open_replay, fixtures):
     backend, mod = open_replay(fixtures / H100X8_Q, memory_v2=False)
     gpus = backend.gpus()

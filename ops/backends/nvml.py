@@ -52,13 +52,22 @@ class NvmlBackend(libload.LibraryBackend):
         self._shutdown = nv.nvmlShutdown
         try:
             count = nv.nvmlDeviceGetCount()
-            self._handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         except self._errors as exc:
             self.close()
-            raise BackendUnavailable(f"nvml: cannot list GPUs ({exc})", _HINT) from None
+            raise BackendUnavailable(f"nvml: cannot count GPUs ({exc})", _HINT) from None
+        # NVML index -> handle. A GPU this user may not open (its /dev/nvidiaN denied) is left out
+        # rather than failing the node; the others keep NVML's numbering, which nvidia-smi shows.
+        self._handles: dict[int, Any] = {}
+        refused = None
+        for i in range(count):
+            try:
+                self._handles[i] = nv.nvmlDeviceGetHandleByIndex(i)
+            except self._errors as exc:
+                refused = exc
         if not self._handles:
             self.close()
-            raise BackendUnavailable("nvml: no NVIDIA GPU found", _HINT)
+            why = f": {count} found, none could be opened ({refused})" if count else " found"
+            raise BackendUnavailable(f"nvml: no usable NVIDIA GPU{why}", _HINT)
         # The v2 struct keeps driver-reserved memory out of `used`, which is what nvidia-smi shows as
         # Used; v1's used is total - free and so includes the reserved part. Drivers before r510 lack v2.
         self._memory_version = getattr(nv, "nvmlMemory_v2", None)
@@ -72,16 +81,16 @@ class NvmlBackend(libload.LibraryBackend):
                 ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"))]
         self._mismatch = tuple(e for e in (getattr(nv, "NVMLLibraryMismatchError", None),
                                            getattr(nv, "NVMLError_FunctionNotFound", None)) if e)
-        self._static = [self._static_info(i, h) for i, h in enumerate(self._handles)]
+        self._static = {i: self._static_info(i, h) for i, h in self._handles.items()}
 
     # ----------------------------------------------------------------- protocol
 
     def gpus(self) -> list[GpuInfo]:
-        return [self._gpu(i, h) for i, h in enumerate(self._handles)]
+        return [self._gpu(i, h) for i, h in self._handles.items()]
 
     def process_usage(self) -> list[ProcessUsage]:
         usage: list[ProcessUsage] = []
-        for index, handle in enumerate(self._handles):
+        for index, handle in self._handles.items():
             # A process can sit in both lists (type C+G) with the same figure: count it once.
             seen: dict[int, int | None] = {}
             for candidates in self._listers:

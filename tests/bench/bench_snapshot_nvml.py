@@ -49,9 +49,9 @@ def cpu_model() -> str:
 
 
 def nvml_call_costs(backend: NvmlBackend, runs: int) -> dict[str, float]:
-    """Median microseconds of each NVML call a refresh makes, on GPU 0."""
+    """Median microseconds of each NVML call a refresh makes, on the first GPU."""
     nv = backend._nv
-    handle = backend._handles[0]
+    handle = next(iter(backend._handles.values()))
     calls = {
         "nvmlDeviceGetMemoryInfo(v2)": lambda: nv.nvmlDeviceGetMemoryInfo(handle, version=nv.nvmlMemory_v2),
         "nvmlDeviceGetUtilizationRates": lambda: nv.nvmlDeviceGetUtilizationRates(handle),
@@ -123,7 +123,7 @@ def main() -> int:
         target = TARGET_VS_SMI if name.startswith("nvidia-smi") else TARGET_VS_NVITOP
         verdict = "meets" if ratio >= target else "MISSES"
         print(f"  {name:<48} {ratio:8.1f}x  ({verdict} the {target:.0f}x target)")
-    print("  NVML call cost on GPU 0 (us): " + ", ".join(
+    print("  NVML call cost on the first GPU (us): " + ", ".join(
         f"{k.removeprefix('nvmlDevice')}={v}" for k, v in results["nvml_call_us"].items()))
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")

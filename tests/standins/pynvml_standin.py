@@ -25,10 +25,10 @@ class DeviceHandle:
 
 class _Replay:
     def __init__(self, mod: types.ModuleType, gpus: list[SmiGpu], *, init_error: int | None,
-                 memory_v2: bool, process_memory: bool, process_v3: bool):
+                 memory_v2: bool, process_memory: bool, process_v3: bool, denied: frozenset[int]):
         self.mod, self.gpus = mod, gpus
         self.init_error, self.memory_v2, self.process_memory = init_error, memory_v2, process_memory
-        self.process_v3 = process_v3
+        self.process_v3, self.denied = process_v3, denied
 
     def _gpu(self, handle: DeviceHandle) -> SmiGpu:
         return self.gpus[handle.index]
@@ -52,6 +52,8 @@ class _Replay:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> DeviceHandle:
         if not 0 <= index < len(self.gpus):
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        if index in self.denied:  # its /dev/nvidiaN is not ours to open
+            raise real.NVMLError(real.NVML_ERROR_NO_PERMISSION)
         return DeviceHandle(index)
 
     def nvmlDeviceGetName(self, handle: DeviceHandle) -> str:
@@ -138,12 +140,13 @@ class _Replay:
 
 
 def build(gpus: list[SmiGpu], *, init_error: int | None = None, memory_v2: bool = True,
-          process_memory: bool = True, process_v3: bool = True) -> types.ModuleType:
+          process_memory: bool = True, process_v3: bool = True,
+          denied: frozenset[int] = frozenset()) -> types.ModuleType:
     """A module that looks like `import pynvml` on the node the capture describes."""
     mod = types.ModuleType("pynvml", "stand-in pynvml replaying nvidia-smi -q")
     mod.calls = []
     replay = _Replay(mod, gpus, init_error=init_error, memory_v2=memory_v2, process_memory=process_memory,
-                     process_v3=process_v3)
+                     process_v3=process_v3, denied=denied)
     for name in dir(real):
         obj = getattr(real, name)
         if name.startswith("nvml") and inspect.isfunction(obj):
