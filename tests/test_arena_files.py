@@ -182,3 +182,31 @@ def test_create_from_file_copies_bytes(cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert path.read_bytes()[4096:] == src.read_bytes()
     assert cli("arena", "verify", str(path)).returncode == 0
+
+
+def test_progress_on_a_terminal_only(tmp_path, state_dir):
+    """On a terminal, verify draws a progress line on stderr; piped, it prints none."""
+    import pty
+    path = tmp_path / "w.arena"
+    subprocess.run([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state_dir), "arena", "create",
+                    str(path), "--size", "64MiB", "-q"], cwd=REPO, check=True, capture_output=True)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state_dir), "arena", "verify",
+                             str(path)], cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        seen += data
+    os.close(master)
+    assert proc.wait(30) == 0
+    assert b"verifying" in seen and b"100.0%" in seen and b"GB/s" in seen
+    assert proc.stdout.read().startswith(b"ok: ")
+    piped = subprocess.run([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state_dir), "arena", "verify",
+                            str(path)], cwd=REPO, capture_output=True)
+    assert piped.returncode == 0 and piped.stderr == b""
