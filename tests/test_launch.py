@@ -121,7 +121,8 @@ def test_already_running_engine_is_refused(tmp_path, supervised, cli):
 
 def test_four_canaries_stagger_1_register_one_at_a_time(tmp_path, supervised, cli):
     arena = tmp_path / "small.arena"
-    made = cli("arena", "create", str(arena), "--size", "4MiB", "--chunk-size", "1MiB", "-q")
+    # Small enough to pin under the 64 KiB RLIMIT_MEMLOCK some containers default to.
+    made = cli("arena", "create", str(arena), "--size", "32KiB", "--chunk-size", "8KiB", "-q")
     assert made.returncode == 0, made.stderr
     lines = ["[arena]", f'path = "{arena}"', "", "[stagger]", "slots = 4", ""]
     for i in range(4):
