@@ -179,12 +179,28 @@ def test_render_node_and_kfd_gpu_id_from_sysfs_without_enumeration_info(version,
     assert backend.device_globs() == [str(tmp_path / "dev/kfd"), str(tmp_path / "dev/dri/renderD*")]
 
 
-def test_no_permission_at_init_names_the_groups(settings, fixtures):
+@pytest.mark.parametrize("version", ["rocm-6.1.0", "amdsmi-7.0.2"])
+@pytest.mark.parametrize("code, clause", [
+    (standin.NO_PERM, "no permission to open the GPU (add the user to the render and video groups)"),
+    (standin.DRIVER_NOT_LOADED, "amdgpu driver not loaded"),
+    (standin.NOT_SUPPORTED, "amdsmi_init failed (AMDSMI_STATUS_NOT_SUPPORTED - Feature not supported)"),
+])
+def test_init_failures_become_one_clause(version, code, clause, settings, fixtures):
     node = capture.static_node(fixtures / "amd-smi/amd_smi_static_text_mi350x_truncated.txt")
-    mod = standin.build("amdsmi-7.0.2", node, init_error=standin.NO_PERM)
+    mod = standin.build(version, node, init_error=code)
     with pytest.raises(BackendUnavailable) as err:
         AmdSmiBackend(settings, module=mod)
-    assert err.value.message == "amdsmi: no permission to open the GPU (add the user to the render and video groups)"
+    assert err.value.message == f"amdsmi: {clause}"
+
+
+def test_a_failed_import_is_tried_once(settings):
+    libload.forget_failures()
+    raised = []
+    for _ in range(2):
+        with pytest.raises(BackendUnavailable) as err:
+            AmdSmiBackend(settings)
+        raised.append(err.value)
+    assert raised[0] is raised[1]  # the second attempt is answered from the remembered failure
 
 
 def test_close_shuts_the_library_down_once(open_replay, fixtures):
