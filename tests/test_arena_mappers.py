@@ -77,3 +77,24 @@ def test_list_arenas_reads_the_node_config(tmp_path, state_dir):
     arena.write_bytes(b"garbage!" + arena.read_bytes()[8:])
     assert list_arenas(settings)[0].header_state == "bad-magic"
     assert list_arenas(Settings(state_dir=state_dir, config_path=tmp_path / "none.toml")) == []
+
+
+def test_sim_registration_counts_without_a_status_file(cli, tmp_path, state_dir):
+    import os
+    import subprocess
+    import sys
+    from conftest import REPO
+    arena = make_arena(tmp_path / "a.arena", 2 * MiB)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_STATUS")}
+    env["GPUWARDEN_STATE_DIR"] = str(state_dir)
+    proc = subprocess.Popen([sys.executable, "-m", "ops.canary", "--arena", str(arena), "--runtime", "sim",
+                             "--gpu", "2"], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if "session is up" in line:
+                break
+        (m,) = json.loads(cli("arena", "inspect", str(arena), "--json").stdout)["mappers"]
+        assert m["pid"] == proc.pid and m["registered"] is True and m["gpu"] == 2
+    finally:
+        proc.kill()
+        proc.wait()

@@ -13,7 +13,7 @@ from . import format as fmt
 from .mappers import find_mappers
 
 
-def inspect(path: str | Path, proc_root: Path = Path("/proc")) -> dict[str, Any]:
+def inspect(path: str | Path, proc_root: Path = Path("/proc"), state_dir: Path | None = None) -> dict[str, Any]:
     """Header fields (when readable), header_state, problem (message) and mappers with Rss/Pss."""
     out: dict[str, Any] = {"path": str(path)}
     try:
@@ -22,6 +22,6 @@ def inspect(path: str | Path, proc_root: Path = Path("/proc")) -> dict[str, Any]
     except fmt.ArenaError as exc:
         # Still look for mappers: a deleted or unreadable arena can be mapped all the same.
         out.update(header_state=exc.kind, problem=exc.message)
-    mappers = find_mappers(path, proc_root)
+    mappers = find_mappers(path, proc_root, state_dir=state_dir)
     out["mappers"] = [asdict(m) for m in mappers]
     return out

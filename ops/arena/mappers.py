@@ -158,16 +158,31 @@ def _pids(proc_root: Path) -> list[int]:
         return []
 
 
+def _sim_registrations(state_dir: Path | None, path: str) -> dict[int, int]:
+    """pid -> gpu of live sim-runtime registrations of this arena (the sim node's own record)."""
+    if state_dir is None:
+        return {}
+    from ops.sim import registrations
+    return {r["pid"]: r["gpu"] for r in registrations.list_all(state_dir)
+            if not r["stale"] and r.get("arena") and os.path.realpath(r["arena"]) == os.path.realpath(path)}
+
+
 def find_mappers(path: str | Path, proc_root: Path = Path("/proc"), *, with_usage: bool = True,
-                 pids: list[int] | None = None) -> list[ArenaMapper]:
-    """Every process (or those in `pids`) with the file mapped; Rss/Pss only when with_usage."""
+                 pids: list[int] | None = None, state_dir: Path | None = None) -> list[ArenaMapper]:
+    """Every process (or those in `pids`) with the file mapped; Rss/Pss only when with_usage.
+
+    "registered" comes from the mapper's status file, else from the sim node's records under state_dir.
+    """
     fid = file_id(path)
+    sim = _sim_registrations(state_dir, str(path))
     out = []
     for pid in (pids if pids is not None else _pids(proc_root)):
         if not maps_file(pid, fid, proc_root):
             continue
         rss, pss = usage(pid, fid, proc_root) if with_usage else (None, None)
         registered, gpu = registration(pid, proc_root)
+        if registered is None and pid in sim:
+            registered, gpu = True, sim[pid]
         out.append(ArenaMapper(pid=pid, command=_command(pid, proc_root), rss_bytes=rss, pss_bytes=pss,
                                registered=registered, gpu=gpu))
     return out

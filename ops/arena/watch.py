@@ -58,6 +58,6 @@ def list_arenas(settings: Settings) -> list[ArenaInfo]:
     for path in paths:
         state, header = fmt.header_state(path)
         size = header.payload_size if header else None
-        mappers = tuple(find_mappers(path, settings.proc_root, with_usage=False))
+        mappers = tuple(find_mappers(path, settings.proc_root, with_usage=False, state_dir=settings.state_dir))
         out.append(ArenaInfo(path=str(Path(path)), size=size, header_state=state, mappers=mappers))
     return out
