@@ -54,6 +54,8 @@ def test_exit_code_and_signal_are_recorded(supervised):
     record = st.read_state(supervised, "segv")
     assert record["signal"] == "SIGSEGV" and isinstance(record["core_dumped"], bool)
     assert record["died_while"] == "registering" and record["exit_code"] is None
+    exits = [line for line in (supervised / "journal.log").read_text().splitlines() if "engine-exit" in line]
+    assert any('"signal": "SIGSEGV"' in line and '"crashed"' in line for line in exits)
     info = st.get(Settings(state_dir=supervised), "segv")
     assert info.signal == "SIGSEGV" and info.last_log_line.startswith("segfault")
     # Death by a signal asks for an incident bundle, whose path lands in the record (and the snapshot).

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ops import gate, procs, statedir
+from ops import gate, journal, procs, statedir
 from ops.errors import GpuwardenError
 from ops.nodeconfig import EngineConfig, signal_number
 from ops.status_protocol import ENV_FILE, StatusFollower
@@ -285,6 +285,9 @@ class Shim:
         self.save(phase="crashed" if crashed else "exited", exit_code=code, signal=sig, core_dumped=core,
                   phases=phases, gate_slot=None, detail=f"{how} while {was}" if crashed else how,
                   died_while=was)
+        journal.write(self.state_dir, "engine-exit", "crashed" if crashed else "ok", engine=self.name,
+                      pid=self.record.get("pid"), exit_code=code, signal=sig, core_dumped=core, phase=was,
+                      requested=bool(requested))
         if crashed and sig:
             self._collect_bundle(f"engine {self.name} {how} while {was}")
         return "crashed" if crashed else ("stopped" if requested else "exited")
