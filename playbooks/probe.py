@@ -107,6 +107,9 @@ class Probe:
                 self.say(f"holding {o.hold_s:.0f}s with every canary serving")
                 self._wait_hold()
             self._stop()
+        except BaseException as exc:
+            journal.write(self.settings.state_dir, "arena probe", "failed", error=str(exc) or type(exc).__name__)
+            raise
         finally:
             for r in self.runs:
                 if r.proc.poll() is None:
