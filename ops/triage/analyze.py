@@ -147,8 +147,9 @@ class _Analyzer:
                 self.detail(f, k, v)
         if rule.victim:
             victim = {("process" if k == "proc" else "pid" if k in ("rpid",) else k):
-                      (int(v) if k.endswith("pid") else v) for k, v in groups.items() if k in rule.victim}
-            if victim:
+                      (int(v) if k.endswith("pid") else v) for k, v in groups.items() if k in rule.victim and v}
+            # "process  pid 0": the kernel had no process to name (a kernel queue), so nobody to list
+            if victim and (victim.get("pid") or victim.get("process")):
                 f.add_victim(victim)
         self.active = (rule, f, idx) if rule.follow else self.active
 

@@ -20,9 +20,10 @@ _CTIME = re.compile(
     r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>[A-Z][a-z]{2}) +(?P<day>\d{1,2}) "
     r"(?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]\s?")
 # Month is any word: journalctl prints it in the reader's locale ("kvě" in one fixture).
+# The host is optional: some pastes drop it ("May 18 19:02:39 kernel: NVRM: ...").
 _SYSLOG = re.compile(
-    r"^(?P<mon>[^\W\d_]{3,5}\.?)\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)\s+(?P<host>\S+)\s+"
-    r"(?P<prog>[\w./@-]+?)(?:\[\d+\])?:\s?")
+    r"^(?P<mon>[^\W\d_]{3,5}\.?)\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)\s+"
+    r"(?:(?P<prog0>[\w./@-]+?)(?:\[\d+\])?:\s|(?P<host>\S+)\s+(?P<prog>[\w./@-]+?)(?:\[\d+\])?:\s?)")
 _MONO = re.compile(r"^\[\s*(?P<mono>\d+\.\d+)\]\s?")
 # Syslog from rsyslog's ISO template: "2024-01-02T03:04:05.123456+00:00 host kernel: ..."
 _ISO_SYSLOG_TAIL = re.compile(r"^(?P<host>\S+)\s+(?P<prog>[\w./@-]+?)(?:\[\d+\])?:\s?")
@@ -89,7 +90,7 @@ def parse(number: int, raw: str) -> LogLine:
             m = _SYSLOG.match(rest)
             if m:
                 stamp = f"{m['mon']} {m['day']} {m['hms']}"
-                program, rest, prefixed = m["prog"], rest[m.end():], True
+                program, rest, prefixed = m["prog"] or m["prog0"], rest[m.end():], True
     m = _MONO.match(rest)
     if m:
         mono = float(m["mono"])

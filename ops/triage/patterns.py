@@ -73,8 +73,9 @@ RULES: tuple[Rule, ...] = (
     # --- GPU page faults -------------------------------------------------------------------
     _r("amdgpu.page_fault", "gpu-page-fault", "error",
        r"\[(?P<hub>gfxhub|mmhub|vmc|gfx|mmhub\d*|gfxhub\d*)\]\s+(?:(?P<retry>retry|no-retry)\s+)?page fault"
-       r"\s*\(src_id:(?P<src_id>\d+) ring:(?P<ring>\d+) vmid:(?P<vmid>\d+) pasid:(?P<pasid>\d+)",
-       "GPU page fault on {device} ({hub})", key=("hub",),
+       r"\s*\(src_id:(?P<src_id>\d+) ring:(?P<ring>\d+) vmid:(?P<vmid>\d+) pasid:(?P<pasid>\d+)"
+       r"(?:, for process (?P<proc>\S*) pid (?P<pid>\d+) thread (?P<thread>\S*) pid (?P<tid>\d+))?",
+       "GPU page fault on {device} ({hub})", key=("hub",), victim=("proc", "pid", "thread"),
        meaning="a GPU queue touched an address its page table does not map: usually a kernel/runtime "
                "bug or freed memory still in use; the process named below owned the faulting queue "
                "(pasid 0 = a kernel/firmware queue, not a process)",
@@ -89,7 +90,7 @@ RULES: tuple[Rule, ...] = (
        "IOMMU I/O page fault on {device}",
        meaning="a device DMA'd to an address the IOMMU does not map (check iommu=pt / amd_iommu settings)"),
     _r("kernel.page_fault_oops", "kernel", "critical",
-       r"BUG: unable to handle (?:page fault|kernel (?:NULL pointer dereference|paging request)) (?:for|at) address",
+       r"BUG: unable to handle (?:page fault|kernel (?:NULL pointer dereference|paging request)) (?:for address|at)\b",
        "kernel oops: unable to handle a page fault", meaning="a kernel bug; the trace after it names the module"),
 
     # --- ring timeouts, fences, hangs ------------------------------------------------------
@@ -123,7 +124,8 @@ RULES: tuple[Rule, ...] = (
     _r("kernel.hung_task", "hung-task", "error",
        r"INFO: task (?P<proc>.+?):(?P<pid>\d+) blocked for more than (?P<secs>\d+) seconds",
        "hung task {proc} (blocked > {secs}s)", key=("proc",), victim=("proc", "pid"),
-       meaning="a task sat in uninterruptible sleep (D) too long; with a GPU this is often a wedged ioctl"),
+       meaning="a task sat in uninterruptible sleep (D) too long; with a GPU this is often a wedged ioctl",
+       follow=(r"^\s*task:(?P<task>\S+)\s+state:(?P<task_state>\w)", r"Workqueue: (?P<workqueue>.+?)\s*$")),
     _r("kernel.hung_task_state", "hung-task", "error",
        r"^\s*task:(?P<proc>\S+)\s+state:(?P<state>D)\s+.*?\bpid:\s*(?P<pid>\d+)",
        "task {proc} stuck in D state", key=("proc",), victim=("proc", "pid"),
@@ -207,12 +209,20 @@ RULES: tuple[Rule, ...] = (
     _r("ras.edr", "ras", "error", r"EDR: EDR event received", "PCIe EDR event"),
 
     # --- PCIe AER / link ----------------------------------------------------------------------
-    _r("pcie.aer", "pcie-aer", "warning",
-       r"AER: (?P<kind>Corrected|Uncorrected \((?:Non-Fatal|Fatal)\)|Multiple (?:Corrected|Uncorrected)) "
-       r"error(?: message)? received from (?P<from>\S+)",
-       "PCIe AER {kind} error from {from}", key=("kind", "from")),
+    _r("pcie.aer_corrected", "pcie-aer", "warning",
+       r"AER: (?P<kind>(?:Multiple )?Correct(?:ed|able)) error(?: message)? received(?: from|:)\s*(?:id=)?(?P<from>\S+)",
+       "PCIe AER corrected errors reported by {from}", key=("from",),
+       meaning="the link recovered by itself; many of them mean a marginal link (riser, slot, cable, speed)"),
+    _r("pcie.aer_uncorrected", "pcie-aer", "error",
+       r"AER: (?P<kind>(?:Multiple )?Uncorrect(?:ed|able) \((?:Non-Fatal|Fatal)\)) error(?: message)? received"
+       r"(?: from|:)\s*(?:id=)?(?P<from>\S+)",
+       "PCIe AER {kind} error reported by {from}", key=("kind", "from"),
+       meaning="a PCIe transaction was lost; the device below it may have been reset or dropped"),
+    _r("pcie.recovery_failed", "pcie-aer", "critical", r"AER: Device recovery failed",
+       "PCIe device recovery FAILED after an AER error ({device})",
+       meaning="the device behind this port did not come back: expect it to be gone until a reboot"),
     _r("pcie.bus_error", "pcie-aer", "warning",
-       r"PCIe Bus Error: severity=(?P<sev>[\w ()-]+?), type=(?P<type>[\w ]+?), \((?P<agent>[^)]+)\)",
+       r"PCIe Bus Error: severity=(?P<sev>[\w ()-]+?), type=(?P<type>[\w ]+?)(?:,|$)",
        "PCIe bus error on {device}: {sev} / {type}", key=("sev", "type")),
     _r("pcie.aer_status", "pcie-aer", "warning",
        r"(?P<which>aer_status|aer_cor_status|aer_uncor_status): (?P<status>0x[0-9a-fA-F]+)",
@@ -262,6 +272,9 @@ RULES: tuple[Rule, ...] = (
        "mapping buffers into the GPU's VM failed on {device}",
        meaning="KFD could not map memory into a GPU page table (often after a hang or with host memory "
                "registered to many GPUs)"),
+    _r("kfd.validate_failed", "kfd", "error", r"failed to validate (?P<what>PT BOs|PD|BOs?)\b",
+       "KFD failed to validate {what} on {device}", key=("what",),
+       meaning="page-table buffers could not be made resident (memory pressure or a dying GPU)"),
     _r("amdgpu.vm_stats_leak", "kfd", "warning",
        r"VM memory stats for proc (?P<proc>.+?)\((?P<pid>\d+)\) task .*? is non-zero when fini",
        "GPU memory still accounted to {proc} when its VM was torn down", key=("proc",), victim=("proc", "pid"),
