@@ -84,3 +84,11 @@ def test_budget_from_node_config(cli, tmp_path, state_dir):
     assert out.returncode == 0, out.stderr
     b = json.loads(out.stdout)
     assert b["engines"] == 4 and b["visible_gpus"] == [1, 1, 1, 1] and b["charged"] == 240 * GiB
+
+
+def test_no_flags_and_no_config_says_what_to_pass(cli, tmp_path):
+    proc, sys_root = node(tmp_path, 64 * GiB, "0")
+    out = cli("--config", str(tmp_path / "absent.toml"), "--proc-root", str(proc), "--sysfs-root", str(sys_root),
+              "arena", "budget", "--size", "8GiB")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "no node config" in out.stderr and "--visible-gpus" in out.stderr

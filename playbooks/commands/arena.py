@@ -178,10 +178,10 @@ def budget_cmd(
     from ops.arena.budget import compute, from_config
     settings: Settings = ctx.find_root().obj
     if size is None or engines is None or visible_gpus is None:
-        if size is not None or engines is not None or visible_gpus is not None:
-            if not (settings.config_path.exists()):
-                raise GpuwardenError("give all three of --size, --engines and --visible-gpus (no node config to fill in the rest)",
-                                     "e.g. --size 64GiB --engines 4 --visible-gpus 4")
+        if not settings.config_path.exists():
+            raise GpuwardenError(f"no node config at {settings.config_path} to take the arena and engines from",
+                                 "pass all of --size, --engines and --visible-gpus (e.g. --size 64GiB --engines 4 "
+                                 "--visible-gpus 4), or --config PATH")
         cfg_size, visible = from_config(settings)
         size_b = parse_size(size) if size else cfg_size
         if engines is not None:
