@@ -368,3 +368,17 @@ def test_triage_reports_residual_vram_and_its_holders(sim, tmp_path):
     assert found["1"].severity == "error" and "4.0 GiB residual VRAM, held by no live holder" in found["1"].title
     md = read(result.path, "triage.md").decode()
     assert "GPU 1: 4.0 GiB residual VRAM" in md
+
+
+def test_bundle_playbook_is_what_cli_and_tui_run(cli, sim, tmp_path):
+    from ops import journal
+    from playbooks.commands.bundle import BundlePlaybook
+    from playbooks.framework import run
+    events = []
+    res = run(BundlePlaybook(output=tmp_path, timeout_s=5), sim, sink=events.append)
+    assert res.ok and Path(res.data["bundle"]).is_file()
+    assert sum(1 for e in events if e.kind == "info" and e.message.startswith("collected ")) == 15
+    assert [e["result"] for e in journal.read(sim.state_dir) if e["action"] == "bundle"] == ["started", "ok"]
+    proc = cli("--backend", "sim", "bundle", "--dry-run")
+    assert proc.returncode == 0 and "nothing changed" in proc.stdout
+    assert not (sim.state_dir / "bundles").exists() or not list((sim.state_dir / "bundles").glob("*.tar.gz"))

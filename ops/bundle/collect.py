@@ -24,7 +24,7 @@ from ..triage.findings import Report
 from ..triage.render import as_json, markdown
 from . import archive, kernellog
 from .collectors import COLLECTORS, Collector, Context
-from .entries import OK, SKIPPED, TIMED_OUT, Entry
+from .entries import MISSING, OK, SKIPPED, TIMED_OUT, Entry
 from .redact import describe as redaction_patterns
 from .runner import Worker
 
@@ -167,10 +167,11 @@ def _describe_error(exc: BaseException) -> str:
 
 
 def _summary(name: str, got: list[Entry], duration: float) -> dict[str, Any]:
-    bad = [e for e in got if e.status != OK]
+    bad = [e for e in got if e.status not in (OK, MISSING)]
     stored = [e for e in got if e.path and e.status in (OK, "failed", TIMED_OUT)]
     if not bad:
-        status = OK
+        # a tool that is not installed is a fact about the node, not a failure of the collector
+        status = MISSING if got and not stored and all(e.status == MISSING for e in got) else OK
     elif any(e.status == TIMED_OUT for e in bad):
         status = TIMED_OUT
     elif stored and len(bad) < len(got):
@@ -179,8 +180,9 @@ def _summary(name: str, got: list[Entry], duration: float) -> dict[str, Any]:
         status = bad[0].status
     out = {"name": name, "status": status, "duration_s": round(duration, 3),
            "timed_out": any(e.timed_out for e in got), "files": sum(1 for e in got if e.path)}
-    if bad:
-        out["error"] = "; ".join(dict.fromkeys(f"{e.source}: {e.error}" for e in bad[:3] if e.error)) or None
+    noted = bad or [e for e in got if e.status == MISSING]
+    if noted:
+        out["error"] = "; ".join(dict.fromkeys(f"{e.source}: {e.error}" for e in noted[:3] if e.error)) or None
     return out
 
 
