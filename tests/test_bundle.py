@@ -382,3 +382,28 @@ def test_bundle_playbook_is_what_cli_and_tui_run(cli, sim, tmp_path):
     proc = cli("--backend", "sim", "bundle", "--dry-run")
     assert proc.returncode == 0 and "nothing changed" in proc.stdout
     assert not (sim.state_dir / "bundles").exists() or not list((sim.state_dir / "bundles").glob("*.tar.gz"))
+
+
+def test_progress_shows_on_a_terminal_only(sim, tmp_path):
+    import pty
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir), "--backend",
+                                 "sim", "bundle", "--output", str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=slave, stdin=subprocess.DEVNULL, text=True)
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the child closed its end
+                break
+            if not chunk:
+                break
+            seen += chunk
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        os.close(master)
+    assert proc.returncode == 0
+    assert b"collecting 15/15: journal" in seen and b"\x1b[2K" in seen
+    assert "collecting" not in out  # stdout stays clean for scripts

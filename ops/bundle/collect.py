@@ -26,6 +26,7 @@ from . import archive, kernellog
 from .collectors import COLLECTORS, Collector, Context
 from .entries import MISSING, OK, SKIPPED, TIMED_OUT, Entry
 from .redact import describe as redaction_patterns
+from .redact import redact_text
 from .runner import Worker
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -205,6 +206,10 @@ def _triage(entries: list[Entry]) -> Report:
 
 def _manifest(settings: Settings, entries: list[Entry], summaries: list[dict[str, Any]], report: Report,
               **opts: Any) -> dict[str, Any]:
+    for e in entries:
+        if e.error:
+            # an error can quote a tool's stderr, and a tool can print a URL with its password
+            e.error = redact_text(e.error)[0]
     stored = [e for e in entries if e.path is not None and e.kind != "dir"]
     missing = [e for e in entries if e.path is None]
     by_pattern: dict[str, int] = {}
