@@ -210,3 +210,23 @@ def test_progress_on_a_terminal_only(tmp_path, state_dir):
     piped = subprocess.run([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state_dir), "arena", "verify",
                             str(path)], cwd=REPO, capture_output=True)
     assert piped.returncode == 0 and piped.stderr == b""
+
+
+def test_killed_create_leaves_a_partial_the_next_create_sweeps(cli, tmp_path, state_dir):
+    import signal
+    import time
+    path = tmp_path / "big.arena"
+    proc = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state_dir), "arena", "create",
+                             str(path), "--size", "1GiB", "--workers", "1"], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    partial = tmp_path / f".big.arena.partial-{proc.pid}"
+    deadline = time.monotonic() + 30
+    while not partial.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    if not partial.exists():
+        pytest.skip("create finished before it could be killed")
+    assert not path.exists(), "a killed create must not leave the final name"
+    make(cli, path, "1MiB")
+    assert not partial.exists()

@@ -77,6 +77,7 @@ def create(path: str | Path, *, size: int | None = None, source: str | Path | No
             raise GpuwardenError(f"{path} is a directory", "name the arena file, e.g. /dev/shm/weights.arena")
         count = fmt.chunk_count_for(size, chunk_size)
         hsize = fmt.header_size_for(count)
+        _sweep_partials(path)
         tmp = path.parent / f".{path.name}.partial-{os.getpid()}"
         try:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -128,6 +129,18 @@ def _open_source(source: Path) -> int:
         os.close(fd)
         raise GpuwardenError(f"{source} is not a regular file", "--from takes a file")
     return fd
+
+
+def _sweep_partials(path: Path) -> None:
+    """Remove partial files of earlier creates that were killed outright (SIGKILL, power loss)."""
+    try:
+        leftovers = list(path.parent.glob(f".{path.name}.partial-*"))
+    except OSError:
+        return
+    for tmp in leftovers:
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            _discard(tmp)
 
 
 def _discard(tmp: Path) -> None:
