@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.backends import libload
+from ops.backends import amdsmi_backend, libload
 from ops.backends.amdsmi_backend import AmdSmiBackend, known, number
 from ops.errors import BackendUnavailable
 from ops.snapshot import take_snapshot
@@ -79,7 +79,7 @@ def test_monitor_capture_mi300x_rocm640(version, open_replay, fixtures):
     [proc] = backend.process_usage()
     assert (proc.pid, proc.gpu_index, proc.source, proc.gtt_bytes) == (2266127, 0, "amdsmi", 0)
     assert proc.vram_bytes == pytest.approx(2.8 * GIB, abs=0.05 * GIB)
-    two_step = version == "rocm-6.1.0"
+    two_step = version in ("rocm-6.0.0", "rocm-6.1.0")
     assert ("amdsmi_get_gpu_process_info" in mod.calls) == two_step
 
 
@@ -193,6 +193,17 @@ def test_init_failures_become_one_clause(version, code, clause, settings, fixtur
     assert err.value.message == f"amdsmi: {clause}"
 
 
+def test_the_pre_rocm6_api_is_refused_in_one_line(settings, fixtures):
+    node = capture.static_node(fixtures / "amd-smi/amd_smi_static_text_mi350x_truncated.txt")
+    mod = standin.build(standin.TOO_OLD, node)
+    with pytest.raises(BackendUnavailable) as err:
+        AmdSmiBackend(settings, module=mod)
+    assert err.value.message == ("amdsmi: this amdsmi predates the ROCm 6.0 API "
+                                 "(no AmdSmiInitFlags.INIT_AMD_GPUS, amdsmi_get_gpu_device_bdf, "
+                                 "amdsmi_get_gpu_device_uuid, ...)")
+    assert mod.calls == []  # refused before touching the library
+
+
 def test_a_failed_import_is_tried_once(settings):
     libload.forget_failures()
     raised = []
@@ -237,6 +248,8 @@ def test_every_name_the_backend_uses_exists_in_the_real_api(version):
                              | set(standin.load_api(v)["exceptions"]) for v in standin.VERSIONS))
     # Looked up with getattr: may be missing in one version, but must exist in some (no typos).
     assert optional <= everywhere, sorted(optional - everywhere)
+    # Whatever is reached directly is checked at open, so an older library is refused, not crashed on.
+    assert direct - {"AmdSmiInitFlags"} <= set(amdsmi_backend._REQUIRED)
 
 
 def test_installed_wheel_keeps_the_contract_the_backend_relies_on():
@@ -256,11 +269,12 @@ def test_installed_wheel_keeps_the_contract_the_backend_relies_on():
             "with tests/standins/extract_amdsmi_api.py and add it to standin.VERSIONS")
     if importlib.metadata.version("amdsmi") == "7.0.2":
         assert {k: fresh[k] for k in ("functions", "enums", "exceptions")} == {
-            k: stored[-1][k] for k in ("functions", "enums", "exceptions")}
+            k: standin.load_api("amdsmi-7.0.2")[k] for k in ("functions", "enums", "exceptions")}
 
 
 def test_the_versions_differ_where_the_backend_says_they_do():
-    v61, v62, v702 = (standin.load_api(v) for v in standin.VERSIONS)
+    v60, v61, v62, v702 = (standin.load_api(v) for v in standin.VERSIONS)
+    assert "amdsmi_get_gpu_process_info" in v60["functions"]
     assert "amdsmi_get_gpu_process_info" in v61["functions"]
     assert "amdsmi_get_gpu_process_info" not in v62["functions"] | v702["functions"]
     assert "amdsmi_get_gpu_enumeration_info" in v702["functions"]
@@ -270,7 +284,7 @@ def test_the_versions_differ_where_the_backend_says_they_do():
     assert v62["functions"]["amdsmi_get_power_info"]["says_na"]
     assert "socket_power" in v702["functions"]["amdsmi_get_power_info"]["returns_keys"]
     assert "socket_power" not in v62["functions"]["amdsmi_get_power_info"]["returns_keys"]
-    for api in (v61, v62, v702):
+    for api in (v60, v61, v62, v702):
         assert "INIT_AMD_GPUS" in api["enums"]["AmdSmiInitFlags"]
 
 

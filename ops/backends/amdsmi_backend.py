@@ -59,6 +59,11 @@ class AmdSmiBackend(libload.LibraryBackend):
             "amdsmi", "amdsmi", "libamd_smi.so not found", _HINT)
         self._m = m
         self._errors: tuple[type[BaseException], ...] = (getattr(m, "AmdSmiException", RuntimeError),)
+        missing = _missing_api(m)
+        if missing:
+            names = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+            raise BackendUnavailable(f"amdsmi: this amdsmi predates the ROCm 6.0 API (no {names})",
+                                     "install amd-smi-lib from ROCm 6.0 or later (or the amdsmi wheel)")
         try:
             m.amdsmi_init(m.AmdSmiInitFlags.INIT_AMD_GPUS)
         except self._errors as exc:
@@ -237,6 +242,18 @@ class AmdSmiBackend(libload.LibraryBackend):
         if self._cards is None:
             self._cards = sysfs.amd_cards(self._settings.sysfs_root)
         return self._cards
+
+
+# Reached without a fallback. ROCm 5.x spelled them amdsmi_get_device_handles, AmdSmiInitFlags.AMD_GPUS, ...
+_REQUIRED = ("amdsmi_init", "amdsmi_shut_down", "amdsmi_get_processor_handles", "amdsmi_get_gpu_process_list",
+             "amdsmi_get_gpu_device_bdf", "amdsmi_get_gpu_device_uuid", "AmdSmiMemoryType")
+
+
+def _missing_api(m: Any) -> list[str]:
+    missing = [name for name in _REQUIRED if not hasattr(m, name)]
+    if not hasattr(getattr(m, "AmdSmiInitFlags", None), "INIT_AMD_GPUS"):
+        missing.append("AmdSmiInitFlags.INIT_AMD_GPUS")
+    return sorted(missing)
 
 
 def _short(exc: BaseException) -> str:

@@ -16,7 +16,8 @@ from .amd_smi_capture import ReplayGpu, ReplayNode, ReplayProcess
 from .contract import ContractViolation, bind
 
 API_DIR = Path(__file__).parent / "amdsmi_api"
-VERSIONS = ("rocm-6.1.0", "rocm-6.2.0", "amdsmi-7.0.2")
+VERSIONS = ("rocm-6.0.0", "rocm-6.1.0", "rocm-6.2.0", "amdsmi-7.0.2")
+TOO_OLD = "rocm-5.5.0"  # the pre-6.0 API (device handles, amdsmi_dev_* names): refused in one line
 MIB = 1 << 20
 # amdsmi_status_t values (amdsmi_wrapper.py of the 7.0.2 wheel; unchanged since 6.x)
 NOT_SUPPORTED, NO_PERM, DRIVER_NOT_LOADED = 2, 10, 34
@@ -229,15 +230,19 @@ def _add_exceptions(mod: types.ModuleType, api: dict) -> None:
 
     pending = dict(api["exceptions"])
     while pending:
+        progress = False
         for name, base in list(pending.items()):
             base_cls = Exception if base == "Exception" else getattr(mod, base, None)
-            if base_cls is None:
-                continue
+            if not (isinstance(base_cls, type) and issubclass(base_cls, Exception)):
+                continue  # not built yet, or not an exception at all (5.5's AmdSmiRetCode is an IntEnum)
+            progress = True
             body: dict[str, Any] = {}
             if name == "AmdSmiLibraryException":
                 body = {"__init__": library_init, "get_error_info": error_info}
             setattr(mod, name, type(name, (base_cls,), body))
             del pending[name]
+        if not progress:
+            break
 
 
 def _function(mod: types.ModuleType, replay: _Replay, name: str, spec: dict):
