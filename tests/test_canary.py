@@ -178,3 +178,13 @@ def test_gate_slot_is_held_only_around_register(tmp_path, state_dir):
         assert p2.wait(20) == 0
     finally:
         p2.kill()
+
+
+def test_help_explains_both_entries(cli):
+    mod = subprocess.run([sys.executable, "-m", "ops.canary", "--help"], cwd=REPO, capture_output=True, text=True)
+    assert mod.returncode == 0 and "--crash-at" in mod.stdout and "status protocol" in mod.stdout
+    typer_help = cli("canary", "--help")
+    assert typer_help.returncode == 0 and "--hang-at" in typer_help.stdout and "SIGTERM" in typer_help.stdout
+    for sub in ("create", "verify", "inspect", "budget", "probe"):
+        h = cli("arena", sub, "--help")
+        assert h.returncode == 0 and "--json" in h.stdout, sub
