@@ -98,3 +98,38 @@ def test_sim_registration_counts_without_a_status_file(cli, tmp_path, state_dir)
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_list_arenas_rescans_proc_only_now_and_then(tmp_path, state_dir, monkeypatch):
+    import subprocess
+    import sys
+    import pytest
+    pytest.importorskip("ops.nodeconfig")
+    from ops.arena import watch
+    arena = make_arena(tmp_path / "a.arena", 1 * MiB)
+    config = tmp_path / "node.toml"
+    config.write_text(f'[arena]\npath = "{arena}"\n')
+    settings = Settings(state_dir=state_dir, config_path=config)
+    code = ("import mmap,sys,time; f=open(sys.argv[1],'rb'); m=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ); "
+            "print('up', flush=True); time.sleep(60)")
+
+    def mapper():
+        p = subprocess.Popen([sys.executable, "-c", code, str(arena)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "up"
+        return p
+    monkeypatch.setattr(watch, "_scans", {})
+    monkeypatch.setattr(watch, "FULL_SCAN_S", 3600.0)
+    first = mapper()
+    second = None
+    try:
+        assert [m.pid for m in watch.list_arenas(settings)[0].mappers] == [first.pid]
+        second = mapper()
+        # Within the interval only known mappers are re-read: the newcomer waits for the next full scan.
+        assert [m.pid for m in watch.list_arenas(settings)[0].mappers] == [first.pid]
+        monkeypatch.setattr(watch, "FULL_SCAN_S", 0.0)
+        assert sorted(m.pid for m in watch.list_arenas(settings)[0].mappers) == sorted([first.pid, second.pid])
+    finally:
+        for p in (first, second):
+            if p:
+                p.kill()
+                p.wait()

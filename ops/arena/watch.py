@@ -1,11 +1,14 @@
 """Arenas for the snapshot: the one the node config names, plus arena files that engine processes map.
 
-Cheap by design (it runs on every refresh): header check only, mappers from maps without smaps.
+Cheap by design (it runs on every refresh): header check only, mappers from maps without smaps, and
+the whole of /proc scanned at most every FULL_SCAN_S; in between only known mappers and engines are looked at.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import time
 
 from ops.errors import GpuwardenError
 from ops.model import ArenaInfo
@@ -45,12 +48,31 @@ def _is_arena(path: str) -> bool:
         return False
 
 
+# Reading /proc/<pid>/maps costs the kernel ~0.1 ms a process: thousands of them make a full scan
+# take 100+ ms, too much for every refresh. New mappers are engines (seen at once) or show up within this.
+FULL_SCAN_S = 15.0
+_scans: dict[tuple[str, str], tuple[float, list[int]]] = {}
+
+
+def _mappers(settings: Settings, path: str, engines: list[int]) -> tuple:
+    key = (str(settings.proc_root), path)
+    now = time.monotonic()
+    last = _scans.get(key)
+    if last is None or now - last[0] > FULL_SCAN_S:
+        found = find_mappers(path, settings.proc_root, with_usage=False, state_dir=settings.state_dir)
+        _scans[key] = (now, [m.pid for m in found])
+        return tuple(found)
+    pids = sorted(set(last[1]) | set(engines))
+    return tuple(find_mappers(path, settings.proc_root, with_usage=False, pids=pids, state_dir=settings.state_dir))
+
+
 def list_arenas(settings: Settings) -> list[ArenaInfo]:
     paths: list[str] = []
     configured = _config_arena(settings)
     if configured:
         paths.append(configured)
-    for pid in _engine_pids(settings):
+    engines = _engine_pids(settings)
+    for pid in engines:
         for path in sorted(shared_files(pid, settings.proc_root)):
             if path not in paths and _is_arena(path):
                 paths.append(path)
@@ -58,6 +80,6 @@ def list_arenas(settings: Settings) -> list[ArenaInfo]:
     for path in paths:
         state, header = fmt.header_state(path)
         size = header.payload_size if header else None
-        mappers = tuple(find_mappers(path, settings.proc_root, with_usage=False, state_dir=settings.state_dir))
+        mappers = _mappers(settings, path, engines)
         out.append(ArenaInfo(path=str(Path(path)), size=size, header_state=state, mappers=mappers))
     return out
