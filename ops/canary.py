@@ -58,13 +58,16 @@ class Canary:
         self.out = out
         self.status = StatusWriter()
         self.stop = _Stop()
+        from ops.register.base import physical_gpu
+        # The node's number for the GPU, which differs from --gpu when *_VISIBLE_DEVICES narrow the view.
+        self.node_gpu = physical_gpu(opts.gpu)
 
     def say(self, text: str) -> None:
         self.out.write(f"canary[{os.getpid()}] gpu {self.o.gpu}: {text}\n")
         self.out.flush()
 
     def phase(self, name: str, **data: object) -> None:
-        self.status.emit(name, gpu=self.o.gpu, runtime=self.o.runtime, **data)
+        self.status.emit(name, gpu=self.o.gpu, node_gpu=self.node_gpu, runtime=self.o.runtime, **data)
         if self.o.crash_at == name:
             self.say(f"crashing at {name} with SIG{self.o.crash_signal.upper().removeprefix('SIG')} (fault switch)")
             sig = _signal_number(self.o.crash_signal)

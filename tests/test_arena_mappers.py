@@ -133,3 +133,16 @@ def test_list_arenas_rescans_proc_only_now_and_then(tmp_path, state_dir, monkeyp
             if p:
                 p.kill()
                 p.wait()
+
+
+def test_inspect_shows_the_node_gpu_behind_visible_devices(cli, tmp_path, state_dir):
+    arena = make_arena(tmp_path / "a.arena", 1 * MiB)
+    status = tmp_path / "s.status"
+    proc = spawn(arena, status, state_dir, "--runtime", "host", "--gpu", "0", env={"CUDA_VISIBLE_DEVICES": "3"})
+    try:
+        wait_phase(status, "serving", proc)
+        (m,) = json.loads(cli("arena", "inspect", str(arena), "--json").stdout)["mappers"]
+        assert m["gpu"] == 3 and m["registered"] is True
+    finally:
+        proc.kill()
+        proc.wait()

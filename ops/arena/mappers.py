@@ -133,8 +133,10 @@ def registration(pid: int, proc_root: Path) -> tuple[bool | None, int | None]:
     for event in read_events(path):
         if event.data.get("pid") not in (None, pid):
             continue
-        if isinstance(event.data.get("gpu"), int):
-            gpu = event.data["gpu"]
+        for key in ("node_gpu", "gpu"):  # the node's numbering first, when the engine says it
+            if isinstance(event.data.get(key), int):
+                gpu = event.data[key]
+                break
         if event.phase in _REGISTERED:
             registered = True
         elif event.phase in _NOT_REGISTERED:
