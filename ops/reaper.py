@@ -78,6 +78,20 @@ def read_stat(pid: int, proc_root: Path) -> Stat | None:
                 flags=int(rest[6]), start_ticks=int(rest[19]))
 
 
+def target_ticks(pid: int, start_time: float | None, proc_root: Path = Path("/proc")) -> int | None:
+    """The start ticks of `pid` if it is still the process that started at `start_time` (as a snapshot
+    recorded it); None when it is gone or the PID now names a process that started at another time."""
+    if start_time is None:
+        return None
+    st = read_stat(pid, proc_root)
+    btime = procs.boot_time(proc_root)
+    if st is None or btime is None:
+        return None
+    seen = btime + st.start_ticks / os.sysconf("SC_CLK_TCK")
+    # Both sides come from the same btime + ticks sum; allow float rounding only.
+    return st.start_ticks if abs(seen - start_time) < 0.5 / os.sysconf("SC_CLK_TCK") else None
+
+
 def _uid(pid: int, proc_root: Path) -> int | None:
     try:
         return os.stat(f"{proc_root}/{pid}").st_uid
@@ -88,7 +102,7 @@ def _uid(pid: int, proc_root: Path) -> int | None:
 def _cmdline(pid: int, proc_root: Path) -> str:
     try:
         with open(f"{proc_root}/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            return " ".join(f.read().replace(b"\0", b" ").decode(errors="replace").split())
     except OSError:
         return ""
 

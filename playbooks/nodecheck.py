@@ -99,3 +99,29 @@ def hive_peers(snap: NodeSnapshot, index: int) -> list[int]:
     if gpu is None or not gpu.hive_id:
         return []
     return [g.index for g in snap.gpus if g.index != index and g.hive_id == gpu.hive_id]
+
+
+def residual_left(snap: NodeSnapshot, index: int) -> tuple[int | None, tuple]:
+    """(unexplained bytes when significant else None, holders) for GPU `index`: what purge must clear."""
+    res = next((r for r in snap.residual if r.gpu_index == index), None)
+    if res is None:
+        return None, ()
+    return (res.residual if res.significant else None), res.holders
+
+
+def wait_residual_gone(settings: Settings, gpus: list[int], timeout_s: float, *, poll_s: float = 0.25,
+                       cancelled=None) -> dict[int, tuple[int | None, tuple]]:
+    """Poll until no GPU in `gpus` has significant residual or holders; returns what is left per GPU."""
+    from ops.snapshot import Sampler
+    sampler = Sampler(settings, deep_every_s=0.0)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            snap = sampler.snapshot(deep=True)
+            left = {g: residual_left(snap, g) for g in gpus}
+            left = {g: v for g, v in left.items() if v[0] is not None or v[1]}
+            if not left or time.monotonic() >= deadline or (cancelled is not None and cancelled.is_set()):
+                return left
+            time.sleep(poll_s)
+    finally:
+        sampler.close()

@@ -1,10 +1,48 @@
-"""CLI: `gpuwarden purge` (placeholder until its issue lands).
+"""CLI: `gpuwarden purge [GPU]` — remove what holds residual VRAM, safely, and check that it is gone.
 
-Registers nothing yet.
+Plan first with --dry-run; scripts pass --yes; --json prints one event per line.
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
+from ops.settings import Settings
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("purge")
+    def purge_cmd(
+        ctx: typer.Context,
+        gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out."),
+        arenas: bool = typer.Option(False, "--arenas", help="Also delete arena files that no process maps."),
+        arena: List[Path] = typer.Option([], "--arena", help="An arena file to consider with --arenas "
+                                          "(repeatable; the configured arena is always considered)."),
+        drop_caches: bool = typer.Option(False, "--drop-caches", help="Also drop the page cache (root only)."),
+        escalate_reset: bool = typer.Option(False, "--escalate-reset", help="When residual stays with no "
+                                            "holder left, reset the GPU (only if no live process uses it)."),
+        grace: float = typer.Option(5.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
+        timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for the residual to go."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
+        yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask; required when there is no terminal."),
+        json_out: bool = typer.Option(False, "--json", help="One JSON event per line."),
+        wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another playbook's lock on the GPUs."),
+    ) -> None:
+        """Remove the holders of residual VRAM: reap zombies (SIGCHLD to the parent; if it still does not
+        reap and may be touched, TERM then KILL the parent so init reaps), report processes in disk sleep,
+        never touch PID 1, kernel threads, init/sshd/container runtimes or gpuwarden shims. Every signal
+        re-checks PID + start time first. Then verify the residual is gone; when it stays with no holder,
+        say so and name the next step (reset), or reset with --escalate-reset.
+        """
+        from playbooks import nodecheck
+        from playbooks.output import execute, exit_with
+        from playbooks.purge import PurgePlaybook
+        settings: Settings = ctx.obj
+        if gpu is not None:
+            nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
+        pb = PurgePlaybook(gpu, arenas=arenas, arena_paths=tuple(str(p) for p in arena), drop_caches=drop_caches,
+                           escalate_reset=escalate_reset, grace_s=grace, timeout_s=timeout)
+        exit_with(execute(pb, settings, dry_run=dry_run, yes=yes, json_out=json_out, wait_s=wait))
