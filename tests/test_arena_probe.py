@@ -50,3 +50,18 @@ def test_probe_table_on_a_terminal_free_run(cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "register s" in proc.stdout and "all canaries registered, served and stopped cleanly" in proc.stdout
     assert "started 2 canaries" in proc.stderr
+
+
+def test_probe_reproduces_a_budget_failure_on_the_sim_node(tmp_path, state_dir, monkeypatch):
+    """With a simulated KFD limit of 10 MiB, three 4 MiB registrations fit two: the third canary fails."""
+    from ops.arena.create import create
+    arena = tmp_path / "a.arena"
+    create(arena, size=4 << 20, chunk_size=1 << 20)
+    monkeypatch.setenv("GPUWARDEN_SIM_KFD_LIMIT", "10MiB")
+    report = Probe(Settings(state_dir=state_dir), ProbeOptions(engines=3, concurrency=1, runtime="sim",
+                                                               arena=str(arena), workdir=str(tmp_path))).run()
+    assert not report["ok"]
+    ended = sorted(c["ended"] for c in report["canaries"])
+    assert ended == ["exit 0", "exit 0", "exit 2"]
+    failed = next(c for c in report["canaries"] if c["ended"] == "exit 2")
+    assert "simulated KFD system limit 10.0 MiB" in failed["error"] and failed["register_seconds"] is None

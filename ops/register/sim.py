@@ -1,6 +1,7 @@
 """The sim runtime: records each registration in the sim node (ops.sim.registrations), copies on the host.
 
-The GPU number recorded is the node's, translated through the *_VISIBLE_DEVICES variables like a real runtime.
+The GPU number recorded is the node's, translated through *_VISIBLE_DEVICES; GPUWARDEN_SIM_KFD_LIMIT (bytes or
+a size such as 24GiB) makes registrations past that node-wide sum fail, as KFD's system-memory limit does.
 """
 
 from __future__ import annotations
@@ -9,8 +10,11 @@ import os
 from pathlib import Path
 
 from ops.settings import Settings
+from ops.units import fmt_bytes, parse_size
 
-from .base import DEFAULT_COPY_BUFFER, CopyResult, Registration, Runtime, host_copy, physical_gpu
+from .base import DEFAULT_COPY_BUFFER, CopyResult, RegisterFailed, Registration, Runtime, host_copy, physical_gpu
+
+ENV_LIMIT = "GPUWARDEN_SIM_KFD_LIMIT"
 
 
 class SimRuntime(Runtime):
@@ -28,6 +32,15 @@ class SimRuntime(Runtime):
 
     def _register_one(self, address: int, size: int, reg: Registration) -> None:
         from ops.sim import registrations
+        limit = os.environ.get(ENV_LIMIT)
+        if limit:
+            # Like KFD: one node-wide counter, checked per allocation (racy between processes, as a drill allows).
+            used = registrations.charged(self.state_dir)
+            if used + size > parse_size(limit):
+                raise RegisterFailed(
+                    f"sim: registering {fmt_bytes(size)} on GPU {self.gpu} failed: out of memory "
+                    f"(simulated KFD system limit {fmt_bytes(parse_size(limit))}, {fmt_bytes(used)} already charged)",
+                    "see `gpuwarden arena budget`")
         registrations.add(self.state_dir, gpu=self.gpu, size=size, address=address, path=getattr(self, "_path", None))
 
     def _unregister_one(self, address: int, size: int, reg: Registration) -> None:
