@@ -1,10 +1,64 @@
-"""CLI: `gpuwarden baseline` (placeholder until its issue lands).
+"""CLI: `gpuwarden baseline record [GPU]` and `gpuwarden baseline show` — the idle VRAM each GPU uses.
 
-Registers nothing yet.
+Residual VRAM is device use minus what live processes account for minus this baseline.
 """
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Optional
 
 import typer
 
+from ops.settings import Settings
+
+baseline_app = typer.Typer(name="baseline", no_args_is_help=True, rich_markup_mode=None,
+                           help="The idle VRAM baseline per GPU: record it on an idle node, show it.")
+
+
+@baseline_app.command("record")
+def record_cmd(
+    ctx: typer.Context,
+    gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out."),
+    force: bool = typer.Option(False, "--force", help="Record even when idle use looks like a leak."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for symmetry; recording asks nothing."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON event per line."),
+    wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another playbook's lock on the GPUs."),
+) -> None:
+    """Record each GPU's idle VRAM use (after a clean start or a reset).
+
+    Refuses a GPU that any process uses or holds, and one whose idle use is large enough to be a leak.
+    """
+    from playbooks import nodecheck
+    from playbooks.baseline import BaselinePlaybook
+    from playbooks.output import execute, exit_with
+    settings: Settings = ctx.obj
+    if gpu is not None:
+        nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
+    exit_with(execute(BaselinePlaybook(gpu, force=force), settings, dry_run=dry_run, yes=yes,
+                      json_out=json_out, wait_s=wait))
+
+
+@baseline_app.command("show")
+def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Show the recorded baseline per GPU (when and from which backend)."""
+    from ops import statedir
+    from ops.units import fmt_bytes
+    settings: Settings = ctx.obj
+    data = statedir.read_json(settings.state_dir / statedir.BASELINE, default={}) or {}
+    gpus = {int(k): v for k, v in data.get("gpus", {}).items()}
+    if json_out:
+        typer.echo(json.dumps({"gpus": {str(k): v for k, v in sorted(gpus.items())}}, indent=2))
+        return
+    if not gpus:
+        typer.echo("no baseline recorded (record one with `gpuwarden baseline record` on an idle node)")
+        return
+    for g, v in sorted(gpus.items()):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.get("recorded_at", 0)))
+        typer.echo(f"GPU {g}: {fmt_bytes(int(v['vram_bytes']))}  recorded {when}  backend {v.get('backend', '?')}")
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.add_typer(baseline_app, name="baseline")

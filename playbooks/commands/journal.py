@@ -1,10 +1,44 @@
-"""CLI: `gpuwarden journal` (placeholder until its issue lands).
+"""CLI: `gpuwarden journal` — what playbooks and signals did to this node: who, when, what, result.
 
-Registers nothing yet.
+Reads <state dir>/journal.log, one JSON object per line, oldest first.
 """
+
+from __future__ import annotations
+
+import json
+import sys
 
 import typer
 
+from ops.settings import Settings
+
+_BASE = ("ts", "time", "host", "who", "pid", "action", "result")
+
+
+def _line(entry: dict) -> str:
+    rest = " ".join(f"{k}={json.dumps(v, default=str) if not isinstance(v, str) else v}"
+                    for k, v in entry.items() if k not in _BASE and v not in (None, "", [], {}))
+    return (f"{entry.get('time', '?')}  {entry.get('who', '?'):<10} {entry.get('action', '?'):<22} "
+            f"{entry.get('result', '?'):<9} {rest}").rstrip()
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("journal")
+    def journal_cmd(
+        ctx: typer.Context,
+        tail: int = typer.Option(50, "--tail", "-n", min=0, help="Show the last N entries (0: all)."),
+        json_out: bool = typer.Option(False, "--json", help="One JSON object per line, as stored."),
+    ) -> None:
+        """Show the journal of every change gpuwarden made: playbook steps, signals sent, resets, removed files."""
+        from ops import journal
+        settings: Settings = ctx.obj
+        entries = list(journal.read(settings.state_dir, limit=tail or None))
+        if json_out:
+            for e in entries:
+                sys.stdout.write(json.dumps(e, default=str) + "\n")
+            return
+        if not entries:
+            typer.echo(f"journal is empty ({settings.state_dir / 'journal.log'})")
+            return
+        for e in entries:
+            typer.echo(_line(e))
