@@ -16,7 +16,7 @@ from ops.triage.render import markdown
 
 # fixture -> rule ids that must be found (each a real event in that log)
 EXPECTED = {
-    "app_stderr_rocm5225_hsa_memory_access_fault_by_gpu_node.txt": {"hsa.memory_access_fault"},
+    "app_stderr_rocm5225_hsa_memory_access_fault_by_gpu_node.txt": {"hsa.memory_access_fault", "app.core_dumped"},
     "nvidia_ctime_xid13_xid109_sm_warp_exception_ctx_switch_timeout.log": {"nvidia.xid", "nvidia.peermem"},
     "nvidia_gpu_fallen_off_bus_no_xid_570.log": {"nvidia.fallen_off_bus", "nvidia.probe_failed"},
     "nvidia_xid31_13_32_gtx_dxvk.log": {"nvidia.xid"},

@@ -143,3 +143,94 @@ def test_xid_79_and_fallen_off_the_bus():
 
 def test_kernel_oops():
     assert rules(OOPS)["kernel.page_fault_oops"].severity == "critical"
+
+
+# One line per event class that AMD node-scraper's dmesg analyzer checks (its ERROR_REGEX messages, as
+# listed in ../shared/fixtures/node_scraper_dmesg_patterns.md), written in the kernel's wording: our
+# library must name each of them too.
+NODE_SCRAPER_PARITY = {
+    "Out of memory error": ("Out of memory: Killed process 4242 (python3) total-vm:1024kB, anon-rss:512kB, "
+                            "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:4kB oom_score_adj:0", "oom.kill"),
+    "I/O Page Fault": ("amdgpu 0000:03:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0010 address=0x1 "
+                       "flags=0x0000]", "iommu.io_page_fault"),
+    "Kernel Panic": ("Kernel panic - not syncing: Fatal exception", "kernel.panic"),
+    "SQ Interrupt": ("amdgpu 0000:65:00.0: amdgpu: sq_intr: error, detail 0x00000000, type 2", "amdgpu.sq_intr"),
+    "SRAM ECC": ("amdgpu 0000:e3:00.0: amdgpu: sram_ecc error count 1", "ras.sram_ecc"),
+    "IP hardware init error": ("[drm:amdgpu_device_init [amdgpu]] *ERROR* hw_init of IP block <gfx_v9_0> failed -110",
+                               "amdgpu.ip_init_failed"),
+    "IP software init error": ("[drm:amdgpu_device_init [amdgpu]] *ERROR* sw_init of IP block <psp> failed -22",
+                               "amdgpu.ip_init_failed"),
+    "Real Time throttling activated": ("sched: RT throttling activated", "kernel.rt_throttling"),
+    "RCU preempt detected stalls": ("rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:", "kernel.rcu_stall"),
+    "RCU preempt self-detected stall": ("rcu: INFO: rcu_preempt self-detected stall on CPU", "kernel.rcu_stall"),
+    "QCM fence timeout": ("amdgpu: qcm fence wait loop timeout expired", "amdgpu.qcm_fence_timeout"),
+    "General protection fault": ("general protection fault, probably for non-canonical address 0xdead: 0000 [#1]",
+                                 "kernel.gpf"),
+    "Segmentation fault": ("Segmentation fault (core dumped)", "app.segmentation_fault"),
+    "Failed to disallow cf state": ("amdgpu: Failed to disallow cf state", "amdgpu.cf_state"),
+    "Failed to terminate tmr": ("[drm:psp_hw_fini [amdgpu]] *ERROR* Failed to terminate tmr", "amdgpu.tmr_terminate"),
+    "Suspend of IP block failed": ("[drm] *ERROR* suspend of IP block <gfx_v9_0> failed -110", "amdgpu.ip_init_failed"),
+    "Page Fault": ("BUG: unable to handle page fault for address: ffffb0d4c0a7f000", "kernel.page_fault_oops"),
+    "Fatal error during GPU init": ("amdgpu 0000:03:00.0: amdgpu: Fatal error during GPU init", "amdgpu.fatal_init"),
+    "PCIe AER Error Status": ("pcieport 0000:00:01.1: AER: aer_status: 0x00000040, aer_mask: 0x00002000",
+                              "pcie.aer_status"),
+    "PCIe AER Correctable Error Status": ("pcieport 0000:00:01.1: aer_cor_status: 0x00000040, aer_cor_mask: 0x00002000",
+                                          "pcie.aer_status"),
+    "PCIe AER Uncorrectable Error Status": ("pcieport 0000:00:01.1: aer_uncor_status: 0x00100000, aer_uncor_mask: 0x0",
+                                            "pcie.aer_status"),
+    "PCIe AER Uncorrectable Error Severity": ("pcieport 0000:00:01.1: aer_uncor_severity: 0x00440030",
+                                              "pcie.aer_uncor_severity"),
+    "Failed to read journal file": ("systemd-journald[512]: Failed to read journal file /var/log/journal/x.journal",
+                                    "fs.journal"),
+    "ACPI BIOS Error": ("ACPI BIOS Error (bug): Could not resolve symbol [\\_SB.PCI0], AE_NOT_FOUND", "bios.acpi"),
+    "ACPI Error": ("ACPI Error: Aborting method \\_SB.PCI0 due to previous error (AE_NOT_FOUND)", "bios.acpi"),
+    "Filesystem corrupted!": ("EXT4-fs error (device nvme0n1p2): ext4_lookup:1855: inode #2: comm ls: bad entry",
+                              "fs.ext4_error"),
+    "Error in buffered IO": ("Buffer I/O error on dev sda1, logical block 0, async page read", "fs.buffer_io"),
+    "PCIe card no longer present": ("pcieport 0000:00:03.1: pciehp: Slot(2): Card not present", "pcie.card_not_present"),
+    "PCIe Link Down": ("pcieport 0000:00:03.1: pciehp: Slot(2): Link Down", "pcie.link_down"),
+    "Mismatched clock configuration": ("pcieport 0000:00:03.1: ASPM: current common clock configuration is "
+                                       "inconsistent, reconfiguring", "pcie.clock_config"),
+    "RAS Correctable Error": ("amdgpu 0000:05:00.0: amdgpu: 3 correctable hardware errors detected in total in umc block",
+                              "ras.correctable"),
+    "RAS Uncorrectable Error": ("amdgpu 0000:05:00.0: amdgpu: 1 uncorrectable hardware errors detected in umc block",
+                                "ras.uncorrectable"),
+    "RAS Deferred Error": ("amdgpu 0000:05:00.0: amdgpu: 2 deferred hardware errors detected in umc block",
+                           "ras.deferred"),
+    "RAS Corrected PCIe Error": ("{1}[Hardware Error]: event severity: corrected", "ras.cper_severity"),
+    "GPU Reset": ("amdgpu 0000:05:00.0: amdgpu: GPU reset begin!", "amdgpu.reset_begin"),
+    "GPU reset failed": ("amdgpu 0000:05:00.0: amdgpu: GPU reset(2) failed", "amdgpu.reset_failed"),
+    "ACA Error": ("amdgpu 0000:05:00.0: amdgpu: HW error detected by Accelerator Check Architecture",
+                  "ras.aca"),
+    "MCE Corrected/Uncorrected Error": ("mce: [Hardware Error]: Machine check events logged", "ras.mce"),
+    "Mode 2 Reset Failed": ("amdgpu 0000:05:00.0: amdgpu: Mode2 reset failed", "amdgpu.reset_failed"),
+    "RAS Corrected Error": ("{1}[Hardware Error]: Corrected error, no action required.", "ras.hw_error_corrected"),
+    "SGX Error": ("x86/cpu: SGX disabled by BIOS.", "bios.sgx"),
+    "MMP Error": ("4xxx 0000:6b:00.0: Failed to load MMP firmware qat_4xxx_mmp.bin", "bios.mmp"),
+    "GPU Throttled": ("amdgpu 0000:05:00.0: amdgpu: WARN: GPU is throttled, expect performance decrease.",
+                      "amdgpu.throttled"),
+    "RAS Poison Consumed": ("amdgpu 0000:05:00.0: amdgpu: poison is consumed by client 12, kick off gpu reset flow",
+                            "ras.poison_consumed"),
+    "RAS Poison created": ("amdgpu 0000:05:00.0: amdgpu: Poison is created", "ras.poison_created"),
+    "Bad page threshold exceeded": ("amdgpu: Saved bad pages 128 reaches threshold value 128",
+                                    "ras.bad_page_threshold"),
+    "RAS Hardware Error": ("{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1",
+                           "ras.apei"),
+    "Error Address": ("[Hardware Error]: Error Address: 0x0000000123456000", "ras.error_address"),
+    "RAS EDR Event": ("pcieport 0000:00:01.1: EDR: EDR event received", "ras.edr"),
+    "DPC Event": ("pcieport 0000:00:01.1: DPC: containment event, status:0x1f01 source:0x0000", "pcie.dpc"),
+    "LNet: ko2iblnd": ("LNetError: 120-3: Refusing connection from 10.0.0.1 ko2iblnd: No matching interfaces",
+                       "io.lnet"),
+    "LNet: Error starting up LNI": ("LNetError: 105-4: Error -100 starting up LNI o2ib", "io.lnet"),
+    "Lustre network init": ("LustreError: 1234:0:(events.c:540:ptlrpc_init_portals()) network initialisation failed",
+                            "io.lustre"),
+}
+
+
+def test_node_scraper_parity():
+    missing = {}
+    for what, (line, rule) in NODE_SCRAPER_PARITY.items():
+        found = {f.rule for f in analyze_text(f"[  100.000000] {line}\n").findings}
+        if rule not in found:
+            missing[what] = sorted(found)
+    assert not missing, missing

@@ -197,6 +197,9 @@ RULES: tuple[Rule, ...] = (
        "{kind} ECC {state} on {device}", key=("kind", "state")),
     _r("ras.ip_lost", "ras", "warning", r"state may lost due to RAS (?P<event>\w+)",
        "engine state lost because of RAS event {event}", key=("event",)),
+    _r("ras.sram_ecc", "ras", "warning", r"sram_ecc", "SRAM ECC event on {device}"),
+    _r("ras.cper_severity", "ras", "warning", r"\[Hardware Error\]:\s+event severity: (?P<sev>\w+)",
+       "platform hardware error record: severity {sev}", key=("sev",)),
     _r("ras.aca", "ras", "error", r"Accelerator Check Architecture", "ACA error record (AMD accelerator check)"),
     _r("ras.hw_error_corrected", "ras", "warning", r"\[Hardware Error\]: Corrected error",
        "platform corrected hardware error"),
@@ -332,6 +335,14 @@ RULES: tuple[Rule, ...] = (
     _r("nvidia.peermem", "xid", "warning", r"nvidia-peermem .*ERROR (?P<what>.+)", "nvidia-peermem: {what}",
        key=("what",)),
 
+    # --- application output (a runtime's stderr given to triage) ---------------------------------
+    _r("app.segmentation_fault", "segfault", "error", r"[Ss]egmentation [Ff]ault",
+       "a process reported a segmentation fault",
+       meaning="application output: the kernel's segfault line (with library and offset) is in dmesg"),
+    _r("app.core_dumped", "segfault", "warning", r"(?P<how>Aborted|Segmentation fault|Bus error) \(core dumped\)",
+       "a process died with a core dump ({how})", key=("how",),
+       meaning="look for it with coredumpctl list (in the bundle under node/)"),
+
     # --- host memory ------------------------------------------------------------------------
     _r("oom.invoked", "oom", "info",
        r"(?P<proc>\S+) invoked oom-killer: gfp_mask=(?P<gfp>\S+), order=(?P<order>\d+)",
@@ -350,6 +361,7 @@ RULES: tuple[Rule, ...] = (
     _r("fs.journal", "storage", "warning",
        r"(?:Failed to read journal file|journal corrupted or uncleanly shut down)", "systemd journal damaged"),
     _r("bios.acpi", "bios", "warning", r"ACPI (?P<kind>BIOS Error|Error)", "ACPI {kind}", key=("kind",)),
+    _r("bios.mmp", "bios", "warning", r"Failed to load MMP firmware (?P<fw>\S+)", "MMP firmware {fw} failed to load"),
     _r("bios.sgx", "bios", "info", r"x86/cpu: SGX disabled by BIOS", "SGX disabled by BIOS"),
     _r("io.lnet", "io", "warning", r"(?i)LNetError:.*(?:No matching interfaces|starting up LNI)", "LNet error"),
     _r("io.lustre", "io", "warning", r"(?i)LustreError:.*network initiali[sz]ation failed",
