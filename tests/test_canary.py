@@ -125,6 +125,9 @@ def test_gpu_runtime_without_library_is_one_line(cli, tmp_path, runtime, needle)
 
 
 def test_memlock_too_low_reports_the_numbers(tmp_path, state_dir):
+    import shutil
+    if not shutil.which("prlimit") or (os.geteuid() == 0 and not shutil.which("setpriv")):
+        pytest.skip("needs prlimit and, as root, setpriv (util-linux)")
     arena = make_arena(tmp_path / "a.arena")
     argv = [sys.executable, "-m", "ops.canary", "--arena", str(arena), "--runtime", "host", "--verify", "none"]
     if os.geteuid() == 0:  # root has CAP_IPC_LOCK, which ignores the limit: drop it
