@@ -1,0 +1,170 @@
+"""`gpuwarden purge` on the simulated node with real processes: zombie holders, ownerless leaks, arenas."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from simnode import cli_argv, start_tenant
+from test_reaper_family import proc_state, start_family, wait_for
+
+
+@pytest.fixture
+def sim(cli):
+    def run(*args, **kw):
+        return cli("--backend", "sim", *args, **kw)
+    run("sim", "init", "--gpus", "4", "--vram", "24GiB", check=True)
+    return run
+
+
+def _status(sim) -> dict:
+    return json.loads(sim("status", "--json").stdout)
+
+
+def _residual(snap: dict, gpu: int) -> int:
+    return next(r for r in snap["residual"] if r["gpu_index"] == gpu)["residual"]
+
+
+def _zombie_tenant(state_dir, gpu: int, size: str):
+    """A tenant holding VRAM, SIGKILLed, whose parent never reaps it: a zombie that keeps its VRAM."""
+    fam = start_family(cli_argv(state_dir, "sim", "hold", "--gpu", str(gpu), "--size", size))
+    node_allocs = state_dir / "sim" / "allocs"
+    assert wait_for(lambda: any(p.name.startswith(f"{fam.tenant}-") for p in node_allocs.glob("*.json")), 20)
+    os.kill(fam.tenant, signal.SIGKILL)
+    assert wait_for(lambda: proc_state(fam.tenant) == "Z", 5)
+    return fam
+
+
+def test_zombie_residual_is_reported_then_purged_and_bystanders_survive(sim, state_dir):
+    fam = _zombie_tenant(state_dir, 1, "5GiB")
+    bystander = start_tenant(state_dir, 2, "3GiB")  # a healthy tenant on another GPU
+    unrelated = subprocess.Popen(["sleep", "120"])  # not a GPU process at all
+    try:
+        text = sim("status")
+        assert text.returncode == 1
+        assert f"pid {fam.tenant} on GPU 1: zombie" in text.stdout
+        assert f"not reaped by its parent (pid {fam.parent})" in text.stdout
+        snap = _status(sim)
+        assert _residual(snap, 1) == 5 << 30
+        holders = next(r for r in snap["residual"] if r["gpu_index"] == 1)["holders"]
+        assert [h["pid"] for h in holders] == [fam.tenant]
+
+        proc = sim("purge", "--yes", "--json", "--grace", "1")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        events = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert events[-1]["kind"] == "done" and events[-1]["data"]["ok"]
+        assert any(e["kind"] == "step_ok" and e["step"] == f"pid-{fam.tenant}" for e in events)
+
+        snap = _status(sim)
+        assert all(r["residual"] == 0 and not r["holders"] for r in snap["residual"]), snap["residual"]
+        assert proc_state(fam.tenant) is None
+        # Bystanders: the healthy tenant still holds its VRAM, the unrelated process still runs.
+        assert bystander.poll() is None and unrelated.poll() is None
+        assert next(g for g in snap["gpus"] if g["index"] == 2)["vram_used"] == 3 << 30
+        signalled = {e["pid"] for e in map(json.loads, (state_dir / "journal.log").read_text().splitlines())
+                     if e["action"] == "reaper-signal" and e["result"] == "ok"}
+        assert signalled == {fam.parent}
+    finally:
+        bystander.terminate()
+        unrelated.kill()
+        bystander.wait(10)
+        unrelated.wait()
+        fam.stop()
+
+
+def test_ownerless_leak_is_named_then_cleared_by_escalation(sim, state_dir):
+    sim("sim", "fault", "leak-on-kill", "on", check=True)
+    fam = start_family(cli_argv(state_dir, "sim", "hold", "--gpu", "3", "--size", "4GiB"), mode="direct")
+    try:
+        assert wait_for(lambda: any(p.name.startswith(f"{fam.tenant}-") for p in (state_dir / "sim/allocs").glob("*")), 20)
+        os.kill(fam.tenant, signal.SIGKILL)  # its keeper reaps it: no process is left to blame
+        assert wait_for(lambda: proc_state(fam.tenant) is None, 5)
+    finally:
+        fam.stop()
+    assert _residual(_status(sim), 3) == 4 << 30
+
+    proc = sim("purge", "3", "--yes")
+    assert proc.returncode == 1
+    out = proc.stdout + proc.stderr
+    assert "held by no process" in out and "gpuwarden reset 3" in out and "--escalate-reset" in out
+    assert _residual(_status(sim), 3) == 4 << 30
+
+    proc = sim("purge", "3", "--yes", "--escalate-reset", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [e["step"] for e in events if e["kind"] == "step_ok"] == ["verify", "reset-gpu3", "verify-gpu3"]
+    assert _residual(_status(sim), 3) == 0
+    resets = json.loads(sim("sim", "show", "--json").stdout)["resets"]
+    assert resets == {"3": 1}
+    journal = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+    assert any(e["action"] == "gpu-reset" and e["result"] == "ok" and e["gpu"] == 3 for e in journal)
+
+
+def test_escalation_refuses_to_reset_a_gpu_a_live_tenant_uses(sim, state_dir):
+    sim("sim", "leak", "--gpu", "0", "--size", "2GiB", check=True)
+    tenant = start_tenant(state_dir, 0, "1GiB")
+    try:
+        proc = sim("purge", "0", "--yes", "--escalate-reset")
+        assert proc.returncode == 1
+        assert f"in use by pid {tenant.pid}" in proc.stdout + proc.stderr
+        assert tenant.poll() is None
+        assert json.loads(sim("sim", "show", "--json").stdout)["resets"] == {}
+    finally:
+        tenant.terminate()
+        tenant.wait(10)
+
+
+def test_holder_whose_pid_was_reused_is_left_alone(state_dir):
+    from ops.reaper import target_ticks
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        from ops.procs import ProcReader
+        info = ProcReader().read(victim.pid)
+        assert target_ticks(victim.pid, info.start_time) == info.start_ticks
+        # A holder recorded 3 s earlier under this PID is another process: purge must not target it.
+        assert target_ticks(victim.pid, info.start_time - 3.0) is None
+        assert target_ticks(victim.pid, None) is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def _arena_file(path):
+    from ops.arena import format as fmt
+    path.write_bytes(fmt.MAGIC + b"\0" * 4088)
+
+
+def test_arenas_removes_only_unmapped_arena_files(sim, state_dir, tmp_path):
+    free, mapped, other = tmp_path / "free.arena", tmp_path / "mapped.arena", tmp_path / "notes.txt"
+    _arena_file(free)
+    _arena_file(mapped)
+    other.write_text("not an arena")
+    code = ("import mmap,sys,time; f=open(sys.argv[1],'r+b'); m=mmap.mmap(f.fileno(),0,mmap.MAP_SHARED); "
+            "print('mapped',flush=True); time.sleep(120)")
+    mapper = subprocess.Popen([sys.executable, "-c", code, str(mapped)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert mapper.stdout.readline().strip() == "mapped"
+        proc = sim("purge", "--yes", "--arenas", "--arena", str(free), "--arena", str(mapped),
+                   "--arena", str(other))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert not free.exists()
+        assert mapped.exists() and other.exists()
+        assert f"mapped by pid {mapper.pid}" in proc.stdout
+        journal = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+        assert [e["path"] for e in journal if e["action"] == "arena-remove"] == [str(free)]
+    finally:
+        mapper.kill()
+        mapper.wait()
+
+
+def test_unknown_gpu_is_one_line_listing_the_gpus(sim):
+    proc = sim("purge", "7", "--yes")
+    assert proc.returncode == 2
+    assert "no GPU 7 on this node (GPUs: 0, 1, 2, 3)" in proc.stderr
+    assert "Traceback" not in proc.stderr
