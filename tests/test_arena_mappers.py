@@ -57,6 +57,9 @@ def test_mapper_without_status_file_is_unknown(tmp_path):
     try:
         assert proc.stdout.readline().strip() == "up"
         (m,) = find_mappers(arena)
+        link = tmp_path / "link.arena"
+        link.symlink_to(arena)
+        assert [x.pid for x in find_mappers(link)] == [proc.pid]
         assert m.pid == proc.pid and m.registered is None and m.gpu is None and m.rss_bytes >= 2 * MiB
         assert find_mappers(arena, with_usage=False)[0].rss_bytes is None
     finally:

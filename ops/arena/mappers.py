@@ -26,11 +26,13 @@ class FileId:
 
 
 def file_id(path: str | Path) -> FileId:
+    # maps names the file by its resolved path, so a symlinked or relative arena path must be resolved too.
+    real = os.path.realpath(path)
     try:
-        st = os.stat(path)
+        st = os.stat(real)
     except OSError:
-        return FileId(str(path), None, None)
-    return FileId(str(path), (os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino)
+        return FileId(real, None, None)
+    return FileId(real, (os.major(st.st_dev), os.minor(st.st_dev)), st.st_ino)
 
 
 def _parse_maps_line(line: str) -> tuple[str, tuple[int, int], int, str] | None:
