@@ -247,9 +247,12 @@ def test_replay_reads_the_captured_tree(cli, sim, tmp_path):
                                "--gpu", "1", "--size", "3G"], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert "holding" in holder.stdout.readline()
+        from ops import nodestate
         from ops.snapshot import take_snapshot
+        nodestate.set_baseline(sim.state_dir, {0: 1 << 20, 1: 2 << 20}, backend="sim")
         live = take_snapshot(sim)
         result = collect_bundle(sim, output=tmp_path, timeout_s=5)
+        nodestate.set_baseline(sim.state_dir, {0: 0, 1: 0}, backend="sim")  # changed after the bundle
     finally:
         holder.terminate()
         holder.wait(10)
@@ -258,6 +261,7 @@ def test_replay_reads_the_captured_tree(cli, sim, tmp_path):
     assert [(g.index, g.vram_total, g.vram_used) for g in snap.gpus] == \
            [(g.index, g.vram_total, g.vram_used) for g in live.gpus]
     assert snap.gpus[1].vram_used == 3 << 30
+    assert [r.baseline for r in snap.residual] == [1 << 20, 2 << 20]  # the baseline recorded in the bundle
     replayed = {p.pid: p for p in snap.processes}
     assert replayed[holder.pid].vram == {1: 3 << 30} and replayed[holder.pid].device_files
     proc = cli("status", "--bundle", str(result.path), "--json")
@@ -407,3 +411,26 @@ def test_progress_shows_on_a_terminal_only(sim, tmp_path):
     assert proc.returncode == 0
     assert b"collecting 15/15: journal" in seen and b"\x1b[2K" in seen
     assert "collecting" not in out  # stdout stays clean for scripts
+
+
+def test_unwritable_output_fails_before_collecting():
+    why = _nobody_can_run()
+    if why:
+        pytest.skip(why)
+    base = Path(tempfile.mkdtemp(prefix="gw-nobody-"))
+    try:
+        os.chmod(base, 0o777)
+        proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m",
+                               "playbooks.cli", "--state-dir", str(base / "state"), "--backend", "sim", "bundle",
+                               "--output", str(base / "no-such-dir" / "b.tar.gz")],
+                              cwd=REPO, capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(base)})
+        assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+        ro = base / "ro"
+        ro.mkdir(mode=0o755)  # owned by root: nobody cannot write there
+        proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m",
+                               "playbooks.cli", "--state-dir", str(base / "state"), "--backend", "sim", "bundle",
+                               "--output", str(ro)],
+                              cwd=REPO, capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(base)})
+        assert proc.returncode == 2 and "permission denied" in proc.stderr and "Traceback" not in proc.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -98,6 +98,10 @@ def collect_bundle(settings: Settings, *, output: Path | None = None, since: str
     t0 = time.monotonic()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     final = resolve_output(settings, output, stamp)
+    if not os.access(final.parent, os.W_OK | os.X_OK):
+        # say so before spending the collectors' time
+        raise GpuwardenError(f"cannot write the bundle in {final.parent}: permission denied",
+                             "pass --output with a directory you can write")
     since_s = parse_duration(since) if isinstance(since, str) else since
     if timeout_s <= 0:
         raise GpuwardenError(f"--timeout must be positive, not {timeout_s:g}")

@@ -230,11 +230,17 @@ def _coredumps(ctx: Context) -> list[Entry]:
 
 
 def _journal(ctx: Context) -> list[Entry]:
-    path = ctx.settings.state_dir / statedir.JOURNAL
-    data, error = _tail(path)
-    if data is not None:
-        return [Entry("journal", str(path), "file", path="gpuwarden/journal.log", data=data)]
-    return [Entry("journal", str(path), "file", status=FAILED, error=error)] if error else []
+    """The journal's tail, and the node state a replay needs (idle baseline, drained GPUs)."""
+    entries = []
+    for name, dest in ((statedir.JOURNAL, "gpuwarden/journal.log"), (statedir.BASELINE, "gpuwarden/state/baseline.json"),
+                       (statedir.DRAINED, "gpuwarden/state/drained.json")):
+        path = ctx.settings.state_dir / name
+        data, error = _tail(path)
+        if data is not None:
+            entries.append(Entry("journal", str(path), "file", path=dest, data=data))
+        elif error:
+            entries.append(Entry("journal", str(path), "file", status=FAILED, error=error))
+    return entries
 
 
 def _kernel(ctx: Context) -> list[Entry]:

@@ -99,8 +99,11 @@ def _from_tree(settings: Settings, path: Path, sys_tree: Path, proc_tree: Path, 
     dev_roots = tree.get("dev_roots") or ["/dev"]
     # Device globs must match the fd link targets as recorded; dev_root is only matched, never opened.
     dev_root = Path(dev_roots[-1])
+    # The baseline and drained GPUs as they were: residual VRAM is judged against the recorded baseline.
+    state = sys_tree.parent.parent / "gpuwarden" / "state"
+    state.mkdir(parents=True, exist_ok=True)
     replay = settings.with_(sysfs_root=sys_tree, proc_root=proc_tree, dev_root=dev_root, backend="sysfs",
-                            replay=str(path))
+                            replay=str(path), state_dir=state)
     backend = SysfsBackend(sysfs_root=sys_tree, dev_root=dev_root, simulated=bool(tree.get("simulated")),
                            name="sim" if tree.get("simulated") else None)
     return take_snapshot(replay, backend)
