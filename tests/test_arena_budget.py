@@ -92,3 +92,19 @@ def test_no_flags_and_no_config_says_what_to_pass(cli, tmp_path):
               "arena", "budget", "--size", "8GiB")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "no node config" in out.stderr and "--visible-gpus" in out.stderr
+
+
+def test_config_engines_without_gpu_see_every_kfd_gpu(cli, tmp_path):
+    pytest.importorskip("ops.nodeconfig")
+    proc, sys_root = node(tmp_path, 256 * GiB, "0")
+    nodes = sys_root / "class" / "kfd" / "kfd" / "topology" / "nodes"
+    for i, gpu_id in enumerate([0, 1234, 5678, 9012, 3456]):  # node 0 is the CPU
+        (nodes / str(i)).mkdir(parents=True)
+        (nodes / str(i) / "gpu_id").write_text(f"{gpu_id}\n")
+    config = tmp_path / "node.toml"
+    config.write_text('[[engines]]\nname = "a"\nargv = ["true"]\n\n[[engines]]\nname = "b"\nargv = ["true"]\ngpu = 1\n')
+    out = cli("--config", str(config), "--proc-root", str(proc), "--sysfs-root", str(sys_root),
+              "arena", "budget", "--size", "32GiB", "--json")
+    assert out.returncode == 0, out.stderr
+    b = json.loads(out.stdout)
+    assert b["visible_gpus"] == [4, 1] and b["charged"] == 32 * GiB * 5

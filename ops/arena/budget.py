@@ -153,22 +153,27 @@ def visible_count(env: dict[str, str]) -> int | None:
     return None
 
 
-def from_config(settings: Settings) -> tuple[int, list[int]]:
-    """(arena size, GPUs seen per engine) from the node config; errors say which flag to pass instead."""
+def from_config(settings: Settings, size: int | None = None) -> tuple[int, list[int]]:
+    """(arena size, GPUs seen per engine) from the node config; errors say which flag to pass instead.
+
+    An engine with a `gpu` sees only that GPU (its shim narrows the visibility variables to it); others see
+    what their env allows, or every GPU KFD knows.
+    """
     from ops import nodeconfig
     from .format import load_header
 
     cfg = nodeconfig.load(settings)
-    if cfg.arena is None:
-        raise GpuwardenError(f"node config {settings.config_path} has no [arena] table",
-                             "add one, or pass --size, --engines and --visible-gpus")
-    size = cfg.arena.size if cfg.arena.size else load_header(cfg.arena.path).payload_size
+    if size is None:
+        if cfg.arena is None:
+            raise GpuwardenError(f"node config {settings.config_path} has no [arena] table",
+                                 "add one, or pass --size")
+        size = cfg.arena.size if cfg.arena.size else load_header(cfg.arena.path).payload_size
     if not cfg.engines:
         raise GpuwardenError(f"node config {settings.config_path} lists no engines", "pass --engines")
     gpus = count_gpus(settings.sysfs_root)
     visible = []
     for engine in cfg.engines:
-        n = visible_count(engine.env)
+        n = 1 if engine.gpu is not None else visible_count(engine.env)
         if n is None:
             n = gpus
         if n is None:

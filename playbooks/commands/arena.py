@@ -182,8 +182,7 @@ def budget_cmd(
             raise GpuwardenError(f"no node config at {settings.config_path} to take the arena and engines from",
                                  "pass all of --size, --engines and --visible-gpus (e.g. --size 64GiB --engines 4 "
                                  "--visible-gpus 4), or --config PATH")
-        cfg_size, visible = from_config(settings)
-        size_b = parse_size(size) if size else cfg_size
+        size_b, visible = from_config(settings, parse_size(size) if size else None)
         if engines is not None:
             visible = (visible * engines)[:engines] if visible else []
         if visible_gpus is not None:
