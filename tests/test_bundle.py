@@ -434,3 +434,13 @@ def test_unwritable_output_fails_before_collecting():
         assert proc.returncode == 2 and "permission denied" in proc.stderr and "Traceback" not in proc.stderr
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_plain_dmesg_when_time_format_is_unknown(sim, bindir, tmp_path, fixtures):
+    log = fixtures / "dmesg/rocm343_comment3_kfd_evicting_pasid_sdma_oversubscription.log"
+    stub(bindir, "dmesg", f'[ $# -gt 0 ] && {{ echo "dmesg: unrecognized option: time-format" >&2; exit 1; }}; cat {log}')
+    result = collect_bundle(sim, output=tmp_path, timeout_s=5)
+    item = next(i for i in result.manifest["items"] if i["path"] == "kernel/kernel.log")
+    assert item["source"] == "dmesg" and read(result.path, "kernel/kernel.log") == log.read_bytes()
+    first = next(e for e in result.manifest["not_collected"] if e["collector"] == "kernel-log")
+    assert first["status"] == "failed" and "unrecognized option" in first["error"]

@@ -93,6 +93,15 @@ def collect(settings, since_s: float | None, deadline: float) -> list[Entry]:
         return [Entry("kernel-log", " ".join(res.argv), "command", path=PATH, data=text.encode(),
                       exit_code=0, duration_s=res.duration_s)]
     entries.append(_attempt(res))
+    if entries[-1].status == FAILED and res.exit_code not in (None, 0):
+        # an old or busybox dmesg without --time-format: its plain output still has [seconds] stamps
+        res = run_command(["dmesg"], left())
+        if res.exit_code == 0 and not res.timed_out and res.stdout.strip():
+            text = _filter_since(res.stdout.decode(errors="replace"), since_s, uptime)
+            entries.append(Entry("kernel-log", "dmesg", "command", path=PATH, data=text.encode(), exit_code=0,
+                                 duration_s=res.duration_s))
+            return entries
+        entries.append(_attempt(res))
 
     argv = ["journalctl", "-k", "-o", "short-iso", "--no-pager", "-q"]
     if since_s:

@@ -16,7 +16,8 @@ from pathlib import Path
 from ..procs import ProcReader
 from .entries import DENIED, FAILED, Entry
 
-READ_LIMIT = 256 << 10  # one sysfs/proc file; maps of a big process can exceed it (kept: the head)
+READ_LIMIT = 256 << 10  # one sysfs/proc file
+MAPS_LIMIT = 8 << 20
 
 DRM_DEVICE_FILES = (
     "vendor", "device", "subsystem_vendor", "subsystem_device", "revision", "uevent", "product_name",
@@ -158,7 +159,8 @@ def copy_proc(proc_root: Path, pids: set[int], globs: list[str]) -> list[Entry]:
         if t.file(f"{base}/stat") is None:
             continue  # gone since it was listed
         for name in PROC_FILES[1:]:
-            t.file(f"{base}/{name}", environ=(name == "environ"))
+            # maps of a big engine run to megabytes, and the GPU libraries sit anywhere in them
+            t.file(f"{base}/{name}", environ=(name == "environ"), limit=MAPS_LIMIT if name == "maps" else READ_LIMIT)
         fd_dir = proc_root / base / "fd"
         try:
             fds = sorted(os.listdir(fd_dir), key=lambda n: int(n) if n.isdigit() else 0)
