@@ -295,6 +295,14 @@ def _nobody_can_run() -> str | None:
     return None
 
 
+def as_nobody(base: Path, *args: str) -> subprocess.CompletedProcess:
+    """The real CLI as uid/gid 65534 (nobody), with a state dir under `base`."""
+    cmd = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m",
+           "playbooks.cli", "--state-dir", str(base / "state"), "--backend", "sim", *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "HOME": str(base)})
+
+
 def test_non_root_collection_says_what_it_could_not_read(tmp_path):
     why = _nobody_can_run()
     if why:
@@ -302,11 +310,7 @@ def test_non_root_collection_says_what_it_could_not_read(tmp_path):
     base = Path(tempfile.mkdtemp(prefix="gw-nobody-"))
     try:
         os.chmod(base, 0o777)
-        cmd = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m",
-               "playbooks.cli", "--state-dir", str(base / "state"), "--backend", "sim", "bundle", "--output", str(base),
-               "--timeout", "5"]
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "HOME": str(base)})
+        proc = as_nobody(base, "bundle", "--output", str(base), "--timeout", "5")
         assert proc.returncode == 0, proc.stderr
         assert "not root" in proc.stdout and "could not read" in proc.stdout
         path = next(base.glob("*.tar.gz"))
@@ -420,17 +424,11 @@ def test_unwritable_output_fails_before_collecting():
     base = Path(tempfile.mkdtemp(prefix="gw-nobody-"))
     try:
         os.chmod(base, 0o777)
-        proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m",
-                               "playbooks.cli", "--state-dir", str(base / "state"), "--backend", "sim", "bundle",
-                               "--output", str(base / "no-such-dir" / "b.tar.gz")],
-                              cwd=REPO, capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(base)})
+        proc = as_nobody(base, "bundle", "--output", str(base / "no-such-dir" / "b.tar.gz"))
         assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
         ro = base / "ro"
         ro.mkdir(mode=0o755)  # owned by root: nobody cannot write there
-        proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m",
-                               "playbooks.cli", "--state-dir", str(base / "state"), "--backend", "sim", "bundle",
-                               "--output", str(ro)],
-                              cwd=REPO, capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(base)})
+        proc = as_nobody(base, "bundle", "--output", str(ro))
         assert proc.returncode == 2 and "permission denied" in proc.stderr and "Traceback" not in proc.stderr
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -198,19 +198,18 @@ class _Analyzer:
         return True
 
     def nvidia_context(self, msg: str) -> bool:
+        """Lines that are context, not trouble: which UUID a bus id is, which driver loaded."""
         m = _NV_UUID.search(msg)
         if m:
             note = f"NVIDIA GPU {m['dev']} is {m['uuid']}"
-            if note not in self.notes:
-                self.notes.append(note)
-            return True
-        m = _NV_DRIVER.search(msg)
-        if m:
+        else:
+            m = _NV_DRIVER.search(msg)
+            if not m:
+                return False
             note = f"NVIDIA {'open ' if m['open'] else ''}kernel module {m['version']} loaded"
-            if note not in self.notes:
-                self.notes.append(note)
-            return True
-        return False
+        if note not in self.notes:
+            self.notes.append(note)
+        return True
 
     def oom(self, line: LogLine) -> bool:
         m = _OOM_CONSTRAINT.search(line.message)
