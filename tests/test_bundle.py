@@ -442,3 +442,12 @@ def test_plain_dmesg_when_time_format_is_unknown(sim, bindir, tmp_path, fixtures
     assert item["source"] == "dmesg" and read(result.path, "kernel/kernel.log") == log.read_bytes()
     first = next(e for e in result.manifest["not_collected"] if e["collector"] == "kernel-log")
     assert first["status"] == "failed" and "unrecognized option" in first["error"]
+
+
+def test_a_tool_printing_a_secret_in_its_error_is_redacted(sim, bindir, tmp_path):
+    stub(bindir, "amd-smi", 'echo "cannot reach https://svc:S3cretPassw0rd@telemetry.example/x" >&2; exit 3')
+    result = collect_bundle(sim, output=tmp_path, timeout_s=5)
+    raw = gzip.decompress(result.path.read_bytes())
+    assert b"S3cretPassw0rd" not in raw
+    c = collector(result.manifest, "amd-smi-static")
+    assert c["status"] == "failed" and "[REDACTED:url-credentials]" in c["error"]

@@ -210,10 +210,13 @@ def _triage(entries: list[Entry]) -> Report:
 
 def _manifest(settings: Settings, entries: list[Entry], summaries: list[dict[str, Any]], report: Report,
               **opts: Any) -> dict[str, Any]:
+    # An error can quote a tool's stderr, and a tool can print a URL with its password.
     for e in entries:
         if e.error:
-            # an error can quote a tool's stderr, and a tool can print a URL with its password
             e.error = redact_text(e.error)[0]
+    for summary in summaries:
+        if summary.get("error"):
+            summary["error"] = redact_text(summary["error"])[0]
     stored = [e for e in entries if e.path is not None and e.kind != "dir"]
     missing = [e for e in entries if e.path is None]
     by_pattern: dict[str, int] = {}
