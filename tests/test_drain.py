@@ -1,0 +1,109 @@
+"""`gpuwarden drain` / `undrain` with real shims supervising real sim tenants, and GPU locks between playbooks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+from engines.harness import records, supervised, wait_for  # noqa: F401
+
+from ops import nodestate
+from ops.engines import control
+from ops.engines import state as st
+from ops.nodeconfig import EngineConfig
+from ops.settings import Settings
+from simnode import cli_argv, start_tenant
+
+
+@pytest.fixture
+def sim(cli, supervised):
+    def run(*args, **kw):
+        return cli("--backend", "sim", *args, **kw)
+    run("sim", "init", "--gpus", "3", "--vram", "16GiB", check=True)
+    return run
+
+
+def _used(sim) -> dict[int, int]:
+    snap = json.loads(sim("status", "--json").stdout)
+    return {g["index"]: g["vram_used"] for g in snap["gpus"]}
+
+
+def _engine(state_dir, name: str, gpu: int, size: str) -> None:
+    """Start `gpuwarden sim hold` as a supervised engine on `gpu` and wait until it serves."""
+    settings = Settings(state_dir=state_dir)
+    argv = tuple(cli_argv(state_dir, "sim", "hold", "--gpu", str(gpu), "--size", size))
+    eng = EngineConfig(name=name, argv=argv, gpu=gpu, progress="log", registered_pattern="^holding",
+                       stop_grace=3.0, gated=False)
+    control.start(settings, eng, gate_slots=1, registration_timeout=20, workdir=None)
+    wait_for(lambda: (st.read_state(state_dir, name) or {}).get("phase") == "serving", 20, f"{name} serving")
+
+
+def test_drain_stops_only_that_gpus_engines(sim, state_dir):
+    _engine(state_dir, "llm-a", 0, "4GiB")
+    _engine(state_dir, "llm-b", 1, "5GiB")
+    assert _used(sim) == {0: 4 << 30, 1: 5 << 30, 2: 0}
+    b_pid = records(state_dir)["llm-b"]["pid"]
+
+    proc = sim("drain", "0", "--yes", "--json", "--timeout", "10")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [e["step"] for e in events if e["kind"] == "step_ok"] == ["mark", "stop-engines", "wait-idle"]
+    assert any(e["kind"] == "info" and e["data"].get("engine") == "llm-a" for e in events)
+
+    assert _used(sim) == {0: 0, 1: 5 << 30, 2: 0}
+    recs = records(state_dir)
+    assert recs["llm-a"]["phase"] in st.FINAL_PHASES
+    assert recs["llm-b"]["phase"] == "serving" and recs["llm-b"]["pid"] == b_pid
+    assert st.alive(b_pid, recs["llm-b"]["pid_start"])
+    assert 0 in nodestate.drained(state_dir) and 1 not in nodestate.drained(state_dir)
+    status = sim("status").stdout
+    assert "DRAINED" in [line for line in status.splitlines() if line.strip().startswith("0 ")][0]
+
+    proc = sim("undrain", "0")
+    assert proc.returncode == 0 and nodestate.drained(state_dir) == {}
+
+
+def test_drain_reports_what_remains(sim, state_dir):
+    tenant = start_tenant(state_dir, 2, "2GiB")  # not supervised: drain cannot stop it
+    try:
+        proc = sim("drain", "2", "--yes", "--timeout", "0.5")
+        assert proc.returncode == 1
+        err = proc.stderr
+        assert f"used by pid {tenant.pid}" in err and "gpuwarden purge 2" in err
+        assert "no supervised engine runs on GPU 2" in proc.stdout
+        assert tenant.poll() is None
+        assert 2 in nodestate.drained(state_dir)
+    finally:
+        tenant.terminate()
+        tenant.wait(10)
+
+
+def test_two_playbooks_on_one_gpu_do_not_interleave(sim, state_dir):
+    tenant = start_tenant(state_dir, 1, "1GiB")
+    try:
+        # The drain holds GPU 1's lock while it waits (3 s) for a GPU that will not go idle.
+        drain = subprocess.Popen(cli_argv(state_dir, "drain", "1", "--yes", "--timeout", "3"),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lock_file = state_dir / "locks" / "gpu-1.lock"
+        wait_for(lambda: lock_file.exists() and lock_file.read_text(), 15, "drain to take the lock")
+        refused = sim("reset", "1", "--yes", "--force")
+        assert refused.returncode == 1
+        msg = refused.stdout + refused.stderr
+        assert "GPU 1 is locked by" in msg and f"(pid {drain.pid}) running 'drain'" in msg
+        waited = sim("undrain", "1", "--wait", "20")
+        drain.wait(20)
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        entries = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+        kinds = [e["action"].split(":")[0] for e in entries]
+        drain_at = [i for i, k in enumerate(kinds) if k == "drain"]
+        undrain_at = [i for i, k in enumerate(kinds) if k == "undrain"]
+        # Every drain line (all from the first process) comes before the waiting undrain's first line.
+        assert {entries[i]["pid"] for i in drain_at} == {drain.pid}
+        assert drain_at and undrain_at and max(drain_at) < min(undrain_at), kinds
+        assert not any(e["action"] == "gpu-reset" for e in entries)
+    finally:
+        tenant.terminate()
+        tenant.wait(10)
+
