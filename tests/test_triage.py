@@ -224,3 +224,21 @@ def test_cli_triage_missing_file_is_one_line(cli, tmp_path):
     proc = cli("triage", str(tmp_path / "nope.log"))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "no such file" in proc.stderr
+
+
+def test_timeline_orders_problems_by_first_appearance(fixtures):
+    r = analyze_file(fixtures / "dmesg/rocm5616_gfx1103_darktable_gfxhub_pagefault_mes_gpu_reset_queue_evicted.log")
+    md = markdown(r)
+    timeline = md.split("## Timeline", 1)[1].split("##", 1)[0]
+    order = [line for line in timeline.splitlines() if line.startswith("- ")]
+    assert "GPU page fault" in order[0]  # the fault came first, the MES hang and the reset after it
+    assert order.index(next(o for o in order if "MES firmware" in o)) < \
+        order.index(next(o for o in order if "GPU reset began" in o))
+
+
+def test_victims_that_were_engines_are_named(fixtures):
+    line = (fixtures / "dmesg/rocm4189_rx570_segfault_libamdhip64.log").read_text().splitlines()[0]
+    snapshot = {"engines": [{"name": "e0", "pid": 3017, "phase": "crashed"}], "residual": []}
+    r = analyze_text(line, snapshot=snapshot)
+    assert r.findings[0].victims[0]["engine"] == "e0"
+    assert "engine=e0" in markdown(r)

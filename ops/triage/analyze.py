@@ -276,6 +276,7 @@ def analyze_text(text: str, source: str = "", snapshot: dict[str, Any] | None = 
     report = Report(source=source, lines=len(text.splitlines()), findings=list(a.findings.values()),
                     notes=a.notes)
     if snapshot:
+        _name_engines(report, snapshot)
         report.findings.extend(residual_findings(snapshot, source))
     if not any(line.stamp for line in lines) and lines:
         report.notes.append("the log has no timestamps: findings cannot be placed in time")
@@ -285,6 +286,18 @@ def analyze_text(text: str, source: str = "", snapshot: dict[str, Any] | None = 
 def analyze_file(path: Path, snapshot: dict[str, Any] | None = None) -> Report:
     text = Path(path).read_bytes().decode("utf-8", errors="replace")
     return analyze_text(text, source=str(path), snapshot=snapshot)
+
+
+def _name_engines(report: Report, snapshot: dict[str, Any]) -> None:
+    """Mark victims that were supervised engines, so "4 processes" reads as "engines e0..e3"."""
+    by_pid = {e.get("pid"): e.get("name") for e in snapshot.get("engines", []) or [] if e.get("pid")}
+    if not by_pid:
+        return
+    for f in report.findings:
+        for v in f.victims:
+            name = by_pid.get(v.get("pid"))
+            if name:
+                v["engine"] = name
 
 
 def residual_findings(snapshot: dict[str, Any], source: str = "") -> list[Finding]:

@@ -23,9 +23,16 @@ def summary_lines(report: Report, limit: int = 12) -> list[str]:
     return lines[:limit] + ([f"... and {more} more (see triage.md)"] if more > 0 else [])
 
 
+def timeline_lines(report: Report, limit: int = 30) -> list[str]:
+    """Warnings and worse by where they first appear: what went wrong first is often the cause."""
+    shown = sorted((f for f in report.findings if f.severity != "info" and f.first_line is not None),
+                   key=lambda f: f.first_line)
+    return [f"{f.first_stamp or f'line {f.first_line}'}: {f.title}" for f in shown[:limit]]
+
+
 def _victim(v: dict) -> str:
     parts = [f"{v.get('process', '?')}[{v.get('pid', '?')}]"]
-    for key in ("thread", "ip", "address", "error", "cpu", "constraint", "reason", "stamp"):
+    for key in ("engine", "thread", "ip", "address", "error", "cpu", "constraint", "reason", "stamp"):
         if v.get(key) not in (None, ""):
             parts.append(f"{key}={v[key]}")
     for key in ("anon_rss", "vram"):
@@ -40,6 +47,9 @@ def markdown(report: Report) -> str:
            f"{report.lines} lines read; findings: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if
            report.findings else f"{report.lines} lines read; no findings.", "", "## Summary", ""]
     out += [f"- {line}" for line in summary_lines(report, limit=50)]
+    timeline = timeline_lines(report)
+    if len(timeline) > 1:
+        out += ["", "## Timeline (first occurrence of each problem, in log order)", ""] + [f"- {t}" for t in timeline]
     if report.notes:
         out += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
     if report.findings:
