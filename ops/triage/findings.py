@@ -10,6 +10,9 @@ from typing import Any
 
 SEVERITIES = ("critical", "error", "warning", "info")
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
+_CATEGORY_ORDER = {c: i for i, c in enumerate((
+    "segfault", "gpu-page-fault", "xid", "ras", "oom", "residual-vram", "gpu-reset", "ring-timeout", "mes-kiq",
+    "kfd", "hung-task", "pcie-aer", "firmware", "kernel"))}
 MAX_EXAMPLES = 3
 MAX_VICTIMS = 64
 
@@ -51,9 +54,11 @@ class Finding:
 
     @property
     def rank(self) -> tuple:
-        # Shared crash signatures first (the question the operator asks first), then severity.
+        # Shared crash signatures first (the question the operator asks first), then severity, then
+        # what tends to be a cause before what tends to be a consequence, then log order.
         shared = 0 if (self.category == "segfault" and len(self.victims) > 1) else 1
-        return (shared, _RANK.get(self.severity, 9), -self.count, self.first_line or 0)
+        return (shared, _RANK.get(self.severity, 9), _CATEGORY_ORDER.get(self.category, len(_CATEGORY_ORDER)),
+                self.first_line or 0)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
