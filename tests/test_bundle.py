@@ -451,3 +451,20 @@ def test_a_tool_printing_a_secret_in_its_error_is_redacted(sim, bindir, tmp_path
     assert b"S3cretPassw0rd" not in raw
     c = collector(result.manifest, "amd-smi-static")
     assert c["status"] == "failed" and "[REDACTED:url-credentials]" in c["error"]
+
+
+def test_auto_bundles_are_named_and_only_they_are_pruned(sim, tmp_path):
+    bundles = sim.state_dir / "bundles"
+    bundles.mkdir(parents=True, exist_ok=True)
+    manual = bundles / "gpuwarden-bundle-host-20260101-000000.tar.gz"
+    manual.write_bytes(b"x")
+    for i in range(3):
+        old = bundles / f"gpuwarden-bundle-host-auto-2026010{i}-000000-e0.tar.gz"
+        old.write_bytes(b"x")
+        os.utime(old, (1_700_000_000 + i, 1_700_000_000 + i))
+    path = auto.maybe_collect(sim, "e/0 bad", "killed by SIGSEGV", min_interval_s=0)
+    assert path and "-auto-" in path and path.endswith("-e_0_bad.tar.gz")
+    auto._prune(sim, bundles, keep=2)
+    left = sorted(p.name for p in bundles.glob("*.tar.gz"))
+    assert manual.name in left and Path(path).name in left
+    assert left.count(manual.name) == 1 and len([n for n in left if "-auto-" in n]) == 2

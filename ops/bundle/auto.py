@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -16,6 +17,9 @@ from ..settings import Settings
 
 MIN_INTERVAL_S = 300.0
 AUTO_TIMEOUT_S = 5.0
+# The state dir is often a tmpfs (/run): keep the newest automatic bundles only. Bundles an operator
+# made by hand are never touched (only names with "-auto-" are pruned).
+KEEP_AUTO = 10
 LOCK = ".auto.lock"
 STAMP = ".auto.last"
 
@@ -39,6 +43,17 @@ def _claim(directory: Path, min_interval_s: float) -> tuple[bool, float | None]:
         os.close(fd)  # closing drops the flock
 
 
+def _prune(settings: Settings, directory: Path, keep: int = KEEP_AUTO) -> None:
+    autos = sorted(directory.glob("gpuwarden-bundle-*-auto-*.tar.gz"), key=lambda p: p.stat().st_mtime)
+    for old in autos[:-keep] if len(autos) > keep else []:
+        try:
+            old.unlink()
+            journal.write(settings.state_dir, "bundle.auto.prune", "ok", path=str(old),
+                          why=f"keeping the newest {keep} automatic bundles")
+        except OSError:
+            pass
+
+
 def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_s: float = MIN_INTERVAL_S,
                   timeout_s: float = AUTO_TIMEOUT_S) -> str | None:
     """Collect a safe-mode bundle unless one was started recently; the path, or None. Never raises."""
@@ -51,9 +66,12 @@ def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_
                               f"(at most one per {min_interval_s:.0f}s)")
             return None
         from .collect import collect_bundle
-        result = collect_bundle(settings, safe_mode=True, timeout_s=timeout_s)
+        safe_engine = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in engine)[:40] or "engine"
+        name = f"gpuwarden-bundle-{socket.gethostname()}-auto-{time.strftime('%Y%m%d-%H%M%S')}-{safe_engine}.tar.gz"
+        result = collect_bundle(settings, output=directory / name, safe_mode=True, timeout_s=timeout_s)
         journal.write(settings.state_dir, "bundle.auto", "ok", engine=engine, reason=reason, path=str(result.path),
                       bytes=result.bytes, seconds=round(result.duration_s, 2), triage=result.report.summary()[:5])
+        _prune(settings, directory)
         return str(result.path)
     except Exception as exc:  # evidence gathering must never take the shim down
         try:
