@@ -111,7 +111,9 @@ class EngineInfo:
 
     name: str
     gpu: int | None
-    phase: str  # starting, mapping, verifying, registering, registered, serving, stopping, exited, crashed, stale
+    # waiting (held at the gate), starting, mapping, verifying, registering, registered, serving,
+    # stopping, exited, crashed, stale
+    phase: str
     pid: int | None = None
     shim_pid: int | None = None
     started_at: float | None = None

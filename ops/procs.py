@@ -12,6 +12,7 @@ import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
+from .heldfiles import HeldFiles
 from .model import PROC_STATES
 
 VISIBILITY_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
@@ -105,11 +106,13 @@ def user_name(uid: int | None) -> str | None:
 class ProcReader:
     """Reads processes under a proc root; caches what cannot change for one (pid, start) identity."""
 
-    def __init__(self, proc_root: Path = Path("/proc")):
+    def __init__(self, proc_root: Path = Path("/proc"), *, held: "HeldFiles | None" = None):
         self.root = proc_root
         self._root_s = str(proc_root)
         self._btime = boot_time(proc_root)
         self._static: dict[tuple[int, int], tuple[int | None, str, str | None, str | None]] = {}
+        # When given, stat files of the processes read are kept open between refreshes.
+        self._held = held
 
     def pids(self) -> list[int]:
         try:
@@ -120,8 +123,14 @@ class ProcReader:
     def read(self, pid: int) -> ProcInfo | None:
         """One process, or None when it does not exist (or vanished while being read)."""
         base = f"{self._root_s}/{pid}"
-        text = _read(base + "/stat")
-        if text is None:
+        if self._held is not None:
+            raw = self._held.read(base + "/stat")
+            if raw is None:  # the held fd's process is gone; the PID may name a new one now
+                raw = self._held.read(base + "/stat")
+            text = raw.decode(errors="replace") if raw else None
+        else:
+            text = _read(base + "/stat")
+        if not text:
             return None
         parsed = parse_stat(text)
         if parsed is None:
@@ -157,6 +166,11 @@ class ProcReader:
         """Drop cached facts of PIDs no longer present (keeps the cache bounded)."""
         for key in [k for k in self._static if k[0] not in live]:
             del self._static[key]
+        if self._held is not None:
+            for path in self._held.paths():
+                pid = path[len(self._root_s) + 1:].split("/", 1)[0]
+                if pid.isdigit() and int(pid) not in live:
+                    self._held.drop(path)
 
     def open_files(self, pid: int, patterns: list[str]) -> tuple[str, ...]:
         """Device files matching `patterns` that the process holds open (deduplicated)."""

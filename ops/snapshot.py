@@ -15,6 +15,7 @@ from . import nodestate
 from .backends.base import Backend
 from .backends.select import open_backend
 from .model import GpuInfo, GpuProcess, Holder, NodeSnapshot, ProcessUsage, Residual
+from .heldfiles import HeldFiles
 from .procs import ProcInfo, ProcReader
 from .settings import Settings
 from .units import fmt_bytes
@@ -44,7 +45,7 @@ class Sampler:
     def __init__(self, settings: Settings, backend: Backend | None = None, *, deep_every_s: float = 10.0):
         self.settings = settings
         self.backend = backend or open_backend(settings)
-        self.procs = ProcReader(settings.proc_root)
+        self.procs = ProcReader(settings.proc_root, held=HeldFiles())
         self.deep_every_s = deep_every_s
         self._last_deep = float("-inf")
         # (pid, start ticks) -> device files, for processes seen holding GPU device files
@@ -176,13 +177,25 @@ class Sampler:
                     holders_by_gpu.setdefault(g, []).append(holder)
             else:
                 shared_holders.append(holder)  # holds only /dev/kfd: could be any GPU
+        accounted_by_gpu: dict[int, int] = {}
+        unknown_by_gpu: set[int] = set()
+        for p in processes:
+            if p.state in NOT_LIVE or p.state == "disk-sleep":
+                continue
+            for gi, b in p.vram.items():
+                accounted_by_gpu[gi] = accounted_by_gpu.get(gi, 0) + b
+                if p.sources.get(gi) == "nvml-unknown":
+                    unknown_by_gpu.add(gi)
         out = []
         for g in gpus:
-            accounted = sum(p.vram.get(g.index, 0) for p in processes if p.state not in NOT_LIVE
-                            and not (p.state == "disk-sleep"))
+            accounted = accounted_by_gpu.get(g.index, 0)
             base = baseline.get(g.index)
             res = None
-            if g.vram_used is not None:
+            if g.index in unknown_by_gpu:
+                # Without every process's share the difference would blame the wrong thing.
+                warnings.append(f"GPU {g.index}: the driver did not say how much VRAM some processes use "
+                                "(run as root to see it): residual unknown")
+            elif g.vram_used is not None:
                 res = g.vram_used - accounted - (base or 0)
             tol = TOLERANCE_WITH_BASELINE if base is not None else TOLERANCE_NO_BASELINE
             tol = max(tol, int((g.vram_total or 0) * TOLERANCE_FRACTION))

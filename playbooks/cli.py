@@ -73,6 +73,8 @@ def _global(
         raise GpuwardenError(f"unknown backend {backend!r}", f"choose one of: {', '.join(BACKENDS)}")
     ctx.obj = Settings.from_env(state_dir=state_dir, config_path=config, backend=backend,
                                 sysfs_root=sysfs_root, proc_root=proc_root)
+    from ops.nodeconfig import effective_settings  # the config may name the state dir
+    ctx.obj = effective_settings(ctx.obj)
     if ctx.invoked_subcommand is None:
         # No command: the TUI, the product's main screen.
         from .commands.tui import open_tui

@@ -41,7 +41,7 @@ def open_backend(settings: Settings, *, fallback_to_sim: bool = True) -> Backend
         except BackendUnavailable as exc:
             raise BackendUnavailable(
                 f"backend {settings.backend} cannot run here: {exc.message}",
-                "leave out --backend/GPUWARDEN_BACKEND to pick one automatically") from None
+                exc.hint or "leave out --backend/GPUWARDEN_BACKEND to pick one automatically") from None
 
     captured = settings.sysfs_root != Path("/sys") or settings.replay is not None
     order = ["sysfs"] if captured else ["amdsmi", "sysfs", "nvml"]

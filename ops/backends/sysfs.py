@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BackendUnavailable
+from ..heldfiles import HeldFiles
 from ..model import GpuInfo, ProcessUsage
 
 AMD_VENDOR = 0x1002
@@ -162,6 +163,9 @@ class SysfsBackend:
         self._layout = self._join()
         self._proc_dir = self.sysfs_root / "class/kfd/kfd/proc"
         self._gpu_id_to_index = {gid: i for i, (_, gid, _) in enumerate(self._layout) if gid}
+        self._held = HeldFiles()
+        self._entries: dict[str, list[tuple[str, int]]] = {}  # pid -> [(vram_<gpu_id>, gpu index)]
+        self._refreshes = 0
 
     def _join(self) -> list[tuple[DrmCard | None, int | None, KfdNode | None]]:
         """Pair KFD nodes with DRM cards; order is KFD's (what HIP enumerates), else the cards'."""
@@ -216,34 +220,64 @@ class SysfsBackend:
         return out
 
     def process_usage(self) -> list[ProcessUsage]:
+        """KFD's per-process VRAM. The vram_<gpu_id> files are kept open and re-read with pread;
+        each PID's directory is listed when first seen and again every RELIST_EVERY refreshes."""
         out: list[ProcessUsage] = []
         base = str(self._proc_dir)
         try:
-            pids = os.listdir(base)
+            pids = [n for n in os.listdir(base) if n.isdigit()]
         except OSError:
             return out
+        self._refreshes += 1
+        relist_all = self._refreshes % self.RELIST_EVERY == 0
+        present = set(pids)
+        for gone in [p for p in self._entries if p not in present]:
+            self._held.drop_under(f"{base}/{gone}/")
+            del self._entries[gone]
         for pid_s in pids:
-            if not pid_s.isdigit():
-                continue
+            entries = self._entries.get(pid_s)
+            if entries is None or relist_all:
+                entries = self._list_pid(base, pid_s)
+                if entries is None:
+                    continue  # the process left between the two listings
             pid = int(pid_s)
-            try:
-                entries = os.listdir(f"{base}/{pid_s}")
-            except OSError:
-                continue  # the process left between the two listings
-            for entry in entries:
-                if not entry.startswith("vram_"):
+            stale = False
+            for entry, index in entries:
+                raw = self._held.read(f"{base}/{pid_s}/{entry}", 64)
+                if raw is None:
+                    stale = True
                     continue
+                try:
+                    value = int(raw.split()[0])
+                except (ValueError, IndexError):
+                    continue
+                out.append(ProcessUsage(pid=pid, gpu_index=index, vram_bytes=value, source="kfd"))
+            if stale:
+                self._entries.pop(pid_s, None)
+        return out
+
+    RELIST_EVERY = 10
+
+    def _list_pid(self, base: str, pid_s: str) -> list[tuple[str, int]] | None:
+        try:
+            names = os.listdir(f"{base}/{pid_s}")
+        except OSError:
+            self._entries.pop(pid_s, None)
+            return None
+        entries = []
+        for entry in names:
+            if entry.startswith("vram_"):
                 try:
                     index = self._gpu_id_to_index.get(int(entry[5:]))
                 except ValueError:
                     continue
-                value = read_int(f"{base}/{pid_s}/{entry}") if index is not None else None
-                if value is not None:
-                    out.append(ProcessUsage(pid=pid, gpu_index=index, vram_bytes=value, source="kfd"))
-        return out
+                if index is not None:
+                    entries.append((entry, index))
+        self._entries[pid_s] = entries
+        return entries
 
     def device_globs(self) -> list[str]:
         return [str(self.dev_root / "kfd"), str(self.dev_root / "dri" / "renderD*")]
 
     def close(self) -> None:
-        pass
+        self._held.close()

@@ -272,12 +272,27 @@ class SimNode:
         for pid, gpus in per_pid.items():
             d = proc_dir / str(pid)
             d.mkdir(exist_ok=True)
-            wanted = {f"vram_{self.gpu_id(g)}": f"{b}\n" for g, b in gpus.items()}
+            # Like KFD, a GPU the process has released keeps its file, at 0.
             for name in os.listdir(d):
-                if name.startswith("vram_") and name not in wanted:
-                    (d / name).unlink(missing_ok=True)
-            for name, text in wanted.items():
-                _put(d / name, text)
+                if name.startswith("vram_") and int(name[5:]) - GPU_ID_BASE not in gpus:
+                    _put_in_place(d / name, 0)
+            for g, b in gpus.items():
+                _put_in_place(d / f"vram_{self.gpu_id(g)}", b)
+
+
+def _put_in_place(path: Path, value: int) -> None:
+    """Rewrite a number in place, fixed width: readers keep these files open and pread them,
+    as they do real sysfs attributes, so the inode must stay the same."""
+    data = f"{value:<23d}\n".encode()
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if os.pread(fd, 64, 0) != data:
+            os.pwrite(fd, data, 0)
+    finally:
+        os.close(fd)
 
 
 def _put(path: Path, text: str) -> None:
