@@ -19,5 +19,11 @@ cat > /usr/local/bin/gpuwarden <<WRAP
 PYTHONPATH="$PWD" exec python3 -m playbooks.cli "\$@"
 WRAP
 chmod +x /usr/local/bin/gpuwarden
+# Lent machines start with a small MemTotal that grows with use, so tmpfs sized at boot can be
+# too small for a 32 GiB arena: give /dev/shm room (host memory only; no GPU setting is touched).
+shm_kb=$(df -k --output=size /dev/shm 2>/dev/null | tail -1 | tr -d ' ')
+if [ -n "$shm_kb" ] && [ "$shm_kb" -lt $((80 * 1024 * 1024)) ]; then
+    mount -o remount,size=100G /dev/shm 2>/dev/null && echo "setup: /dev/shm resized to 100G"
+fi
 export GPUWARDEN_STATE_DIR="${GPUWARDEN_STATE_DIR:-/tmp/gw-state}"
 echo "setup: $(python3 --version), $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs), gpuwarden $(gpuwarden --version 2>&1)"
