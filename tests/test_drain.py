@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
 import pytest
 from engines.harness import records, supervised, wait_for  # noqa: F401
