@@ -98,6 +98,9 @@ def test_hung_rocm_smi_is_killed_with_its_children_and_marked(sim, bindir, tmp_p
     item = next(i for i in m["items"] if i["source"] == "rocm-smi --showpids")
     assert item["timed_out"] and "process group killed" in item["error"]
     assert collector(m, "snapshot")["status"] == "ok"  # the rest of the bundle is unaffected
+    hung = [f for f in result.report.findings if f.rule == "bundle.collector_timeout"]
+    assert {f.signature for f in hung} == {"rocm-smi-allinfo", "rocm-smi-pids"}
+    assert "rocm-smi-allinfo did not answer within the bundle's timeout" in read(result.path, "triage.md").decode()
     deadline = time.monotonic() + 2
     procs = [int(x) for x in pids.read_text().split()]
     assert len(procs) == 4
@@ -115,6 +118,10 @@ def test_cli_bundle_json_reports_timeout(cli, sim, bindir, tmp_path):
     assert next(c for c in data["collectors"] if c["name"] == "nvidia-smi")["status"] == "timed-out"
     assert data["duration_s"] < 1 + 1.0
     assert Path(data["path"]).is_file()
+    proc = cli("triage", data["path"], "--json")
+    assert proc.returncode == 1  # a hung vendor tool is an error-level finding
+    assert any(f["rule"] == "bundle.collector_timeout" and f["signature"] == "nvidia-smi"
+               for f in json.loads(proc.stdout)["findings"])
 
 
 def test_every_sha256_matches_and_the_archive_is_private(sim, tmp_path):

@@ -20,7 +20,7 @@ from .. import __version__, statedir
 from ..errors import GpuwardenError
 from ..settings import Settings
 from ..triage import analyze_text
-from ..triage.findings import Report
+from ..triage.findings import Finding, Report
 from ..triage.render import as_json, markdown
 from . import archive, kernellog
 from .collectors import COLLECTORS, Collector, Context
@@ -150,6 +150,7 @@ def collect_bundle(settings: Settings, *, output: Path | None = None, since: str
     for e in entries:
         archive.pack(e, max_bytes)
     report = _triage(entries)
+    report.findings.extend(collector_findings(summaries))
     for path, data in (("triage.md", markdown(report).encode()), ("triage.json", as_json(report).encode())):
         e = Entry("triage", "ops.triage", "generated", path=path, data=data)
         archive.pack(e, max_bytes)
@@ -188,6 +189,24 @@ def _summary(name: str, got: list[Entry], duration: float) -> dict[str, Any]:
     noted = bad or [e for e in got if e.status == MISSING]
     if noted:
         out["error"] = "; ".join(dict.fromkeys(f"{e.source}: {e.error}" for e in noted[:3] if e.error)) or None
+    return out
+
+
+def collector_findings(collectors: list[dict[str, Any]]) -> list[Finding]:
+    """A vendor tool that hung is evidence too: on a wedged GPU, rocm-smi and nvidia-smi block."""
+    out = []
+    for c in collectors:
+        if c.get("status") != TIMED_OUT:
+            continue
+        vendor = any(c["name"].startswith(v) for v in ("amd-smi", "rocm-smi", "nvidia-smi"))
+        out.append(Finding(
+            rule="bundle.collector_timeout", category="ring-timeout" if vendor else "other",
+            severity="error" if vendor else "warning", signature=c["name"], source="manifest.json", count=1,
+            title=f"{c['name']} did not answer within the bundle's timeout",
+            meaning=("a vendor tool blocking is a classic sign of a hung GPU or driver (see the kernel log "
+                     "findings); collect with --safe-mode while it lasts") if vendor else
+                    "this collector was abandoned; its part of the bundle is missing",
+            details={"error": c.get("error")}))
     return out
 
 

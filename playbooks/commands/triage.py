@@ -30,6 +30,7 @@ def _report_for(path: str):
             top = top_dir(tar)
             log = read_member(tar, top, "kernel/kernel.log")
             snap = read_member(tar, top, "gpuwarden/snapshot.json")
+            manifest = read_member(tar, top, "manifest.json")
         snapshot = None
         if snap:
             try:
@@ -40,6 +41,11 @@ def _report_for(path: str):
                               snapshot=snapshot)
         if log is None:
             report.notes.insert(0, "this bundle has no kernel log (see its manifest.json): snapshot only")
+        try:
+            from ops.bundle.collect import collector_findings
+            report.findings.extend(collector_findings(json.loads(manifest or b"{}").get("collectors", [])))
+        except ValueError:
+            report.notes.append("the bundle's manifest.json is unreadable")
         return report
     try:
         text = p.read_bytes().decode("utf-8", errors="replace")
