@@ -33,10 +33,7 @@ class BaselinePlaybook(Playbook):
 
     def preconditions(self, ctx: RunContext) -> list[str]:
         snap = nodecheck.snapshot(ctx.settings)
-        if self.gpu is not None:
-            nodecheck.require_gpu(snap, self.gpu)
-        else:
-            self._scope = [g.index for g in snap.gpus]
+        self._scope = nodecheck.scope(snap, self.gpu)
         return [p for g in self._scope for p in self._problems(snap, g)]
 
     def _problems(self, snap, g: int) -> list[str]:

@@ -5,23 +5,12 @@ Only engines on that GPU are stopped, through their shims; other GPUs keep servi
 
 from __future__ import annotations
 
-import getpass
-import os
 from typing import Any
 
-from ops import nodestate
+from ops import journal, nodestate
 
 from . import nodecheck
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
-
-
-def _who() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = str(os.geteuid())
-    sudo = os.environ.get("SUDO_USER")
-    return f"{user} (sudo from {sudo})" if sudo and sudo != user else user
 
 
 class DrainPlaybook(Playbook):
@@ -62,7 +51,7 @@ class DrainPlaybook(Playbook):
 
     def _mark(self, ctx: RunContext) -> str:
         already = self.gpu in nodestate.drained(ctx.settings.state_dir)
-        nodestate.set_drained(ctx.settings.state_dir, self.gpu, True, who=_who(), reason=self.reason)
+        nodestate.set_drained(ctx.settings.state_dir, self.gpu, True, who=journal._who(), reason=self.reason)
         return f"GPU {self.gpu} {'was already' if already else 'is now'} drained"
 
     def _stop(self, ctx: RunContext) -> str:

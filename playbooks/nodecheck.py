@@ -77,20 +77,33 @@ def idle_state(snap: NodeSnapshot, index: int) -> Idle:
 def wait_idle(settings: Settings, gpus: list[int], timeout_s: float, *, poll_s: float = 0.25,
               cancelled=None) -> tuple[NodeSnapshot, dict[int, Idle]]:
     """Poll until every GPU in `gpus` is idle or the timeout passes; returns the last look."""
+    def look(snap: NodeSnapshot):
+        states = {g: idle_state(snap, g) for g in gpus}
+        return (snap, states), all(s.ok for s in states.values())
+    return _poll(settings, look, timeout_s, poll_s, cancelled)
+
+
+def _poll(settings: Settings, look, timeout_s: float, poll_s: float, cancelled):
+    """Take snapshots until look(snap) says done, the timeout passes or the run is cancelled."""
     from ops.snapshot import Sampler
     sampler = Sampler(settings, deep_every_s=0.0)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
-            snap = sampler.snapshot(deep=True)
-            states = {g: idle_state(snap, g) for g in gpus}
-            if all(s.ok for s in states.values()) or time.monotonic() >= deadline:
-                return snap, states
-            if cancelled is not None and cancelled.is_set():
-                return snap, states
+            result, done = look(sampler.snapshot(deep=True))
+            if done or time.monotonic() >= deadline or (cancelled is not None and cancelled.is_set()):
+                return result
             time.sleep(poll_s)
     finally:
         sampler.close()
+
+
+def scope(snap: NodeSnapshot, gpu: int | None) -> list[int]:
+    """[gpu] after checking it exists, or every GPU when None."""
+    if gpu is None:
+        return [g.index for g in snap.gpus]
+    require_gpu(snap, gpu)
+    return [gpu]
 
 
 def hive_peers(snap: NodeSnapshot, index: int) -> list[int]:
@@ -112,16 +125,8 @@ def residual_left(snap: NodeSnapshot, index: int) -> tuple[int | None, tuple]:
 def wait_residual_gone(settings: Settings, gpus: list[int], timeout_s: float, *, poll_s: float = 0.25,
                        cancelled=None) -> dict[int, tuple[int | None, tuple]]:
     """Poll until no GPU in `gpus` has significant residual or holders; returns what is left per GPU."""
-    from ops.snapshot import Sampler
-    sampler = Sampler(settings, deep_every_s=0.0)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            snap = sampler.snapshot(deep=True)
-            left = {g: residual_left(snap, g) for g in gpus}
-            left = {g: v for g, v in left.items() if v[0] is not None or v[1]}
-            if not left or time.monotonic() >= deadline or (cancelled is not None and cancelled.is_set()):
-                return left
-            time.sleep(poll_s)
-    finally:
-        sampler.close()
+    def look(snap: NodeSnapshot):
+        left = {g: residual_left(snap, g) for g in gpus}
+        left = {g: v for g, v in left.items() if v[0] is not None or v[1]}
+        return left, not left
+    return _poll(settings, look, timeout_s, poll_s, cancelled)

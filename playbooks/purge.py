@@ -70,10 +70,7 @@ class PurgePlaybook(Playbook):
     # --- planning ------------------------------------------------------------------------------
     def preconditions(self, ctx: RunContext) -> list[str]:
         snap = nodecheck.snapshot(ctx.settings)
-        if self.gpu is not None:
-            nodecheck.require_gpu(snap, self.gpu)
-        else:
-            self._scope = [g.index for g in snap.gpus]
+        self._scope = nodecheck.scope(snap, self.gpu)
         proc_root = ctx.settings.proc_root
         for h in _holders_in_scope(snap, self._scope):
             gpus = ",".join(map(str, h.gpus)) or "?"

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from simnode import wait_for  # noqa: F401  (re-exported for the reaper and purge tests)
+
 # Runs as `python -c`: argv[1] is "direct" (the tenant is the subreaper's child) or "bad-parent"
 # (a middle process starts the tenant and never waits for it); the rest is the tenant's argv.
 FAMILY = r'''
@@ -68,15 +70,6 @@ def start_family(argv: list[str], *, mode: str = "bad-parent", env: dict[str, st
     line = keeper.stdout.readline().split()
     parent, tenant = int(line[0]), int(line[1])
     return Family(keeper, parent, tenant)
-
-
-def wait_for(cond, timeout: float = 15.0, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 def proc_state(pid: int) -> str | None:
