@@ -11,9 +11,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from simnode import wait_for  # noqa: F401  (re-exported for the reaper and purge tests)
+from simnode import proc_state, wait_for  # noqa: F401  (re-exported for the reaper and purge tests)
 
 # Runs as `python -c`: argv[1] is "direct" (the tenant is the subreaper's child) or "bad-parent"
 # (a middle process starts the tenant and never waits for it); the rest is the tenant's argv.
@@ -70,14 +69,6 @@ def start_family(argv: list[str], *, mode: str = "bad-parent", env: dict[str, st
     line = keeper.stdout.readline().split()
     parent, tenant = int(line[0]), int(line[1])
     return Family(keeper, parent, tenant)
-
-
-def proc_state(pid: int) -> str | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rfind(")") + 2]
 
 
 def test_family_bad_parent_leaves_a_zombie():
