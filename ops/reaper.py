@@ -23,6 +23,8 @@ PROTECTED_COMMS = frozenset({
 })
 # The command line of a gpuwarden shim: killing one orphans the engine it supervises.
 SHIM_MARKER = "ops.engines.shim"
+# Container runtimes' per-container supervisors (comm is cut at 15 characters, so prefixes).
+RUNTIME_SHIMS = ("containerd-shim", "conmon", "docker-containe")
 PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
 
 
@@ -32,7 +34,7 @@ class Target:
 
     pid: int
     start_ticks: int
-    reason: str  # "zombie", "disk-sleep", "dead-tenant"
+    reason: str  # "zombie", "disk-sleep", "container-orphan", "dead-tenant"
     command: str = ""
     gpus: tuple[int, ...] = ()
     vram_bytes: int | None = None
@@ -116,6 +118,24 @@ def _ancestors_of_self(proc_root: Path) -> set[int]:
             break
         pid = st.ppid
     return out
+
+
+def container_managed(pid: int, proc_root: Path = Path("/proc")) -> bool:
+    """True when a container runtime's shim (containerd-shim, conmon) is among pid's ancestors.
+
+    A process of a container whose shim is gone was reparented to init: nothing will ever stop it.
+    """
+    seen: set[int] = set()
+    cur = pid
+    while cur > 1 and cur not in seen:
+        seen.add(cur)
+        st = read_stat(cur, proc_root)
+        if st is None:
+            return False
+        if st.comm.startswith(RUNTIME_SHIMS):
+            return True
+        cur = st.ppid
+    return False
 
 
 def untouchable(pid: int, proc_root: Path = Path("/proc")) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ops import gpureset, journal
 from ops.model import Holder, NodeSnapshot
-from ops.reaper import Reaper, Target, target_ticks
+from ops.reaper import Reaper, Target, container_managed, target_ticks
 from ops.units import fmt_bytes
 
 from . import nodecheck
@@ -84,6 +84,7 @@ class PurgePlaybook(Playbook):
                 self._reported.append(f"pid {h.pid} on GPU {gpus}: gone, or its PID now names another process")
                 continue
             self._targets.append(Target(h.pid, ticks, h.reason, h.command or "", h.gpus, h.vram_bytes))
+        self._targets += self._container_orphans(snap, proc_root)
         for g in self._scope:
             left, holders = nodecheck.residual_left(snap, g)
             if left is not None:
@@ -92,6 +93,21 @@ class PurgePlaybook(Playbook):
                     self._reported.append(f"GPU {g}: {fmt_bytes(left)} held by no process (an ownerless leak)")
         ctx.scratch["arena_candidates"] = self._arena_candidates(ctx, snap) if self.arenas else []
         return []
+
+    def _container_orphans(self, snap: NodeSnapshot, proc_root: Path) -> list[Target]:
+        """Live GPU users from a container whose runtime shim is gone: tenants nobody will ever stop."""
+        out = []
+        for p in snap.processes:
+            if not p.alive or p.state == "disk-sleep" or not p.container:
+                continue
+            gpus = tuple(g for g in self._scope if any(u.pid == p.pid for u in nodecheck.users(snap, g)))
+            if not gpus or container_managed(p.pid, proc_root):
+                continue
+            ticks = target_ticks(p.pid, p.start_time, proc_root)
+            if ticks is not None:
+                out.append(Target(p.pid, ticks, "container-orphan", f"container {p.container}: {p.command}",
+                                  gpus, sum(p.vram.get(g, 0) for g in gpus) or None))
+        return out
 
     def _arena_candidates(self, ctx: RunContext, snap: NodeSnapshot) -> list[str]:
         paths = [a.path for a in snap.arenas if not a.mappers]
@@ -107,7 +123,8 @@ class PurgePlaybook(Playbook):
         for t in self._targets:
             gpus = ",".join(map(str, t.gpus)) or "?"
             size = fmt_bytes(t.vram_bytes) if t.vram_bytes is not None else "VRAM"
-            how = {"zombie": "reap zombie", "disk-sleep": "report D-state process"}.get(t.reason, "remove")
+            how = {"zombie": "reap zombie", "disk-sleep": "report D-state process",
+                   "container-orphan": "end orphan of a gone container:"}.get(t.reason, "remove")
             steps.append(Step(f"pid-{t.pid}", f"{how} pid {t.pid} holding {size} on GPU {gpus} "
                                               f"[{t.command[:50]}]", self._remover(t),
                               destructive=t.reason != "disk-sleep", continue_on_failure=True))

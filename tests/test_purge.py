@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,50 @@ def test_unknown_gpu_is_one_line_listing_the_gpus(sim):
     assert proc.returncode == 2
     assert "no GPU 7 on this node (GPUs: 0, 1, 2, 3)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _container_cgroup():
+    """A real cgroup whose name looks like a docker container scope (needs root); None when not possible."""
+    cid = "c0ffee" * 10 + "beef"
+    for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+        path = base / f"docker-{cid}.scope"
+        try:
+            path.mkdir(exist_ok=True)
+        except OSError:
+            continue
+        if (path / "cgroup.procs").exists():
+            return path, cid[:12]
+    return None
+
+
+def test_tenant_of_a_gone_container_is_ended_but_a_managed_one_is_not(sim, state_dir):
+    made = _container_cgroup()
+    if made is None:
+        pytest.skip("cannot create a cgroup here (needs root and a writable cgroup fs)")
+    cgroup, cid = made
+    enter = f'echo $$ > {cgroup}/cgroup.procs && exec "$@"'
+    orphan = start_family(["sh", "-c", enter, "sh", *cli_argv(state_dir, "sim", "hold", "--gpu", "0", "--size", "2GiB")],
+                          mode="direct")
+    managed = start_family(["sh", "-c", enter, "sh", *cli_argv(state_dir, "sim", "hold", "--gpu", "1", "--size", "1GiB")],
+                           mode="direct", env={"FAMILY_COMM": "containerd-shim"})
+    try:
+        for fam in (orphan, managed):
+            assert wait_for(lambda: any(p.name.startswith(f"{fam.tenant}-") for p in (state_dir / "sim/allocs").glob("*")), 20)
+        snap = _status(sim)
+        assert {p["pid"]: p["container"] for p in snap["processes"]}[orphan.tenant] == cid
+        plan = sim("purge", "--dry-run").stdout
+        assert f"end orphan of a gone container: pid {orphan.tenant}" in plan
+        assert f"pid {managed.tenant}" not in plan
+        proc = sim("purge", "--yes", "--grace", "2")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert wait_for(lambda: proc_state(orphan.tenant) is None, 5)
+        assert proc_state(managed.tenant) in ("S", "R")
+        used = {g["index"]: g["vram_used"] for g in _status(sim)["gpus"]}
+        assert used[0] == 0 and used[1] == 1 << 30
+    finally:
+        orphan.stop()
+        managed.stop()
+        try:
+            cgroup.rmdir()
+        except OSError:
+            pass

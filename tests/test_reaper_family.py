@@ -18,7 +18,10 @@ from simnode import proc_state, wait_for  # noqa: F401  (re-exported for the rea
 # (a middle process starts the tenant and never waits for it); the rest is the tenant's argv.
 FAMILY = r'''
 import ctypes, os, signal, subprocess, sys, time
-ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+if os.environ.get("FAMILY_COMM"):
+    libc.prctl(15, os.environ["FAMILY_COMM"].encode(), 0, 0, 0)  # PR_SET_NAME: pose as a container shim
 mode, argv = sys.argv[1], sys.argv[2:]
 r, w = os.pipe()
 middle = os.fork()
