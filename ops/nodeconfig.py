@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import tomllib
@@ -96,6 +97,10 @@ def load(settings: Settings) -> NodeConfig:
     """Read and validate settings.config_path; raise ConfigError naming file, line and key."""
     path = settings.config_path
     try:
+        st = os.stat(path)
+        key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+        if key in _loaded:
+            return _loaded[key]  # the snapshot asks on every refresh; parse only when the file changed
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(
@@ -107,7 +112,13 @@ def load(settings: Settings) -> NodeConfig:
                           "run as a user that can read it, or pass --config PATH") from None
     except IsADirectoryError:
         raise ConfigError(f"node config {path} is a directory", "pass the TOML file itself") from None
-    return parse(text, path)
+    config = parse(text, path)
+    _loaded.clear()
+    _loaded[key] = config
+    return config
+
+
+_loaded: dict[tuple, "NodeConfig"] = {}
 
 
 def parse(text: str, path: Path) -> NodeConfig:

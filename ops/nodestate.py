@@ -13,7 +13,7 @@ from . import statedir
 
 def drained(state_dir: Path) -> dict[int, dict]:
     """GPU index -> {"since": ts, "who": ..., "reason": ...} for every drained GPU."""
-    data = statedir.read_json(state_dir / statedir.DRAINED, default={}) or {}
+    data = statedir.read_json_cached(state_dir / statedir.DRAINED, default={}) or {}
     return {int(k): v for k, v in data.items()}
 
 
@@ -29,7 +29,7 @@ def set_drained(state_dir: Path, gpu: int, on: bool, who: str = "", reason: str 
 
 def baseline(state_dir: Path) -> dict[int, int]:
     """GPU index -> idle VRAM bytes recorded by `baseline record`."""
-    data = statedir.read_json(state_dir / statedir.BASELINE, default={}) or {}
+    data = statedir.read_json_cached(state_dir / statedir.BASELINE, default={}) or {}
     return {int(k): int(v["vram_bytes"]) for k, v in data.get("gpus", {}).items()}
 
 
