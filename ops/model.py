@@ -136,14 +136,14 @@ class ArenaMapper:
     rss_bytes: int | None
     pss_bytes: int | None
     registered: bool | None = None  # from the status protocol; None when unknown
-    gpu: int | None = None
+    gpu: int | None = None  # the node's GPU number (not the index inside the process)
 
 
 @dataclass(frozen=True)
 class ArenaInfo:
     path: str
     size: int | None
-    header_state: str  # "ok", "missing", "bad-magic", "truncated", ... (see ops.arena)
+    header_state: str  # one of ops.arena.format.STATES: "ok", "missing", "bad-magic", "truncated", ...
     mappers: tuple[ArenaMapper, ...] = ()
 
 
