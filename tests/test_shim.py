@@ -54,8 +54,11 @@ def test_exit_code_and_signal_are_recorded(supervised):
     record = st.read_state(supervised, "segv")
     assert record["signal"] == "SIGSEGV" and isinstance(record["core_dumped"], bool)
     assert record["died_while"] == "registering" and record["exit_code"] is None
-    exits = [line for line in (supervised / "journal.log").read_text().splitlines() if "engine-exit" in line]
-    assert any('"signal": "SIGSEGV"' in line and '"crashed"' in line for line in exits)
+    # The shim records the phase first and journals right after: wait for the line, don't race it.
+    def journalled():
+        lines = (supervised / "journal.log").read_text().splitlines()
+        return any("engine-exit" in line and '"signal": "SIGSEGV"' in line and '"crashed"' in line for line in lines)
+    wait_for(journalled, 10, "the engine-exit journal line")
     info = st.get(Settings(state_dir=supervised), "segv")
     assert info.signal == "SIGSEGV" and info.last_log_line.startswith("segfault")
     # Death by a signal asks for an incident bundle, whose path lands in the record (and the snapshot).
