@@ -84,18 +84,34 @@ def wait_idle(settings: Settings, gpus: list[int], timeout_s: float, *, poll_s: 
 
 
 def _poll(settings: Settings, look, timeout_s: float, poll_s: float, cancelled):
-    """Take snapshots until look(snap) says done, the timeout passes or the run is cancelled."""
+    """Take snapshots until look(snap) says done, the timeout passes or the run is cancelled.
+
+    Right after a reset the GPU can vanish for a while and a backend call fail: that is retried with a
+    fresh backend (old handles may be stale) until the deadline, then reported.
+    """
+    from ops.errors import GpuwardenError
     from ops.snapshot import Sampler
-    sampler = Sampler(settings, deep_every_s=0.0)
+    deadline = time.monotonic() + timeout_s
+    sampler = None
     try:
-        deadline = time.monotonic() + timeout_s
         while True:
-            result, done = look(sampler.snapshot(deep=True))
+            try:
+                sampler = sampler or Sampler(settings, deep_every_s=0.0)
+                result, done = look(sampler.snapshot(deep=True))
+            except GpuwardenError as exc:
+                if sampler is not None:
+                    sampler.close()
+                    sampler = None
+                if time.monotonic() >= deadline:
+                    raise GpuwardenError(f"cannot read the GPUs: {exc.message}", exc.hint) from None
+                time.sleep(poll_s)
+                continue
             if done or time.monotonic() >= deadline or (cancelled is not None and cancelled.is_set()):
                 return result
             time.sleep(poll_s)
     finally:
-        sampler.close()
+        if sampler is not None:
+            sampler.close()
 
 
 def scope(snap: NodeSnapshot, gpu: int | None) -> list[int]:

@@ -98,3 +98,30 @@ def test_unknown_gpu_lists_the_gpus(sim):
     sim("sim", "init", "--gpus", "2", check=True)
     proc = sim("reset", "5", "--yes")
     assert proc.returncode == 2 and "no GPU 5 on this node (GPUs: 0, 1)" in proc.stderr
+
+
+def test_verify_rides_out_a_gpu_that_vanishes_for_a_moment(sim, state_dir, monkeypatch):
+    # A real GPU drops off the bus for seconds during a reset; that cannot happen here, so the first
+    # two backend opens fail the way a vanished device makes them fail, then the sim node answers.
+    from ops import snapshot
+    from ops.errors import BackendUnavailable
+    from ops.settings import Settings
+    from playbooks import nodecheck
+    sim("sim", "init", "--gpus", "2", check=True)
+    real, opened = snapshot.Sampler, []
+
+    class Flaky(real):
+        def __init__(self, *a, **kw):
+            opened.append(1)
+            if len(opened) <= 2:
+                raise BackendUnavailable("amdsmi: no AMD GPU found")
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(snapshot, "Sampler", Flaky)
+    settings = Settings(state_dir=state_dir, backend="sim")
+    _, states = nodecheck.wait_idle(settings, [1], timeout_s=10, poll_s=0.05)
+    assert states[1].ok and len(opened) == 3
+    opened.clear()
+    monkeypatch.setattr(snapshot, "Sampler", lambda *a, **kw: (_ for _ in ()).throw(BackendUnavailable("gone")))
+    with pytest.raises(Exception, match="cannot read the GPUs: gone"):
+        nodecheck.wait_idle(settings, [1], timeout_s=0.3, poll_s=0.05)
