@@ -31,11 +31,14 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON event per line."),
         wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another playbook's lock on the GPUs."),
     ) -> None:
-        """Remove the holders of residual VRAM: reap zombies (SIGCHLD to the parent; if it still does not
-        reap and may be touched, TERM then KILL the parent so init reaps), report processes in disk sleep,
-        never touch PID 1, kernel threads, init/sshd/container runtimes or gpuwarden shims. Every signal
-        re-checks PID + start time first. Then verify the residual is gone; when it stays with no holder,
-        say so and name the next step (reset), or reset with --escalate-reset.
+        """Remove what keeps residual VRAM held, safely, then check that it is gone.
+
+        Zombies: SIGCHLD to the parent; if it still does not reap and may be touched, TERM then KILL the
+        parent so init reaps. GPU tenants of a container whose runtime shim is gone: TERM, grace, KILL.
+        Processes in disk sleep and leaks with no process are reported. Never touched: PID 1, kernel
+        threads, init/systemd/sshd, container runtimes, gpuwarden shims, other users (unless root). Every
+        signal re-checks PID + start time first and is journalled. When residual stays with no holder,
+        purge names the next step (reset), or resets with --escalate-reset.
         """
         from playbooks import nodecheck
         from playbooks.output import execute, exit_with
