@@ -234,7 +234,7 @@ def test_launch_then_stop_engine_with_confirm(tmp_path, supervised):  # noqa: F8
             await wait_for(pilot, lambda: app.current_run is not None and not app.current_run.running,
                            timeout=30, what="launch to finish")
             assert app.current_run.result.ok, [e.to_dict() for e in app.current_run.events]
-            assert "done" in screen_text(app)
+            await wait_for(pilot, lambda: "done: done" in screen_text(app), what="outcome on the progress view")
             await pilot.press("escape")
             await wait_for(pilot, lambda: app.snapshot and sum(e.phase == "serving" for e in app.snapshot.engines) == 2,
                            timeout=10, what="engines serving in the panel")

@@ -13,7 +13,6 @@ from typing import Callable
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Footer
 
 from ops.errors import GpuwardenError
 from ops.model import NodeSnapshot
@@ -31,6 +30,8 @@ from .widgets.engines import EnginesPanel
 from .widgets.events import EventsPanel
 from .widgets.gpus import GpusPanel
 from .widgets.header import NodeHeader
+from .widgets.keystrip import KeyStrip
+from .widgets.rowtable import RowTable
 
 STALE_FACTOR = 2.0  # no snapshot for this many intervals: the panels are marked stale
 
@@ -43,7 +44,6 @@ class GpuwardenApp(App):
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Keys", key_display="?"),
-        Binding("enter", "details", "Details", show=False),
         Binding("t", "triage", "Triage", show=False),
         Binding("o", "progress", "Progress", show=False),
         Binding("ctrl+r", "refresh_now", "Refresh", show=False),
@@ -68,6 +68,7 @@ class GpuwardenApp(App):
         self.current_run: PlaybookRun | None = None
         self.sampler: SamplingThread | None = None
         self._started = time.monotonic()
+        self._stale_shown = False
         if not self.read_only:
             for spec in ACTIONS:
                 self.bind(spec.key, f"act('{spec.name}')", description=spec.short)
@@ -81,7 +82,11 @@ class GpuwardenApp(App):
         with Horizontal(id="bottom"):
             yield ArenaPanel(id="arena")
             yield EventsPanel(id="events")
-        yield Footer()
+        keys = [("q", "Quit"), ("?", "Keys")]
+        if not self.read_only:
+            keys += [(a.key, a.short) for a in ACTIONS]
+        keys += [("enter", "Details"), ("^p", "Palette")]
+        yield KeyStrip(keys, id="keys")
 
     def on_mount(self) -> None:
         self.query_one("#header", NodeHeader).show(None)
@@ -159,6 +164,9 @@ class GpuwardenApp(App):
             self._show_header()
 
     def _set_stale(self, stale: bool) -> None:
+        if stale == self._stale_shown:
+            return  # restyling three panels twice a second would be most of an idle TUI's work
+        self._stale_shown = stale
         for panel in self.query("#gpus, #engines, #arena"):
             panel.set_class(stale, "stale")
 
@@ -169,10 +177,9 @@ class GpuwardenApp(App):
             attention=bool(snap and snap.needs_attention()))
 
     # --- views ----------------------------------------------------------------------------------
-    def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
-        if message.data_table.id in ("gpus", "engines"):
-            message.stop()
-            self.action_details()
+    def on_row_table_selected(self, message: RowTable.Selected) -> None:
+        message.stop()
+        self.action_details()
 
     def action_details(self) -> None:
         focused = self.focused
@@ -211,7 +218,9 @@ class GpuwardenApp(App):
         if not self.read_only:
             keys = [(a.key, a.title) for a in ACTIONS] + keys
         note = "read-only: no action keys" if self.read_only else "destructive actions ask first; Cancel is the default"
-        self.push_screen(HelpScreen(keys, note))
+        if not self.is_screen_installed("help"):  # built once: the keys do not change while the app runs
+            self.install_screen(HelpScreen(keys, note), name="help")
+        self.push_screen("help")
 
     def action_refresh_now(self) -> None:
         if self.sampler:

@@ -70,14 +70,14 @@ def num(value: float | None, fmt: str, unit: str = "") -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """Compact age: 45s, 12m, 3h04m, 2d05h."""
+    """Compact age: 45s, 12m, 3h04m, 2d05h (seconds only in the first minute, so rows stay still)."""
     if seconds is None or seconds < 0:
         return "-"
     s = int(seconds)
     if s < 60:
         return f"{s}s"
     if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s" if s < 600 else f"{s // 60}m"
+        return f"{s // 60}m"
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"

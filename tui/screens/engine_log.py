@@ -11,7 +11,8 @@ from pathlib import Path
 from textual import work
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Footer, Label, RichLog
+from textual.widgets import Label, RichLog
+from ..widgets.keystrip import KeyStrip
 
 
 class EngineLogScreen(Screen[None]):
@@ -26,7 +27,7 @@ class EngineLogScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Label(f"engine {self.engine} — {self.log_path or 'no log recorded'} (following)", id="log-title")
         yield RichLog(id="log", max_lines=5000, wrap=False, markup=False, highlight=False)
-        yield Footer()
+        yield KeyStrip([("esc", "Back")])
 
     def on_mount(self) -> None:
         if self.log_path:

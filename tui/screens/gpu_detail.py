@@ -9,12 +9,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from ops.model import NodeSnapshot
 
 from .. import text
 from ..styles import STYLES as S
+from ..widgets.keystrip import KeyStrip
 
 
 def gpu_summary(snap: NodeSnapshot, index: int) -> Text:
@@ -62,7 +63,7 @@ class GpuDetailScreen(Screen[None]):
             table = DataTable(cursor_type="row", id="gpu-procs")
             table.border_title = "Processes on this GPU"
             yield table
-        yield Footer()
+        yield KeyStrip([("esc", "Back")])
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns("PID", "USER", "STATE", "VRAM", "FROM", "CONTAINER", "COMMAND")

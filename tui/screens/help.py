@@ -1,17 +1,17 @@
-"""The key list that `?` opens: every binding the main screen has right now (none of the actions when read-only).
+"""The key list that `?` opens: every key the main screen has right now (none of the actions when read-only).
 
-Built from the live bindings, so it can never list a key that does nothing.
+A full screen rather than a dialog: a dialog over the live panels costs a slow machine a noticeable pause.
 """
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.screen import ModalScreen
+from textual.screen import Screen
 from textual.widgets import DataTable, Label
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(Screen[None]):
     BINDINGS = [("escape", "close", "Close"), ("question_mark", "close", "Close"), ("q", "close", "Close")]
 
     def __init__(self, keys: list[tuple[str, str]], note: str = ""):
@@ -34,4 +34,4 @@ class HelpScreen(ModalScreen[None]):
             table.add_row(key, what)
 
     def action_close(self) -> None:
-        self.dismiss(None)
+        self.app.pop_screen()

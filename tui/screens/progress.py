@@ -9,10 +9,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 
 from playbooks.framework import Event
 from ..styles import STYLES as S
+from ..widgets.keystrip import KeyStrip
 
 MARK = {"step_ok": ("ok", S["phase.good"]), "step_failed": ("FAILED", S["phase.bad"]),
         "step_skipped": ("skipped", S["phase.busy"])}
@@ -56,7 +57,7 @@ class ProgressScreen(ModalScreen[None]):
             with VerticalScroll(id="progress-log"):
                 yield Static("", id="progress-lines")
             yield Label("running…", id="progress-state")
-        yield Footer()
+        yield KeyStrip([("esc", "Hide"), ("c", "Stop after this step")])
 
     def on_mount(self) -> None:
         self.refresh_lines()

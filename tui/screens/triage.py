@@ -11,7 +11,8 @@ from pathlib import Path
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
+from ..widgets.keystrip import KeyStrip
 
 TRIAGE_NAMES = ("triage.md", "triage.txt")
 LIMIT = 512 * 1024
@@ -44,4 +45,4 @@ class TriageScreen(Screen[None]):
         yield Label(f"triage of {self.bundle}", id="triage-title")
         with VerticalScroll(id="triage"):
             yield Static(triage_text(self.bundle), markup=False)
-        yield Footer()
+        yield KeyStrip([("esc", "Back")])

@@ -6,11 +6,11 @@ Uptime counts to the snapshot's own time, so a fixed snapshot renders the same a
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from ops.model import EngineInfo, NodeSnapshot
 
 from .. import text
+from .rowtable import RowTable
 from ..styles import STYLES as S
 
 COLUMNS = ("ENGINE", "GPU", "PID", "PHASE", "UP", "RST", "EXIT", "LAST LOG LINE")
@@ -26,43 +26,30 @@ def exit_reason(e: EngineInfo) -> str:
     return ""
 
 
-class EnginesPanel(DataTable):
+class EnginesPanel(RowTable):
     def __init__(self, **kw):
-        super().__init__(cursor_type="row", **kw)
+        super().__init__(**kw)
         self.border_title = "Engines"
-        self._rows: list = []
         self._engines: dict[str, EngineInfo] = {}
-        self._empty = False
 
     def on_mount(self) -> None:
-        self.add_columns(*COLUMNS)
+        self.set_columns(COLUMNS)
 
     def selected(self) -> EngineInfo | None:
-        if not self.row_count or self._empty:
-            return None
-        key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
-        return self._engines.get(str(key.value))
+        key = self.cursor_key()
+        return None if key is None else self._engines.get(key)
 
     def show(self, snap: NodeSnapshot, width: int) -> None:
-        log_w = max(12, width - 64)
         rows = []
         for e in snap.engines:
             up = None if e.started_at is None or e.phase in ("exited", "crashed") else snap.taken_at - e.started_at
             rows.append((e.name, [
                 text.clip(e.name, 16), "-" if e.gpu is None else str(e.gpu), str(e.pid or "-"),
                 Text(e.phase, style=PHASE_STYLE.get(e.phase, S["phase.busy"])), text.duration(up), str(e.restarts),
-                Text(exit_reason(e), style=S["phase.bad"] if e.signal else ""), text.clip(e.last_log_line, log_w),
+                Text(exit_reason(e), style=S["phase.bad"] if e.signal else ""), text.clip(e.last_log_line, 200),
             ]))
-        fingerprint = [(k, tuple(str(c) for c in row)) for k, row in rows] + [log_w]
         self._engines = {e.name: e for e in snap.engines}
-        if fingerprint == self._rows:
-            return
-        cursor = self.cursor_row
-        self.clear()
-        self._empty = not rows
-        self.border_subtitle = "none supervised" if not rows else f"{len(rows)} engine(s)"
-        for key, row in rows:
-            self.add_row(*row, key=key)
-        self._rows = fingerprint
-        if rows:
-            self.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
+        subtitle = "none supervised" if not rows else f"{len(rows)} engine(s)"
+        if subtitle != self.border_subtitle:
+            self.border_subtitle = subtitle
+        self.set_rows(rows)

@@ -6,12 +6,12 @@ Fewer columns below 100 cells of width; rows are redrawn only when what they sho
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from ops.model import NodeSnapshot
 
 from .. import text
 from ..history import VramHistory
+from .rowtable import RowTable
 from ..styles import STYLES as S
 
 WIDE_AT = 120  # room for GTT, power and a longer bar
@@ -22,18 +22,14 @@ WIDE = ("GPU", "NAME", "VRAM", "USED", "RESIDUAL", "GTT", "BUSY", "TEMP", "POWER
 TREND = ("GPU", "NAME", "VRAM", "USED", "RESIDUAL", "GTT", "BUSY", "TEMP", "POWER", "ENG", "VRAM TREND", "")
 
 
-class GpusPanel(DataTable):
+class GpusPanel(RowTable):
     def __init__(self, **kw):
-        super().__init__(cursor_type="row", zebra_stripes=False, cell_padding=1, **kw)
+        super().__init__(**kw)
         self.border_title = "GPUs"
-        self._wide: tuple | None = None
-        self._rows: list[tuple] = []
 
     def selected_gpu(self) -> int | None:
-        if not self.row_count:
-            return None
-        key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
-        return int(key.value) if key.value is not None else None
+        key = self.cursor_key()
+        return None if key is None else int(key)
 
     def show(self, snap: NodeSnapshot, history: VramHistory, width: int) -> None:
         wide = width >= WIDE_AT
@@ -72,20 +68,5 @@ class GpusPanel(DataTable):
                 row.append(Text(text.sparkline(history.series(g.index), 20), style=S["trend"]))
             row.append(mark)
             rows.append((str(g.index), row))
-        layout = TREND if trend else (WIDE if wide else NARROW)
-        if layout != self._wide:
-            self.clear(columns=True)
-            self.add_columns(*layout)
-            self._wide = layout
-            self._rows = []
-        fingerprint = [(k, tuple(str(c) if not isinstance(c, Text) else (c.plain, str(c.spans)) for c in row))
-                       for k, row in rows]
-        if fingerprint == self._rows:
-            return
-        cursor = self.cursor_row
-        self.clear()
-        for key, row in rows:
-            self.add_row(*row, key=key)
-        self._rows = fingerprint
-        if rows:
-            self.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
+        self.set_columns(TREND if trend else (WIDE if wide else NARROW))
+        self.set_rows(rows)

@@ -6,7 +6,7 @@ Shows no clock, so a fixed snapshot always renders the same.
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+from textual.widget import Widget
 
 from ops.model import NodeSnapshot
 
@@ -14,14 +14,18 @@ from ..text import duration
 from ..styles import STYLES as S
 
 
-class NodeHeader(Static):
-    DEFAULT_CSS = "NodeHeader { height: 1; }"
+class NodeHeader(Widget):
+    """Drawn by render() and refreshed without a layout pass: it changes every tick while data is stale."""
+
+    DEFAULT_CSS = "NodeHeader { height: 1; width: 1fr; }"
 
     def __init__(self, *, refresh_s: float, read_only: bool, replay: str | None = None, **kw):
-        super().__init__("gpuwarden — waiting for the first snapshot…", **kw)
+        super().__init__(**kw)
+        self._text = Text(" gpuwarden — waiting for the first snapshot…")
         self.refresh_s = refresh_s
         self.read_only = read_only
         self.replay = replay
+        self._shown = ""
 
     def show(self, snap: NodeSnapshot | None, *, stale_for: float | None = None, error: str | None = None,
              attention: bool = False) -> None:
@@ -48,4 +52,10 @@ class NodeHeader(Static):
         elif attention:
             t.append("  ")
             t.append(" NEEDS ATTENTION ", style=S["header.stale"])
-        self.update(t)
+        if t.markup != self._shown:
+            self._shown = t.markup
+            self._text = t
+            self.refresh()
+
+    def render(self) -> Text:
+        return self._text

@@ -1,0 +1,167 @@
+"""A light table for the live panels: rows of cells drawn as one Text, a cursor, keys to move it.
+
+Textual's DataTable renders every cell through a Rich console again whenever any cell changes; at 1 Hz
+with a changing VRAM column that was most of the TUI's CPU. This draws only the rows that fit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from rich.cells import cell_len
+from rich.text import Text
+from textual.binding import Binding
+from textual.events import Click
+from textual.message import Message
+from textual.widget import Widget
+
+from ..styles import STYLES as S
+
+GAP = 2  # cells between columns
+
+
+def _text(cell: Any) -> Text:
+    return cell if isinstance(cell, Text) else Text(str(cell))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, Text) or isinstance(b, Text):
+        return isinstance(a, Text) and isinstance(b, Text) and a.plain == b.plain and a.spans == b.spans \
+            and a.style == b.style
+    return a == b
+
+
+class RowTable(Widget, can_focus=True):
+    DEFAULT_CSS = "RowTable { height: auto; width: 1fr; }"
+    BINDINGS = [
+        Binding("up", "move(-1)", show=False), Binding("down", "move(1)", show=False),
+        Binding("pageup", "move(-10)", show=False), Binding("pagedown", "move(10)", show=False),
+        Binding("home", "move(-100000)", show=False), Binding("end", "move(100000)", show=False),
+        Binding("enter", "select", show=False),
+    ]
+
+    class Selected(Message):
+        """Enter (or a click) on a row."""
+
+        def __init__(self, table: "RowTable", key: str) -> None:
+            super().__init__()
+            self.table = table
+            self.key = key
+
+        @property
+        def control(self) -> "RowTable":
+            return self.table
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.columns: tuple[str, ...] = ()
+        self.rows: list[tuple[str, list[Any]]] = []
+        self.cursor_row = 0
+        self._offset = 0
+
+    # --- data ---------------------------------------------------------------------------------
+    @property
+    def row_count(self) -> int:
+        return len(self.rows)
+
+    def set_columns(self, columns: Sequence[str]) -> None:
+        if tuple(columns) != self.columns:
+            self.columns = tuple(columns)
+            self.refresh(layout=True)
+
+    def set_rows(self, rows: list[tuple[str, list[Any]]]) -> None:
+        """Show these (key, cells) rows; the cursor stays on the same key when it is still there."""
+        same = len(rows) == len(self.rows) and all(
+            k == ok and len(c) == len(oc) and all(_same(a, b) for a, b in zip(c, oc))
+            for (k, c), (ok, oc) in zip(rows, self.rows))
+        if same:
+            return
+        old_key = self.cursor_key()
+        resized = len(rows) != len(self.rows)
+        self.rows = rows
+        keys = [k for k, _ in rows]
+        if old_key in keys:
+            self.cursor_row = keys.index(old_key)
+        self.cursor_row = min(self.cursor_row, max(len(rows) - 1, 0))
+        self.refresh(layout=resized)
+
+    def cursor_key(self) -> str | None:
+        if not self.rows:
+            return None
+        return self.rows[min(self.cursor_row, len(self.rows) - 1)][0]
+
+    # --- keys and mouse -----------------------------------------------------------------------
+    def action_move(self, delta: int) -> None:
+        if not self.rows:
+            return
+        row = min(max(self.cursor_row + int(delta), 0), len(self.rows) - 1)
+        if row != self.cursor_row:
+            self.cursor_row = row
+            self.refresh()
+
+    def action_select(self) -> None:
+        key = self.cursor_key()
+        if key is not None:
+            self.post_message(self.Selected(self, key))
+
+    def on_click(self, event: Click) -> None:
+        row = event.y - 1 + self._offset
+        if 0 <= row < len(self.rows):
+            self.cursor_row = row
+            self.refresh()
+            if event.chain == 2:
+                self.action_select()
+
+    def on_focus(self) -> None:
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()
+
+    # --- drawing ------------------------------------------------------------------------------
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self.rows) + 1
+
+    def _widths(self, texts: list[list[Text]], room: int) -> list[int]:
+        widths = [cell_len(c) for c in self.columns]
+        for row in texts:
+            for i, t in enumerate(row[: len(widths)]):
+                widths[i] = max(widths[i], t.cell_len)
+        if widths:
+            # The last column takes what is left (long log lines): it is cut, never the others.
+            fixed = sum(widths[:-1]) + GAP * (len(widths) - 1)
+            widths[-1] = max(0, min(widths[-1], room - fixed))
+        return widths
+
+    def render(self) -> Text:
+        width, height = self.content_size.width, self.content_size.height
+        body = max(height - 1, 1)
+        if self.cursor_row < self._offset:
+            self._offset = self.cursor_row
+        elif self.cursor_row >= self._offset + body:
+            self._offset = self.cursor_row - body + 1
+        self._offset = max(0, min(self._offset, max(len(self.rows) - body, 0)))
+        texts = [[_text(c) for c in cells] for _, cells in self.rows]
+        widths = self._widths(texts, width)
+        out = Text(no_wrap=True, overflow="crop")
+        out.append_text(self._line([Text(c) for c in self.columns], widths, S["table.header"]))
+        for i in range(self._offset, min(len(texts), self._offset + body)):
+            out.append("\n")
+            style = ""
+            if i == self.cursor_row:
+                style = S["cursor.focus"] if self.has_focus else S["cursor"]
+            out.append_text(self._line(texts[i], widths, style))
+        return out
+
+    @staticmethod
+    def _line(cells: list[Text], widths: list[int], style: str) -> Text:
+        line = Text(style=style, no_wrap=True)
+        for i, (cell, w) in enumerate(zip(cells, widths)):
+            if i:
+                line.append(" " * GAP)
+            if cell.cell_len > w:
+                cell = cell.copy()
+                cell.truncate(w, overflow="ellipsis")
+            line.append_text(cell)
+            line.append(" " * (w - cell.cell_len))
+        return line
