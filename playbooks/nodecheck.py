@@ -5,6 +5,7 @@ Drain, reset, purge and baseline share these so "idle" and "in use" mean one thi
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -33,10 +34,14 @@ def require_gpu(snap: NodeSnapshot, index: int) -> GpuInfo:
 
 
 def users(snap: NodeSnapshot, index: int) -> list[GpuProcess]:
-    """Processes that use GPU `index`: VRAM charged to them there, or its device file held open."""
+    """Processes that use GPU `index`: VRAM charged to them there, or its device file held open.
+
+    gpuwarden itself is left out: reading NVML or amdsmi opens the GPUs' device files.
+    """
     gpu = snap.gpu(index)
     files = set(gpu.device_files) if gpu else set()
-    return [p for p in snap.processes if index in p.vram or files.intersection(p.device_files)]
+    me = os.getpid()
+    return [p for p in snap.processes if p.pid != me and (index in p.vram or files.intersection(p.device_files))]
 
 
 def live_users(snap: NodeSnapshot, index: int) -> list[GpuProcess]:
