@@ -59,13 +59,14 @@ class PurgePlaybook(Playbook):
         self._targets: list[Target] = []
         self._reported: list[str] = []
         self._leaky: list[int] = []
+        self._peers: list[int] = []  # XGMI hive peers an escalated reset would reach: locked too
 
     def gpus(self) -> tuple[int, ...]:
-        return tuple(self._scope)
+        return tuple(sorted(set(self._scope) | set(self._peers)))
 
     def summary(self) -> dict[str, Any]:
         return {"gpu": self.gpu, "arenas": self.arenas, "drop_caches": self.drop_caches,
-                "escalate_reset": self.escalate_reset}
+                "escalate_reset": self.escalate_reset, "gpus_locked": list(self.gpus())}
 
     # --- planning ------------------------------------------------------------------------------
     def preconditions(self, ctx: RunContext) -> list[str]:
@@ -91,6 +92,8 @@ class PurgePlaybook(Playbook):
                 self._leaky.append(g)
                 if not holders:
                     self._reported.append(f"GPU {g}: {fmt_bytes(left)} held by no process (an ownerless leak)")
+        if self.escalate_reset:
+            self._peers = [p for g in self._leaky for p in nodecheck.hive_peers(snap, g)]
         ctx.scratch["arena_candidates"] = self._arena_candidates(ctx, snap) if self.arenas else []
         return []
 

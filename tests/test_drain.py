@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -106,3 +107,15 @@ def test_two_playbooks_on_one_gpu_do_not_interleave(sim, state_dir):
         tenant.terminate()
         tenant.wait(10)
 
+
+
+def test_gpuwarden_itself_is_never_a_gpu_user(sim, state_dir):
+    # NVML and amdsmi open the GPUs' device files in gpuwarden's own process; that must not block a drain.
+    from playbooks import nodecheck
+    from ops.snapshot import take_snapshot
+    settings = Settings(state_dir=state_dir, backend="sim")
+    with open(state_dir / "sim" / "dev" / "dri" / "renderD129", "rb"):
+        snap = take_snapshot(settings)
+        assert any(p.pid == os.getpid() for p in snap.processes)
+        assert nodecheck.users(snap, 1) == []
+        assert nodecheck.idle_state(snap, 1).ok

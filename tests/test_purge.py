@@ -215,3 +215,14 @@ def test_tenant_of_a_gone_container_is_ended_but_a_managed_one_is_not(sim, state
             cgroup.rmdir()
         except OSError:
             pass
+
+
+def test_escalation_locks_the_whole_xgmi_hive(cli, state_dir):
+    cli("--backend", "sim", "sim", "init", "--gpus", "3", "--hive", check=True)
+    cli("--backend", "sim", "sim", "leak", "--gpu", "1", "--size", "2GiB", check=True)
+    proc = cli("--backend", "sim", "purge", "1", "--yes", "--escalate-reset")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    from ops import journal
+    started = [e for e in journal.read(state_dir) if e["action"] == "purge" and e["result"] == "started"]
+    assert started[-1]["gpu"] == 1 and started[-1]["gpus_locked"] == [0, 1, 2]
+    assert sorted(p.name for p in (state_dir / "locks").iterdir()) == ["gpu-0.lock", "gpu-1.lock", "gpu-2.lock"]
