@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,55 @@ def test_escalation_locks_the_whole_xgmi_hive(cli, state_dir):
     started = [e for e in journal.read(state_dir) if e["action"] == "purge" and e["result"] == "started"]
     assert started[-1]["gpu"] == 1 and started[-1]["gpus_locked"] == [0, 1, 2]
     assert sorted(p.name for p in (state_dir / "locks").iterdir()) == ["gpu-0.lock", "gpu-1.lock", "gpu-2.lock"]
+
+
+def _spawn_with_pid(pid: int, argv: list[str], tries: int = 20) -> subprocess.Popen | None:
+    """Start argv as PID `pid` through ns_last_pid (root only); None when another fork keeps winning."""
+    for _ in range(tries):
+        try:
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(pid - 1))
+        except OSError:
+            return None
+        proc = subprocess.Popen(argv)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    return None
+
+
+def test_purge_never_signals_a_pid_reused_between_plan_and_action(sim, state_dir):
+    """A real PID reuse: the zombie is planned for, then reaped elsewhere, and an unrelated process is
+    started under the very same PID before the purge step acts. The step must leave it alone."""
+    import threading
+
+    from ops.settings import Settings
+    from playbooks.framework import RunContext, SkipStep
+    from playbooks.purge import PurgePlaybook
+    if not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):
+        pytest.skip("needs root to choose the next PID (ns_last_pid)")
+    fam = _zombie_tenant(state_dir, 1, "1GiB")
+    settings = Settings(state_dir=state_dir, backend="sim")
+    pb = PurgePlaybook(1, grace_s=0.5)
+    ctx = RunContext(settings=settings, playbook="purge", sink=lambda e: None, cancelled=threading.Event())
+    assert pb.preconditions(ctx) == []
+    steps = pb.plan(ctx)
+    assert steps[0].name == f"pid-{fam.tenant}"
+    zombie = fam.tenant
+    fam.stop()  # the careless parent dies; the keeper reaps the zombie: its PID is free again
+    assert wait_for(lambda: proc_state(zombie) is None, 5)
+    reused = _spawn_with_pid(zombie, ["sleep", "60"])
+    if reused is None:
+        pytest.skip("could not get the freed PID back (the machine forks too much right now)")
+    try:
+        with pytest.raises(SkipStep, match="now names another process"):
+            steps[0].action(ctx)
+        time.sleep(0.2)
+        assert reused.poll() is None, "the process now holding the reused PID was signalled"
+        journal = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+        assert not any(e["action"] == "reaper-signal" and e["pid"] == zombie and e["result"] == "ok"
+                       for e in journal)
+    finally:
+        reused.kill()
+        reused.wait()
