@@ -168,7 +168,7 @@ class Reaper:
     """Removes targets one at a time. `progress` gets one-line notes (the playbook shows them)."""
 
     def __init__(self, settings: Settings, *, grace_s: float = 5.0, kill_wait_s: float = 5.0,
-                 reap_wait_s: float = 1.0, orphan_wait_s: float = 5.0,
+                 reap_wait_s: float = 0.5, orphan_wait_s: float = 5.0,
                  progress: Callable[[str], None] = lambda msg: None):
         self.settings = settings
         self.proc_root = settings.proc_root
@@ -200,12 +200,14 @@ class Reaper:
 
     def _wait(self, done: Callable[[], bool], timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
+        pause = 0.001  # most processes go within a millisecond of SIGTERM; stubborn ones get polled less
         while True:
             if done():
                 return True
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.02)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _exited(self, pid: int, ticks: int) -> bool:
         """True once pid no longer runs as that process (gone, reused, or a zombie awaiting its parent)."""
