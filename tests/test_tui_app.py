@@ -270,30 +270,3 @@ def test_launch_then_stop_engine_with_confirm(tmp_path, supervised):  # noqa: F8
     actions = [(e.get("action"), e.get("result")) for e in entries]
     assert ("stop", "cancelled") in actions, actions
     assert ("engine-stop", "ok") in actions and ("stop:stop", "ok") in actions, actions
-
-
-@pytest.mark.parametrize("key,name", [("d", "drain"), ("u", "undrain"), ("R", "reset"), ("P", "purge"),
-                                      ("b", "baseline"), ("B", "bundle")])
-def test_node_actions_run_their_playbook_or_say_not_available(tmp_path, key, name):
-    state = tmp_path / "state"
-    state.mkdir()
-    settings = sim_settings(state)
-
-    async def go():
-        app = live_app(settings)
-        async with app.run_test(size=(100, 30)) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None)
-            await pilot.press(key)
-            await pilot.pause(0.1)
-            if app.current_run is None:
-                notes = [n.message for n in app._notifications]
-                assert any("not available in this build" in m for m in notes), notes
-                return None
-            if app.focused is not None and app.focused.id == "cancel":
-                await pilot.press("right", "enter")
-            await wait_for(pilot, lambda: not app.current_run.running, timeout=30, what=f"{name} to finish")
-            return app.current_run.result
-
-    result = run(go())
-    if result is not None:
-        assert result.events[-1].kind == "done"

@@ -49,9 +49,9 @@ def _load(module: str, attr: str) -> Any:
         raise NotAvailable(f"not available in this build ({module}.{attr} is missing)") from None
 
 
-def _construct(cls: Any, **kwargs: Any) -> Playbook:
+def _construct(cls: Any, *args: Any, **kwargs: Any) -> Playbook:
     try:
-        return cls(**kwargs)
+        return cls(*args, **kwargs)
     except TypeError as exc:
         raise NotAvailable(f"not available in this build ({cls.__name__} takes other arguments: {exc})") from None
 
@@ -73,12 +73,13 @@ def _stop(settings: Settings, target: Target) -> Playbook:
 
 def _gpu_playbook(module: str, cls: str, **extra: Any) -> Callable[[Settings, Target], Playbook]:
     def build(settings: Settings, target: Target) -> Playbook:
-        return _construct(_load(module, cls), gpus=(target.gpu,), **extra)
+        return _construct(_load(module, cls), target.gpu, **extra)
     return build
 
 
 def _baseline(settings: Settings, target: Target) -> Playbook:
-    return _construct(_load("playbooks.baseline", "BaselinePlaybook"))
+    # Every GPU, as `gpuwarden baseline record` without --gpu: an idle baseline is a node-wide fact.
+    return _construct(_load("playbooks.baseline", "BaselinePlaybook"), None)
 
 
 def _bundle(settings: Settings, target: Target) -> Playbook:

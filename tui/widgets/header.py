@@ -5,6 +5,8 @@ Shows no clock, so a fixed snapshot always renders the same.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.text import Text
 from textual.widget import Widget
 
@@ -37,13 +39,13 @@ class NodeHeader(Widget):
             if snap.simulated:
                 t.append(" ")
                 t.append(" SIMULATED ", style=S["header.sim"])
-        if self.replay:
-            t.append(f"  replay {self.replay}", style=S["header.warn"])
-        else:
-            t.append(f"  every {self.refresh_s:g}s")
         if self.read_only:
             t.append("  ")
             t.append(" READ-ONLY ", style=S["header.ro"])
+        if self.replay:
+            t.append(f"  replay {Path(self.replay).name}", style=S["header.warn"])
+        else:
+            t.append(f"  every {self.refresh_s:g}s")
         if stale_for is not None:
             t.append("  ")
             t.append(f" STALE {duration(stale_for)} ", style=S["header.stale"])
