@@ -43,8 +43,9 @@ class Tmux:
             args += ["-e", f"{k}={v}"]
         subprocess.run([*args, command], check=True)
 
-    def screen(self) -> str:
-        out = subprocess.run([*self.base, "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
+    def screen(self, escapes: bool = False) -> str:
+        out = subprocess.run([*self.base, "capture-pane", "-p", *(["-e"] if escapes else []), "-t", self.name],
+                             capture_output=True, text=True)
         return out.stdout
 
     def keys(self, *keys: str) -> None:
@@ -123,6 +124,48 @@ def test_tui_read_only_in_a_real_terminal_has_no_action_keys(sim_state, tmux, tm
     assert "Proceed" not in tmux.screen() and "Drain GPU" not in tmux.screen()
     tmux.keys("q")
     assert wait_file(rc, 15).strip() == "exit=0"
+
+
+# xterm-256 colours that are greys: the basic black/white/greys, the cube's diagonal and the grey ramp.
+GREYS = {0, 7, 8, 15, 16, 59, 102, 145, 188, 231, *range(232, 256)}
+
+
+def sgr(screen: str) -> tuple[set[int], set[str]]:
+    """The 256-colour indexes and the other attributes (1 bold, 7 reverse, ...) of every SGR sequence."""
+    import re
+    colours, attrs = set(), set()
+    for params in re.findall(r"\x1b\[([0-9;]*)m", screen):
+        parts, i = params.split(";"), 0
+        while i < len(parts):
+            if parts[i] in ("38", "48") and i + 2 < len(parts) and parts[i + 1] == "5":
+                colours.add(int(parts[i + 2]))
+                i += 3
+            elif parts[i] in ("38", "48") and i + 1 < len(parts) and parts[i + 1] == "2":
+                i += 5
+            else:
+                attrs.add(parts[i])
+                i += 1
+    return colours, attrs
+
+
+@pytest.mark.parametrize("no_color", [False, True])
+def test_no_color_leaves_only_greys_and_keeps_the_highlights(sim_state, tmux, tmp_path, no_color):
+    subprocess.run([str(GPUWARDEN), "--state-dir", str(sim_state), "sim", "leak", "--gpu", "1", "--size", "4GiB"],
+                   check=True, capture_output=True)
+    env = {"NO_COLOR": "1"} if no_color else {}
+    tmux.start(f"{'NO_COLOR=1 ' if no_color else ''}{GPUWARDEN} --state-dir {sim_state} --backend sim tui; sleep 60",
+               env=env)
+    tmux.wait_screen("4.0G")
+    screen = tmux.screen(escapes=True)
+    used, _ = sgr(screen)
+    if no_color:
+        assert used <= GREYS, f"colours under NO_COLOR: {sorted(used - GREYS)}"
+    else:
+        assert used - GREYS, "the colour run should use colours (else this test proves nothing)"
+    # The residual stays marked without colour: reverse video on its cell.
+    line = next(ln for ln in screen.splitlines() if "4.0G" in ln)
+    assert "7" in sgr(line.split("4.0G")[0][-60:])[1], line
+    tmux.keys("q")
 
 
 @pytest.mark.parametrize("how", ["sighup", "terminal-closed"])
