@@ -88,7 +88,7 @@ class PurgePlaybook(Playbook):
         self._targets += self._container_orphans(snap, proc_root)
         for g in self._scope:
             left, holders = nodecheck.residual_left(snap, g)
-            if left is not None:
+            if left is not None or any(h.reason in NO_PROCESS for h in holders):
                 self._leaky.append(g)
                 if not holders:
                     self._reported.append(f"GPU {g}: {fmt_bytes(left)} held by no process (an ownerless leak)")
@@ -215,9 +215,12 @@ class PurgePlaybook(Playbook):
             return f"no residual VRAM left on GPU {', '.join(map(str, self._scope))}"
         parts, ownerless = [], []
         for g, (size, holders) in sorted(left.items()):
-            who = ", ".join(f"pid {h.pid} ({h.reason})" for h in holders if h.pid is not None)
-            parts.append(f"GPU {g}: {fmt_bytes(size) if size is not None else 'some'} still held"
-                         + (f" by {who}" if who else " by no process"))
+            who = ", ".join(f"pid {h.pid} ({h.reason})" for h in holders
+                            if h.pid is not None and h.reason not in NO_PROCESS)
+            ghosts = ", ".join(f"pid {h.pid}" for h in holders if h.pid is not None and h.reason in NO_PROCESS)
+            held = (f" by {who}" if who else " by no process") + (f" (the driver still charges {ghosts}, "
+                                                                   "which no longer exist)" if ghosts else "")
+            parts.append(f"GPU {g}: {fmt_bytes(size) if size is not None else 'some'} still held{held}")
             if not who:
                 ownerless.append(g)
         ctx.scratch["ownerless"] = ownerless

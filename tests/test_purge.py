@@ -279,3 +279,35 @@ def test_purge_never_signals_a_pid_reused_between_plan_and_action(sim, state_dir
     finally:
         reused.kill()
         reused.wait()
+
+
+def test_vram_charged_to_a_pid_that_no_longer_exists_needs_a_reset(cli, tmp_path, fixtures):
+    # A real amdgpu/KFD layout (captured MI300X node properties) with KFD still charging 14 GiB to a
+    # PID that has exited: no process to signal, so purge names the reset, and escalation tries it.
+    from sysfs_tree import add_card, add_kfd_node, add_kfd_proc
+    root = tmp_path / "sys"
+    props = (fixtures / "sysfs/kfd_topology_node4_properties_grep_gfx_target_version_mi300x.txt").read_text()
+    add_card(root, 0, vram_total=f"{192 << 30}\n", vram_used=f"{(14 << 30) + (300 << 20)}\n",
+             bus="0000:c1:00.0", render_minor=128)
+    add_kfd_node(root, 1, 41999, props + "drm_render_minor 128\n")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    add_kfd_proc(root, gone.pid, 41999, 14 << 30)
+    args = ("--backend", "sysfs", "--sysfs-root", str(root))
+    snap = json.loads(cli(*args, "status", "--json").stdout)
+    holders = snap["residual"][0]["holders"]
+    assert [(h["pid"], h["reason"]) for h in holders] == [(gone.pid, "kfd-without-process")]
+
+    proc = cli(*args, "purge", "0", "--yes", "--timeout", "0.5")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1
+    assert f"pid {gone.pid} on GPU 0 (kfd-without-process" in out and "only a GPU reset frees it" in out
+    assert "gpuwarden reset 0" in out
+
+    proc = cli(*args, "purge", "0", "--yes", "--timeout", "0.5", "--escalate-reset", "--json",
+               env={"PATH": str(tmp_path / "no-tools")})
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert proc.returncode == 1
+    assert any(e["kind"] == "step_ok" and e["step"] == "verify" and "escalating" in e["message"] for e in events)
+    failed = next(e for e in events if e["kind"] == "step_failed")
+    assert failed["step"] == "reset-gpu0" and "neither the amdsmi library nor amd-smi nor rocm-smi" in failed["message"]
