@@ -72,6 +72,8 @@ class PurgePlaybook(Playbook):
     def preconditions(self, ctx: RunContext) -> list[str]:
         snap = nodecheck.snapshot(ctx.settings)
         self._scope = nodecheck.scope(snap, self.gpu)
+        # The same object may be planned twice (a dry run, then the run): start each plan afresh.
+        self._targets, self._reported, self._leaky, self._peers = [], [], [], []
         proc_root = ctx.settings.proc_root
         for h in _holders_in_scope(snap, self._scope):
             gpus = ",".join(map(str, h.gpus)) or "?"

@@ -135,3 +135,19 @@ def test_terminal_confirmation_decides(node, state_dir):
     rc, out = _on_terminal(cli_argv(state_dir, "drain", "2", "--timeout", "0.2"), b"y\n")
     assert "Proceed?" in out
     assert 2 in nodestate.drained(state_dir)  # ran (and failed only on the leak it cannot clear)
+
+
+def test_one_playbook_object_can_be_planned_twice(node, state_dir):
+    # The TUI shows a dry run first and then runs the same object: the plan must not double up.
+    from ops.settings import Settings
+    from playbooks.framework import run
+    from playbooks.purge import PurgePlaybook
+    sim, fam, tenant, arena = node
+    pb = PurgePlaybook(1, grace_s=1)
+    settings = Settings(state_dir=state_dir, backend="sim")
+    first = run(pb, settings, dry_run=True)
+    second = run(pb, settings, dry_run=True)
+    steps = [[s["name"] for s in r.events[-2].data["steps"]] for r in (first, second)]
+    assert steps[0] == steps[1] == [f"pid-{fam.tenant}", "verify"]
+    done = run(pb, settings, assume_yes=True)
+    assert done.ok and proc_state(fam.tenant) is None
