@@ -5,7 +5,6 @@ Snapshots come from a SamplingThread (never the event loop); a watchdog marks th
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Callable

@@ -16,7 +16,9 @@ from ..widgets.keystrip import KeyStrip
 
 
 class EngineLogScreen(Screen[None]):
-    BINDINGS = [("escape", "app.pop_screen", "Back")]
+    # q and backspace as well as Esc: a terminal holds a lone Esc back ~100 ms (ESCDELAY) in case more follows.
+    BINDINGS = [("escape", "app.pop_screen", "Back"), ("q", "app.pop_screen", "Back"),
+                ("backspace", "app.pop_screen", "Back")]
 
     def __init__(self, name: str, log_path: str | None):
         super().__init__()
@@ -27,7 +29,7 @@ class EngineLogScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Label(f"engine {self.engine} — {self.log_path or 'no log recorded'} (following)", id="log-title")
         yield RichLog(id="log", max_lines=5000, wrap=False, markup=False, highlight=False)
-        yield KeyStrip([("esc", "Back")])
+        yield KeyStrip([("q/esc", "Back")])
 
     def on_mount(self) -> None:
         if self.log_path:

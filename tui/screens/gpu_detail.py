@@ -50,7 +50,9 @@ def gpu_summary(snap: NodeSnapshot, index: int) -> Text:
 
 
 class GpuDetailScreen(Screen[None]):
-    BINDINGS = [("escape", "app.pop_screen", "Back")]
+    # q and backspace as well as Esc: a terminal holds a lone Esc back ~100 ms (ESCDELAY) in case more follows.
+    BINDINGS = [("escape", "app.pop_screen", "Back"), ("q", "app.pop_screen", "Back"),
+                ("backspace", "app.pop_screen", "Back")]
 
     def __init__(self, index: int, snap: NodeSnapshot):
         super().__init__()
@@ -63,7 +65,7 @@ class GpuDetailScreen(Screen[None]):
             table = DataTable(cursor_type="row", id="gpu-procs")
             table.border_title = "Processes on this GPU"
             yield table
-        yield KeyStrip([("esc", "Back")])
+        yield KeyStrip([("q/esc", "Back")])
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns("PID", "USER", "STATE", "VRAM", "FROM", "CONTAINER", "COMMAND")

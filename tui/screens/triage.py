@@ -35,7 +35,9 @@ def triage_text(bundle: Path) -> str:
 
 
 class TriageScreen(Screen[None]):
-    BINDINGS = [("escape", "app.pop_screen", "Back")]
+    # q and backspace as well as Esc: a terminal holds a lone Esc back ~100 ms (ESCDELAY) in case more follows.
+    BINDINGS = [("escape", "app.pop_screen", "Back"), ("q", "app.pop_screen", "Back"),
+                ("backspace", "app.pop_screen", "Back")]
 
     def __init__(self, bundle: Path):
         super().__init__()
@@ -45,4 +47,4 @@ class TriageScreen(Screen[None]):
         yield Label(f"triage of {self.bundle}", id="triage-title")
         with VerticalScroll(id="triage"):
             yield Static(triage_text(self.bundle), markup=False)
-        yield KeyStrip([("esc", "Back")])
+        yield KeyStrip([("q/esc", "Back")])
