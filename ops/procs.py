@@ -45,17 +45,22 @@ def boot_time(proc_root: Path) -> float | None:
     return None
 
 
-def _read(path: str) -> str | None:
+def _read_bytes(path: str) -> bytes | None:
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        return os.read(fd, 8192).decode(errors="replace")
+        return os.read(fd, 8192)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _read(path: str) -> str | None:
+    raw = _read_bytes(path)
+    return raw.decode(errors="replace") if raw is not None else None
 
 
 def parse_stat(text: str) -> tuple[str, str, int, int] | None:
@@ -111,6 +116,7 @@ class ProcReader:
         self._root_s = str(proc_root)
         self._btime = boot_time(proc_root)
         self._static: dict[tuple[int, int], tuple[int | None, str, str | None, str | None]] = {}
+        self._last: dict[int, tuple[ProcInfo, bytes]] = {}  # pid -> last answer and its state letter
         # When given, stat files of the processes read are kept open between refreshes.
         self._held = held
 
@@ -121,31 +127,43 @@ class ProcReader:
             return []
 
     def read(self, pid: int) -> ProcInfo | None:
-        """One process, or None when it does not exist (or vanished while being read)."""
+        """One process, or None when it does not exist (or vanished while being read).
+
+        The same ProcInfo object comes back while state, parent and identity are unchanged, so callers
+        can tell "nothing changed" by identity instead of comparing fields.
+        """
         base = f"{self._root_s}/{pid}"
         if self._held is not None:
             raw = self._held.read(base + "/stat")
             if raw is None:  # the held fd's process is gone; the PID may name a new one now
                 raw = self._held.read(base + "/stat")
-            text = raw.decode(errors="replace") if raw else None
         else:
-            text = _read(base + "/stat")
-        if not text:
+            raw = _read_bytes(base + "/stat")
+        if not raw:
             return None
-        parsed = parse_stat(text)
-        if parsed is None:
+        # comm may hold spaces and parentheses: the fields after it start past the last ")".
+        rpar = raw.rfind(b")")
+        rest = raw[rpar + 2:].split(None, 20)
+        if rpar < 0 or len(rest) < 20:
             return None
-        comm, letter, ppid, ticks = parsed
+        letter, ppid, ticks = rest[0], int(rest[1]), int(rest[19])
+        last = self._last.get(pid)
+        if last is not None and last[1] == letter and last[0].start_ticks == ticks and last[0].ppid == ppid:
+            return last[0]
         key = (pid, ticks)
         static = self._static.get(key)
         if static is None:
+            comm = raw[raw.find(b"(") + 1:rpar].decode(errors="replace")
             static = self._read_static(base, comm)
             self._static[key] = static
         uid, command, cgroup, container = static
         start = self._btime + ticks / _CLK_TCK if self._btime is not None else None
-        return ProcInfo(pid=pid, start_time=start, start_ticks=ticks, state=PROC_STATES.get(letter, letter),
+        state = letter.decode()
+        info = ProcInfo(pid=pid, start_time=start, start_ticks=ticks, state=PROC_STATES.get(state, state),
                         ppid=ppid, uid=uid, user=user_name(uid), command=command, cgroup=cgroup,
                         container=container)
+        self._last[pid] = (info, letter)
+        return info
 
     def _read_static(self, base: str, comm: str) -> tuple[int | None, str, str | None, str | None]:
         try:
@@ -166,11 +184,17 @@ class ProcReader:
         """Drop cached facts of PIDs no longer present (keeps the cache bounded)."""
         for key in [k for k in self._static if k[0] not in live]:
             del self._static[key]
+        for pid in [p for p in self._last if p not in live]:
+            del self._last[pid]
         if self._held is not None:
             for path in self._held.paths():
                 pid = path[len(self._root_s) + 1:].split("/", 1)[0]
                 if pid.isdigit() and int(pid) not in live:
                     self._held.drop(path)
+
+    def close(self) -> None:
+        if self._held is not None:
+            self._held.close()
 
     def open_files(self, pid: int, patterns: list[str]) -> tuple[str, ...]:
         """Device files matching `patterns` that the process holds open (deduplicated)."""

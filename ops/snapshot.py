@@ -16,6 +16,7 @@ from .backends.base import Backend
 from .backends.select import open_backend
 from .model import GpuInfo, GpuProcess, Holder, NodeSnapshot, ProcessUsage, Residual
 from .heldfiles import HeldFiles
+from .pidwatch import PidWatch, usable as pidfds_usable
 from .procs import ProcInfo, ProcReader
 from .settings import Settings
 from .units import fmt_bytes
@@ -26,6 +27,8 @@ TOLERANCE_NO_BASELINE = 512 << 20
 TOLERANCE_FRACTION = 0.01
 
 NOT_LIVE = ("zombie", "dead", "gone")
+# Processes whose VRAM counts as residual (with a holder) rather than as accounted for.
+NOT_ACCOUNTED = frozenset(NOT_LIVE + ("disk-sleep",))
 
 
 def in_nested_pid_namespace(proc_root: Path) -> bool:
@@ -42,10 +45,10 @@ def in_nested_pid_namespace(proc_root: Path) -> bool:
 class Sampler:
     """Takes snapshots of one node. Not thread-safe: one sampler per worker."""
 
-    def __init__(self, settings: Settings, backend: Backend | None = None, *, deep_every_s: float = 10.0):
+    def __init__(self, settings: Settings, backend: Backend | None = None, *, deep_every_s: float = 10.0,
+                 use_pidfds: bool = True):
         self.settings = settings
         self.backend = backend or open_backend(settings)
-        self.procs = ProcReader(settings.proc_root, held=HeldFiles())
         self.deep_every_s = deep_every_s
         self._last_deep = float("-inf")
         # (pid, start ticks) -> device files, for processes seen holding GPU device files
@@ -53,8 +56,23 @@ class Sampler:
         self._visibility: dict[tuple[int, int], dict[str, str]] = {}
         self._nested_ns = in_nested_pid_namespace(settings.proc_root)
         self._hostname = socket.gethostname()
+        # With pidfds, a GPU process's stat is re-read only when it exits, when it is new, while it is in
+        # disk sleep, and at the deep-scan cadence. Other state changes (running <-> sleeping, stopped,
+        # and entering disk sleep, which only stat shows) are therefore seen at the deep-scan cadence.
+        # Without them, every refresh reads every stat, through fds kept open for it.
+        held = HeldFiles()
+        self._watch = PidWatch(limit=held.limit) \
+            if use_pidfds and not self._nested_ns and pidfds_usable(settings.proc_root) else None
+        self.procs = ProcReader(settings.proc_root, held=held if self._watch is None else None)
+        self._known: dict[int, ProcInfo] = {}  # pid -> facts read while its pidfd was watched
+        self._reread_all = True
+        # pid -> (what it was built from, the GpuProcess): reused while nothing it shows changed
+        self._built: dict[int, tuple[tuple, GpuProcess]] = {}
 
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+        self.procs.close()
         self.backend.close()
 
     # ------------------------------------------------------------------------------------------
@@ -75,6 +93,7 @@ class Sampler:
         self.procs.forget_dead(live)
         self._visibility = {k: v for k, v in self._visibility.items() if k[0] in live}
         self._last_deep = time.monotonic()
+        self._reread_all = True
 
     def snapshot(self, deep: bool | None = None) -> NodeSnapshot:
         t0 = time.perf_counter()
@@ -110,36 +129,89 @@ class Sampler:
     def _attribute(self, gpus: tuple[GpuInfo, ...], usage: list[ProcessUsage]) -> tuple[GpuProcess, ...]:
         by_pid: dict[int, list[ProcessUsage]] = {}
         for u in usage:
-            by_pid.setdefault(u.pid, []).append(u)
-        holder_files: dict[int, tuple[str, ...]] = {}
-        for (pid, ticks), files in self._holders.items():
-            holder_files[pid] = files
+            lst = by_pid.get(u.pid)
+            if lst is None:
+                by_pid[u.pid] = [u]
+            else:
+                lst.append(u)
+        holders = self._holders
+        holder_files = {pid: files for (pid, _), files in holders.items()}
+        pids = sorted(by_pid.keys() | holder_files.keys()) if holder_files else sorted(by_pid)
+        infos = self._infos(pids)
+        built = self._built
+        fresh: dict[int, tuple[tuple, GpuProcess]] = {}
         out = []
-        for pid in sorted(set(by_pid) | set(holder_files)):
-            info = self.procs.read(pid)
-            if info is None and pid not in by_pid:
+        for pid in pids:
+            info = infos[pid]
+            usages = by_pid.get(pid)
+            if info is None and usages is None:
                 continue  # a device holder that exited cleanly: nothing left behind
-            vram: dict[int, int] = {}
-            sources: dict[int, str] = {}
-            for u in by_pid.get(pid, ()):
-                vram[u.gpu_index] = vram.get(u.gpu_index, 0) + u.vram_bytes
-                sources[u.gpu_index] = u.source
-            files = ()
-            if info is not None and (pid, info.start_ticks) in self._holders:
-                files = self._holders[(pid, info.start_ticks)]
-            out.append(GpuProcess(
-                pid=pid,
-                start_time=info.start_time if info else None,
-                user=info.user if info else None,
-                command=info.command if info else "",
-                state=info.state if info else "gone",
-                ppid=info.ppid if info else None,
-                cgroup=info.cgroup if info else None,
-                container=info.container if info else None,
-                vram=vram, sources=sources, device_files=files,
-                visible_devices=self._visible(info) if info else {},
-            ))
+            files = holders.get((pid, info.start_ticks), ()) if info is not None and holder_files else ()
+            # ProcInfo and ProcessUsage objects are reused by their readers while unchanged, so this
+            # comparison is mostly identity checks.
+            made_of = (info, files, usages)
+            prev = built.get(pid)
+            if prev is not None and prev[0] == made_of:
+                gp = prev[1]
+            else:
+                gp = self._build(pid, info, usages or (), files)
+            fresh[pid] = (made_of, gp)
+            out.append(gp)
+        self._built = fresh
         return tuple(out)
+
+    def _build(self, pid: int, info: ProcInfo | None, usages, files: tuple[str, ...]) -> GpuProcess:
+        vram: dict[int, int] = {}
+        sources: dict[int, str] = {}
+        for u in usages:
+            vram[u.gpu_index] = vram.get(u.gpu_index, 0) + u.vram_bytes
+            sources[u.gpu_index] = u.source
+        if info is None:
+            return GpuProcess(pid=pid, start_time=None, user=None, command="", state="gone",
+                              vram=vram, sources=sources, device_files=files)
+        return GpuProcess(
+            pid=pid, start_time=info.start_time, user=info.user, command=info.command, state=info.state,
+            ppid=info.ppid, cgroup=info.cgroup, container=info.container, vram=vram, sources=sources,
+            device_files=files, visible_devices=self._visible(info))
+
+    def _infos(self, pids: list[int]) -> dict[int, ProcInfo | None]:
+        """Each PID's facts now: read from stat where they may have changed, else the ones read before."""
+        read = self.procs.read
+        watch = self._watch
+        if watch is None:
+            return {pid: read(pid) for pid in pids}
+        known = self._known
+        reread_all, self._reread_all = self._reread_all, False
+        exited = watch.exited()
+        out: dict[int, ProcInfo | None] = {}
+        for pid in pids:
+            info = known.get(pid)
+            # Disk sleep is often brief (exec, page faults): one seen is re-read until it ends, or a
+            # passing moment would count the process as a residual holder until the next deep scan.
+            if info is not None and pid not in exited and not reread_all and info.state != "disk-sleep":
+                out[pid] = info
+                continue
+            if pid not in watch:
+                watch.track(pid)  # first, so an exit after the read below still shows next time
+                info = read(pid)
+            else:
+                info = read(pid)
+                if pid in exited and info is not None and info.state not in ("zombie", "dead"):
+                    # The watched process is gone and this PID names a newer one: watch that one instead.
+                    watch.forget(pid)
+                    watch.track(pid)
+                    info = read(pid)
+            if info is not None and pid in watch:
+                known[pid] = info
+            else:
+                known.pop(pid, None)
+                watch.forget(pid)
+            out[pid] = info
+        if len(known) > len(out) or len(watch) > len(out):
+            for pid in [p for p in watch.pids() if p not in out]:
+                watch.forget(pid)
+                known.pop(pid, None)
+        return out
 
     def _visible(self, info: ProcInfo) -> dict[str, str]:
         key = (info.pid, info.start_ticks)
@@ -152,16 +224,24 @@ class Sampler:
         render_to_gpu = {f: g.index for g in gpus for f in g.device_files}
         holders_by_gpu: dict[int, list[Holder]] = {g.index: [] for g in gpus}
         shared_holders: list[Holder] = []
+        accounted_by_gpu: dict[int, int] = {}
+        unknown_by_gpu: set[int] = set()
         for p in processes:
-            reason = None
-            if p.state == "gone":
-                reason = "unknown-pid" if self._nested_ns else "kfd-without-process"
-            elif p.state in ("zombie", "dead"):
-                reason = "zombie"
-            elif p.state == "disk-sleep":
-                reason = "disk-sleep"
-            if reason is None:
+            state = p.state
+            if state not in NOT_ACCOUNTED:
+                # A live process's VRAM is explained: it can free it by itself.
+                sources = p.sources
+                for gi, b in p.vram.items():
+                    accounted_by_gpu[gi] = accounted_by_gpu.get(gi, 0) + b
+                    if sources.get(gi) == "nvml-unknown":
+                        unknown_by_gpu.add(gi)
                 continue
+            if state == "gone":
+                reason = "unknown-pid" if self._nested_ns else "kfd-without-process"
+            elif state == "disk-sleep":
+                reason = "disk-sleep"
+            else:
+                reason = "zombie"
             gpu_set = set(p.vram) | {render_to_gpu[f] for f in p.device_files if f in render_to_gpu}
             detail = {
                 "kfd-without-process": "the driver still charges VRAM to a PID that no longer exists",
@@ -177,15 +257,6 @@ class Sampler:
                     holders_by_gpu.setdefault(g, []).append(holder)
             else:
                 shared_holders.append(holder)  # holds only /dev/kfd: could be any GPU
-        accounted_by_gpu: dict[int, int] = {}
-        unknown_by_gpu: set[int] = set()
-        for p in processes:
-            if p.state in NOT_LIVE or p.state == "disk-sleep":
-                continue
-            for gi, b in p.vram.items():
-                accounted_by_gpu[gi] = accounted_by_gpu.get(gi, 0) + b
-                if p.sources.get(gi) == "nvml-unknown":
-                    unknown_by_gpu.add(gi)
         out = []
         for g in gpus:
             accounted = accounted_by_gpu.get(g.index, 0)

@@ -164,7 +164,8 @@ class SysfsBackend:
         self._proc_dir = self.sysfs_root / "class/kfd/kfd/proc"
         self._gpu_id_to_index = {gid: i for i, (_, gid, _) in enumerate(self._layout) if gid}
         self._held = HeldFiles()
-        self._entries: dict[str, list[tuple[str, int]]] = {}  # pid -> [(vram_<gpu_id>, gpu index)]
+        self._proc_dir_s = str(self._proc_dir)
+        self._entries: dict[str, tuple[int, list[list]]] = {}  # pid -> (its directory's inode, see _list_pid)
         self._refreshes = 0
 
     def _join(self) -> list[tuple[DrmCard | None, int | None, KfdNode | None]]:
@@ -221,49 +222,75 @@ class SysfsBackend:
 
     def process_usage(self) -> list[ProcessUsage]:
         """KFD's per-process VRAM. The vram_<gpu_id> files are kept open and re-read with pread;
-        each PID's directory is listed when first seen and again every RELIST_EVERY refreshes."""
+        each PID's directory is listed when first seen and again every RELIST_EVERY refreshes.
+        A file that reads the same bytes as last time gives back the same ProcessUsage object."""
         out: list[ProcessUsage] = []
-        base = str(self._proc_dir)
+        base = self._proc_dir_s
         try:
-            pids = [n for n in os.listdir(base) if n.isdigit()]
+            with os.scandir(base) as it:
+                # The directory's inode tells a PID's new directory (a new process) from the old one,
+                # whose held files (on a plain file tree like the sim's) would still read the old numbers.
+                listing = {e.name: e.inode() for e in it if e.name.isdigit()}
         except OSError:
             return out
         self._refreshes += 1
         relist_all = self._refreshes % self.RELIST_EVERY == 0
-        present = set(pids)
-        for gone in [p for p in self._entries if p not in present]:
-            self._held.drop_under(f"{base}/{gone}/")
-            del self._entries[gone]
-        for pid_s in pids:
-            entries = self._entries.get(pid_s)
-            if entries is None or relist_all:
-                entries = self._list_pid(base, pid_s)
-                if entries is None:
-                    continue  # the process left between the two listings
-            pid = int(pid_s)
+        known = self._entries
+        for gone in known.keys() - listing.keys():
+            self._forget_pid(gone)
+        read = self._held.read
+        append = out.append
+        for pid_s, ino in listing.items():
+            rec = known.get(pid_s)
+            if rec is None or rec[0] != ino:
+                if rec is not None:
+                    self._forget_pid(pid_s)
+                entries = self._list_pid(base, pid_s, ino, None)
+            elif relist_all:
+                entries = self._list_pid(base, pid_s, ino, rec[1])
+            else:
+                entries = rec[1]
+            if entries is None:
+                continue  # the process left between the two listings
             stale = False
-            for entry, index in entries:
-                raw = self._held.read(f"{base}/{pid_s}/{entry}", 64)
+            for entry in entries:
+                raw = read(entry[0], 64)
                 if raw is None:
                     stale = True
                     continue
-                try:
-                    value = int(raw.split()[0])
-                except (ValueError, IndexError):
+                if raw == entry[2]:
+                    append(entry[3])
                     continue
-                out.append(ProcessUsage(pid=pid, gpu_index=index, vram_bytes=value, source="kfd"))
+                try:
+                    value = int(raw)
+                except ValueError:
+                    try:
+                        value = int(raw.split()[0])
+                    except (ValueError, IndexError):
+                        continue
+                usage = ProcessUsage(pid=int(pid_s), gpu_index=entry[1], vram_bytes=value, source="kfd")
+                entry[2] = raw
+                entry[3] = usage
+                append(usage)
             if stale:
-                self._entries.pop(pid_s, None)
+                self._forget_pid(pid_s)
         return out
 
     RELIST_EVERY = 10
 
-    def _list_pid(self, base: str, pid_s: str) -> list[tuple[str, int]] | None:
+    def _forget_pid(self, pid_s: str) -> None:
+        rec = self._entries.pop(pid_s, None)
+        for entry in rec[1] if rec else ():
+            self._held.drop(entry[0])
+
+    def _list_pid(self, base: str, pid_s: str, ino: int, previous: list[list] | None) -> list[list] | None:
+        """[path, gpu index, last bytes read, last ProcessUsage] per vram file of one PID directory."""
         try:
             names = os.listdir(f"{base}/{pid_s}")
         except OSError:
-            self._entries.pop(pid_s, None)
+            self._forget_pid(pid_s)
             return None
+        kept = {e[0]: e for e in previous} if previous else {}
         entries = []
         for entry in names:
             if entry.startswith("vram_"):
@@ -272,8 +299,11 @@ class SysfsBackend:
                 except ValueError:
                     continue
                 if index is not None:
-                    entries.append((entry, index))
-        self._entries[pid_s] = entries
+                    path = f"{base}/{pid_s}/{entry}"
+                    entries.append(kept.pop(path, None) or [path, index, None, None])
+        for path in kept:  # files that went away
+            self._held.drop(path)
+        self._entries[pid_s] = (ino, entries)
         return entries
 
     def device_globs(self) -> list[str]:
