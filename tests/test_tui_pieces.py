@@ -85,3 +85,13 @@ def test_playbook_events_become_panel_lines():
     assert line.level == "error" and line.text == "reset/verify: GPU 0 still holds 2 GiB"
     done = node_events.from_playbook(Event("done", "purge", None, "done", {"ok": True}))
     assert done.level == "ok" and done.text == "purge: done"
+
+
+def test_new_warnings_become_events_once_but_not_the_simulated_label():
+    before = dataclasses.replace(fixed_snapshot(), warnings=("SIMULATED node: no real GPU was found",))
+    after = dataclasses.replace(before, taken_at=TAKEN_AT + 1,
+                                warnings=before.warnings + ("engine state unreadable: bad json",))
+    assert [(e.level, e.text) for e in node_events.diff(before, after)] == \
+        [("warning", "engine state unreadable: bad json")]
+    assert not any("SIMULATED node" in e.text for e in node_events.diff(None, before))
+    assert node_events.diff(after, after) == []

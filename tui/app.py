@@ -89,7 +89,7 @@ class GpuwardenApp(App):
 
     def on_mount(self) -> None:
         self.query_one("#header", NodeHeader).show(None)
-        self.sampler = SamplingThread(self.source, self.refresh_s, self._deliver, self._failed)
+        self.sampler = SamplingThread(self.source, self.refresh_s, self._deliver, self._failed, close=self._on_exit)
         self.sampler.start()
         self.set_interval(min(0.5, self.refresh_s), self._watchdog)
         if self._watch_terminal:
@@ -104,8 +104,6 @@ class GpuwardenApp(App):
             self.sampler.stop()
         if self.current_run and self.current_run.running:
             self.current_run.cancel()
-        if self._on_exit:
-            self._on_exit()
 
     # --- sampling (called from the sampler thread) -----------------------------------------------
     def _deliver(self, snap: NodeSnapshot) -> None:

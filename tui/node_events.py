@@ -79,6 +79,11 @@ def diff(before: NodeSnapshot | None, now: NodeSnapshot) -> list[NodeEvent]:
             if prev is not None and (h.pid, h.reason) not in old_holders:
                 out.append(NodeEvent(ts, "warning", f"GPU {r.gpu_index}: pid {h.pid} holds VRAM ({h.reason})"))
 
+    old_warnings = set(before.warnings) if before else set()
+    for w in now.warnings:
+        # The header already says SIMULATED; every other warning is worth a line when it first shows.
+        if w not in old_warnings and not w.startswith("SIMULATED"):
+            out.append(NodeEvent(ts, "warning", w))
     if before is not None:
         for g in sorted(set(now.drained) - set(before.drained)):
             out.append(NodeEvent(ts, "warning", f"GPU {g} drained"))

@@ -56,8 +56,9 @@ class SamplingThread:
     """
 
     def __init__(self, source: SnapshotSource, interval: float, deliver: Callable[[NodeSnapshot], None],
-                 failed: Callable[[str], None]):
+                 failed: Callable[[str], None], close: Callable[[], None] | None = None):
         self.source = source
+        self.close = close  # called by this thread when it ends: never while a call is in flight
         self.interval = max(interval, MIN_REFRESH_S)
         self.deliver = deliver
         self.failed = failed
@@ -79,6 +80,13 @@ class SamplingThread:
         self._wake.set()
 
     def _loop(self) -> None:
+        try:
+            self._sample_until_stopped()
+        finally:
+            if self.close is not None:
+                self.close()
+
+    def _sample_until_stopped(self) -> None:
         while not self._stop.is_set():
             self.busy_since = time.monotonic()
             try:
