@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from ops.settings import Settings
+from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 baseline_app = typer.Typer(name="baseline", no_args_is_help=True, rich_markup_mode=None,
                            help="The idle VRAM baseline per GPU: record it on an idle node, show it.")
@@ -22,10 +23,10 @@ def record_cmd(
     ctx: typer.Context,
     gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out."),
     force: bool = typer.Option(False, "--force", help="Record even when idle use looks like a leak."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
+    dry_run: DryRun = False,
     yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for symmetry; recording asks nothing."),
-    json_out: bool = typer.Option(False, "--json", help="One JSON event per line."),
-    wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another playbook's lock on the GPUs."),
+    json_out: JsonOut = False,
+    wait: Wait = 0.0,
 ) -> None:
     """Record each GPU's idle VRAM use (after a clean start or a reset).
 

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from ops.settings import Settings
+from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 
 def register(app: typer.Typer) -> None:
@@ -21,10 +22,10 @@ def register(app: typer.Typer) -> None:
         grace: Optional[float] = typer.Option(None, "--grace", help="Seconds each engine gets between its stop "
                                               "signal and SIGKILL (default: the engine's stop_grace)."),
         reason: str = typer.Option("", "--reason", help="Why, for the journal and `status`."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
-        yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask; required when there is no terminal."),
-        json_out: bool = typer.Option(False, "--json", help="One JSON event per line."),
-        wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another playbook's lock on the GPU."),
+        dry_run: DryRun = False,
+        yes: Yes = False,
+        json_out: JsonOut = False,
+        wait: Wait = 0.0,
     ) -> None:
         """Drain GPU N: mark it drained, stop the engines on it, wait until it is idle.
 
@@ -45,10 +46,10 @@ def register(app: typer.Typer) -> None:
     def undrain_cmd(
         ctx: typer.Context,
         gpu: int = typer.Argument(..., help="GPU index."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
+        dry_run: DryRun = False,
         yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for symmetry; undrain asks nothing."),
-        json_out: bool = typer.Option(False, "--json", help="One JSON event per line."),
-        wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another playbook's lock on the GPU."),
+        json_out: JsonOut = False,
+        wait: Wait = 0.0,
     ) -> None:
         """Undrain GPU N: clear its drained mark so launch may use it again."""
         from playbooks import nodecheck

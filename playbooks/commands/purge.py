@@ -11,6 +11,7 @@ from typing import List, Optional
 import typer
 
 from ops.settings import Settings
+from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 
 def register(app: typer.Typer) -> None:
@@ -26,10 +27,10 @@ def register(app: typer.Typer) -> None:
                                             "holder left, reset the GPU (only if no live process uses it)."),
         grace: float = typer.Option(5.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
         timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for the residual to go."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
-        yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask; required when there is no terminal."),
-        json_out: bool = typer.Option(False, "--json", help="One JSON event per line."),
-        wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another playbook's lock on the GPUs."),
+        dry_run: DryRun = False,
+        yes: Yes = False,
+        json_out: JsonOut = False,
+        wait: Wait = 0.0,
     ) -> None:
         """Remove what keeps residual VRAM held, safely, then check that it is gone.
 

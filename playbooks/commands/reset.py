@@ -8,6 +8,7 @@ from __future__ import annotations
 import typer
 
 from ops.settings import Settings
+from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 
 def register(app: typer.Typer) -> None:
@@ -18,10 +19,10 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Reset even if the GPU is not drained or processes "
                                    "still use it (they lose their GPU contexts)."),
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for the GPU to come back clean."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (and the exact reset command); change nothing."),
-        yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask; required when there is no terminal."),
-        json_out: bool = typer.Option(False, "--json", help="One JSON event per line."),
-        wait: float = typer.Option(0.0, "--wait", help="Seconds to wait for another playbook's lock on the GPU."),
+        dry_run: DryRun = False,
+        yes: Yes = False,
+        json_out: JsonOut = False,
+        wait: Wait = 0.0,
     ) -> None:
         """Reset GPU N: every context on it is lost and leaked VRAM returns.
 
