@@ -74,6 +74,10 @@ class DrainPlaybook(Playbook):
         _, states = nodecheck.wait_idle(ctx.settings, [self.gpu], self.timeout_s, cancelled=ctx.cancelled)
         state = states[self.gpu]
         ctx.scratch["remaining"] = list(state.problems)
+        stopped = ctx.scratch.get("stopped", [])
+        # One structured account for scripts (--json): what drain stopped, what is still there.
+        ctx.info(f"GPU {self.gpu}: {len(stopped)} engine(s) stopped, {len(state.problems)} thing(s) remain",
+                 gpu=self.gpu, stopped=stopped, remaining=list(state.problems))
         if not state.ok:
             raise StepFailed(f"GPU {self.gpu} is drained but not idle after {self.timeout_s:g}s: "
                              + "; ".join(state.problems),

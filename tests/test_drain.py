@@ -51,6 +51,8 @@ def test_drain_stops_only_that_gpus_engines(sim, state_dir):
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [e["step"] for e in events if e["kind"] == "step_ok"] == ["mark", "stop-engines", "wait-idle"]
     assert any(e["kind"] == "info" and e["data"].get("engine") == "llm-a" for e in events)
+    account = next(e["data"] for e in events if e["kind"] == "info" and "remaining" in e.get("data", {}))
+    assert [s["engine"] for s in account["stopped"]] == ["llm-a"] and account["remaining"] == []
 
     assert _used(sim) == {0: 0, 1: 5 << 30, 2: 0}
     recs = records(state_dir)
