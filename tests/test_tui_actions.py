@@ -132,3 +132,22 @@ def test_a_collected_bundle_opens_read_only_with_its_triage(state_dir, tmp_path)
             await wait_for(pilot, lambda: "triage of" in screen_text(app), what="triage view")
             assert "no triage summary" not in screen_text(app)
     asyncio.run(go())
+
+
+def test_command_palette_runs_an_action(state_dir):
+    settings = sim_settings(state_dir)
+
+    async def go():
+        app = live_app(settings)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            await pilot.press("ctrl+p")
+            await pilot.pause(0.2)
+            await pilot.press(*"record idle")
+            await wait_for(pilot, lambda: "Record idle baseline" in screen_text(app), what="palette hit")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.current_run is not None and not app.current_run.running,
+                           timeout=30, what="baseline from the palette")
+            assert app.current_run.playbook.name == "baseline" and app.current_run.result.ok
+    asyncio.run(go())
+    assert set(nodestate.baseline(state_dir)) == {0, 1, 2, 3}

@@ -13,7 +13,7 @@ from ..styles import STYLES as S
 
 
 class KeyStrip(Widget):
-    DEFAULT_CSS = "KeyStrip { height: 1; width: 1fr; background: $panel; }"
+    DEFAULT_CSS = "KeyStrip { dock: bottom; height: 1; width: 1fr; background: $panel; }"
 
     def __init__(self, keys: list[tuple[str, str]], **kw):
         super().__init__(**kw)
