@@ -21,6 +21,19 @@ def _num(v: float | None, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
+def short_command(command: str) -> str:
+    """Drop directories from the program (and from the script an interpreter runs): the name is what
+    an operator scans for in a narrow column; `status --json` keeps the whole command line."""
+    parts = command.split(" ")
+    if not parts or not parts[0].startswith("/"):
+        return command
+    parts[0] = parts[0].rsplit("/", 1)[-1]
+    if parts[0].startswith(("python", "perl", "ruby", "node", "bash", "sh")) and len(parts) > 1 \
+            and parts[1].startswith("/"):
+        parts[1] = parts[1].rsplit("/", 1)[-1]
+    return " ".join(parts)
+
+
 def render(snap: NodeSnapshot, width: int = 100) -> str:
     lines: list[str] = []
     label = "  ** SIMULATED **" if snap.simulated else ""
@@ -51,7 +64,7 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
         lines.append(f"{'PID':>8}  {'USER':<10} {'STATE':<11} {'GPU VRAM':<28} COMMAND")
         for p in snap.processes:
             per_gpu = ", ".join(f"{gi}:{fmt_bytes(b)}" for gi, b in sorted(p.vram.items())) or "(device files only)"
-            cmd = p.command or "(gone)"
+            cmd = short_command(p.command) if p.command else "(gone)"
             room = max(20, width - 63)
             lines.append(f"{p.pid:>8}  {(p.user or '?')[:10]:<10} {p.state:<11} {per_gpu[:28]:<28} {cmd[:room]}")
     else:
