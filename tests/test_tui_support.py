@@ -5,7 +5,6 @@ The fixed snapshot has a fixed host and clock, so snapshot tests render the same
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from ops.model import (ArenaInfo, ArenaMapper, EngineInfo, GpuInfo, GpuProcess, Holder, NodeSnapshot,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from ops.errors import GpuwardenError
-from ops.model import NodeSnapshot, snapshot_from_dict
+from ops.model import NodeSnapshot
 from ops.settings import Settings
 
 SnapshotSource = Callable[[], NodeSnapshot]
@@ -34,17 +34,6 @@ def bundle_source(path: Path, settings: Settings) -> SnapshotSource:
         raise GpuwardenError("showing a bundle is not available in this build (ops.bundle.replay is missing)",
                              "run `gpuwarden triage FILE` to read the bundle's findings instead") from None
     snap = snapshot_from_bundle(path, settings)
-    return lambda: snap
-
-
-def json_source(path: Path) -> SnapshotSource:
-    """A snapshot saved with `gpuwarden status --json`; the same snapshot every time."""
-    import json
-    try:
-        snap = snapshot_from_dict(json.loads(Path(path).read_text()))
-    except (OSError, ValueError, TypeError) as exc:
-        raise GpuwardenError(f"cannot read a snapshot from {path}: {exc}",
-                             "give a file written by `gpuwarden status --json`") from None
     return lambda: snap
 
 
