@@ -33,14 +33,18 @@ def test_duration_drops_seconds_after_the_first_minute():
     assert text.duration(None) == "-"
 
 
-def test_history_is_bounded_and_ignores_a_repeated_snapshot():
-    h = VramHistory(keep=3)
+def test_history_keeps_the_peak_per_bucket_and_only_the_last_buckets():
+    h = VramHistory(bucket_s=15, keep=3)
     snap = fixed_snapshot()
-    for i in range(5):
-        h.add(dataclasses.replace(snap, taken_at=TAKEN_AT + i))
-    h.add(dataclasses.replace(snap, taken_at=TAKEN_AT + 4))
-    assert len(h.series(0)) == 3
-    assert h.series(0)[-1] == 18 / 192
+    start = 15 * 1000
+    gpu0 = snap.gpus[0]
+    for i, used in enumerate([4, 9, 2, 6, 1, 8, 3, 5]):  # two samples per bucket
+        gpus = (dataclasses.replace(gpu0, vram_used=used * GIB, vram_total=10 * GIB),)
+        h.add(dataclasses.replace(snap, taken_at=start + i * 7.5, gpus=gpus))
+    assert [round(x, 1) for x in h.series(0)] == [0.6, 0.8, 0.5]
+    assert h.span_s == 45
+    h.add(dataclasses.replace(snap, taken_at=start + 100, gpus=snap.gpus[1:]))
+    assert h.series(0) == []  # a GPU that disappeared has no history
 
 
 def test_first_snapshot_reports_crash_and_residual():

@@ -19,7 +19,7 @@ TREND_AT = 140  # room for the sparkline too
 NARROW = ("GPU", "NAME", "VRAM", "USED", "RESID", "BUSY", "TEMP", "ENG", "")
 NARROW_NAME = 14
 WIDE = ("GPU", "NAME", "VRAM", "USED", "RESIDUAL", "GTT", "BUSY", "TEMP", "POWER", "ENG", "")
-TREND = ("GPU", "NAME", "VRAM", "USED", "RESIDUAL", "GTT", "BUSY", "TEMP", "POWER", "ENG", "VRAM TREND", "")
+TREND = ("GPU", "NAME", "VRAM", "USED", "RESIDUAL", "GTT", "BUSY", "TEMP", "POWER", "ENG", "VRAM 5 MIN", "")
 
 
 class GpusPanel(RowTable):
