@@ -66,7 +66,7 @@ fi
 capture() {  # $1 width, $2 height, $3 file: start the TUI in tmux, capture the main screen and GPU 0's detail
     tmux -S "$SOCK" kill-server 2>/dev/null
     tmux -S "$SOCK" new-session -d -x "$1" -y "$2" -s tui \
-        "${GW[*]} --config $CFG --backend nvml tui --refresh 1; echo tui-exit=\$? > $STATE/tui.rc; sleep 30"
+        "${GW[*]} --state-dir $STATE --config $CFG --backend nvml tui --refresh 1; echo tui-exit=\$? > $STATE/tui.rc; sleep 30"
     for _ in $(seq 1 100); do
         tmux -S "$SOCK" capture-pane -p -t tui | grep -q "engine(s)\|none supervised" && break
         sleep 0.2
