@@ -158,7 +158,8 @@ def _amdsmi_reset(m: Any, bus_id: str) -> str:
         m.amdsmi_reset_gpu(handle)
     except errors as exc:
         code = getattr(exc, "err_code", None)
-        no_perm = getattr(m, "amdsmi_wrapper", None) and code == getattr(m.amdsmi_wrapper, "AMDSMI_STATUS_NO_PERM", object())
+        wrapper = getattr(m, "amdsmi_wrapper", None)
+        no_perm = wrapper is not None and code == getattr(wrapper, "AMDSMI_STATUS_NO_PERM", object())
         raise GpuwardenError(f"{call} failed: {exc}",
                              "run as root" if no_perm else "see dmesg for the driver's view of the reset") from None
     finally:

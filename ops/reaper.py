@@ -301,7 +301,8 @@ class Reaper:
         refusal = untouchable(ppid, self.proc_root)
         if refusal:
             out.result = "reported"
-            out.detail = f"zombie not reaped by its parent pid {ppid} ({parent_cmd[:60]}), which was left alone: {refusal}"
+            out.detail = (f"zombie not reaped by its parent pid {ppid} ({parent_cmd[:60]}), "
+                          f"which was left alone: {refusal}")
             out.next_step = (f"restart or fix pid {ppid} so it waits for its children; "
                              "or reset the GPU once it is drained")
             journal.write(self.settings.state_dir, "reaper", "reported", pid=target.pid, reason="zombie",

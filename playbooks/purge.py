@@ -147,7 +147,8 @@ class PurgePlaybook(Playbook):
         if self.escalate_reset:
             for g in self._leaky:
                 for s in reset_step(ctx.settings, g, force=False, timeout_s=self.reset_timeout_s,
-                                    runner=self.runner, which=self.which, amdsmi_loader=self.amdsmi_loader):
+                                    require_drained=False, runner=self.runner, which=self.which,
+                                    amdsmi_loader=self.amdsmi_loader):
                     steps.append(self._only_if_left(g, s))
         return steps
 

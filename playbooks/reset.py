@@ -32,16 +32,17 @@ def blockers(snap: NodeSnapshot, gpu: int, *, require_drained: bool, drained: di
     return problems
 
 
-def reset_step(settings: Settings, gpu: int, *, force: bool, timeout_s: float,
+def reset_step(settings: Settings, gpu: int, *, force: bool, timeout_s: float, require_drained: bool,
                runner: gpureset.Runner, which: gpureset.Which, amdsmi_loader: Callable[[], Any]) -> list[Step]:
-    """The reset and verify steps; purge --escalate-reset uses the same ones."""
+    """The reset and verify steps; purge --escalate-reset uses the same ones (without the drain rule)."""
 
     def do_reset(ctx: RunContext) -> str:
         # Look again right before acting: a tenant may have started since the plan was made.
         snap = nodecheck.snapshot(settings)
         info = nodecheck.require_gpu(snap, gpu)
         if not force:
-            problems = blockers(snap, gpu, require_drained=False, drained={})
+            problems = blockers(snap, gpu, require_drained=require_drained,
+                                drained=nodestate.drained(settings.state_dir))
             if problems:
                 raise StepFailed("not reset: " + "; ".join(problems), "stop them, or pass --force")
         path = gpureset.choose(info, which=which, amdsmi_loader=amdsmi_loader)
@@ -110,7 +111,8 @@ class ResetPlaybook(Playbook):
         if info.vendor != "sim" and os.geteuid() != 0:
             problems.append("a GPU reset needs root (run it with sudo)")
         if not self.force:
-            problems += blockers(snap, self.gpu, require_drained=True, drained=nodestate.drained(ctx.settings.state_dir))
+            drained = nodestate.drained(ctx.settings.state_dir)
+            problems += blockers(snap, self.gpu, require_drained=True, drained=drained)
         try:
             self._path = gpureset.choose(info, which=self.which, amdsmi_loader=self.amdsmi_loader)
         except Exception as exc:  # no tool, no bus id: the plan cannot name a way to reset
@@ -120,7 +122,8 @@ class ResetPlaybook(Playbook):
 
     def plan(self, ctx: RunContext) -> list[Step]:
         steps = reset_step(ctx.settings, self.gpu, force=self.force, timeout_s=self.timeout_s,
-                           runner=self.runner, which=self.which, amdsmi_loader=self.amdsmi_loader)
+                           require_drained=True, runner=self.runner, which=self.which,
+                           amdsmi_loader=self.amdsmi_loader)
         if self._path is not None:
             steps[0].description += f" via {self._path.what}"
         return steps

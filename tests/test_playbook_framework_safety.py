@@ -17,7 +17,7 @@ import pytest
 
 from ops import nodestate, procs
 from simnode import cli_argv, start_tenant
-from test_reaper_family import proc_state, start_family, wait_for
+from test_reaper_family import holds_sim_vram, proc_state, start_family, wait_for
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def node(cli, state_dir, tmp_path):
         return cli("--backend", "sim", *args, **kw)
     sim("sim", "init", "--gpus", "4", check=True)
     fam = start_family(cli_argv(state_dir, "sim", "hold", "--gpu", "1", "--size", "2GiB"))
-    assert wait_for(lambda: any(p.name.startswith(f"{fam.tenant}-") for p in (state_dir / "sim/allocs").glob("*")), 20)
+    assert wait_for(lambda: holds_sim_vram(state_dir, fam.tenant), 20)
     os.kill(fam.tenant, signal.SIGKILL)
     assert wait_for(lambda: proc_state(fam.tenant) == "Z", 5)
     sim("sim", "leak", "--gpu", "2", "--size", "3GiB", check=True)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from simnode import proc_state, wait_for  # noqa: F401  (re-exported for the reaper and purge tests)
 
@@ -72,6 +73,11 @@ def start_family(argv: list[str], *, mode: str = "bad-parent", env: dict[str, st
     line = keeper.stdout.readline().split()
     parent, tenant = int(line[0]), int(line[1])
     return Family(keeper, parent, tenant)
+
+
+def holds_sim_vram(state_dir: Path, pid: int) -> bool:
+    """True once the simulated driver has charged VRAM to `pid`."""
+    return any(p.name.startswith(f"{pid}-") for p in (state_dir / "sim" / "allocs").glob("*.json"))
 
 
 def test_family_bad_parent_leaves_a_zombie():

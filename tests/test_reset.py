@@ -125,3 +125,23 @@ def test_verify_rides_out_a_gpu_that_vanishes_for_a_moment(sim, state_dir, monke
     monkeypatch.setattr(snapshot, "Sampler", lambda *a, **kw: (_ for _ in ()).throw(BackendUnavailable("gone")))
     with pytest.raises(Exception, match="cannot read the GPUs: gone"):
         nodecheck.wait_idle(settings, [1], timeout_s=0.3, poll_s=0.05)
+
+
+def test_undrained_between_plan_and_action_is_not_reset(sim, state_dir):
+    # Plan under a drained GPU, then someone undrains it before the step runs: the step looks again.
+    import threading
+
+    from ops.settings import Settings
+    from playbooks.framework import RunContext, StepFailed
+    from playbooks.reset import ResetPlaybook
+    sim("sim", "init", "--gpus", "2", check=True)
+    nodestate.set_drained(state_dir, 1, True)
+    pb = ResetPlaybook(1)
+    ctx = RunContext(settings=Settings(state_dir=state_dir, backend="sim"), playbook="reset",
+                     sink=lambda e: None, cancelled=threading.Event())
+    assert pb.preconditions(ctx) == []
+    steps = pb.plan(ctx)
+    nodestate.set_drained(state_dir, 1, False)
+    with pytest.raises(StepFailed, match="GPU 1 is not drained"):
+        steps[0].action(ctx)
+    assert _resets(sim) == {}
