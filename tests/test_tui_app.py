@@ -134,6 +134,8 @@ def test_hung_backend_marks_data_stale_and_keys_still_work(settings):
             await wait_for(pilot, lambda: app.snapshot is not None)
             await wait_for(pilot, lambda: "STALE" in screen_text(app), timeout=5, what="stale mark")
             assert app.query_one("#gpus").has_class("stale")
+            await wait_for(pilot, lambda: "stale: " in str(app.query_one("#engines").border_subtitle), what="age")
+            assert "4 engine(s) · stale: " in screen_text(app)
             t0 = time.monotonic()
             await pilot.press("question_mark")
             await wait_for(pilot, lambda: "Keys" in screen_text(app), timeout=2, what="help while hung")
@@ -142,7 +144,7 @@ def test_hung_backend_marks_data_stale_and_keys_still_work(settings):
             assert len(calls) == 2  # the hung call was never overlapped by another
             release.set()
             await wait_for(pilot, lambda: "STALE" not in screen_text(app), timeout=5, what="fresh data")
-            assert not app.query_one("#gpus").has_class("stale")
+            assert not app.query_one("#gpus").has_class("stale") and "stale: " not in screen_text(app)
     run(go())
 
 

@@ -24,6 +24,7 @@ from .messages import PlaybookFinished, PlaybookProgress, SamplingFailed, Snapsh
 from .palette import GpuwardenCommands
 from .runner import PlaybookRun
 from .sampling import MIN_REFRESH_S, SamplingThread, SnapshotSource
+from .text import duration
 from .widgets.arena import ArenaPanel
 from .widgets.engines import EnginesPanel
 from .widgets.events import EventsPanel
@@ -156,11 +157,16 @@ class GpuwardenApp(App):
             self.exit(return_code=0)
             return
         stale = self.stale_for()
-        self._set_stale(stale is not None)
+        self._set_stale(stale is not None, stale)
         if stale is not None or self.sample_error:
             self._show_header()
 
-    def _set_stale(self, stale: bool) -> None:
+    def _set_stale(self, stale: bool, age: float | None = None) -> None:
+        note = f"stale: {duration(age)} old" if stale and age is not None else ""
+        for panel in self.query("#gpus, #engines, #arena"):
+            if getattr(panel, "stale_note", "") != note:
+                panel.stale_note = note
+                panel.border_subtitle = " · ".join(x for x in (getattr(panel, "subtitle", ""), note) if x)
         if stale == self._stale_shown:
             return  # restyling three panels twice a second would be most of an idle TUI's work
         self._stale_shown = stale

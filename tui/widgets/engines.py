@@ -30,6 +30,8 @@ class EnginesPanel(RowTable):
     def __init__(self, **kw):
         super().__init__(**kw)
         self.border_title = "Engines"
+        self.subtitle = ""  # the count; the app adds how old the data is when it is stale
+        self.stale_note = ""
         self._engines: dict[str, EngineInfo] = {}
 
     def on_mount(self) -> None:
@@ -49,7 +51,8 @@ class EnginesPanel(RowTable):
                 Text(exit_reason(e), style=S["phase.bad"] if e.signal else ""), text.clip(e.last_log_line, 200),
             ]))
         self._engines = {e.name: e for e in snap.engines}
-        subtitle = "none supervised" if not rows else f"{len(rows)} engine(s)"
-        if subtitle != self.border_subtitle:
-            self.border_subtitle = subtitle
+        self.subtitle = "none supervised" if not rows else f"{len(rows)} engine(s)"
+        shown = " · ".join(x for x in (self.subtitle, self.stale_note) if x)
+        if shown != self.border_subtitle:
+            self.border_subtitle = shown
         self.set_rows(rows)
