@@ -272,3 +272,38 @@ def test_launch_then_stop_engine_with_confirm(tmp_path, supervised):  # noqa: F8
     actions = [(e.get("action"), e.get("result")) for e in entries]
     assert ("stop", "cancelled") in actions, actions
     assert ("engine-stop", "ok") in actions and ("stop:stop", "ok") in actions, actions
+
+
+def test_quit_while_a_playbook_runs_asks_for_a_second_q(settings):
+    from playbooks.framework import Playbook, Step
+    from tui.runner import PlaybookRun
+    started = threading.Event()
+
+    class Slow(Playbook):
+        name = "slow"
+        description = "a step that waits"
+
+        def plan(self, ctx):
+            def wait(c):
+                started.set()
+                while not c.cancelled.is_set():
+                    time.sleep(0.02)
+                return "stopped"
+            return [Step("wait", "wait until cancelled", wait), Step("after", "never runs", lambda c: "ran")]
+
+    async def go():
+        app = make_app(settings)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            run = PlaybookRun(app, Slow(), settings, "Slow")
+            app.current_run = run
+            run.start()
+            await wait_for(pilot, started.is_set)
+            await pilot.press("q")
+            await pilot.pause(0.05)
+            assert app.is_running and any("press q again" in n.message for n in app._notifications)
+            await pilot.press("q")
+            await wait_for(pilot, lambda: not run.running, what="the run to stop")
+            kinds = [(e.kind, e.step) for e in run.events]
+            assert ("step_skipped", "after") in kinds
+    run(go())

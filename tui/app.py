@@ -69,6 +69,7 @@ class GpuwardenApp(App):
         self.sampler: SamplingThread | None = None
         self._started = time.monotonic()
         self._stale_shown = False
+        self._quit_asked = float("-inf")
         if not self.read_only:
             for spec in ACTIONS:
                 self.bind(spec.key, f"act('{spec.name}')", description=spec.short)
@@ -235,6 +236,19 @@ class GpuwardenApp(App):
             return
         from .screens.progress import ProgressScreen
         self.push_screen(ProgressScreen(self.current_run))
+
+    async def action_quit(self) -> None:
+        """Quit; while a playbook runs, only on a second q within a few seconds (leaving cuts it short)."""
+        run = self.current_run
+        if run is not None and run.running and time.monotonic() - self._quit_asked > 3.0:
+            self._quit_asked = time.monotonic()
+            self.notify(f"{run.title} is still running: press q again to leave anyway "
+                        "(it stops after its current step)", severity="warning")
+            return
+        if run is not None and run.running:
+            run.cancel()
+            run.join(timeout=2.0)
+        self.exit()
 
     def palette_commands(self) -> list[tuple[str, str, str]]:
         """(title, help, action) for the command palette; no actions at all when read-only."""

@@ -67,7 +67,8 @@ class PlaybookRun:
             answered.set()
 
         try:
-            self.app.call_from_thread(self.app.push_screen, ConfirmScreen(self.title, question), done)
+            # Built on the event loop's thread, like every widget.
+            self.app.call_from_thread(lambda: self.app.push_screen(ConfirmScreen(self.title, question), done))
         except RuntimeError:
             return False  # the app is gone: nobody said yes
         while not answered.wait(0.2):
