@@ -197,3 +197,13 @@ def test_tui_refresh_below_the_floor_is_refused(sim_state):
     proc = subprocess.run([str(GPUWARDEN), "--state-dir", str(sim_state), "--backend", "sim", "tui",
                            "--refresh", "0.1"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "too fast" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_plain_gpuwarden_opens_the_console(sim_state, tmux, tmp_path):
+    rc = tmp_path / "rc"
+    tmux.start(f"{GPUWARDEN} --state-dir {sim_state} --backend sim; echo exit=$? > {rc}; sleep 60", width=80,
+               height=24)
+    tmux.wait_screen("SIMULATED")
+    tmux.wait_screen("0.0/24G")
+    tmux.keys("q")
+    assert wait_file(rc, 15).strip() == "exit=0"
