@@ -46,8 +46,8 @@ class PidWatch:
     def __len__(self) -> int:
         return len(self._fd_of)
 
-    def pids(self) -> list[int]:
-        return list(self._fd_of)
+    def pids(self) -> set[int]:
+        return set(self._fd_of)
 
     def track(self, pid: int) -> bool:
         """Watch `pid` from now on. False when it cannot be watched (no such process, a thread id, no fds left).

@@ -1,12 +1,11 @@
 """One NodeSnapshot: GPUs from the backend, processes attributed to them, residual VRAM and holders.
 
-Sampler keeps caches between refreshes (process facts per identity, the set of device-file
-holders from the last deep scan) so a 1 Hz refresh reads only what can have changed.
+Sampler keeps caches between refreshes (process facts per identity, a pidfd per GPU process, the
+device-file holders from the last deep scan) so a 1 Hz refresh reads only what can have changed.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from pathlib import Path
@@ -70,10 +69,15 @@ class Sampler:
         self._built: dict[int, tuple[tuple, GpuProcess]] = {}
 
     def close(self) -> None:
+        self.close_readers()
+        self.backend.close()
+
+    def close_readers(self) -> None:
+        """Close what the sampler itself holds open (pidfds, stat files), leaving the backend open."""
         if self._watch is not None:
             self._watch.close()
+            self._watch = None
         self.procs.close()
-        self.backend.close()
 
     # ------------------------------------------------------------------------------------------
     def deep_scan(self) -> None:
@@ -207,10 +211,9 @@ class Sampler:
                 known.pop(pid, None)
                 watch.forget(pid)
             out[pid] = info
-        if len(known) > len(out) or len(watch) > len(out):
-            for pid in [p for p in watch.pids() if p not in out]:
-                watch.forget(pid)
-                known.pop(pid, None)
+        for pid in watch.pids() - out.keys():  # no longer a GPU process: stop watching it
+            watch.forget(pid)
+            known.pop(pid, None)
         return out
 
     def _visible(self, info: ProcInfo) -> dict[str, str]:
@@ -296,9 +299,12 @@ class Sampler:
 
 def take_snapshot(settings: Settings, backend: Backend | None = None, *, deep: bool = True) -> NodeSnapshot:
     """One full snapshot (with a deep scan for device-file holders), for one-shot commands."""
-    sampler = Sampler(settings, backend)
+    # One refresh has no next one for pidfds to save work at: opening them would only add cost.
+    sampler = Sampler(settings, backend, use_pidfds=False)
     try:
         return sampler.snapshot(deep=deep)
     finally:
         if backend is None:
             sampler.close()
+        else:
+            sampler.close_readers()  # the caller's backend stays open for its next use

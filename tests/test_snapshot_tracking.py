@@ -111,6 +111,11 @@ def test_new_tenant_appears_and_vram_changes_show_at_the_next_refresh(tracked, s
         last = entry(sampler.snapshot(deep=False), tenant.pid)
     assert last.vram == {0: 16 * MiB, 1: 128 * MiB}
 
+    node.free(tenant.pid)  # alive, but no longer a GPU process
+    assert entry(sampler.snapshot(deep=False), tenant.pid) is None
+    if sampler._watch is not None:
+        assert tenant.pid not in sampler._watch
+
 
 def test_a_reused_pid_is_a_new_process_at_the_next_refresh(tracked):
     sampler, node, children = tracked

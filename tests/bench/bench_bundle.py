@@ -24,6 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from benchlib import cpu_model  # noqa: E402
+
 from ops.bundle.collect import collect_bundle  # noqa: E402
 from ops.settings import Settings  # noqa: E402
 from ops.triage import analyze_text  # noqa: E402
@@ -85,7 +87,7 @@ def main() -> None:
 
     med = statistics.median
     cli_s, api_s, tar_s, cat_s = med(cli_times), med(api_times), med(tar_times), med(cat_times)
-    print(f"machine: {os.cpu_count()} cores, {_cpu_model()}")
+    print(f"machine: {os.cpu_count()} cores, {cpu_model()}")
     print(f"bundle: {len(last.manifest['items'])} files, {last.bytes / 1024:.0f} KiB compressed")
     print(f"gpuwarden bundle (CLI, median of {args.runs}):  {cli_s * 1e3:8.0f} ms   target < 5000 ms: "
           f"{'met' if cli_s < 5 else 'MISSED'}")
@@ -98,16 +100,6 @@ def main() -> None:
     print(json.dumps({"cli_ms": round(cli_s * 1e3), "api_ms": round(api_s * 1e3), "tar_ms": round(tar_s * 1e3),
                       "cat_ms": round(cat_s * 1e3)}))
     shutil.rmtree(work, ignore_errors=True)
-
-
-def _cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "?"
 
 
 if __name__ == "__main__":

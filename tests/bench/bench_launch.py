@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -21,6 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
+
+from benchlib import machine  # noqa: E402
 
 from ops.engines import state as st  # noqa: E402
 from ops.status_protocol import read_events  # noqa: E402
@@ -130,7 +131,7 @@ def main() -> int:
             "sequential_over_gated": round(seq["seconds"] / gated["seconds"], 3),
             "shim_start_s": round(shim_s, 3), "popen_start_s": round(plain_s, 3),
             "shim_over_popen": round(shim_s / plain_s, 3) if plain_s == plain_s else None,
-            "machine": {"nproc": os.cpu_count(), "cpu": _cpu(), "python": platform.python_version()},
+            "machine": machine(),
         }
         print(f"launch to all {args.engines} serving ({result['runtime']} engines):")
         for m in (burst, gated, seq):
@@ -148,16 +149,6 @@ def main() -> int:
         return 0 if result["target_met"] else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _cpu() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 if __name__ == "__main__":

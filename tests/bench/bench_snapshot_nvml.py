@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchlib import machine, median_ms  # noqa: E402
 
 from ops.backends.nvml import NvmlBackend  # noqa: E402
 from ops.settings import Settings  # noqa: E402
@@ -25,27 +23,6 @@ from ops.snapshot import Sampler, take_snapshot  # noqa: E402
 # python3 tests/bench/bench_snapshot_nvml.py [--runs 30] [--out results.json]
 TARGET_VS_SMI = 100.0
 TARGET_VS_NVITOP = 20.0
-
-
-def median_ms(fn, runs: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def nvml_call_costs(backend: NvmlBackend, runs: int) -> dict[str, float]:
@@ -80,8 +57,7 @@ def main() -> int:
     sampler = Sampler(settings, backend, deep_every_s=1e9)
     snap = sampler.snapshot(deep=True)
     results: dict[str, object] = {
-        "machine": {"nproc": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
-                    "gpus": [g.name for g in snap.gpus], "gpu_processes": len(snap.processes)},
+        "machine": {**machine(), "gpus": [g.name for g in snap.gpus], "gpu_processes": len(snap.processes)},
         "runs": args.runs,
     }
     timings = {

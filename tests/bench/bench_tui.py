@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 import psutil  # noqa: E402
 
-from bench_snapshot_nvml import cpu_model  # noqa: E402  (NVML is imported lazily there)
+from benchlib import cpu_model  # noqa: E402
 from ops.sim.node import SimNode  # noqa: E402
 
 GPUWARDEN = Path(sys.executable).parent / "gpuwarden"

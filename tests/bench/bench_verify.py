@@ -20,21 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import xxhash  # noqa: E402
+from benchlib import cpu_model  # noqa: E402
 
 from ops.arena.create import create  # noqa: E402
 from ops.arena.parallel import default_workers  # noqa: E402
 from ops.arena.verify import verify  # noqa: E402
 from ops.units import parse_size  # noqa: E402
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def best_of(fn, runs: int) -> float:
