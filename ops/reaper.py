@@ -138,6 +138,19 @@ def container_managed(pid: int, proc_root: Path = Path("/proc")) -> bool:
     return False
 
 
+def namespace_init(pid: int, proc_root: Path = Path("/proc")) -> bool:
+    """True when pid is PID 1 of its own PID namespace (a container's init): NSpid ends in 1."""
+    try:
+        with open(f"{proc_root}/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    ids = line.split()[1:]
+                    return len(ids) > 1 and ids[-1] == "1"
+    except OSError:
+        pass
+    return False
+
+
 def untouchable(pid: int, proc_root: Path = Path("/proc")) -> str | None:
     """Why `pid` must never be signalled by gpuwarden, or None when it may be.
 
@@ -155,6 +168,8 @@ def untouchable(pid: int, proc_root: Path = Path("/proc")) -> str | None:
         return "it is this gpuwarden or one of its parents"
     if st.comm in PROTECTED_COMMS or st.comm.startswith("containerd-shim"):
         return f"it is {st.comm}, which the node or its containers depend on"
+    if namespace_init(pid, proc_root):
+        return "it is the init (PID 1) of a container's PID namespace: ending it stops the whole container"
     cmd = _cmdline(pid, proc_root)
     if SHIM_MARKER in cmd:
         return "it is a gpuwarden shim: stop its engine with `gpuwarden engines stop` instead"
@@ -252,7 +267,8 @@ class Reaper:
             out.detail = "no permission to signal it"
             out.next_step = "run gpuwarden as root or as its owner"
             return out
-        if self._gone(target.pid, target.start_ticks):
+        # Its parent normally reaps it within moments; only a parent that does not gets SIGCHLD.
+        if self._wait(lambda: self._gone(target.pid, target.start_ticks), self.reap_wait_s):
             out.result, out.detail = "removed", f"exited after {out.signals[-1] if out.signals else 'nothing'}"
             return out
         st = read_stat(target.pid, self.proc_root)

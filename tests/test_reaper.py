@@ -140,3 +140,22 @@ def test_disk_sleep_is_reported_not_signalled(settings, tmp_path):
     out = r.handle(Target(4242, 777, "disk-sleep"))
     assert out.result == "reported" and "uninterruptible" in out.detail and out.next_step
     assert not any(e["action"] == "reaper-signal" for e in _journal(settings.state_dir))
+
+
+def test_a_containers_init_is_untouchable():
+    # A real PID namespace: `unshare -pf` makes its child PID 1 there, as a container runtime does.
+    import shutil
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        import pytest
+        pytest.skip("needs root and unshare to make a PID namespace")
+    outer = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sleep", "60"])
+    try:
+        def child():
+            for line in open(f"/proc/{outer.pid}/task/{outer.pid}/children").read().split():
+                return int(line)
+        pid = wait_for(child, 5)
+        assert "init (PID 1) of a container's PID namespace" in untouchable(pid)
+        assert untouchable(outer.pid) is None  # unshare itself is an ordinary process here
+    finally:
+        outer.kill()
+        outer.wait()
