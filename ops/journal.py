@@ -17,7 +17,8 @@ from typing import Any, Iterator
 from . import statedir
 
 
-def _who() -> str:
+def who() -> str:
+    """The operator: the user name, and the sudo user behind it when there is one."""
     try:
         user = getpass.getuser()
     except Exception:
@@ -32,7 +33,7 @@ def write(state_dir: Path, action: str, result: str, **details: Any) -> dict[str
         "ts": time.time(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": socket.gethostname(),
-        "who": _who(),
+        "who": who(),
         "pid": os.getpid(),
         "action": action,
         "result": result,

@@ -51,7 +51,7 @@ class DrainPlaybook(Playbook):
 
     def _mark(self, ctx: RunContext) -> str:
         already = self.gpu in nodestate.drained(ctx.settings.state_dir)
-        nodestate.set_drained(ctx.settings.state_dir, self.gpu, True, who=journal._who(), reason=self.reason)
+        nodestate.set_drained(ctx.settings.state_dir, self.gpu, True, who=journal.who(), reason=self.reason)
         return f"GPU {self.gpu} {'was already' if already else 'is now'} drained"
 
     def _stop(self, ctx: RunContext) -> str:

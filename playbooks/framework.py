@@ -165,6 +165,7 @@ def run(
             journal.write(settings.state_dir, playbook.name, "started", **playbook.summary())
             failed = _run_steps(ctx, playbook, steps, emit)
     except Refused as exc:
+        journal.write(settings.state_dir, playbook.name, "refused", reasons=[str(exc)], **playbook.summary())
         return finish(False, f"refused: {exc}", refused=str(exc))
     journal.write(settings.state_dir, playbook.name, "failed" if failed else "ok",
                   failed_step=failed, **playbook.summary())

@@ -265,7 +265,7 @@ def test_launch_then_stop_engine_with_confirm(tmp_path, supervised):  # noqa: F8
             assert records(supervised)[name]["phase"] == "exited"
             await pilot.press("escape")
             await wait_for(pilot, lambda: f"engine {name}: serving → exited" in screen_text(app)
-                           or f"stop/stop: {name}" in screen_text(app), what="event line")
+                           or f"stop/stop:{name}" in screen_text(app), what="event line")
             return name, pid
 
     name, pid = run(go())
@@ -274,7 +274,7 @@ def test_launch_then_stop_engine_with_confirm(tmp_path, supervised):  # noqa: F8
     entries = list(journal.read(supervised))
     actions = [(e.get("action"), e.get("result")) for e in entries]
     assert ("stop", "cancelled") in actions, actions
-    assert ("engine-stop", "ok") in actions and ("stop:stop", "ok") in actions, actions
+    assert ("engine-stop", "ok") in actions and (f"stop:stop:{name}", "ok") in actions, actions
 
 
 def test_quit_while_a_playbook_runs_asks_for_a_second_q(settings):

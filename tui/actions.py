@@ -67,7 +67,7 @@ def _launch(settings: Settings, target: Target) -> Playbook:
 
 
 def _stop(settings: Settings, target: Target) -> Playbook:
-    from .stop_engine import StopEnginePlaybook
+    from playbooks.stop import StopEnginePlaybook
     return StopEnginePlaybook(engine=target.engine or "", gpu=target.engine_gpu)
 
 

@@ -288,6 +288,10 @@ def _put_in_place(path: Path, value: int) -> None:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError:
+        raise GpuwardenError(
+            f"cannot update the simulated node's file {path}: it belongs to another user",
+            "run the sim node's tenants and gpuwarden as the same user, or use a state dir of your own") from None
     try:
         if os.pread(fd, 64, 0) != data:
             os.pwrite(fd, data, 0)

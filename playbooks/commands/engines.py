@@ -122,9 +122,21 @@ def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help
     settings = _settings(ctx)
     if bool(name) == all_:
         raise GpuwardenError("name one engine or pass --all", "e.g. gpuwarden engines stop dp0")
-    names = [name] if name else [i.name for i in st.list_engines(settings)
-                                 if i.phase not in st.FINAL_PHASES]
-    results = [control.stop(settings, n, timeout_s=timeout) for n in names]
+    infos = st.list_engines(settings)
+    if name:
+        known = {i.name: i for i in infos}
+        targets = ((name, known[name].gpu if name in known else None),)
+    else:
+        targets = tuple((i.name, i.gpu) for i in infos if i.phase not in st.FINAL_PHASES)
+    results = []
+    if targets:
+        from playbooks.framework import run
+        from playbooks.stop import StopEnginePlaybook
+        # Naming the engine (or --all) is the operator's confirmation; the runner adds locks and journal.
+        outcome = run(StopEnginePlaybook(engines=targets, timeout_s=timeout), settings, assume_yes=True)
+        if outcome.refused:
+            raise GpuwardenError(outcome.refused, "see `gpuwarden engines list` for the engines there are")
+        results = outcome.data.get("results", [])
     if json_out:
         sys.stdout.write(json.dumps([dataclasses.asdict(r) for r in results], indent=2) + "\n")
         return
