@@ -121,7 +121,9 @@ def test_list_arenas_rescans_proc_only_now_and_then(tmp_path, state_dir, monkeyp
         assert p.stdout.readline().strip() == "up"
         return p
     monkeypatch.setattr(watch, "_scans", {})
+    monkeypatch.setattr(watch, "_quick", {})
     monkeypatch.setattr(watch, "FULL_SCAN_S", 3600.0)
+    monkeypatch.setattr(watch, "QUICK_S", 0.0)  # this test is about the full-scan cadence
     first = mapper()
     second = None
     try:

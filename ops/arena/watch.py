@@ -32,12 +32,29 @@ def _config_arena(settings: Settings) -> str | None:
     return cfg.arena.path if cfg.arena else None
 
 
-def _engine_pids(settings: Settings) -> list[int]:
+def _engine_pids(settings: Settings, engines=None) -> list[int]:
     try:
-        from ops.engines.state import list_engines
-        return [e.pid for e in list_engines(settings) if e.pid and e.phase not in ("exited", "crashed")]
+        if engines is None:
+            from ops.engines.state import list_engines
+            engines = list_engines(settings)
+        return [e.pid for e in engines if e.pid and e.phase not in ("exited", "crashed")]
     except (ImportError, GpuwardenError):
         return []
+
+
+# An engine maps its arena once, at start: what a PID maps shared is read again only this often.
+SHARED_FILES_S = 15.0
+_shared: dict[tuple[str, int], tuple[float, set[str]]] = {}
+
+
+def _shared_files_cached(pid: int, proc_root: Path) -> set[str]:
+    key = (str(proc_root), pid)
+    now = time.monotonic()
+    hit = _shared.get(key)
+    if hit is None or now - hit[0] > SHARED_FILES_S:
+        hit = (now, shared_files(pid, proc_root))
+        _shared[key] = hit
+    return hit[1]
 
 
 def _is_arena(path: str) -> bool:
@@ -54,9 +71,23 @@ FULL_SCAN_S = 15.0
 _scans: dict[tuple[str, str], tuple[float, list[int]]] = {}
 
 
+# Between full scans the known mappers' maps are re-read at most this often (registered flags lag by that).
+QUICK_S = 2.0
+_quick: dict[tuple[str, str], tuple[float, tuple[int, ...], tuple]] = {}
+
+
 def _mappers(settings: Settings, path: str, engines: list[int]) -> tuple:
     key = (str(settings.proc_root), path)
     now = time.monotonic()
+    quick = _quick.get(key)
+    if quick is not None and now - quick[0] < QUICK_S and quick[1] == tuple(sorted(engines)):
+        return quick[2]
+    result = _mappers_now(settings, path, engines, key, now)
+    _quick[key] = (now, tuple(sorted(engines)), result)
+    return result
+
+
+def _mappers_now(settings: Settings, path: str, engines: list[int], key, now: float) -> tuple:
     last = _scans.get(key)
     if last is None or now - last[0] > FULL_SCAN_S:
         found = find_mappers(path, settings.proc_root, with_usage=False, state_dir=settings.state_dir)
@@ -66,14 +97,18 @@ def _mappers(settings: Settings, path: str, engines: list[int]) -> tuple:
     return tuple(find_mappers(path, settings.proc_root, with_usage=False, pids=pids, state_dir=settings.state_dir))
 
 
-def list_arenas(settings: Settings) -> list[ArenaInfo]:
+def list_arenas(settings: Settings, engines=None) -> list[ArenaInfo]:
+    """`engines`: the EngineInfo list when the caller has it already (the snapshot does)."""
     paths: list[str] = []
     configured = _config_arena(settings)
     if configured:
         paths.append(configured)
-    engines = _engine_pids(settings)
+    engines = _engine_pids(settings, engines)
+    live = set(engines)
+    for key in [k for k in _shared if k[1] not in live]:
+        del _shared[key]
     for pid in engines:
-        for path in sorted(shared_files(pid, settings.proc_root)):
+        for path in sorted(_shared_files_cached(pid, settings.proc_root)):
             if path not in paths and _is_arena(path):
                 paths.append(path)
     out = []
