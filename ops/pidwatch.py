@@ -17,7 +17,7 @@ def usable(proc_root: Path) -> bool:
     A captured tree or a /proc mounted from another namespace numbers processes differently; a kernel
     before 5.3 (ENOSYS) or a seccomp filter (EPERM) refuses pidfd_open outright.
     """
-    if not hasattr(os, "pidfd_open"):
+    if not hasattr(os, "pidfd_open") or not hasattr(select, "epoll"):
         return False
     try:
         if os.readlink(os.path.join(proc_root, "self")) != str(os.getpid()):
@@ -32,7 +32,11 @@ def usable(proc_root: Path) -> bool:
 
 
 class PidWatch:
-    """pid -> pidfd, registered in one epoll. Past `limit` pidfds, track() declines (callers read stat)."""
+    """pid -> pidfd, registered in one epoll. Past `limit` pidfds, track() declines (callers read stat).
+
+    epoll rather than poll: poll walks every fd at each call (0.1 ms for 2,000 here), epoll hands back
+    only the ready ones, and exits are rare.
+    """
 
     def __init__(self, limit: int):
         self.limit = limit
