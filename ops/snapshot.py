@@ -6,6 +6,7 @@ device-file holders from the last deep scan) so a 1 Hz refresh reads only what c
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
@@ -85,8 +86,11 @@ class Sampler:
         globs = self.backend.device_globs()
         found: dict[tuple[int, int], tuple[str, ...]] = {}
         live = set()
+        me = os.getpid() if self.settings.live else None
         for pid in self.procs.pids():
             live.add(pid)
+            if pid == me:
+                continue  # NVML (and amdsmi) open device files in gpuwarden itself: not a GPU user
             files = self.procs.open_files(pid, globs)
             if not files:
                 continue
@@ -291,7 +295,7 @@ class Sampler:
             warnings.append(f"engine state unreadable: {exc}")
         try:
             from .arena.watch import list_arenas
-            arenas = tuple(list_arenas(self.settings))
+            arenas = tuple(list_arenas(self.settings, engines))
         except Exception as exc:
             warnings.append(f"arena state unreadable: {exc}")
         return engines, arenas

@@ -164,6 +164,7 @@ class SysfsBackend:
         self._proc_dir = self.sysfs_root / "class/kfd/kfd/proc"
         self._gpu_id_to_index = {gid: i for i, (_, gid, _) in enumerate(self._layout) if gid}
         self._held = HeldFiles()
+        self._described: list[tuple[dict, dict[str, str | None]]] | None = None
         self._proc_dir_s = str(self._proc_dir)
         self._entries: dict[str, tuple[int, list[list]]] = {}  # pid -> (its directory's inode, see _list_pid)
         self._refreshes = 0
@@ -180,7 +181,9 @@ class SysfsBackend:
             out.append((card, node.gpu_id, node))
         return out
 
-    def gpus(self) -> list[GpuInfo]:
+    def _describe(self) -> list[tuple[dict, dict[str, str | None]]]:
+        """What does not change while the driver is loaded (names, ids, totals), and the paths of
+        what does, resolved once: a refresh then only preads the held dynamic files."""
         out = []
         for index, (card, gpu_id, node) in enumerate(self._layout):
             dev = card.device_dir if card else None
@@ -189,34 +192,57 @@ class SysfsBackend:
                 name = (read_text(dev / "product_name") or "").strip() or None
             if not name and node is not None:
                 gfx = node.props.get("gfx_target_version")
-                name = f"AMD GPU {node.name or ''}".strip() if not gfx else f"AMD GPU gfx{gfx // 10000}{(gfx // 100) % 100:x}{gfx % 100:x}"
-            temp = power = None
-            hw = _hwmon(dev) if dev is not None else None
-            if hw is not None:
-                t = read_int(hw / "temp1_input")
-                temp = t / 1000.0 if t is not None else None
-                p = read_int(hw / "power1_average")
-                if p is None:
-                    p = read_int(hw / "power1_input")
-                power = p / 1e6 if p is not None else None
+                name = f"AMD GPU {node.name or ''}".strip() if not gfx else \
+                    f"AMD GPU gfx{gfx // 10000}{(gfx // 100) % 100:x}{gfx % 100:x}"
             minor = card.render_minor if card else (node.props.get("drm_render_minor") if node else None)
             hive = node.props.get("hive_id") if node else None
-            out.append(GpuInfo(
-                index=index,
-                name=name or "AMD GPU",
-                vendor="sim" if self.simulated else "amd",
+            static = dict(
+                index=index, name=name or "AMD GPU", vendor="sim" if self.simulated else "amd",
                 bus_id=(card.bus_id if card else None) or (node.bus_id if node else None),
-                uuid=(read_text(dev / "unique_id") or "").strip() or None if dev is not None else None,
+                uuid=((read_text(dev / "unique_id") or "").strip() or None) if dev is not None else None,
                 vram_total=read_int(dev / "mem_info_vram_total") if dev is not None else None,
-                vram_used=read_int(dev / "mem_info_vram_used") if dev is not None else None,
                 gtt_total=read_int(dev / "mem_info_gtt_total") if dev is not None else None,
-                gtt_used=read_int(dev / "mem_info_gtt_used") if dev is not None else None,
-                busy_percent=read_int(dev / "gpu_busy_percent") if dev is not None else None,
-                temperature_c=temp,
-                power_w=power,
-                kfd_gpu_id=gpu_id,
-                hive_id=f"{hive:#x}" if hive else None,
+                kfd_gpu_id=gpu_id, hive_id=f"{hive:#x}" if hive else None,
                 device_files=(str(self.dev_root / "dri" / f"renderD{minor}"),) if minor is not None else (),
+            )
+            paths: dict[str, str | None] = dict.fromkeys(("vram_used", "gtt_used", "busy", "temp", "power"))
+            if dev is not None:
+                paths.update(vram_used=str(dev / "mem_info_vram_used"), gtt_used=str(dev / "mem_info_gtt_used"),
+                             busy=str(dev / "gpu_busy_percent"))
+                hw = _hwmon(dev)
+                if hw is not None:
+                    paths["temp"] = str(hw / "temp1_input")
+                    # Newer kernels have power1_input where older ones only averaged.
+                    paths["power"] = str(hw / "power1_average") if (hw / "power1_average").exists() \
+                        else str(hw / "power1_input")
+            out.append((static, paths))
+        return out
+
+    def _held_int(self, path: str | None) -> int | None:
+        if path is None:
+            return None
+        raw = self._held.read(path, 64)
+        if not raw:
+            return None
+        try:
+            return int(raw.split()[0], 0)
+        except (ValueError, IndexError):
+            return None
+
+    def gpus(self) -> list[GpuInfo]:
+        if self._described is None:
+            self._described = self._describe()
+        out = []
+        for static, paths in self._described:
+            temp = self._held_int(paths["temp"])
+            power = self._held_int(paths["power"])
+            out.append(GpuInfo(
+                **static,
+                vram_used=self._held_int(paths["vram_used"]),
+                gtt_used=self._held_int(paths["gtt_used"]),
+                busy_percent=self._held_int(paths["busy"]),
+                temperature_c=temp / 1000.0 if temp is not None else None,
+                power_w=power / 1e6 if power is not None else None,
             ))
         return out
 

@@ -255,11 +255,12 @@ class SimNode:
             used = self._used(cfg, i, allocs)
             n = sum(1 for a in allocs if a["gpu"] == i)
             busy = min(100, 12 * n)
-            _put(dev / "mem_info_vram_used", f"{used}\n")
-            _put(dev / "mem_info_gtt_used", f"{min(cfg['gtt'], 64 << 20)}\n")
-            _put(dev / "gpu_busy_percent", f"{busy}\n")
-            _put(dev / "hwmon/hwmon0/temp1_input", f"{(34 + busy // 3) * 1000}\n")
-            _put(dev / "hwmon/hwmon0/power1_average", f"{(90 + 5 * busy) * 1_000_000}\n")
+            # In place, like sysfs attributes: readers keep these open and pread them.
+            _put_in_place(dev / "mem_info_vram_used", used)
+            _put_in_place(dev / "mem_info_gtt_used", min(cfg["gtt"], 64 << 20))
+            _put_in_place(dev / "gpu_busy_percent", busy)
+            _put_in_place(dev / "hwmon/hwmon0/temp1_input", (34 + busy // 3) * 1000)
+            _put_in_place(dev / "hwmon/hwmon0/power1_average", (90 + 5 * busy) * 1_000_000)
         per_pid: dict[int, dict[int, int]] = {}
         for a in allocs:
             gpus = per_pid.setdefault(a["pid"], {})
@@ -297,15 +298,3 @@ def _put_in_place(path: Path, value: int) -> None:
             os.pwrite(fd, data, 0)
     finally:
         os.close(fd)
-
-
-def _put(path: Path, text: str) -> None:
-    """Write only when the content changes: readers poll these files at 1 Hz."""
-    try:
-        if path.read_text() == text:
-            return
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -17,7 +17,7 @@ from ops.errors import GpuwardenError
 from ops.settings import Settings
 
 
-def _snapshot_source(settings: Settings, bundle: Path | None):
+def _snapshot_source(settings: Settings, bundle: Path | None, watch: bool = False):
     if bundle is not None:
         try:
             from ops.bundle.replay import snapshot_from_bundle
@@ -25,7 +25,8 @@ def _snapshot_source(settings: Settings, bundle: Path | None):
             raise GpuwardenError("this build cannot replay bundles yet") from None
         return lambda: snapshot_from_bundle(bundle, settings)
     from ops.snapshot import Sampler
-    sampler = Sampler(settings)
+    # pidfds pay off only across refreshes; a one-shot status would just pay for opening them.
+    sampler = Sampler(settings, use_pidfds=watch)
     first = [True]
 
     def take():
@@ -50,7 +51,7 @@ def register(app: typer.Typer) -> None:
         Exit status: 0 healthy, 1 needs attention (residual VRAM, a dead holder, a crashed engine), 2 error.
         """
         settings: Settings = ctx.obj
-        take = _snapshot_source(settings, bundle)
+        take = _snapshot_source(settings, bundle, watch)
         from playbooks.report import render
         if not watch:
             snap = take()
