@@ -13,11 +13,18 @@ from typing import Callable
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
 
+# Measured on a 32-core H200 host: 16 hashing threads read 58 GB/s, 32 only 33 GB/s. Past about 16 the
+# memory bus is the limit and more threads only fight over it (tests/bench/RESULTS.md, "Arena verify").
+MAX_DEFAULT_WORKERS = 16
+
+
 def default_workers() -> int:
+    """One worker per usable core, at most MAX_DEFAULT_WORKERS; `--workers` overrides."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_WORKERS))
 
 
 class ChunkPool:
