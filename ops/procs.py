@@ -215,17 +215,23 @@ class ProcReader:
 
     def visibility(self, pid: int) -> dict[str, str]:
         """GPU visibility variables from the environment; nothing else of it is kept."""
-        try:
-            with open(f"{self._root_s}/{pid}/environ", "rb") as f:
-                raw = f.read()
-        except OSError:
-            return {}
-        out = {}
-        for item in raw.split(b"\0"):
-            name, sep, value = item.partition(b"=")
-            if sep and name.decode(errors="replace") in VISIBILITY_VARS:
-                out[name.decode()] = value.decode(errors="replace")
-        return out
+        return environ_vars(pid, self._root_s, VISIBILITY_VARS)
+
+
+def environ_vars(pid: int, proc_root: Path | str, names: tuple[str, ...]) -> dict[str, str]:
+    """The variables among `names` in a process's environment; {} when it cannot be read."""
+    try:
+        with open(f"{proc_root}/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    wanted = {n.encode() for n in names}
+    out = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep and name in wanted:
+            out[name.decode()] = value.decode(errors="replace")
+    return out
 
 
 def identity(pid: int, proc_root: Path = Path("/proc")) -> int | None:

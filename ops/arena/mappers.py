@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ops.model import ArenaMapper
+from ops.procs import environ_vars
 from ops.status_protocol import ENV_FD, ENV_FILE, read_events
 
 # Phases after which the arena counts as registered, and those that say it is not (yet, or any more).
@@ -96,23 +97,9 @@ def usage(pid: int, fid: FileId, proc_root: Path) -> tuple[int | None, int | Non
     return rss, pss
 
 
-def _environ(pid: int, proc_root: Path) -> dict[str, str]:
-    try:
-        with open(f"{proc_root}/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    out = {}
-    for item in raw.split(b"\0"):
-        name, sep, value = item.partition(b"=")
-        if sep and name in (ENV_FILE.encode(), ENV_FD.encode()):
-            out[name.decode()] = value.decode(errors="replace")
-    return out
-
-
 def status_file_of(pid: int, proc_root: Path) -> Path | None:
     """The status-protocol file process `pid` writes, when its environment names one."""
-    env = _environ(pid, proc_root)
+    env = environ_vars(pid, proc_root, (ENV_FILE, ENV_FD))
     if env.get(ENV_FD, "").isdigit():
         try:
             target = os.readlink(f"{proc_root}/{pid}/fd/{env[ENV_FD]}")
