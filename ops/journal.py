@@ -21,7 +21,7 @@ def who() -> str:
     """The operator: the user name, and the sudo user behind it when there is one."""
     try:
         user = getpass.getuser()
-    except Exception:
+    except (KeyError, OSError):  # a uid with no passwd entry (containers): KeyError before 3.13, OSError after
         user = str(os.geteuid())
     sudo = os.environ.get("SUDO_USER")
     return f"{user} (sudo from {sudo})" if sudo and sudo != user else user

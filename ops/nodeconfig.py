@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, GpuwardenError
 from .settings import Settings
 from .units import parse_size
 
@@ -238,7 +238,7 @@ class _Validator:
         if "size" in raw:
             try:
                 size = parse_size(raw["size"])
-            except Exception:
+            except (GpuwardenError, AttributeError):  # AttributeError: a TOML value that is not a string
                 raise self.fail("arena", None, "size", f"cannot read size {raw['size']!r}",
                                 'write e.g. size = "64GiB"') from None
         source = raw.get("source")
@@ -333,7 +333,7 @@ class _Validator:
         log_max = raw.get("log_max", DEFAULT_LOG_MAX)
         try:
             log_max = parse_size(log_max)
-        except Exception:
+        except (GpuwardenError, AttributeError):  # AttributeError: a TOML value that is not a string
             raise self.fail(*where("log_max"), "log_max", f"cannot read size {log_max!r}", 'e.g. log_max = "64MiB"') from None
         if log_max < 4096:
             raise self.fail(*where("log_max"), "log_max", "must be at least 4KiB", 'e.g. log_max = "64MiB"')

@@ -31,12 +31,9 @@ def parse_size(text: str | int) -> int:
             "write a number with an optional unit, e.g. 512MiB, 24GiB, 1.5TiB",
         )
     try:
-        value = float(number) * _MULT[unit]
-    except ValueError:
+        return int(float(number) * _MULT[unit])
+    except (ValueError, OverflowError):  # "1.2.3", or so many digits that the float is infinite
         raise GpuwardenError(f"cannot read size {text!r}", "e.g. 24GiB") from None
-    if value < 0:
-        raise GpuwardenError(f"size {text!r} is negative")
-    return int(value)
 
 
 def fmt_bytes(n: int | None, *, precision: int = 1) -> str:

@@ -260,7 +260,7 @@ def _short(exc: BaseException) -> str:
     info = getattr(exc, "get_error_info", None)
     try:
         text = str(info()) if callable(info) else str(exc)
-    except Exception:
+    except Exception:  # describing an amdsmi error must not raise a second one
         text = str(exc)
     return " ".join(text.split()) or type(exc).__name__
 

@@ -77,6 +77,6 @@ def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_
         try:
             journal.write(settings.state_dir, "bundle.auto", "failed", engine=engine, reason=reason,
                           error=getattr(exc, "message", None) or repr(exc))
-        except Exception:
+        except Exception:  # an unwritable journal is no reason to take the shim down either
             pass
         return None

@@ -44,7 +44,7 @@ class CudaApi(GpuApi):
             res = self.mod.cudaGetErrorString(err)
             text = res[1] if isinstance(res, tuple) else res
             return text.decode() if isinstance(text, bytes) else str(text)
-        except Exception:
+        except Exception:  # only words for an error already being reported: never a second failure
             return "no description"
 
     def unavailable(self, err: Any) -> bool:

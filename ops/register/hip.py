@@ -22,7 +22,7 @@ def _import() -> Any:
     except ImportError:
         raise RuntimeUnavailable("hip: the hip runtime needs hip-python, which is not installed",
                                  "pip install hip-python matching your ROCm, or use --runtime host/sim") from None
-    except Exception as exc:
+    except Exception as exc:  # a build for another ROCm raises at import; still one line
         raise RuntimeUnavailable(f"hip: hip-python failed to load: {exc}", "reinstall hip-python for your ROCm") from None
 
 
@@ -39,7 +39,7 @@ class HipApi(GpuApi):
             res = self.mod.hipGetErrorString(err)
             text = res[1] if isinstance(res, tuple) and len(res) > 1 else (res[0] if isinstance(res, tuple) else res)
             return text.decode() if isinstance(text, bytes) else str(text)
-        except Exception:
+        except Exception:  # only words for an error already being reported: never a second failure
             return "no description"
 
     def unavailable(self, err: Any) -> bool:
