@@ -129,7 +129,8 @@ def test_a_collected_bundle_opens_read_only_with_its_triage(state_dir, tmp_path)
             await pilot.pause(0.05)
             assert app.current_run is None
             await pilot.press("t")
-            await wait_for(pilot, lambda: "triage of" in screen_text(app), what="triage view")
+            await wait_for(pilot, lambda: "triage of" in screen_text(app)
+                           and "reading the bundle" not in screen_text(app), what="triage view")
             assert "no triage summary" not in screen_text(app)
     asyncio.run(go())
 

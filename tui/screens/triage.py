@@ -1,6 +1,6 @@
 """A bundle's triage summary (the triage.md the bundle carries on top), scrollable.
 
-Reads the tar directly, so it works for any bundle file, not only one this process collected.
+Reads the tar directly in a worker thread, so it works for any bundle file and a large one never blocks the keys.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import tarfile
 from pathlib import Path
 
+from textual import work
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
@@ -22,7 +23,7 @@ def triage_text(bundle: Path) -> str:
     """The triage summary inside a bundle, or a sentence that says why there is none."""
     try:
         with tarfile.open(bundle, "r:*") as tar:
-            for member in tar.getmembers():
+            for member in tar:  # triage.md comes first: stop there instead of listing the whole archive
                 if member.isfile() and Path(member.name).name in TRIAGE_NAMES:
                     f = tar.extractfile(member)
                     if f is not None:
@@ -46,5 +47,13 @@ class TriageScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Label(f"triage of {self.bundle}", id="triage-title")
         with VerticalScroll(id="triage"):
-            yield Static(triage_text(self.bundle), markup=False)
+            yield Static("reading the bundle…", markup=False, id="triage-text")
         yield KeyStrip([("q/esc", "Back")])
+
+    def on_mount(self) -> None:
+        self._load()
+
+    @work(thread=True, exclusive=True, group="triage")
+    def _load(self) -> None:
+        body = triage_text(self.bundle)
+        self.app.call_from_thread(self.query_one("#triage-text", Static).update, body)
