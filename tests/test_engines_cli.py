@@ -9,8 +9,6 @@ import sys
 from conftest import REPO
 from engines.harness import records, supervised, wait_for, write_config  # noqa: F401
 
-from ops.engines import state as st
-
 
 def test_list_logs_stop_restart(tmp_path, supervised, cli):
     cfg = write_config(tmp_path / "node.toml", 2, slots=2, register_s=0.1)

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from conftest import REPO
 from engines.harness import (registration_windows, records, supervised, wait_for,  # noqa: F401

@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from ops.settings import Settings
-from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
+from playbooks.commands.playbook_options import DryRun, JsonOut, Wait
 
 baseline_app = typer.Typer(name="baseline", no_args_is_help=True, rich_markup_mode=None,
                            help="The idle VRAM baseline per GPU: record it on an idle node, show it.")
