@@ -244,14 +244,22 @@ class Shim:
                 kill_at = float("inf")
             if wait_status is not None:
                 break
-        self._drain(out_fd, log, pipe_open)
+        tail = partial + self._drain(out_fd, log, pipe_open)
+        # The engine may have said its last phase just before dying, after our last look: read it,
+        # so the record says what it died while doing.
+        for raw in tail.split(b"\n"):
+            if raw:
+                progress.on_line(raw.decode(errors="replace"))
+        for event in status.poll():
+            progress.on_event(event)
         if kill_at is None:
             # Leftover children of the engine keep GPU memory; they go with it.
             _killpg(proc.pid)
         return self.record_exit(wait_status, progress)
 
-    def _drain(self, fd: int, log: CappedLog, pipe_open: bool) -> None:
+    def _drain(self, fd: int, log: CappedLog, pipe_open: bool) -> bytes:
         # Read what the engine wrote just before dying; a grandchild holding the pipe must not stall us.
+        got = b""
         deadline = time.monotonic() + 0.5
         while pipe_open and time.monotonic() < deadline:
             ready, _, _ = select.select([fd], [], [], 0.05)
@@ -264,6 +272,8 @@ class Shim:
             if not chunk:
                 break
             log.write(chunk)
+            got += chunk
+        return got
 
     def record_exit(self, raw: int, progress: Progress) -> str:
         code, sig, core = None, None, None
@@ -295,7 +305,7 @@ class Shim:
     def _collect_bundle(self, reason: str) -> None:
         def work() -> None:
             try:
-                from ops.bundle import auto  # written by the bundle issue; optional here
+                from ops.bundle import auto  # only when needed: the shim stays small while the engine runs
                 from ops.settings import Settings
                 path = auto.maybe_collect(Settings.from_env(state_dir=str(self.state_dir)),
                                           engine=self.name, reason=reason)
