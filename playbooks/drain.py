@@ -55,10 +55,7 @@ class DrainPlaybook(Playbook):
         return f"GPU {self.gpu} {'was already' if already else 'is now'} drained"
 
     def _stop(self, ctx: RunContext) -> str:
-        try:
-            from ops.engines.control import stop_gpu
-        except ImportError:
-            raise SkipStep("engine supervision is not part of this build: no engines to stop") from None
+        from ops.engines.control import stop_gpu
         results = stop_gpu(ctx.settings, self.gpu, timeout_s=self.grace_s)
         stopped = [{"engine": r.name, "result": r.result, "detail": r.detail} for r in results]
         ctx.scratch["stopped"] = stopped

@@ -83,10 +83,7 @@ class LaunchPlaybook(Playbook):
     def _check_arena(self, ctx: RunContext) -> str:
         arena = self.config.arena
         assert arena is not None
-        try:
-            from ops.arena.verify import verify
-        except ImportError:
-            return f"{arena.path} exists (not verified: this build has no arena verifier)"
+        from ops.arena.verify import verify
         if self.skip_verify:
             from ops.arena.format import load_header
             header = load_header(arena.path)
@@ -98,11 +95,8 @@ class LaunchPlaybook(Playbook):
     def _check_budget(self, ctx: RunContext) -> str:
         arena = self.config.arena
         assert arena is not None
-        try:
-            from ops.arena import budget
-            from ops.arena.format import load_header
-        except ImportError:
-            return "not checked: this build has no budget module"
+        from ops.arena import budget
+        from ops.arena.format import load_header
         vendor = control.detect_vendor(ctx.settings)
         size = arena.size or load_header(arena.path).payload_size
         all_gpus = budget.count_gpus(ctx.settings.sysfs_root) or 1

@@ -168,11 +168,8 @@ class PurgePlaybook(Playbook):
         return act
 
     def _remove_arenas(self, ctx: RunContext) -> str:
-        try:
-            from ops.arena import format as arena_format
-            from ops.arena.mappers import find_mappers
-        except ImportError:
-            raise SkipStep("arena support is not part of this build") from None
+        from ops.arena import format as arena_format
+        from ops.arena.mappers import find_mappers
         removed, kept = [], []
         for path in ctx.scratch.get("arena_candidates", []):
             try:

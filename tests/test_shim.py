@@ -38,7 +38,7 @@ def test_shim_is_detached_and_ignores_hangup(supervised):
     time.sleep(0.2)
     assert st.shim_alive(st.read_state(supervised, "e0"))
     record = st.read_state(supervised, "e0")
-    env = procs.ProcReader().visibility(record["pid"]) if hasattr(procs.ProcReader, "visibility") else {}
+    env = procs.ProcReader().visibility(record["pid"])
     if env:
         assert env.get("CUDA_VISIBLE_DEVICES") == "2"
     assert "CUDA_VISIBLE_DEVICES=2" in (st.engine_dir(supervised, "e0") / st.LOG).read_text()

@@ -18,7 +18,7 @@ from ops.model import NodeSnapshot
 from ops.settings import Settings
 
 from . import node_events
-from .actions import ACTIONS, NotAvailable, Target, by_name
+from .actions import ACTIONS, Target, by_name
 from .history import VramHistory
 from .messages import PlaybookFinished, PlaybookProgress, SamplingFailed, SnapshotArrived
 from .palette import GpuwardenCommands
@@ -283,9 +283,6 @@ class GpuwardenApp(App):
             return
         try:
             playbook = spec.build(self.settings, target)
-        except NotAvailable as exc:
-            self.notify(f"{spec.title}: {exc.message}", severity="warning")
-            return
         except GpuwardenError as exc:
             self.notify(f"{spec.title}: {exc.message}" + (f"\n{exc.hint}" if exc.hint else ""), severity="error")
             return

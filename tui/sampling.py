@@ -28,11 +28,7 @@ def live_source(settings: Settings) -> tuple[SnapshotSource, Callable[[], None]]
 
 def bundle_source(path: Path, settings: Settings) -> SnapshotSource:
     """A captured node from an incident bundle; the same snapshot every time."""
-    try:
-        from ops.bundle.replay import snapshot_from_bundle
-    except ImportError:
-        raise GpuwardenError("showing a bundle is not available in this build (ops.bundle.replay is missing)",
-                             "run `gpuwarden triage FILE` to read the bundle's findings instead") from None
+    from ops.bundle.replay import snapshot_from_bundle
     snap = snapshot_from_bundle(path, settings)
     return lambda: snap
 

@@ -19,10 +19,7 @@ from .mappers import find_mappers, shared_files
 
 
 def _config_arena(settings: Settings) -> str | None:
-    try:
-        from ops import nodeconfig
-    except ImportError:
-        return None
+    from ops import nodeconfig
     if not settings.config_path.exists():
         return None
     try:
@@ -38,7 +35,7 @@ def _engine_pids(settings: Settings, engines=None) -> list[int]:
             from ops.engines.state import list_engines
             engines = list_engines(settings)
         return [e.pid for e in engines if e.pid and e.phase not in ("exited", "crashed")]
-    except (ImportError, GpuwardenError):
+    except GpuwardenError:
         return []
 
 

@@ -20,7 +20,7 @@ from typing import Callable
 from .. import __version__, statedir
 from ..settings import Settings
 from . import kernellog, trees
-from .entries import FAILED, SKIPPED, Entry, from_command
+from .entries import FAILED, Entry, from_command
 from .runner import run_command
 
 VENDOR_COMMANDS: tuple[tuple[str, list[str], str], ...] = (
@@ -76,11 +76,8 @@ def _sysfs(ctx: Context) -> list[Entry]:
 
 
 def engine_pids(settings: Settings) -> set[int]:
+    from ..engines import state as engine_state
     pids: set[int] = set()
-    try:
-        from ..engines import state as engine_state
-    except ImportError:
-        return pids
     for name in engine_state.names(settings.state_dir):
         try:
             record = engine_state.read_state(settings.state_dir, name) or {}
@@ -196,11 +193,7 @@ def _engines(ctx: Context) -> list[Entry]:
 
 
 def _arena(ctx: Context) -> list[Entry]:
-    try:
-        from ..arena.watch import list_arenas
-    except ImportError as exc:
-        return [Entry("arena", "ops.arena.watch.list_arenas", "python", status=SKIPPED,
-                      error=f"arena support not available ({exc})")]
+    from ..arena.watch import list_arenas
     from ..model import _plain
     arenas = list_arenas(ctx.settings)
     return [Entry("arena", "ops.arena.watch.list_arenas", "python", path="gpuwarden/arenas.json",

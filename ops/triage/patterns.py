@@ -12,12 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-try:  # the regex parser: used only to find a literal every match must contain
-    import re._parser as _sre_parse  # type: ignore[import-not-found]
-    from re._constants import LITERAL as _LITERAL  # type: ignore[import-not-found]
-except ImportError:  # Python < 3.11
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
-    from sre_constants import LITERAL as _LITERAL  # type: ignore[no-redef]
+# The regex parser: used only to find a literal every match must contain.
+import re._parser as _sre_parse  # type: ignore[import-not-found]
+from re._constants import LITERAL as _LITERAL  # type: ignore[import-not-found]
 
 
 @dataclass(frozen=True)

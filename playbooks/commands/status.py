@@ -13,16 +13,12 @@ from typing import Optional
 
 import typer
 
-from ops.errors import GpuwardenError
 from ops.settings import Settings
 
 
 def _snapshot_source(settings: Settings, bundle: Path | None, watch: bool = False):
     if bundle is not None:
-        try:
-            from ops.bundle.replay import snapshot_from_bundle
-        except ImportError:
-            raise GpuwardenError("this build cannot replay bundles yet") from None
+        from ops.bundle.replay import snapshot_from_bundle
         return lambda: snapshot_from_bundle(bundle, settings)
     from ops.snapshot import Sampler
     # pidfds pay off only across refreshes; a one-shot status would just pay for opening them.
