@@ -101,7 +101,7 @@ def load(settings: Settings) -> NodeConfig:
         key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
         if key in _loaded:
             return _loaded[key]  # the snapshot asks on every refresh; parse only when the file changed
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")  # TOML is UTF-8 whatever the locale
     except FileNotFoundError:
         raise ConfigError(
             f"node config {path} does not exist",
@@ -112,6 +112,10 @@ def load(settings: Settings) -> NodeConfig:
                           "run as a user that can read it, or pass --config PATH") from None
     except IsADirectoryError:
         raise ConfigError(f"node config {path} is a directory", "pass the TOML file itself") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not valid TOML (not UTF-8 text: byte 0x{exc.object[exc.start]:02x})",
+                          "save the file as UTF-8; is it the node config at all?") from None
     config = parse(text, path)
     _loaded.clear()
     _loaded[key] = config
@@ -277,7 +281,7 @@ class _Validator:
 
         def where(key: str) -> tuple[str, int | None]:
             # A value inherited from [defaults] is wrong there, not in the engine.
-            return (t, i) if key in own_keys else ("defaults", None)
+            return ("defaults", None) if key in raw and key not in own_keys else (t, i)
 
         name = raw.get("name")
         if not isinstance(name, str) or not NAME_RE.match(name):

@@ -30,10 +30,15 @@ def ensure(state_dir: Path, *parts: str) -> Path:
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = state_dir.joinpath(*parts)
         path.mkdir(parents=True, exist_ok=True)
-    except PermissionError:
+    except PermissionError as exc:
         raise GpuwardenError(
-            f"no permission to create the state dir {state_dir}",
+            f"no permission to create {exc.filename or state_dir} (the state dir is {state_dir})",
             "run as root, or point --state-dir / GPUWARDEN_STATE_DIR at a directory you own",
+        ) from None
+    except OSError as exc:  # under /proc, a read-only file system, a file where a directory should be
+        raise GpuwardenError(
+            f"cannot create the state dir {state_dir}: {exc.strerror or exc}",
+            "point --state-dir / GPUWARDEN_STATE_DIR at a writable directory",
         ) from None
     return path
 

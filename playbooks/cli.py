@@ -54,7 +54,7 @@ def _global(
         help="Where gpuwarden keeps state (default /run/gpuwarden as root, $XDG_RUNTIME_DIR/gpuwarden otherwise).",
         show_default=False),
     config: Optional[Path] = typer.Option(
-        None, "--config", envvar="GPUWARDEN_CONFIG",
+        None, "--config", envvar="GPUWARDEN_CONFIG", readable=False,  # nodeconfig says it in one line
         help="Node config TOML (default /etc/gpuwarden/node.toml).", show_default=False),
     backend: Optional[str] = typer.Option(
         None, "--backend", envvar="GPUWARDEN_BACKEND",
@@ -71,6 +71,11 @@ def _global(
 ) -> None:
     if backend and backend not in BACKENDS + ("auto",):
         raise GpuwardenError(f"unknown backend {backend!r}", f"choose one of: {', '.join(BACKENDS)}")
+    for flag, root in (("--sysfs-root", sysfs_root), ("--proc-root", proc_root)):
+        # A missing /proc tree would show every GPU process as gone and its VRAM as residual.
+        if root is not None and not root.is_dir():
+            raise GpuwardenError(f"{flag} {root} is not a directory",
+                                 "point it at a captured tree (or leave it out to read the live node)")
     ctx.obj = Settings.from_env(state_dir=state_dir, config_path=config, backend=backend,
                                 sysfs_root=sysfs_root, proc_root=proc_root)
     from ops.nodeconfig import effective_settings  # the config may name the state dir
@@ -110,6 +115,20 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except SystemExit as exc:
+        # click answers a closed stdout (EPIPE) by pacifying the streams and exiting 1; the reader
+        # going away (`| head`) is no failure, and 1 would read as "needs attention".
+        if type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            return 0
+        raise
+    except OSError as exc:
+        # Last line of defence for the expected ones (no permission, read-only or full file system,
+        # a path under /proc): one line, never a traceback.
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"gpuwarden: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        print("  hint: check that path and its permissions (state lives in --state-dir / GPUWARDEN_STATE_DIR)",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -82,6 +82,9 @@ def create(path: str | Path, *, size: int | None = None, source: str | Path | No
         try:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:
+            if path.parent.is_dir():  # e.g. /proc: the directory is there, files cannot be made in it
+                raise GpuwardenError(f"cannot create files in {path.parent}",
+                                     "pick a directory on a regular file system or tmpfs, e.g. /dev/shm") from None
             raise GpuwardenError(f"directory {path.parent} does not exist", "create it first, or pick another path") from None
         except OSError as exc:
             raise _os_error(exc, path, hsize + size) from None

@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import stat
 import struct
 import time
 from dataclasses import dataclass
@@ -192,7 +193,11 @@ def read_header(fd: int, path: str | Path, file_size: int | None = None) -> Head
 def open_arena(path: str | Path, write: bool = False) -> int:
     """Open an arena file, turning the usual OS failures into one-line ArenaErrors."""
     try:
-        return os.open(path, (os.O_RDWR if write else os.O_RDONLY) | os.O_CLOEXEC)
+        fd = os.open(path, (os.O_RDWR if write else os.O_RDONLY) | os.O_CLOEXEC)
+        if stat.S_ISDIR(os.fstat(fd).st_mode):  # O_RDONLY opens a directory; its first read fails
+            os.close(fd)
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        return fd
     except FileNotFoundError:
         raise ArenaError("missing", f"arena {path} does not exist",
                          "create it with `gpuwarden arena create PATH --size SIZE`") from None

@@ -12,6 +12,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,21 @@ def open_bundle(path: Path) -> tarfile.TarFile:
     if not path.exists():
         raise NotFound(f"no bundle at {path}", "give the path `gpuwarden bundle` printed")
     try:
-        return tarfile.open(path, "r:*")
-    except (tarfile.TarError, OSError) as exc:
-        raise GpuwardenError(f"{path} is not a readable bundle ({exc})", "is it a gpuwarden .tar.gz?") from None
+        tar = tarfile.open(path, "r:*")
+    except tarfile.TarError:
+        # tarfile's own message lists every compression it tried, over several lines
+        raise GpuwardenError(f"{path} is not a readable bundle (not a tar archive)",
+                             "give the .tar.gz that `gpuwarden bundle` wrote") from None
+    except OSError as exc:
+        raise GpuwardenError(f"cannot read the bundle {path}: {exc.strerror or exc}",
+                             "check the path and its permissions") from None
+    try:
+        tar.getmembers()  # read it through now: a truncated archive fails here, not halfway through a replay
+    except (tarfile.TarError, EOFError, zlib.error, OSError):
+        tar.close()
+        raise GpuwardenError(f"the bundle {path} is truncated or damaged",
+                             "was it copied while still being written? take a new one with `gpuwarden bundle`") from None
+    return tar
 
 
 def top_dir(tar: tarfile.TarFile) -> str:

@@ -6,6 +6,7 @@ and at the timeout the group gets SIGKILL, so grandchildren holding the pipes di
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -17,6 +18,25 @@ from typing import Any, Callable
 
 # After the kill, how long to wait for the pipes to drain before giving up on them.
 DRAIN_AFTER_KILL_S = 0.5
+
+# Commands still running, so that an interrupted bundle (Ctrl-C, an error) takes their process groups
+# with it when gpuwarden exits: they lead their own sessions, so the terminal's Ctrl-C never reaches them.
+_running: set[subprocess.Popen] = set()
+_running_lock = threading.Lock()
+_exiting = False
+
+
+def kill_running() -> None:
+    """At exit: SIGKILL the process group of every command still running, and of any started later."""
+    global _exiting
+    with _running_lock:
+        _exiting = True
+        procs = list(_running)
+    for proc in procs:
+        _kill_group(proc)
+
+
+atexit.register(kill_running)
 
 
 @dataclass
@@ -43,6 +63,10 @@ def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = 
         return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: not installed")
     except PermissionError as exc:
         return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: {exc.strerror}")
+    with _running_lock:
+        _running.add(proc)
+        if _exiting:  # a collector thread that started it while gpuwarden was exiting
+            _kill_group(proc)
     try:
         out, err = proc.communicate(timeout=max(0.01, timeout_s))
         return CommandResult(argv, out, err, proc.returncode, False, time.monotonic() - t0)
@@ -64,6 +88,9 @@ def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = 
                 pass
         return CommandResult(argv, out or b"", err or b"", proc.returncode, True, time.monotonic() - t0,
                              f"timed out after {timeout_s:g}s; process group killed")
+    finally:
+        with _running_lock:
+            _running.discard(proc)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -44,7 +44,7 @@ class SimNode:
             raise GpuwardenError(f"a simulated node has 1 to 64 GPUs, not {gpus}")
         if vram < (64 << 20):
             raise GpuwardenError("simulated VRAM must be at least 64 MiB per GPU")
-        statedir.ensure(self.dir.parent)
+        statedir.ensure(self.dir.parent, statedir.SIM)
         with self._lock():
             if self.exists and not force and self._allocs():
                 raise GpuwardenError(

@@ -48,10 +48,26 @@ def _report_for(path: str):
             report.notes.append("the bundle's manifest.json is unreadable")
         return report
     try:
-        text = p.read_bytes().decode("utf-8", errors="replace")
+        data = p.read_bytes()
     except PermissionError:
         raise GpuwardenError(f"no permission to read {p}", "run as a user who can read it (or sudo)") from None
-    return analyze_text(text, source=str(p))
+    if b"\0" in data[:65536]:
+        raise GpuwardenError(f"{p} is not a kernel log (it holds binary data)", _WHAT_TO_GIVE)
+    text = data.decode("utf-8", errors="replace")
+    report = analyze_text(text, source=str(p))
+    if report.lines and not report.findings and not _has_log_stamps(text):
+        # Nothing matched and no line is shaped like a log line: "no findings" would be a false all-clear.
+        raise GpuwardenError(f"{p} does not look like a kernel log: no line has a log timestamp "
+                             "and none matched a pattern", _WHAT_TO_GIVE)
+    return report
+
+
+def _has_log_stamps(text: str) -> bool:
+    from ops.triage.logline import parse_lines
+    return any(line.stamp for line in parse_lines(text))
+
+
+_WHAT_TO_GIVE = "give `dmesg` / `journalctl -k` output, a syslog file, or a bundle from `gpuwarden bundle`"
 
 
 def register(app: typer.Typer) -> None:

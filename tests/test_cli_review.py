@@ -1,0 +1,179 @@
+"""The operator's review: failures an SRE meets on a broken node give one line and the right exit status.
+
+Each test runs the real CLI on real files, directories and processes (a read-only state dir as nobody,
+a bundle interrupted with SIGINT while a stand-in vendor tool hangs, a reader that closes the pipe).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, gpuwarden
+
+
+def one_line_error(proc: subprocess.CompletedProcess, needle: str, code: int = 2) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines and lines[0].startswith("gpuwarden: error: ") and needle in lines[0], proc.stderr
+    assert len(lines) <= 2 and (len(lines) == 1 or lines[1].startswith("  hint: ")), proc.stderr
+
+
+def nobody(*args: str, base: Path) -> subprocess.CompletedProcess:
+    cmd = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m",
+           "playbooks.cli", *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "HOME": str(base)}, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def shared_base():
+    """A directory nobody can reach (pytest's tmp_path is private to root)."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run as nobody")
+    base = Path(tempfile.mkdtemp(prefix="gw-review-"))
+    os.chmod(base, 0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+# --- the state dir -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [("status",), ("sim", "init")])
+def test_state_dir_under_proc_is_one_line(args):
+    proc = gpuwarden("--state-dir", "/proc/gpuwarden-review", *args, env={})
+    one_line_error(proc, "cannot create the state dir /proc/gpuwarden-review")
+
+
+def test_read_only_state_dir_as_nobody_is_one_line(shared_base):
+    state = shared_base / "state"
+    state.mkdir(mode=0o755)  # root's, and nobody may not write in it
+    proc = nobody("--state-dir", str(state), "sim", "init", base=shared_base)
+    one_line_error(proc, f"no permission to create {state / 'sim'}")
+    (state / "sim").mkdir(mode=0o755)
+    proc = nobody("--state-dir", str(state), "--backend", "sim", "status", base=shared_base)
+    one_line_error(proc, "Permission denied")
+
+
+def test_unreadable_config_as_nobody_is_one_line(shared_base):
+    conf = shared_base / "node.toml"
+    conf.write_text("[stagger]\nslots = 1\n")
+    conf.chmod(0o600)
+    proc = nobody("--state-dir", str(shared_base / "s"), "--config", str(conf), "config", "check",
+                  base=shared_base)
+    one_line_error(proc, f"no permission to read the node config {conf}")
+
+
+@pytest.mark.parametrize("flag", ["--proc-root", "--sysfs-root"])
+def test_capture_root_that_is_missing_is_refused(cli, tmp_path, flag):
+    # A missing /proc tree used to show every GPU process as gone and its VRAM as residual.
+    proc = cli(flag, str(tmp_path / "nothing"), "status")
+    one_line_error(proc, f"{flag} {tmp_path / 'nothing'} is not a directory")
+
+
+# --- the node config ---------------------------------------------------------------------------
+
+def test_config_that_is_not_utf8_names_the_line(cli, tmp_path):
+    conf = tmp_path / "node.toml"
+    conf.write_bytes(b"[stagger]\nslots = 1\n\xff\xfe\n")
+    one_line_error(cli("--config", str(conf), "config", "check"), f"{conf}:3: not valid TOML (not UTF-8")
+
+
+def test_missing_argv_is_blamed_on_the_engine_not_defaults(cli, tmp_path):
+    conf = tmp_path / "node.toml"
+    conf.write_text('[defaults]\nstop_grace = 5\n\n[[engines]]\nname = "a"\ngpu = 0\n')
+    one_line_error(cli("--config", str(conf), "config", "check"), f"{conf}:4: engines[0]: argv must be")
+
+
+# --- arenas and bundles ------------------------------------------------------------------------
+
+def test_arena_verify_of_a_directory_is_one_line(cli, tmp_path):
+    one_line_error(cli("arena", "verify", str(tmp_path)), f"arena {tmp_path} is a directory")
+
+
+def test_arena_create_where_files_cannot_be_made(cli):
+    one_line_error(cli("arena", "create", "/proc/review.arena", "--size", "1MiB"), "cannot create files in /proc")
+
+
+def test_not_a_bundle_and_truncated_bundle_are_one_line(cli, tmp_path):
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"hello\n")
+    one_line_error(cli("--backend", "sim", "status", "--bundle", str(junk)), "is not a readable bundle")
+    made = cli("--backend", "sim", "bundle", "--safe-mode", "--output", str(tmp_path / "b.tar.gz"))
+    assert made.returncode == 0, made.stderr
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes((tmp_path / "b.tar.gz").read_bytes()[:4000])
+    # EOFError from gzip used to surface as "aborted", exit 130
+    one_line_error(cli("--backend", "sim", "status", "--bundle", str(cut)), "is truncated or damaged")
+    one_line_error(cli("triage", str(cut)), "is truncated or damaged")
+
+
+def test_triage_refuses_what_is_not_a_kernel_log(cli, tmp_path, fixtures):
+    binary = tmp_path / "w.arena"
+    binary.write_bytes(os.urandom(4096) + b"\0" * 4096)
+    one_line_error(cli("triage", str(binary)), "is not a kernel log (it holds binary data)")
+    text = tmp_path / "node.toml"
+    text.write_text('[stagger]\nslots = 1\n')
+    one_line_error(cli("triage", str(text)), "does not look like a kernel log")
+    clean = tmp_path / "clean.log"
+    clean.write_text("[    1.000000] Linux version 6.8.0\n[    2.000000] amdgpu: initialized\n")
+    assert cli("triage", str(clean)).returncode == 0
+
+
+def _stand_in(bindir: Path, name: str, pidfile: Path) -> None:
+    script = bindir / name
+    script.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec sleep 60\n")
+    script.chmod(0o755)
+
+
+def test_interrupted_bundle_leaves_no_vendor_tool_running(tmp_path, state_dir):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    pidfile = tmp_path / "rocm-smi.pid"
+    _stand_in(bindir, "rocm-smi", pidfile)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    env.pop("GPUWARDEN_BACKEND", None)
+    proc = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state_dir), "--backend",
+                             "sim", "bundle", "--output", str(tmp_path / "out.tar.gz"), "--timeout", "30"],
+                            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert time.monotonic() < deadline and proc.poll() is None, "the stand-in rocm-smi never ran"
+        time.sleep(0.02)
+    tool = int(pidfile.read_text())
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert not (tmp_path / "out.tar.gz").exists()
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{tool}"):
+        assert time.monotonic() < deadline, "the stand-in rocm-smi outlived the interrupted bundle"
+        time.sleep(0.02)
+
+
+# --- pipes -------------------------------------------------------------------------------------
+
+def test_reader_closing_the_pipe_is_not_a_failure(state_dir):
+    with open(state_dir / "journal.log", "w") as f:
+        for i in range(20000):
+            f.write(json.dumps({"ts": i, "time": "t", "who": "root", "action": "sim init", "result": "ok"}) + "\n")
+    for args in (("journal", "--json", "-n", "0"), ("journal", "-n", "0")):
+        proc = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state_dir), *args],
+                                cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        assert proc.stdout.readline()
+        proc.stdout.close()  # like `| head -1`
+        err = proc.stderr.read().decode()
+        # click turned the EPIPE into exit 1, which reads as "needs attention" for status
+        assert proc.wait(timeout=30) == 0 and err == "", (args, proc.returncode, err)
