@@ -49,13 +49,14 @@ def start_careless_parent(state_dir: Path, gpu: int, size: str) -> tuple[subproc
     return parent, child
 
 
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+def wait_for(predicate, timeout: float = 10.0, what: str = "condition", poll: float = 0.03):
+    """The predicate's first truthy value, polled until the deadline; AssertionError naming `what` after it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(interval)
+        time.sleep(poll)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 

@@ -7,14 +7,14 @@ import os
 import subprocess
 
 import pytest
-from engines.harness import records, supervised, wait_for  # noqa: F401
+from engines.harness import records, supervised  # noqa: F401
 
 from ops import nodestate
 from ops.engines import control
 from ops.engines import state as st
 from ops.nodeconfig import EngineConfig
 from ops.settings import Settings
-from simnode import cli_argv, start_tenant
+from simnode import cli_argv, start_tenant, wait_for
 
 
 @pytest.fixture

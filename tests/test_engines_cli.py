@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 from conftest import REPO
-from engines.harness import records, supervised, wait_for, write_config  # noqa: F401
+from engines.harness import records, supervised, write_config  # noqa: F401
+from simnode import wait_for
 
 
 def test_list_logs_stop_restart(tmp_path, supervised, cli):

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 from conftest import REPO
-from engines.harness import (registration_windows, records, supervised, wait_for,  # noqa: F401
-                             write_config)
+from engines.harness import registration_windows, records, supervised, write_config  # noqa: F401
+from simnode import wait_for
 
 from ops import nodestate
 

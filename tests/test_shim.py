@@ -7,7 +7,8 @@ import signal
 import subprocess
 import time
 
-from engines.harness import engine_argv, supervised, wait_for  # noqa: F401
+from engines.harness import engine_argv, supervised  # noqa: F401
+from simnode import wait_for
 
 from ops import procs
 from ops.engines import control

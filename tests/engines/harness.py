@@ -9,9 +9,7 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -48,16 +46,6 @@ def write_config(path: Path, count: int, *, slots: int = 1, register_s: float = 
         lines.append("")
     path.write_text("\n".join(lines))
     return path
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str, poll: float = 0.03):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def records(state_dir: Path) -> dict[str, dict]:
