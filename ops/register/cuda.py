@@ -39,14 +39,6 @@ class CudaApi(GpuApi):
         self.register_flags = int(self.mod.cudaHostRegisterPortable) | int(self.mod.cudaHostRegisterMapped)
         self.h2d = self.mod.cudaMemcpyKind.cudaMemcpyHostToDevice
 
-    def describe(self, err: Any) -> str:
-        try:
-            res = self.mod.cudaGetErrorString(err)
-            text = res[1] if isinstance(res, tuple) else res
-            return text.decode() if isinstance(text, bytes) else str(text)
-        except Exception:  # only words for an error already being reported: never a second failure
-            return "no description"
-
     def unavailable(self, err: Any) -> bool:
         return self.error_name(err) in _UNAVAILABLE
 

@@ -26,7 +26,13 @@ class GpuApi:
         return getattr(err, "name", str(err))
 
     def describe(self, err: Any) -> str:
-        return self.error_name(err)
+        """The binding's words for `err` (<prefix>GetErrorString: bytes, or a tuple that ends with them)."""
+        try:
+            res = getattr(self.mod, self.prefix + "GetErrorString")(err)
+            text = res[-1] if isinstance(res, tuple) else res
+            return text.decode() if isinstance(text, bytes) else str(text)
+        except Exception:  # only words for an error already being reported: never a second failure
+            return "no description"
 
     def unavailable(self, err: Any) -> bool:
         """True for errors that mean "no driver / no GPU here" rather than "this call failed"."""

@@ -34,14 +34,6 @@ class HipApi(GpuApi):
         self.register_flags = int(self.mod.hipHostRegisterPortable) | int(self.mod.hipHostRegisterMapped)
         self.h2d = self.mod.hipMemcpyKind.hipMemcpyHostToDevice
 
-    def describe(self, err: Any) -> str:
-        try:
-            res = self.mod.hipGetErrorString(err)
-            text = res[1] if isinstance(res, tuple) and len(res) > 1 else (res[0] if isinstance(res, tuple) else res)
-            return text.decode() if isinstance(text, bytes) else str(text)
-        except Exception:  # only words for an error already being reported: never a second failure
-            return "no description"
-
     def unavailable(self, err: Any) -> bool:
         return self.error_name(err) in _UNAVAILABLE
 
