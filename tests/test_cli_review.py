@@ -177,3 +177,26 @@ def test_reader_closing_the_pipe_is_not_a_failure(state_dir):
         err = proc.stderr.read().decode()
         # click turned the EPIPE into exit 1, which reads as "needs attention" for status
         assert proc.wait(timeout=30) == 0 and err == "", (args, proc.returncode, err)
+
+
+def test_status_watch_into_a_pipe_has_no_escape_codes(state_dir):
+    proc = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state_dir), "--backend",
+                             "sim", "status", "--watch", "--interval", "0.25"],
+                            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    seen = []
+    while sum("Ctrl-C to stop" in line for line in seen) < 2:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        seen.append(line)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "\x1b" not in "".join(seen) + out
+
+
+@pytest.mark.parametrize("what", ["missing", "directory"])
+def test_status_bundle_that_is_not_there_is_one_line(cli, tmp_path, what):
+    path = tmp_path / "b.tar.gz" if what == "missing" else tmp_path
+    proc = cli("--backend", "sim", "status", "--bundle", str(path))
+    one_line_error(proc, "no bundle at" if what == "missing" else "Is a directory")

@@ -39,8 +39,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print the whole snapshot as JSON (for scripts)."),
         watch: bool = typer.Option(False, "--watch", "-w", help="Refresh in place until Ctrl-C."),
         interval: float = typer.Option(2.0, "--interval", help="Seconds between refreshes with --watch.", min=0.25),
-        bundle: Optional[Path] = typer.Option(None, "--bundle", help="Show the node as captured in an incident bundle.",
-                                              exists=True, dir_okay=False),
+        bundle: Optional[Path] = typer.Option(None, "--bundle", help="Show the node as captured in an incident bundle."),
     ) -> None:
         """Show GPUs, their processes, residual VRAM with its holders, engines and warnings.
 
@@ -64,8 +63,10 @@ def register(app: typer.Typer) -> None:
                     sys.stdout.flush()
                 else:
                     text = render(snap, shutil.get_terminal_size((100, 24)).columns)
-                    # Home + clear-to-end keeps the screen from flickering on slow SSH links.
-                    sys.stdout.write("\x1b[H\x1b[2J" + text + f"\n\n(every {interval:g}s, Ctrl-C to stop)\n")
+                    # Home + clear-to-end keeps the screen from flickering on slow SSH links; a pipe or a
+                    # log file gets plain reports one after another, no escape codes.
+                    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else "\n"
+                    sys.stdout.write(clear + text + f"\n\n(every {interval:g}s, Ctrl-C to stop)\n")
                     sys.stdout.flush()
                 if bundle is not None:
                     break
