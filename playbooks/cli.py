@@ -25,7 +25,9 @@ app = typer.Typer(
     name="gpuwarden",
     help="Operations console for multi-GPU LLM inference nodes: see every GPU's memory and "
     "residual VRAM, supervise engines sharing a weight arena, and run playbooks "
-    "(launch, drain, reset, purge, bundle). Run with no command to open the TUI.",
+    "(launch, drain, reset, purge, bundle). Run with no command to open the TUI.\n\n"
+    "Exit status: 0 done or healthy; 1 needs attention, refused (a safety check, no --yes without a "
+    "terminal) or a step failed; 2 error (bad input, missing file, no permission); 130 interrupted.",
     no_args_is_help=False,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -200,3 +200,11 @@ def test_status_bundle_that_is_not_there_is_one_line(cli, tmp_path, what):
     path = tmp_path / "b.tar.gz" if what == "missing" else tmp_path
     proc = cli("--backend", "sim", "status", "--bundle", str(path))
     one_line_error(proc, "no bundle at" if what == "missing" else "Is a directory")
+
+
+def test_help_says_what_the_exit_codes_mean():
+    top = gpuwarden("--help", check=True).stdout
+    assert "Exit status: 0" in top and "130 interrupted" in top
+    for cmd in ("drain", "reset", "purge"):
+        text = " ".join(gpuwarden(cmd, "--help", check=True).stdout.split())
+        assert "without it a script is refused, exit 1, and nothing changes" in text, cmd
