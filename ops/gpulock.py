@@ -21,27 +21,6 @@ def _lock_path(state_dir: Path, gpu: int) -> Path:
     return statedir.ensure(state_dir, statedir.LOCKS) / f"gpu-{gpu}.lock"
 
 
-def holder_of(state_dir: Path, gpu: int) -> dict | None:
-    """Who holds GPU `gpu`'s lock right now, or None when it is free."""
-    path = _lock_path(state_dir, gpu)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            try:
-                return json.loads(path.read_text() or "{}")
-            except json.JSONDecodeError:
-                return {}
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
 @contextlib.contextmanager
 def hold(state_dir: Path, gpus: list[int] | tuple[int, ...], what: str, wait_s: float = 0.0) -> Iterator[None]:
     """Hold the locks of `gpus` (in index order, so two callers cannot deadlock).

@@ -58,10 +58,6 @@ class HeldFiles:
         if fd is not None:
             os.close(fd)
 
-    def drop_under(self, prefix: str) -> None:
-        for path in [p for p in self._fds if p.startswith(prefix)]:
-            self.drop(path)
-
     def paths(self) -> list[str]:
         return list(self._fds)
 

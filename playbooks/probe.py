@@ -25,7 +25,6 @@ from ops.units import fmt_bytes
 # Variables that narrow which GPUs a canary sees. ROCR_ acts at the ROCr level, so a HIP registration is
 # mapped (and charged by KFD) for that one GPU only; HIP then numbers it 0.
 OWN_GPU_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-GPU_RUNTIMES = ("hip", "cuda")
 
 
 @dataclass

@@ -59,15 +59,3 @@ def open_backend(settings: Settings, *, fallback_to_sim: bool = True) -> Backend
                              "use --backend sim for the simulated node")
 
 
-def probe_all(settings: Settings) -> dict[str, str]:
-    """Every backend's verdict on this node ("ok" or why not), for `status --backends`-style reports."""
-    out = {}
-    for name in BACKENDS:
-        if name == "sim":
-            continue
-        try:
-            _construct(name, settings).close()
-            out[name] = "ok"
-        except BackendUnavailable as exc:
-            out[name] = exc.message
-    return out

@@ -24,8 +24,6 @@ RUN_MARK = "--- gpuwarden: "
 
 # Phases after which the shim has nothing left to do and may be gone.
 FINAL_PHASES = ("exited", "crashed")
-# Phases before an engine has registered: a crash here is a crash while registering.
-PRE_REGISTERED = ("waiting", "starting", "mapping", "verifying", "registering")
 
 
 def engines_root(state_dir: Path) -> Path:

@@ -60,10 +60,6 @@ class RowTable(Widget, can_focus=True):
         self._offset = 0
 
     # --- data ---------------------------------------------------------------------------------
-    @property
-    def row_count(self) -> int:
-        return len(self.rows)
-
     def set_columns(self, columns: Sequence[str]) -> None:
         if tuple(columns) != self.columns:
             self.columns = tuple(columns)
