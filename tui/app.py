@@ -5,6 +5,7 @@ Snapshots come from a SamplingThread (never the event loop); a watchdog marks th
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Callable
@@ -95,7 +96,6 @@ class GpuwardenApp(App):
         self.sampler.start()
         self.set_interval(min(0.5, self.refresh_s), self._watchdog)
         if self._watch_terminal:
-            import asyncio
             import signal
             # SSH dropped: leave through the normal exit path instead of dying mid-write.
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.exit)
@@ -247,7 +247,8 @@ class GpuwardenApp(App):
             return
         if run is not None and run.running:
             run.cancel()
-            run.join(timeout=2.0)
+            # In a thread: the run may still need the event loop (call_from_thread) to finish its step.
+            await asyncio.to_thread(run.join, 2.0)
         self.exit()
 
     def palette_commands(self) -> list[tuple[str, str, str]]:
