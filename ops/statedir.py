@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,24 @@ def ensure(state_dir: Path, *parts: str) -> Path:
             f"cannot create the state dir {state_dir}: {exc.strerror or exc}",
             "point --state-dir / GPUWARDEN_STATE_DIR at a writable directory",
         ) from None
+    refuse_squatted(state_dir)
     return path
+
+
+def refuse_squatted(state_dir: Path) -> None:
+    """Refuse a state dir that another user made in a shared directory such as /tmp."""
+    # The non-root fallback is /tmp/gpuwarden-<uid>: any user can create that name first and read or
+    # plant our journal, gate and engine records. In a sticky world-writable parent, only our own dir will do.
+    try:
+        st, parent = os.stat(state_dir), os.stat(state_dir.resolve().parent)
+    except OSError:
+        return
+    shared_parent = parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH
+    if shared_parent and st.st_uid != os.geteuid():
+        raise GpuwardenError(
+            f"the state dir {state_dir} belongs to uid {st.st_uid}, not to you, in a directory anyone can write",
+            "remove it if it is stale, or point --state-dir / GPUWARDEN_STATE_DIR at a directory you own",
+        )
 
 
 def atomic_write(path: Path, data: bytes | str, mode: int = 0o644) -> None:

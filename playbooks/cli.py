@@ -82,6 +82,8 @@ def _global(
                                 sysfs_root=sysfs_root, proc_root=proc_root)
     from ops.nodeconfig import effective_settings  # the config may name the state dir
     ctx.obj = effective_settings(ctx.obj)
+    from ops.statedir import refuse_squatted
+    refuse_squatted(ctx.obj.state_dir)
     if ctx.invoked_subcommand is None:
         # No command: the TUI, the product's main screen.
         from .commands.tui import open_tui

@@ -208,3 +208,18 @@ def test_help_says_what_the_exit_codes_mean():
     for cmd in ("drain", "reset", "purge"):
         text = " ".join(gpuwarden(cmd, "--help", check=True).stdout.split())
         assert "without it a script is refused, exit 1, and nothing changes" in text, cmd
+
+
+def test_state_dir_squatted_in_tmp_by_another_user_is_refused():
+    # The non-root default is /tmp/gpuwarden-<uid>; whoever makes that name first must not own our state.
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a directory owned by another user")
+    squat = Path(tempfile.mkdtemp(prefix="gw-squat-", dir="/tmp"))
+    try:
+        os.chown(squat, 65534, 65534)
+        proc = gpuwarden("--state-dir", str(squat), "journal", env={})
+        one_line_error(proc, f"the state dir {squat} belongs to uid 65534, not to you")
+        os.chown(squat, 0, 0)
+        assert gpuwarden("--state-dir", str(squat), "journal", env={}).returncode == 0
+    finally:
+        shutil.rmtree(squat, ignore_errors=True)
