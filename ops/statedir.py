@@ -108,9 +108,11 @@ def read_json_cached(path: Path, default: Any = None) -> Any:
 
 
 def read_json(path: Path, default: Any = None) -> Any:
-    """Read a JSON state file; a missing file gives `default`, a corrupt one an error naming it."""
+    """Read a JSON state file; a missing file gives `default`, a corrupt one an error naming it.
+
+    A default that is not None also fixes the shape: a file holding another JSON type is corrupt too."""
     try:
-        return json.loads(path.read_text())
+        value = json.loads(path.read_text())
     except FileNotFoundError:
         return default
     except json.JSONDecodeError as exc:
@@ -118,3 +120,8 @@ def read_json(path: Path, default: Any = None) -> Any:
             f"state file {path} is corrupt ({exc.msg} at line {exc.lineno})",
             "move it aside; gpuwarden recreates it",
         ) from None
+    if default is not None and value is not None and not isinstance(value, type(default)):
+        raise GpuwardenError(f"state file {path} is corrupt (a JSON {type(value).__name__}, "
+                             f"not the {type(default).__name__} gpuwarden writes)",
+                             "move it aside; gpuwarden recreates it")
+    return value

@@ -223,3 +223,16 @@ def test_state_dir_squatted_in_tmp_by_another_user_is_refused():
         assert gpuwarden("--state-dir", str(squat), "journal", env={}).returncode == 0
     finally:
         shutil.rmtree(squat, ignore_errors=True)
+
+
+def test_state_files_of_the_wrong_shape_are_one_line(cli, state_dir):
+    assert cli("sim", "init").returncode == 0
+    (state_dir / "baseline.json").write_text("[1, 2]\n")  # valid JSON, not what gpuwarden writes
+    one_line_error(cli("baseline", "show"), "baseline.json is corrupt (a JSON list")
+    one_line_error(cli("--backend", "sim", "status"), "baseline.json is corrupt")
+    (state_dir / "baseline.json").unlink()
+    (state_dir / "sim" / "node.json").write_text('{"gpus": "x"}\n')
+    one_line_error(cli("--backend", "sim", "status"), "node.json is corrupt")
+    one_line_error(cli("sim", "show"), "node.json is corrupt")
+    assert cli("sim", "init", "--force").returncode == 0
+    assert cli("--backend", "sim", "status").returncode == 0

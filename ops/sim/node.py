@@ -65,10 +65,16 @@ class SimNode:
 
     def config(self) -> dict:
         try:
-            return json.loads(self._node_file.read_text())
+            cfg = json.loads(self._node_file.read_text())
         except FileNotFoundError:
             raise GpuwardenError(
                 f"no simulated node in {self.dir}", "create one with `gpuwarden sim init`") from None
+        except ValueError:
+            cfg = None
+        if not (isinstance(cfg, dict) and all(isinstance(cfg.get(k), int) for k in ("gpus", "vram", "gtt"))):
+            raise GpuwardenError(f"the simulated node's {self._node_file} is corrupt",
+                                 "start over with `gpuwarden sim init --force`")
+        return cfg
 
     def _save(self, cfg: dict) -> None:
         statedir.write_json(self._node_file, cfg)
