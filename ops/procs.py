@@ -234,6 +234,17 @@ def environ_vars(pid: int, proc_root: Path | str, names: tuple[str, ...]) -> dic
     return out
 
 
+def group_members(pgid: int, proc_root: Path = Path("/proc")) -> list[int]:
+    """PIDs whose process group is `pgid` (field 5 of stat), zombies included."""
+    out = []
+    for name in os.listdir(proc_root):
+        text = _read(f"{proc_root}/{name}/stat") if name.isdigit() else None
+        rest = text[text.rfind(")") + 2:].split() if text else []
+        if len(rest) > 2 and rest[2] == str(pgid):
+            out.append(int(name))
+    return out
+
+
 def identity(pid: int, proc_root: Path = Path("/proc")) -> int | None:
     """The start ticks of `pid` now, or None when no such process exists."""
     text = _read(f"{proc_root}/{pid}/stat")

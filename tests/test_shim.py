@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 from engines.harness import engine_argv, supervised  # noqa: F401
-from simnode import wait_for
+from simnode import proc_state, wait_for
 
 from ops import procs
 from ops.engines import control
@@ -152,3 +154,28 @@ def test_registration_timeout_frees_the_shims_gate_slot(supervised):
     wait_for(lambda: (st.read_state(supervised, "next") or {}).get("gate_slot") == 0, 5, "next admitted")
     slow = st.read_state(supervised, "slow")
     assert slow["gate_slot"] is None and "registration timeout" in slow["detail"]
+
+
+def test_an_exited_engines_leftover_children_are_killed_and_journalled(supervised, tmp_path):
+    # The engine forks a child into its own process group and exits: the child would keep GPU memory.
+    pidfile = tmp_path / "child.pid"
+    code = ("import subprocess, sys; c = subprocess.Popen(['sleep', '60']); "
+            "open(sys.argv[1], 'w').write(str(c.pid))")
+    settings = Settings(state_dir=supervised)
+    engine = EngineConfig(name="forker", argv=(sys.executable, "-c", code, str(pidfile)), gpu=0)
+    shim = control.start(settings, engine, gate_slots=1, registration_timeout=30, workdir=None)
+    control.wait_for_record(settings, "forker", shim)
+    wait_for(lambda: _phase(supervised, "forker") == "exited", 10, "the engine to exit")
+    child = int(pidfile.read_text())
+    wait_for(lambda: proc_state(child) in (None, "Z"), 5, "the leftover child to die")
+    lines = [json.loads(x) for x in (supervised / "journal.log").read_text().splitlines()]
+    killed = [x for x in lines if x.get("action") == "engine-leftovers"]
+    assert len(killed) == 1 and killed[0]["pids"] == [child] and killed[0]["engine"] == "forker"
+    assert st.read_state(supervised, "forker")["exit_code"] == 0
+
+
+def test_an_engine_that_leaves_nothing_behind_gets_no_leftover_line(supervised):
+    _start(supervised, "--exit-after-register", "0", name="clean")
+    wait_for(lambda: _phase(supervised, "clean") == "exited", 10, "exited")
+    journal = (supervised / "journal.log").read_text()
+    assert "engine-exit" in journal and "engine-leftovers" not in journal

@@ -191,8 +191,7 @@ class Shim:
         stop_sig = signal_number(self.engine.stop_signal)
         kill_at: float | None = None
         pipe_open = True
-        # We reap the engine ourselves: Popen's returncode drops the core-dump bit of the wait status.
-        wait_status: int | None = None
+        exited = False
         while True:
             changed = False
             if pipe_open:
@@ -232,17 +231,16 @@ class Shim:
                 # The engine is our unreaped child, so its pid cannot have been reused yet.
                 _signal(proc.pid, stop_sig)
                 kill_at = time.monotonic() + self.engine.stop_grace
-            if wait_status is None:
-                pid, raw = os.waitpid(proc.pid, os.WNOHANG)
-                if pid:
-                    wait_status = raw
-                    proc.returncode = os.waitstatus_to_exitcode(raw)
-            if kill_at is not None and time.monotonic() >= kill_at and wait_status is None:
+            if not exited:
+                # WNOWAIT: the engine stays an unreaped zombie until its leftovers are dealt with below,
+                # so its pid, which is also its process group's id, cannot name another process meanwhile.
+                exited = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+            if kill_at is not None and time.monotonic() >= kill_at and not exited:
                 _killpg(proc.pid)
                 self.save(detail=f"no exit within {self.engine.stop_grace:.0f}s of {self.engine.stop_signal}: "
                           "sent SIGKILL")
                 kill_at = float("inf")
-            if wait_status is not None:
+            if exited:
                 break
         tail = partial + self._drain(out_fd, log, pipe_open)
         # The engine may have said its last phase just before dying, after our last look: read it,
@@ -254,7 +252,14 @@ class Shim:
             progress.on_event(event)
         if kill_at is None:
             # Leftover children of the engine keep GPU memory; they go with it.
-            _killpg(proc.pid)
+            left = [p for p in procs.group_members(proc.pid) if p != proc.pid]
+            if left:
+                _killpg(proc.pid)
+                journal.write(self.state_dir, "engine-leftovers", "killed", engine=self.name, pgid=proc.pid,
+                              pids=left[:20], why="still in the exited engine's process group")
+        # We reap the engine ourselves: Popen's returncode drops the core-dump bit of the wait status.
+        _, wait_status = os.waitpid(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(wait_status)
         return self.record_exit(wait_status, progress)
 
     def _drain(self, fd: int, log: CappedLog, pipe_open: bool) -> bytes:
