@@ -107,10 +107,10 @@ def read_json_cached(path: Path, default: Any = None) -> Any:
     return value
 
 
-def read_json(path: Path, default: Any = None) -> Any:
+def read_json(path: Path, default: Any = None, kind: type | None = None) -> Any:
     """Read a JSON state file; a missing file gives `default`, a corrupt one an error naming it.
 
-    A default that is not None also fixes the shape: a file holding another JSON type is corrupt too."""
+    `kind` (else the type of a default that is not None) fixes the shape: another JSON type is corrupt too."""
     try:
         value = json.loads(path.read_text())
     except FileNotFoundError:
@@ -120,8 +120,9 @@ def read_json(path: Path, default: Any = None) -> Any:
             f"state file {path} is corrupt ({exc.msg} at line {exc.lineno})",
             "move it aside; gpuwarden recreates it",
         ) from None
-    if default is not None and value is not None and not isinstance(value, type(default)):
+    kind = kind or (type(default) if default is not None else None)
+    if kind is not None and value is not None and not isinstance(value, kind):
         raise GpuwardenError(f"state file {path} is corrupt (a JSON {type(value).__name__}, "
-                             f"not the {type(default).__name__} gpuwarden writes)",
+                             f"not the {kind.__name__} gpuwarden writes)",
                              "move it aside; gpuwarden recreates it")
     return value

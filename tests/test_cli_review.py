@@ -236,3 +236,10 @@ def test_state_files_of_the_wrong_shape_are_one_line(cli, state_dir):
     one_line_error(cli("sim", "show"), "node.json is corrupt")
     assert cli("sim", "init", "--force").returncode == 0
     assert cli("--backend", "sim", "status").returncode == 0
+
+
+def test_engine_record_of_the_wrong_shape_is_one_line(cli, state_dir):
+    d = state_dir / "engines" / "dp0"
+    d.mkdir(parents=True)
+    (d / "state.json").write_text("[1]\n")
+    one_line_error(cli("engines", "list"), "state.json is corrupt (a JSON list, not the dict")

@@ -35,11 +35,11 @@ def engine_dir(state_dir: Path, name: str) -> Path:
 
 
 def read_state(state_dir: Path, name: str) -> dict[str, Any] | None:
-    return statedir.read_json(engine_dir(state_dir, name) / STATE, default=None)
+    return statedir.read_json(engine_dir(state_dir, name) / STATE, default=None, kind=dict)
 
 
 def read_spec(state_dir: Path, name: str) -> dict[str, Any] | None:
-    return statedir.read_json(engine_dir(state_dir, name) / SPEC, default=None)
+    return statedir.read_json(engine_dir(state_dir, name) / SPEC, default=None, kind=dict)
 
 
 def names(state_dir: Path) -> list[str]:
