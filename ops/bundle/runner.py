@@ -94,6 +94,8 @@ def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = 
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return  # reaped (by its own thread, at exit): the pid may already name another process
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own session: pgid == pid
     except (ProcessLookupError, PermissionError):
