@@ -94,8 +94,10 @@ def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = 
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return  # reaped (by its own thread, at exit): the pid may already name another process
+    # Reaped already (by its own thread, at exit): the pid may name another process now. Not poll(): that
+    # would reap a leader whose children still hold the pipes, and leave them out of the group kill.
+    if proc.returncode is not None:
+        return
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own session: pgid == pid
     except (ProcessLookupError, PermissionError):
