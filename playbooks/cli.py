@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except SystemExit as exc:
+    except SystemExit:
         # click answers a closed stdout (EPIPE) by pacifying the streams and exiting 1; the reader
         # going away (`| head`) is no failure, and 1 would read as "needs attention".
         if type(sys.stdout).__name__ == "PacifyFlushWrapper":
