@@ -238,8 +238,14 @@ def test_state_files_of_the_wrong_shape_are_one_line(cli, state_dir):
     assert cli("--backend", "sim", "status").returncode == 0
 
 
-def test_engine_record_of_the_wrong_shape_is_one_line(cli, state_dir):
-    d = state_dir / "engines" / "dp0"
-    d.mkdir(parents=True)
-    (d / "state.json").write_text("[1]\n")
-    one_line_error(cli("engines", "list"), "state.json is corrupt (a JSON list, not the dict")
+def test_engine_record_of_the_wrong_shape_hides_no_other_engine(cli, state_dir):
+    for name, text in (("dp0", "[1]\n"), ("dp1", '{"name": "dp1", "gpu": 1, "phase": "exited", "exit_code": 0}\n')):
+        d = state_dir / "engines" / name
+        d.mkdir(parents=True)
+        (d / "state.json").write_text(text)
+    proc = cli("engines", "list")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines()[1:3]}
+    assert "state file is corrupt" in rows["dp0"] and "exited" in rows["dp1"], proc.stdout
+    listed = json.loads(cli("engines", "list", "--json").stdout)
+    assert [e["name"] for e in listed] == ["dp0", "dp1"]

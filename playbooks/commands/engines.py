@@ -42,6 +42,14 @@ def _how(record: dict) -> str:
     return "-"
 
 
+def _record_or_empty(settings: Settings, name: str) -> dict:
+    # list_engines already shows a corrupt record as stale; one bad file must not hide the other engines.
+    try:
+        return st.read_state(settings.state_dir, name) or {}
+    except GpuwardenError:
+        return {}
+
+
 @engines_app.command("list")
 def list_cmd(ctx: typer.Context,
              json_out: bool = typer.Option(False, "--json", help="Print the engines as a JSON list.")) -> None:
@@ -55,7 +63,7 @@ def list_cmd(ctx: typer.Context,
     if json_out:
         out = []
         for info in infos:
-            record = st.read_state(settings.state_dir, info.name) or {}
+            record = _record_or_empty(settings, info.name)
             out.append({**dataclasses.asdict(info), "detail": record.get("detail", ""),
                         "phases": record.get("phases", {})})
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
@@ -65,7 +73,7 @@ def list_cmd(ctx: typer.Context,
         return
     rows = [("NAME", "GPU", "PHASE", "PID", "SHIM", "UP", "RESTARTS", "ENDED", "LAST LOG LINE")]
     for info in infos:
-        record = st.read_state(settings.state_dir, info.name) or {}
+        record = _record_or_empty(settings, info.name)
         rows.append((info.name, "-" if info.gpu is None else str(info.gpu), info.phase, str(info.pid or "-"),
                      str(info.shim_pid or "-"), _age(info.started_at) if info.phase not in st.FINAL_PHASES else "-",
                      str(info.restarts), _how(record), (info.last_log_line or "")[:60]))
@@ -73,7 +81,7 @@ def list_cmd(ctx: typer.Context,
     for r in rows:
         typer.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
     for info in infos:
-        record = st.read_state(settings.state_dir, info.name) or {}
+        record = _record_or_empty(settings, info.name)
         if info.stale:
             typer.echo(f"{info.name}: stale — its shim (pid {info.shim_pid}) is gone; the record is not trusted")
         elif record.get("detail") and info.phase in ("crashed", "stopping", "waiting"):
