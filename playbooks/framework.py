@@ -167,6 +167,10 @@ def run(
     except Refused as exc:
         journal.write(settings.state_dir, playbook.name, "refused", reasons=[str(exc)], **playbook.summary())
         return finish(False, f"refused: {exc}", refused=str(exc))
+    except KeyboardInterrupt:
+        # Ctrl-C mid-run: the steps already done stay done; the journal must say where it stopped.
+        journal.write(settings.state_dir, playbook.name, "interrupted", step=ctx.step, **playbook.summary())
+        raise
     journal.write(settings.state_dir, playbook.name, "failed" if failed else "ok",
                   failed_step=failed, **playbook.summary())
     if failed:

@@ -59,8 +59,13 @@ def terminal_confirm() -> Callable[[str], bool] | None:
 def execute(playbook: Playbook, settings: Settings, *, dry_run: bool, yes: bool, json_out: bool,
             wait_s: float = 0.0) -> Result:
     """Run a playbook the CLI way and exit with its code."""
-    result = run(playbook, settings, sink=event_printer(json_out), dry_run=dry_run, assume_yes=yes,
-                 confirm=None if json_out else terminal_confirm(), lock_wait_s=wait_s)
+    try:
+        result = run(playbook, settings, sink=event_printer(json_out), dry_run=dry_run, assume_yes=yes,
+                     confirm=None if json_out else terminal_confirm(), lock_wait_s=wait_s)
+    except KeyboardInterrupt:
+        typer.echo(f"{playbook.name}: interrupted; the steps already done stay done (see `gpuwarden journal`)",
+                   err=True)
+        raise
     return result
 
 

@@ -249,3 +249,25 @@ def test_engine_record_of_the_wrong_shape_hides_no_other_engine(cli, state_dir):
     assert "state file is corrupt" in rows["dp0"] and "exited" in rows["dp1"], proc.stdout
     listed = json.loads(cli("engines", "list", "--json").stdout)
     assert [e["name"] for e in listed] == ["dp0", "dp1"]
+
+
+def test_interrupted_playbook_says_so_and_journals_where_it_stopped(cli, state_dir):
+    from simnode import cli_argv, start_tenant
+    assert cli("sim", "init").returncode == 0
+    tenant = start_tenant(state_dir, 1, "1GiB")  # keeps GPU 1 busy, so drain waits in its last step
+    try:
+        proc = subprocess.Popen(cli_argv(state_dir, "drain", "1", "--yes", "--timeout", "60"), cwd=REPO,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for line in proc.stdout:
+            if line.startswith("→ wait"):
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 130 and "Traceback" not in err, err
+        assert "drain: interrupted; the steps already done stay done" in err
+        entries = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+        assert entries[-1]["action"] == "drain" and entries[-1]["result"] == "interrupted"
+        assert entries[-1]["step"] == "wait-idle"
+    finally:
+        tenant.terminate()
+        tenant.wait(timeout=10)
