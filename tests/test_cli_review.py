@@ -271,3 +271,14 @@ def test_interrupted_playbook_says_so_and_journals_where_it_stopped(cli, state_d
     finally:
         tenant.terminate()
         tenant.wait(timeout=10)
+
+
+def test_restart_refuses_an_engine_whose_gpu_is_drained(cli, state_dir):
+    assert cli("sim", "init").returncode == 0
+    assert cli("--backend", "sim", "drain", "1", "--yes", "--timeout", "5").returncode == 0
+    d = state_dir / "engines" / "dp1"
+    d.mkdir(parents=True)
+    (d / "spec.json").write_text(json.dumps({"engine": {"name": "dp1", "gpu": 1, "argv": ["sleep", "60"]}}))
+    proc = cli("--backend", "sim", "engines", "restart", "dp1")
+    one_line_error(proc, "GPU 1 (engine dp1) is drained", code=1)
+    assert not (d / "state.json").exists()  # no shim was started

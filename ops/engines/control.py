@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import ops
-from ops import journal, procs, statedir
+from ops import journal, nodestate, procs, statedir
 from ops.errors import GpuwardenError, NotFound, Refused
 from ops.nodeconfig import EngineConfig, signal_number
 from ops.settings import Settings
@@ -218,9 +218,15 @@ def stop_gpu(settings: Settings, gpu: int, *, timeout_s: float | None = None) ->
 
 def restart(settings: Settings, name: str, *, timeout_s: float | None = None) -> int:
     """Stop `name` if it runs, then start it again from its recorded spec; returns the new shim pid."""
-    if st.read_spec(settings.state_dir, name) is None:
+    spec = st.read_spec(settings.state_dir, name)
+    if spec is None:
         raise NotFound(f"no engine named {name!r} in {settings.state_dir}",
                        "launch it first: gpuwarden launch NAME")
+    gpu = (spec.get("engine") or {}).get("gpu")
+    if gpu is not None and int(gpu) in nodestate.drained(settings.state_dir):
+        # launch refuses a drained GPU; a restart must not slip an engine back onto it
+        raise Refused(f"GPU {gpu} (engine {name}) is drained; the engine was left as it is",
+                      f"undrain it first (gpuwarden undrain {gpu}) if it is back in service")
     stop(settings, name, timeout_s=timeout_s)
     shim_pid = spawn_shim(settings, name)
     journal.write(settings.state_dir, "engine-restart", "started", engine=name, shim_pid=shim_pid)
