@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from . import statedir
+from . import journal, statedir
 from .errors import Refused
 
 
@@ -54,7 +54,7 @@ def hold(state_dir: Path, gpus: list[int] | tuple[int, ...], what: str, wait_s: 
                     time.sleep(0.05)
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps({
-                "pid": os.getpid(), "who": os.environ.get("SUDO_USER") or os.environ.get("USER", str(os.geteuid())),
+                "pid": os.getpid(), "who": journal.who(),  # the same name the journal gives
                 "what": what, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
             }).encode(), 0)
         yield

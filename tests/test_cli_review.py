@@ -282,3 +282,24 @@ def test_restart_refuses_an_engine_whose_gpu_is_drained(cli, state_dir):
     proc = cli("--backend", "sim", "engines", "restart", "dp1")
     one_line_error(proc, "GPU 1 (engine dp1) is drained", code=1)
     assert not (d / "state.json").exists()  # no shim was started
+
+
+def test_lock_holder_is_named_like_the_journal_names_operators(cli, state_dir):
+    # Under cron or `sudo -i` USER may be unset; the refusal said "locked by 0" there.
+    import pwd
+    name = pwd.getpwuid(os.geteuid()).pw_name
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom ops import gpulock\n"
+         "with gpulock.hold(Path(sys.argv[1]), [2], 'drain'):\n    print('held', flush=True)\n    time.sleep(30)\n",
+         str(state_dir)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if k not in ("USER", "LOGNAME", "SUDO_USER")})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert cli("sim", "init").returncode == 0
+        proc = cli("--backend", "sim", "undrain", "2")
+        assert proc.returncode == 1
+        assert f"GPU 2 is locked by {name} (pid {holder.pid}) running 'drain'" in proc.stdout + proc.stderr
+    finally:
+        holder.kill()
+        holder.wait()
