@@ -303,3 +303,17 @@ def test_lock_holder_is_named_like_the_journal_names_operators(cli, state_dir):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_bundle_never_replaces_an_existing_file(cli, tmp_path):
+    earlier = tmp_path / "incident.tar.gz"
+    earlier.write_bytes(b"evidence of an earlier incident")
+    proc = cli("--backend", "sim", "bundle", "--safe-mode", "--output", str(earlier))
+    one_line_error(proc, f"{earlier} already exists; it was left as it is")
+    assert earlier.read_bytes() == b"evidence of an earlier incident"
+    # a new directory named with a trailing slash; two bundles in the same second get two names
+    target = str(tmp_path / "new") + "/"
+    made = [cli("--backend", "sim", "bundle", "--safe-mode", "--json", "--output", target) for _ in range(2)]
+    assert all(p.returncode == 0 for p in made), [p.stderr for p in made]
+    assert len({json.loads(p.stdout)["path"] for p in made}) == 2
+    assert len(list((tmp_path / "new").glob("*.tar.gz"))) == 2

@@ -78,20 +78,26 @@ def capture_roots(settings: Settings) -> tuple[Path, list[Path], bool]:
     return settings.sysfs_root, [settings.dev_root], False
 
 
-def resolve_output(settings: Settings, output: Path | None, stamp: str) -> Path:
-    name = f"gpuwarden-bundle-{socket.gethostname()}-{stamp}.tar.gz"
-    if output is None:
-        return statedir.ensure(settings.state_dir, statedir.BUNDLES) / name
+def resolve_output(settings: Settings, output: str | Path | None, stamp: str) -> Path:
+    name = f"gpuwarden-bundle-{socket.gethostname()}-{stamp}"
+    if output is None or Path(output).is_dir() or str(output).endswith("/"):
+        folder = statedir.ensure(settings.state_dir, statedir.BUNDLES) if output is None else Path(output)
+        folder.mkdir(parents=True, exist_ok=True)
+        # Two bundles in the same second (an auto bundle and an operator's) must not replace each other.
+        path = folder / f"{name}.tar.gz"
+        return path if not path.exists() else folder / f"{name}-{os.getpid()}.tar.gz"
     output = Path(output)
-    if output.is_dir() or str(output).endswith("/"):
-        output.mkdir(parents=True, exist_ok=True)
-        return output / name
     if not output.parent.is_dir():
         raise GpuwardenError(f"the directory {output.parent} does not exist", "create it, or pick another --output")
-    return output if output.name.endswith((".tar.gz", ".tgz")) else output.with_name(output.name + ".tar.gz")
+    final = output if output.name.endswith((".tar.gz", ".tgz")) else output.with_name(output.name + ".tar.gz")
+    if final.exists():
+        # it may be the evidence of an earlier incident
+        raise GpuwardenError(f"{final} already exists; it was left as it is",
+                             "pick another name, or give a directory (bundles there get their own names)")
+    return final
 
 
-def collect_bundle(settings: Settings, *, output: Path | None = None, since: str | float | None = None,
+def collect_bundle(settings: Settings, *, output: str | Path | None = None, since: str | float | None = None,
                    safe_mode: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S,
                    max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
                    collectors: tuple[Collector, ...] = COLLECTORS) -> BundleResult:

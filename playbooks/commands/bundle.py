@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -79,8 +78,10 @@ def register(app: typer.Typer) -> None:
     @app.command("bundle", help=HELP)
     def bundle_cmd(
         ctx: typer.Context,
-        output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                              help="File or directory for the bundle (default <state dir>/bundles/)."),
+        # a str, not a Path: Path drops the trailing "/" that says "a directory to make"
+        output: Optional[str] = typer.Option(None, "--output", "-o", metavar="<path>",
+                                             help="File or directory (an existing one, or one ending in /) for the "
+                                                  "bundle (default <state dir>/bundles/)."),
         since: Optional[str] = typer.Option(None, "--since", help="Only log lines from the last DURATION (30m, 2h, 1d)."),
         safe_mode: bool = typer.Option(False, "--safe-mode",
                                        help="Skip the vendor tools that can hang on a wedged GPU (amd-smi, rocm-smi, nvidia-smi)."),
