@@ -99,6 +99,8 @@ def test_missing_argv_is_blamed_on_the_engine_not_defaults(cli, tmp_path):
 
 def test_arena_verify_of_a_directory_is_one_line(cli, tmp_path):
     one_line_error(cli("arena", "verify", str(tmp_path)), f"arena {tmp_path} is a directory")
+    # inspect agrees with verify: cannot be read is 2, a damaged arena 1
+    assert cli("arena", "inspect", str(tmp_path)).returncode == 2
 
 
 def test_arena_create_where_files_cannot_be_made(cli):

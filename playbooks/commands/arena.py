@@ -137,7 +137,7 @@ def inspect_cmd(
     from ops.arena.inspect import inspect
     settings: Settings = ctx.find_root().obj
     info = inspect(path, settings.proc_root, settings.state_dir)
-    code = 0 if info["header_state"] == "ok" else (2 if info["header_state"] in ("missing", "no-permission") else 1)
+    code = 0 if info["header_state"] == "ok" else (2 if info["header_state"] in ("missing", "no-permission", "unreadable") else 1)
     if json_out:
         sys.stdout.write(json.dumps(info) + "\n")
         raise typer.Exit(code)
