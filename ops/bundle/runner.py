@@ -27,7 +27,7 @@ _exiting = False
 
 
 def kill_running() -> None:
-    """At exit: SIGKILL the process group of every command still running, and of any started later."""
+    """At exit: SIGKILL the process group of every command still running; none starts after this."""
     global _exiting
     with _running_lock:
         _exiting = True
@@ -56,17 +56,19 @@ def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = 
     exe = shutil.which(argv[0], path=(env or os.environ).get("PATH"))
     if exe is None:
         return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: not installed")
-    try:
-        proc = subprocess.Popen([exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, env=env, close_fds=True)
-    except FileNotFoundError:
-        return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: not installed")
-    except PermissionError as exc:
-        return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: {exc.strerror}")
+    # Started and registered under the lock: kill_running at exit either finds the command in _running or
+    # keeps it from starting. (The thread is a daemon: once the interpreter exits it never runs again.)
     with _running_lock:
+        if _exiting:
+            return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, "not started: gpuwarden is exiting")
+        try:
+            proc = subprocess.Popen([exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True, env=env, close_fds=True)
+        except FileNotFoundError:
+            return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: not installed")
+        except PermissionError as exc:
+            return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: {exc.strerror}")
         _running.add(proc)
-        if _exiting:  # a collector thread that started it while gpuwarden was exiting
-            _kill_group(proc)
     try:
         out, err = proc.communicate(timeout=max(0.01, timeout_s))
         return CommandResult(argv, out, err, proc.returncode, False, time.monotonic() - t0)
