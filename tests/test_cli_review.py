@@ -249,6 +249,7 @@ def test_engine_record_of_the_wrong_shape_hides_no_other_engine(cli, state_dir):
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     rows = {line.split()[0]: line for line in proc.stdout.splitlines()[1:3]}
     assert "state file is corrupt" in rows["dp0"] and "exited" in rows["dp1"], proc.stdout
+    assert f"dp0: stale — its state file is unreadable; move {d.parent / 'dp0' / 'state.json'} aside" in proc.stdout
     listed = json.loads(cli("engines", "list", "--json").stdout)
     assert [e["name"] for e in listed] == ["dp0", "dp1"]
 

@@ -82,7 +82,10 @@ def list_cmd(ctx: typer.Context,
         typer.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
     for info in infos:
         record = _record_or_empty(settings, info.name)
-        if info.stale:
+        if info.stale and not record:
+            typer.echo(f"{info.name}: stale — its state file is unreadable; move "
+                       f"{st.engine_dir(settings.state_dir, info.name) / st.STATE} aside")
+        elif info.stale:
             typer.echo(f"{info.name}: stale — its shim (pid {info.shim_pid}) is gone; the record is not trusted")
         elif record.get("detail") and info.phase in ("crashed", "stopping", "waiting"):
             typer.echo(f"{info.name}: {record['detail']}")
