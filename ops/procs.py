@@ -63,16 +63,23 @@ def _read(path: str) -> str | None:
     return raw.decode(errors="replace") if raw is not None else None
 
 
+def split_stat(text: str) -> tuple[str, list[str]] | None:
+    """(comm, the fields after it) of a /proc/<pid>/stat line: rest[0] is field 3 (state), rest[i] field i + 3.
+
+    comm may hold spaces and parentheses, so the fields start after the last ")".
+    """
+    lpar, rpar = text.find("("), text.rfind(")")
+    if lpar < 0 or rpar < lpar:
+        return None
+    return text[lpar + 1:rpar], text[rpar + 2:].split()
+
+
 def parse_stat(text: str) -> tuple[str, str, int, int] | None:
     """(comm, state letter, ppid, start ticks) from a /proc/<pid>/stat line."""
-    lpar, rpar = text.find("("), text.rfind(")")
-    if lpar < 0 or rpar < 0:
+    split = split_stat(text)
+    if split is None or len(split[1]) < 20:
         return None
-    comm = text[lpar + 1:rpar]
-    rest = text[rpar + 2:].split()
-    # rest[0] is field 3 (state); starttime is field 22, so rest[19].
-    if len(rest) < 20:
-        return None
+    comm, rest = split
     return comm, rest[0], int(rest[1]), int(rest[19])
 
 
@@ -239,8 +246,8 @@ def group_members(pgid: int, proc_root: Path = Path("/proc")) -> list[int]:
     out = []
     for name in os.listdir(proc_root):
         text = _read(f"{proc_root}/{name}/stat") if name.isdigit() else None
-        rest = text[text.rfind(")") + 2:].split() if text else []
-        if len(rest) > 2 and rest[2] == str(pgid):
+        split = split_stat(text) if text else None
+        if split is not None and len(split[1]) > 2 and split[1][2] == str(pgid):
             out.append(int(name))
     return out
 

@@ -70,13 +70,13 @@ def read_stat(pid: int, proc_root: Path) -> Stat | None:
             text = f.read().decode(errors="replace")
     except OSError:
         return None
-    lpar, rpar = text.find("("), text.rfind(")")
-    rest = text[rpar + 2:].split() if lpar >= 0 and rpar > lpar else []
-    # rest[0] is field 3 (state): ppid is field 4, flags field 9, starttime field 22.
-    if len(rest) < 20:
+    split = procs.split_stat(text)
+    if split is None or len(split[1]) < 20:
         return None
+    comm, rest = split
     from .model import PROC_STATES
-    return Stat(comm=text[lpar + 1:rpar], state=PROC_STATES.get(rest[0], rest[0]), ppid=int(rest[1]),
+    # ppid is field 4, flags field 9, starttime field 22.
+    return Stat(comm=comm, state=PROC_STATES.get(rest[0], rest[0]), ppid=int(rest[1]),
                 flags=int(rest[6]), start_ticks=int(rest[19]))
 
 
