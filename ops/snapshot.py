@@ -14,6 +14,7 @@ from pathlib import Path
 from . import nodestate
 from .backends.base import Backend
 from .backends.select import open_backend
+from .errors import GpuwardenError
 from .model import GpuInfo, GpuProcess, Holder, NodeSnapshot, ProcessUsage, Residual
 from .heldfiles import HeldFiles
 from .pidwatch import PidWatch, usable as pidfds_usable
@@ -124,6 +125,7 @@ class Sampler:
             warnings.append("running inside a PID namespace: the driver reports host PIDs, so process "
                             "details may be missing; run gpuwarden on the host (or with the host's PID namespace)")
         engines, arenas = self._engines_and_arenas(warnings)
+        warnings.extend(self._config_problem())
         return NodeSnapshot(
             taken_at=time.time(), hostname=self._hostname, backend=self.backend.name,
             simulated=self.backend.simulated, gpus=gpus, processes=processes, residual=residual,
@@ -285,6 +287,18 @@ class Sampler:
             out.append(Residual(gpu_index=g.index, device_used=g.vram_used, accounted=accounted, baseline=base,
                                 residual=res, holders=holders, significant=significant))
         return tuple(out), warnings
+
+    def _config_problem(self) -> list[str]:
+        # The arena panel would just say "no arena configured": a typo in node.toml must be visible.
+        from . import nodeconfig
+        if self.settings.replay or not self.settings.config_path.exists():
+            return []
+        try:
+            nodeconfig.load(self.settings)  # cached while the file is unchanged
+        except GpuwardenError as exc:
+            return [f"node config unusable, arena and launch settings ignored: {exc.message} "
+                    "(see `gpuwarden config check`)"]
+        return []
 
     def _engines_and_arenas(self, warnings: list[str]):
         engines, arenas = (), ()

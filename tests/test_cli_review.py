@@ -320,3 +320,14 @@ def test_bundle_never_replaces_an_existing_file(cli, tmp_path):
     assert all(p.returncode == 0 for p in made), [p.stderr for p in made]
     assert len({json.loads(p.stdout)["path"] for p in made}) == 2
     assert len(list((tmp_path / "new").glob("*.tar.gz"))) == 2
+
+
+def test_status_warns_about_a_broken_node_config(cli, tmp_path):
+    # Without it the arena panel just said "no arena configured" and a typo went unseen.
+    conf = tmp_path / "node.toml"
+    conf.write_text("[arena]\npath = /dev/shm/x.arena\n")
+    snap = json.loads(cli("--backend", "sim", "--config", str(conf), "status", "--json").stdout)
+    assert any(w.startswith("node config unusable") and f"{conf}:2" in w for w in snap["warnings"]), snap["warnings"]
+    conf.write_text('[arena]\npath = "/dev/shm/x.arena"\nsize = "1GiB"\n')
+    snap = json.loads(cli("--backend", "sim", "--config", str(conf), "status", "--json").stdout)
+    assert not any("node config" in w for w in snap["warnings"]), snap["warnings"]
