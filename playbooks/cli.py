@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 
@@ -37,9 +37,18 @@ app = typer.Typer(
 
 # Order is the order of `gpuwarden --help`.
 COMMAND_MODULES = (
-    "status", "tui", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
+    "status", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
     "baseline", "bundle", "triage", "config", "journal", "sim",
 )
+
+
+_default_action: Callable[[Settings], int | None] | None = None
+
+
+def set_default_action(action: Callable[[Settings], int | None]) -> None:
+    """What plain `gpuwarden` (no command) does; the tui package sets the console here."""
+    global _default_action
+    _default_action = action
 
 
 def _version(value: bool) -> None:
@@ -85,9 +94,13 @@ def _global(
     from ops.statedir import refuse_squatted
     refuse_squatted(ctx.obj.state_dir)
     if ctx.invoked_subcommand is None:
-        # No command: the TUI, the product's main screen.
-        from .commands.tui import open_tui
-        open_tui(ctx.obj)
+        # No command: the console when the program has one (tui.main sets it), else the help.
+        if _default_action is None:
+            typer.echo(ctx.get_help())
+            raise typer.Exit(0)
+        code = _default_action(ctx.obj)
+        if code:
+            raise typer.Exit(code)
 
 
 for _name in COMMAND_MODULES:

@@ -41,7 +41,7 @@ def gpuwarden(*args: str, env: dict[str, str] | None = None, timeout: float = 60
     """Run the real CLI in a child process (stdin not a terminal), return the completed process."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("GPUWARDEN_BACKEND", None) if env is not None and "GPUWARDEN_BACKEND" not in env else None
-    proc = subprocess.run([sys.executable, "-m", "playbooks.cli", *args], env=full_env, cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "tui.main", *args], env=full_env, cwd=REPO,
                           capture_output=True, text=True, timeout=timeout,
                           input=input if input is not None else "")
     if check and proc.returncode != 0:

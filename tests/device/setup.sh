@@ -16,7 +16,7 @@ if [ ${#need[@]} -gt 0 ] && [ -d .device/wheels ]; then
 fi
 cat > /usr/local/bin/gpuwarden <<WRAP
 #!/bin/sh
-PYTHONPATH="$PWD" exec python3 -m playbooks.cli "\$@"
+PYTHONPATH="$PWD" exec python3 -m tui.main "\$@"
 WRAP
 chmod +x /usr/local/bin/gpuwarden
 # Lent machines start with a small MemTotal that grows with use, so tmpfs sized at boot can be

@@ -1,6 +1,6 @@
-"""CLI: `gpuwarden tui` opens the live console (also what plain `gpuwarden` does).
+"""The `gpuwarden tui` command (also what plain `gpuwarden` does): opens the live console.
 
-The TUI is imported only here, so scripted commands never pay for Textual.
+Textual is imported only when the console opens, so scripted commands never pay for it.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float = 
                              "from scripts use `gpuwarden status` (or `status --json`)")
     from ops import nodeconfig
     settings = nodeconfig.effective_settings(settings)  # the node config's state dir, as launch uses it
-    from tui.sampling import bundle_source, live_source
+    from .sampling import bundle_source, live_source
     close = None
     if bundle is not None:
         source = bundle_source(bundle, settings)
     else:
         source, close = live_source(settings)  # a missing GPU library fails here, in one line
-    from tui.app import GpuwardenApp
+    from .app import GpuwardenApp
     app = GpuwardenApp(settings, source=source, refresh_s=refresh_s, read_only=read_only, bundle=bundle,
                        on_exit=close, watch_terminal=True)
     try:
