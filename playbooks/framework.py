@@ -15,12 +15,9 @@ from ops.errors import GpuwardenError, Refused
 from ops.gpulock import hold
 from ops.settings import Settings
 
-EVENT_KINDS = ("planned", "step_started", "step_ok", "step_failed", "step_skipped", "info", "done")
-
-
 @dataclass(frozen=True)
 class Event:
-    kind: str
+    kind: str  # planned, step_started, step_ok, step_failed, step_skipped, info, done
     playbook: str
     step: str | None = None
     message: str = ""
