@@ -21,6 +21,11 @@ import pytest
 from conftest import REPO, gpuwarden
 
 
+def sigint_default() -> None:
+    # A suite started from a background job inherits SIGINT ignored; the CLI under test must see Ctrl-C.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def one_line_error(proc: subprocess.CompletedProcess, needle: str, code: int = 2) -> None:
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -148,7 +153,7 @@ def test_interrupted_bundle_leaves_no_vendor_tool_running(tmp_path, state_dir):
     proc = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state_dir), "--backend",
                              "sim", "bundle", "--output", str(tmp_path / "out.tar.gz"), "--timeout", "30"],
                             cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
     deadline = time.monotonic() + 20
     while not (pidfile.exists() and pidfile.read_text().strip()):
         assert time.monotonic() < deadline and proc.poll() is None, "the stand-in rocm-smi never ran"
@@ -185,7 +190,7 @@ def test_status_watch_into_a_pipe_has_no_escape_codes(state_dir):
     proc = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state_dir), "--backend",
                              "sim", "status", "--watch", "--interval", "0.25"],
                             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=sigint_default)
     seen = []
     while sum("Ctrl-C to stop" in line for line in seen) < 2:
         line = proc.stdout.readline()
@@ -260,7 +265,8 @@ def test_interrupted_playbook_says_so_and_journals_where_it_stopped(cli, state_d
     tenant = start_tenant(state_dir, 1, "1GiB")  # keeps GPU 1 busy, so drain waits in its last step
     try:
         proc = subprocess.Popen(cli_argv(state_dir, "drain", "1", "--yes", "--timeout", "60"), cwd=REPO,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=sigint_default)
         for line in proc.stdout:
             if line.startswith("→ wait"):
                 break
