@@ -17,6 +17,7 @@ from ops.reaper import Reaper, Target, container_managed, target_ticks
 from ops.units import fmt_bytes
 
 from . import nodecheck
+from .report import bracketed
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
 from .reset import reset_step
 
@@ -131,7 +132,7 @@ class PurgePlaybook(Playbook):
             how = {"zombie": "reap zombie", "disk-sleep": "report D-state process",
                    "container-orphan": "end orphan of a gone container:"}.get(t.reason, "remove")
             steps.append(Step(f"pid-{t.pid}", f"{how} pid {t.pid} holding {size} on GPU {gpus} "
-                                              f"[{t.command[:50]}]", self._remover(t),
+                                              + bracketed(t.command[:50]), self._remover(t),
                               destructive=t.reason != "disk-sleep", continue_on_failure=True))
         if self.arenas:
             cands = ctx.scratch.get("arena_candidates", [])

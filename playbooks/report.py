@@ -34,6 +34,11 @@ def short_command(command: str) -> str:
     return " ".join(parts)
 
 
+def bracketed(command: str) -> str:
+    """[command], except a kernel-style name that comes bracketed already ([gpuwarden] for a zombie)."""
+    return command if command.startswith("[") else f"[{command}]"
+
+
 def render(snap: NodeSnapshot, width: int = 100) -> str:
     lines: list[str] = []
     label = "  ** SIMULATED **" if snap.simulated else ""
@@ -82,7 +87,7 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
             gpus = ",".join(str(x) for x in h.gpus) or "?"
             lines.append(f"  pid {h.pid if h.pid is not None else '-'} on GPU {gpus}: {h.reason} — "
                          f"{fmt_bytes(h.vram_bytes) if h.vram_bytes is not None else 'size unknown'}; {h.detail}"
-                         + (f"  [{h.command[:40]}]" if h.command else ""))
+                         + (f"  {bracketed(h.command[:40])}" if h.command else ""))
     if snap.engines:
         lines.append("")
         lines.append(f"{'ENGINE':<16} {'GPU':>3} {'PID':>8} {'PHASE':<12} EXIT")

@@ -150,7 +150,9 @@ def test_registration_timeout_frees_the_shims_gate_slot(supervised):
         control.wait_for_record(settings, name, shim)
         if name == "slow":
             wait_for(lambda: (st.read_state(supervised, "slow") or {}).get("gate_slot") == 0, 5, "slow holding")
-    assert (st.read_state(supervised, "next") or {}).get("phase") == "waiting"
+    # The shim records "waiting" just after its first record: poll for it (slow holds the slot 0.6 s).
+    wait_for(lambda: (st.read_state(supervised, "next") or {}).get("phase") == "waiting", 5, "next waiting")
+    assert (st.read_state(supervised, "next") or {}).get("gate_slot") is None
     wait_for(lambda: (st.read_state(supervised, "next") or {}).get("gate_slot") == 0, 5, "next admitted")
     slow = st.read_state(supervised, "slow")
     assert slow["gate_slot"] is None and "registration timeout" in slow["detail"]
