@@ -185,6 +185,8 @@ class LaunchPlaybook(Playbook):
             if phase in ("waiting", "starting", "mapping", "verifying"):
                 control.stop(ctx.settings, other, timeout_s=5.0)
                 held_back.append(other)
+        if record.get("signal") and not record.get("bundle"):
+            record = self._await_bundle(ctx, name, record)
         lines = st.run_tail(st.engine_dir(ctx.settings.state_dir, name) / st.LOG, LAST_LINES)
         for line in lines:
             ctx.info(f"{name} | {line}", engine=name, log=line)
@@ -198,7 +200,22 @@ class LaunchPlaybook(Playbook):
         if left:
             parts.append(f"left {', '.join(left)} as they are")
         raise StepFailed("; ".join(parts), f"see `gpuwarden engines logs {name}`"
-                         + (f" and the bundle {record['bundle']}" if record.get("bundle") else ""))
+                         + (f" and the incident bundle {record['bundle']}" if record.get("bundle")
+                            else f" ({record['bundle_note']})" if record.get("bundle_note") else ""))
+
+
+    # The shim collects the crash bundle in safe mode with a 5 s collector timeout.
+    BUNDLE_WAIT_S = 8.0
+
+    def _await_bundle(self, ctx: RunContext, name: str, record: dict[str, Any]) -> dict[str, Any]:
+        """Give the shim a moment to record the incident bundle it is collecting, so the report names it."""
+        deadline = time.monotonic() + self.BUNDLE_WAIT_S
+        while time.monotonic() < deadline:
+            latest = st.read_state(ctx.settings.state_dir, name) or {}
+            if latest.get("bundle") or latest.get("bundle_note") or not st.shim_alive(latest, ctx.settings.proc_root):
+                return {**record, **{k: v for k, v in latest.items() if k.startswith("bundle")}}
+            time.sleep(0.1)
+        return record
 
 
 def select(config: NodeConfig, names: list[str]) -> tuple[EngineConfig, ...]:

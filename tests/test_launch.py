@@ -43,6 +43,13 @@ def test_overlap_crash_kills_stagger_4_launch(tmp_path, supervised, cli):
     assert "Traceback" not in out
     crashed = [n for n, r in records(supervised).items() if r.get("signal") == "SIGSEGV"]
     assert crashed and all(records(supervised)[n]["phase"] == "crashed" for n in crashed)
+    # The shim's automatic incident bundle is named in the failure report and in `engines list`.
+    # (one bundle per node every few minutes: a second crashed engine's report says so instead)
+    bundles = [records(supervised)[n].get("bundle") for n in crashed if records(supervised)[n].get("bundle")]
+    assert bundles, records(supervised)
+    assert any(f"incident bundle {b}" in out for b in bundles) or "no new bundle" in out, out
+    listing = cli("--config", str(cfg), "engines", "list").stdout
+    assert any(f"incident bundle {b}" in listing for b in bundles), listing
 
 
 def test_overlap_crash_engine_survives_stagger_1(tmp_path, supervised, cli):

@@ -316,8 +316,11 @@ class Shim:
                                           engine=self.name, reason=reason)
                 if path:
                     self.save(bundle=str(path))
+                else:
+                    self.save(bundle_note="no new bundle: one was collected minutes ago (see `gpuwarden journal`)")
             except Exception as exc:  # supervision must never fail because evidence could not be gathered
                 print(f"gpuwarden shim: bundle collection failed: {exc!r}", file=sys.stderr)
+                self.save(bundle_note=f"bundle collection failed: {exc}")
         t = threading.Thread(target=work, name="bundle", daemon=True)
         t.start()
         self._bundle_threads.append(t)

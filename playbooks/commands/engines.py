@@ -89,6 +89,8 @@ def list_cmd(ctx: typer.Context,
             typer.echo(f"{info.name}: stale — its shim (pid {info.shim_pid}) is gone; the record is not trusted")
         elif record.get("detail") and info.phase in ("crashed", "stopping", "waiting"):
             typer.echo(f"{info.name}: {record['detail']}")
+        if info.bundle:
+            typer.echo(f"{info.name}: incident bundle {info.bundle} (`gpuwarden triage` it)")
 
 
 @engines_app.command("logs")
