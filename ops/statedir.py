@@ -89,7 +89,7 @@ def write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
 _cache: dict[str, tuple[tuple[int, int, int], Any]] = {}
 
 
-def read_json_cached(path: Path, default: Any = None) -> Any:
+def read_json_cached(path: Path, default: Any = None, kind: type | None = None) -> Any:
     """read_json for files read on every refresh: parsed again only when the file changed.
 
     Callers must not mutate what they get back (it is shared between calls)."""
@@ -102,7 +102,7 @@ def read_json_cached(path: Path, default: Any = None) -> Any:
     hit = _cache.get(str(path))
     if hit is not None and hit[0] == key:
         return hit[1]
-    value = read_json(path, default)
+    value = read_json(path, default, kind)
     _cache[str(path)] = (key, value)
     return value
 

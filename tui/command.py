@@ -26,8 +26,6 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float = 
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         raise GpuwardenError("the console needs a terminal (stdin and stderr are not both terminals)",
                              "from scripts use `gpuwarden status` (or `status --json`)")
-    from ops import nodeconfig
-    settings = nodeconfig.effective_settings(settings)  # the node config's state dir, as launch uses it
     from .sampling import bundle_source, live_source
     close = None
     if bundle is not None:

@@ -68,9 +68,24 @@ def is_stale(record: dict[str, Any], proc_root: Path = Path("/proc")) -> bool:
     return record.get("phase") not in FINAL_PHASES and not shim_alive(record, proc_root)
 
 
+_last_lines: dict[str, tuple[tuple[int, int, int], str | None]] = {}
+
+
 def last_line(path: Path, limit: int = 8192) -> str | None:
+    """The log's last line, read again only when the log changed (the snapshot asks every refresh)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        _last_lines.pop(str(path), None)
+        return None
+    key = (st.st_size, st.st_mtime_ns, st.st_ino)
+    hit = _last_lines.get(str(path))
+    if hit is not None and hit[0] == key:
+        return hit[1]
     lines = tail(path, 1, limit)
-    return lines[-1] if lines else None
+    line = lines[-1] if lines else None
+    _last_lines[str(path)] = (key, line)
+    return line
 
 
 def tail(path: Path, count: int, limit: int = 65536) -> list[str]:
@@ -130,9 +145,11 @@ def list_engines(settings: Settings) -> list[EngineInfo]:
     """Every engine with a record in the state dir, as its shim last wrote it (stale when the shim is gone)."""
     out = []
     for name in names(settings.state_dir):
+        folder = engine_dir(settings.state_dir, name)
         try:
-            record = read_state(settings.state_dir, name)
-            spec = read_spec(settings.state_dir, name)
+            # The snapshot lists engines on every refresh: parse a record again only when its shim rewrote it.
+            record = statedir.read_json_cached(folder / STATE, default=None, kind=dict)
+            spec = statedir.read_json_cached(folder / SPEC, default=None, kind=dict)
         except GpuwardenError:
             out.append(EngineInfo(name=name, gpu=None, phase="stale", stale=True,
                                   last_log_line="state file is corrupt"))

@@ -13,7 +13,6 @@ from typing import Optional
 
 import typer
 
-from ops import nodeconfig
 from ops.engines import control, logs
 from ops.engines import state as st
 from ops.errors import GpuwardenError, NotFound
@@ -24,7 +23,7 @@ engines_app = typer.Typer(help="Supervised engines: list, logs, stop, restart.",
 
 
 def _settings(ctx: typer.Context) -> Settings:
-    return nodeconfig.effective_settings(ctx.obj)
+    return ctx.obj  # the CLI's global callback already applied the node config's state dir
 
 
 def _age(ts: float | None) -> str:

@@ -44,7 +44,6 @@ def register(app: typer.Typer) -> None:
 
         settings: Settings = ctx.obj
         config = nodeconfig.load(settings)
-        settings = nodeconfig.effective_settings(settings, config)
         playbook = LaunchPlaybook(config=config, engines=select(config, engines or []),
                                   stagger=stagger or config.stagger.slots, sequential=sequential,
                                   timeout_s=timeout, skip_verify=skip_verify)
