@@ -310,25 +310,30 @@ def as_nobody(base: Path, *args: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "HOME": str(base)})
 
 
-def test_non_root_collection_says_what_it_could_not_read(tmp_path):
+@pytest.fixture
+def nobody_base():
+    """A directory nobody can write into (not under pytest's root-only tmp dirs); skips where setpriv can't run."""
     why = _nobody_can_run()
     if why:
         pytest.skip(why)
     base = Path(tempfile.mkdtemp(prefix="gw-nobody-"))
-    try:
-        os.chmod(base, 0o777)
-        proc = as_nobody(base, "bundle", "--output", str(base), "--timeout", "5")
-        assert proc.returncode == 0, proc.stderr
-        assert "not root" in proc.stdout and "could not read" in proc.stdout
-        path = next(base.glob("*.tar.gz"))
-        assert path.stat().st_uid == 65534 and stat.S_IMODE(path.stat().st_mode) == 0o600
-        m = manifest_of(path)
-        assert m["collected_by"]["root"] is False and m["collected_by"]["uid"] == 65534
-        denied = [e for e in m["not_collected"] if e["status"] == "permission-denied"]
-        assert any("open files" in (e.get("error") or "") for e in denied)
-        assert collector(m, "snapshot")["status"] == "ok"
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    os.chmod(base, 0o777)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_non_root_collection_says_what_it_could_not_read(nobody_base):
+    base = nobody_base
+    proc = as_nobody(base, "bundle", "--output", str(base), "--timeout", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert "not root" in proc.stdout and "could not read" in proc.stdout
+    path = next(base.glob("*.tar.gz"))
+    assert path.stat().st_uid == 65534 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    m = manifest_of(path)
+    assert m["collected_by"]["root"] is False and m["collected_by"]["uid"] == 65534
+    denied = [e for e in m["not_collected"] if e["status"] == "permission-denied"]
+    assert any("open files" in (e.get("error") or "") for e in denied)
+    assert collector(m, "snapshot")["status"] == "ok"
 
 
 def _fill_stub(bindir: Path) -> None:
@@ -424,21 +429,14 @@ def test_progress_shows_on_a_terminal_only(sim, tmp_path):
     assert "collecting" not in out  # stdout stays clean for scripts
 
 
-def test_unwritable_output_fails_before_collecting():
-    why = _nobody_can_run()
-    if why:
-        pytest.skip(why)
-    base = Path(tempfile.mkdtemp(prefix="gw-nobody-"))
-    try:
-        os.chmod(base, 0o777)
-        proc = as_nobody(base, "bundle", "--output", str(base / "no-such-dir" / "b.tar.gz"))
-        assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
-        ro = base / "ro"
-        ro.mkdir(mode=0o755)  # owned by root: nobody cannot write there
-        proc = as_nobody(base, "bundle", "--output", str(ro))
-        assert proc.returncode == 2 and "permission denied" in proc.stderr and "Traceback" not in proc.stderr
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+def test_unwritable_output_fails_before_collecting(nobody_base):
+    base = nobody_base
+    proc = as_nobody(base, "bundle", "--output", str(base / "no-such-dir" / "b.tar.gz"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+    ro = base / "ro"
+    ro.mkdir(mode=0o755)  # owned by root: nobody cannot write there
+    proc = as_nobody(base, "bundle", "--output", str(ro))
+    assert proc.returncode == 2 and "permission denied" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_plain_dmesg_when_time_format_is_unknown(sim, bindir, tmp_path, fixtures):
