@@ -110,14 +110,19 @@ for _name in COMMAND_MODULES:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turn expected failures into one line and an exit code."""
     command = typer.main.get_command(app)
+    args = argv if argv is not None else sys.argv[1:]
     try:
-        rv = command.main(args=argv if argv is not None else sys.argv[1:], prog_name="gpuwarden",
+        rv = command.main(args=args, prog_name="gpuwarden",
                           standalone_mode=False)
         return rv if isinstance(rv, int) else 0
     except GpuwardenError as exc:
         print(f"gpuwarden: error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"  hint: {exc.hint}", file=sys.stderr)
+        if "--json" in args:
+            # A script reading stdout gets the failure in the shape it parses (the exit code stays).
+            from ops.jsondoc import dumps, error_document
+            sys.stdout.write(dumps(error_document(exc.message, exc.hint, exc.exit_code), indent=None) + "\n")
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
