@@ -29,9 +29,11 @@ def _arena(io: CheckIO):
     return None if cfg is None else cfg.arena
 
 
-def _arena_bytes(arena) -> int | None:
-    """Bytes the arena file takes: header + payload."""
+def _arena_bytes(arena, live: bool = True) -> int | None:
+    """Bytes the arena file takes: header + payload (from its header when the config gives no size)."""
     if not arena.size:
+        if not live:
+            return None  # the file on this machine is not the captured node's
         try:
             from ...arena.format import load_header
             h = load_header(arena.path)
@@ -94,9 +96,9 @@ def check_arena_fs(io: CheckIO) -> Result:
     arena = _arena(io)
     if arena is None:
         return skip("no [arena] in the node config")
-    need = _arena_bytes(arena)
+    need = _arena_bytes(arena, is_live_proc(io))
     if need is None:
-        return unknown(f"the config gives no arena size and {arena.path} has no readable header")
+        return unknown(f"the config gives no arena size and {arena.path} has no readable header here")
     total, free, how = _capacity(io, arena.path)
     where = os.path.dirname(arena.path) or "/"
     details = {"arena": arena.path, "needs": need, "filesystem_size": total, "free": free, "source": how}
@@ -192,7 +194,7 @@ def check_memlock(io: CheckIO) -> Result:
         arena = _arena(io)
     except GpuwardenError:
         pass
-    need = _arena_bytes(arena) if arena is not None else None
+    need = _arena_bytes(arena, is_live_proc(io)) if arena is not None else None
     low = {k: v for k, v in limits.items() if v != INFINITY and (need is None or v < need)}
     shown = "; ".join(f"{k}: {_show(v)}" for k, v in limits.items())
     details = {"limits": {k: _show(v) for k, v in limits.items()}, "arena_bytes": need, "config": conf}
