@@ -173,7 +173,8 @@ def test_nvidia_checks_on_a_captured_8x_h100(tmp_path, fixtures):
     gpus[1].fields["ECC Mode.Pending"] = "Disabled"
     gpus[3].fields["Remapped Rows.Pending"] = "Yes"
     gpus[5].fields["VBIOS Version"] = "96.00.99.00.01"
-    report = run_checks(select(list(REGISTRY), ["nvidia", "firmware"]), _nvidia_probe(tmp_path / "b", pynvml_standin.build(gpus)))
+    probe = _nvidia_probe(tmp_path / "b", pynvml_standin.build(gpus))
+    report = run_checks(select(list(REGISTRY), ["nvidia", "firmware"]), probe)
     by = {f.id: f for f in report.findings}
     assert by["nvidia-persistence"].verdict == "warn" and "GPU 0" in by["nvidia-persistence"].reason
     assert by["nvidia-ecc"].verdict == "warn" and "GPU 1" in by["nvidia-ecc"].reason
@@ -190,7 +191,8 @@ def test_nvidia_mig_node_from_a_captured_h200(tmp_path, fixtures):
 
 
 def test_nvidia_smi_xml_as_a_bundle_keeps_it(fixtures):
-    gpus = parse_smi_xml((fixtures / "nvidia" / "nvidia_smi_q_x_rtx3080ti_linux_535.129.03_leading_blank_line.xml").read_text())
+    xml = fixtures / "nvidia" / "nvidia_smi_q_x_rtx3080ti_linux_535.129.03_leading_blank_line.xml"
+    gpus = parse_smi_xml(xml.read_text())
     assert gpus[0]["name"] == "NVIDIA GeForce RTX 3080 Ti" and gpus[0]["persistence"] is False
     assert gpus[0]["mig"] is None and gpus[0]["ecc"] is None and gpus[0]["remapped"] is None
     assert gpus[0]["vbios"] == "94.02.71.00.28" and gpus[0]["bus"] == "0000:01:00.0"

@@ -13,11 +13,11 @@ from typing import Any
 from .. import jsondoc
 from .checks import REGISTRY
 from .probe import Probe, Roots
-from .runner import DEFAULT_TIMEOUT_S, Progress, Report, run_checks, select
+from .runner import Progress, Report, run_checks, select
 from ..settings import Settings
 
 
-def diagnose(settings: Settings, *, only: list[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+def diagnose(settings: Settings, *, only: list[str] | None = None, timeout_s: float | None = None,
              progress: Progress | None = None, extra: dict[str, Any] | None = None) -> Report:
     checks = select(list(REGISTRY), only)
     probe = Probe(settings, extra=extra)
@@ -26,7 +26,7 @@ def diagnose(settings: Settings, *, only: list[str] | None = None, timeout_s: fl
 
 
 def diagnose_bundle(path: Path | str, settings: Settings, *, only: list[str] | None = None,
-                    timeout_s: float = DEFAULT_TIMEOUT_S, progress: Progress | None = None) -> Report:
+                    timeout_s: float | None = None, progress: Progress | None = None) -> Report:
     from ..bundle.replay import extract, open_bundle
     checks = select(list(REGISTRY), only)  # a wrong name fails before the bundle is unpacked
     path = Path(path)

@@ -66,7 +66,9 @@ def nvidia_present(io: CheckIO) -> bool:
     if io.exists("gpu", "module/nvidia") or io.exists("proc", "driver/nvidia/version"):
         return True
     for card in io.listdir("gpu", "class/drm"):
-        if card.startswith("card") and card[4:].isdigit() and io.int("gpu", f"class/drm/{card}/device/vendor") == NVIDIA_VENDOR:
+        if not (card.startswith("card") and card[4:].isdigit()):
+            continue
+        if io.int("gpu", f"class/drm/{card}/device/vendor") == NVIDIA_VENDOR:
             return True
     return False
 

@@ -50,11 +50,13 @@ class _Slot:
         self.io = CheckIO(probe)
         self.result: Result | None = None
         self.done = threading.Event()
-        self.started = time.monotonic()
+        self.deadline = time.monotonic() + timeout_s
+        self.started: float | None = None  # when its thread got to run it
         self.finished: float | None = None
         self.thread = threading.Thread(target=self._run, name=f"doctor-{check.id}", daemon=True)
 
     def _run(self) -> None:
+        self.started = time.monotonic()
         try:
             result = self.check.run(self.io)
             if not isinstance(result, Result) or result.verdict not in VERDICTS:
@@ -76,18 +78,19 @@ class _Slot:
                            self.timeout_s, timed_out=True)
         r = self.result
         return Finding(c.id, c.title, c.group, r.verdict, r.reason, r.fix, list(self.io.reads), r.details,
-                       (self.finished or time.monotonic()) - self.started)
+                       (self.finished or time.monotonic()) - (self.started or self.finished or 0.0))
 
 
-def run_checks(checks: list[Check], probe: Probe, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+def run_checks(checks: list[Check], probe: Probe, *, timeout_s: float | None = None,
                progress: Progress | None = None, source: str = "live") -> Report:
+    """`timeout_s` given: every check's limit; None: each check's own (Check.timeout_s), else DEFAULT_TIMEOUT_S."""
     started_at, t0 = time.time(), time.monotonic()
-    slots = [_Slot(c, probe, c.timeout_s or timeout_s) for c in checks]
+    slots = [_Slot(c, probe, timeout_s or c.timeout_s or DEFAULT_TIMEOUT_S) for c in checks]
     for s in slots:
         s.thread.start()
     findings: list[Finding] = []
     for i, s in enumerate(slots):
-        s.done.wait(max(0.0, s.started + s.timeout_s - time.monotonic()))
+        s.done.wait(max(0.0, s.deadline - time.monotonic()))
         f = s.finding()
         findings.append(f)
         if progress:

@@ -25,9 +25,10 @@ def register(app: typer.Typer) -> None:
             help="Run only these checks (ids or groups, comma-separated; --list shows them)."),
         bundle: Optional[Path] = typer.Option(
             None, "--bundle", help="Check the node as an incident bundle (`gpuwarden bundle`) captured it."),
-        timeout: float = typer.Option(
-            1.5, "--timeout", min=0.05,
-            help="Seconds each check may take; one still running then is reported as cut, never waited for."),
+        timeout: Optional[float] = typer.Option(
+            None, "--timeout", min=0.05, show_default=False,
+            help="Seconds each check may take (default 1.5; 4 for the checks that ask NVML, which initializes "
+            "GPUs without persistence mode); a check still running then is reported as cut, never waited for."),
         verbose: bool = typer.Option(False, "--verbose", "-v",
                                      help="Show passing checks in full, with what each read."),
         list_checks: bool = typer.Option(False, "--list", help="List the checks (id, group, title) and exit."),

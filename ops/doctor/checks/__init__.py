@@ -8,6 +8,10 @@ from __future__ import annotations
 from ..model import Check
 from . import agent, health, kernel, memory, nvidia, params, pcie
 
+# Without persistence mode the NVIDIA driver initializes every GPU inside nvmlInit (seconds on a large node):
+# the checks that ask NVML may take that long before a hung call is the likelier story.
+NVML_TIMEOUT_S = 4.0
+
 REGISTRY: tuple[Check, ...] = (
     Check("kernel", "Kernel release", "kernel", kernel.check_kernel),
     Check("gpu-driver", "GPU kernel driver loaded, and its version", "kernel", kernel.check_gpu_driver),
@@ -29,13 +33,14 @@ REGISTRY: tuple[Check, ...] = (
     Check("kfd-budget", "KFD registration budget of the launch plan", "memory", memory.check_kfd_budget),
     Check("thp", "Transparent huge pages", "memory", memory.check_thp),
     Check("swap", "Swap", "memory", memory.check_swap),
-    Check("firmware", "Firmware equal across GPUs of one model", "gpu", health.check_firmware),
+    Check("firmware", "Firmware equal across GPUs of one model", "gpu", health.check_firmware, NVML_TIMEOUT_S),
     Check("xgmi-hive", "XGMI hives complete", "gpu", health.check_xgmi),
     Check("ras", "RAS/ECC error counters", "gpu", health.check_ras),
-    Check("nvidia-persistence", "NVIDIA persistence mode", "nvidia", nvidia.check_persistence),
-    Check("nvidia-persistenced", "nvidia-persistenced (it blocks nvidia-smi -r)", "nvidia", nvidia.check_persistenced),
-    Check("nvidia-mig", "NVIDIA MIG mode", "nvidia", nvidia.check_mig),
-    Check("nvidia-ecc", "NVIDIA ECC mode and uncorrected errors", "nvidia", nvidia.check_ecc),
-    Check("nvidia-pages", "NVIDIA retired and remapped memory pages", "nvidia", nvidia.check_pages),
+    Check("nvidia-persistence", "NVIDIA persistence mode", "nvidia", nvidia.check_persistence, NVML_TIMEOUT_S),
+    Check("nvidia-persistenced", "nvidia-persistenced (it blocks nvidia-smi -r)", "nvidia", nvidia.check_persistenced,
+          NVML_TIMEOUT_S),
+    Check("nvidia-mig", "NVIDIA MIG mode", "nvidia", nvidia.check_mig, NVML_TIMEOUT_S),
+    Check("nvidia-ecc", "NVIDIA ECC mode and uncorrected errors", "nvidia", nvidia.check_ecc, NVML_TIMEOUT_S),
+    Check("nvidia-pages", "NVIDIA retired and remapped memory pages", "nvidia", nvidia.check_pages, NVML_TIMEOUT_S),
     Check("agent", "The node agent's socket", "agent", agent.check_agent),
 )

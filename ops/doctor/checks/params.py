@@ -19,27 +19,32 @@ MODPROBE = "/etc/modprobe.d/amdgpu.conf"
 ENGINES = ("GFX", "Compute", "SDMA", "Video")
 
 
-def _param(io: CheckIO, name: str) -> str | None:
-    return io.line("gpu", f"{PARAMS}/{name}")
-
-
 def _no_amdgpu(io: CheckIO) -> Result | None:
     if not io.exists("gpu", "module/amdgpu"):
         return skip("amdgpu is not loaded")
     return None
 
 
-def check_gpu_recovery(io: CheckIO) -> Result:
-    if (r := _no_amdgpu(io)):
-        return r
-    raw = _param(io, "gpu_recovery")
+def _param(io: CheckIO, name: str) -> tuple[str, None] | tuple[None, Result]:
+    """(the parameter's value, None), or (None, the verdict when amdgpu is absent or the file unreadable)."""
+    if (absent := _no_amdgpu(io)):
+        return None, absent
+    raw = io.line("gpu", f"{PARAMS}/{name}")
     if raw is None:
-        return unknown(f"cannot read /sys/{PARAMS}/gpu_recovery")
+        return None, unknown(f"cannot read /sys/{PARAMS}/{name} (a driver older than the parameter?)")
+    return raw, None
+
+
+def check_gpu_recovery(io: CheckIO) -> Result:
+    raw, early = _param(io, "gpu_recovery")
+    if early:
+        return early
     try:
         value = int(raw)
     except ValueError:
         return unknown(f"gpu_recovery reads {raw!r}, not a number")
-    fix = f"echo 'options amdgpu gpu_recovery=1' >> {MODPROBE}  (or amdgpu.gpu_recovery=1 on the kernel command line; reboot)"
+    fix = (f"echo 'options amdgpu gpu_recovery=1' >> {MODPROBE}  (or amdgpu.gpu_recovery=1 on the kernel command "
+           "line; reboot)")
     if value == 0:
         return warn("gpu_recovery=0: a hung GPU job is never recovered; the GPU stays wedged (\"GPU recovery "
                     "disabled.\" in dmesg) until the node reboots, taking every engine on it down", fix, value=value)
@@ -64,11 +69,9 @@ def parse_lockup_timeout(raw: str) -> dict[str, int | None]:
 
 
 def check_lockup_timeout(io: CheckIO) -> Result:
-    if (r := _no_amdgpu(io)):
-        return r
-    raw = _param(io, "lockup_timeout")
-    if raw is None:
-        return unknown(f"cannot read /sys/{PARAMS}/lockup_timeout")
+    raw, early = _param(io, "lockup_timeout")
+    if early:
+        return early
     try:
         per = parse_lockup_timeout(raw)
     except ValueError:
@@ -86,15 +89,12 @@ def check_lockup_timeout(io: CheckIO) -> Result:
 
 
 def check_kfd_limit(io: CheckIO) -> Result:
-    if (r := _no_amdgpu(io)):
-        return r
-    raw = _param(io, "no_system_mem_limit")
+    raw, early = _param(io, "no_system_mem_limit")
+    if early:
+        return early
     total = mem_total(io)
     limit = kfd_system_limit(total) if total else None
     shown = fmt_bytes(limit) if limit else "RAM - RAM/64 - 1.5 GiB"
-    if raw is None:
-        return unknown(f"cannot read /sys/{PARAMS}/no_system_mem_limit (a driver older than the parameter?); "
-                       f"KFD then limits host registrations to {shown}")
     off = raw in ("Y", "y", "1")
     if off:
         return passed("no_system_mem_limit=Y: KFD does not count host-memory registrations against a node-wide limit; "
@@ -105,9 +105,9 @@ def check_kfd_limit(io: CheckIO) -> Result:
 
 
 def check_gtt(io: CheckIO) -> Result:
-    if (r := _no_amdgpu(io)):
-        return r
-    gttsize = _param(io, "gttsize")
+    if (absent := _no_amdgpu(io)):
+        return absent
+    gttsize = io.line("gpu", f"{PARAMS}/gttsize")
     pages = io.int("gpu", "module/ttm/parameters/pages_limit")
     totals = {}
     for gpu in amd_gpus(io):
