@@ -253,3 +253,22 @@ def test_every_check_has_a_unique_id_and_a_title():
     assert len(ids) == len(set(ids)) and all(c.title and c.group for c in REGISTRY)
     schema = json.loads((jsondoc.SCHEMA_DIR / "doctor.v1.json").read_text())
     assert schema["$id"] == "gpuwarden.doctor/1"
+
+
+def test_memlock_of_running_engines_and_the_config_that_sets_it(tmp_path):
+    settings = healthy_node(tmp_path, gpus=1)
+    settings.config_path.write_text('[arena]\npath = "/dev/shm/a.arena"\nsize = "1GiB"\n\n'
+                                    '[[engines]]\nname = "dp0"\ngpu = 0\nargv = ["/bin/sleep", "600"]\n')
+    engine = settings.state_dir / "engines" / "dp0"
+    engine.mkdir(parents=True)
+    (engine / "state.json").write_text(json.dumps({"pid": 4242, "phase": "serving"}))
+    # /proc/<pid>/limits as the kernel writes it (proc_pid_limits: name, soft, hard, units columns)
+    write(settings.proc_root / "4242/limits", "Limit                     Soft Limit           Hard Limit           Units     \n"
+          "Max locked memory         65536                65536                bytes     \n")
+    write(settings.etc_root / "security/limits.d/90-engines.conf", "*    hard    memlock    unlimited\n")
+    f = diagnose(settings, only=["memlock"]).findings[0]
+    assert f.verdict == "warn" and "engine dp0 (pid 4242): 64.0 KiB" in f.reason
+    assert "/proc/<pid>/limits" in f.read and f.details["config"] == [
+        "/etc/security/limits.d/90-engines.conf: * hard memlock unlimited"]
+    write(settings.proc_root / "4242/limits", "Max locked memory         unlimited            unlimited            bytes     \n")
+    assert diagnose(settings, only=["memlock"]).findings[0].verdict == "pass"

@@ -60,7 +60,8 @@ def test_planted_faults_are_found_and_survive_a_bundle(node, state_dir, tmp_path
     shm = os.statvfs("/dev/shm")
     shm_total = shm.f_blocks * shm.f_frsize
     arena = f"/dev/shm/gw-doctor-{uuid.uuid4().hex[:8]}.arena"  # never created: the checks only size it
-    small = max(1 << 20, min(1 << 30, shm.f_bavail * shm.f_frsize // 4))
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    small = max(1 << 20, min(1 << 30, shm.f_bavail * shm.f_frsize // 4, ram // 16))  # fits shm and KFD's limit
     write_config(state_dir, arena, small)
     _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     roomy = hard

@@ -17,7 +17,7 @@ from .probe import CheckIO, Probe
 
 DEFAULT_TIMEOUT_S = 1.5
 
-Progress = Callable[[Finding, int, int], None]  # (finding, done, total)
+Progress = Callable[[str, int, int], None]  # (check now waited for, checks done, total)
 
 
 @dataclass
@@ -90,11 +90,10 @@ def run_checks(checks: list[Check], probe: Probe, *, timeout_s: float | None = N
         s.thread.start()
     findings: list[Finding] = []
     for i, s in enumerate(slots):
+        if progress and not s.done.is_set():
+            progress(s.check.id, i, len(slots))
         s.done.wait(max(0.0, s.deadline - time.monotonic()))
-        f = s.finding()
-        findings.append(f)
-        if progress:
-            progress(f, i + 1, len(slots))
+        findings.append(s.finding())
     return Report(findings, started_at, time.monotonic() - t0, probe.roots.where(), source,
                   simulated=probe.roots.simulated)
 

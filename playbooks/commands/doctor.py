@@ -15,6 +15,17 @@ import typer
 from ops.settings import Settings
 
 
+def _progress_printer():
+    """On a terminal, the check being waited for (a slow or hung one shows by name until its timeout)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(check: str, done: int, total: int) -> None:
+        sys.stderr.write(f"\r\x1b[2Kchecking {done}/{total}: waiting for {check}")
+        sys.stderr.flush()
+    return show
+
+
 def register(app: typer.Typer) -> None:
     @app.command("doctor")
     def doctor_cmd(
@@ -49,10 +60,16 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(0)
         names = [n for n in (only or "").split(",") if n.strip()] or None
         from ops.doctor.diagnose import diagnose, diagnose_bundle, document
-        if bundle is not None:
-            report = diagnose_bundle(bundle, settings, only=names, timeout_s=timeout)
-        else:
-            report = diagnose(settings, only=names, timeout_s=timeout)
+        progress = _progress_printer()
+        try:
+            if bundle is not None:
+                report = diagnose_bundle(bundle, settings, only=names, timeout_s=timeout, progress=progress)
+            else:
+                report = diagnose(settings, only=names, timeout_s=timeout, progress=progress)
+        finally:
+            if progress:
+                sys.stderr.write("\r\x1b[2K")
+                sys.stderr.flush()
         if json_out:
             from ops.jsondoc import dumps
             sys.stdout.write(dumps(document(report)) + "\n")

@@ -130,9 +130,17 @@ def parse_limits_line(text: str) -> int | None:
     return None
 
 
-def _limits_conf(io: CheckIO, user: str | None, groups: set[str]) -> list[str]:
+def _groups(user: str) -> set[str]:
+    try:
+        gids = os.getgrouplist(user, pwd.getpwnam(user).pw_gid)
+        return {grp.getgrgid(g).gr_name for g in gids}
+    except (KeyError, OSError):
+        return set()
+
+
+def _limits_conf(io: CheckIO, user: str | None) -> list[str]:
     """memlock lines of limits.conf and limits.d/*.conf that apply to `user` (or its groups, or everyone)."""
-    lines = []
+    lines, groups = [], None
     files = ["security/limits.conf"] + [f"security/limits.d/{n}" for n in io.listdir("etc", "security/limits.d")
                                          if n.endswith(".conf")]
     for rel in files:
@@ -141,7 +149,9 @@ def _limits_conf(io: CheckIO, user: str | None, groups: set[str]) -> list[str]:
             if len(parts) != 4 or parts[2] != "memlock":
                 continue
             who = parts[0]
-            if who == "*" or who == user or (who.startswith("@") and who[1:] in groups):
+            if who.startswith("@") and user and groups is None:
+                groups = _groups(user)  # only now: the group database may be a slow directory service
+            if who == "*" or who == user or (who.startswith("@") and who[1:] in (groups or set())):
                 lines.append(f"/etc/{rel}: {' '.join(parts)}")
     return lines
 
@@ -183,10 +193,9 @@ def check_memlock(io: CheckIO) -> Result:
         uid = io.probe.extra.get("uid")
     try:
         user = pwd.getpwuid(uid).pw_name if uid is not None else None
-        groups = {g.gr_name for g in grp.getgrall() if user in g.gr_mem} if user else set()
     except KeyError:
-        user, groups = None, set()
-    conf = _limits_conf(io, user, groups) + _systemd_memlock(io)
+        user = None
+    conf = _limits_conf(io, user) + _systemd_memlock(io)
     if not limits:
         return unknown("no memlock limit to read: no engine running and not the live node", **{"config": conf})
     arena = None

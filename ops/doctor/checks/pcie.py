@@ -14,11 +14,11 @@ import os
 import re
 import struct
 
+from ...backends.sysfs import AMD_VENDOR
 from ...engines import state as engine_state
 from ..model import Result, fail, passed, skip, unknown, warn
 from ..node import NVIDIA_VENDOR, amd_gpus, cmdline, cmdline_value, readable_cpus
 from ..probe import CheckIO
-from ...backends.sysfs import AMD_VENDOR
 
 BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 ACS_ID = 0x000D
