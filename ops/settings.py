@@ -31,6 +31,11 @@ class Settings:
     sysfs_root: Path = Path("/sys")
     proc_root: Path = Path("/proc")
     dev_root: Path = Path("/dev")
+    # Host files outside /sys and /proc that `doctor` reads (limits.conf, the kernel config, ROCm's
+    # version file); a bundle or a captured tree points them at its own copies.
+    etc_root: Path = Path("/etc")
+    boot_root: Path = Path("/boot")
+    opt_root: Path = Path("/opt")
     # Set when reading a captured tree (bundle replay): nothing live may be touched.
     replay: str | None = None
 
@@ -57,6 +62,9 @@ class Settings:
             sysfs_root=Path(str(pick("sysfs_root", "GPUWARDEN_SYSFS_ROOT", "/sys"))),
             proc_root=Path(str(pick("proc_root", "GPUWARDEN_PROC_ROOT", "/proc"))),
             dev_root=Path(str(pick("dev_root", "GPUWARDEN_DEV_ROOT", "/dev"))),
+            etc_root=Path(str(pick("etc_root", "GPUWARDEN_ETC_ROOT", "/etc"))),
+            boot_root=Path(str(pick("boot_root", "GPUWARDEN_BOOT_ROOT", "/boot"))),
+            opt_root=Path(str(pick("opt_root", "GPUWARDEN_OPT_ROOT", "/opt"))),
         )
 
     def with_(self, **changes: object) -> "Settings":

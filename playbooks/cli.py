@@ -37,7 +37,7 @@ app = typer.Typer(
 
 # Order is the order of `gpuwarden --help`.
 COMMAND_MODULES = (
-    "status", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
+    "status", "doctor", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
     "baseline", "bundle", "triage", "config", "journal", "sim",
 )
 

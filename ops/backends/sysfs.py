@@ -133,6 +133,19 @@ def amd_cards(sysfs_root: Path) -> list[DrmCard]:
     return cards
 
 
+def pair(nodes: list[KfdNode], cards: list[DrmCard]) -> list[tuple[DrmCard | None, int | None, KfdNode | None]]:
+    """Pair KFD nodes with DRM cards; order is KFD's (what HIP enumerates), else the cards'."""
+    if not nodes:
+        return [(c, None, None) for c in cards]
+    by_minor = {c.render_minor: c for c in cards if c.render_minor is not None}
+    by_bus = {c.bus_id: c for c in cards if c.bus_id}
+    out = []
+    for node in nodes:
+        card = by_minor.get(node.props.get("drm_render_minor", -1)) or by_bus.get(node.bus_id or "")
+        out.append((card, node.gpu_id, node))
+    return out
+
+
 def _hwmon(dev: Path) -> Path | None:
     try:
         names = sorted(os.listdir(dev / "hwmon"))
@@ -170,16 +183,7 @@ class SysfsBackend:
         self._refreshes = 0
 
     def _join(self) -> list[tuple[DrmCard | None, int | None, KfdNode | None]]:
-        """Pair KFD nodes with DRM cards; order is KFD's (what HIP enumerates), else the cards'."""
-        if not self._nodes:
-            return [(c, None, None) for c in self._cards]
-        by_minor = {c.render_minor: c for c in self._cards if c.render_minor is not None}
-        by_bus = {c.bus_id: c for c in self._cards if c.bus_id}
-        out = []
-        for node in self._nodes:
-            card = by_minor.get(node.props.get("drm_render_minor", -1)) or by_bus.get(node.bus_id or "")
-            out.append((card, node.gpu_id, node))
-        return out
+        return pair(self._nodes, self._cards)
 
     def _describe(self) -> list[tuple[dict, dict[str, str | None]]]:
         """What does not change while the driver is loaded (names, ids, totals), and the paths of

@@ -65,16 +65,12 @@ def parse_duration(text: str) -> float:
     return float(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
 
 
-def _has_gpu_tree(sysfs_root: Path) -> bool:
-    return (sysfs_root / "class/kfd/kfd/topology/nodes").is_dir() or (sysfs_root / "module/nvidia").is_dir()
-
-
 def capture_roots(settings: Settings) -> tuple[Path, list[Path], bool]:
     """(sysfs root to copy, device roots whose files mark GPU holders, simulated?)."""
-    from ..sim.node import SimNode
-    sim = SimNode(settings.state_dir)
-    if sim.exists and (settings.backend == "sim" or (settings.backend is None and not _has_gpu_tree(settings.sysfs_root))):
-        return sim.sysfs_root, [settings.dev_root, sim.dev_root], True
+    from ..sim.node import SimNode, active_sim_root
+    sim_root = active_sim_root(settings)
+    if sim_root is not None:
+        return sim_root, [settings.dev_root, SimNode(settings.state_dir).dev_root], True
     return settings.sysfs_root, [settings.dev_root], False
 
 

@@ -236,6 +236,15 @@ def _journal(ctx: Context) -> list[Entry]:
     return entries
 
 
+def _doctor_inputs(ctx: Context) -> list[Entry]:
+    """What `gpuwarden doctor --bundle` reads beyond the trees above (kernel config, limits, firmware, THP, ...)."""
+    from ..doctor import inputs
+    s = ctx.settings
+    roots = {"sys": s.sysfs_root, "gpu": ctx.sysfs_root, "proc": s.proc_root, "etc": s.etc_root,
+             "boot": s.boot_root, "opt": s.opt_root}
+    return inputs.collect(roots, s.config_path)
+
+
 def _kernel(ctx: Context) -> list[Entry]:
     return kernellog.collect(ctx.settings, ctx.since_s, ctx.deadline)
 
@@ -251,4 +260,5 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("arena", _arena),
     Collector("coredumps", _coredumps),
     Collector("journal", _journal),
+    Collector("doctor-inputs", _doctor_inputs),
 )

@@ -16,12 +16,25 @@ from pathlib import Path
 from typing import Iterator
 
 from .. import statedir
+from . import platform
 from ..errors import GpuwardenError, NotFound
 from ..procs import identity
 
 GPU_ID_BASE = 41000  # KFD gpu_ids are opaque numbers; distinct from indexes on purpose
 RENDER_MINOR_BASE = 128
 FAULTS = ("leak-on-kill", "reset-fails")
+
+
+def _has_gpu_tree(sysfs_root: Path) -> bool:
+    return (sysfs_root / "class/kfd/kfd/topology/nodes").is_dir() or (sysfs_root / "module/nvidia").is_dir()
+
+
+def active_sim_root(settings) -> Path | None:
+    """The simulated node's sysfs tree when it stands in for this node's GPUs (forced, or no real GPU tree)."""
+    sim = SimNode(settings.state_dir)
+    if sim.exists and (settings.backend == "sim" or (settings.backend is None and not _has_gpu_tree(settings.sysfs_root))):
+        return sim.sysfs_root
+    return None
 
 
 class SimNode:
@@ -250,6 +263,7 @@ class SimNode:
                 "cpu_cores_count 0\nsimd_count 1216\ngfx_target_version 90402\nvendor_id 4098\n"
                 f"device_id 29857\nlocation_id {bus << 8}\ndomain 0\n"
                 f"drm_render_minor {RENDER_MINOR_BASE + i}\nhive_id {hive}\n")
+        platform.write(self.sysfs_root, cfg["gpus"], cfg["vram"], bool(cfg.get("hive")))
 
     def _write_dynamic_tree(self, cfg: dict | None = None) -> None:
         """Used VRAM per GPU and the KFD per-process files, rewritten only where they changed."""

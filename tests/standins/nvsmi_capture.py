@@ -114,6 +114,12 @@ _CSV_TO_Q = {
     "memory.free [MiB]": "FB Memory Usage.Free", "utilization.gpu [%]": "Utilization.GPU",
     "utilization.memory [%]": "Utilization.Memory", "temperature.gpu": "Temperature.GPU Current Temp",
     "power.draw.average [W]": "GPU Power Readings.Average Power Draw",
+    "persistence_mode": "Persistence Mode", "mig.mode.current": "MIG Mode.Current",
+    "mig.mode.pending": "MIG Mode.Pending", "ecc.mode.current": "ECC Mode.Current",
+    "ecc.mode.pending": "ECC Mode.Pending", "retired_pages.pending": "Retired Pages.Pending Page Blacklist",
+    "remapped_rows.correctable": "Remapped Rows.Correctable Error",
+    "remapped_rows.uncorrectable": "Remapped Rows.Uncorrectable Error", "remapped_rows.pending": "Remapped Rows.Pending",
+    "remapped_rows.failure": "Remapped Rows.Remapping Failure Occurred", "vbios_version": "VBIOS Version",
 }
 
 

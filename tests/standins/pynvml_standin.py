@@ -104,6 +104,41 @@ class _Replay:
     def nvmlDeviceGetPowerUsage(self, handle: DeviceHandle) -> int:
         return round(self._known(self._gpu(handle).power_w) * 1000)  # NVML counts milliwatts
 
+    # --- what `doctor` asks: the -q report's "Persistence Mode", "MIG Mode", "ECC Mode", "Retired Pages",
+    # "Remapped Rows", "VBIOS Version" ("N/A" there is NVML's NOT_SUPPORTED)
+    def _state(self, handle: DeviceHandle, key: str) -> int:
+        value = self._known(self._gpu(handle).get(key))
+        return real.NVML_FEATURE_ENABLED if value == "Enabled" else real.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetPersistenceMode(self, handle: DeviceHandle) -> int:
+        return self._state(handle, "Persistence Mode")
+
+    def nvmlDeviceGetMigMode(self, handle: DeviceHandle) -> list[int]:
+        return [self._state(handle, "MIG Mode.Current"), self._state(handle, "MIG Mode.Pending")]
+
+    def nvmlDeviceGetEccMode(self, handle: DeviceHandle) -> list[int]:
+        return [self._state(handle, "ECC Mode.Current"), self._state(handle, "ECC Mode.Pending")]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: DeviceHandle) -> int:
+        value = self._known(self._gpu(handle).get("Retired Pages.Pending Page Blacklist"))
+        return real.NVML_FEATURE_ENABLED if value == "Yes" else real.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetRemappedRows(self, handle: DeviceHandle) -> tuple[int, int, int, int]:
+        gpu = self._gpu(handle)
+        corr, unc = self._known(gpu.get("Remapped Rows.Correctable Error")), gpu.get("Remapped Rows.Uncorrectable Error")
+        pending, failure = gpu.get("Remapped Rows.Pending"), gpu.get("Remapped Rows.Remapping Failure Occurred")
+        return int(corr), int(unc or 0), int(pending == "Yes"), int(failure == "Yes")
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: DeviceHandle, errorType: int, counterType: int) -> int:
+        gpu = self._gpu(handle)
+        if errorType != real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED or counterType != real.NVML_VOLATILE_ECC:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        value = gpu.number("ECC Errors.Volatile.DRAM Uncorrectable", "ECC Errors.Volatile.Double Bit.Total")
+        return int(self._known(value))
+
+    def nvmlDeviceGetVbiosVersion(self, handle: DeviceHandle) -> str:
+        return self._known(self._gpu(handle).get("VBIOS Version"))
+
     def _processes(self, handle: DeviceHandle, kind: str) -> list:
         out = []
         for p in self._gpu(handle).processes:

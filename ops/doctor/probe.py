@@ -1,0 +1,138 @@
+"""Where the doctor reads: the node's roots, one cache the checks share, and a reader per check that records its reads.
+
+Paths are shown as on the node (/sys/..., /etc/...), whatever tree they were read from; `Roots.where` says which.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..settings import Settings
+
+# root name -> the path it stands for on a node
+LOGICAL = {"sys": "/sys", "gpu": "/sys", "proc": "/proc", "etc": "/etc", "boot": "/boot", "opt": "/opt"}
+READ_LIMIT = 1 << 20
+
+_SHOWN_AS = ((re.compile(r"/card\d+/"), "/card*/"), (re.compile(r"/nodes/\d+/"), "/nodes/*/"),
+             (re.compile(r"^/proc/\d+/"), "/proc/<pid>/"), (re.compile(r"/io_links/\d+/"), "/io_links/*/"),
+             (re.compile(r"/iommu_groups/\d+/"), "/iommu_groups/*/"))
+
+
+@dataclass(frozen=True)
+class Roots:
+    """`gpu` is the tree the GPU backend reads (the simulated node's on a sim node); `sys` is the host's /sys."""
+
+    sys: Path
+    gpu: Path
+    proc: Path
+    etc: Path
+    boot: Path
+    opt: Path
+    simulated: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> "Roots":
+        from ..sim.node import active_sim_root
+        sim = active_sim_root(settings)
+        return cls(sys=settings.sysfs_root, gpu=sim or settings.sysfs_root, proc=settings.proc_root,
+                   etc=settings.etc_root, boot=settings.boot_root, opt=settings.opt_root, simulated=sim is not None)
+
+    def where(self) -> dict[str, str]:
+        return {name: str(getattr(self, name)) for name in LOGICAL}
+
+
+class Probe:
+    """What every check of one doctor run shares: settings, roots, and values computed once (GPU list, NVML)."""
+
+    def __init__(self, settings: Settings, roots: Roots | None = None, *, live: bool | None = None,
+                 extra: dict[str, Any] | None = None):
+        self.settings = settings
+        self.roots = roots or Roots.of(settings)
+        self.live = settings.live if live is None else live
+        # Facts a bundle recorded that no tree holds (e.g. the collector's RLIMIT_MEMLOCK); empty when live.
+        self.extra = extra or {}
+        self._lock = threading.Lock()
+        self._cache: dict[str, Future] = {}
+
+    def shared(self, key: str, fn: Callable[[], Any]) -> Any:
+        """fn() computed once per run, by the first check that asks; the others wait for that answer."""
+        with self._lock:
+            fut = self._cache.get(key)
+            owner = fut is None
+            if owner:
+                fut = self._cache[key] = Future()
+        if owner:
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed to every caller, who each turn it into their verdict
+                fut.set_exception(exc)
+        return fut.result()
+
+
+class CheckIO:
+    """One check's view of the node: every file it reads is recorded, as the node would name it."""
+
+    def __init__(self, probe: Probe):
+        self.probe = probe
+        self.settings = probe.settings
+        self.roots = probe.roots
+        self.live = probe.live
+        self.reads: list[str] = []
+
+    # --- recording -------------------------------------------------------------------------------
+    def note(self, what: str) -> None:
+        """Record a read that is not a file (a library call, getrlimit, a socket)."""
+        for pattern, repl in _SHOWN_AS:
+            what = pattern.sub(repl, what)
+        if what not in self.reads:
+            self.reads.append(what)
+
+    def path(self, root: str, rel: str, *, record: bool = True) -> Path:
+        rel = rel.lstrip("/")
+        if record:
+            self.note(f"{LOGICAL[root]}/{rel}" if root in LOGICAL else rel)
+        return Path(getattr(self.roots, root)) / rel
+
+    # --- reading ---------------------------------------------------------------------------------
+    def text(self, root: str, rel: str) -> str | None:
+        try:
+            with open(self.path(root, rel), "rb") as f:
+                return f.read(READ_LIMIT).decode(errors="replace")
+        except OSError:
+            return None
+
+    def line(self, root: str, rel: str) -> str | None:
+        text = self.text(root, rel)
+        return text.strip() if text is not None else None
+
+    def int(self, root: str, rel: str) -> int | None:
+        text = self.line(root, rel)
+        try:
+            return int(text.split()[0], 0) if text else None
+        except (ValueError, IndexError):
+            return None
+
+    def bytes(self, root: str, rel: str, limit: int = 4096) -> bytes | None:
+        try:
+            with open(self.path(root, rel), "rb") as f:
+                return f.read(limit)
+        except OSError:
+            return None
+
+    def listdir(self, root: str, rel: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self.path(root, rel, record=False)))
+        except OSError:
+            return []
+
+    def exists(self, root: str, rel: str) -> bool:
+        return os.path.exists(self.path(root, rel))
+
+    def shared(self, key: str, fn: Callable[[], Any]) -> Any:
+        return self.probe.shared(key, fn)
