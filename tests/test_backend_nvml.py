@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import ast
 import csv
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pynvml
+
 import pytest
 
 from ops.backends import libload
@@ -56,7 +58,8 @@ def test_without_a_driver_it_says_so_in_one_line(settings, capfd):
 def test_cli_forced_nvml_fails_with_one_line_and_exit_2(cli):
     proc = cli("--backend", "nvml", "status", "--json")
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout)["error"].endswith("nvml: libnvidia-ml.so.1 not found (no NVIDIA driver)")
+    assert "Traceback" not in proc.stderr
     assert "nvml: libnvidia-ml.so.1 not found (no NVIDIA driver)" in proc.stderr
 
 
