@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import importlib.metadata
 import importlib.util
 import re
@@ -12,8 +13,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import json
 
 import pytest
 
