@@ -1,0 +1,84 @@
+/* realsym.c: finding the real definitions our exports hide, and libc's own dlsym/dlvsym/dlopen.
+ * We export dlsym, dlvsym and dlopen ourselves, so their real ones are read from libc's symbol table. */
+#include "gwpreload.h"
+
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <string.h>
+
+void *(*gw_real_dlsym)(void *, const char *);
+void *(*gw_real_dlvsym)(void *, const char *, const char *);
+void *(*gw_real_dlopen)(const char *, int);
+
+static _Atomic ElfW(Addr) our_lo, our_hi;
+
+static int find_self(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    (void)data;
+    struct gw_elf elf;
+    ElfW(Addr) here = (ElfW(Addr))&gw_is_ours;
+    if (gw_elf_read(info, &elf) == 0 && here >= elf.lo && here < elf.hi) {
+        atomic_store(&our_lo, elf.lo);
+        atomic_store(&our_hi, elf.hi);
+        return 1;
+    }
+    return 0;
+}
+
+int gw_is_ours(const void *addr) {
+    if (!atomic_load(&our_hi))
+        dl_iterate_phdr(find_self, NULL);
+    ElfW(Addr) a = (ElfW(Addr))addr;
+    return a >= atomic_load(&our_lo) && a < atomic_load(&our_hi);
+}
+
+struct search {
+    const char *name;
+    void *found;
+};
+
+/* The first object in load order, other than us, that defines the name (the main program included). */
+static int search_object(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct search *s = data;
+    struct gw_elf elf;
+    if (gw_elf_read(info, &elf) != 0)
+        return 0;
+    if (gw_is_ours((const void *)(elf.lo + (elf.hi - elf.lo) / 2)))
+        return 0;
+    void *p = gw_elf_lookup(&elf, s->name);
+    if (p && !gw_is_ours(p)) {
+        s->found = p;
+        return 1;
+    }
+    return 0;
+}
+
+static void *first_definition(const char *name) {
+    struct search s = {name, NULL};
+    dl_iterate_phdr(search_object, &s);
+    return s.found;
+}
+
+void gw_resolve_dl(void) {
+    /* Racing threads find the same addresses; a plain store is enough. */
+    if (!gw_real_dlsym)
+        gw_real_dlsym = (void *(*)(void *, const char *))first_definition("dlsym");
+    if (!gw_real_dlvsym)
+        gw_real_dlvsym = (void *(*)(void *, const char *, const char *))first_definition("dlvsym");
+    if (!gw_real_dlopen)
+        gw_real_dlopen = (void *(*)(const char *, int))first_definition("dlopen");
+}
+
+void *gw_find_real(const char *name) {
+    gw_resolve_dl();
+    if (gw_real_dlsym) {
+        /* The ordinary answer: the next definition in the global scope after this library. */
+        void *p = gw_real_dlsym(RTLD_NEXT, name);
+        if (p && !gw_is_ours(p))
+            return p;
+        dlerror();  /* leave no error of ours for the engine's next dlerror() */
+    }
+    /* Loaded RTLD_LOCAL (a dependency of a dlopen()ed library, as libcudart under libtorch): any object. */
+    return first_definition(name);
+}
