@@ -40,8 +40,9 @@ GW_HIDDEN extern void *(*gw_real_dlvsym)(void *, const char *, const char *);
 GW_HIDDEN extern void *(*gw_real_dlopen)(const char *, int);
 /* Fill the three pointers above from libc's (or libdl's) own symbol table; safe to call any time. */
 GW_HIDDEN void gw_resolve_dl(void);
-/* The definition of `name` that our export hides: the global scope after us, else any loaded object. */
-GW_HIDDEN void *gw_find_real(const char *name);
+/* The definition of `name` that our export hides from `caller` (an address in the calling object):
+ * the global scope after us, else the caller's own dependencies, else any loaded object. */
+GW_HIDDEN void *gw_find_real(const char *name, const void *caller);
 /* True when `addr` lies inside libgwpreload.so itself. */
 GW_HIDDEN int gw_is_ours(const void *addr);
 

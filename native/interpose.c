@@ -58,10 +58,10 @@ typedef int (*unregister_fn)(void *);
 typedef int (*getproc4_fn)(const char *, void **, int, uint64_t);
 typedef int (*getproc5_fn)(const char *, void **, int, uint64_t, void *);
 
-static void *real_of(struct binding *b) {
+static void *real_of(struct binding *b, const void *caller) {
     void *real = atomic_load_explicit(&b->real, memory_order_acquire);
     if (!real) {
-        real = gw_find_real(gw_apis[b->api].name);
+        real = gw_find_real(gw_apis[b->api].name, caller);
         if (real)
             atomic_store_explicit(&b->real, real, memory_order_release);
     }
@@ -106,8 +106,8 @@ static const char *slot_text(int slot, char *buf, size_t cap) {
     return buf;
 }
 
-static int do_register(struct binding *b, void *p, size_t n, unsigned flags) {
-    register_fn real = (register_fn)real_of(b);
+static int do_register(struct binding *b, const void *caller, void *p, size_t n, unsigned flags) {
+    register_fn real = (register_fn)real_of(b, caller);
     if (!real)
         return GW_ERROR_UNKNOWN;
     if (n < gw_cfg.threshold || depth > 0)
@@ -136,8 +136,8 @@ static int do_register(struct binding *b, void *p, size_t n, unsigned flags) {
     return r;
 }
 
-static int do_unregister(struct binding *b, void *p) {
-    unregister_fn real = (unregister_fn)real_of(b);
+static int do_unregister(struct binding *b, const void *caller, void *p) {
+    unregister_fn real = (unregister_fn)real_of(b, caller);
     if (!real)
         return GW_ERROR_UNKNOWN;
     size_t n;
@@ -170,8 +170,9 @@ static int getproc_has_status(int api, int version) {
     return 1;
 }
 
-static int do_getproc(struct binding *b, const char *sym, void **pfn, int version, uint64_t flags, void *status) {
-    void *real = real_of(b);
+static int do_getproc(struct binding *b, const void *caller, const char *sym, void **pfn, int version,
+                      uint64_t flags, void *status) {
+    void *real = real_of(b, caller);
     if (!real)
         return GW_ERROR_UNKNOWN;
     int r = b->has_status ? ((getproc5_fn)real)(sym, pfn, version, flags, status)
@@ -191,10 +192,12 @@ static int do_getproc(struct binding *b, const char *sym, void **pfn, int versio
 static struct binding bind_tab[3][NBIND];
 static atomic_int bind_used[3];
 
-#define REG_W(i) static int reg_w##i(void *p, size_t n, unsigned f) { return do_register(&bind_tab[GW_REGISTER][i], p, n, f); }
-#define UNREG_W(i) static int unreg_w##i(void *p) { return do_unregister(&bind_tab[GW_UNREGISTER][i], p); }
+/* These are bound to a known real function, so they need no caller to find it. */
+#define REG_W(i) static int reg_w##i(void *p, size_t n, unsigned f) { \
+        return do_register(&bind_tab[GW_REGISTER][i], NULL, p, n, f); }
+#define UNREG_W(i) static int unreg_w##i(void *p) { return do_unregister(&bind_tab[GW_UNREGISTER][i], NULL, p); }
 #define GP_W(i) static int gp_w##i(const char *s, void **pfn, int v, uint64_t fl, void *st) { \
-        return do_getproc(&bind_tab[GW_GETPROC][i], s, pfn, v, fl, st); }
+        return do_getproc(&bind_tab[GW_GETPROC][i], NULL, s, pfn, v, fl, st); }
 #define SIXTEEN(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
 SIXTEEN(REG_W)
 SIXTEEN(UNREG_W)
@@ -251,26 +254,33 @@ static struct binding exported[A_COUNT] = {
     [A_HIP_GETPROC] = {.api = A_HIP_GETPROC, .via = "symbol", .has_status = 1},
 };
 
-GW_EXPORT int hipHostRegister(void *p, size_t n, unsigned f) { return do_register(&exported[A_HIP_REGISTER], p, n, f); }
-GW_EXPORT int hipHostUnregister(void *p) { return do_unregister(&exported[A_HIP_UNREGISTER], p); }
-GW_EXPORT int cudaHostRegister(void *p, size_t n, unsigned f) { return do_register(&exported[A_CUDA_REGISTER], p, n, f); }
-GW_EXPORT int cudaHostUnregister(void *p) { return do_unregister(&exported[A_CUDA_UNREGISTER], p); }
-GW_EXPORT int cuMemHostRegister(void *p, size_t n, unsigned f) { return do_register(&exported[A_CU_REGISTER], p, n, f); }
-GW_EXPORT int cuMemHostRegister_v2(void *p, size_t n, unsigned f) {
-    return do_register(&exported[A_CU_REGISTER_V2], p, n, f);
+#define CALLER __builtin_return_address(0)
+GW_EXPORT int hipHostRegister(void *p, size_t n, unsigned f) {
+    return do_register(&exported[A_HIP_REGISTER], CALLER, p, n, f);
 }
-GW_EXPORT int cuMemHostUnregister(void *p) { return do_unregister(&exported[A_CU_UNREGISTER], p); }
+GW_EXPORT int hipHostUnregister(void *p) { return do_unregister(&exported[A_HIP_UNREGISTER], CALLER, p); }
+GW_EXPORT int cudaHostRegister(void *p, size_t n, unsigned f) {
+    return do_register(&exported[A_CUDA_REGISTER], CALLER, p, n, f);
+}
+GW_EXPORT int cudaHostUnregister(void *p) { return do_unregister(&exported[A_CUDA_UNREGISTER], CALLER, p); }
+GW_EXPORT int cuMemHostRegister(void *p, size_t n, unsigned f) {
+    return do_register(&exported[A_CU_REGISTER], CALLER, p, n, f);
+}
+GW_EXPORT int cuMemHostRegister_v2(void *p, size_t n, unsigned f) {
+    return do_register(&exported[A_CU_REGISTER_V2], CALLER, p, n, f);
+}
+GW_EXPORT int cuMemHostUnregister(void *p) { return do_unregister(&exported[A_CU_UNREGISTER], CALLER, p); }
 GW_EXPORT int cuGetProcAddress(const char *s, void **pfn, int v, uint64_t fl) {
-    return do_getproc(&exported[A_CU_GETPROC], s, pfn, v, fl, NULL);
+    return do_getproc(&exported[A_CU_GETPROC], CALLER, s, pfn, v, fl, NULL);
 }
 GW_EXPORT int cuGetProcAddress_v2(const char *s, void **pfn, int v, uint64_t fl, void *st) {
-    return do_getproc(&exported[A_CU_GETPROC_V2], s, pfn, v, fl, st);
+    return do_getproc(&exported[A_CU_GETPROC_V2], CALLER, s, pfn, v, fl, st);
 }
 GW_EXPORT int cuGetProcAddress_v2_ptsz(const char *s, void **pfn, int v, uint64_t fl, void *st) {
-    return do_getproc(&exported[A_CU_GETPROC_V2_PTSZ], s, pfn, v, fl, st);
+    return do_getproc(&exported[A_CU_GETPROC_V2_PTSZ], CALLER, s, pfn, v, fl, st);
 }
 GW_EXPORT int hipGetProcAddress(const char *s, void **pfn, int v, uint64_t fl, void *st) {
-    return do_getproc(&exported[A_HIP_GETPROC], s, pfn, v, fl, st);
+    return do_getproc(&exported[A_HIP_GETPROC], CALLER, s, pfn, v, fl, st);
 }
 
 /* ---- dlsym, dlvsym, dlopen ------------------------------------------------------------------------

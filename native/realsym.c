@@ -70,15 +70,29 @@ void gw_resolve_dl(void) {
         gw_real_dlopen = (void *(*)(const char *, int))first_definition("dlopen");
 }
 
-void *gw_find_real(const char *name) {
+void *gw_find_real(const char *name, const void *caller) {
     gw_resolve_dl();
     if (gw_real_dlsym) {
         /* The ordinary answer: the next definition in the global scope after this library. */
         void *p = gw_real_dlsym(RTLD_NEXT, name);
         if (p && !gw_is_ours(p))
             return p;
+        /* Not global: the caller's own dependencies (libtorch_python.so's libcudart, itself loaded
+         * RTLD_LOCAL under Python's dlopen of torch._C), as the caller would have been bound. */
+        Dl_info info;
+        if (caller && gw_real_dlopen && dladdr(caller, &info) && info.dli_fname && info.dli_fname[0]) {
+            void *handle = gw_real_dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+            if (handle) {
+                p = gw_real_dlsym(handle, name);
+                dlclose(handle);
+                if (p && !gw_is_ours(p)) {
+                    dlerror();
+                    return p;
+                }
+            }
+        }
         dlerror();  /* leave no error of ours for the engine's next dlerror() */
     }
-    /* Loaded RTLD_LOCAL (a dependency of a dlopen()ed library, as libcudart under libtorch): any object. */
+    /* Any loaded object at all, in load order. */
     return first_definition(name);
 }

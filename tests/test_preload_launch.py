@@ -86,3 +86,27 @@ def test_gate_release_ready_holds_until_the_engine_serves(standins, supervised, 
     first, second = sorted(recs.values(), key=lambda r: r["registrations"][0]["started_at"])
     assert second["registrations"][0]["started_at"] >= first["phases"]["serving"]
     assert (supervised / "engines" / first["name"] / "gate-ready").exists()
+
+
+def test_a_hung_registration_is_recorded_and_the_others_go_on(standins, supervised, cli, tmp_path):
+    from ops.engines import control
+    from ops.nodeconfig import EngineConfig
+    from ops.settings import Settings
+    from simnode import wait_for
+    (tmp_path / "standin").mkdir()
+    settings = Settings(state_dir=supervised)
+    env = {"STANDIN_DIR": str(tmp_path / "standin"), "STANDIN_FAULT_AT": "0"}
+    stuck = EngineConfig(name="stuck", argv=tuple(engine_argv(standins, "linked")), gpu=0, progress="preload",
+                         env={**env, "STANDIN_REGISTER_MS": "60000"}, stop_grace=1)
+    fine = EngineConfig(name="fine", argv=tuple(engine_argv(standins, "dlopen")), gpu=1, progress="preload",
+                        env={**env, "STANDIN_REGISTER_MS": "50"}, stop_grace=1)
+    control.start(settings, stuck, gate_slots=1, registration_timeout=0.5, workdir=None)
+    wait_for(lambda: records(supervised).get("stuck", {}).get("registrations"), 20, "stuck to start registering")
+    control.start(settings, fine, gate_slots=1, registration_timeout=0.5, workdir=None)
+    wait_for(lambda: records(supervised).get("fine", {}).get("phase") == "serving", 20, "fine to serve past the hung one")
+    stuck_record = records(supervised)["stuck"]
+    assert stuck_record["registrations"][-1]["outcome"] == "hung", stuck_record
+    assert "hung" in stuck_record["detail"] and "gate slot was let go" in stuck_record["detail"]
+    assert '"action": "engine-register-hung"' in (supervised / "journal.log").read_text()
+    listing = cli("engines", "list").stdout
+    assert "HUNG" in listing and "stuck: hipHostRegister 512.0 MiB HUNG" in listing, listing

@@ -5,8 +5,13 @@ Each engine runs the real libgwpreload.so against stand-in runtimes; `via` in it
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+
 import pytest
 
+from conftest import REPO
 from engines.preload_harness import (C_MODES, SIZE, Engine, calls, engine_argv, events, phases, preload_env,  # noqa: F401
                                      standin_env, standins)
 
@@ -15,6 +20,9 @@ EXPECTED = {
     "linked": ("hipHostRegister", "symbol"),          # DT_NEEDED: the dynamic linker binds to our export
     "dlopen": ("hipHostRegister", "dlsym"),           # dlopen + dlsym(handle): our dlsym wraps the answer
     "ctypes": ("hipHostRegister", "dlsym"),           # ctypes.CDLL is dlopen + dlsym
+    # torch.cuda.cudart().cudaHostRegister: libtorch_python.so calls cudaHostRegister, bound to our export;
+    # its libcudart is not global (Python loads torch._C RTLD_LOCAL), so the real one is the caller's dependency
+    "torchlike": ("cudaHostRegister", "symbol"),
     "hipproc": ("hipHostRegister", "procaddress"),    # hipGetProcAddress
     "cuproc": ("cuMemHostRegister", "procaddress"),   # cuGetProcAddress_v2 (the driver API)
     "cudart": ("cudaHostRegister", "dlsym"),          # runtime -> driver: one gated call, not two
@@ -23,7 +31,7 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("mode", [*C_MODES, "ctypes"])
+@pytest.mark.parametrize("mode", [*C_MODES, "ctypes", "torchlike"])
 def test_every_path_is_gated_and_reported(mode, standins, tmp_path):
     engine = Engine(engine_argv(standins, mode), {**standin_env(tmp_path), **preload_env(tmp_path)}, tmp_path)
     try:
@@ -81,3 +89,32 @@ def test_without_a_gate_it_only_reports(standins, tmp_path):
     registered = next(e for e in events(tmp_path) if e.phase == "registered")
     assert registered.data["slot"] is None and registered.data["wait_s"] == 0
     assert not (tmp_path / "gate").exists()
+
+
+@pytest.mark.skipif(not (shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64")),
+                    reason="needs gcc-aarch64-linux-gnu and qemu-user (apt-get install them to check aarch64)")
+def test_the_aarch64_build_catches_the_same_paths(tmp_path):
+    # The dlsym/dlopen entry points are assembly; the aarch64 ones run here under qemu-user.
+    from standins.preload_build import build
+    cc = "aarch64-linux-gnu-gcc"
+    lib = tmp_path / "libgwpreload.so"
+    native = REPO / "native"
+    subprocess.run([cc, "-O2", "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-shared", "-Wl,-z,now", f"-I{native}",
+                    "-o", str(lib), *map(str, sorted(native.glob("*.c"))), "-ldl", "-lpthread"], check=True)
+    old = os.environ.get("CC")
+    os.environ["CC"] = cc
+    try:
+        libs = build(tmp_path / "lib")
+    finally:
+        os.environ.pop("CC") if old is None else os.environ.__setitem__("CC", old)
+    for mode, via in (("linked", "symbol"), ("dlopen", "dlsym"), ("cudart", "dlsym"), ("deepbind", "deepbind")):
+        work = tmp_path / mode
+        env = {**standin_env(work, register_ms=20), **preload_env(work), "QEMU_LD_PREFIX": "/usr/aarch64-linux-gnu",
+               "QEMU_SET_ENV": f"LD_PRELOAD={lib} {libs / 'libnext.so'}"}
+        env.pop("LD_PRELOAD")  # for the emulated program only, not for qemu itself
+        engine = Engine(["qemu-aarch64", *engine_argv(libs, mode)], env, work)
+        engine.wait_output("serving", timeout=60)
+        assert engine.stop(timeout=30) == 0, engine.output
+        registered = next(e for e in events(work) if e.phase == "registered")
+        assert registered.data["via"] == via and registered.data["bytes"] == SIZE
+        assert "engine pid -1" not in engine.output  # libnext's RTLD_NEXT still right

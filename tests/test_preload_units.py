@@ -97,3 +97,41 @@ def test_install_without_a_c_compiler_fails_with_one_line(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert errors == [errors[0]] and "needs a C compiler" in errors[0] and "apt-get install gcc" in errors[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_the_arena_panel_shows_who_registered_how_much_how_fast(settings):
+    import asyncio
+    import dataclasses
+
+    from test_tui_support import GIB, TAKEN_AT, fixed_snapshot, make_app, screen_text, wait_for
+
+    from ops.model import Registration
+    base = fixed_snapshot()
+    done = Registration(kind="register", call="hipHostRegister", bytes=64 * GIB, outcome="registered",
+                        started_at=TAKEN_AT - 60, seconds=12.3, wait_s=3.1, result=0, pid=5000, via="dlsym")
+    hung = dataclasses.replace(done, outcome="hung", seconds=600.0, pid=5002)
+    engines = (dataclasses.replace(base.engines[0], registrations=(done,)),
+               dataclasses.replace(base.engines[2], registrations=(hung,)), *base.engines[1:2])
+    snap = dataclasses.replace(base, engines=engines)
+
+    async def go():
+        app = make_app(settings, source=lambda: snap, read_only=True)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
+            await pilot.pause(0.05)
+            text = screen_text(app)
+            assert "dp0 GPU0 64.0 GiB in 12.3s, waited 3.1s" in text, text
+            assert "dp2 GPU2 64.0 GiB HUNG 600s" in text, text
+    asyncio.run(go())
+
+
+def test_registrations_survive_the_snapshot_json_round_trip():
+    import dataclasses
+
+    from test_tui_support import fixed_snapshot
+
+    from ops.model import Registration, snapshot_from_dict
+    reg = Registration(kind="register", call="cudaHostRegister", bytes=5, outcome="registered", started_at=1.0)
+    snap = fixed_snapshot()
+    snap = dataclasses.replace(snap, engines=(dataclasses.replace(snap.engines[0], registrations=(reg,)),))
+    assert snapshot_from_dict(snap.to_dict()) == snap

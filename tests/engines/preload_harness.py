@@ -31,9 +31,9 @@ def standins(tmp_path_factory) -> Path:
 
 
 def engine_argv(standins: Path, mode: str, size: int = SIZE) -> list[str]:
-    """The command line of an unmodified engine reaching the register call its way (C_MODES or "ctypes")."""
-    if mode == "ctypes":
-        return [sys.executable, str(CTYPES_ENGINE), str(size), str(standins)]
+    """The command line of an unmodified engine reaching the register call its way (C_MODES, ctypes, torchlike)."""
+    if mode in ("ctypes", "torchlike"):
+        return [sys.executable, str(CTYPES_ENGINE), str(size), str(standins), "hip" if mode == "ctypes" else mode]
     program = "engine_linked" if mode == "linked" else "engine_dlopen"
     return [str(standins / program), str(size), mode]
 

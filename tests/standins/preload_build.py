@@ -1,7 +1,8 @@
 """Builds what the preload tests run, once per session, with the system C compiler (`cc`, or $CC).
 
 From tests/standins/preload/: stand-in runtimes (libamdhip64.so, libcuda.so.1, libcudart.so.12), a library
-engines dlopen with RTLD_DEEPBIND (libdeep.so), unmodified engine programs, and a second interposer.
+engines dlopen with RTLD_DEEPBIND (libdeep.so), one laid out like libtorch_python.so (libtorchlike.so),
+unmodified engine programs, and a second interposer.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ TARGETS = (
     ("libdeep.so", "deep.c", ["-shared", "-Wl,-soname,libdeep.so", "-Wl,-rpath,$ORIGIN", "-L{out}", "-lamdhip64",
                               "-ldl"]),
     ("libnext.so", "next_interposer.c", ["-shared", "-ldl"]),
+    ("libtorchlike.so", "torchlike.c", ["-shared", "-Wl,-soname,libtorchlike.so", "-Wl,-rpath,$ORIGIN", "-L{out}",
+                                        "-l:libcudart.so.12"]),
     ("engine_linked", "engine.c", ["-DLINKED", "-Wl,-rpath,$ORIGIN", "-L{out}", "-lamdhip64", "-ldl"]),
     ("engine_dlopen", "engine.c", ["-Wl,-rpath,$ORIGIN", "-ldl"]),
 )

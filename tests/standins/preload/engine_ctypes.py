@@ -1,6 +1,8 @@
 """An unmodified Python engine for the preload tests: registers SIZE bytes through ctypes (dlopen + dlsym).
 
-Usage: engine_ctypes.py SIZE LIBDIR; serves until SIGTERM, then unregisters and exits 0.
+Usage: engine_ctypes.py SIZE LIBDIR [hip|torchlike]; serves until SIGTERM, then unregisters and exits 0.
+hip calls libamdhip64.so's hipHostRegister; torchlike calls into libtorchlike.so, which calls cudaHostRegister
+itself, as torch.cuda.cudart().cudaHostRegister does from libtorch_python.so.
 """
 
 import ctypes
@@ -9,6 +11,7 @@ import signal
 import sys
 
 size, libdir = int(sys.argv[1]), sys.argv[2]
+how = sys.argv[3] if len(sys.argv) > 3 else "hip"
 stop = False
 
 
@@ -18,13 +21,18 @@ def on_term(signum, frame):
 
 
 signal.signal(signal.SIGTERM, on_term)
-print(f"engine pid {os.getpid()} starting (ctypes)", flush=True)
-hip = ctypes.CDLL(os.path.join(libdir, "libamdhip64.so"))
-hip.hipHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
-hip.hipHostUnregister.argtypes = [ctypes.c_void_p]
+print(f"engine pid {os.getpid()} starting (ctypes {how})", flush=True)
+if how == "torchlike":
+    lib = ctypes.CDLL(os.path.join(libdir, "libtorchlike.so"))
+    register, unregister = lib.torchlike_register, lib.torchlike_unregister
+else:
+    lib = ctypes.CDLL(os.path.join(libdir, "libamdhip64.so"))
+    register, unregister = lib.hipHostRegister, lib.hipHostUnregister
+register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+unregister.argtypes = [ctypes.c_void_p]
 arena = ctypes.create_string_buffer(4096)
-print(f"register returned {hip.hipHostRegister(ctypes.addressof(arena), size, 0)}", flush=True)
+print(f"register returned {register(ctypes.addressof(arena), size, 0)}", flush=True)
 print("session is up\nserving", flush=True)
 while not stop:
     signal.pause()
-print(f"unregister returned {hip.hipHostUnregister(ctypes.addressof(arena))}", flush=True)
+print(f"unregister returned {unregister(ctypes.addressof(arena))}", flush=True)
