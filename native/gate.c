@@ -63,12 +63,13 @@ void gw_gate_init(void) {
 
 /* ---- the slot protocol ------------------------------------------------------------------------- */
 
+/* The slot's fd; -1 when another process holds it, -2 when the slot file cannot be opened at all. */
 static int try_slot(int i, int blocking) {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/slot-%d.lock", gw_cfg.gate_dir, i);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0)
-        return -1;
+        return -2;
     int r;
     do r = flock(fd, LOCK_EX | (blocking ? 0 : LOCK_NB)); while (r < 0 && errno == EINTR);
     if (r < 0) {
@@ -83,13 +84,15 @@ static int try_slot(int i, int blocking) {
     return fd;
 }
 
-/* Wait for a free slot: poll like ops/gate.py, or simply block on the only one when there is one. */
+/* Wait for a free slot: poll like ops/gate.py, or simply block on the only one when there is one.
+ * -1 when no slot file can be opened: a broken gate must not stop the engine from registering. */
 static int acquire(int *slot_out, const char *call, size_t bytes) {
     int slots = gw_cfg.slots;
     int start = (int)(getpid() % slots);
     int announced = 0;
     mkdir(gw_cfg.gate_dir, 0700);
     for (;;) {
+        int unusable = 0;
         for (int k = 0; k < slots; k++) {
             int i = (start + k) % slots;
             int fd = try_slot(i, 0);
@@ -97,6 +100,13 @@ static int acquire(int *slot_out, const char *call, size_t bytes) {
                 *slot_out = i;
                 return fd;
             }
+            unusable += fd == -2;
+        }
+        if (unusable == slots) {
+            gw_emit("preload-warning", ",\"message\":\"cannot open the gate's slot files in %s (errno %d): "
+                    "registering without a slot\"", gw_cfg.gate_dir, errno);
+            *slot_out = -1;
+            return -1;
         }
         if (!announced) {
             gw_emit("waiting", ",\"call\":\"%s\",\"bytes\":%zu,\"slots\":%d", call, bytes, slots);
@@ -206,6 +216,11 @@ void gw_gate_enter(struct gw_ticket *t, const char *call, size_t bytes) {
         int fd = acquire(&slot, call, bytes);
         t->wait_s = gw_mono() - t0;
         pthread_mutex_lock(&G.mu);
+        if (fd < 0) {
+            pthread_mutex_unlock(&G.mu);
+            pthread_mutex_unlock(&G.acquire_mu);
+            return;  /* t->slot stays -1: the call goes ahead ungated, and says so */
+        }
         G.fd = fd;
         G.slot = slot;
         G.taken_at = gw_mono();

@@ -109,3 +109,15 @@ def test_release_after_n_seconds(standins, tmp_path):
         assert released.data["held_s"] >= registered.data["seconds"] + 0.4 - 0.01
     finally:
         engine.stop()
+
+
+def test_a_broken_gate_never_stops_the_engine(standins, tmp_path):
+    # A gate directory that cannot exist: the call goes ahead ungated and the events say so.
+    env = {**standin_env(tmp_path), **preload_env(tmp_path), "GPUWARDEN_GATE_DIR": "/proc/self/no/gate"}
+    engine = Engine(engine_argv(standins, "linked"), env, tmp_path)
+    try:
+        engine.wait_output("serving")
+        assert "gate" in _event(tmp_path, "preload-warning").data["message"]
+        assert _event(tmp_path, "registered").data["slot"] is None
+    finally:
+        engine.stop()

@@ -110,3 +110,13 @@ def test_a_hung_registration_is_recorded_and_the_others_go_on(standins, supervis
     assert '"action": "engine-register-hung"' in (supervised / "journal.log").read_text()
     listing = cli("engines", "list").stdout
     assert "HUNG" in listing and "stuck: hipHostRegister 512.0 MiB HUNG" in listing, listing
+
+
+def test_an_engine_the_interposer_cannot_reach_is_named(standins, supervised, cli, tmp_path):
+    cfg = tmp_path / "node.toml"
+    cfg.write_text('[[engines]]\nname = "static"\nprogress = "preload"\nready_pattern = "^serving"\n'
+                   f'argv = ["{standins / "engine_static"}"]\n')
+    proc = cli("--config", str(cfg), "launch")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    listing = cli("engines", "list").stdout
+    assert "static: the interposer did not load in this engine" in listing, listing

@@ -152,7 +152,7 @@ class Shim:
     def run_once(self) -> str:
         """Start the engine once and supervise it to its end: 'stopped', 'exited' or 'crashed'."""
         self.save(pid=None, pid_start=None, exit_code=None, signal=None, core_dumped=None, phases={},
-                  stopped_by_request=False, phase="starting", detail="")
+                  stopped_by_request=False, phase="starting", detail="", warning=None)
         slot = self.take_slot()
         if self.stop_requested:
             self.save(phase="exited", detail="stopped before it started", stopped_by_request=True)
@@ -201,6 +201,7 @@ class Shim:
                    progress: Progress, slot: gate.Slot | None) -> str:
         assert proc.stdout is not None
         ready_file = self.dir / preload.READY_FILE if self.engine.progress == "preload" else None
+        preloaded = False  # the interposer's first event arrived from this run
         out_fd = proc.stdout.fileno()
         os.set_blocking(out_fd, False)
         partial = b""
@@ -233,7 +234,12 @@ class Shim:
             for event in status.poll():
                 changed |= progress.on_event(event)
                 self._on_registration(event)
+                preloaded |= event.phase == "preloaded"
             self._check_hung()
+            if ready_file is not None and progress.phase == "serving" and not preloaded:
+                self.save(warning="the interposer did not load in this engine (a static or setuid program?): "
+                          "its registrations were not gated; use progress = \"log\" for it")
+                preloaded = True  # said once
             if changed and kill_at is None:
                 self.save(phase=progress.phase, phases=dict(progress.since))
             if slot is not None and slot.fd >= 0:
@@ -299,6 +305,9 @@ class Shim:
         return after is None or time.time() - registered_at >= after
 
     def _on_registration(self, event: Any) -> None:
+        if event.phase == "preload-warning":
+            self.save(warning=f"interposer: {event.data.get('message')}")
+            return
         record = self.registrations.on_event(event)
         if record is None:
             return

@@ -92,6 +92,8 @@ def list_cmd(ctx: typer.Context,
             typer.echo(f"{info.name}: {record['detail']}")
         if info.bundle:
             typer.echo(f"{info.name}: incident bundle {info.bundle} (`gpuwarden triage` it)")
+        if record.get("warning"):
+            typer.echo(f"{info.name}: {record['warning']}")
         for reg in info.registrations[-3:]:
             if reg.kind == "register":
                 typer.echo(f"{info.name}: {reg.call or 'registration'} {registrations.describe(reg)}"

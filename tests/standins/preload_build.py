@@ -2,7 +2,7 @@
 
 From tests/standins/preload/: stand-in runtimes (libamdhip64.so, libcuda.so.1, libcudart.so.12), a library
 engines dlopen with RTLD_DEEPBIND (libdeep.so), one laid out like libtorch_python.so (libtorchlike.so),
-unmodified engine programs, and a second interposer.
+unmodified engine programs (one static), and a second interposer.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ TARGETS = (
                                         "-l:libcudart.so.12"]),
     ("engine_linked", "engine.c", ["-DLINKED", "-Wl,-rpath,$ORIGIN", "-L{out}", "-lamdhip64", "-ldl"]),
     ("engine_dlopen", "engine.c", ["-Wl,-rpath,$ORIGIN", "-ldl"]),
+    ("engine_static", "static_engine.c", ["-static"]),
 )
 
 

@@ -60,9 +60,15 @@ static void standin_log(const char *dir, const char *line) {
 
 static int standin_register(const char *call, void *p, size_t n) {
     (void)p;
-    const char *dir = getenv("STANDIN_DIR");
-    long ms = standin_env("STANDIN_REGISTER_MS", 200);
-    long fault_at = standin_env("STANDIN_FAULT_AT", 3);
+    static const char *dir;
+    static long ms = -1, fault_at;
+    if (ms < 0) {  /* read once: the benchmark times this call as the peer of the interposer's */
+        dir = getenv("STANDIN_DIR");
+        fault_at = standin_env("STANDIN_FAULT_AT", 3);
+        ms = standin_env("STANDIN_REGISTER_MS", 200);
+    }
+    if (!dir && ms == 0)
+        return 0;
     double start = standin_now();
     int fd = -1, most = 0;
     char marker[4096];
