@@ -22,24 +22,6 @@
 
 /* ---- where glibc would have found `file` for the caller ---------------------------------------- */
 
-struct caller_search {
-    ElfW(Addr) addr;
-    struct gw_elf elf;
-    int found;
-};
-
-static int find_caller(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    struct caller_search *s = data;
-    struct gw_elf elf;
-    if (gw_elf_read(info, &elf) == 0 && s->addr >= elf.lo && s->addr < elf.hi) {
-        s->elf = elf;
-        s->found = 1;
-        return 1;
-    }
-    return 0;
-}
-
 static int exists_in(const char *dirs, const char *origin, const char *file, char *out, size_t cap) {
     while (dirs && *dirs) {
         size_t len = strcspn(dirs, ":");
@@ -80,13 +62,12 @@ static const char *as_caller_would(const char *file, const void *caller, char *o
         dlclose(loaded);
         return file;  /* already loaded under that name: glibc will not search */
     }
-    struct caller_search s = {.addr = (ElfW(Addr))caller};
-    dl_iterate_phdr(find_caller, &s);
-    if (!s.found || !s.elf.runpath)
+    struct gw_elf elf;
+    if (gw_elf_at(caller, &elf) != 0 || !elf.runpath)
         return file;
     char origin[PATH_MAX];
-    if (s.elf.name && s.elf.name[0]) {
-        snprintf(origin, sizeof origin, "%s", s.elf.name);
+    if (elf.name && elf.name[0]) {
+        snprintf(origin, sizeof origin, "%s", elf.name);
     } else {
         ssize_t n = readlink("/proc/self/exe", origin, sizeof origin - 1);
         origin[n > 0 ? n : 0] = '\0';
@@ -94,9 +75,9 @@ static const char *as_caller_would(const char *file, const void *caller, char *o
     char *slash = strrchr(origin, '/');
     if (slash)
         *slash = '\0';
-    if (!s.elf.runpath_is_rpath && exists_in(getenv("LD_LIBRARY_PATH"), origin, file, out, cap))
+    if (!elf.runpath_is_rpath && exists_in(getenv("LD_LIBRARY_PATH"), origin, file, out, cap))
         return file;
-    return exists_in(s.elf.runpath, origin, file, out, cap) ? out : file;
+    return exists_in(elf.runpath, origin, file, out, cap) ? out : file;
 }
 
 /* ---- which objects a dlopen() brought in -------------------------------------------------------- */

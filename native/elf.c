@@ -129,3 +129,27 @@ void *gw_elf_lookup(const struct gw_elf *elf, const char *name) {
         return sysv_lookup(elf, name);
     return NULL;
 }
+
+struct containing {
+    ElfW(Addr) addr;
+    struct gw_elf *out;
+    int found;
+};
+
+static int contains(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct containing *c = data;
+    struct gw_elf elf;
+    if (gw_elf_read(info, &elf) == 0 && c->addr >= elf.lo && c->addr < elf.hi) {
+        *c->out = elf;
+        c->found = 1;
+        return 1;
+    }
+    return 0;
+}
+
+int gw_elf_at(const void *addr, struct gw_elf *out) {
+    struct containing c = {(ElfW(Addr))addr, out, 0};
+    dl_iterate_phdr(contains, &c);
+    return c.found ? 0 : -1;
+}

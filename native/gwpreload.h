@@ -68,6 +68,8 @@ struct gw_elf {
 GW_HIDDEN int gw_elf_read(const struct dl_phdr_info *info, struct gw_elf *out);
 /* The default-version definition of `name` in this object alone, or NULL. */
 GW_HIDDEN void *gw_elf_lookup(const struct gw_elf *elf, const char *name);
+/* The loaded object whose mapped range holds `addr`: 0, or -1 when none does. */
+GW_HIDDEN int gw_elf_at(const void *addr, struct gw_elf *out);
 
 /* ---- configuration from the environment (config.c) ------------------------------------------- */
 

@@ -12,22 +12,14 @@ void *(*gw_real_dlopen)(const char *, int);
 
 static _Atomic ElfW(Addr) our_lo, our_hi;
 
-static int find_self(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    (void)data;
-    struct gw_elf elf;
-    ElfW(Addr) here = (ElfW(Addr))&gw_is_ours;
-    if (gw_elf_read(info, &elf) == 0 && here >= elf.lo && here < elf.hi) {
-        atomic_store(&our_lo, elf.lo);
-        atomic_store(&our_hi, elf.hi);
-        return 1;
-    }
-    return 0;
-}
-
 int gw_is_ours(const void *addr) {
-    if (!atomic_load(&our_hi))
-        dl_iterate_phdr(find_self, NULL);
+    if (!atomic_load(&our_hi)) {
+        struct gw_elf self;
+        if (gw_elf_at((const void *)&gw_is_ours, &self) == 0) {
+            atomic_store(&our_lo, self.lo);
+            atomic_store(&our_hi, self.hi);
+        }
+    }
     ElfW(Addr) a = (ElfW(Addr))addr;
     return a >= atomic_load(&our_lo) && a < atomic_load(&our_hi);
 }
