@@ -120,3 +120,13 @@ def test_an_engine_the_interposer_cannot_reach_is_named(standins, supervised, cl
     assert proc.returncode == 0, proc.stdout + proc.stderr
     listing = cli("engines", "list").stdout
     assert "static: the interposer did not load in this engine" in listing, listing
+
+
+def test_gate_release_seconds_for_log_engines_holds_the_shims_slot(supervised, cli, tmp_path):
+    from engines.harness import write_config as write_fake_config
+    cfg = write_fake_config(tmp_path / "node.toml", 2, register_s=0.1, log_only=True, engine_keys='gate_release = "1s"')
+    proc = cli("--config", str(cfg), "launch", "--stagger", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first, second = sorted(records(supervised).values(), key=lambda r: r["started_at"])
+    # The second engine was started only once the first's slot came back, 1 s after it registered.
+    assert second["started_at"] >= first["phases"]["registered"] + 1.0

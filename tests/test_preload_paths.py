@@ -118,3 +118,16 @@ def test_the_aarch64_build_catches_the_same_paths(tmp_path):
         registered = next(e for e in events(work) if e.phase == "registered")
         assert registered.data["via"] == via and registered.data["bytes"] == SIZE
         assert "engine pid -1" not in engine.output  # libnext's RTLD_NEXT still right
+
+
+def test_a_failed_registration_is_reported_with_its_result(standins, tmp_path):
+    env = {**standin_env(tmp_path), **preload_env(tmp_path), "STANDIN_RESULT": "1061"}
+    engine = Engine(engine_argv(standins, "dlopen"), env, tmp_path)
+    engine.wait_output("serving")
+    assert engine.stop() == 0
+    assert "register returned 1061" in engine.output
+    assert phases(tmp_path)[:2] == ["registering", "register-failed"]
+    failed = next(e for e in events(tmp_path) if e.phase == "register-failed")
+    assert failed.data["result"] == 1061 and failed.data["bytes"] == SIZE
+    # Never registered, so its unregistration is not gated or reported either.
+    assert "unregistering" not in phases(tmp_path)

@@ -1,6 +1,7 @@
 /* standin_common.h: what the stand-in runtimes share: a registration that sleeps, counts the callers
  * inside it at once through lock files in $STANDIN_DIR, and faults when $STANDIN_FAULT_AT overlap.
- * The fault is a real store to address 8, as in the incident ("segfault at 8 ... error 6"). */
+ * The fault is a real store to address 8, as in the incident ("segfault at 8 ... error 6").
+ * $STANDIN_RESULT is what the call returns (default 0, success). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
@@ -61,14 +62,15 @@ static void standin_log(const char *dir, const char *line) {
 static int standin_register(const char *call, void *p, size_t n) {
     (void)p;
     static const char *dir;
-    static long ms = -1, fault_at;
+    static long ms = -1, fault_at, result;
     if (ms < 0) {  /* read once: the benchmark times this call as the peer of the interposer's */
         dir = getenv("STANDIN_DIR");
         fault_at = standin_env("STANDIN_FAULT_AT", 3);
+        result = standin_env("STANDIN_RESULT", 0);  /* e.g. 1061, hipErrorHostMemoryAlreadyRegistered */
         ms = standin_env("STANDIN_REGISTER_MS", 200);
     }
     if (!dir && ms == 0)
-        return 0;
+        return (int)result;
     double start = standin_now();
     int fd = -1, most = 0;
     char marker[4096];
@@ -101,5 +103,5 @@ static int standin_register(const char *call, void *p, size_t n) {
         unlink(marker);
         close(fd);
     }
-    return 0;
+    return (int)result;
 }
