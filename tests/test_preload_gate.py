@@ -12,8 +12,7 @@ import time
 
 import pytest
 
-from engines.preload_harness import (Engine, calls, engine_argv, events, phases, preload_env, standin_env,  # noqa: F401
-                                     standins)
+from engines.preload_harness import Engine, calls, engine_argv, events, phases, preload_env, standin_env
 from ops import gate
 from simnode import wait_for
 

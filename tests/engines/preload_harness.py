@@ -23,11 +23,11 @@ SIZE = 512 << 20  # above the default 256 MiB threshold
 C_MODES = ("linked", "dlopen", "hipproc", "cuproc", "cudart", "deepbind", "deepdlsym")
 
 
-@pytest.fixture(scope="session")
-def standins(tmp_path_factory) -> Path:
+def build_standins(out: Path) -> Path:
+    """What conftest's session fixture `standins` builds once: the stand-ins and engines, beside the interposer."""
     if not preload.LIBRARY.is_file():
         pytest.fail(f"{preload.LIBRARY} is not built: run `pip install -e .` (it needs a C compiler)")
-    return build(tmp_path_factory.mktemp("standins"))
+    return build(out)
 
 
 def engine_argv(standins: Path, mode: str, size: int = SIZE) -> list[str]:

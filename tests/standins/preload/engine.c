@@ -6,9 +6,13 @@
  *   cuproc    dlopen("libcuda.so.1") + dlsym("cuGetProcAddress_v2") + cuGetProcAddress("cuMemHostRegister")
  *   cudart    dlopen("libcudart.so.12") + dlsym("cudaHostRegister"), which reaches the driver itself
  *   deepbind  dlopen("libdeep.so", RTLD_DEEPBIND), whose code calls hipHostRegister directly
- *   deepdlsym the same library, calling it through its own dlopen + dlsym */
+ *   deepdlsym the same library, calling it through its own dlopen + dlsym
+ * With STANDIN_GATHER=N (and STANDIN_DIR) it first waits until N engines have reached that point, so that
+ * N engines call register at the same moment however far apart they were started. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +31,27 @@ int hipHostUnregister(void *p);
 
 static volatile sig_atomic_t stop;
 static void on_term(int sig) { (void)sig; stop = 1; }
+
+static void gather(void) {
+    const char *dir = getenv("STANDIN_DIR"), *want = getenv("STANDIN_GATHER");
+    if (!dir || !want)
+        return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ready-%d", dir, (int)getpid());
+    close(open(path, O_WRONLY | O_CREAT, 0600));
+    for (int tries = 0; tries < 6000; tries++) {  /* at most 60 s */
+        int count = 0;
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        while (d && (e = readdir(d)))
+            count += strncmp(e->d_name, "ready-", 6) == 0;
+        if (d)
+            closedir(d);
+        if (count >= atoi(want))
+            return;
+        usleep(10000);
+    }
+}
 
 static void *must(void *p, const char *what) {
     if (!p) {
@@ -77,6 +102,7 @@ int main(int argc, char **argv) {
         unreg = (unregister_fn)must(dlsym(h, "cudaHostUnregister"), "dlsym");
     } else if (!strcmp(mode, "deepbind") || !strcmp(mode, "deepdlsym")) {
         void *h = must(dlopen("libdeep.so", RTLD_NOW | RTLD_DEEPBIND), "dlopen libdeep.so");
+        gather();
         if (!strcmp(mode, "deepbind")) {
             int (*deep)(void *, size_t) = (int (*)(void *, size_t))must(dlsym(h, "deep_register"), "dlsym");
             int r = deep(arena, size);
@@ -89,6 +115,7 @@ int main(int argc, char **argv) {
         unreg = (unregister_fn)must(dlsym(h, "deep_unregister"), "dlsym");
     }
     if (reg) {
+        gather();
         int r = reg(arena, size, 0);
         printf("register returned %d\n", r);
     } else if (!unreg) {
