@@ -125,7 +125,7 @@ static int do_register(struct binding *b, const void *caller, void *p, size_t n,
     double t0 = gw_mono();
     int r = real(p, n, flags);
     double took = gw_mono() - t0;
-    int late = gw_gate_leave(&t, 1);
+    int late = gw_gate_leave(&t, r == 0);  /* a failed call has nothing to hold the slot for */
     if (r == 0)
         remember(p, n);
     gw_emit(r == 0 ? "registered" : "register-failed",
