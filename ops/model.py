@@ -106,6 +106,22 @@ class Residual:
 
 
 @dataclass(frozen=True)
+class Registration:
+    """One host-registration call of an engine, as the interposer (or the engine itself) reported it."""
+
+    kind: str  # "register" or "unregister"
+    call: str | None  # hipHostRegister, cudaHostRegister, cuMemHostRegister, ...; None when not said
+    bytes: int | None
+    outcome: str  # running, registered, failed, hung (its gate slot was let go), died (with the engine)
+    started_at: float | None
+    seconds: float | None = None  # the call itself, without the wait for the gate
+    wait_s: float | None = None  # waiting for a gate slot before the call
+    result: int | None = None  # the call's return value (0: success)
+    pid: int | None = None
+    via: str | None = None  # how the engine reached the call: symbol, dlsym, procaddress, deepbind, engine
+
+
+@dataclass(frozen=True)
 class EngineInfo:
     """A supervised engine as its shim last recorded it."""
 
@@ -125,6 +141,7 @@ class EngineInfo:
     last_log_line: str | None = None
     bundle: str | None = None
     stale: bool = False  # the state file's shim is gone: nothing here can be trusted
+    registrations: tuple[Registration, ...] = ()  # newest last
 
 
 @dataclass(frozen=True)
@@ -219,7 +236,10 @@ def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
                                                 for h in r.get("holders", []))})
         for r in data.get("residual", [])
     )
-    engines = tuple(_build(EngineInfo, e) for e in data.get("engines", []))
+    engines = tuple(
+        _build(EngineInfo, {**e, "registrations": tuple(_build(Registration, r) for r in e.get("registrations", []))})
+        for e in data.get("engines", [])
+    )
     arenas = tuple(
         _build(ArenaInfo, {**a, "mappers": tuple(_build(ArenaMapper, m) for m in a.get("mappers", []))})
         for a in data.get("arenas", [])

@@ -17,10 +17,12 @@ from .errors import ConfigError, GpuwardenError
 from .settings import Settings
 from .units import parse_size
 
-PROGRESS_KINDS = ("status", "log")
+PROGRESS_KINDS = ("status", "log", "preload")
 RESTART_POLICIES = ("no", "on-failure")
 DEFAULT_LOG_MAX = 16 << 20
 DEFAULT_REGISTRATION_TIMEOUT = 600.0
+DEFAULT_REGISTER_THRESHOLD = 256 << 20
+GATE_RELEASE_RE = re.compile(r"^(registered|ready|(\d+(\.\d+)?)s)$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 # Keys each table accepts; anything else is a typo worth stopping for.
@@ -31,6 +33,7 @@ _ENGINE_KEYS = {
     "name", "argv", "gpu", "env", "workdir", "progress", "registered_pattern", "ready_pattern",
     "stop_signal", "stop_grace", "restart", "restart_backoff", "restart_backoff_max",
     "start_limit_burst", "start_limit_interval", "log_max", "gated",
+    "gate_release", "register_threshold",
 }
 # Keys that make sense once per node, so [defaults] may not set them.
 _PER_ENGINE_ONLY = {"name", "gpu"}
@@ -58,7 +61,9 @@ class EngineConfig:
     gpu: int | None = None
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
-    progress: str = "status"  # "status": the engine speaks the status protocol; "log": follow patterns
+    # "status": the engine speaks the status protocol; "log": follow patterns; "preload": the
+    # interposer (native/) gates and reports its register calls, ready_pattern says when it serves
+    progress: str = "status"
     registered_pattern: str | None = None
     ready_pattern: str | None = None
     stop_signal: str = "SIGTERM"
@@ -70,6 +75,8 @@ class EngineConfig:
     start_limit_interval: float = 300.0
     log_max: int = DEFAULT_LOG_MAX
     gated: bool = True  # take part in the registration gate
+    gate_release: str = "registered"  # or "ready", or "<N>s" after registered (preload and log engines)
+    register_threshold: int = DEFAULT_REGISTER_THRESHOLD  # preload: smaller registrations pass ungated
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -305,7 +312,8 @@ class _Validator:
         progress = raw.get("progress", "status")
         if progress not in PROGRESS_KINDS:
             raise self.fail(*where("progress"), "progress", f"must be one of {', '.join(PROGRESS_KINDS)}, got {progress!r}",
-                            '"status": the engine speaks the status protocol; "log": set registered_pattern')
+                            '"status": the engine speaks the status protocol; "log": set registered_pattern; '
+                            '"preload": gpuwarden interposes its register calls')
         patterns = {}
         for key in ("registered_pattern", "ready_pattern"):
             value = raw.get(key)
@@ -344,13 +352,40 @@ class _Validator:
         gated = raw.get("gated", True)
         if not isinstance(gated, bool):
             raise self.fail(*where("gated"), "gated", f"must be true or false, got {gated!r}", "e.g. gated = false")
+        release = self.gate_release(where, raw, progress, patterns)
+        threshold = raw.get("register_threshold", DEFAULT_REGISTER_THRESHOLD)
+        try:
+            if isinstance(threshold, bool) or parse_size(threshold) < 0:
+                raise GpuwardenError("not a size")
+            threshold = parse_size(threshold)
+        except (GpuwardenError, AttributeError):  # AttributeError: a TOML value that is not a string
+            raise self.fail(*where("register_threshold"), "register_threshold", f"cannot read size {threshold!r}",
+                            'e.g. register_threshold = "256MiB" (registrations below it pass ungated)') from None
         secs = {key: self.seconds(*where(key), key, raw[key])
                 for key in ("stop_grace", "restart_backoff", "restart_backoff_max", "start_limit_interval") if key in raw}
         return EngineConfig(
             name=name, argv=tuple(argv), gpu=gpu, env={k: str(v) for k, v in env.items()}, workdir=workdir,
             progress=progress, stop_signal=_signal_name(stop_signal), restart=restart,
-            start_limit_burst=burst, log_max=log_max, gated=gated, **patterns, **secs,
+            start_limit_burst=burst, log_max=log_max, gated=gated, gate_release=release,
+            register_threshold=threshold, **patterns, **secs,
         )
+
+    def gate_release(self, where: Any, raw: dict[str, Any], progress: str, patterns: dict[str, str]) -> str:
+        """When the gate slot goes: "registered", "ready" (needs ready_pattern) or "<N>s" after registered."""
+        value = raw.get("gate_release", "registered")
+        if not isinstance(value, str) or not GATE_RELEASE_RE.match(value.strip()):
+            raise self.fail(*where("gate_release"), "gate_release",
+                            f'must be "registered", "ready" or a number of seconds like "30s", got {value!r}',
+                            'gate_release = "ready" holds the slot until ready_pattern appears')
+        value = value.strip()
+        if value != "registered" and progress == "status":
+            raise self.fail(*where("gate_release"), "gate_release",
+                            'only engines with progress = "preload" or "log" can have the gate held for them',
+                            "a status-protocol engine releases its own slot; drop gate_release or change progress")
+        if value == "ready" and "ready_pattern" not in patterns:
+            raise self.fail(*where("gate_release"), "gate_release", 'gate_release = "ready" needs ready_pattern',
+                            'add ready_pattern = "a line the engine prints once it serves"')
+        return value
 
 
 def _signal_number(name: str) -> int | None:

@@ -63,6 +63,10 @@ class LaunchPlaybook(Playbook):
                                 f"undrain it (gpuwarden undrain {e.gpu}) or leave {e.name} out")
             if control.supervised(ctx.settings, e.name):
                 problems.append(f"engine {e.name} is already running; stop it first (gpuwarden engines stop {e.name})")
+        if any(e.progress == "preload" for e in self.engines):
+            from ops.engines import preload
+            if preload.missing():
+                problems.append(preload.missing())
         if self.config.arena is not None:
             from pathlib import Path
             if not Path(self.config.arena.path).exists():

@@ -55,3 +55,10 @@ def cli(state_dir: Path):
     def call(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
         return gpuwarden("--state-dir", str(state_dir), *args, env=env, **kw)
     return call
+
+
+@pytest.fixture(scope="session")
+def standins(tmp_path_factory) -> Path:
+    """The interposer tests' stand-in runtimes and unmodified engines (tests/standins/preload), built once."""
+    from engines.preload_harness import build_standins
+    return build_standins(tmp_path_factory.mktemp("standins"))

@@ -53,7 +53,8 @@ def test_bad_config_names_line_and_key(broken, line, words):
 def test_examples_parse():
     four = parse(FOUR_ENGINES, Path("four.toml"))
     assert [e.gpu for e in four.engines] == [0, 1, 2, 3]
-    assert all(e.restart == "on-failure" and e.progress == "log" for e in four.engines)
+    assert all(e.restart == "on-failure" and e.progress == "preload" and e.gate_release == "ready"
+               for e in four.engines)
     assert four.arena.size == 64 << 30 and four.stagger.slots == 1
     canary = parse(CANARY, Path("canary.toml"))
     assert all(e.progress == "status" for e in canary.engines)

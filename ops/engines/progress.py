@@ -15,9 +15,12 @@ REGISTERED_OR_LATER = ("registered", "serving")
 
 
 class Progress:
-    def __init__(self, registered_pattern: str | None = None, ready_pattern: str | None = None):
+    def __init__(self, registered_pattern: str | None = None, ready_pattern: str | None = None,
+                 serving_when_registered: bool = False):
         self.registered_re = re.compile(registered_pattern) if registered_pattern else None
         self.ready_re = re.compile(ready_pattern) if ready_pattern else None
+        # An engine whose registration the interposer reports, with nothing to say when it serves.
+        self.serving_when_registered = serving_when_registered
         self.phase = "starting"
         self.since: dict[str, float] = {"starting": time.time()}
         self.data: dict[str, object] = {}
@@ -29,8 +32,8 @@ class Progress:
     def _move(self, phase: str, ts: float) -> bool:
         if phase == self.phase:
             return False
-        # Never step back from serving to registered because a log line came late.
-        if self.phase == "serving" and phase == "registered":
+        # Never step back from serving because a log line came late or the engine registered more memory.
+        if self.phase == "serving" and phase != "stopping":
             return False
         self.phase = phase
         self.since.setdefault(phase, ts)
@@ -38,11 +41,16 @@ class Progress:
 
     def on_event(self, event: StatusEvent) -> bool:
         """Apply a status protocol event; True when the phase changed."""
+        if event.phase == "waiting" and self.phase == "starting":
+            return self._move("waiting", event.ts)  # the interposer is held at the gate
         if event.phase not in PHASES or event.phase == "exited":
             return False
         if event.data:
             self.data.update({k: v for k, v in event.data.items() if k != "pid"})
-        return self._move(event.phase, event.ts)
+        moved = self._move(event.phase, event.ts)
+        if event.phase == "registered" and self.serving_when_registered:
+            moved |= self._move("serving", event.ts)
+        return moved
 
     def on_line(self, line: str) -> bool:
         """Apply one log line; True when a pattern moved the phase."""

@@ -21,10 +21,13 @@ from ops import gate, journal, procs, statedir
 from ops.errors import GpuwardenError
 from ops.nodeconfig import EngineConfig, signal_number
 from ops.status_protocol import ENV_FILE, StatusFollower
+from ops.units import fmt_bytes
 
+from . import preload
 from . import state as st
 from .logs import CappedLog
 from .progress import Progress
+from .registrations import RegistrationLog
 
 # Variables that carry the shim's own import path; the engine gets the operator's value back.
 ORIG_PYTHONPATH = "GPUWARDEN_ORIG_PYTHONPATH"
@@ -47,8 +50,9 @@ class Shim:
             "shim_pid": os.getpid(), "shim_start": procs.identity(os.getpid()),
             "pid": None, "pid_start": None, "started_at": None, "exit_code": None, "signal": None,
             "core_dumped": None, "restarts": 0, "bundle": None, "phases": {}, "launch_id": spec.get("launch_id"),
-            "gate_slot": None, "stopped_by_request": False, "updated_at": time.time(),
+            "gate_slot": None, "stopped_by_request": False, "registrations": [], "updated_at": time.time(),
         }
+        self.registrations = RegistrationLog()
         self._bundle_threads: list[threading.Thread] = []
         self._save_lock = threading.Lock()
 
@@ -118,12 +122,17 @@ class Shim:
                 env.pop("PYTHONPATH", None)
         env.update(self.spec.get("visibility", {}))
         env[ENV_FILE] = str(self.dir / st.STATUS)
-        if self.engine.gated and self.engine.progress == "status":
+        if self.engine.gated and self.engine.progress in ("status", "preload"):
             env[gate.ENV_DIR] = self.spec["gate_dir"]
             env[gate.ENV_SLOTS] = str(self.spec["gate_slots"])
         env["GPUWARDEN_ENGINE"] = self.name
         env.update(self.engine.env)
+        if self.engine.progress == "preload":
+            env.update(preload.engine_env(self.engine, env, self.dir / preload.READY_FILE, self._registration_timeout()))
         return env
+
+    def _registration_timeout(self) -> float:
+        return float(self.spec.get("registration_timeout", 600))
 
     def take_slot(self) -> gate.Slot | None:
         """For engines that cannot take the gate themselves: hold a slot from spawn to registered."""
@@ -143,7 +152,7 @@ class Shim:
     def run_once(self) -> str:
         """Start the engine once and supervise it to its end: 'stopped', 'exited' or 'crashed'."""
         self.save(pid=None, pid_start=None, exit_code=None, signal=None, core_dumped=None, phases={},
-                  stopped_by_request=False, phase="starting", detail="")
+                  stopped_by_request=False, phase="starting", detail="", warning=None)
         slot = self.take_slot()
         if self.stop_requested:
             self.save(phase="exited", detail="stopped before it started", stopped_by_request=True)
@@ -155,7 +164,14 @@ class Shim:
         except FileNotFoundError:
             pass
         log = CappedLog(self.dir / st.LOG, self.engine.log_max)
-        progress = Progress(self.engine.registered_pattern, self.engine.ready_pattern)
+        preloaded = self.engine.progress == "preload"
+        # With the interposer, its events say when the engine registered; only ready_pattern is read.
+        progress = Progress(None if preloaded else self.engine.registered_pattern, self.engine.ready_pattern,
+                            serving_when_registered=preloaded and not self.engine.ready_pattern)
+        try:
+            (self.dir / preload.READY_FILE).unlink()
+        except FileNotFoundError:
+            pass
         log.write(f"{st.RUN_MARK}starting {self.name} (restart {self.record['restarts']}) at "
                   f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} ---\n".encode())
         try:
@@ -164,13 +180,13 @@ class Shim:
                 stderr=subprocess.STDOUT, cwd=self.spec.get("workdir") or None, env=self.engine_env(),
                 process_group=0,
             )
-        except OSError as exc:
-            log.write(f"gpuwarden shim: cannot start {self.engine.argv[0]!r}: {exc}\n".encode())
+        except (OSError, GpuwardenError) as exc:
+            why = exc.message if isinstance(exc, GpuwardenError) else (exc.strerror or str(exc))
+            log.write(f"gpuwarden shim: cannot start {self.engine.argv[0]!r}: {why}\n".encode())
             log.close()
             if slot:
                 slot.release()
-            self.save(phase="crashed", detail=f"cannot start {self.engine.argv[0]!r}: {exc.strerror or exc}",
-                      gate_slot=None)
+            self.save(phase="crashed", detail=f"cannot start {self.engine.argv[0]!r}: {why}", gate_slot=None)
             return "crashed"
         self.save(pid=proc.pid, pid_start=procs.identity(proc.pid), started_at=time.time(),
                   phases={"starting": time.time()})
@@ -184,6 +200,8 @@ class Shim:
     def _supervise(self, proc: subprocess.Popen, log: CappedLog, status: StatusFollower,
                    progress: Progress, slot: gate.Slot | None) -> str:
         assert proc.stdout is not None
+        ready_file = self.dir / preload.READY_FILE if self.engine.progress == "preload" else None
+        preloaded = False  # the interposer's first event arrived from this run
         out_fd = proc.stdout.fileno()
         os.set_blocking(out_fd, False)
         partial = b""
@@ -215,16 +233,26 @@ class Shim:
                 time.sleep(POLL_S)
             for event in status.poll():
                 changed |= progress.on_event(event)
+                self._on_registration(event)
+                preloaded |= event.phase == "preloaded"
+            self._check_hung()
+            if ready_file is not None and progress.phase == "serving" and not preloaded:
+                self.save(warning="the interposer did not load in this engine (a static or setuid program?): "
+                          "its registrations were not gated; use progress = \"log\" for it")
+                preloaded = True  # said once
             if changed and kill_at is None:
                 self.save(phase=progress.phase, phases=dict(progress.since))
             if slot is not None and slot.fd >= 0:
-                if progress.registered:
+                if self._release_due(progress):
                     slot.release()
                     self.save(gate_slot=None)
-                elif time.monotonic() - spawned > float(self.spec.get("registration_timeout", 600)):
+                elif time.monotonic() - spawned > self._registration_timeout():
                     slot.release()
                     self.save(gate_slot=None, detail="registration timeout: released the gate slot "
                               "without seeing registered_pattern")
+            if ready_file is not None and progress.phase == "serving":
+                ready_file.touch()  # the interposer in the engine holds its slot until this appears
+                ready_file = None
             if self.stop_requested and kill_at is None:
                 self.save(phase="stopping", stopped_by_request=True,
                           detail=f"sent {self.engine.stop_signal}, SIGKILL after {self.engine.stop_grace:.0f}s")
@@ -250,6 +278,9 @@ class Shim:
                 progress.on_line(raw.decode(errors="replace"))
         for event in status.poll():
             progress.on_event(event)
+            self._on_registration(event)
+        if self.registrations.died(time.time()):
+            self.save(registrations=self.registrations.records)
         if kill_at is None:
             # Leftover children of the engine keep GPU memory; they go with it.
             left = [p for p in procs.group_members(proc.pid) if p != proc.pid]
@@ -261,6 +292,46 @@ class Shim:
         _, wait_status = os.waitpid(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(wait_status)
         return self.record_exit(wait_status, progress)
+
+    def _release_due(self, progress: Progress) -> bool:
+        """For log engines: has the moment come to give back the slot the shim holds for them?"""
+        release = self.engine.gate_release
+        if release == "ready":
+            return progress.phase == "serving"
+        if not progress.registered:
+            return False
+        after = preload.release_after_s(release)
+        registered_at = progress.since.get("registered", progress.since.get("serving", time.time()))
+        return after is None or time.time() - registered_at >= after
+
+    def _on_registration(self, event: Any) -> None:
+        if event.phase == "preload-warning":
+            self.save(warning=f"interposer: {event.data.get('message')}")
+            return
+        record = self.registrations.on_event(event)
+        if record is None:
+            return
+        changes: dict[str, Any] = {"registrations": self.registrations.records}
+        what = f"{record.get('call') or 'registration'} of {fmt_bytes(record.get('bytes'))}"
+        if event.phase in ("register-failed", "unregister-failed"):
+            changes["detail"] = f"{what} failed with error {record.get('result')} after {record['seconds'] or 0:.1f}s"
+        elif event.phase == "register-hung":
+            changes["detail"] = (f"{what} hung: still running after {record['seconds'] or 0:.0f}s (registration "
+                                 "timeout); its gate slot was let go so the other engines go on")
+            journal.write(self.state_dir, "engine-register-hung", "hung", engine=self.name, pid=record.get("pid"),
+                          call=record.get("call"), bytes=record.get("bytes"), seconds=record.get("seconds"))
+        self.save(**changes)
+
+    def _check_hung(self) -> None:
+        """A registration the interposer never finished or reported hung (its watchdog could not run)."""
+        limit = self._registration_timeout() + 5.0
+        now = time.time()
+        for record in self.registrations.running():
+            if record["outcome"] == "running" and record["started_at"] and now - record["started_at"] > limit:
+                record.update(outcome="hung", seconds=now - record["started_at"])
+                self.save(registrations=self.registrations.records,
+                          detail=f"{record.get('call') or 'registration'} of {fmt_bytes(record.get('bytes'))} "
+                                 f"has not returned after {now - record['started_at']:.0f}s")
 
     def _drain(self, fd: int, log: CappedLog, pipe_open: bool) -> bytes:
         # Read what the engine wrote just before dying; a grandchild holding the pipe must not stall us.
@@ -297,12 +368,13 @@ class Shim:
         else:
             how = f"exited with code {code}"
         was = progress.phase
-        self.save(phase="crashed" if crashed else "exited", exit_code=code, signal=sig, core_dumped=core,
-                  phases=phases, gate_slot=None, detail=f"{how} while {was}" if crashed else how,
-                  died_while=was)
+        # Journal first: whoever sees the final phase in state.json finds the journal line too.
         journal.write(self.state_dir, "engine-exit", "crashed" if crashed else "ok", engine=self.name,
                       pid=self.record.get("pid"), exit_code=code, signal=sig, core_dumped=core, phase=was,
                       requested=bool(requested))
+        self.save(phase="crashed" if crashed else "exited", exit_code=code, signal=sig, core_dumped=core,
+                  phases=phases, gate_slot=None, detail=f"{how} while {was}" if crashed else how,
+                  died_while=was)
         if crashed and sig:
             self._collect_bundle(f"engine {self.name} {how} while {was}")
         return "crashed" if crashed else ("stopped" if requested else "exited")

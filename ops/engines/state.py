@@ -11,7 +11,7 @@ from typing import Any
 
 from ops import procs, statedir
 from ops.errors import GpuwardenError
-from ops.model import EngineInfo
+from ops.model import EngineInfo, Registration
 from ops.settings import Settings
 
 SPEC = "spec.json"  # what to run: written by the launcher, read by the shim
@@ -138,7 +138,15 @@ def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | N
         last_log_line=last_line(log_path),
         bundle=record.get("bundle"),
         stale=stale,
+        registrations=registrations_of(record),
     )
+
+
+def registrations_of(record: dict[str, Any]) -> tuple[Registration, ...]:
+    """The registration records the shim kept (ops.engines.registrations), as model objects."""
+    return tuple(Registration(**{k: raw.get(k) for k in Registration.__dataclass_fields__})
+                 for raw in record.get("registrations") or ()
+                 if isinstance(raw, dict) and isinstance(raw.get("kind"), str) and isinstance(raw.get("outcome"), str))
 
 
 def list_engines(settings: Settings) -> list[EngineInfo]:

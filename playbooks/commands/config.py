@@ -31,9 +31,11 @@ registration_timeout = 600           # seconds an engine may take to register be
 
 [defaults]                           # every engine gets these unless it sets its own
 workdir = "/srv/engine"
-progress = "log"                     # this engine does not speak the status protocol: follow its log
-registered_pattern = "session is up"
+progress = "preload"                 # gpuwarden interposes the engine's hipHostRegister (LD_PRELOAD)
 ready_pattern = "serving on port \\\\d+"
+gate_release = "ready"               # keep its gate slot until ready_pattern shows, not only until registered
+register_threshold = "256MiB"        # smaller registrations pass straight through
+# (a static or setuid engine ignores LD_PRELOAD: use progress = "log" with registered_pattern instead)
 stop_signal = "SIGINT"
 stop_grace = 60
 restart = "on-failure"               # restart after a crash, with backoff...
@@ -120,7 +122,8 @@ def check_cmd(ctx: typer.Context,
     typer.echo(f"  stagger {cfg.stagger.slots} registering at once, timeout {cfg.stagger.registration_timeout:.0f}s")
     for e in cfg.engines:
         gpu = "all GPUs" if e.gpu is None else f"GPU {e.gpu}"
-        follow = "status protocol" if e.progress == "status" else f"log /{e.registered_pattern}/"
+        follow = {"status": "status protocol", "preload": f"interposer, gate until {e.gate_release}"}.get(
+            e.progress, f"log /{e.registered_pattern}/")
         typer.echo(f"  engine  {e.name:<12} {gpu:<8} {follow}, restart {e.restart}: {' '.join(e.argv)}")
 
 

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from ops.engines import control, logs
+from ops.engines import control, logs, registrations
 from ops.engines import state as st
 from ops.errors import GpuwardenError, NotFound
 from ops.settings import Settings
@@ -70,12 +70,14 @@ def list_cmd(ctx: typer.Context,
     if not infos:
         typer.echo(f"no engines in {settings.state_dir} (start some with `gpuwarden launch`)")
         return
-    rows = [("NAME", "GPU", "PHASE", "PID", "SHIM", "UP", "RESTARTS", "ENDED", "LAST LOG LINE")]
+    rows = [("NAME", "GPU", "PHASE", "PID", "SHIM", "UP", "RESTARTS", "ENDED", "REGISTERED", "LAST LOG LINE")]
     for info in infos:
         record = _record_or_empty(settings, info.name)
+        reg = registrations.latest(info.registrations)
         rows.append((info.name, "-" if info.gpu is None else str(info.gpu), info.phase, str(info.pid or "-"),
                      str(info.shim_pid or "-"), _age(info.started_at) if info.phase not in st.FINAL_PHASES else "-",
-                     str(info.restarts), _how(record), (info.last_log_line or "")[:60]))
+                     str(info.restarts), _how(record), registrations.describe(reg, short=True) if reg else "-",
+                     (info.last_log_line or "")[:60]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         typer.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
@@ -90,6 +92,12 @@ def list_cmd(ctx: typer.Context,
             typer.echo(f"{info.name}: {record['detail']}")
         if info.bundle:
             typer.echo(f"{info.name}: incident bundle {info.bundle} (`gpuwarden triage` it)")
+        if record.get("warning"):
+            typer.echo(f"{info.name}: {record['warning']}")
+        for reg in info.registrations[-3:]:
+            if reg.kind == "register":
+                typer.echo(f"{info.name}: {reg.call or 'registration'} {registrations.describe(reg)}"
+                           + (f" (pid {reg.pid}, via {reg.via})" if reg.via else ""))
 
 
 @engines_app.command("logs")

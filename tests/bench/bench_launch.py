@@ -1,7 +1,8 @@
 """Benchmark: launch-to-all-serving with --stagger 1 against a burst (--stagger N) and a strictly sequential launch.
 
 Target: gated <= (burst + (N-1) x one registration alone) + 10%. Also the shim's start-up cost against Popen.
-Fake engines by default; `--runtime cuda --arena PATH` runs canaries (tests/device/launch.sh does that).
+Fake engines by default; `--runtime cuda --arena PATH` runs canaries (tests/device/launch.sh does that);
+`--torch --arena PATH` runs unmodified PyTorch engines under progress = "preload" (tests/device/preload_torch.sh).
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ from ops.engines import state as st  # noqa: E402
 from ops.status_protocol import read_events  # noqa: E402
 
 
+TORCH_ENGINE = REPO / "tests" / "device" / "torch_engine.py"
+
+
 def engine_argv(args: argparse.Namespace) -> list[str]:
+    if args.torch:
+        return [sys.executable, str(TORCH_ENGINE), args.arena]
     if args.runtime:
         return [sys.executable, "-m", "ops.canary", "--arena", args.arena, "--gpu", "0", "--runtime", args.runtime,
                 "--verify", "header"]
@@ -38,8 +44,12 @@ def engine_argv(args: argparse.Namespace) -> list[str]:
 def write_config(path: Path, args: argparse.Namespace) -> None:
     lines = ["[stagger]", f"slots = {args.engines}", "registration_timeout = 300", "",
              "[defaults]", "stop_grace = 20", ""]
+    if args.torch:
+        # The interposer gates and reports the engines' cudaHostRegister; "serving" says they are ready.
+        lines[-1:-1] = ['progress = "preload"', 'ready_pattern = "^serving"', 'register_threshold = "1GiB"']
     for i in range(args.engines):
-        lines += ["[[engines]]", f'name = "b{i}"', f"gpu = {i}", f"argv = {json.dumps(engine_argv(args))}", ""]
+        gpu = 0 if args.same_gpu else i
+        lines += ["[[engines]]", f'name = "b{i}"', f"gpu = {gpu}", f"argv = {json.dumps(engine_argv(args))}", ""]
     path.write_text("\n".join(lines))
 
 
@@ -60,18 +70,35 @@ def windows(state: Path) -> dict[str, float]:
     return out
 
 
+def timeline(state: Path, t0: float) -> list[str]:
+    """Each engine's gate wait and registration from its status events, seconds after the launch began."""
+    rows = []
+    for name in st.names(state):
+        events = read_events(st.engine_dir(state, name) / st.STATUS)
+        at = {e.phase: e.ts - t0 for e in reversed(events)}
+        reg = next((e for e in events if e.phase == "registered"), None)
+        if "registering" not in at:
+            continue
+        how = f"{reg.data.get('call', '')} via {reg.data.get('via')}" if reg is not None and reg.data.get("via") else ""
+        rows.append((at["registering"], f"  {name}: waiting {at.get('waiting', at['registering']):7.2f}  registering "
+                     f"{at['registering']:7.2f}  registered {at.get('registered', float('nan')):7.2f}  {how}"))
+    return [line for _, line in sorted(rows)]
+
+
 def run_mode(label: str, flags: list[str], args: argparse.Namespace, work: Path) -> dict:
     state = work / f"state-{label}"
     config = work / "node.toml"
     t0 = time.monotonic()
+    wall0 = time.time()
     proc = gw(state, config, "launch", "--skip-verify", *flags)
     took = time.monotonic() - t0
     regs = windows(state)
+    lines = timeline(state, wall0)
     gw(state, config, "engines", "stop", "--all", timeout=120)
     if proc.returncode != 0:
         print(f"{label}: launch failed (exit {proc.returncode})\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return {"mode": label, "ok": proc.returncode == 0, "seconds": round(took, 3),
-            "register_s": {k: round(v, 3) for k, v in sorted(regs.items())}}
+            "register_s": {k: round(v, 3) for k, v in sorted(regs.items())}, "timeline": lines}
 
 
 def shim_overhead(args: argparse.Namespace, work: Path, rounds: int = 5) -> tuple[float, float]:
@@ -106,13 +133,15 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--engines", type=int, default=4)
     p.add_argument("--runtime", choices=("cuda", "hip", "host", "sim"), help="run canaries with this runtime")
-    p.add_argument("--arena", help="arena for the canaries")
+    p.add_argument("--arena", help="arena for the canaries or torch engines")
+    p.add_argument("--torch", action="store_true", help="unmodified PyTorch engines under progress = \"preload\"")
+    p.add_argument("--same-gpu", action="store_true", help="every engine on GPU 0 (default: engine i on GPU i)")
     p.add_argument("--register-s", type=float, default=0.5, help="fake engines: seconds one registration takes")
     p.add_argument("--startup-s", type=float, default=0.3, help="fake engines: seconds before registering")
     p.add_argument("--json-out", type=Path)
     args = p.parse_args()
-    if args.runtime and not args.arena:
-        p.error("--runtime needs --arena")
+    if (args.runtime or args.torch) and not args.arena:
+        p.error("--runtime and --torch need --arena")
     work = Path(tempfile.mkdtemp(prefix="bench-launch-"))
     try:
         write_config(work / "node.toml", args)
@@ -123,9 +152,11 @@ def main() -> int:
         single = statistics.median(singles)
         budget = burst["seconds"] + (args.engines - 1) * single
         ratio = gated["seconds"] / budget
-        plain_s, shim_s = shim_overhead(args, work) if not args.runtime else (float("nan"), float("nan"))
+        real = args.runtime or args.torch
+        plain_s, shim_s = shim_overhead(args, work) if not real else (float("nan"), float("nan"))
         result = {
-            "engines": args.engines, "runtime": args.runtime or "fake", "burst": burst, "gated": gated,
+            "engines": args.engines, "runtime": "torch-preload" if args.torch else args.runtime or "fake",
+            "same_gpu": args.same_gpu, "burst": burst, "gated": gated,
             "sequential": seq, "single_registration_s": round(single, 3), "target_s": round(budget * 1.1, 3),
             "gated_over_budget": round(ratio, 3), "target_met": bool(ratio <= 1.10 and gated["ok"]),
             "sequential_over_gated": round(seq["seconds"] / gated["seconds"], 3),
@@ -141,7 +172,10 @@ def main() -> int:
         print(f"  target: gated <= (burst + {args.engines - 1} x single) x 1.1 = {budget * 1.1:.2f} s -> "
               f"gated/budget = {ratio:.2f} {'MET' if result['target_met'] else 'MISSED'}")
         print(f"  sequential/gated = {result['sequential_over_gated']:.2f}")
-        if not args.runtime:
+        for m in (burst, gated, seq):
+            print(f"registration timeline, {m['mode']} (seconds after the launch began, from the status events):")
+            print("\n".join(m["timeline"]) or "  (no registering events)")
+        if not real:
             print(f"  start-to-serving of one engine: shim {shim_s * 1000:.0f} ms vs plain Popen {plain_s * 1000:.0f} ms "
                   f"(ratio {result['shim_over_popen']:.2f})")
         if args.json_out:

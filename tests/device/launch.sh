@@ -14,10 +14,7 @@ SIZE=${SIZE:-32GiB}
 ENGINES=${ENGINES:-4}
 if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m playbooks.cli); fi
 cleanup() {
-    for d in /tmp/bench-launch-*; do
-        [ -d "$d" ] || continue
-        for s in "$d"/state-*; do [ -d "$s" ] && "${GW[@]}" --state-dir "$s" engines stop --all --timeout 10 >/dev/null 2>&1; done
-    done
+    stop_bench_launches
     rm -f "$ARENA"
 }
 trap cleanup EXIT

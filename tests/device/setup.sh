@@ -28,3 +28,12 @@ if [ -n "$shm_kb" ] && [ "$shm_kb" -lt $((80 * 1024 * 1024)) ]; then
 fi
 export GPUWARDEN_STATE_DIR="${GPUWARDEN_STATE_DIR:-/tmp/gw-state}"
 echo "setup: $(python3 --version), $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs), gpuwarden $(gpuwarden --version 2>&1)"
+# Stop every engine that bench_launch.py left in its work folders (device scripts call it on exit).
+stop_bench_launches() {
+    local gw=(python3 -m playbooks.cli)
+    command -v gpuwarden >/dev/null 2>&1 && gw=(gpuwarden)
+    for d in /tmp/bench-launch-*; do
+        [ -d "$d" ] || continue
+        for s in "$d"/state-*; do [ -d "$s" ] && "${gw[@]}" --state-dir "$s" engines stop --all --timeout 10 >/dev/null 2>&1; done
+    done
+}

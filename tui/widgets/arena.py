@@ -1,4 +1,4 @@
-"""The Arena panel: each shared weight arena's path, size, header state, and its mappers (registered or not).
+"""The Arena panel: each arena's path, size, header state and mappers, and who registered how much how fast.
 
 Plain text: an arena has a handful of mappers, so a table would only add chrome.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from ops.engines import registrations
 from ops.model import NodeSnapshot
 
 from .. import text
@@ -38,7 +39,21 @@ class ArenaPanel(Static):
                 gpu = "" if m.gpu is None else f"GPU{m.gpu} "
                 t.append(f"\n {m.pid} {gpu}")
                 t.append(mark[0], style=mark[1])
+        self._registrations(t, snap)
         key = t.markup
         if key != self._last:
             self._last = key
             self.update(t)
+
+    def _registrations(self, t: Text, snap: NodeSnapshot) -> None:
+        """Each engine's latest registration: size, time in the call, time waiting at the gate."""
+        latest = [(e, registrations.latest(e.registrations)) for e in snap.engines]
+        latest = [(e, r) for e, r in latest if r is not None]
+        if not latest:
+            return
+        t.append("\nregistrations", style="bold")
+        for engine, reg in latest:
+            style = {"registered": S["phase.good"], "running": S["phase.busy"]}.get(reg.outcome, S["phase.bad"])
+            gpu = "" if engine.gpu is None else f" GPU{engine.gpu}"
+            t.append(f"\n {engine.name}{gpu} ")
+            t.append(registrations.describe(reg), style=style)
