@@ -17,6 +17,7 @@ from ..units import fmt_bytes
 from . import engine, segfault, xid
 from .findings import CAUSE, HARDWARE, OTHER, SHARED_CRASH, Finding, Report
 from .logline import LineParser, LogLine
+from .dispatch import Dispatch
 from .patterns import BY_ID, PF_DETAIL, PROCESS_LINE, RULES, Rule
 
 _DEVICE = re.compile(r"\b(?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)\b")
@@ -35,6 +36,11 @@ _OOM_KILL = re.compile(
 _PROCESS = re.compile(PROCESS_LINE)
 _PF_DETAIL = tuple(re.compile(p) for p in PF_DETAIL)
 _GPU_DRIVER_LINE = re.compile(r"^(?:amdgpu|nvidia|drmn?\d*|\[drm)|NVRM")
+# Literals the special handlers need (besides every rule's own): segfaults, Xids, OOM, orphan details.
+_ORPHAN_TRIGGERS = frozenset({"process information", "in page starting at", "protection_fault_status", "faulty utcl2",
+                              "more_faults", "walker_error", "permission_faults", "mapping_error", "rw: 0x",
+                              "cookie node_id", "at page 0x"})
+SPECIALS = ("segfault", "traps:", "nvrm", "oom", "out of memory") + tuple(sorted(_ORPHAN_TRIGGERS))
 _CATCHALL_LEVELS = ("emerg", "alert", "crit", "err")
 _NORM_HEX = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b")
 _NORM_NUM = re.compile(r"\b\d+\b")
@@ -42,8 +48,16 @@ MAX_DETAIL_VALUES = 8
 MAX_CATCHALL = 20
 MAX_FINDINGS = 2000  # distinct signatures kept; past it new ones are counted in a note, never stored
 MAX_OOM_PENDING = 64
+MEMO_SIZE = 4096
 DEVICE_CARRY = 50  # lines over which a GPU driver line's device is taken for driver lines that name none
 _HOW_BAD = {"critical": 0, "error": 1, "warning": 2, "info": 3}
+
+
+class _Blank(dict):
+    """Format mapping where a group that did not take part in the match prints as nothing."""
+
+    def __missing__(self, k: str) -> str:
+        return ""
 
 
 class Analyzer:
@@ -52,9 +66,8 @@ class Analyzer:
     def __init__(self, source: str = "", rules: tuple[Rule, ...] = RULES + engine.RULES) -> None:
         self.source = source
         self.rules = rules
-        # (hint, alternative hints, rule): the literals a line needs before the rule's regex is worth running
-        self.plan = [(r.hint if isinstance(r.hint, str) else None, r.hint if isinstance(r.hint, tuple) else None, r)
-                     for r in rules]
+        self.dispatch = Dispatch(rules, SPECIALS)
+        self.memo: dict[str, tuple[list[int], set[str]]] = {}  # message -> dispatch result (storms repeat lines)
         self.parser = LineParser()
         self.findings: dict[tuple[str, str], Finding] = {}
         self.notes: list[str] = []
@@ -120,24 +133,28 @@ class Analyzer:
         if self.tracebacks.feed(line):
             return True
         low = msg.lower()
-        # The substring tests are literals these regexes require: they spare a search on most lines.
-        if ("segfault" in low or "traps:" in low) and self._crash(line):
+        # One pass finds the literals each regex requires: most lines run no regex at all.
+        hit = self.memo.get(msg)
+        if hit is None:
+            hit = self.dispatch(msg, low)
+            if len(self.memo) >= MEMO_SIZE:
+                self.memo.clear()
+            self.memo[msg] = hit
+        candidates, specials = hit
+        if ("segfault" in specials or "traps:" in specials) and self._crash(line):
             return True
-        if "nvrm" in low and (self._xid(line) or self._nvidia_context(msg)):
+        if "nvrm" in specials and (self._xid(line) or self._nvidia_context(msg)):
             return True
-        if ("oom" in low or "out of memory" in low) and self._oom(line):
+        if ("oom" in specials or "out of memory" in specials) and self._oom(line):
             return True
         matched = False
-        for hint, alternatives, rule in self.plan:
-            if hint is not None and hint not in low:
-                continue
-            if alternatives is not None and not any(h in low for h in alternatives):
-                continue
+        for i in candidates:
+            rule = self.rules[i]
             m = rule.regex.search(msg)
             if m:
                 self._record(line, rule, m, dev)
                 matched = True
-        if not matched:
+        if not matched and specials & _ORPHAN_TRIGGERS:
             matched = self._orphan(line, dev)
         if not matched:
             self._unclassified(line, dev)
@@ -185,7 +202,10 @@ class Analyzer:
             return False
         if dev and f.devices and dev not in f.devices and rule.gpu:
             return False
-        for pat in rule.follow:
+        low = line.message.lower()
+        for pat, hint in zip(rule.follow, rule.follow_hints):
+            if hint is not None and hint not in low:
+                continue
             m = pat.search(line.message)
             if not m:
                 continue
@@ -231,16 +251,17 @@ class Analyzer:
         if device is None and rule.gpu:
             device = self._nearby_gpu_device()
         signature = "|".join([device or ""] + [groups.get(k, "") for k in rule.key])
-
-        class _Default(dict):
-            def __missing__(self, k: str) -> str:
-                return ""
-        title = rule.title.format_map(_Default(groups, device=device or "the GPU")).strip()
         severity = (rule.adjust(groups) if rule.adjust else None) or rule.severity
-        f = self._finding((rule.id, signature), category=rule.category, severity=severity, title=title,
-                          meaning=rule.meaning, check=rule.check, tier=rule.tier)
+        key = (rule.id, signature)
+        f = self.findings.get(key)
         if f is None:
-            return
+            title = rule.title.format_map(_Blank(groups, device=device or "the GPU")).strip()
+            f = self._finding(key, category=rule.category, severity=severity, title=title,
+                              meaning=rule.meaning, check=rule.check, tier=rule.tier)
+            if f is None:
+                return
+        else:
+            self.touched.add(key)
         if _HOW_BAD.get(severity, 3) < _HOW_BAD.get(f.severity, 3):
             f.severity = severity
         self._add(f, line, device)

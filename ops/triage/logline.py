@@ -42,6 +42,8 @@ _BARE_KERNEL = re.compile(r"^kernel:\s?")
 _MONO = re.compile(r"^\[\s*(?P<mono>\d+\.\d+)\]\s?")
 # Syslog from rsyslog's ISO template: "2024-01-02T03:04:05.123456+00:00 host kernel: ..."
 _ISO_SYSLOG_TAIL = re.compile(r"^(?P<host>\S+)\s+(?P<prog>[\w./@-]+?)(?:\[\d+\])?:\s?")
+# After "[": a weekday (ctime) or a month (dmesg -H) or "+" (relative); digits and spaces are [mono].
+_CTIME_FIRST = frozenset("MTWFSAJNDO+")
 _MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
 
 
@@ -97,18 +99,25 @@ class LineParser:
         mono = wall = None
         prefixed = False
 
-        m = _GREP.match(rest)
-        if m:
-            rest = rest[m.end():]
-        m = _REMOTE.match(rest)
-        if m:
-            level, stamp = m["lvl"], m["iso"]
-            wall, rest, prefixed = _iso_epoch(stamp), rest[m.end():], True
-        m = _FACILITY.match(rest)
-        if m:
-            level, rest, prefixed = m["lvl"], rest[m.end():], True
-        if stamp is None:
-            stamp, wall, program, rest, prefixed = self._stamp(rest, prefixed)
+        first = rest[:1]
+        if first == "[":  # the common case, dmesg: no other prefix can come first
+            if rest[1:2] in _CTIME_FIRST or rest[1:14].lstrip().startswith("+"):
+                stamp, wall, program, rest, prefixed = self._stamp(rest, prefixed)
+        else:
+            if first == "/":
+                m = _GREP.match(rest)
+                if m:
+                    rest = rest[m.end():]
+            if not first.isdigit() or ": " in rest[:40]:
+                m = _REMOTE.match(rest)
+                if m:
+                    level, stamp = m["lvl"], m["iso"]
+                    wall, rest, prefixed = _iso_epoch(stamp), rest[m.end():], True
+            m = _FACILITY.match(rest)
+            if m:
+                level, rest, prefixed = m["lvl"], rest[m.end():], True
+            if stamp is None:
+                stamp, wall, program, rest, prefixed = self._stamp(rest, prefixed)
         m = _MONO.match(rest)
         if m:
             mono = float(m["mono"])

@@ -40,6 +40,11 @@ class Rule:
     # Lower-case text every match contains: a cheap `in` test skips the regex on most lines.
     hint: str | tuple[str, ...] | None = None
     adjust: Callable[[dict], str | None] | None = None  # severity from the groups (e.g. -14 is benign)
+    follow_hints: tuple[str | None, ...] = ()  # the literal each follow pattern needs, like hint
+
+    def __post_init__(self) -> None:
+        if len(self.follow_hints) != len(self.follow):
+            object.__setattr__(self, "follow_hints", tuple(required_literal(p.pattern) for p in self.follow))
 
 
 def required_literal(pattern: str, flags: int = 0) -> str | None:
@@ -419,7 +424,8 @@ RULES: tuple[Rule, ...] = (
     _r("kfd.userptr", "kfd", "error",
        r"(?i)(?:\buser ?(?:ptr|pages)\b[^\n]{0,120}?\b(?:fail\w*|invalid\w*)\b|\bfail\w*\b[^\n]{0,120}?\buser ?(?:ptr|pages)\b"
        r"|Failed to register MMU notifier)(?:[^\n]{0,40}?: (?P<rc>-\d+))?",
-       "userptr (host memory registration) failure on {device}", tier=FIRMWARE, gpu=True, hint="user",
+       "userptr (host memory registration) failure on {device}", tier=FIRMWARE, gpu=True,
+       hint=("userptr", "user ptr", "user pages", "userpages", "mmu notifier"),
        adjust=_userptr_severity,
        meaning="pinning or mapping registered host memory failed (-14 alone is benign: the range was freed "
                "while still registered and KFD retries)",

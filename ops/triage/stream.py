@@ -12,20 +12,20 @@ from __future__ import annotations
 import re
 from typing import BinaryIO, Iterable
 
-from .analyze import Analyzer
+from .analyze import SPECIALS, Analyzer
 from .findings import Report
 from .logline import MAX_LINE
 from .patterns import PF_DETAIL  # noqa: F401  (their literals are listed below)
 
 CHUNK = 4 << 20
+PIECE = 1 << 20  # the prefilter-or-not decision is taken per piece, so a storm in a quiet log is found
+PROBE = 32 << 10
+DENSE = 0.4
 HEAD_LINES = 200  # fed whole, so the format and timestamps are known whatever the rules say
 # Literals of what the analyzer looks at besides the rules' own hints.
-EXTRA_TRIGGERS = (
-    "segfault", "traps:", "nvrm", "oom", "out of memory", "traceback (most recent call last)",
-    "process information", "in page starting at", "protection_fault_status", "faulty utcl2", "more_faults",
-    "walker_error", "permission_faults", "mapping_error", "rw: 0x", "cookie node_id", "at page 0x",
-    "*error*", ":err", ": err:", ":crit", ": crit:", ":alert", ": alert:", ":emerg", ": emerg:",
-    "amdgpu", "fatal python error", "received at time=", "caught signal", "memory access fault",
+EXTRA_TRIGGERS = SPECIALS + (
+    "traceback (most recent call last)", "*error*", ":err", ": err:", ":crit", ": crit:", ":alert", ": alert:",
+    ":emerg", ": emerg:", "amdgpu",
 )
 
 
@@ -142,10 +142,18 @@ class StreamFeeder:
         self.a.feed(block[start:end].decode("utf-8", "replace"), number)
 
     def _block(self, block: bytes) -> None:
-        """A run of complete lines (ending with a newline)."""
-        base = self.lines  # lines before this block
+        """A run of complete lines (ending with a newline), fed in pieces of about PIECE bytes."""
+        start = 0
+        while start < len(block):
+            end = block.find(b"\n", min(start + PIECE, len(block) - 1)) + 1 or len(block)
+            self._piece(block[start:end] if start or end < len(block) else block)
+            start = end
+
+    def _piece(self, block: bytes) -> None:
+        base = self.lines  # lines before this piece
         count = block.count(b"\n")
-        if self.prefilter is None or base + count <= HEAD_LINES:
+        if self.prefilter is None or base + count <= HEAD_LINES or self._dense(block, count):
+            # every line: a storm where most lines matter anyway costs less without the prefilter
             for i, (s, e) in enumerate(_lines_of(block), 1):
                 self._feed(block, s, e, base + i)
             self.lines += count
@@ -173,3 +181,12 @@ class StreamFeeder:
                 self._feed(block, pos, nl, number)
                 pos = nl + 1
         self.lines += count
+
+    def _dense(self, block: bytes, count: int) -> bool:
+        """Whether more than DENSE of the first PROBE bytes' lines are candidates."""
+        probe_end = block.find(b"\n", min(PROBE, len(block) - 1)) + 1 or len(block)
+        lines = block.count(b"\n", 0, probe_end)
+        if lines < 64:
+            return False
+        hits = sum(1 for _ in self.prefilter.finditer(block, 0, probe_end))
+        return hits > DENSE * lines
