@@ -60,6 +60,19 @@ class _Blank(dict):
         return ""
 
 
+_OPTIONAL = re.compile(r"\[\[(.*?)\]\]")
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+def format_title(template: str, groups: dict[str, str], device: str | None) -> str:
+    """A rule's title with its groups filled in; [[...]] parts whose fields did not all match are left out."""
+    values = _Blank(groups, device=device or "the GPU", place=device or groups.get("gpu_no") or "the GPU")
+    if "[[" in template:
+        template = _OPTIONAL.sub(lambda m: m.group(1) if any(values[f] for f in _FIELD.findall(m.group(1)))
+                                 else "", template)
+    return template.format_map(values).strip()
+
+
 class Analyzer:
     """Feed lines in order with feed(); finish() gives the Report. changed() lists what the last feeds touched."""
 
@@ -106,6 +119,11 @@ class Analyzer:
         self.held, self.held_matched = (line, matched) if line.prefixed else (None, False)
         self.held_last = self.number
 
+    def skip(self) -> None:
+        """Count a line the caller knows cannot matter (no rule literal, no open window, not a continuation)."""
+        self.number += 1
+        self.lines += 1
+
     @property
     def following(self) -> bool:
         """True while an open detail window wants the next lines whatever they say."""
@@ -128,6 +146,12 @@ class Analyzer:
         dev = self._device_of(msg)
         if dev and _GPU_DRIVER_LINE.search(msg):
             self.last_gpu_device = (dev, self.number)
+        if dev and self.active is not None and not self.active[1].devices and self.active[0].gpu and self.following \
+                and _GPU_DRIVER_LINE.search(msg):
+            # a driver line right after a header that named no GPU (a ring timeout): it is about that GPU
+            f = self.active[1]
+            f.devices.append(dev)
+            f.title = f.title.replace("the GPU", dev, 1)
         if self._follow(line, dev):
             return True
         if self.tracebacks.feed(line):
@@ -185,7 +209,10 @@ class Analyzer:
         return f
 
     def _add(self, f: Finding, line: LogLine, device: str | None) -> None:
-        f.add(line.number, line.stamp, line.raw, device, line.wall if line.wall is not None else line.mono)
+        if line.wall is not None:
+            f.add(line.number, line.stamp, line.raw, device, line.wall, "epoch")
+        else:
+            f.add(line.number, line.stamp, line.raw, device, line.mono, "boot" if line.mono is not None else None)
 
     @staticmethod
     def _detail(f: Finding, name: str, value: Any) -> None:
@@ -255,7 +282,7 @@ class Analyzer:
         key = (rule.id, signature)
         f = self.findings.get(key)
         if f is None:
-            title = rule.title.format_map(_Blank(groups, device=device or "the GPU")).strip()
+            title = format_title(rule.title, groups, device)
             f = self._finding(key, category=rule.category, severity=severity, title=title,
                               meaning=rule.meaning, check=rule.check, tier=rule.tier)
             if f is None:

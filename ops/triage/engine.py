@@ -18,12 +18,15 @@ from .patterns import Rule, _r
 _CHECK_RUNTIME = ("the engine's log just before it (which call failed); then the kernel log at the same time "
                   "for a GPU page fault, reset or Xid on its GPU")
 
+_NCCL_CODES = r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError)"
+
 RULES: tuple[Rule, ...] = (
     _r("engine.gpu_oom", "engine", "error",
-       r"(?:(?P<rt>CUDA|HIP) out of memory\. Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)|torch\.(?:cuda\.)?OutOfMemoryError"
+       r"(?:(?P<rt>CUDA|HIP) out of memory\. Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)"
+       r"|torch\.(?:cuda\.)?OutOfMemoryError(?:: (?P<rt3>CUDA|HIP) out of memory\. Tried to allocate (?P<size2>[\d.]+ [KMGT]?i?B))?"
        r"|(?P<rt2>CUDA|HIP) error: out of memory|\bhipErrorOutOfMemory\b|\bcudaErrorMemoryAllocation\b"
        r"|\bCUDA_ERROR_OUT_OF_MEMORY\b)",
-       "the engine ran out of GPU memory{size}", tier=CAUSE, hint="memory",
+       "the engine ran out of GPU memory[[ (tried to allocate {size}{size2})]]", tier=CAUSE, hint="memory",
        meaning="an allocation on the GPU failed: the model, its KV cache and other tenants did not fit",
        check="residual VRAM on that GPU (`gpuwarden status`), other processes on it, and the engine's memory "
              "settings (gpu_memory_utilization, max batch/sequence)"),
@@ -42,13 +45,13 @@ RULES: tuple[Rule, ...] = (
        meaning="a CUDA runtime or driver call failed in the engine (an illegal address is usually a kernel bug; "
                "'unspecified launch failure' or ECC errors point at the GPU)", check=_CHECK_RUNTIME),
     _r("engine.nccl_error", "engine", "error",
-       r"(?:\b(?P<code>nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError))\b"
-       r"|NCCL error in: (?P<where>\S{1,200}))",
-       "NCCL/RCCL error {code}{where}", key=("code",), tier=CAUSE, hint="nccl",
+       r"(?:NCCL error in: (?P<where>\S{1,200})(?:[^\n]{0,400}?\b(?P<code>" + _NCCL_CODES + r"))?"
+       r"|\b(?P<code2>" + _NCCL_CODES + r"))",
+       "NCCL/RCCL error {code}{code2}[[ in {where}]]", key=("code", "code2"), tier=CAUSE, hint="nccl",
        meaning="a collective communication call failed (a peer died, a link failed, or a CUDA/HIP error inside)",
        check="the other ranks' logs: the first rank to fail is the cause; NCCL_DEBUG=INFO for the transport"),
     _r("engine.nccl_timeout", "engine", "error",
-       r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>[^)\n]{1,300})\) ran for (?P<ms>\d+) milliseconds",
+       r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>[^\n]{1,300}?)\) ran for (?P<ms>\d+) milliseconds",
        "a collective timed out after {ms} ms (NCCL watchdog)", tier=CAUSE,
        meaning="one rank stopped taking part in a collective: it hung, died, or its GPU did",
        check="which rank did not arrive (its log and its GPU's kernel log)"),
@@ -125,7 +128,7 @@ class TracebackTracker:
         self.open = False
         if m:
             self._emit(line, m["exc"], (m["msg"] or "").strip())
-            return True
+            return False  # the message may hold a runtime error the rules name too (CUDA OOM, HIP error)
         return body.startswith(_CHAIN)
 
     def _emit(self, line: LogLine, exc: str, message: str) -> None:

@@ -41,14 +41,20 @@ class Finding:
     last_line: int | None = None
     first_time: float | None = None  # seconds (since the epoch or since boot), where the log says
     last_time: float | None = None
+    time_base: str | None = None  # "epoch" (wall clock) or "boot" (seconds since boot) for the times above
     devices: list[str] = field(default_factory=list)
     victims: list[dict[str, Any]] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
     source: str = ""
 
-    def add(self, line_no: int, stamp: str | None, raw: str, device: str | None, when: float | None = None) -> None:
+    def add(self, line_no: int, stamp: str | None, raw: str, device: str | None, when: float | None = None,
+            base: str | None = None) -> None:
         self.count += 1
+        if when is not None and self.time_base not in (None, base):
+            when = None  # a log mixing clocks: times of another clock are not comparable
+        elif when is not None:
+            self.time_base = base
         if self.first_line is None:
             self.first_line, self.first_stamp, self.first_time = line_no, stamp, when
         self.last_line, self.last_stamp = line_no, stamp
@@ -84,6 +90,7 @@ class Report:
     lines: int
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # e.g. "no timestamps", residual VRAM lines
+    engines: list[dict[str, Any]] = field(default_factory=list)  # bundles: what each dead engine died of
 
     def ordered(self) -> list[Finding]:
         return sorted(self.findings, key=lambda f: f.rank)
@@ -114,15 +121,29 @@ class Report:
                      and f is not top and (not top.devices or not f.devices or set(f.devices) & set(top.devices))
                      and (f.first_line or 0) >= (top.first_line or 0)]
             if after:
-                text += "; then " + ", ".join(dict.fromkeys(f.details.get("short") or f.title for f in after[:2]))
+                text += "; then " + ", ".join(dict.fromkeys(_short(f) for f in after[:3]))
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "lines": self.lines, "headline": self.headline(), "counts": self.counts(),
-                "summary": self.summary(), "notes": list(self.notes),
-                "findings": [f.to_dict() for f in self.ordered()]}
+        out = {"source": self.source, "lines": self.lines, "headline": self.headline(), "counts": self.counts(),
+               "summary": self.summary(), "notes": list(self.notes)}
+        if self.engines:
+            out["engines"] = list(self.engines)
+        out["findings"] = [f.to_dict() for f in self.ordered()]
+        return out
 
 
 def line_of(f: Finding) -> str:
-    """A finding as one summary line: its title, and how often when it repeated."""
-    return f.title + (f" (x{f.count})" if f.count > 1 and f.category not in ("segfault", "engine") else "")
+    """A finding as one summary line: its title, the process it names, and how often when it repeated."""
+    text = f.title
+    who = [v for v in f.victims if v.get("process")]
+    if who and f.category not in ("segfault", "oom", "engine", "residual-vram") and who[0]["process"] not in text:
+        v = who[0]
+        text += f" (process {v['process']}" + (f"[{v['pid']}]" if v.get("pid") else "") + (
+            f" and {len(who) - 1} more" if len(who) > 1 else "") + ")"
+    return text + (f" (x{f.count})" if f.count > 1 and f.category not in ("segfault", "engine") else "")
+
+
+def _short(f: Finding) -> str:
+    """A consequence as a few words: its title without the device the headline already named."""
+    return f.title.replace(f" on {f.devices[0]}", "") if f.devices else f.title

@@ -28,7 +28,9 @@ class Rule:
     category: str
     severity: str
     regex: re.Pattern
-    title: str  # str.format over the named groups (+ {device}); unknown names print ""
+    # str.format over the named groups (+ {device}, {place}); unknown names print ""; a [[...]] part is kept
+    # only when a field in it matched
+    title: str
     key: tuple[str, ...] = ()  # groups that, with the device, make two matches the same finding
     meaning: str = ""
     check: str = ""  # the first thing to check
@@ -567,7 +569,7 @@ RULES: tuple[Rule, ...] = (
     _r("nvidia.gsp_timeout", "xid", "critical",
        r"NVRM: (?P<gpu_no>GPU\d+)? ?[^\n]{0,80}?(?:GSP Timeout|Heartbeat timed out|Timeout (?:after \d+s )?(?:of )?"
        r"waiting for RPC (?:response )?from (?:GPU\d+ )?GSP)",
-       "NVIDIA GSP firmware timed out on {gpu_no}{device}", key=("gpu_no",), tier=HARDWARE, hint="nvrm",
+       "NVIDIA GSP firmware timed out on {place}", key=("gpu_no",), tier=HARDWARE, hint="nvrm",
        meaning="the GPU System Processor (firmware that runs the driver's core on the GPU) stopped answering: "
                "every call into the GPU hangs or fails",
        check="reset the GPU (nvidia-smi -r) or reboot; then the driver release notes for GSP fixes, or "

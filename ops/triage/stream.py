@@ -52,6 +52,16 @@ def _compile(literals: list[str]):
         return re.compile(pattern, re.IGNORECASE)
 
 
+def line_filter(analyzer: Analyzer):
+    """A test of one line: does it hold any literal the analyzer looks for? (None: every line matters.)"""
+    from .dispatch import Dispatch
+    lits = trigger_literals(analyzer)
+    if not lits:
+        return None
+    d = Dispatch((), lits)
+    return lambda text: bool(d(text, text.lower())[1])
+
+
 class _Prefilter:
     def __init__(self, analyzer: Analyzer):
         lits = trigger_literals(analyzer)
