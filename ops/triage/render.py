@@ -93,7 +93,7 @@ def markdown(report: Report) -> str:
         out.append(f"### [{_MARK.get(f.severity, f.severity)}] {sanitize(line_of(f))}")
         out.append("")
         when = f.first_stamp or (f"line {f.first_line}" if f.first_line else "")
-        if f.count > 1:
+        if f.count > 1 and when and (f.last_stamp or f.last_line):
             when = f"{when} … {f.last_stamp or f'line {f.last_line}'}"
         out.append(f"- category: {f.category} · rule: `{f.rule}` · occurrences: {f.count}"
                    + (f" · when: {sanitize(when)}" if when else ""))

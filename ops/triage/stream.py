@@ -141,6 +141,9 @@ class StreamFeeder:
             self.tail = rest
 
     def close(self) -> None:
+        if self.skipping:  # an over-long last line with no newline: its head was fed already
+            self.lines += 1
+            self.skipping = False
         if self.tail:
             self._block(self.tail + b"\n")
             self.tail = b""
