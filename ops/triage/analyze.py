@@ -40,7 +40,8 @@ _GPU_DRIVER_LINE = re.compile(r"^(?:amdgpu|nvidia|drmn?\d*|\[drm)|NVRM")
 _ORPHAN_TRIGGERS = frozenset({"process information", "in page starting at", "protection_fault_status", "faulty utcl2",
                               "more_faults", "walker_error", "permission_faults", "mapping_error", "rw: 0x",
                               "cookie node_id", "at page 0x"})
-SPECIALS = ("segfault", "traps:", "nvrm", "oom", "out of memory") + tuple(sorted(_ORPHAN_TRIGGERS))
+_NVIDIA_TRIGGERS = frozenset({"nvrm: xid", "nvrm: gpu at", "nvrm: loading"})
+SPECIALS = ("segfault", "traps:", "oom", "out of memory") + tuple(sorted(_NVIDIA_TRIGGERS | _ORPHAN_TRIGGERS))
 _CATCHALL_LEVELS = ("emerg", "alert", "crit", "err")
 _NORM_HEX = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b")
 _NORM_NUM = re.compile(r"\b\d+\b")
@@ -167,7 +168,7 @@ class Analyzer:
         candidates, specials = hit
         if ("segfault" in specials or "traps:" in specials) and self._crash(line):
             return True
-        if "nvrm" in specials and (self._xid(line) or self._nvidia_context(msg)):
+        if specials & _NVIDIA_TRIGGERS and (self._xid(line) or self._nvidia_context(msg)):
             return True
         if ("oom" in specials or "out of memory" in specials) and self._oom(line):
             return True

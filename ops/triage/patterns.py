@@ -569,7 +569,8 @@ RULES: tuple[Rule, ...] = (
     _r("nvidia.gsp_timeout", "xid", "critical",
        r"NVRM: (?P<gpu_no>GPU\d+)? ?[^\n]{0,80}?(?:GSP Timeout|Heartbeat timed out|Timeout (?:after \d+s )?(?:of )?"
        r"waiting for RPC (?:response )?from (?:GPU\d+ )?GSP)",
-       "NVIDIA GSP firmware timed out on {place}", key=("gpu_no",), tier=HARDWARE, hint="nvrm",
+       "NVIDIA GSP firmware timed out on {place}", key=("gpu_no",), tier=HARDWARE,
+       hint=("gsp timeout", "heartbeat timed out", "from gsp"),
        meaning="the GPU System Processor (firmware that runs the driver's core on the GPU) stopped answering: "
                "every call into the GPU hangs or fails",
        check="reset the GPU (nvidia-smi -r) or reboot; then the driver release notes for GSP fixes, or "

@@ -25,7 +25,7 @@ HEAD_LINES = 200  # fed whole, so the format and timestamps are known whatever t
 # Literals of what the analyzer looks at besides the rules' own hints.
 EXTRA_TRIGGERS = SPECIALS + (
     "traceback (most recent call last)", "*error*", ":err", ": err:", ":crit", ": crit:", ":alert", ": alert:",
-    ":emerg", ": emerg:", "amdgpu",
+    ":emerg", ": emerg:",
 )
 
 
@@ -180,20 +180,24 @@ class StreamFeeder:
                 pos = e + 1
                 if number >= HEAD_LINES:
                     break
+        pos, number = self._wanted(block, pos, number)  # a window opened in the piece before goes on here
         for m in self.prefilter.finditer(block, pos):
             s, e = m.start(), m.end()
             if s < pos:
                 continue
             number += block.count(b"\n", pos, s) + 1
             self._feed(block, s, e, number)
-            pos = e + 1
-            # the lines an open window or a continuation wants, whatever they say
-            while pos < len(block) and (self.a.following or block[pos:pos + 1] in (b" ", b"\t")):
-                nl = block.find(b"\n", pos)
-                number += 1
-                self._feed(block, pos, nl, number)
-                pos = nl + 1
+            pos, number = self._wanted(block, e + 1, number)
         self.lines += count
+
+    def _wanted(self, block: bytes, pos: int, number: int) -> tuple[int, int]:
+        """Feed the lines from pos that an open window or a continuation wants, whatever they say."""
+        while pos < len(block) and (self.a.following or block[pos:pos + 1] in (b" ", b"\t")):
+            nl = block.find(b"\n", pos)
+            number += 1
+            self._feed(block, pos, nl, number)
+            pos = nl + 1
+        return pos, number
 
     def _dense(self, block: bytes, count: int) -> bool:
         """Whether more than DENSE of the first PROBE bytes' lines are candidates."""
