@@ -84,6 +84,16 @@ def test_terminal_escapes_in_a_log_are_printed_as_text(tmp_path):
     assert "\x1b" not in json.dumps(doc, ensure_ascii=False)
 
 
+def test_secrets_quoted_from_a_log_are_redacted(tmp_path):
+    log = tmp_path / "engine.log"
+    token = "hf_" + "Q" * 30
+    log.write_text(f"RuntimeError: HIP error: invalid argument while loading with HF_TOKEN={token}\n")
+    for args in ([str(log)], [str(log), "--json"]):
+        proc = _run(args)
+        assert proc.returncode == 1 and "HIP runtime error" in proc.stdout
+        assert token not in proc.stdout and "REDACTED" in proc.stdout
+
+
 def test_json_document_validates_against_its_schema():
     proc = _run([str(CORPUS / "c29_akash244_ctime_xid43_xid31_then_xid94_ecc.log"), "--json"])
     assert proc.returncode == 1

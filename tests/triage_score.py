@@ -93,12 +93,17 @@ def score_case(name: str, expect: dict, report) -> CaseScore:
     return s
 
 
-def corpus_cases() -> list[tuple[str, Path, dict]]:
+def corpus_cases(folder: Path = CORPUS, prefix: str = "") -> list[tuple[str, Path, dict]]:
     out = []
-    for log in sorted(CORPUS.glob("*.log")):
+    for log in sorted(folder.glob("*.log")):
         exp = log.with_suffix(".expect")
-        out.append((log.stem, log, tomllib.loads(exp.read_text())))
+        out.append((prefix + log.stem, log, tomllib.loads(exp.read_text())))
     return out
+
+
+def holdout_cases() -> list[tuple[str, Path, dict]]:
+    """Excerpts collected after the rules were written (tests/triage_corpus/holdout): the blind test."""
+    return corpus_cases(CORPUS / "holdout", "holdout/")
 
 
 def shared_cases() -> list[tuple[str, Path, dict]]:
@@ -114,7 +119,7 @@ def shared_cases() -> list[tuple[str, Path, dict]]:
 def run(verbose: bool = False, out=sys.stdout) -> dict:
     from ops.triage import analyze_file
     scores = []
-    for name, path, expect in corpus_cases() + shared_cases():
+    for name, path, expect in corpus_cases() + holdout_cases() + shared_cases():
         scores.append(score_case(name, expect, analyze_file(path)))
     total = sum(len(s.found) + len(s.partly) + len(s.missed) for s in scores)
     found = sum(len(s.found) for s in scores)
@@ -147,6 +152,15 @@ def run(verbose: bool = False, out=sys.stdout) -> dict:
             print(f"    headline: {s.headline or '(none)'}", file=out)
         if s.exit_ok is False:
             print("    exit status differs", file=out)
+    held = [x for x in scores if x.name.startswith("holdout/")]
+    if held:
+        h_total = sum(len(x.found) + len(x.partly) + len(x.missed) for x in held)
+        h_found = sum(len(x.found) for x in held)
+        h_false = sum(len(x.false) for x in held)
+        h_rep = sum(x.reported for x in held)
+        print(f"held-out: {len(held)} excerpts, {h_total} expected findings: found {h_found}, partly "
+              f"{sum(len(x.partly) for x in held)}, missed {sum(len(x.missed) for x in held)}; false findings "
+              f"{h_false} of {h_rep}; headline right {sum(bool(x.headline_ok) for x in held)}/{len(held)}", file=out)
     print(f"corpus: {result['excerpts']} excerpts, {total} expected findings: found {found}, partly {partly}, "
           f"missed {missed}; recall {result['recall']:.1%}; false findings {false} of {reported} reported "
           f"({result['false_rate']:.1%}); headline right {result['headlines']}/{result['headline_cases']}; "

@@ -145,7 +145,7 @@ RULES: tuple[Rule, ...] = (
        "kernel oops: unable to handle a page fault", tier=CAUSE,
        meaning="a kernel bug: the kernel touched memory it must not; the module on the IP/RIP line is the suspect",
        check="the IP:/RIP: line and the call trace below it (a module in [brackets], e.g. [amdgpu]); the node "
-             "should be rebooted", follow=(r"R?IP: (?:0010:)?(?P<ip>\S+)(?: \[(?P<module>\w+)\])?",)),
+             "should be rebooted", follow=(r"R?IP: (?:0010:)?(?:\[<[0-9a-f]+>\] )?(?P<ip>\S+)(?: \[(?P<module>\w+)\])?",)),
 
     # --- ring timeouts, fences, hangs ------------------------------------------------------
     _r("amdgpu.ring_timeout", "ring-timeout", "error",

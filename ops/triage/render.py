@@ -20,7 +20,10 @@ SCHEMA = "triage"
 
 
 def sanitize(text: str) -> str:
-    """Control characters as visible escapes (\\x1b), so printing a log line cannot drive the terminal."""
+    """Text quoted from a log made safe to show: secrets redacted (the bundle's pattern list), control
+    characters as visible escapes (\\x1b), so printing a log line can neither leak a token nor drive the terminal."""
+    from ..bundle.redact import redact_text
+    text = redact_text(text)[0] if len(text) > 7 else text
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
                         else f"\\u{ord(m.group()):04x}", text)
 
