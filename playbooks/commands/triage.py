@@ -90,7 +90,7 @@ def _analyze_fd(fd: int, name: str, size: int | None):
             if not chunk:
                 break
             if first and b"\0" in chunk[:SNIFF]:
-                raise GpuwardenError(f"{name} is not a kernel or engine log (it holds binary data)", _WHAT_TO_GIVE)
+                raise GpuwardenError(f"{name} is not a kernel log (it holds binary data)", _WHAT_TO_GIVE)
             first = False
             got += len(chunk)
             feeder.push(chunk)
