@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import functools
 import re
 from dataclasses import dataclass
 
@@ -75,6 +76,7 @@ def _iso_epoch(text: str) -> float | None:
         return None
 
 
+@functools.lru_cache(maxsize=256)  # a storm repeats the same second many times
 def _local_epoch(year: int, month: int, day: int, hms: str) -> float | None:
     try:
         h, m, s = (int(x) for x in hms.split(":"))
