@@ -70,7 +70,8 @@ def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_
         name = f"gpuwarden-bundle-{socket.gethostname()}-auto-{time.strftime('%Y%m%d-%H%M%S')}-{safe_engine}.tar.gz"
         result = collect_bundle(settings, output=directory / name, safe_mode=True, timeout_s=timeout_s)
         journal.write(settings.state_dir, "bundle.auto", "ok", engine=engine, reason=reason, path=str(result.path),
-                      bytes=result.bytes, seconds=round(result.duration_s, 2), triage=result.report.summary()[:5])
+                      bytes=result.bytes, seconds=round(result.duration_s, 2), headline=result.report.headline(),
+                      triage=result.report.summary()[:5])
         _prune(settings, directory)
         return str(result.path)
     except Exception as exc:  # evidence gathering must never take the shim down

@@ -19,10 +19,9 @@ from typing import Any, Callable
 from .. import __version__, statedir
 from ..errors import GpuwardenError
 from ..settings import Settings
-from ..triage import analyze_text
 from ..triage.findings import Finding, Report
 from ..triage.render import as_json, markdown
-from . import archive, kernellog
+from . import archive
 from .collectors import COLLECTORS, Collector, Context
 from .entries import MISSING, OK, SKIPPED, TIMED_OUT, Entry
 from .redact import describe as redaction_patterns
@@ -213,20 +212,10 @@ def collector_findings(collectors: list[dict[str, Any]]) -> list[Finding]:
 
 
 def _triage(entries: list[Entry]) -> Report:
-    log = next((e for e in entries if e.path == kernellog.PATH and e.data is not None), None)
-    snap_entry = next((e for e in entries if e.path == "gpuwarden/snapshot.json" and e.data), None)
-    snapshot = None
-    if snap_entry is not None:
-        try:
-            snapshot = json.loads(snap_entry.data)
-        except ValueError:
-            snapshot = None
-    text = log.data.decode(errors="replace") if log else ""
-    report = analyze_text(text, source=kernellog.PATH if log else "no kernel log", snapshot=snapshot)
-    if log is None:
-        report.notes.insert(0, "no kernel log could be read (see manifest.json not_collected): "
-                               "triage covers the snapshot only")
-    return report
+    """The kernel log, the snapshot's residual VRAM and what any crashed engine died of, from the entries."""
+    from ..triage.bundle import engine_names, triage_members
+    stored = {e.path: e.data for e in entries if e.path and e.data is not None}
+    return triage_members(stored.get, engine_names(list(stored)), "")
 
 
 def _manifest(settings: Settings, entries: list[Entry], summaries: list[dict[str, Any]], report: Report,
@@ -268,5 +257,5 @@ def _manifest(settings: Settings, entries: list[Entry], summaries: list[dict[str
         "not_collected": [e.manifest() for e in missing],
         "redaction": {"total": sum(by_pattern.values()), "by_pattern": by_pattern, "by_item": by_item,
                       "patterns": [{"name": n, "matches": what} for n, what in redaction_patterns()]},
-        "triage": {"counts": report.counts(), "summary": report.summary()[:20]},
+        "triage": {"headline": report.headline(), "counts": report.counts(), "summary": report.summary()[:20]},
     }

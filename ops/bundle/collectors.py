@@ -189,7 +189,22 @@ def _engines(ctx: Context) -> list[Entry]:
                 entries.append(Entry("engines", str(d / f), "file", path=f"engines/{name}/{f}", data=data))
             elif error:
                 entries.append(Entry("engines", str(d / f), "file", status=FAILED, error=error))
+        entries += _crash_backtrace(ctx, name)
     return entries
+
+
+def _crash_backtrace(ctx: Context, name: str) -> list[Entry]:
+    """The core dump's backtrace of an engine that died of a signal (what it died of, frame by frame)."""
+    from ..engines import state as engine_state
+    from .cores import backtrace_entries
+    try:
+        record = engine_state.read_state(ctx.settings.state_dir, name) or {}
+        spec = engine_state.read_spec(ctx.settings.state_dir, name) or {}
+    except Exception:
+        return []  # an unreadable record is copied as a file above; nothing to look up
+    if not record.get("signal"):
+        return []
+    return backtrace_entries(name, spec, record, ctx.settings.proc_root, ctx.deadline)
 
 
 def _arena(ctx: Context) -> list[Entry]:

@@ -1,9 +1,10 @@
-"""Kernel-log triage: a pattern library for GPU nodes, grouped findings, markdown and JSON reports.
+"""Kernel- and engine-log triage: a pattern library for GPU nodes, findings ordered by cause, reports.
 
-Entry points: analyze_text()/analyze_file() give a Report; render.markdown()/render.as_json() show it.
+Analyzer (analyze.py) takes one line at a time; analyze_text()/analyze_file() wrap it, stream.py feeds
+big files in bounded memory, live.py serves a kernel-log watch; render shows a Report as text or JSON.
 """
 
-from .analyze import analyze_file, analyze_text
+from .analyze import Analyzer, analyze_file, analyze_text
 from .findings import Finding, Report
 
-__all__ = ["analyze_text", "analyze_file", "Finding", "Report"]
+__all__ = ["Analyzer", "analyze_text", "analyze_file", "Finding", "Report"]

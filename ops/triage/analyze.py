@@ -1,203 +1,426 @@
-"""Run the pattern library over a log and group matches into findings by signature.
+"""The line-at-a-time analyzer: one kernel (or engine) log line in, findings grouped by signature kept.
 
-Also turns a snapshot's residual VRAM into findings, so a bundle's triage covers both.
+State is small and bounded (the open detail window, the held line a continuation may extend, pending
+OOM records, capped findings), so a file of any size, a pipe or the agent's live kernel-log watch all
+use the same object. analyze_text()/analyze_file() wrap it; stream.py feeds it only the lines that can
+matter; live.py reports what each new line changed.
 """
 
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 from ..units import fmt_bytes
-from . import segfault, xid
-from .findings import Finding, Report
-from .logline import LogLine, join_continuations, parse_lines
-from .patterns import RULES, Rule
+from . import engine, segfault, xid
+from .findings import CAUSE, HARDWARE, OTHER, SHARED_CRASH, Finding, Report
+from .logline import LineParser, LogLine
+from .dispatch import Dispatch
+from .patterns import BY_ID, PF_DETAIL, PROCESS_LINE, RULES, Rule
 
 _DEVICE = re.compile(r"\b(?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)\b")
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<dev>[^)]*)\): (?P<xid>\d+),\s*(?P<rest>.*)$")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<dev>[^)]{1,64})\): (?P<xid>\d+),\s*(?P<rest>[^\n]*)$")
 _XID_PROC = re.compile(r"^pid='?(?P<pid>[^,']*)'?, name=(?P<name>[^,]*),\s*")
+_XID_CAUSE = re.compile(r"caused by previous Xid (?P<cause>\d+)")
 _NV_UUID = re.compile(r"NVRM: GPU at (?:PCI:)?(?P<dev>[\w:.]+): (?P<uuid>GPU-[0-9a-fA-F-]+)")
 _NV_DRIVER = re.compile(r"NVRM: loading NVIDIA UNIX (?P<open>Open )?Kernel Module for \S+\s+(?P<version>[\d.]+)")
 _OOM_CONSTRAINT = re.compile(
-    r"oom-kill:constraint=(?P<constraint>\w+),.*?(?:task_memcg=(?P<memcg>[^,]*),)?task=(?P<proc>[^,]*),"
+    r"oom-kill:constraint=(?P<constraint>\w+),[^\n]{0,600}?(?:task_memcg=(?P<memcg>[^,]*),)?task=(?P<proc>[^,]*),"
     r"pid=(?P<pid>\d+),uid=(?P<uid>\d+)")
 _OOM_KILL = re.compile(
     r"(?P<scope>Memory cgroup out of memory|Out of memory)(?: \([^)]*\))?: Kill(?:ed)? process (?P<pid>\d+) "
     r"\((?P<proc>[^)]*)\)(?: total-vm:(?P<vm>\d+)kB, anon-rss:(?P<anon>\d+)kB, file-rss:(?P<file>\d+)kB,"
     r" shmem-rss:(?P<shmem>\d+)kB)?")
+_PROCESS = re.compile(PROCESS_LINE)
+_PF_DETAIL = tuple(re.compile(p) for p in PF_DETAIL)
+_GPU_DRIVER_LINE = re.compile(r"^(?:amdgpu|nvidia|drmn?\d*|\[drm)|NVRM")
+# Literals the special handlers need (besides every rule's own): segfaults, Xids, OOM, orphan details.
+_ORPHAN_TRIGGERS = frozenset({"process information", "in page starting at", "protection_fault_status", "faulty utcl2",
+                              "more_faults", "walker_error", "permission_faults", "mapping_error", "rw: 0x",
+                              "cookie node_id", "at page 0x"})
+_NVIDIA_TRIGGERS = frozenset({"nvrm: xid", "nvrm: gpu at", "nvrm: loading"})
+SPECIALS = ("segfault", "traps:", "oom", "out of memory") + tuple(sorted(_NVIDIA_TRIGGERS | _ORPHAN_TRIGGERS))
 _CATCHALL_LEVELS = ("emerg", "alert", "crit", "err")
 _NORM_HEX = re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-fA-F]{8,}\b")
 _NORM_NUM = re.compile(r"\b\d+\b")
-FOLLOW_WINDOW = 16  # lines after a header that may still carry its detail
 MAX_DETAIL_VALUES = 8
 MAX_CATCHALL = 20
-DEVICE_CARRY = 50  # lines over which a device named earlier is taken for lines that name none
+MAX_FINDINGS = 2000  # distinct signatures kept; past it new ones are counted in a note, never stored
+MAX_OOM_PENDING = 64
+MEMO_SIZE = 4096
+DEVICE_CARRY = 50  # lines over which a GPU driver line's device is taken for driver lines that name none
+_HOW_BAD = {"critical": 0, "error": 1, "warning": 2, "info": 3}
 
 
-class _Analyzer:
-    def __init__(self, source: str):
+class _Blank(dict):
+    """Format mapping where a group that did not take part in the match prints as nothing."""
+
+    def __missing__(self, k: str) -> str:
+        return ""
+
+
+_OPTIONAL = re.compile(r"\[\[(.*?)\]\]")
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+def format_title(template: str, groups: dict[str, str], device: str | None) -> str:
+    """A rule's title with its groups filled in; [[...]] parts whose fields did not all match are left out."""
+    values = _Blank(groups, device=device or "the GPU", place=device or groups.get("gpu_no") or "the GPU")
+    if "[[" in template:
+        template = _OPTIONAL.sub(lambda m: m.group(1) if any(values[f] for f in _FIELD.findall(m.group(1)))
+                                 else "", template)
+    return template.format_map(values).strip()
+
+
+class Analyzer:
+    """Feed lines in order with feed(); finish() gives the Report. changed() lists what the last feeds touched."""
+
+    def __init__(self, source: str = "", rules: tuple[Rule, ...] = RULES + engine.RULES) -> None:
         self.source = source
+        self.rules = rules
+        self.dispatch = Dispatch(rules, SPECIALS)
+        self.memo: dict[str, tuple[list[int], set[str]]] = {}  # message -> dispatch result (storms repeat lines)
+        self.parser = LineParser()
         self.findings: dict[tuple[str, str], Finding] = {}
         self.notes: list[str] = []
-        self.active: tuple[Rule, Finding, int] | None = None  # rule with follow lines, finding, line idx
-        self.oom_pending: dict[str, dict[str, Any]] = {}
+        self.active: tuple[Rule, Finding, int] | None = None  # rule with follow lines, its finding, line number
+        self.held: LogLine | None = None  # the last prefixed line: an indented continuation extends it
+        self.held_matched = False
+        self.held_last = 0
+        self.oom_pending: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.orphan_faults: dict[str, Finding] = {}  # device -> fault details whose header is not in the log
+        self.tracebacks = engine.TracebackTracker(self._engine_finding)
         self.catchall = 0
-        self.last_device: tuple[str, int] | None = None  # (device, line idx) of the last line naming one
+        self.dropped = 0  # signatures not kept because of MAX_FINDINGS
+        self.last_gpu_device: tuple[str, int] | None = None
+        self.number = 0
+        self.lines = 0
+        self.stamped = 0
+        self.touched: set[tuple[str, str]] = set()
 
-    def finding(self, key: tuple[str, str], **kw: Any) -> Finding:
-        f = self.findings.get(key)
-        if f is None:
-            f = Finding(rule=key[0], signature=key[1], source=self.source, **kw)
-            self.findings[key] = f
-        return f
+    # --- input ------------------------------------------------------------------------------
+    def feed(self, raw: str, number: int | None = None) -> None:
+        """One raw line (with or without its newline). `number` is its 1-based line number when lines were skipped."""
+        self.number = number if number is not None else self.number + 1
+        self.lines += 1
+        line = self.parser.parse(self.number, raw)
+        if line.stamp:
+            self.stamped += 1
+        held = self.held
+        if line.continuation and held is not None and self.number == self.held_last + 1:
+            joined = LogLine(held.number, held.raw + "\n" + line.raw, held.message.rstrip() + " " + line.message.strip(),
+                             held.stamp, held.mono, held.wall, held.level, held.program, False, True)
+            self.held, self.held_last = joined, self.number
+            if not self.held_matched:
+                self.held_matched = self._line(joined)
+            return
+        matched = self._line(line)
+        self.held, self.held_matched = (line, matched) if line.prefixed else (None, False)
+        self.held_last = self.number
+
+    def skip(self) -> None:
+        """Count a line the caller knows cannot matter (no rule literal, no open window, not a continuation)."""
+        self.number += 1
+        self.lines += 1
+
+    @property
+    def following(self) -> bool:
+        """True while an open detail window wants the next lines whatever they say."""
+        if self.tracebacks.open:
+            return True
+        if self.active is None:
+            return False
+        rule, _, at = self.active
+        return self.number - at <= rule.window
+
+    def changed(self) -> list[Finding]:
+        """Findings created or grown since the last call (for a live watch)."""
+        out = [self.findings[k] for k in self.touched if k in self.findings]
+        self.touched.clear()
+        return out
+
+    # --- one line ---------------------------------------------------------------------------
+    def _line(self, line: LogLine) -> bool:
+        msg = line.message
+        dev = self._device_of(msg)
+        if dev and _GPU_DRIVER_LINE.search(msg):
+            self.last_gpu_device = (dev, self.number)
+        if dev and self.active is not None and not self.active[1].devices and self.active[0].gpu and self.following \
+                and _GPU_DRIVER_LINE.search(msg):
+            # a driver line right after a header that named no GPU (a ring timeout): it is about that GPU
+            f = self.active[1]
+            f.devices.append(dev)
+            f.title = f.title.replace("the GPU", dev, 1)
+        if self._follow(line, dev):
+            return True
+        if self.tracebacks.feed(line):
+            return True
+        low = msg.lower()
+        # One pass finds the literals each regex requires: most lines run no regex at all.
+        hit = self.memo.get(msg)
+        if hit is None:
+            hit = self.dispatch(msg, low)
+            if len(self.memo) >= MEMO_SIZE:
+                self.memo.clear()
+            self.memo[msg] = hit
+        candidates, specials = hit
+        if ("segfault" in specials or "traps:" in specials) and self._crash(line):
+            return True
+        if specials & _NVIDIA_TRIGGERS and (self._xid(line) or self._nvidia_context(msg)):
+            return True
+        if ("oom" in specials or "out of memory" in specials) and self._oom(line):
+            return True
+        matched = False
+        for i in candidates:
+            rule = self.rules[i]
+            m = rule.regex.search(msg)
+            if m:
+                self._record(line, rule, m, dev)
+                matched = True
+        if not matched and specials & _ORPHAN_TRIGGERS:
+            matched = self._orphan(line, dev)
+        if not matched:
+            self._unclassified(line, dev)
+        return matched
 
     @staticmethod
-    def device_of(message: str) -> str | None:
+    def _device_of(message: str) -> str | None:
+        if ":" not in message:
+            return None
         m = _DEVICE.search(message)
         return m.group(1) if m else None
 
-    def nearby_device(self) -> str | None:
-        """The device of a recent line: amdgpu prints some messages ("amdgpu: Failed to ...") without it."""
-        if self.last_device and self.idx - self.last_device[1] <= DEVICE_CARRY:
-            return self.last_device[0]
+    def _nearby_gpu_device(self) -> str | None:
+        """A recent GPU driver line's device: amdgpu prints some messages ("[drm:...] *ERROR* ring ...") without it."""
+        if self.last_gpu_device and self.number - self.last_gpu_device[1] <= DEVICE_CARRY:
+            return self.last_gpu_device[0]
         return None
 
+    def _finding(self, key: tuple[str, str], **kw: Any) -> Finding | None:
+        f = self.findings.get(key)
+        if f is None:
+            if len(self.findings) >= MAX_FINDINGS:
+                self.dropped += 1
+                return None
+            f = Finding(rule=key[0], signature=key[1], source=self.source, **kw)
+            self.findings[key] = f
+        self.touched.add(key)
+        return f
+
+    def _add(self, f: Finding, line: LogLine, device: str | None) -> None:
+        if line.wall is not None:
+            f.add(line.number, line.stamp, line.raw, device, line.wall, "epoch")
+        else:
+            f.add(line.number, line.stamp, line.raw, device, line.mono, "boot" if line.mono is not None else None)
+
     @staticmethod
-    def detail(f: Finding, name: str, value: Any) -> None:
+    def _detail(f: Finding, name: str, value: Any) -> None:
         values = f.details.setdefault(name, [])
-        if value not in values and len(values) < MAX_DETAIL_VALUES:
+        if isinstance(values, list) and value not in values and len(values) < MAX_DETAIL_VALUES:
             values.append(value)
 
-    # --- one line ---------------------------------------------------------------------------
-    def line(self, idx: int, line: LogLine) -> None:
-        msg = line.message
-        dev = self.device_of(msg)
-        if dev:
-            self.last_device = (dev, idx)
-        self.idx = idx
-        if self.follow(idx, line):
-            return
-        low = msg.lower()
-        # The substring tests are literals these regexes require: they spare a search on most lines.
-        if ("segfault" in low or "traps:" in low) and self.crash(line):
-            return
-        if "nvrm" in low and (self.xid(line) or self.nvidia_context(msg)):
-            return
-        if ("oom" in low or "out of memory" in low) and self.oom(line):
-            return
-        matched = False
-        for rule in RULES:
-            if rule.hint is not None and rule.hint not in low:
-                continue
-            m = rule.regex.search(msg)
-            if m:
-                self.record(idx, line, rule, m)
-                matched = True
-        if not matched:
-            self.unclassified(line)
-
-    def follow(self, idx: int, line: LogLine) -> bool:
+    def _follow(self, line: LogLine, dev: str | None) -> bool:
         if self.active is None:
             return False
         rule, f, at = self.active
-        if idx - at > FOLLOW_WINDOW:
+        if self.number - at > rule.window:
             self.active = None
             return False
-        dev = self.device_of(line.message)
-        if dev and f.devices and dev not in f.devices:
+        if dev and f.devices and dev not in f.devices and rule.gpu:
             return False
-        for pat in rule.follow:
+        low = line.message.lower()
+        for pat, hint in zip(rule.follow, rule.follow_hints):
+            if hint is not None and hint not in low:
+                continue
             m = pat.search(line.message)
             if not m:
                 continue
-            g = {k: v for k, v in m.groupdict().items() if v is not None}
-            if "proc" in g and "pid" in g:
-                victim = {"process": g["proc"], "pid": int(g["pid"])}
-                if g.get("thread"):
-                    victim["thread"] = g["thread"].strip()
-                if int(g["pid"]) != 0 or g["proc"]:
-                    f.add_victim(victim)
-            elif "field" in g:
-                self.detail(f, g["field"].lower(), g["value"])
-            else:
-                for k, v in g.items():
-                    self.detail(f, k, v)
-            self.active = (rule, f, idx)
+            self._apply_detail(f, rule, {k: v for k, v in m.groupdict().items() if v is not None})
+            self.touched.add((f.rule, f.signature))
             return True
         return False
 
-    def record(self, idx: int, line: LogLine, rule: Rule, m: re.Match) -> None:
-        groups = {k: v for k, v in m.groupdict().items() if v is not None}
-        device = (self.device_of(line.message) or groups.get("dev1") or groups.get("dev2") or groups.get("dev3")
-                  or self.nearby_device())
-        sig_parts = [device or ""] + [groups.get(k, "") for k in rule.key]
-        signature = "|".join(sig_parts)
-
-        class _Default(dict):
-            def __missing__(self, k: str) -> str:
-                return ""
-        title = rule.title.format_map(_Default(groups, device=device or "the GPU")).strip()
-        f = self.finding((rule.id, signature), category=rule.category, severity=rule.severity, title=title,
-                         meaning=rule.meaning)
-        f.add(line.number, line.stamp, line.raw, device)
-        for k, v in groups.items():
-            if k not in rule.key and k not in rule.victim and not k.startswith("dev"):
-                self.detail(f, k, v)
-        if rule.victim:
-            victim = {("process" if k == "proc" else "pid" if k in ("rpid",) else k):
-                      (int(v) if k.endswith("pid") else v) for k, v in groups.items() if k in rule.victim and v}
-            # "process  pid 0": the kernel had no process to name (a kernel queue), so nobody to list
-            if victim and (victim.get("pid") or victim.get("process")):
+    def _apply_detail(self, f: Finding, rule: Rule | None, g: dict[str, str]) -> None:
+        if "proc" in g and "pid" in g:
+            if int(g["pid"]) != 0 or g["proc"].strip():
+                victim: dict[str, Any] = {"process": g["proc"].strip(), "pid": int(g["pid"])}
+                if g.get("thread", "").strip():
+                    victim["thread"] = g["thread"].strip()
                 f.add_victim(victim)
-        self.active = (rule, f, idx) if rule.follow else self.active
+            return
+        if "field" in g:
+            self._detail(f, g["field"].lower(), g["value"])
+            return
+        for k, v in g.items():
+            if k == "event_severity" and rule is not None and rule.adjust:
+                new = rule.adjust({k: v})
+                if new:
+                    f.severity = new
+                self._detail(f, k, v)
+            elif k == "pci":
+                if v not in f.devices:
+                    f.devices.append(v)
+            elif k == "gpu_driver":
+                if not f.details.get("gpu_driver"):
+                    f.title += f" in the GPU driver [{v}]"
+                self._detail(f, k, v)
+            elif k == "module":
+                if not f.details.get("module"):
+                    f.title += f" in [{v}]"
+                self._detail(f, k, v)
+            else:
+                self._detail(f, k, v)
 
-    def crash(self, line: LogLine) -> bool:
+    def _record(self, line: LogLine, rule: Rule, m: re.Match, dev: str | None) -> None:
+        groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        device = dev or groups.get("dev1") or groups.get("dev2") or groups.get("dev3")
+        if device is None and rule.gpu:
+            device = self._nearby_gpu_device()
+        signature = "|".join([device or ""] + [groups.get(k, "") for k in rule.key])
+        severity = (rule.adjust(groups) if rule.adjust else None) or rule.severity
+        key = (rule.id, signature)
+        f = self.findings.get(key)
+        if f is None:
+            title = format_title(rule.title, groups, device)
+            f = self._finding(key, category=rule.category, severity=severity, title=title,
+                              meaning=rule.meaning, check=rule.check, tier=rule.tier)
+            if f is None:
+                return
+        else:
+            self.touched.add(key)
+        if _HOW_BAD.get(severity, 3) < _HOW_BAD.get(f.severity, 3):
+            f.severity = severity
+        self._add(f, line, device)
+        if rule.id == "amdgpu.page_fault" and device in self.orphan_faults:
+            self._merge_orphan(f, self.orphan_faults.pop(device))
+        for k, v in groups.items():
+            if k not in rule.key and k not in rule.victim and not k.startswith("dev") and k != "tid":
+                self._detail(f, k, v)
+        if rule.victim and (groups.get("pid") not in (None, "0") or groups.get("proc", "").strip()):
+            victim = {("process" if k == "proc" else "pid" if k == "rpid" else k):
+                      (int(v) if k.endswith("pid") else v.strip()) for k, v in groups.items()
+                      if k in rule.victim and v and v.strip()}
+            if victim:
+                f.add_victim(victim)
+        if rule.follow:
+            self.active = (rule, f, self.number)
+
+    def _orphan(self, line: LogLine, dev: str | None) -> bool:
+        """Detail lines whose header is not in the log: kept, with the process they name."""
+        msg = line.message
+        if "process information:" in msg.lower():
+            m = _PROCESS.search(msg)
+            if m:
+                rule = BY_ID["amdgpu.ring_timeout"]
+                device = dev or self._nearby_gpu_device()
+                f = self._finding((rule.id, f"{device or ''}|?"), category=rule.category, severity=rule.severity,
+                                  title=f"a GPU job timed out on {device or 'the GPU'} (its ring timeout line is "
+                                        f"not in the log)", meaning=rule.meaning, check=rule.check, tier=rule.tier)
+                if f is not None:
+                    self._add(f, line, device)
+                    self._apply_detail(f, rule, {k: v for k, v in m.groupdict().items() if v is not None})
+                return True
+        if dev is None:
+            return False
+        for pat in _PF_DETAIL:
+            m = pat.search(msg)
+            if not m:
+                continue
+            rule = BY_ID["amdgpu.page_fault"]
+            f = self.orphan_faults.get(dev)
+            if f is None:
+                f = self._finding((rule.id, f"{dev}|?"), category=rule.category, severity=rule.severity,
+                                  title=f"GPU page fault on {dev} (its header line is not in the log)",
+                                  meaning=rule.meaning, check=rule.check, tier=rule.tier)
+                if f is None:
+                    return True
+                self._add(f, line, dev)
+                self.orphan_faults[dev] = f
+            self._apply_detail(f, rule, {k: v for k, v in m.groupdict().items() if v is not None})
+            self.active = (rule, f, self.number)
+            return True
+        return False
+
+    def _merge_orphan(self, f: Finding, orphan: Finding) -> None:
+        """A fault's header came after details cut from an earlier one: one finding, not two."""
+        self.findings.pop((orphan.rule, orphan.signature), None)
+        f.count += orphan.count
+        if orphan.first_line is not None and (f.first_line is None or orphan.first_line < f.first_line):
+            f.first_line, f.first_stamp, f.first_time = orphan.first_line, orphan.first_stamp, orphan.first_time
+        for v in orphan.victims:
+            f.add_victim(v)
+        for k, values in orphan.details.items():
+            for v in values if isinstance(values, list) else [values]:
+                self._detail(f, k, v)
+
+    def _crash(self, line: LogLine) -> bool:
         c = segfault.parse(line.message)
         if c is None:
             return False
-        f = self.finding(("userspace.crash", c.signature), category="segfault", severity="error",
-                         title="", meaning="")
-        f.add(line.number, line.stamp, line.raw, None)
+        f = self._finding(("userspace.crash", c.signature), category="segfault", severity="error", title="",
+                          meaning="", check="", tier=CAUSE)
+        if f is None:
+            return True
+        self._add(f, line, None)
+        when = line.wall if line.wall is not None else line.mono
         f.add_victim({"process": c.process, "pid": c.pid, "ip": f"{c.ip:#x}",
                       **({"address": f"{c.address:#x}"} if c.address is not None else {}),
                       "error": c.error, **({"cpu": c.cpu} if c.cpu is not None else {}),
-                      **({"stamp": line.stamp} if line.stamp else {})})
+                      **({"stamp": line.stamp} if line.stamp else {}), **({"time": when} if when is not None else {})})
         f.details.update({"library": c.library, "offset": f"{c.offset:#x}" if c.offset is not None else None,
-                          "kind": c.kind, "access": c.access()})
+                          "kind": c.kind, "access": c.access(), "signal": c.signal})
         n = len({(v["process"], v["pid"]) for v in f.victims})
         where = f"{c.where} at offset {c.offset:#x}" if c.offset is not None else c.where
+        f.details["short"] = f"{c.kind} in {where}"
         if n > 1:
             names = sorted({v["process"] for v in f.victims})
             f.title = (f"{n} processes crashed with the same signature: {c.kind} in {where} "
-                       f"({', '.join(names)})")
-            f.severity = "critical"
+                       f"({', '.join(names[:6])})")
+            f.severity, f.tier = "critical", SHARED_CRASH
         else:
             f.title = f"{c.process}[{c.pid}] {c.kind} in {where}"
         f.meaning = (f"{c.access()}; the same library+offset in several processes means one bug hit by "
                      f"all of them (a shared cause), not independent crashes")
+        f.check = ("what the processes had in common just before (the same library call, e.g. registering the "
+                   "same shared memory); a core dump's backtrace (`gpuwarden bundle` collects it)")
         return True
 
-    def xid(self, line: LogLine) -> bool:
+    def _xid(self, line: LogLine) -> bool:
         m = _XID.search(line.message)
         if not m:
             return False
-        number, dev, rest = int(m["xid"]), m["dev"], m["rest"]
-        meaning, severity = xid.describe(number)
-        f = self.finding(("nvidia.xid", f"{dev}|{number}"), category="xid", severity=severity,
-                         title=f"NVIDIA Xid {number} on {dev}: {meaning}", meaning=meaning)
+        number, dev, rest = int(m["xid"]), m["dev"].strip(), m["rest"]
+        meaning, _ = xid.describe(number)
+        hardware = xid.is_hardware(number)
+        severity = xid.adjusted_severity(number, rest)
+        title = f"NVIDIA Xid {number} on {dev}: {meaning}"
+        cause = _XID_CAUSE.search(rest)
+        if cause:
+            title += f"; caused by Xid {cause['cause']} ({xid.describe(int(cause['cause']))[0]})"
+        f = self._finding(("nvidia.xid", f"{dev}|{number}"), category="xid", severity=severity, title=title,
+                          meaning=meaning, check=xid.CHECK_HARDWARE if hardware else xid.CHECK_APPLICATION,
+                          tier=HARDWARE if hardware else CAUSE)
+        if f is None:
+            return True
+        if _HOW_BAD[severity] < _HOW_BAD.get(f.severity, 3):
+            f.severity = severity
         f.details["xid"] = number
-        f.add(line.number, line.stamp, line.raw, dev)
+        self._add(f, line, dev)
+        if cause:
+            self._detail(f, "caused_by", int(cause["cause"]))
         p = _XID_PROC.match(rest)
         if p:
             rest = rest[p.end():]
-            if p["pid"] not in ("<unknown>", ""):
+            if p["pid"] not in ("<unknown>", "", "N/A"):
                 f.add_victim({"process": p["name"].strip(), "pid": int(p["pid"]) if p["pid"].isdigit() else p["pid"]})
-        self.detail(f, "message", rest.strip())
+        elif rest.startswith("name="):
+            f.add_victim({"process": rest[5:].split(",", 1)[0].strip()})
+        self._detail(f, "message", rest.strip()[:300])
         return True
 
-    def nvidia_context(self, msg: str) -> bool:
+    def _nvidia_context(self, msg: str) -> bool:
         """Lines that are context, not trouble: which UUID a bus id is, which driver loaded."""
         m = _NV_UUID.search(msg)
         if m:
@@ -207,15 +430,17 @@ class _Analyzer:
             if not m:
                 return False
             note = f"NVIDIA {'open ' if m['open'] else ''}kernel module {m['version']} loaded"
-        if note not in self.notes:
+        if note not in self.notes and len(self.notes) < 64:
             self.notes.append(note)
         return True
 
-    def oom(self, line: LogLine) -> bool:
+    def _oom(self, line: LogLine) -> bool:
         m = _OOM_CONSTRAINT.search(line.message)
         if m:
             self.oom_pending[m["pid"]] = {"constraint": m["constraint"], "memcg": m["memcg"], "uid": int(m["uid"]),
                                           "process": m["proc"], "line": line}
+            while len(self.oom_pending) > MAX_OOM_PENDING:
+                self.oom_pending.popitem(last=False)
             return True
         m = _OOM_KILL.search(line.message)
         if not m:
@@ -225,11 +450,14 @@ class _Analyzer:
         return True
 
     def _oom_victim(self, line: LogLine, proc: str, pid: int, ctx: dict, g: dict, scope: str) -> None:
-        f = self.finding(("oom.kill", proc), category="oom", severity="error",
-                         title=f"OOM killer killed {proc}",
-                         meaning="host memory ran out (or a cgroup limit was hit); the victim below is the "
-                                 "process the kernel chose, not necessarily the one that grew")
-        f.add(line.number, line.stamp, line.raw, None)
+        f = self._finding(("oom.kill", proc), category="oom", severity="error", title=f"OOM killer killed {proc}",
+                          meaning="host memory ran out (or a cgroup limit was hit); the victim is the process the "
+                                  "kernel chose, not necessarily the one that grew",
+                          check="which process grew (the task table before the kill, or the cgroup's memory.peak); "
+                                "a cgroup OOM means the container limit, not the node, was hit", tier=CAUSE)
+        if f is None:
+            return
+        self._add(f, line, None)
         victim: dict[str, Any] = {"process": proc, "pid": pid}
         if g.get("anon"):
             victim["anon_rss"] = int(g["anon"]) * 1024
@@ -245,7 +473,21 @@ class _Analyzer:
         rss = f", anon-rss {fmt_bytes(victim['anon_rss'])}" if "anon_rss" in victim and n == 1 else ""
         f.title = f"OOM killer killed {proc}" + (f" ({n} times)" if n > 1 else f" (pid {pid}{rss})")
 
-    def unclassified(self, line: LogLine) -> None:
+    def _engine_finding(self, rule: Rule, line: LogLine, title: str, details: dict[str, Any],
+                        victim: dict[str, Any] | None = None) -> None:
+        """A finding the engine-log tracker built (a Python exception with its last frame)."""
+        f = self._finding((rule.id, details.get("signature", title)), category=rule.category,
+                          severity=rule.severity, title=title, meaning=rule.meaning, check=rule.check, tier=rule.tier)
+        if f is None:
+            return
+        self._add(f, line, None)
+        for k, v in details.items():
+            if k != "signature":
+                f.details[k] = v
+        if victim:
+            f.add_victim(victim)
+
+    def _unclassified(self, line: LogLine, dev: str | None) -> None:
         msg = line.message
         if not (line.level in _CATCHALL_LEVELS or "*ERROR*" in msg):
             return
@@ -255,42 +497,58 @@ class _Analyzer:
             if self.catchall >= MAX_CATCHALL:
                 return
             self.catchall += 1
-        f = self.finding(key, category="other", severity="warning", title=f"unclassified error: {norm[:160]}",
-                         meaning="an error-level kernel line no pattern knows; read it in context")
-        f.add(line.number, line.stamp, line.raw, self.device_of(msg))
+        f = self._finding(key, category="other", severity="warning", title=f"unclassified error: {norm[:160]}",
+                          meaning="an error-level kernel line no pattern knows", check="read it in context",
+                          tier=OTHER)
+        if f is not None:
+            self._add(f, line, dev)
 
-    def finish(self) -> None:
-        for pid, ctx in self.oom_pending.items():
+    # --- output -----------------------------------------------------------------------------
+    def finish(self, lines: int | None = None) -> Report:
+        for pid, ctx in list(self.oom_pending.items()):
             # constraint line seen, kill line lost (rate limit or trimmed log)
             self._oom_victim(ctx["line"], ctx["process"], int(pid), ctx, {}, "Out of memory")
         self.oom_pending.clear()
+        self.tracebacks.close()
+        report = Report(source=self.source, lines=lines if lines is not None else self.lines,
+                        findings=list(self.findings.values()), notes=list(self.notes))
+        if self.dropped:
+            report.notes.append(f"{self.dropped} more distinct events were not kept (over {MAX_FINDINGS})")
+        if self.lines and not self.stamped:
+            report.notes.append("the log has no timestamps: findings cannot be placed in time")
+        return report
 
 
 def analyze_text(text: str, source: str = "", snapshot: dict[str, Any] | None = None) -> Report:
     """Findings for one log's text (any of the formats logline knows), plus residual VRAM if given."""
-    lines = join_continuations(parse_lines(text))
-    a = _Analyzer(source)
-    for idx, line in enumerate(lines):
-        a.line(idx, line)
-    a.finish()
-    report = Report(source=source, lines=len(text.splitlines()), findings=list(a.findings.values()),
-                    notes=a.notes)
+    a = Analyzer(source)
+    for raw in text.splitlines():
+        a.feed(raw)
+    report = a.finish()
     if snapshot:
-        _name_engines(report, snapshot)
-        report.findings.extend(residual_findings(snapshot, source))
-    if not any(line.stamp for line in lines) and lines:
-        report.notes.append("the log has no timestamps: findings cannot be placed in time")
+        add_snapshot(report, snapshot, source)
     return report
 
 
 def analyze_file(path: Path, snapshot: dict[str, Any] | None = None) -> Report:
-    text = Path(path).read_bytes().decode("utf-8", errors="replace")
-    return analyze_text(text, source=str(path), snapshot=snapshot)
+    """Stream a log file (bounded memory, long lines cut); see stream.py."""
+    from .stream import analyze_stream
+    with open(path, "rb") as f:
+        report = analyze_stream(f, source=str(path))
+    if snapshot:
+        add_snapshot(report, snapshot, str(path))
+    return report
+
+
+def add_snapshot(report: Report, snapshot: dict[str, Any], source: str = "") -> None:
+    _name_engines(report, snapshot)
+    report.findings.extend(residual_findings(snapshot, source))
 
 
 def _name_engines(report: Report, snapshot: dict[str, Any]) -> None:
     """Mark victims that were supervised engines, so "4 processes" reads as "engines e0..e3"."""
-    by_pid = {e.get("pid"): e.get("name") for e in snapshot.get("engines", []) or [] if e.get("pid")}
+    by_pid = {e.get("pid"): e.get("name") for e in snapshot.get("engines", []) or []
+              if isinstance(e, dict) and e.get("pid")}
     if not by_pid:
         return
     for f in report.findings:
@@ -304,7 +562,9 @@ def residual_findings(snapshot: dict[str, Any], source: str = "") -> list[Findin
     """Residual VRAM at collection time, one finding per GPU that has some worth showing."""
     out = []
     for r in snapshot.get("residual", []) or []:
-        holders = r.get("holders") or []
+        if not isinstance(r, dict):
+            continue
+        holders = [h for h in r.get("holders") or [] if isinstance(h, dict)]
         if not (r.get("significant") or holders):
             continue
         gpu = r.get("gpu_index")
@@ -313,13 +573,14 @@ def residual_findings(snapshot: dict[str, Any], source: str = "") -> list[Findin
             f"{h.get('command') or '?'}[{h.get('pid')}] ({h.get('reason')})" for h in holders[:6]) or "no live holder"
         f = Finding(rule="snapshot.residual_vram", category="residual-vram",
                     severity="error" if r.get("significant") else "warning",
-                    title=f"GPU {gpu}: {fmt_bytes(amount) if amount is not None else 'unknown'} residual VRAM, held by {who}",
-                    signature=str(gpu), source=source or "snapshot",
-                    meaning="VRAM used on the device that no live process accounts for (minus the idle "
-                            "baseline): `gpuwarden purge` removes the holders; ownerless leaks need a reset",
+                    title=f"GPU {gpu}: {fmt_bytes(amount) if isinstance(amount, int) else 'unknown'} residual VRAM, "
+                          f"held by {who}",
+                    signature=str(gpu), source=source or "snapshot", tier=CAUSE,
+                    meaning="VRAM used on the device that no live process accounts for (minus the idle baseline)",
+                    check="`gpuwarden purge` removes the holders; ownerless leaks need a reset (`gpuwarden reset`)",
                     count=1, devices=[f"gpu{gpu}"],
                     victims=[{"process": h.get("command"), "pid": h.get("pid"), "reason": h.get("reason"),
-                              "vram": h.get("vram_bytes")} for h in holders],
+                              "vram": h.get("vram_bytes")} for h in holders[:64]],
                     details={"device_used": r.get("device_used"), "accounted": r.get("accounted"),
                              "baseline": r.get("baseline"), "residual": amount})
         out.append(f)

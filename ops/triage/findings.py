@@ -1,6 +1,8 @@
 """The triage result: findings (one per event signature) and the report that orders them.
 
-Plain data throughout, so a report serialises to JSON and reads back for `triage BUNDLE`.
+Plain data throughout, so a report serialises to JSON and reads back for `triage BUNDLE`. Order is by
+causality and impact: what broke the hardware, what kept a GPU from starting, crashes shared by several
+processes, the event that names a culprit, firmware that stopped answering, and only then consequences.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ from typing import Any
 
 SEVERITIES = ("critical", "error", "warning", "info")
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
-_CATEGORY_ORDER = {c: i for i, c in enumerate((
-    "segfault", "gpu-page-fault", "xid", "ras", "oom", "residual-vram", "gpu-reset", "ring-timeout", "mes-kiq",
-    "kfd", "hung-task", "pcie-aer", "firmware", "kernel"))}
+
+# Causal tiers: lower comes first. Within a tier, TIME_ORDERED tiers keep log order (the first failure
+# of an init chain is its cause); the others put the worse severity first, then log order.
+HARDWARE, INIT, SHARED_CRASH, CAUSE, FIRMWARE, CONSEQUENCE, OTHER = range(7)
+TIER_NAMES = ("hardware", "init", "shared-crash", "cause", "firmware", "consequence", "other")
+TIME_ORDERED = frozenset({INIT, SHARED_CRASH, FIRMWARE})
 MAX_EXAMPLES = 3
 MAX_VICTIMS = 64
 
@@ -22,46 +27,61 @@ class Finding:
     """Every occurrence of one kind of event with one signature (device, ring, library+offset...)."""
 
     rule: str  # pattern id, e.g. "amdgpu.page_fault"
-    category: str  # gpu-page-fault, ring-timeout, gpu-reset, ras, pcie-aer, kfd, mes-kiq, xid, ...
+    category: str  # gpu-page-fault, ring-timeout, gpu-reset, ras, pcie-aer, kfd, mes-kiq, xid, engine, ...
     severity: str
     title: str  # one line, with the signature filled in
     signature: str  # what makes two occurrences "the same"
-    meaning: str = ""  # what it means / what to look at
+    meaning: str = ""  # what it means
+    check: str = ""  # the first thing to check
+    tier: int = OTHER
     count: int = 0
     first_stamp: str | None = None
     last_stamp: str | None = None
     first_line: int | None = None
     last_line: int | None = None
+    first_time: float | None = None  # seconds (since the epoch or since boot), where the log says
+    last_time: float | None = None
+    time_base: str | None = None  # "epoch" (wall clock) or "boot" (seconds since boot) for the times above
     devices: list[str] = field(default_factory=list)
     victims: list[dict[str, Any]] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
     source: str = ""
 
-    def add(self, line_no: int, stamp: str | None, raw: str, device: str | None) -> None:
+    def add(self, line_no: int, stamp: str | None, raw: str, device: str | None, when: float | None = None,
+            base: str | None = None) -> None:
         self.count += 1
+        if when is not None and self.time_base not in (None, base):
+            when = None  # a log mixing clocks: times of another clock are not comparable
+        elif when is not None:
+            self.time_base = base
         if self.first_line is None:
-            self.first_line, self.first_stamp = line_no, stamp
+            self.first_line, self.first_stamp, self.first_time = line_no, stamp, when
         self.last_line, self.last_stamp = line_no, stamp
+        if when is not None:
+            self.last_time = when
+            if self.first_time is None:
+                self.first_time = when
         if device and device not in self.devices:
             self.devices.append(device)
         if len(self.examples) < MAX_EXAMPLES:
             self.examples.append(raw)
 
-    def add_victim(self, victim: dict[str, Any]) -> None:
+    def add_victim(self, victim: dict[str, Any]) -> bool:
         if len(self.victims) < MAX_VICTIMS and victim not in self.victims:
             self.victims.append(victim)
+            return True
+        return False
 
     @property
     def rank(self) -> tuple:
-        # Shared crash signatures first (the question the operator asks first), then severity, then
-        # what tends to be a cause before what tends to be a consequence, then log order.
-        shared = 0 if (self.category == "segfault" and len(self.victims) > 1) else 1
-        return (shared, _RANK.get(self.severity, 9), _CATEGORY_ORDER.get(self.category, len(_CATEGORY_ORDER)),
-                self.first_line or 0)
+        severity = 0 if self.tier in TIME_ORDERED else _RANK.get(self.severity, 9)
+        return (self.severity == "info", self.tier, severity, self.first_line or 0)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["tier"] = TIER_NAMES[self.tier] if 0 <= self.tier < len(TIER_NAMES) else str(self.tier)
+        return d
 
 
 @dataclass
@@ -70,6 +90,7 @@ class Report:
     lines: int
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # e.g. "no timestamps", residual VRAM lines
+    engines: list[dict[str, Any]] = field(default_factory=list)  # bundles: what each dead engine died of
 
     def ordered(self) -> list[Finding]:
         return sorted(self.findings, key=lambda f: f.rank)
@@ -80,16 +101,49 @@ class Report:
             out[f.severity] = out.get(f.severity, 0) + 1
         return out
 
+    def exit_code(self) -> int:
+        """1 when anything is at error level or worse (a person must act), else 0."""
+        c = self.counts()
+        return 1 if c.get("critical") or c.get("error") else 0
+
     def summary(self) -> list[str]:
-        """Short lines, most important first: shared crash signatures, then critical and errors."""
-        lines = []
-        for f in self.ordered():
-            if f.severity == "info":
-                continue
-            lines.append(f.title + (f" (x{f.count})" if f.count > 1 and f.category != "segfault" else ""))
-        return lines
+        """Short lines, most important first (info findings left out)."""
+        return [line_of(f) for f in self.ordered() if f.severity != "info"]
+
+    def headline(self) -> str | None:
+        """One sentence: the top finding, and what it led to on the same GPU (reset, VRAM lost)."""
+        top = next((f for f in self.ordered() if f.severity != "info"), None)
+        if top is None:
+            return None
+        text = line_of(top)
+        if top.tier < CONSEQUENCE:
+            after = [f for f in self.ordered() if f.tier == CONSEQUENCE and f.severity in ("critical", "error")
+                     and f is not top and (not top.devices or not f.devices or set(f.devices) & set(top.devices))
+                     and (f.first_line or 0) >= (top.first_line or 0)]
+            if after:
+                text += "; then " + ", ".join(dict.fromkeys(_short(f) for f in after[:3]))
+        return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "lines": self.lines, "counts": self.counts(),
-                "summary": self.summary(), "notes": list(self.notes),
-                "findings": [f.to_dict() for f in self.ordered()]}
+        out = {"source": self.source, "lines": self.lines, "headline": self.headline(), "counts": self.counts(),
+               "summary": self.summary(), "notes": list(self.notes)}
+        if self.engines:
+            out["engines"] = list(self.engines)
+        out["findings"] = [f.to_dict() for f in self.ordered()]
+        return out
+
+
+def line_of(f: Finding) -> str:
+    """A finding as one summary line: its title, the process it names, and how often when it repeated."""
+    text = f.title
+    who = [v for v in f.victims if v.get("process")]
+    if who and f.category not in ("segfault", "oom", "engine", "residual-vram") and who[0]["process"] not in text:
+        v = who[0]
+        text += f" (process {v['process']}" + (f"[{v['pid']}]" if v.get("pid") else "") + (
+            f" and {len(who) - 1} more" if len(who) > 1 else "") + ")"
+    return text + (f" (x{f.count})" if f.count > 1 and f.category not in ("segfault", "engine") else "")
+
+
+def _short(f: Finding) -> str:
+    """A consequence as a few words: its title without the device the headline already named."""
+    return f.title.replace(f" on {f.devices[0]}", "") if f.devices else f.title

@@ -1,32 +1,50 @@
 """Split a kernel-log line into its timestamp and message, whatever tool wrote it.
 
-Knows dmesg ([mono]), dmesg -T/--ctime, dmesg --time-format iso (with or without -x), syslog/journalctl.
+Knows dmesg ([mono], -T/--ctime, -H relative, --time-format iso, -x levels), syslog and journalctl
+(short, short-precise, short-iso, no host), a bare `kernel:` prefix, remote syslog (`IP: kern: warning: [ISO]:`)
+and `grep -r` file prefixes. A LineParser is stateful only for `dmesg -H`, whose stamps are relative.
 """
 
 from __future__ import annotations
 
 import calendar
 import datetime as dt
+import functools
 import re
 from dataclasses import dataclass
 
+# Longest line analysed; the kernel itself never prints more than about 1 KiB in one record, so anything
+# longer is a paste accident or hostile input and its tail is dropped (bounded time and memory).
+MAX_LINE = 4096
+
+_FAC = r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])"
+_LVL = r"(?:emerg|alert|crit|err|warn|warning|notice|info|debug)"
 # `dmesg -x`: "kern  :err   : " before the timestamp; the level feeds the catch-all.
-_FACILITY = re.compile(
-    r"^(?P<fac>kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:"
-    r"\s*(?P<lvl>emerg|alert|crit|err|warn|notice|info|debug)\s*:\s?")
-_ISO = re.compile(
-    r"^(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s?")
+_FACILITY = re.compile(rf"^(?P<fac>{_FAC})\s*:\s*(?P<lvl>{_LVL})\s*:\s?")
+# A remote syslog relay: "192.168.11.119: kern: warning: [2026-04-22T21:27:51.29Z]: NVRM: ..."
+_REMOTE = re.compile(rf"^(?P<host>[\w.:-]+): (?P<fac>{_FAC}): (?P<lvl>{_LVL}): \[(?P<iso>[0-9T:.,+Z-]+)\]:\s?")
+# `grep -r` in /var/log: "/var/log/syslog:Apr  9 12:59:18 host kernel: ..."
+_GREP = re.compile(r"^/[\w./-]*(?:syslog|messages|kern\.log|dmesg|journal|\.log)(?:\.\d+)?:(?=\S)")
+_ISO = re.compile(r"^(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s?")
 _CTIME = re.compile(
     r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>[A-Z][a-z]{2}) +(?P<day>\d{1,2}) "
     r"(?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]\s?")
-# Month is any word: journalctl prints it in the reader's locale ("kvě" in one fixture).
-# The host is optional: some pastes drop it ("May 18 19:02:39 kernel: NVRM: ...").
+# `dmesg -H`: "[May19 19:57]" starts a minute, "[  +0.000127]" is the offset from the line before.
+_HUMAN_ABS = re.compile(r"^\[(?P<mon>[A-Z][a-z]{2})(?P<day>\d{1,2}) (?P<hm>\d\d:\d\d)\]\s?")
+_HUMAN_REL = re.compile(r"^\[\s*\+\s*(?P<rel>\d+\.\d+)\]\s?")
+# Month is any word: journalctl prints it in the reader's locale ("kvě" in one fixture). The host is
+# optional (some pastes drop it, or it is empty: "Jan 02 21:35:19  kernel:"); short-precise adds µs.
 _SYSLOG = re.compile(
-    r"^(?P<mon>[^\W\d_]{3,5}\.?)\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)\s+"
+    r"^(?P<mon>[^\W\d_]{3,5}\.?)\s+(?P<day>\d{1,2})\s+(?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
     r"(?:(?P<prog0>[\w./@-]+?)(?:\[\d+\])?:\s|(?P<host>\S+)\s+(?P<prog>[\w./@-]+?)(?:\[\d+\])?:\s?)")
+# A time with no date: "14:16:27.894416 pop-os kernel: ..."
+_TIME_ONLY = re.compile(r"^(?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:(?P<host>\S+)\s+)?(?P<prog>kernel):\s?")
+_BARE_KERNEL = re.compile(r"^kernel:\s?")
 _MONO = re.compile(r"^\[\s*(?P<mono>\d+\.\d+)\]\s?")
 # Syslog from rsyslog's ISO template: "2024-01-02T03:04:05.123456+00:00 host kernel: ..."
 _ISO_SYSLOG_TAIL = re.compile(r"^(?P<host>\S+)\s+(?P<prog>[\w./@-]+?)(?:\[\d+\])?:\s?")
+# After "[": a weekday (ctime) or a month (dmesg -H) or "+" (relative); digits and spaces are [mono].
+_CTIME_FIRST = frozenset("MTWFSAJNDO+")
 _MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
 
 
@@ -38,24 +56,27 @@ class LogLine:
     stamp: str | None = None  # the timestamp as printed (for the report)
     mono: float | None = None  # seconds since boot, where the line has them
     wall: float | None = None  # seconds since the epoch, where the line has a date we can place
-    level: str | None = None  # from dmesg -x
+    level: str | None = None  # from dmesg -x or a remote syslog
     program: str | None = None  # syslog program ("kernel", "sudo", ...)
     continuation: bool = False  # no prefix and indented: part of the line before
+    prefixed: bool = False  # some prefix (stamp, program, level) was recognised
 
 
 def _iso_epoch(text: str) -> float | None:
     text = text.replace(",", ".")
     if text.endswith("Z"):
         text = text[:-1] + "+00:00"
+    head, dot, frac = text.partition(".")
+    if dot:  # fromisoformat takes at most 6 fractional digits
+        digits = len(frac) - len(frac.lstrip("0123456789"))
+        text = f"{head}.{frac[:min(digits, 6)]}{frac[digits:]}"
     try:
-        when = dt.datetime.fromisoformat(text)
+        return dt.datetime.fromisoformat(text).timestamp()  # naive = local time, as dmesg printed it
     except ValueError:
         return None
-    if when.tzinfo is None:
-        return when.timestamp()  # local time, as dmesg printed it
-    return when.timestamp()
 
 
+@functools.lru_cache(maxsize=256)  # a storm repeats the same second many times
 def _local_epoch(year: int, month: int, day: int, hms: str) -> float | None:
     try:
         h, m, s = (int(x) for x in hms.split(":"))
@@ -64,61 +85,91 @@ def _local_epoch(year: int, month: int, day: int, hms: str) -> float | None:
         return None
 
 
-def parse(number: int, raw: str) -> LogLine:
-    """Strip known prefixes from one line; never fails (unknown prefixes stay in the message)."""
-    rest = raw.rstrip("\r\n")
-    level = stamp = program = None
-    mono = wall = None
-    prefixed = False
+class LineParser:
+    """Parses lines in order; remembers the last absolute time for `dmesg -H` relative stamps."""
 
-    m = _FACILITY.match(rest)
-    if m:
-        level, rest, prefixed = m["lvl"], rest[m.end():], True
-    m = _ISO.match(rest)
-    if m:
-        stamp, wall, rest, prefixed = m["iso"], _iso_epoch(m["iso"]), rest[m.end():], True
-        t = _ISO_SYSLOG_TAIL.match(rest)
-        if t and t["prog"] in ("kernel",):
-            program, rest = t["prog"], rest[t.end():]
-    else:
+    def __init__(self) -> None:
+        self.human_wall: float | None = None
+
+    def parse(self, number: int, raw: str) -> LogLine:
+        """Strip known prefixes from one line; never fails (unknown prefixes stay in the message)."""
+        rest = raw.rstrip("\r\n")
+        if len(rest) > MAX_LINE:
+            rest = rest[:MAX_LINE]
+        line_raw = rest
+        level = stamp = program = None
+        mono = wall = None
+        prefixed = False
+
+        first = rest[:1]
+        if first == "[":  # the common case, dmesg: no other prefix can come first
+            if rest[1:2] in _CTIME_FIRST or rest[1:14].lstrip().startswith("+"):
+                stamp, wall, program, rest, prefixed = self._stamp(rest, prefixed)
+        else:
+            if first == "/":
+                m = _GREP.match(rest)
+                if m:
+                    rest = rest[m.end():]
+            if not first.isdigit() or ": " in rest[:40]:
+                m = _REMOTE.match(rest)
+                if m:
+                    level, stamp = m["lvl"], m["iso"]
+                    wall, rest, prefixed = _iso_epoch(stamp), rest[m.end():], True
+            m = _FACILITY.match(rest)
+            if m:
+                level, rest, prefixed = m["lvl"], rest[m.end():], True
+            if stamp is None:
+                stamp, wall, program, rest, prefixed = self._stamp(rest, prefixed)
+        m = _MONO.match(rest)
+        if m:
+            mono = float(m["mono"])
+            if stamp is None:
+                stamp = m["mono"]
+            rest, prefixed = rest[m.end():], True
+        continuation = not prefixed and raw[:1] in (" ", "\t")
+        return LogLine(number, line_raw, rest, stamp, mono, wall, level, program, continuation, prefixed)
+
+    def _stamp(self, rest: str, prefixed: bool):
+        """(stamp, wall, program, rest, prefixed) for the date/time prefix of `rest`, if any."""
+        m = _ISO.match(rest)
+        if m:
+            stamp, rest = m["iso"], rest[m.end():]
+            t = _ISO_SYSLOG_TAIL.match(rest)
+            program = None
+            if t and t["prog"] == "kernel":
+                program, rest = t["prog"], rest[t.end():]
+            return stamp, _iso_epoch(stamp), program, rest, True
         m = _CTIME.match(rest)
         if m:
-            stamp, prefixed = m.group(0).strip()[1:-1], True
             wall = _local_epoch(int(m["year"]), _MONTHS.get(m["mon"], 1), int(m["day"]), m["hms"])
-            rest = rest[m.end():]
-        else:
-            m = _SYSLOG.match(rest)
-            if m:
-                stamp = f"{m['mon']} {m['day']} {m['hms']}"
-                program, rest, prefixed = m["prog"] or m["prog0"], rest[m.end():], True
-    m = _MONO.match(rest)
-    if m:
-        mono = float(m["mono"])
-        if stamp is None:
-            stamp = m["mono"]
-        rest, prefixed = rest[m.end():], True
-    continuation = not prefixed and raw[:1] in (" ", "\t")
-    return LogLine(number, raw.rstrip("\r\n"), rest, stamp, mono, wall, level, program, continuation)
+            return m.group(0).strip()[1:-1], wall, None, rest[m.end():], True
+        m = _HUMAN_REL.match(rest)
+        if m:
+            if self.human_wall is not None:
+                self.human_wall += float(m["rel"])
+            return f"+{m['rel']}", self.human_wall, None, rest[m.end():], True
+        m = _HUMAN_ABS.match(rest)
+        if m:
+            year = dt.date.today().year  # dmesg -H prints no year
+            self.human_wall = _local_epoch(year, _MONTHS.get(m["mon"], 1), int(m["day"]), m["hm"] + ":00")
+            return f"{m['mon']}{m['day']} {m['hm']}", self.human_wall, None, rest[m.end():], True
+        m = _SYSLOG.match(rest)
+        if m:
+            return (f"{m['mon']} {m['day']} {m['hms']}", None, m["prog"] or m["prog0"], rest[m.end():], True)
+        m = _TIME_ONLY.match(rest)
+        if m:
+            return m["hms"], None, "kernel", rest[m.end():], True
+        m = _BARE_KERNEL.match(rest)
+        if m:
+            return None, None, "kernel", rest[m.end():], True
+        return None, None, None, rest, prefixed
+
+
+def parse(number: int, raw: str) -> LogLine:
+    """One line on its own (no `dmesg -H` context)."""
+    return LineParser().parse(number, raw)
 
 
 def parse_lines(text: str) -> list[LogLine]:
-    return [parse(i, line) for i, line in enumerate(text.splitlines(), 1)]
-
-
-def join_continuations(lines: list[LogLine]) -> list[LogLine]:
-    """Glue unprefixed indented lines onto the stamped line before them.
-
-    The NVIDIA driver prints one message over several lines ("NVRM: The NVIDIA GPU ... has /
-    NVRM: fallen off the bus"); only the first carries a timestamp. Logs with no stamps at all
-    (a pasted excerpt) are left alone, since every indented line there is its own record.
-    """
-    out: list[LogLine] = []
-    for line in lines:
-        prev = out[-1] if out else None
-        if line.continuation and prev is not None and prev.stamp is not None:
-            joined = prev.message.rstrip() + " " + line.message.strip()
-            out[-1] = LogLine(prev.number, prev.raw + "\n" + line.raw, joined, prev.stamp, prev.mono,
-                              prev.wall, prev.level, prev.program, prev.continuation)
-            continue
-        out.append(line)
-    return out
+    p = LineParser()
+    return [p.parse(i, line) for i, line in enumerate(text.splitlines(), 1)]

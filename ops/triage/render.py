@@ -1,24 +1,56 @@
-"""Show a triage Report: markdown for people (triage.md, the CLI), JSON for scripts (triage.json).
+"""Show a triage Report: text for people (triage.md, the CLI), a gpuwarden.triage/1 document for scripts.
 
-The summary comes first and leads with shared crash signatures, then critical and error findings.
+The first line is the headline (the top finding and what it led to), then a summary in causal order.
+Everything quoted from a log passes through sanitize(): a log line can carry terminal escapes.
 """
 
 from __future__ import annotations
 
-import json
+import re
+import time
+from typing import Any
 
 from ..units import fmt_bytes
-from .findings import Report
+from .findings import Finding, Report, line_of
 
 _MARK = {"critical": "CRITICAL", "error": "ERROR", "warning": "warning", "info": "info"}
+# C0 controls but TAB/LF, DEL, C1 controls, and the Unicode bidi overrides that reorder what a reader sees.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+SCHEMA = "triage"
+
+
+def sanitize(text: str) -> str:
+    """Text quoted from a log made safe to show: secrets redacted (the bundle's pattern list), control
+    characters as visible escapes (\\x1b), so printing a log line can neither leak a token nor drive the terminal."""
+    from ..bundle.redact import redact_text
+    text = redact_text(text)[0] if len(text) > 7 else text
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", text)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return sanitize(value)
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    return value
+
+
+def headline(report: Report) -> str:
+    text = report.headline()
+    if text is not None:
+        return sanitize(text)
+    where = "in the snapshot" if report.source == "no kernel log" else (
+        "in the log" if report.lines else "(the log was empty)")
+    return f"no problems found {where}"
 
 
 def summary_lines(report: Report, limit: int = 12) -> list[str]:
-    lines = report.summary()
+    lines = [sanitize(s) for s in report.summary()]
     if not lines:
-        where = "in the snapshot" if report.source == "no kernel log" else (
-            "in the kernel log" if report.lines else "(the kernel log was empty)")
-        return [f"no problems found {where}"]
+        return [headline(report)]
     more = len(lines) - limit
     return lines[:limit] + ([f"... and {more} more (see triage.md)"] if more > 0 else [])
 
@@ -27,7 +59,7 @@ def timeline_lines(report: Report, limit: int = 30) -> list[str]:
     """Warnings and worse by where they first appear: what went wrong first is often the cause."""
     shown = sorted((f for f in report.findings if f.severity != "info" and f.first_line is not None),
                    key=lambda f: f.first_line)
-    return [f"{f.first_stamp or f'line {f.first_line}'}: {f.title}" for f in shown[:limit]]
+    return [sanitize(f"{f.first_stamp or f'line {f.first_line}'}: {f.title}") for f in shown[:limit]]
 
 
 def _victim(v: dict) -> str:
@@ -38,46 +70,73 @@ def _victim(v: dict) -> str:
     for key in ("anon_rss", "vram"):
         if isinstance(v.get(key), int):
             parts.append(f"{key.replace('_', '-')}={fmt_bytes(v[key])}")
-    return " ".join(parts)
+    return sanitize(" ".join(str(p) for p in parts))
+
+
+def _details(f: Finding) -> str:
+    shown = {k: v for k, v in f.details.items() if v not in (None, [], "") and k != "short"}
+    return sanitize("; ".join(f"{k}={', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in shown.items()))
 
 
 def markdown(report: Report) -> str:
     counts = report.counts()
-    out = [f"# Triage: {report.source or 'log'}", "",
-           f"{report.lines} lines read; findings: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) if
-           report.findings else f"{report.lines} lines read; no findings.", "", "## Summary", ""]
+    found = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    out = [headline(report), "",
+           f"Triage of {sanitize(report.source or 'log')}: {report.lines} lines read; "
+           + (f"findings: {found}" if report.findings else "no findings") + ".", "", "## Summary", ""]
     out += [f"- {line}" for line in summary_lines(report, limit=50)]
     timeline = timeline_lines(report)
     if len(timeline) > 1:
         out += ["", "## Timeline (first occurrence of each problem, in log order)", ""] + [f"- {t}" for t in timeline]
     if report.notes:
-        out += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
+        out += ["", "## Notes", ""] + [f"- {sanitize(n)}" for n in report.notes]
     if report.findings:
         out += ["", "## Findings", ""]
     for f in report.ordered():
-        out.append(f"### [{_MARK.get(f.severity, f.severity)}] {f.title}")
+        out.append(f"### [{_MARK.get(f.severity, f.severity)}] {sanitize(line_of(f))}")
         out.append("")
         when = f.first_stamp or (f"line {f.first_line}" if f.first_line else "")
-        if f.count > 1:
+        if f.count > 1 and when and (f.last_stamp or f.last_line):
             when = f"{when} … {f.last_stamp or f'line {f.last_line}'}"
         out.append(f"- category: {f.category} · rule: `{f.rule}` · occurrences: {f.count}"
-                   + (f" · when: {when}" if when else ""))
+                   + (f" · when: {sanitize(when)}" if when else ""))
         if f.devices:
-            out.append(f"- devices: {', '.join(f.devices)}")
+            out.append(f"- devices: {sanitize(', '.join(f.devices))}")
         if f.meaning:
-            out.append(f"- meaning: {f.meaning}")
+            out.append(f"- meaning: {sanitize(f.meaning)}")
+        if f.check:
+            out.append(f"- first check: {sanitize(f.check)}")
         if f.victims:
             out.append(f"- victims ({len(f.victims)}):")
             out += [f"  - {_victim(v)}" for v in f.victims]
-        shown = {k: v for k, v in f.details.items() if v not in (None, [], "")}
-        if shown:
-            out.append("- details: " + "; ".join(
-                f"{k}={', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in shown.items()))
+        details = _details(f)
+        if details:
+            out.append("- details: " + details)
         if f.examples:
-            out += ["", "```"] + [e for ex in f.examples for e in ex.splitlines()] + ["```"]
+            out += ["", "```"] + [sanitize(e) for ex in f.examples for e in ex.splitlines()] + ["```"]
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 
+def _iso_times(d: dict[str, Any], f: Finding) -> None:
+    from ..jsondoc import iso
+    for name in ("first_time", "last_time"):
+        value = d.get(name)
+        # seconds since boot (dmesg [mono]) have no calendar date; epoch seconds do
+        d[f"{name}_iso"] = iso(value) if f.time_base == "epoch" and isinstance(value, (int, float)) else None
+
+
+def as_document(report: Report) -> dict[str, Any]:
+    """The gpuwarden.triage/1 document (ops/schemas/triage.v1.json)."""
+    from ..jsondoc import document, iso
+    body = report.to_dict()
+    for d, f in zip(body["findings"], report.ordered()):
+        _iso_times(d, f)
+    now = time.time()
+    body = {"generated": now, "generated_iso": iso(now), "exit_code": report.exit_code(), **body}
+    return document(SCHEMA, _clean(body))
+
+
 def as_json(report: Report, indent: int | None = 2) -> str:
-    return json.dumps(report.to_dict(), indent=indent, default=str)
+    from ..jsondoc import dumps
+    return dumps(as_document(report), indent=indent)

@@ -47,6 +47,17 @@ class Crash:
         return f"{self.process}@ip {self.ip:#x}"
 
     @property
+    def signal(self) -> str:
+        """The signal the process got for it, as the kernel sends it."""
+        if self.kind == "segfault" or self.kind == "general protection fault":
+            return "SIGSEGV"
+        if "invalid opcode" in self.kind:
+            return "SIGILL"
+        if "divide" in self.kind:
+            return "SIGFPE"
+        return "SIGTRAP" if self.kind in ("int3",) or "trap" in self.kind else "SIGSEGV"
+
+    @property
     def where(self) -> str:
         return os.path.basename(self.library) if self.library else "an unmapped address"
 

@@ -65,8 +65,8 @@ def _print_result(result) -> None:
     if red["total"]:
         typer.echo(f"  redacted {red['total']} secret(s): "
                    + ", ".join(f"{k} x{v}" for k, v in sorted(red["by_pattern"].items())))
-    typer.echo("triage:")
-    from ops.triage.render import summary_lines
+    from ops.triage.render import headline, summary_lines
+    typer.echo(f"triage: {headline(result.report)}")
     for note in result.report.notes:
         if note.startswith("no kernel log"):
             typer.echo(f"  ! {note}")

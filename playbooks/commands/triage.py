@@ -1,96 +1,175 @@
-"""CLI: `gpuwarden triage BUNDLE|LOGFILE` — what the kernel log says went wrong, grouped by signature.
+"""CLI: `gpuwarden triage BUNDLE|LOGFILE|-` — what went wrong, most important first; `--explain RULE` says why.
 
-Exit 0 when nothing at error level or worse was found, 1 when something was, 2 on a usage error.
+Exit 0 when nothing at error level or worse was found, 1 when something was, 2 on bad input.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import stat
 import sys
-import tarfile
 from pathlib import Path
 
 import typer
 
 from ops.errors import GpuwardenError, NotFound
 
+_WHAT_TO_GIVE = ("give `dmesg` / `journalctl -k` output, a syslog file, an engine log, or a bundle from "
+                 "`gpuwarden bundle`")
+SNIFF = 64 << 10  # bytes looked at for binary data
+PROGRESS_FROM = 64 << 20  # files at least this big show progress on a terminal
 
-def _report_for(path: str):
-    from ops.triage import analyze_text
-    if path == "-":
-        return analyze_text(sys.stdin.read(), source="stdin")
-    p = Path(path)
-    if not p.exists():
-        raise NotFound(f"no such file: {p}", "give a bundle (.tar.gz) or a kernel log file, or - for stdin")
-    if p.is_dir():
-        raise GpuwardenError(f"{p} is a directory", "give a bundle (.tar.gz) or a kernel log file")
-    if tarfile.is_tarfile(p):
-        from ops.bundle.replay import open_bundle, read_member, top_dir
-        with open_bundle(p) as tar:
-            top = top_dir(tar)
-            log = read_member(tar, top, "kernel/kernel.log")
-            snap = read_member(tar, top, "gpuwarden/snapshot.json")
-            manifest = read_member(tar, top, "manifest.json")
-        snapshot = None
-        if snap:
-            try:
-                snapshot = json.loads(snap)
-            except ValueError:
-                snapshot = None
-        report = analyze_text(log.decode(errors="replace") if log else "", source=f"{p}:kernel/kernel.log",
-                              snapshot=snapshot)
-        if log is None:
-            report.notes.insert(0, "this bundle has no kernel log (see its manifest.json): snapshot only")
-        try:
-            from ops.bundle.collect import collector_findings
-            report.findings.extend(collector_findings(json.loads(manifest or b"{}").get("collectors", [])))
-        except ValueError:
-            report.notes.append("the bundle's manifest.json is unreadable")
-        return report
+
+def _refuse_special(what: str, mode: int) -> None:
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode) else
+            "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise GpuwardenError(f"{what} is {kind}, not a log file",
+                         "give a regular file, or pipe it in and use - (e.g. `dmesg | gpuwarden triage -`)")
+
+
+def _open_path(p: Path) -> int:
+    """An fd of a regular file, opened without blocking (a FIFO would block open() forever)."""
     try:
-        data = p.read_bytes()
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise NotFound(f"no such file: {p}", "give a bundle (.tar.gz), a log file, or - for stdin") from None
+    except IsADirectoryError:
+        raise GpuwardenError(f"{p} is a directory", "give a bundle (.tar.gz) or a log file") from None
     except PermissionError:
         raise GpuwardenError(f"no permission to read {p}", "run as a user who can read it (or sudo)") from None
-    if b"\0" in data[:65536]:
-        raise GpuwardenError(f"{p} is not a kernel log (it holds binary data)", _WHAT_TO_GIVE)
-    text = data.decode("utf-8", errors="replace")
-    report = analyze_text(text, source=str(p))
-    if report.lines and not report.findings and not _has_log_stamps(text):
-        # Nothing matched and no line is shaped like a log line: "no findings" would be a false all-clear.
-        raise GpuwardenError(f"{p} does not look like a kernel log: no line has a log timestamp "
-                             "and none matched a pattern", _WHAT_TO_GIVE)
+    except OSError as exc:
+        raise GpuwardenError(f"cannot open {p}: {exc.strerror}", "check the path") from None
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+        os.close(fd)
+        raise GpuwardenError(f"{p} is a directory", "give a bundle (.tar.gz) or a log file")
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        _refuse_special(str(p), mode)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _stdin_fd() -> int:
+    fd = sys.stdin.fileno() if sys.stdin is not None else -1
+    try:
+        mode = os.fstat(fd).st_mode
+    except (OSError, ValueError):
+        raise GpuwardenError("there is no standard input to read", "pipe a log into `gpuwarden triage -`") from None
+    # a pipe, a file redirected in, a socket or a terminal; /dev/zero and friends would never end
+    if stat.S_ISCHR(mode) and not os.isatty(fd):
+        _refuse_special("standard input", mode)
+    if stat.S_ISBLK(mode) or stat.S_ISDIR(mode):
+        _refuse_special("standard input", mode)
+    return fd
+
+
+def _progress(size: int | None):
+    if size is None or size < PROGRESS_FROM or not sys.stderr.isatty():
+        return None
+    total = size / (1 << 20)
+
+    def show(done: int) -> None:
+        sys.stderr.write(f"\rtriage: {done / (1 << 20):.0f}/{total:.0f} MiB read")
+        sys.stderr.flush()
+    return show
+
+
+def _analyze_fd(fd: int, name: str, size: int | None):
+    """Stream the log behind fd; refuse binary data and text that is no log at all (exit 2)."""
+    from ops.triage.analyze import Analyzer
+    from ops.triage.stream import StreamFeeder
+    a = Analyzer(name)
+    feeder = StreamFeeder(a)
+    first = True
+    got = 0
+    show = _progress(size)
+    with os.fdopen(fd, "rb", closefd=True) as f:
+        while True:
+            chunk = f.read(4 << 20)
+            if not chunk:
+                break
+            if first and b"\0" in chunk[:SNIFF]:
+                raise GpuwardenError(f"{name} is not a kernel log (it holds binary data)", _WHAT_TO_GIVE)
+            first = False
+            got += len(chunk)
+            feeder.push(chunk)
+            if show:
+                show(got)
+    if show:
+        sys.stderr.write("\n")
+    feeder.close()
+    if got == 0 or feeder.lines == 0:
+        raise GpuwardenError(f"{name} is empty: there is nothing to triage", _WHAT_TO_GIVE)
+    report = a.finish(lines=feeder.lines)
+    if feeder.cut:
+        report.notes.append(f"{feeder.cut} line(s) longer than the line limit were cut")
+    if not report.findings and not a.stamped:
+        # nothing matched and no line is shaped like a log line: "no findings" would be a false all-clear
+        raise GpuwardenError(f"{name} does not look like a kernel log: no line has a log timestamp and none "
+                             "matched a pattern", _WHAT_TO_GIVE)
     return report
 
 
-def _has_log_stamps(text: str) -> bool:
-    from ops.triage.logline import parse_lines
-    return any(line.stamp for line in parse_lines(text))
+def _report_for(path: str):
+    if path == "-":
+        return _analyze_fd(os.dup(_stdin_fd()), "stdin", None)
+    p = Path(path)
+    fd = _open_path(p)
+    size = os.fstat(fd).st_size
+    head = os.pread(fd, 512, 0)  # leaves the offset where it is, for the read that follows
+    import tarfile
+    if head[:2] == b"\x1f\x8b" or (len(head) >= 262 and head[257:262] == b"ustar"):
+        os.close(fd)
+        if tarfile.is_tarfile(p):
+            from ops.triage.bundle import triage_bundle
+            return triage_bundle(p)
+        raise GpuwardenError(f"{p} is compressed or archived but is not a bundle", _WHAT_TO_GIVE)
+    return _analyze_fd(fd, str(p), size)
 
 
-_WHAT_TO_GIVE = "give `dmesg` / `journalctl -k` output, a syslog file, or a bundle from `gpuwarden bundle`"
+def _explain(name: str) -> None:
+    from ops.triage import explain
+    if name in ("list", "all"):
+        sys.stdout.write(explain.listing())
+        return
+    entry = explain.lookup(name)
+    if entry is None:
+        close = explain.suggestions(name)
+        raise GpuwardenError(f"no triage rule is called {name!r}",
+                             (f"did you mean {', '.join(close)}? " if close else "")
+                             + "`gpuwarden triage --explain list` lists every rule")
+    sys.stdout.write(explain.text(entry))
 
 
 def register(app: typer.Typer) -> None:
     @app.command("triage")
     def triage_cmd(
-        path: str = typer.Argument(..., metavar="BUNDLE|LOGFILE",
-                                   help="An incident bundle (.tar.gz), a kernel log (dmesg, journalctl -k, syslog), "
-                                        "or - to read stdin."),
-        json_out: bool = typer.Option(False, "--json", help="Print the findings as JSON."),
+        path: str = typer.Argument(None, metavar="[BUNDLE|LOGFILE|-]",
+                                   help="An incident bundle (.tar.gz), a kernel log (dmesg, dmesg -T/-H, "
+                                        "journalctl -k, syslog), an engine's log, or - to read a pipe."),
+        json_out: bool = typer.Option(False, "--json", help="Print the report as a gpuwarden.triage/1 document."),
+        explain_rule: str = typer.Option(None, "--explain", metavar="RULE",
+                                         help="Say what a finding's rule means and the first thing to check "
+                                              "(a rule id from the report, xidN for an NVIDIA Xid, or `list`)."),
     ) -> None:
-        """Find GPU trouble in a kernel log: page faults, ring timeouts, GPU resets (begin/succeeded/failed),
-        RAS/ECC, PCIe AER, KFD evictions and userptr failures, MES/KIQ failures, NVIDIA Xids, GPUs fallen off
-        the bus, OOM kills, hung tasks and user-space segfaults grouped by signature (library + offset: four
-        processes crashing at the same place are one finding with four victims). For a bundle, residual VRAM
-        and its holders at collection time are included.
+        """Find what went wrong on a GPU node, most important first: the headline names the cause and what it led to.
 
-        Exit status: 0 nothing at error level, 1 errors or critical findings, 2 usage error.
+        Reads kernel logs (GPU page faults, ring timeouts, resets, RAS/ECC, EDAC/MCE, PCIe AER, KFD, MES/KIQ,
+        SMU/PSP/firmware, NVIDIA Xids and GSP, hung tasks, OOM kills, segfaults grouped by library + offset) and
+        engine logs (HIP/HSA/CUDA errors, NCCL/RCCL, Python tracebacks). For a bundle it also says what each
+        crashed engine died of (signal, faulting library + offset, core backtrace) and shows residual VRAM.
+        Files of any size are streamed; a FIFO or a device is refused (pipe into - instead).
+
+        Exit status: 0 nothing at error level, 1 errors or critical findings, 2 bad input (missing, empty,
+        binary, not a log).
         """
+        if explain_rule is not None:
+            _explain(explain_rule)
+            return
+        if path is None:
+            raise GpuwardenError("give a bundle, a log file or - (stdin)", "or --explain RULE to read about a rule")
         from ops.triage.render import as_json, markdown
         report = _report_for(path)
-        if json_out:
-            sys.stdout.write(as_json(report) + "\n")
-        else:
-            sys.stdout.write(markdown(report))
-        counts = report.counts()
-        raise typer.Exit(1 if counts.get("critical") or counts.get("error") else 0)
+        sys.stdout.write(as_json(report) + "\n" if json_out else markdown(report))
+        raise typer.Exit(report.exit_code())

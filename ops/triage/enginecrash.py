@@ -1,0 +1,186 @@
+"""What each crashed engine died of: the shim's record, the kernel's fault line, the core's backtrace, its log.
+
+One finding per dead engine, and one on top when several died of the same signal at the same place
+(the arena incident: four engines, SIGSEGV, same libamdhip64 offset, within a second of each other).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import backtrace
+from .analyze import Analyzer
+from .findings import CAUSE, SHARED_CRASH, Finding, Report
+
+RUN_MARK = "--- gpuwarden: "  # the shim's line before each start of the engine (ops/engines/state.py)
+_REGISTERED = ("registered", "serving")
+
+
+@dataclass
+class EngineEvidence:
+    name: str
+    state: dict[str, Any]
+    spec: dict[str, Any]
+    log: str = ""
+    backtrace: str = ""
+
+    @property
+    def died(self) -> bool:
+        s = self.state
+        return s.get("phase") == "crashed" or bool(s.get("signal"))
+
+
+def _json(data: bytes | None) -> dict[str, Any]:
+    try:
+        value = json.loads(data or b"{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def evidence_from(read: Callable[[str], bytes | None], names: list[str]) -> list[EngineEvidence]:
+    """The evidence of every engine named, read through `read(relative path)` (a bundle member or a file)."""
+    out = []
+    for name in names:
+        log = (read(f"engines/{name}/engine.log") or b"").decode("utf-8", "replace")
+        bt = (read(f"engines/{name}/backtrace.txt") or b"").decode("utf-8", "replace")
+        out.append(EngineEvidence(name, _json(read(f"engines/{name}/state.json")),
+                                  _json(read(f"engines/{name}/spec.json")), log, bt))
+    return out
+
+
+def _last_run(log: str) -> str:
+    at = log.rfind(RUN_MARK)
+    return log[log.find("\n", at) + 1:] if at >= 0 else log
+
+
+def _log_error(e: EngineEvidence) -> Finding | None:
+    """The last error-level finding in the engine's own log (its last run only)."""
+    a = Analyzer(f"engines/{e.name}/engine.log")
+    for raw in _last_run(e.log).splitlines()[-5000:]:
+        a.feed(raw)
+    found = [f for f in a.finish().findings if f.severity in ("critical", "error")]
+    return max(found, key=lambda f: f.last_line or 0) if found else None
+
+
+def _kernel_fault(kernel: Report | None, pid: Any) -> tuple[Finding, dict] | None:
+    if kernel is None or not isinstance(pid, int):
+        return None
+    for f in kernel.findings:
+        if f.rule == "userspace.crash":
+            for v in f.victims:
+                if v.get("pid") == pid:
+                    return f, v
+    return None
+
+
+def _phase_phrase(state: dict[str, Any]) -> str:
+    phases = state.get("phases") or {}
+    was = state.get("died_while") or ""
+    if was == "registering":
+        return "while registering"
+    if was in _REGISTERED or any(p in phases for p in _REGISTERED):
+        return "after registering"
+    return f"while {was}" if was else ""
+
+
+def engine_findings(evidence: list[EngineEvidence], kernel: Report | None = None,
+                    arenas: list[str] = ()) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """(findings, one summary per dead engine) for the engines that died."""
+    findings: list[Finding] = []
+    summaries: list[dict[str, Any]] = []
+    for e in evidence:
+        if not e.died:
+            continue
+        s = e.state
+        sig = s.get("signal")
+        how = sig or (f"exit code {s.get('exit_code')}" if s.get("exit_code") is not None else "an unknown cause")
+        info: dict[str, Any] = {"name": e.name, "pid": s.get("pid"), "signal": sig, "exit_code": s.get("exit_code"),
+                                "core_dumped": s.get("core_dumped"), "died_while": s.get("died_while")}
+        frames = backtrace.parse(e.backtrace) if e.backtrace else []
+        frame = backtrace.crash_frame(frames)
+        fault = _kernel_fault(kernel, s.get("pid"))
+        if fault:
+            kf, _ = fault
+            info["library"] = os.path.basename(kf.details.get("library") or "") or None
+            info["offset"] = kf.details.get("offset")
+            info["fault"] = kf.details.get("access")
+        if frame:
+            info.setdefault("library", os.path.basename(frame.module) if frame.module else None)
+            if not info.get("offset"):
+                info["offset"] = frame.offset
+            info["function"] = frame.function
+            info["backtrace"] = [f"#{f.index} {f.where()}" for f in frames[:12]]
+        elif s.get("core_dumped"):
+            info["backtrace_note"] = "a core was dumped but the bundle holds no backtrace of it (see manifest.json)"
+        err = _log_error(e)
+        if err is not None:
+            info["last_error"] = err.title
+        phrase = _phase_phrase(s)
+        where = ""
+        if info.get("library"):
+            where = f" in {info['library']}" + (f" at offset {info['offset']}" if info.get("offset") else "")
+            if info.get("function"):
+                where += f" ({info['function']})"
+        title = f"engine {e.name} died of {how}{where}" + (f" {phrase}" if phrase else "")
+        if not where and err is not None:
+            title += f": {err.title}"
+        info["died_of"] = title
+        crashed_at = (s.get("phases") or {}).get("crashed")
+        f = Finding(rule="engine.died", category="engine", severity="error", title=title, signature=e.name,
+                    tier=CAUSE, count=1, source=f"engines/{e.name}",
+                    meaning="a supervised engine ended by a signal or a failing exit code",
+                    check="the library and function named, then the engine's log tail (engines/NAME/engine.log)",
+                    first_time=crashed_at if isinstance(crashed_at, (int, float)) else None,
+                    time_base="epoch" if isinstance(crashed_at, (int, float)) else None,
+                    victims=[{"process": e.name, "pid": s.get("pid"), "engine": e.name}],
+                    details={k: v for k, v in info.items() if k not in ("name", "died_of") and v not in (None, [], "")})
+        findings.append(f)
+        summaries.append(info)
+    findings += _storms(summaries, evidence, kernel, arenas)
+    return findings, summaries
+
+
+def _storms(summaries: list[dict[str, Any]], evidence: list[EngineEvidence], kernel: Report | None,
+            arenas: list[str]) -> list[Finding]:
+    """Several engines dead of the same signal at the same place: one cause, said first."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for info in summaries:
+        if info.get("signal") and info.get("library"):
+            groups.setdefault((info["signal"], info["library"], info.get("offset")), []).append(info)
+    by_name = {e.name: e for e in evidence}
+    out = []
+    for (sig, lib, off), infos in groups.items():
+        if len(infos) < 2:
+            continue
+        states = [by_name[i["name"]].state for i in infos]
+        times = [t for t in ((s.get("phases") or {}).get("crashed") for s in states) if isinstance(t, (int, float))]
+        if len(times) < len(infos) and kernel is not None:
+            times = [v.get("time") for f in kernel.findings if f.rule == "userspace.crash"
+                     for v in f.victims if v.get("pid") in {i.get("pid") for i in infos}
+                     and isinstance(v.get("time"), (int, float))]
+        span = f" within {max(1, math.ceil(max(times) - min(times)))} s" if len(times) >= 2 else ""
+        phrases = {_phase_phrase(s) for s in states}
+        after = ""
+        if phrases == {"after registering"}:
+            shared = any(sum(1 for e in (by_name[i["name"]] for i in infos) if a in json.dumps(e.spec)) >= 2
+                         for a in arenas)
+            after = ", after registering a shared arena" if shared else ", after registering"
+        elif phrases == {"while registering"}:
+            after = ", while registering"
+        names = sorted(i["name"] for i in infos)
+        title = f"{len(infos)} engines died of {sig} in {lib}" + (f" at offset {off}" if off else "") + span + after
+        out.append(Finding(rule="engine.crash_storm", category="engine", severity="critical", title=title,
+                           signature=f"{sig}|{lib}|{off}", tier=SHARED_CRASH, count=len(infos), source="engines",
+                           meaning="several engines died of the same signal at the same place: one shared cause",
+                           check="what they shared (the arena and its registration budget: `gpuwarden arena "
+                                 "budget`; the runtime version); reproduce with `gpuwarden arena probe`, stagger "
+                                 "with `launch --stagger 1`",
+                           victims=[{"process": i["name"], "pid": i.get("pid"), "engine": i["name"]} for i in infos],
+                           details={"engines": names, "signal": sig, "library": lib, "offset": off,
+                                    "short": f"{len(infos)} engines died of {sig}"}))
+    return out

@@ -1,0 +1,171 @@
+"""Triage throughput on 200 MB kernel logs and the time to triage a bundle, against peers in the same run.
+
+Logs (built here, deterministic): `node` is a long node log, quiet lines with GPU incidents from the corpus
+(tests/triage_corpus) spread through it (about 1 line in 100); `storm` is nothing but incidents (the corpus
+and the shared fixtures repeated), the worst case. Each triage runs in its own process: CPU seconds (user +
+sys, i.e. on one core) and peak RSS come from the kernel's accounting of that child.
+Peers over the same file: `grep -c -i -F -f` with every literal the rules need (a lower bound: it only counts
+candidate lines), and a node-scraper-style loop (every rule's regex tried on every line, no prefilter),
+timed on the first 20 MB and scaled.
+Bundle: one made by collect_bundle() on a simulated node (with this host's kernel log), triaged in-process
+(median of 5) and by the CLI (`gpuwarden triage BUNDLE`, interpreter start included).
+Targets: 200 MB in <= 5 s on one core with bounded memory; a bundle in <= 1 s.
+Run: .venv/bin/python tests/bench/bench_triage.py [--mb 200] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from benchlib import machine_line  # noqa: E402
+
+CORPUS = REPO / "tests" / "triage_corpus"
+SHARED = REPO.parent / "shared" / "fixtures" / "dmesg"
+QUIET = (  # ordinary kernel chatter of a busy node
+    "usb 1-1: new high-speed USB device number {n} using xhci_hcd",
+    "IPv6: ADDRCONF(NETDEV_CHANGE): veth{n:07x}: link becomes ready",
+    "docker0: port {p}(veth{n:07x}) entered forwarding state",
+    "audit: type=1400 audit({n}.123:45): apparmor=\"STATUS\" operation=\"profile_load\" profile=\"unconfined\" "
+    "name=\"snap.lxd.hook\" pid={p} comm=\"apparmor_parser\"",
+    "EXT4-fs (nvme0n1p2): mounted filesystem with ordered data mode. Quota mode: none.",
+    "systemd[1]: Started session-{p}.scope - Session {p} of User ubuntu.",
+    "mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link ACTIVE",
+    "nvme nvme0: 32/0/0 default/read/poll queues",
+    "amdgpu 0000:c1:00.0: amdgpu: ring comp_1.{p}.0 uses VM inv eng {n} on hub 0",
+    "perf: interrupt took too long ({n} > {p}), lowering kernel.perf_event_max_sample_rate to 79750",
+    "TCP: request_sock_TCP: Possible SYN flooding on port 8000. Sending cookies.",
+)
+
+
+def _incidents() -> list[list[str]]:
+    out = [p.read_text(errors="replace").splitlines() for p in sorted(CORPUS.glob("*.log"))]
+    if SHARED.is_dir():
+        out += [p.read_text(errors="replace").splitlines() for p in sorted(SHARED.iterdir())]
+    return out
+
+
+def build(path: Path, mb: int, kind: str) -> None:
+    rnd = random.Random(15)
+    incidents = _incidents()
+    target = mb << 20
+    written, t = 0, 1000.0
+    with open(path, "w") as f:
+        while written < target:
+            if kind == "storm" or rnd.random() < 0.004:
+                block = rnd.choice(incidents)
+            else:
+                block = [rnd.choice(QUIET).format(n=rnd.randrange(1 << 16), p=rnd.randrange(1, 64))]
+            for line in block:
+                t += 0.001
+                text = line if kind == "storm" or line.startswith(("[", "kernel")) else f"[{t:12.6f}] {line}"
+                f.write(text + "\n")
+                written += len(text) + 1
+
+
+def child(code: str, *args: str) -> tuple[float, float, int, str]:
+    """(wall s, CPU s, peak RSS KiB, stdout) of a child python running `code`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, after.ru_maxrss, proc.stdout.strip()
+
+
+TRIAGE = ("import sys; from ops.triage import analyze_file; r = analyze_file(sys.argv[1]); "
+          "print(len(r.findings), r.lines, r.headline())")
+NAIVE = ("import sys, itertools; from ops.triage.patterns import RULES; from ops.triage.engine import RULES as E; "
+         "rules = RULES + E; n = 0\n"
+         "with open(sys.argv[1], errors='replace') as f:\n"
+         "    for line in itertools.islice(f, int(sys.argv[2])):\n"
+         "        n += sum(1 for r in rules if r.regex.search(line))\n"
+         "print(n)")
+
+
+def grep_peer(path: Path, tmp: Path) -> tuple[float, int]:
+    from ops.triage.analyze import Analyzer
+    from ops.triage.stream import trigger_literals
+    pats = tmp / "literals.txt"
+    pats.write_text("\n".join(trigger_literals(Analyzer())) + "\n")
+    t0 = time.perf_counter()
+    proc = subprocess.run(["grep", "-c", "-i", "-F", "-f", str(pats), str(path)], capture_output=True, text=True)
+    return time.perf_counter() - t0, int(proc.stdout.strip() or 0)
+
+
+def bundle_times(tmp: Path) -> dict:
+    from ops.bundle.collect import collect_bundle
+    from ops.settings import Settings
+    from ops.sim.node import SimNode
+    from ops.triage.bundle import triage_bundle
+    state = tmp / "state"
+    state.mkdir()
+    SimNode(state).init(gpus=8, vram=24 << 30)
+    settings = Settings(state_dir=state, backend="sim")
+    result = collect_bundle(settings, output=tmp / "b.tar.gz", safe_mode=True, timeout_s=10)
+    runs = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        report = triage_bundle(result.path)
+        runs.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "tui.main", "triage", str(result.path)], cwd=REPO, capture_output=True)
+    cli = time.perf_counter() - t0
+    return {"bundle_bytes": result.bytes, "kernel_lines": report.lines, "in_process_s": statistics.median(runs),
+            "cli_s": cli}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=int, default=200)
+    ap.add_argument("--keep", type=Path, help="build the logs in this folder and keep them")
+    args = ap.parse_args()
+    print(machine_line())
+    tmp = Path(args.keep or tempfile.mkdtemp(prefix="bench-triage-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    out: dict[str, object] = {}
+    for kind in ("node", "storm"):
+        path = tmp / f"{kind}.log"
+        if not path.exists():
+            build(path, args.mb, kind)
+        size = path.stat().st_size
+        lines = sum(1 for _ in open(path, "rb"))
+        wall, cpu, rss, got = child(TRIAGE, str(path))
+        gwall, gcount = grep_peer(path, tmp)
+        sample = min(lines, (20 << 20) // max(1, size // lines))
+        nwall, ncpu, _, _ = child(NAIVE, str(path), str(sample))
+        naive_cpu = ncpu * lines / sample
+        out[kind] = {"mb": round(size / 2**20), "lines": lines, "triage_cpu_s": round(cpu, 2),
+                     "triage_wall_s": round(wall, 2), "peak_rss_mib": round(rss / 1024), "result": got,
+                     "grep_s": round(gwall, 2), "grep_candidate_lines": gcount,
+                     "naive_loop_cpu_s_scaled": round(naive_cpu, 1)}
+        print(f"{kind}: {size / 2**20:.0f} MiB, {lines} lines: triage {cpu:.2f} s CPU ({wall:.2f} s wall), "
+              f"peak RSS {rss / 1024:.0f} MiB; grep -c -F over the rule literals {gwall:.2f} s "
+              f"({gcount} candidate lines); every regex on every line {naive_cpu:.0f} s CPU (scaled from "
+              f"{sample} lines) -> {naive_cpu / cpu:.0f}x slower than triage")
+    b = bundle_times(tmp)
+    out["bundle"] = b
+    print(f"bundle: {b['bundle_bytes'] / 1024:.0f} KiB ({b['kernel_lines']} kernel lines): triage in-process "
+          f"{b['in_process_s'] * 1e3:.0f} ms (median of 5), CLI end to end {b['cli_s']:.2f} s")
+    print(json.dumps(out))
+    if not args.keep:
+        for p in tmp.rglob("*"):
+            if p.is_file():
+                p.unlink()
+
+
+if __name__ == "__main__":
+    main()
