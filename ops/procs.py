@@ -12,7 +12,7 @@ import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
-from .heldfiles import HeldFiles
+from .heldfiles import HeldFiles, open_or_none
 from .model import PROC_STATES
 
 VISIBILITY_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
@@ -46,9 +46,8 @@ def boot_time(proc_root: Path) -> float | None:
 
 
 def _read_bytes(path: str) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    fd = open_or_none(path)  # out of descriptors raises: "cannot read" must not read as "process gone"
+    if fd is None:
         return None
     try:
         return os.read(fd, 8192)
@@ -101,18 +100,13 @@ def container_of(cgroup_text: str | None) -> str | None:
     return None
 
 
-_users: dict[int, str] = {}
-
-
 def user_name(uid: int | None) -> str | None:
     if uid is None:
         return None
-    if uid not in _users:
-        try:
-            _users[uid] = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            _users[uid] = str(uid)
-    return _users[uid]
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 class ProcReader:
@@ -126,6 +120,13 @@ class ProcReader:
         self._last: dict[int, tuple[ProcInfo, bytes]] = {}  # pid -> last answer and its state letter
         # When given, stat files of the processes read are kept open between refreshes.
         self._held = held
+        self._users: dict[int | None, str | None] = {}  # uid -> name: passwd is read once per uid
+
+    def _user(self, uid: int | None) -> str | None:
+        name = self._users.get(uid)
+        if name is None and uid not in self._users:
+            name = self._users[uid] = user_name(uid)
+        return name
 
     def pids(self) -> list[int]:
         try:
@@ -167,7 +168,7 @@ class ProcReader:
         start = self._btime + ticks / _CLK_TCK if self._btime is not None else None
         state = letter.decode()
         info = ProcInfo(pid=pid, start_time=start, start_ticks=ticks, state=PROC_STATES.get(state, state),
-                        ppid=ppid, uid=uid, user=user_name(uid), command=command, cgroup=cgroup,
+                        ppid=ppid, uid=uid, user=self._user(uid), command=command, cgroup=cgroup,
                         container=container)
         self._last[pid] = (info, letter)
         return info

@@ -86,27 +86,6 @@ def write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
     atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", mode)
 
 
-_cache: dict[str, tuple[tuple[int, int, int], Any]] = {}
-
-
-def read_json_cached(path: Path, default: Any = None, kind: type | None = None) -> Any:
-    """read_json for files read on every refresh: parsed again only when the file changed.
-
-    Callers must not mutate what they get back (it is shared between calls)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        _cache.pop(str(path), None)
-        return default
-    key = (st.st_mtime_ns, st.st_size, st.st_ino)
-    hit = _cache.get(str(path))
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    value = read_json(path, default, kind)
-    _cache[str(path)] = (key, value)
-    return value
-
-
 def read_json(path: Path, default: Any = None, kind: type | None = None) -> Any:
     """Read a JSON state file; a missing file gives `default`, a corrupt one an error naming it.
 

@@ -333,7 +333,8 @@ def test_status_warns_about_a_broken_node_config(cli, tmp_path):
     conf = tmp_path / "node.toml"
     conf.write_text("[arena]\npath = /dev/shm/x.arena\n")
     snap = json.loads(cli("--backend", "sim", "--config", str(conf), "status", "--json").stdout)
-    assert any(w.startswith("node config unusable") and f"{conf}:2" in w for w in snap["warnings"]), snap["warnings"]
+    assert any(w["code"] == "config-unusable" and w["message"].startswith("node config unusable")
+               and f"{conf}:2" in w["message"] for w in snap["warnings"]), snap["warnings"]
     conf.write_text('[arena]\npath = "/dev/shm/x.arena"\nsize = "1GiB"\n')
     snap = json.loads(cli("--backend", "sim", "--config", str(conf), "status", "--json").stdout)
-    assert not any("node config" in w for w in snap["warnings"]), snap["warnings"]
+    assert not any(w["code"] == "config-unusable" for w in snap["warnings"]), snap["warnings"]

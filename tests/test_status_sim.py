@@ -34,7 +34,8 @@ def test_idle_sim_node_is_healthy_and_labelled(sim, cli):
     assert rc == 0
     assert snap["simulated"] is True and snap["backend"] == "sim"
     assert [g["vram_total"] for g in snap["gpus"]] == [24 * GiB] * 4
-    assert any("SIMULATED" in w for w in snap["warnings"])
+    assert [w["code"] for w in snap["warnings"]][0] == "simulated"
+    assert any("SIMULATED" in w["message"] for w in snap["warnings"])
     text = cli("--backend", "sim", "status")
     assert "SIMULATED" in text.stdout and "status: healthy" in text.stdout
 
@@ -92,7 +93,8 @@ def test_leak_fault_leaves_ownerless_residual(sim, cli):
     assert rc == 1
     res = snap["residual"][3]
     assert res["residual"] == 2 * GiB and res["holders"] == []
-    assert any("GPU 3" in w and "reset" in w for w in snap["warnings"])
+    [leak] = [w for w in snap["warnings"] if w["code"] == "ownerless-leak"]
+    assert leak["gpu"] == 3 and "GPU 3" in leak["message"] and "reset" in leak["message"]
 
 
 def test_baseline_is_subtracted(sim, cli, state_dir):

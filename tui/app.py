@@ -64,6 +64,7 @@ class GpuwardenApp(App):
         self._watch_terminal = watch_terminal
         self.snapshot: NodeSnapshot | None = None
         self.history = VramHistory()
+        self.changes = node_events.ChangeTracker()
         self.last_arrival: float | None = None
         self.sample_error: str | None = None
         self.current_run: PlaybookRun | None = None
@@ -118,7 +119,7 @@ class GpuwardenApp(App):
         snap = message.snapshot
         self.last_arrival = time.monotonic()
         self.sample_error = None
-        events = node_events.diff(self.snapshot, snap)
+        events = self.changes.feed(snap)
         self.snapshot = snap
         self.history.add(snap)
         self._draw(events)
