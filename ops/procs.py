@@ -7,7 +7,9 @@ Static facts are cached per identity, so a refresh re-reads only each process's 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import re
 import pwd
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +62,14 @@ def _read_bytes(path: str) -> bytes | None:
 def _read(path: str) -> str | None:
     raw = _read_bytes(path)
     return raw.decode(errors="replace") if raw is not None else None
+
+
+@functools.lru_cache(maxsize=8)
+def _matcher(patterns: tuple[str, ...]):
+    """(match(path), the literal prefixes any match starts with) for shell-style device patterns."""
+    regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+    prefixes = tuple(p[:min((p.find(c) for c in "*?[" if c in p), default=len(p))] for p in patterns)
+    return regex.match, prefixes
 
 
 def split_stat(text: str) -> tuple[str, list[str]] | None:
@@ -212,12 +222,14 @@ class ProcReader:
         except OSError:
             return ()
         found: list[str] = []
+        match, prefixes = _matcher(tuple(patterns))
         for name in names:
             try:
                 target = os.readlink(f"{fd_dir}/{name}")
             except OSError:
                 continue
-            if target not in found and any(fnmatch.fnmatchcase(target, p) for p in patterns):
+            # Most descriptors are sockets, pipes and files: a prefix test spares the pattern for them.
+            if target.startswith(prefixes) and target not in found and match(target):
                 found.append(target)
         return tuple(sorted(found))
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from .errors import GpuwardenError
+from .paths import refuse_squatted  # noqa: F401 (callers import it from here too)
 
 # Layout, relative to the state dir. One place so that every module agrees.
 JOURNAL = "journal.log"
@@ -45,24 +44,9 @@ def ensure(state_dir: Path, *parts: str) -> Path:
     return path
 
 
-def refuse_squatted(state_dir: Path) -> None:
-    """Refuse a state dir that another user made in a shared directory such as /tmp."""
-    # The non-root fallback is /tmp/gpuwarden-<uid>: any user can create that name first and read or
-    # plant our journal, gate and engine records. In a sticky world-writable parent, only our own dir will do.
-    try:
-        st, parent = os.stat(state_dir), os.stat(state_dir.resolve().parent)
-    except OSError:
-        return
-    shared_parent = parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH
-    if shared_parent and st.st_uid != os.geteuid():
-        raise GpuwardenError(
-            f"the state dir {state_dir} belongs to uid {st.st_uid}, not to you, in a directory anyone can write",
-            "remove it if it is stale, or point --state-dir / GPUWARDEN_STATE_DIR at a directory you own",
-        )
-
-
 def atomic_write(path: Path, data: bytes | str, mode: int = 0o644) -> None:
     """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half."""
+    import tempfile  # here: `status` reads state files but never writes one, and tempfile's imports cost
     if isinstance(data, str):
         data = data.encode()
     path.parent.mkdir(parents=True, exist_ok=True)

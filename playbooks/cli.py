@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 from ops import __version__
 from ops.errors import GpuwardenError
-from ops.settings import BACKENDS, Settings
+from ops.settings import Settings
 
 app = typer.Typer(
     name="gpuwarden",
@@ -38,7 +38,7 @@ app = typer.Typer(
 # Order is the order of `gpuwarden --help`.
 COMMAND_MODULES = (
     "status", "doctor", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
-    "baseline", "bundle", "triage", "config", "journal", "sim",
+    "baseline", "bundle", "triage", "config", "journal", "agent", "history", "sim",
 )
 
 
@@ -80,19 +80,8 @@ def _global(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    if backend and backend not in BACKENDS + ("auto",):
-        raise GpuwardenError(f"unknown backend {backend!r}", f"choose one of: {', '.join(BACKENDS)}")
-    for flag, root in (("--sysfs-root", sysfs_root), ("--proc-root", proc_root)):
-        # A missing /proc tree would show every GPU process as gone and its VRAM as residual.
-        if root is not None and not root.is_dir():
-            raise GpuwardenError(f"{flag} {root} is not a directory",
-                                 "point it at a captured tree (or leave it out to read the live node)")
-    ctx.obj = Settings.from_env(state_dir=state_dir, config_path=config, backend=backend,
-                                sysfs_root=sysfs_root, proc_root=proc_root)
-    from ops.nodeconfig import effective_settings  # the config may name the state dir
-    ctx.obj = effective_settings(ctx.obj)
-    from ops.statedir import refuse_squatted
-    refuse_squatted(ctx.obj.state_dir)
+    from .globalopts import resolve
+    ctx.obj = resolve(state_dir, config, backend, sysfs_root, proc_root)
     if ctx.invoked_subcommand is None:
         # No command: the console when the program has one (tui.main sets it), else the help.
         if _default_action is None:
@@ -109,20 +98,15 @@ for _name in COMMAND_MODULES:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turn expected failures into one line and an exit code."""
-    command = typer.main.get_command(app)
     args = argv if argv is not None else sys.argv[1:]
+    command = typer.main.get_command(app)
     try:
         rv = command.main(args=args, prog_name="gpuwarden",
                           standalone_mode=False)
         return rv if isinstance(rv, int) else 0
     except GpuwardenError as exc:
-        print(f"gpuwarden: error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
-        if "--json" in args:
-            # A script reading stdout gets the failure in the shape it parses (the exit code stays).
-            from ops.jsondoc import dumps, error_document
-            sys.stdout.write(dumps(error_document(exc.message, exc.hint, exc.exit_code), indent=None) + "\n")
+        from .fastcli import print_error
+        print_error(exc, "--json" in args)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

@@ -35,9 +35,12 @@ class NodeExtras:
 
     def config(self):
         """The node config (None when there is none); ConfigError when it does not load."""
-        from .. import nodeconfig
         settings = self.settings
-        return self.files.get(settings.config_path, lambda _p: nodeconfig.load(settings), "node-config")
+
+        def load(_path):
+            from .. import nodeconfig  # only when there is a config to read: status pays for tomllib only then
+            return nodeconfig.load(settings)
+        return self.files.get(settings.config_path, load, "node-config")
 
     def sample(self) -> Extras:
         settings = self.settings
@@ -56,12 +59,13 @@ class NodeExtras:
                     "(see `gpuwarden config check`)"))
         engines: tuple[EngineInfo, ...] = ()
         arenas: tuple[ArenaInfo, ...] = ()
-        if self.with_engines:
+        if self.with_engines and (settings.state_dir / "engines").is_dir():
             try:
                 from ..engines.state import list_engines
                 engines = tuple(list_engines(settings, self.files))
             except Exception as exc:  # a broken state file must not hide the GPUs
                 warnings.append(SnapshotWarning("engine-state-unreadable", f"engine state unreadable: {exc}"))
+        if self.with_engines:
             try:
                 arenas = self._list_arenas(engines, arena_path)
             except Exception as exc:

@@ -5,7 +5,7 @@ Status, the TUI, the agent and the exporter all sample through it; take_snapshot
 
 from __future__ import annotations
 
-import socket
+import os
 import time
 
 from ..backends.base import Backend
@@ -28,7 +28,7 @@ class Sampler:
         self.deep_every_s = deep_every_s
         self.attribution = Attribution(settings, self.backend, use_pidfds=use_pidfds)
         self.extras = NodeExtras(settings)
-        self._hostname = socket.gethostname()
+        self._hostname = os.uname().nodename  # what socket.gethostname() returns, without importing socket
 
     @property
     def _watch(self):  # the pidfd watch, for tests that check what is tracked
