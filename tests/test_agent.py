@@ -146,3 +146,37 @@ def test_events_stream_follows_new_events(agent, sim):
     assert any(e["kind"] == "residual-appeared" and e["gpu"] == 3 for e in lines)
     for e in lines:
         jsondoc.validate(e)
+
+
+def test_the_console_reads_the_agent_and_backfills_its_sparklines(sim):
+    import asyncio
+
+    from ops.settings import Settings
+    from ops.sim.node import SimNode
+    from test_tui_support import screen_text
+    from test_tui_support import wait_for as pilot_wait
+    from tui.app import GpuwardenApp
+    from tui.sampling import viewer_source
+
+    agent = start_agent(sim)
+    try:
+        SimNode(sim).leak(1, 6 * GiB)
+        def fine():
+            return agent.json("/v1/history?gpu=1&resolution=fine")["gpus"].get("1", {}).get("fine") or {}
+        wait_for(lambda: fine().get("points", 0) > 2 and max(fine()["used"]) > 0,
+                 what="history before the console opens")
+        settings = Settings(state_dir=sim, backend="sim", config_path=sim / "node.toml")
+        source, close = viewer_source(settings)
+
+        async def go():
+            app = GpuwardenApp(settings, source=source, on_exit=close, refresh_s=0.25, read_only=True)
+            async with app.run_test(size=(160, 40)) as pilot:
+                await pilot_wait(pilot, lambda: app.snapshot is not None, what="first snapshot")
+                await pilot_wait(pilot, lambda: "via agent" in screen_text(app), what="the header")
+                # Events the agent saw before this console opened are in the panel.
+                await pilot_wait(pilot, lambda: "agent started" in screen_text(app), what="backfilled events")
+                assert app.history.series(1) and max(app.history.series(1)) > 0.2
+        asyncio.run(go())
+        assert source.via_agent
+    finally:
+        agent.stop()

@@ -87,7 +87,7 @@ def test_killing_the_launcher_leaves_engines_serving(tmp_path, supervised, cli):
 
     def all_serving():
         proc = cli("engines", "list", "--json")
-        listed = json.loads(proc.stdout)
+        listed = json.loads(proc.stdout)["engines"]
         return len(listed) == 4 and all(e["phase"] == "serving" and not e["stale"] for e in listed)
     wait_for(all_serving, 20, "all four engines serving after the launcher died", poll=0.2)
 

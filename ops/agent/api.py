@@ -28,7 +28,10 @@ if TYPE_CHECKING:
     from .daemon import Agent
 
 MAX_CLIENTS = 64
-IO_TIMEOUT_S = 10.0  # a client that stops reading (or writing) for this long is dropped
+# A client that sends no request (or stops reading a small answer) for this long is dropped, so a crowd of
+# silent connections holds the connection slots for seconds, not forever.
+IO_TIMEOUT_S = 2.0
+STREAM_TIMEOUT_S = 10.0  # a streaming client may stop reading this long before it is dropped
 STREAM_CHECK_S = 5.0  # a streaming client that went away is noticed within this
 
 
@@ -128,6 +131,17 @@ class Handler(BaseHTTPRequestHandler):
     def address_string(self) -> str:
         return "unix"
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Malformed requests (bad request line, headers, versions) get JSON too, with a status line."""
+        self.close_connection = True
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            self.request_version = "HTTP/1.1"
+        body = json.dumps(api_error(message or "bad request", code, "speak HTTP/1.x, e.g. curl --unix-socket"))
+        try:
+            self._send(code, body.encode(), {"Connection": "close"})
+        except OSError:
+            pass
+
     # --- routing --------------------------------------------------------------------------------
     def do_GET(self) -> None:  # noqa: N802 (the base class's name)
         path, _, qs = self.path.partition("?")
@@ -205,6 +219,7 @@ class Handler(BaseHTTPRequestHandler):
     def _stream(self, first: list[dict[str, Any]], after: int, gpu: int | None) -> None:
         """One event document per line until the client goes away or the agent stops."""
         self.close_connection = True
+        self.connection.settimeout(STREAM_TIMEOUT_S)
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.send_header("Cache-Control", "no-store")

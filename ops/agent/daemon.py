@@ -307,6 +307,7 @@ class Agent:
             "last_event_seq": self.events.last_seq,
             "kernel_watch": self._kernel.describe if self._kernel is not None else "off",
             "clients": self._server.active if self._server is not None else 0,
+            "history_bytes": self.history.nbytes(),
         })
 
     # --- events and logging ----------------------------------------------------------------------
