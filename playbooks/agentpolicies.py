@@ -31,6 +31,7 @@ class Policies:
         self.agent = agent
         self.config = config
         self._queue: queue.Queue[tuple[str, Playbook] | None] = queue.Queue(maxsize=16)
+        self._cancel = threading.Event()  # set when the agent stops: a running playbook ends after its step
         self._last_bundle = float("-inf")
         self._drained_for: set[int] = set()  # GPUs drained for the residual episode now going on
         self._purged: set[tuple[int, int | None, float | None]] = set()  # (gpu, pid, start) already purged
@@ -41,8 +42,12 @@ class Policies:
         self.config = config
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._worker.join(5.0)
+        self._cancel.set()
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass
+        self._worker.join(1.0)  # the agent must stop within 2 s; the journal says where a playbook stopped
 
     # --- deciding (in the sampling thread: quick) ------------------------------------------------
     def on_snapshot(self, snap: NodeSnapshot, events: list[dict[str, Any]]) -> None:
@@ -120,13 +125,14 @@ class Policies:
     def _work(self) -> None:
         while True:
             item = self._queue.get()
-            if item is None:
+            if item is None or self._cancel.is_set():
                 return
             why, playbook = item
             self.agent.emit(NodeEvent(time.time(), "warning", f"policy: {why}: running {playbook.name}", "policy",
                                       None, {"playbook": playbook.name, "why": why}))
             try:
-                result = run(playbook, self.agent.settings, sink=self._forward, assume_yes=True, lock_wait_s=30.0)
+                result = run(playbook, self.agent.settings, sink=self._forward, assume_yes=True, lock_wait_s=30.0,
+                             cancelled=self._cancel)
                 level = "ok" if result.ok else "error"
                 outcome = "done" if result.ok else (result.refused or f"failed at {result.failed_step}")
             except Exception as exc:  # the worker outlives any one playbook

@@ -18,7 +18,6 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click import ClickException  # type: ignore
 
 from ops import __version__
-from ops.errors import GpuwardenError
 from ops.settings import Settings
 
 app = typer.Typer(
@@ -100,41 +99,27 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turn expected failures into one line and an exit code."""
     args = argv if argv is not None else sys.argv[1:]
     command = typer.main.get_command(app)
-    try:
-        rv = command.main(args=args, prog_name="gpuwarden",
-                          standalone_mode=False)
-        return rv if isinstance(rv, int) else 0
-    except GpuwardenError as exc:
-        from .fastcli import print_error
-        print_error(exc, "--json" in args)
-        return exc.exit_code
-    except typer.Exit as exc:
-        return exc.exit_code
-    except typer.Abort:
-        print("gpuwarden: aborted", file=sys.stderr)
-        return 130
-    except ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("gpuwarden: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
-    except SystemExit:
-        # click answers a closed stdout (EPIPE) by pacifying the streams and exiting 1; the reader
-        # going away (`| head`) is no failure, and 1 would read as "needs attention".
-        if type(sys.stdout).__name__ == "PacifyFlushWrapper":
-            return 0
-        raise
-    except OSError as exc:
-        # Last line of defence for the expected ones (no permission, read-only or full file system,
-        # a path under /proc): one line, never a traceback.
-        where = f": {exc.filename}" if exc.filename else ""
-        print(f"gpuwarden: error: {exc.strerror or exc}{where}", file=sys.stderr)
-        print("  hint: check that path and its permissions (state lives in --state-dir / GPUWARDEN_STATE_DIR)",
-              file=sys.stderr)
-        return 2
+
+    def call() -> int:
+        try:
+            rv = command.main(args=args, prog_name="gpuwarden", standalone_mode=False)
+            return rv if isinstance(rv, int) else 0
+        except typer.Exit as exc:
+            return exc.exit_code
+        except typer.Abort:
+            print("gpuwarden: aborted", file=sys.stderr)
+            return 130
+        except ClickException as exc:
+            exc.show()
+            return exc.exit_code
+        except SystemExit:
+            # click answers a closed stdout (EPIPE) by pacifying the streams and exiting 1; the reader
+            # going away (`| head`) is no failure, and 1 would read as "needs attention".
+            if type(sys.stdout).__name__ == "PacifyFlushWrapper":
+                return 0
+            raise
+    from .fastcli import guarded
+    return guarded(call, "--json" in args)
 
 
 if __name__ == "__main__":

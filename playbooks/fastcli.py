@@ -56,6 +56,15 @@ def print_error(exc, json_requested: bool) -> None:
         sys.stdout.write(dumps(error_document(exc.message, exc.hint, exc.exit_code), indent=None) + "\n")
 
 
+def print_os_error(exc: OSError) -> int:
+    """An unexpected OSError (no permission, read-only or full file system) as one line; exit status 2."""
+    where = f": {exc.filename}" if exc.filename else ""
+    print(f"gpuwarden: error: {exc.strerror or exc}{where}", file=sys.stderr)
+    print("  hint: check that path and its permissions (state lives in --state-dir / GPUWARDEN_STATE_DIR)",
+          file=sys.stderr)
+    return 2
+
+
 def _state_dir(glob: dict) -> Path | None:
     """The state dir the full CLI would use, without building Settings; None when that takes the config and
     the config does not read (the full path then reports it)."""
@@ -109,8 +118,8 @@ def run(argv: list[str]) -> int | None:
     if parsed is None:
         return None
     glob, opts = parsed
-    from ops.errors import GpuwardenError
-    try:
+
+    def status() -> int:
         if opts["json_out"]:
             code = _via_agent(glob)
             if code is not None:
@@ -118,8 +127,16 @@ def run(argv: list[str]) -> int | None:
         from . import globalopts, statusview
         settings = globalopts.resolve(**glob)  # type: ignore[arg-type]
         return statusview.run(settings, **opts)  # type: ignore[arg-type]
+    return guarded(status, bool(opts["json_out"]))
+
+
+def guarded(call, json_requested: bool) -> int:
+    """call()'s exit status, with the expected failures as one line each (the full CLI uses this too)."""
+    from ops.errors import GpuwardenError
+    try:
+        return call()
     except GpuwardenError as exc:
-        print_error(exc, bool(opts["json_out"]))
+        print_error(exc, json_requested)
         return exc.exit_code
     except KeyboardInterrupt:
         print("gpuwarden: interrupted", file=sys.stderr)
@@ -127,8 +144,6 @@ def run(argv: list[str]) -> int | None:
     except BrokenPipeError:
         return 0
     except OSError as exc:
-        where = f": {exc.filename}" if exc.filename else ""
-        print(f"gpuwarden: error: {exc.strerror or exc}{where}", file=sys.stderr)
-        print("  hint: check that path and its permissions (state lives in --state-dir / GPUWARDEN_STATE_DIR)",
-              file=sys.stderr)
-        return 2
+        # Last line of defence for the expected ones (no permission, read-only or full file system,
+        # a path under /proc): one line, never a traceback.
+        return print_os_error(exc)

@@ -129,7 +129,7 @@ class KernelWatch:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
         if self._thread is not None:
-            self._thread.join(2.0)
+            self._thread.join(1.0)  # it looks at the stop flag at least every BATCH_S
 
     # --- sources --------------------------------------------------------------------------------
     def _open(self):
@@ -267,7 +267,8 @@ class _FileLines:
 
     def read(self, timeout: float) -> list[str] | None:
         if self.regular:
-            time.sleep(min(timeout, 0.2)) if timeout > 0 else None
+            if timeout > 0:
+                time.sleep(min(timeout, 0.2))  # a growing regular file cannot be waited on: look 5 times a second
         else:
             ready, _, _ = select.select([self.fd], [], [], timeout)
             if not ready:

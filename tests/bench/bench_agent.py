@@ -28,28 +28,13 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "bench"))
 
+from agentclients import latency  # noqa: E402
 from benchlib import machine, machine_line  # noqa: E402
 from ops.procs import identity  # noqa: E402
 from ops.sim.node import SimNode  # noqa: E402
 
 PY = sys.executable
 N_GPUS, N_ENGINES, N_PROCS = 8, 32, 2000
-CLIENT = r"""
-import sys, time, json
-sys.path.insert(0, sys.argv[3])
-from ops.agent.client import get
-sock, seconds = sys.argv[1], float(sys.argv[2])
-out = []
-end = time.monotonic() + seconds
-nxt = time.monotonic()
-while time.monotonic() < end:
-    t = time.perf_counter()
-    r = get(sock, "/v1/snapshot")
-    out.append((time.perf_counter() - t) * 1e3 if r is not None and r.status == 200 else -1.0)
-    nxt += 0.1
-    time.sleep(max(0.0, nxt - time.monotonic()))
-print(json.dumps(out))
-"""
 
 
 def child_env() -> dict[str, str]:
@@ -116,23 +101,11 @@ def startup(runs: int) -> dict[str, dict[str, float]]:
     agent = start_agent(state)
     try:
         out["status --json via agent"] = run_cpu(status, runs)
-        out["latency (small node)"] = latency(state / "agent.sock", 10.0)
+        out["latency (small node)"] = latency(state / "agent.sock", 10.0, env=child_env())
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(10)
     return out
-
-
-def latency(sock: Path, seconds: float, clients: int = 10) -> dict[str, float]:
-    procs = [subprocess.Popen([PY, "-c", CLIENT, str(sock), str(seconds), str(REPO)], stdout=subprocess.PIPE,
-                              env=child_env()) for _ in range(clients)]
-    samples = []
-    for p in procs:
-        samples += json.loads(p.communicate()[0])
-    ok = sorted(s for s in samples if s >= 0)
-    return {"requests": len(samples), "failed": sum(1 for s in samples if s < 0),
-            "p50": ok[len(ok) // 2] if ok else -1, "p99": ok[int(0.99 * (len(ok) - 1))] if ok else -1,
-            "max": ok[-1] if ok else -1}
 
 
 def big_node(window: float) -> dict[str, object]:
@@ -173,7 +146,7 @@ def big_node(window: float) -> dict[str, object]:
             from ops.agent.client import get
             health = get(state / "agent.sock", "/healthz").json()
             snap_bytes = len(get(state / "agent.sock", "/v1/snapshot").body)
-            lat = latency(state / "agent.sock", 20.0)
+            lat = latency(state / "agent.sock", 20.0, env=child_env())
             return {"agent_cpu_pct": 100 * (a1 - a0) / (t1 - t0), "top_cpu_pct": 100 * (top1 - top0) / (t1 - t0),
                     "agent_rss_mib": rss_mib(agent.pid), "history_bytes": health["history_bytes"],
                     "snapshot_bytes": snap_bytes, "latency": lat, "window_s": window}
