@@ -250,8 +250,28 @@ class NodeSnapshot:
         body["needs_attention"] = self.needs_attention()
         return document("snapshot", body)
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+    def to_json(self, indent: int | None = None) -> str:
+        """The document as JSON: compact (each unchanged process's JSON reused) unless an indent is asked for."""
+        if indent is not None:
+            return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+        doc = self.to_dict()
+        doc["processes"] = _PROCESSES_MARK
+        text = json.dumps(doc, separators=(",", ":"))
+        # The key and a string value are what json.dumps writes for the mark: no other text can look like it.
+        spot = f'"processes":{json.dumps(_PROCESSES_MARK)}'
+        return text.replace(spot, '"processes":[' + ",".join(_process_json(p) for p in self.processes) + "]", 1)
+
+
+_PROCESSES_MARK = "\u0000processes"
+
+
+def _process_json(p: "GpuProcess") -> str:
+    """One process as compact JSON, made once per GpuProcess object (a sampler reuses unchanged ones)."""
+    cached = p.__dict__.get("_json_cache")
+    if cached is None:
+        cached = json.dumps(_plain(p), separators=(",", ":"))
+        object.__setattr__(p, "_json_cache", cached)
+    return cached
 
 
 # Fields holding seconds since the epoch: JSON gets `<name>_iso` beside each.

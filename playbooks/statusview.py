@@ -113,7 +113,7 @@ def _watch_agent(settings: Settings, json_out: bool, interval: float) -> int:
 
 def _show(snap, json_out: bool, watch: bool, interval: float = 0.0) -> None:
     if json_out:
-        sys.stdout.write(snap.to_json(indent=None if watch else 2) + "\n")
+        sys.stdout.write(snap.to_json() + "\n")  # compact, as the agent serves it: scripts parse, jq pretties
         sys.stdout.flush()
         return
     text = _render(snap)

@@ -277,9 +277,8 @@ class Agent:
         with self._serve_lock:
             served = self._served
             if served is None or served[0] != id(snap):
-                doc = snap.to_dict()
-                body = json.dumps(doc, separators=(",", ":"), default=str).encode()
-                served = self._served = (id(snap), body[:-1], doc["needs_attention"])  # without the final "}"
+                body = snap.to_json().encode()
+                served = self._served = (id(snap), body[:-1], snap.needs_attention())  # without the final "}"
         stale, age = self.staleness()
         block = {"pid": os.getpid(), "interval_s": self.config.interval, "age_s": round(age or 0.0, 3),
                  "stale": stale, "socket": str(self.socket)}
