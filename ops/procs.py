@@ -265,10 +265,15 @@ def group_members(pgid: int, proc_root: Path = Path("/proc")) -> list[int]:
     return out
 
 
+def stat_facts(pid: int, proc_root: Path = Path("/proc")) -> tuple[str, str, int, int] | None:
+    """(comm, state letter, ppid, start ticks) of `pid` now, or None when no such process exists."""
+    text = _read(f"{proc_root}/{pid}/stat")
+    return parse_stat(text) if text else None
+
+
 def identity(pid: int, proc_root: Path = Path("/proc")) -> int | None:
     """The start ticks of `pid` now, or None when no such process exists."""
-    text = _read(f"{proc_root}/{pid}/stat")
-    parsed = parse_stat(text) if text else None
+    parsed = stat_facts(pid, proc_root)
     return parsed[3] if parsed else None
 
 
@@ -278,6 +283,5 @@ def same_process(pid: int, start_ticks: int, proc_root: Path = Path("/proc")) ->
 
 
 def state_of(pid: int, proc_root: Path = Path("/proc")) -> str:
-    text = _read(f"{proc_root}/{pid}/stat")
-    parsed = parse_stat(text) if text else None
+    parsed = stat_facts(pid, proc_root)
     return PROC_STATES.get(parsed[1], parsed[1]) if parsed else "gone"

@@ -13,15 +13,16 @@ from ..units import parse_duration, parse_size
 
 BUNDLE_TRIGGERS = ("residual", "crash", "kernel-fault")
 KEYS = {
-    "interval", "deep_scan_interval", "socket_group", "kmsg", "events_max", "bundle_on", "bundle_min_interval",
-    "purge_dead_holders", "drain_on_residual_after",
+    "interval", "deep_scan_interval", "full_scan_interval", "socket_group", "kmsg", "events_max", "bundle_on",
+    "bundle_min_interval", "purge_dead_holders", "drain_on_residual_after",
 }
 
 
 @dataclass(frozen=True)
 class AgentConfig:
     interval: float = 1.0  # seconds between refreshes
-    deep_scan_interval: float = 30.0  # seconds between scans of every /proc/<pid>/fd for device-file holders
+    deep_scan_interval: float = 30.0  # seconds between scans of new processes' /proc/<pid>/fd for device holders
+    full_scan_interval: float = 300.0  # seconds between scans of every process's /proc/<pid>/fd
     socket_group: str | None = None  # group that may use the API socket (mode 0660); None: only the agent's user
     kmsg: str = "auto"  # "auto" (/dev/kmsg, else journalctl -k -f), "off", or a file/FIFO of kernel log lines
     events_max: int = 16 << 20  # bytes of event log before it rotates (one older file is kept)
@@ -59,6 +60,7 @@ def parse(raw: Any, fail: Fail) -> AgentConfig:
 
     seconds("interval", 0.25)
     seconds("deep_scan_interval", 1.0)
+    seconds("full_scan_interval", 1.0)
     seconds("bundle_min_interval", 0.0)
     seconds("drain_on_residual_after", 1.0)
     group = raw.get("socket_group")

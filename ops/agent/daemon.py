@@ -102,6 +102,7 @@ class Agent:
         if self._sampler is None:
             self._sampler = Sampler(self.settings, deep_every_s=self.config.deep_scan_interval)
         self._sampler.deep_every_s = self.config.deep_scan_interval
+        self._sampler.full_scan_every_s = self.config.full_scan_interval
         self._apply_group()
         self._server = api.bind(self.socket, self, self.config.socket_group)
         self._server_thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
@@ -213,6 +214,7 @@ class Agent:
             self._thread.interval = max(cfg.interval, 0.25)
         if self._sampler is not None:
             self._sampler.deep_every_s = cfg.deep_scan_interval
+            self._sampler.full_scan_every_s = cfg.full_scan_interval
         if cfg.kmsg != old.kmsg and self._kernel is not None:
             self._kernel.stop()
             self._start_kernel_watch()

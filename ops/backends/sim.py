@@ -37,12 +37,12 @@ class SimBackend(SysfsBackend):
         super().__init__(sysfs_root=self.node.sysfs_root, dev_root=self.node.dev_root, name="sim", simulated=True)
 
     def _state(self) -> tuple:
+        """Stamps of node.json and of the allocations directory (a file added or removed changes its mtime)."""
         try:
-            st = os.stat(self.node._node_file)
-            names = frozenset(os.listdir(self.node.allocs_dir))
+            node, allocs = os.stat(self.node._node_file), os.stat(self.node.allocs_dir)
         except OSError:
             return ()
-        return (st.st_mtime_ns, st.st_size, st.st_ino), names
+        return (node.st_mtime_ns, node.st_size, node.st_ino), (allocs.st_mtime_ns, allocs.st_ino)
 
     def _full_sync(self) -> None:
         self.node.sync()
@@ -50,8 +50,12 @@ class SimBackend(SysfsBackend):
         self._seen = self._state()
         if self._watch is None or not self._seen:
             return
+        try:
+            names = os.listdir(self.node.allocs_dir)
+        except OSError:
+            names = []
         owners = {}
-        for name in self._seen[1]:
+        for name in names:
             parts = name[:-5].split("-") if name.endswith(".json") else []
             if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
                 owners[int(parts[0])] = int(parts[1])
@@ -70,7 +74,11 @@ class SimBackend(SysfsBackend):
         now = time.monotonic()
         if now - self._last_sync < self._min_sync:
             return
-        if self._watch is None or self._untracked or self._state() != self._seen or self._owner_exited():
+        state = self._state()
+        # A change within the file system's timestamp tick of the last look would leave the stamps equal:
+        # stamps younger than a second are not trusted.
+        recent = bool(state) and time.time() - max(state[0][0], state[1][0]) / 1e9 < 1.0
+        if self._watch is None or self._untracked or recent or state != self._seen or self._owner_exited():
             self._full_sync()
 
     def _owner_exited(self) -> bool:

@@ -57,9 +57,8 @@ def alive(pid: int | None, start: int | None, proc_root: Path = Path("/proc")) -
     """True when `pid` is still the process first recorded (same start ticks) and not a zombie."""
     if not pid or start is None:
         return False
-    if not procs.same_process(pid, start, proc_root):
-        return False
-    return procs.state_of(pid, proc_root) not in ("zombie", "dead", "gone")
+    facts = procs.stat_facts(pid, proc_root)  # one read: the snapshot asks this for every engine, every second
+    return facts is not None and facts[3] == start and facts[1] not in ("Z", "X")
 
 
 def shim_alive(record: dict[str, Any], proc_root: Path = Path("/proc")) -> bool:

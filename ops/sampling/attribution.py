@@ -66,6 +66,11 @@ class Attribution:
         self._reread_all = True
         # pid -> (what it was built from, the GpuProcess): reused while nothing it shows changed
         self._built: dict[int, tuple[tuple, GpuProcess]] = {}
+        # The last refresh's backend answer and result: when the backend hands back the very same objects and no
+        # watched process exited, nothing a refresh would compute can differ.
+        self._last: tuple[list[ProcessUsage], tuple[GpuProcess, ...]] | None = None
+        self._scanned: set[int] = set()  # PIDs whose fds the last deep scans looked at
+        self.last_full = float("-inf")
 
     def close(self) -> None:
         """Close what attribution itself holds open (pidfds, stat files); the backend stays open."""
@@ -75,15 +80,20 @@ class Attribution:
         self.procs.close()
 
     # ------------------------------------------------------------------------------------------
-    def deep_scan(self) -> None:
-        """Find every process holding a GPU device file (reads every /proc/<pid>/fd: seconds apart)."""
+    def deep_scan(self, full: bool = True) -> None:
+        """Find every process holding a GPU device file (reads every /proc/<pid>/fd: seconds apart).
+
+        Not full: only processes that started since the last scan, and the holders already known, are looked
+        at; a process that opens a GPU device late is found at the next full scan (KFD and NVML list any
+        process that allocates GPU memory at once, so what waits is a holder without VRAM)."""
         globs = self.backend.device_globs()
         found: dict[tuple[int, int], tuple[str, ...]] = {}
         live = set()
         me = os.getpid() if self.settings.live else None
+        known_holders = {pid for pid, _ in self._holders}
         for pid in self.procs.pids():
             live.add(pid)
-            if pid == me:
+            if pid == me or (not full and pid in self._scanned and pid not in known_holders):
                 continue  # NVML (and amdsmi) open device files in gpuwarden itself: not a GPU user
             files = self.procs.open_files(pid, globs)
             if not files:
@@ -92,15 +102,32 @@ class Attribution:
             if info is not None:
                 found[(pid, info.start_ticks)] = files
         self._holders = found
+        self._scanned = live
         self.procs.forget_dead(live)
         self._visibility = {k: v for k, v in self._visibility.items() if k[0] in live}
         self.last_deep = time.monotonic()
+        if full:
+            self.last_full = self.last_deep
         self._reread_all = True
 
     def sample(self) -> tuple[tuple[GpuInfo, ...], tuple[GpuProcess, ...]]:
         """The GPUs and the processes that use them, now."""
         gpus = tuple(self.backend.gpus())
-        return gpus, self._attribute(self.backend.process_usage())
+        usage = self.backend.process_usage()
+        last = self._last
+        if last is not None and self._unchanged(usage, last[0]):
+            return gpus, last[1]
+        processes = self._attribute(usage)
+        self._last = (usage, processes) if self.watch is not None else None
+        return gpus, processes
+
+    def _unchanged(self, usage: list[ProcessUsage], before: list[ProcessUsage]) -> bool:
+        """True when a refresh can only repeat the last one: same usage objects, nothing exited or re-read."""
+        if self._reread_all or len(usage) != len(before) or self.watch is None or self.watch.exited():
+            return False
+        if any(info.state == "disk-sleep" for info in self._known.values()):
+            return False  # one in disk sleep is re-read every refresh until it wakes
+        return all(a is b for a, b in zip(usage, before))
 
     def _attribute(self, usage: list[ProcessUsage]) -> tuple[GpuProcess, ...]:
         by_pid: dict[int, list[ProcessUsage]] = {}

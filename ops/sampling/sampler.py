@@ -22,10 +22,12 @@ class Sampler:
     """Takes snapshots of one node. Not thread-safe: one sampler per worker."""
 
     def __init__(self, settings: Settings, backend: Backend | None = None, *, deep_every_s: float = 10.0,
-                 use_pidfds: bool = True):
+                 use_pidfds: bool = True, full_scan_every_s: float = 0.0):
         self.settings = settings
         self.backend = backend or open_backend(settings)
         self.deep_every_s = deep_every_s
+        # Deep scans in between look only at new processes and known holders (the agent: 5 min; 0: always full).
+        self.full_scan_every_s = full_scan_every_s
         self.attribution = Attribution(settings, self.backend, use_pidfds=use_pidfds)
         self.extras = NodeExtras(settings)
         self._hostname = os.uname().nodename  # what socket.gethostname() returns, without importing socket
@@ -48,8 +50,11 @@ class Sampler:
     def snapshot(self, deep: bool | None = None) -> NodeSnapshot:
         t0 = time.perf_counter()
         attribution = self.attribution
-        if deep or (deep is None and time.monotonic() - attribution.last_deep >= self.deep_every_s):
+        now = time.monotonic()
+        if deep:
             attribution.deep_scan()
+        elif deep is None and now - attribution.last_deep >= self.deep_every_s:
+            attribution.deep_scan(full=now - attribution.last_full >= self.full_scan_every_s)
         try:
             gpus, processes = attribution.sample()
         except OutOfDescriptors as exc:
