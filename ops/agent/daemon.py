@@ -108,8 +108,9 @@ class Agent:
         self._server_thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
                                                name="gpuwarden-api", daemon=True)
         self._server_thread.start()
+        # The thread closes the sampler (NVML, held files, pidfds) after its last call, never during one.
         self._thread = SamplingThread(self._sampler.snapshot, self.config.interval, self._deliver, self._failed,
-                                      name="gpuwarden-agent-sampler")
+                                      close=self._sampler.close, name="gpuwarden-agent-sampler")
         self._thread.start()
         self._start_kernel_watch()
         self.emit(NodeEvent(time.time(), "info", f"agent started (pid {os.getpid()}): every {self.config.interval:g}s "

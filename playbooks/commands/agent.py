@@ -31,10 +31,12 @@ def _config(settings: Settings, interval: float | None):
     return cfg
 
 
-def _check_backend(settings: Settings) -> None:
-    """An agent on the automatic sim fallback would serve a fake node as if it were this one: refuse."""
+def _sampler(settings: Settings):
+    """The agent's sampler. An agent on the automatic sim fallback would serve a fake node as if it were this
+    one: without a real backend (or --backend sim) it refuses, exit 2."""
     from ops.backends.select import open_backend
-    open_backend(settings, fallback_to_sim=False).close()
+    from ops.sampling.sampler import Sampler
+    return Sampler(settings, open_backend(settings, fallback_to_sim=False))
 
 
 def _detach(settings: Settings, argv: list[str]) -> int:
@@ -97,12 +99,13 @@ def register(app: typer.Typer) -> None:
             from playbooks.output import execute, exit_with
             exit_with(execute(InstallUnitPlaybook(unit_dir), settings, dry_run=not yes, yes=yes, json_out=json_out))
         cfg = _config(settings, interval)
-        _check_backend(settings)
+        sampler = _sampler(settings)
         if not foreground and sys.stdin.isatty() and not os.environ.get("NOTIFY_SOCKET"):
+            sampler.close()
             raise typer.Exit(_detach(settings, sys.argv[1:]))
         from ops.agent.daemon import Agent
         from playbooks.agentpolicies import Policies
-        agent = Agent(settings, cfg, socket=listen_unix)
+        agent = Agent(settings, cfg, socket=listen_unix, sampler=sampler)
         agent.add_observer(Policies(agent, cfg))  # before start: the first snapshot's events count too
         agent.start()
         raise typer.Exit(agent.run())
