@@ -262,6 +262,11 @@ class NodeSnapshot:
         return text.replace(spot, '"processes":[' + ",".join(_process_json(p) for p in self.processes) + "]", 1)
 
 
+def plain(obj: Any) -> Any:
+    """A model record as JSON-ready data, with `<time>_iso` beside each epoch time (what documents carry)."""
+    return _plain(obj)
+
+
 _PROCESSES_MARK = "\u0000processes"
 
 

@@ -60,12 +60,12 @@ def list_cmd(ctx: typer.Context,
     settings = _settings(ctx)
     infos = st.list_engines(settings)
     if json_out:
-        from ops.jsondoc import document, iso
+        from ops.jsondoc import document
+        from ops.model import plain
         out = []
         for info in infos:
             record = _record_or_empty(settings, info.name)
-            out.append({**dataclasses.asdict(info), "started_at_iso": iso(info.started_at),
-                        "detail": record.get("detail", ""), "phases": record.get("phases", {})})
+            out.append({**plain(info), "detail": record.get("detail", ""), "phases": record.get("phases", {})})
         sys.stdout.write(json.dumps(document("engines", {"engines": out}), indent=2) + "\n")
         return
     if not infos:
