@@ -14,7 +14,7 @@ from agentnode import start_agent
 from simnode import kill_and_wait_zombie, start_careless_parent, wait_for
 
 from ops import journal
-from ops.agent.kernelwatch import from_kmsg
+from ops.agent.kernelwatch import TriageAdapter, useful
 from ops.agent.notify import notify
 
 GiB = 1 << 30
@@ -36,12 +36,17 @@ def kmsg_records(fixture_text: str, first_seq: int = 100) -> list[str]:
     return out
 
 
-def test_kmsg_records_become_dmesg_lines():
-    assert from_kmsg("3,160,424069,-;amdgpu 0000:c1:00.0: amdgpu: ring gfx timeout") == \
-        "kern  :err   : [    0.424069] amdgpu 0000:c1:00.0: amdgpu: ring gfx timeout"
-    assert from_kmsg(" DEVICE=+pci:0000:c1:00.0") is None
-    assert from_kmsg("[  867.9] a.out[3017]: segfault at 18") == "[  867.9] a.out[3017]: segfault at 18"
-    assert from_kmsg("12,5,1,-;user\\x5cpath") .endswith("user\\path")
+def test_the_adapter_reads_kmsg_records_and_plain_lines_and_repeats_a_finding_once_a_minute(fixtures):
+    assert not useful(" DEVICE=+pci:0000:c1:00.0") and not useful("  ") and useful("  continued text")
+    fault = (fixtures / "dmesg/rocm5745_gfx1151_gfxhub_pagefault_mes_sq_intr_gpu_reset_mode2.log").read_text()
+    adapter = TriageAdapter()
+    first = adapter.feed(kmsg_records(fault), now=1000.0)
+    assert any(f["category"] == "gpu-page-fault" for f in first)
+    again = adapter.feed(kmsg_records(fault, 500), now=1010.0)  # the same faults ten seconds later
+    assert not any(f["category"] == "gpu-page-fault" for f in again)
+    later = adapter.feed(kmsg_records(fault, 900), now=1100.0)
+    pages = [f for f in later if f["category"] == "gpu-page-fault"]
+    assert pages and all(f["new_since_last_event"] > 0 for f in pages)  # a minute on: again, with what grew
 
 
 def test_kernel_findings_from_a_fifo_become_events(sim, tmp_path, fixtures):

@@ -1,7 +1,7 @@
 """The agent's kernel-log watch: follow /dev/kmsg (else `journalctl -k -f`, or a file/FIFO named in the config),
 run new lines through the triage rules in small batches, and turn each new finding into a node event.
 
-Triage is called in one place, TriageAdapter.feed(), so a streaming analyzer can replace the batch call later.
+Triage is called in one place, TriageAdapter.feed(), through the streaming ops.triage.live.LiveTriage.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,7 +24,6 @@ KMSG = "/dev/kmsg"
 # A /dev/kmsg record: "PRI,SEQ,USEC,FLAGS[,more];message" (Documentation/ABI/testing/dev-kmsg).
 _KMSG_RECORD = re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
 _KMSG_DICT = re.compile(r"^ [A-Z][A-Z0-9_]*=")
-_LEVELS = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
 BATCH_S = 0.5  # lines arriving within this are triaged together (a multi-line report stays whole)
 BATCH_LINES = 400
 REPEAT_S = 60.0  # the same finding (rule + signature) is one event per this many seconds
@@ -33,58 +32,55 @@ FAULT_CATEGORIES = ("gpu-page-fault", "ring-timeout", "gpu-reset", "xid", "segfa
 _SEVERITY_LEVEL = {"critical": "error", "error": "error", "warning": "warning"}
 
 
-def from_kmsg(record: str) -> str | None:
-    """A /dev/kmsg record as a `dmesg -x` line (facility, level, [seconds]) that triage parses; None for a
-    record's dictionary line (" SUBSYSTEM=pci"). Any other line passes as it is."""
-    if _KMSG_DICT.match(record):
-        return None
-    m = _KMSG_RECORD.match(record.rstrip("\n"))
-    if m is None:
-        return record.rstrip("\n")  # not a record: take it as a plain log line
-    pri = int(m["pri"])
-    facility = "kern" if pri >> 3 == 0 else "user"
-    # The kernel escapes non-printable bytes and backslashes as \xNN: undo only the backslash.
-    text = m["msg"].replace("\\x5c", "\\")
-    return f"{facility}  :{_LEVELS[pri & 7]:<6}: [{int(m['usec']) / 1e6:12.6f}] {text}"
+def useful(line: str) -> bool:
+    """False for what triage must not see: a /dev/kmsg record's dictionary line (" SUBSYSTEM=pci"), blank lines."""
+    return bool(line.strip()) and not _KMSG_DICT.match(line)
 
 
 @dataclass
 class _Seen:
-    at: float
-    count: int = 0
+    at: float  # when the last event for it went out
+    count: int  # the finding's count then
 
 
-@dataclass
 class TriageAdapter:
-    """Lines in, new kernel findings out (as plain dicts). The one caller of ops.triage in the agent."""
+    """Lines in, new kernel findings out (as plain dicts): the one caller of ops.triage in the agent.
 
-    repeat_s: float = REPEAT_S
-    _seen: dict[tuple[str, str], _Seen] = field(default_factory=dict)
+    One LiveTriage is kept across batches, so a multi-line report split between two reads stays one finding."""
+
+    def __init__(self, repeat_s: float = REPEAT_S):
+        self.repeat_s = repeat_s
+        self._live = None
+        self._seen: dict[tuple[str, str], _Seen] = {}
 
     def feed(self, lines: list[str], gpu_pids: set[int] | None = None, now: float | None = None) -> list[dict[str, Any]]:
-        from ..triage import analyze_text
+        if self._live is None:
+            from ..triage.live import LiveTriage
+            self._live = LiveTriage("kernel log (agent)")
         now = time.time() if now is None else now
-        report = analyze_text("\n".join(lines), source="kernel log (agent)")
+        changed: dict[tuple[str, str], Any] = {}
+        for line in lines:
+            found = self._live.feed_kmsg(line) if _KMSG_RECORD.match(line) else self._live.feed(line)
+            for f in found:
+                changed[(f.rule, f.signature)] = f
         out = []
-        for f in report.ordered():
-            if f.severity not in _SEVERITY_LEVEL or f.category == "other" and f.rule == "unclassified":
+        for key, f in changed.items():
+            if f.severity not in _SEVERITY_LEVEL or f.rule == "unclassified":
                 continue
             if f.category == "oom":
                 # An OOM kill matters here only when it hit a GPU process.
                 pids = {v.get("pid") for v in f.victims}
                 if gpu_pids is None or not pids & gpu_pids:
                     continue
-            key = (f.rule, f.signature)
             seen = self._seen.get(key)
-            if seen is not None and now - seen.at < self.repeat_s:
-                seen.count += f.count
-                continue
-            repeats = seen.count if seen is not None else 0
-            self._seen[key] = _Seen(now)
+            if seen is not None and (now - seen.at < self.repeat_s or f.count == seen.count):
+                continue  # the same finding again: its count grows, one event a minute at most
+            self._seen[key] = _Seen(now, f.count)
             out.append({"rule": f.rule, "category": f.category, "severity": f.severity, "title": f.title,
-                        "signature": f.signature, "count": f.count, "repeats_since_last": repeats,
+                        "signature": f.signature, "count": f.count,
+                        "new_since_last_event": f.count - (seen.count if seen is not None else 0),
                         "devices": list(f.devices), "victims": f.victims[:8], "example": (f.examples or [""])[0]})
-        if len(self._seen) > 4096:  # bounded: forget the oldest signatures
+        if len(self._seen) > 4096:  # bounded: forget the signatures not reported for longest
             for key in sorted(self._seen, key=lambda k: self._seen[k].at)[:1024]:
                 del self._seen[key]
         return out
@@ -234,8 +230,8 @@ class _KmsgRecords:
                 if self.last_seq is not None and seq <= self.last_seq:
                     continue
                 self.last_seq = seq
-            line = from_kmsg(record.split("\n", 1)[0])
-            if line is not None:
+            line = record.split("\n", 1)[0]
+            if useful(line):
                 out.append(line)
         if out and self.state_file is not None and self.last_seq is not None:
             try:
@@ -288,8 +284,8 @@ class _FileLines:
         *lines, self.buf = self.buf.split(b"\n")
         out = []
         for raw in lines:
-            line = from_kmsg(raw.decode(errors="replace"))
-            if line is not None and line.strip():
+            line = raw.decode(errors="replace")
+            if useful(line):
                 out.append(line)
         return out
 
