@@ -1,5 +1,5 @@
 """The prometheus_client collector: asks its source for the latest Reading at each scrape and builds the families
-from it, and render() for the one-shot and textfile forms.
+from it; render() formats one Reading (the one-shot and textfile forms).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def registry_for(collector: SnapshotCollector) -> CollectorRegistry:
     return registry
 
 
-def render(reading: Reading, options: MetricsOptions | None = None) -> bytes:
-    """One exposition in Prometheus' text format (0.0.4)."""
-    from prometheus_client.exposition import generate_latest
-    return generate_latest(registry_for(SnapshotCollector(lambda: reading, options)))
+def render(reading: Reading, options: MetricsOptions | None = None, accept: str | None = None) -> bytes:
+    """One exposition, in Prometheus' text format unless `accept` asks for OpenMetrics."""
+    from .exposition import Exposition
+    return Exposition().render(SnapshotCollector(lambda: reading, options).collect, accept)[0]

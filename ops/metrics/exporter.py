@@ -11,7 +11,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..model import NodeSnapshot
-from .collector import SnapshotCollector, registry_for
+from .collector import SnapshotCollector
+from .exposition import Exposition
 from .plan import PlanCache
 from .reading import MetricsOptions, Reading
 from .server import Listener, TlsFiles
@@ -38,11 +39,10 @@ class MetricsExporter:
         self._findings: dict[tuple[str, str], int] = dict.fromkeys(finding_keys(), 0)
         self._lock = threading.Lock()
         self.collector = SnapshotCollector(self.reading, self.options)
-        self.registry = registry_for(self.collector)
+        self.exposition = Exposition()
         self.listener: Listener | None = None
         if listen:
-            from prometheus_client import make_wsgi_app
-            self.listener = Listener(listen, make_wsgi_app(self.registry), tls)
+            self.listener = Listener(listen, self.exposition.wsgi_app(self.collector.collect), tls)
 
     def start(self) -> str | None:
         """Bind the listener (before the agent starts, so a busy port fails the start); its URL, or None."""
@@ -78,13 +78,10 @@ class MetricsExporter:
                        plan=self.plan.current(), now=time.time())
 
     def text(self, per_process: bool | None = None) -> bytes:
-        """One exposition (for the API socket's /metrics); per_process overrides the agent's option."""
-        from .collector import render
-        reading = self.reading()
-        if reading is None:
-            return b""
-        options = self.options
-        if per_process is not None and per_process != options.per_process:
+        """One exposition in the text format (for the API socket's /metrics); per_process overrides the agent's
+        option for this one."""
+        collector = self.collector
+        if per_process is not None and per_process != self.options.per_process:
             from dataclasses import replace
-            options = replace(options, per_process=per_process)
-        return render(reading, options)
+            collector = SnapshotCollector(self.reading, replace(self.options, per_process=per_process))
+        return self.exposition.render(collector.collect)[0]

@@ -6,6 +6,7 @@ README's Monitoring section documents each family; tests/test_metrics_exposition
 
 from __future__ import annotations
 
+import heapq
 import os
 import platform
 from typing import Iterator
@@ -260,15 +261,18 @@ def _process_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[M
                  f"{options.per_process_max} pairs.", lab.names)
     rest = _gauge("process_vram_unlisted_bytes", "VRAM of the processes left out of process_vram_bytes by its cap.",
                   gpu_lab.names)
-    pairs = [(b, gi, p) for p in snap.processes for gi, b in p.vram.items() if b > 0]
-    pairs.sort(key=lambda t: (-t[0], t[1], t[2].pid))
-    for b, gi, p in pairs[:options.per_process_max]:
+    pairs = [(b, -gi, -p.pid, p) for p in snap.processes for gi, b in p.vram.items() if b > 0]
+    keep = heapq.nlargest(options.per_process_max, pairs, key=lambda t: t[:3])
+    for b, gi, _, p in keep:
+        gi = -gi
         fam.add_metric(lab.of(str(gi), str(p.pid), p.user or "", _program(p.command),
                               getattr(p, "container_name", None) or p.container or "",
                               getattr(p, "namespace", None) or "", getattr(p, "pod", None) or ""), b)
     left: dict[int, int] = {}
-    for b, gi, _ in pairs[options.per_process_max:]:
-        left[gi] = left.get(gi, 0) + b
+    for b, gi, _, _ in pairs:
+        left[-gi] = left.get(-gi, 0) + b
+    for b, gi, _, _ in keep:
+        left[-gi] -= b
     for g in snap.gpus:
         rest.add_metric(gpu_lab.of(str(g.index)), left.get(g.index, 0))
     return iter((fam, rest))

@@ -49,9 +49,9 @@ class TlsFiles:
 
 
 def parse_listen(value: str) -> tuple[str, int]:
-    """HOST:PORT, [IPv6]:PORT or :PORT (all interfaces) -> (host, port)."""
+    """HOST:PORT, [IPv6]:PORT or :PORT (all interfaces) -> (host, port); port 0 takes a free one."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise GpuwardenError(f"--metrics-listen {value!r} is not HOST:PORT",
                              f"e.g. {DEFAULT_LISTEN} (this node only) or 0.0.0.0:9835 (for Prometheus elsewhere)")
     host = host.strip("[]") or "0.0.0.0"
