@@ -282,7 +282,7 @@ def _process_json(p: "GpuProcess") -> str:
 
 
 # Fields holding seconds since the epoch: JSON gets `<name>_iso` beside each.
-TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at"})
+TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at", "phase_since"})
 _names: dict[type, tuple[str, ...]] = {}
 
 

@@ -146,7 +146,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (the base class's name)
         path, _, qs = self.path.partition("?")
         route = {"/healthz": self._healthz, "/v1/snapshot": self._snapshot, "/v1/history": self._history,
-                 "/v1/events": self._events}.get(path)
+                 "/v1/events": self._events, "/metrics": self._metrics}.get(path)
         if route is None:
             self._json(api_error(f"no such endpoint {path[:80]!r}", 404,
                                  "endpoints: /healthz, /v1/snapshot, /v1/history, /v1/events"), 404)
@@ -189,6 +189,20 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, body, {"X-Gpuwarden-Needs-Attention": "1" if attention else "0",
                                "X-Gpuwarden-Stale": "1" if stale else "0",
                                "X-Gpuwarden-Backend": self.server.agent.backend_name()})
+
+    def _metrics(self, qs: str) -> None:
+        """The Prometheus exposition (what `gpuwarden metrics` prints when an agent runs)."""
+        params = query.parse(qs, {"per_process": "1 for VRAM per process", "hostname": "1 for a hostname label"})
+        exporter = self.server.agent.metrics
+        if exporter is None:
+            self._json(api_error("no metrics exporter in this agent", 404), 404)
+            return
+        body = exporter.text(query.flag(params, "per_process"), query.flag(params, "hostname"))
+        if not body:
+            self._json(api_error("no snapshot yet", 503, "the agent has just started; retry in a second"), 503)
+            return
+        self._send(200, body, {"X-Gpuwarden-Backend": self.server.agent.backend_name()},
+                   content_type="text/plain; version=0.0.4; charset=utf-8")
 
     def _history(self, qs: str) -> None:
         params = query.parse(qs, {"gpu": "a GPU index", "since": "30m, 2h, an epoch time or ISO-8601",
@@ -251,9 +265,10 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, doc: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(doc, separators=(",", ":"), default=str).encode(), headers)
 
-    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None,
+              content_type: str = "application/json") -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         for k, v in (headers or {}).items():

@@ -77,11 +77,17 @@ class MetricsExporter:
                        residual_since=dict(self.agent.changes.residual_since), findings=findings,
                        plan=self.plan.current(), now=time.time())
 
-    def text(self, per_process: bool | None = None) -> bytes:
-        """One exposition in the text format (for the API socket's /metrics); per_process overrides the agent's
-        option for this one."""
+    def text(self, per_process: bool = False, hostname: bool = False) -> bytes:
+        """One exposition in the text format (the API socket's /metrics), b"" before the first snapshot;
+        per_process and hostname add to the agent's own options for this one."""
+        if self.agent.latest() is None:
+            return b""
         collector = self.collector
-        if per_process is not None and per_process != self.options.per_process:
+        if (per_process and not self.options.per_process) or (hostname and not self.options.hostname):
+            import os
             from dataclasses import replace
-            collector = SnapshotCollector(self.reading, replace(self.options, per_process=per_process))
+            options = replace(self.options, per_process=per_process or self.options.per_process,
+                              hostname=self.options.hostname or (os.uname().nodename if hostname else None))
+            collector = SnapshotCollector(self.reading, options)
+            return Exposition().render(collector.collect)[0]  # a one-off: keep the listener's texts
         return self.exposition.render(collector.collect)[0]

@@ -71,8 +71,10 @@ class Exposition:
                 hit = (fam.documentation, fam.samples, text)
             fresh[key] = hit
             parts.append(hit[2])
-        # Only what this scrape produced is kept: a family that went away is forgotten, other formats too.
-        self._cache = fresh
+        # Of this format, only what this scrape produced is kept: a family that went away is forgotten.
+        kept = {k: v for k, v in cache.items() if k[0] != content_type}
+        kept.update(fresh)
+        self._cache = kept
 
     def wsgi_app(self, families: Callable[[], Iterable[Metric]]):
         """A WSGI app serving GET (any path, like prometheus_client's) from `families()`."""

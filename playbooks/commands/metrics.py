@@ -12,6 +12,20 @@ import typer
 from ops.settings import Settings
 
 
+def _from_agent(settings: Settings, per_process: bool, hostname: bool) -> bytes | None:
+    """The running agent's exposition over its socket (with its kernel-log counts and residual ages); None
+    when no agent answers, or it samples another backend than the one asked for."""
+    from ops.agent.client import get
+    from ops.paths import AGENT_SOCKET
+    query = "&".join(f"{k}=1" for k, on in (("per_process", per_process), ("hostname", hostname)) if on)
+    reply = get(settings.state_dir / AGENT_SOCKET, "/metrics" + (f"?{query}" if query else ""))
+    if reply is None or reply.status != 200:
+        return None
+    if settings.backend and reply.headers.get("x-gpuwarden-backend") != settings.backend:
+        return None
+    return reply.body
+
+
 def _exposition(settings: Settings, per_process: bool, hostname: str | None) -> bytes:
     import time
 
@@ -37,13 +51,15 @@ def register(app: typer.Typer) -> None:
                                             help="Add a hostname label to every series (Prometheus adds "
                                                  "instance itself; this is for textfiles and federation)."),
     ) -> None:
-        """Print the node's metrics once, in Prometheus' text format (the agent serves the same on
-        --metrics-listen). Without an agent it samples the node itself: kernel-log counts and residual ages,
-        which only the agent keeps, are left out then.
+        """Print the node's metrics once, in Prometheus' text format: the running agent's (over its socket),
+        else a sample taken now, in which the kernel-log counts and residual ages that only the agent keeps
+        are left out.
         """
         import os
         settings: Settings = ctx.obj
-        body = _exposition(settings, per_process, os.uname().nodename if hostname_label else None)
+        body = None if settings.replay else _from_agent(settings, per_process, hostname_label)
+        if body is None:
+            body = _exposition(settings, per_process, os.uname().nodename if hostname_label else None)
         if textfile is None:
             typer.echo(body.decode(), nl=False)
             return
