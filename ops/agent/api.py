@@ -14,12 +14,12 @@ import select
 import socket
 import socketserver
 import struct
-import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..connlimit import ConnectionCap
 from ..jsondoc import document, iso
 from . import query
 from .query import BadRequest
@@ -67,17 +67,15 @@ class Access:
         return self.gid is not None and (gid == self.gid or self.gid in _groups_of(pid))
 
 
-class ApiServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+class ApiServer(ConnectionCap, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     request_queue_size = 128
 
     def __init__(self, path: Path, agent: "Agent", access: Access, max_clients: int = MAX_CLIENTS):
         self.agent = agent
         self.access = access
-        self.max_clients = max_clients
-        self.active = 0
+        self.init_cap(max_clients)
         self.refused = 0
-        self._count_lock = threading.Lock()
         super().__init__(str(path), Handler)
 
     def verify_request(self, request, client_address) -> bool:  # type: ignore[override]
@@ -90,30 +88,15 @@ class ApiServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             return False
         return True
 
-    def process_request(self, request, client_address) -> None:  # type: ignore[override]
-        with self._count_lock:
-            full = self.active >= self.max_clients
-            if not full:
-                self.active += 1
-        if full:
-            # Answer in this thread without reading the request: cheap, and never blocks (non-blocking send).
-            try:
-                request.setblocking(False)
-                body = json.dumps(api_error("too many clients", 503, "retry in a moment")).encode()
-                request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                             b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request, client_address) -> None:  # type: ignore[override]
+    def refuse(self, request) -> None:
+        # Answer in this thread without reading the request: cheap, and never blocks (non-blocking send).
         try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._count_lock:
-                self.active -= 1
+            request.setblocking(False)
+            body = json.dumps(api_error("too many clients", 503, "retry in a moment")).encode()
+            request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                         b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        except OSError:
+            pass
 
     def handle_error(self, request, client_address) -> None:  # type: ignore[override]
         pass  # a client that hung up mid-answer is not the agent's problem; nothing to print

@@ -16,6 +16,7 @@ from pathlib import Path
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
+from ..connlimit import ConnectionCap
 from ..errors import GpuwardenError
 
 DEFAULT_LISTEN = "127.0.0.1:9835"
@@ -65,7 +66,7 @@ class _Quiet(WSGIRequestHandler):
         pass  # one line per scrape would drown the agent's log
 
 
-class MetricsServer(ThreadingMixIn, WSGIServer):
+class MetricsServer(ConnectionCap, ThreadingMixIn, WSGIServer):
     daemon_threads = True
     request_queue_size = 64
 
@@ -73,9 +74,7 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         self.address_family = socket.getaddrinfo(address[0], address[1], type=socket.SOCK_STREAM,
                                                  flags=socket.AI_PASSIVE)[0][0]
         self.tls = tls
-        self.max_clients = max_clients
-        self.active = 0
-        self._count = threading.Lock()
+        self.init_cap(max_clients)  # past it a scraper is closed on: Prometheus retries at its next interval
         super().__init__(address, _Quiet)
         self.set_app(app)
 
@@ -86,23 +85,6 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = self.server_address[0], self.server_address[1]
         self.setup_environ()
-
-    def process_request(self, request, client_address) -> None:  # type: ignore[override]
-        with self._count:
-            full = self.active >= self.max_clients
-            if not full:
-                self.active += 1
-        if full:
-            self.shutdown_request(request)  # Prometheus retries at the next interval; nothing else to say
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request, client_address) -> None:  # type: ignore[override]
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._count:
-                self.active -= 1
 
     def finish_request(self, request, client_address) -> None:  # type: ignore[override]
         request.settimeout(IO_TIMEOUT_S)
