@@ -144,6 +144,8 @@ class EngineInfo:
     bundle: str | None = None
     stale: bool = False  # the state file's shim is gone: nothing here can be trusted
     registrations: tuple[Registration, ...] = ()  # newest last
+    phase_since: float | None = None  # when it entered `phase` (the shim's record); None when unknown
+    crashes: dict[str, int] = field(default_factory=dict)  # signal name ("none": exit code) -> crashes so far
 
 
 @dataclass(frozen=True)
@@ -280,7 +282,7 @@ def _process_json(p: "GpuProcess") -> str:
 
 
 # Fields holding seconds since the epoch: JSON gets `<name>_iso` beside each.
-TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at"})
+TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at", "phase_since"})
 _names: dict[type, tuple[str, ...]] = {}
 
 

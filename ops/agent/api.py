@@ -14,12 +14,12 @@ import select
 import socket
 import socketserver
 import struct
-import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..connlimit import ConnectionCap
 from ..jsondoc import document, iso
 from . import query
 from .query import BadRequest
@@ -67,17 +67,15 @@ class Access:
         return self.gid is not None and (gid == self.gid or self.gid in _groups_of(pid))
 
 
-class ApiServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+class ApiServer(ConnectionCap, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     request_queue_size = 128
 
     def __init__(self, path: Path, agent: "Agent", access: Access, max_clients: int = MAX_CLIENTS):
         self.agent = agent
         self.access = access
-        self.max_clients = max_clients
-        self.active = 0
+        self.init_cap(max_clients)
         self.refused = 0
-        self._count_lock = threading.Lock()
         super().__init__(str(path), Handler)
 
     def verify_request(self, request, client_address) -> bool:  # type: ignore[override]
@@ -90,30 +88,15 @@ class ApiServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             return False
         return True
 
-    def process_request(self, request, client_address) -> None:  # type: ignore[override]
-        with self._count_lock:
-            full = self.active >= self.max_clients
-            if not full:
-                self.active += 1
-        if full:
-            # Answer in this thread without reading the request: cheap, and never blocks (non-blocking send).
-            try:
-                request.setblocking(False)
-                body = json.dumps(api_error("too many clients", 503, "retry in a moment")).encode()
-                request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                             b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request, client_address) -> None:  # type: ignore[override]
+    def refuse(self, request) -> None:
+        # Answer in this thread without reading the request: cheap, and never blocks (non-blocking send).
         try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._count_lock:
-                self.active -= 1
+            request.setblocking(False)
+            body = json.dumps(api_error("too many clients", 503, "retry in a moment")).encode()
+            request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                         b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        except OSError:
+            pass
 
     def handle_error(self, request, client_address) -> None:  # type: ignore[override]
         pass  # a client that hung up mid-answer is not the agent's problem; nothing to print
@@ -146,7 +129,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (the base class's name)
         path, _, qs = self.path.partition("?")
         route = {"/healthz": self._healthz, "/v1/snapshot": self._snapshot, "/v1/history": self._history,
-                 "/v1/events": self._events}.get(path)
+                 "/v1/events": self._events, "/metrics": self._metrics}.get(path)
         if route is None:
             self._json(api_error(f"no such endpoint {path[:80]!r}", 404,
                                  "endpoints: /healthz, /v1/snapshot, /v1/history, /v1/events"), 404)
@@ -189,6 +172,20 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, body, {"X-Gpuwarden-Needs-Attention": "1" if attention else "0",
                                "X-Gpuwarden-Stale": "1" if stale else "0",
                                "X-Gpuwarden-Backend": self.server.agent.backend_name()})
+
+    def _metrics(self, qs: str) -> None:
+        """The Prometheus exposition (what `gpuwarden metrics` prints when an agent runs)."""
+        params = query.parse(qs, {"per_process": "1 for VRAM per process", "hostname": "1 for a hostname label"})
+        exporter = self.server.agent.metrics
+        if exporter is None:
+            self._json(api_error("no metrics exporter in this agent", 404), 404)
+            return
+        body = exporter.text(query.flag(params, "per_process"), query.flag(params, "hostname"))
+        if not body:
+            self._json(api_error("no snapshot yet", 503, "the agent has just started; retry in a second"), 503)
+            return
+        self._send(200, body, {"X-Gpuwarden-Backend": self.server.agent.backend_name()},
+                   content_type="text/plain; version=0.0.4; charset=utf-8")
 
     def _history(self, qs: str) -> None:
         params = query.parse(qs, {"gpu": "a GPU index", "since": "30m, 2h, an epoch time or ISO-8601",
@@ -251,9 +248,10 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, doc: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(doc, separators=(",", ":"), default=str).encode(), headers)
 
-    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None,
+              content_type: str = "application/json") -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         for k, v in (headers or {}).items():

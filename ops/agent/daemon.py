@@ -71,6 +71,7 @@ class Agent:
         self._log_stream = log_stream if log_stream is not None else sys.stderr
         self._journal_prefix = bool(os.environ.get("JOURNAL_STREAM"))
         self.observers: list[Observer] = []
+        self.metrics = None  # the MetricsExporter (ops.metrics) when one is attached: the API's /metrics
         self.started_at = time.time()
         self.stopping = False
         self._done = threading.Event()

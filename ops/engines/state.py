@@ -118,10 +118,14 @@ def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | N
         return EngineInfo(name=name, gpu=gpu, phase="starting", log_path=str(log_path),
                           last_log_line=last_line(log_path, cache=cache))
     stale = is_stale(record, proc_root)
+    phase = "stale" if stale else record.get("phase", "starting")
+    phases = record.get("phases") if isinstance(record.get("phases"), dict) else {}
+    crashes = record.get("crashes") if isinstance(record.get("crashes"), dict) else {}
     return EngineInfo(
         name=name,
         gpu=record.get("gpu", gpu),
-        phase="stale" if stale else record.get("phase", "starting"),
+        phase=phase,
+        phase_since=_number(phases.get(phase)),
         pid=record.get("pid"),
         shim_pid=record.get("shim_pid"),
         started_at=record.get("started_at"),
@@ -134,6 +138,7 @@ def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | N
         bundle=record.get("bundle"),
         stale=stale,
         registrations=registrations_of(record),
+        crashes={str(k): int(v) for k, v in crashes.items() if isinstance(v, int) and not isinstance(v, bool)},
     )
 
 
@@ -142,6 +147,10 @@ def registrations_of(record: dict[str, Any]) -> tuple[Registration, ...]:
     return tuple(Registration(**{k: raw.get(k) for k in Registration.__dataclass_fields__})
                  for raw in record.get("registrations") or ()
                  if isinstance(raw, dict) and isinstance(raw.get("kind"), str) and isinstance(raw.get("outcome"), str))
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def list_engines(settings: Settings, cache: "FileCache | None" = None) -> list[EngineInfo]:

@@ -83,12 +83,29 @@ def register(app: typer.Typer) -> None:
                                                   "--yes)."),
         unit_dir: Path = typer.Option(Path("/etc/systemd/system"), "--unit-dir",
                                       help="Where --install-systemd writes gpuwarden-agent.service."),
+        metrics_listen: Optional[str] = typer.Option(
+            None, "--metrics-listen", metavar="HOST:PORT", envvar="GPUWARDEN_METRICS_LISTEN",
+            help="Serve Prometheus /metrics over HTTP here: 127.0.0.1:9835 for this node only, 0.0.0.0:9835 for "
+                 "Prometheus elsewhere (a DaemonSet). Off by default; `gpuwarden metrics` works either way."),
+        metrics_tls_cert: Optional[Path] = typer.Option(None, "--metrics-tls-cert", metavar="PEM",
+                                                        help="Serve /metrics over HTTPS with this certificate chain."),
+        metrics_tls_key: Optional[Path] = typer.Option(None, "--metrics-tls-key", metavar="PEM",
+                                                       help="The unencrypted key of --metrics-tls-cert."),
+        metrics_client_ca: Optional[Path] = typer.Option(
+            None, "--metrics-client-ca", metavar="PEM",
+            help="Require scrapers to present a client certificate signed by this CA (mutual TLS)."),
+        per_process: bool = typer.Option(False, "--per-process",
+                                         help="Export VRAM per process and GPU (the largest 256 pairs; off by "
+                                              "default to keep the series bounded)."),
+        hostname_label: bool = typer.Option(False, "--hostname-label",
+                                            help="Add a hostname label to every metric (Prometheus adds instance)."),
         yes: Yes = False,
         json_out: JsonOut = False,
     ) -> None:
         """Run the node agent: one sampler for the node (every second by default), per-GPU history, an event
         log, a kernel-log watch and the policies of the node config's [agent] table; serves
-        /healthz, /v1/snapshot, /v1/history and /v1/events over a unix socket.
+        /healthz, /v1/snapshot, /v1/history, /v1/events and /metrics over a unix socket, and /metrics
+        over HTTP(S) with --metrics-listen.
 
         SIGTERM stops it (exit 0), SIGHUP reloads the node config. Exit 2 when no real GPU backend works
         (pass --backend sim for the simulated node) or another agent runs.
@@ -99,6 +116,10 @@ def register(app: typer.Typer) -> None:
             from playbooks.output import execute, exit_with
             exit_with(execute(InstallUnitPlaybook(unit_dir), settings, dry_run=not yes, yes=yes, json_out=json_out))
         cfg = _config(settings, interval)
+        tls = _tls(metrics_listen, metrics_tls_cert, metrics_tls_key, metrics_client_ca)
+        if metrics_listen:
+            from ops.metrics.server import parse_listen
+            parse_listen(metrics_listen)  # a typo fails here, before anything starts or detaches
         sampler = _sampler(settings)
         if not foreground and sys.stdin.isatty() and not os.environ.get("NOTIFY_SOCKET"):
             sampler.close()
@@ -107,5 +128,39 @@ def register(app: typer.Typer) -> None:
         from playbooks.agentpolicies import Policies
         agent = Agent(settings, cfg, socket=listen_unix, sampler=sampler)
         agent.add_observer(Policies(agent, cfg))  # before start: the first snapshot's events count too
-        agent.start()
+        exporter = _exporter(agent, metrics_listen, tls, per_process, hostname_label)
+        url = exporter.start()  # binds before sampling starts: a busy port fails the start in one line
+        try:
+            agent.start()
+        except BaseException:
+            exporter.close()
+            raise
+        if url:
+            agent.log("info", f"metrics on {url}")
         raise typer.Exit(agent.run())
+
+
+def _tls(listen: str | None, cert: Path | None, key: Path | None, client_ca: Path | None):
+    if not (cert or key or client_ca):
+        return None
+    if not listen:
+        raise GpuwardenError("--metrics-tls-cert/--metrics-tls-key/--metrics-client-ca need --metrics-listen",
+                             "e.g. --metrics-listen 0.0.0.0:9835 --metrics-tls-cert c.pem --metrics-tls-key k.pem")
+    if cert is None or key is None:
+        raise GpuwardenError("HTTPS for /metrics needs both --metrics-tls-cert and --metrics-tls-key",
+                             "give the PEM certificate chain and its key")
+    from ops.metrics.server import TlsFiles
+    files = TlsFiles(cert, key, client_ca)
+    files.context()  # an unreadable certificate fails here, with its name
+    return files
+
+
+def _exporter(agent, listen: str | None, tls, per_process: bool, hostname_label: bool):
+    """The exporter is always attached: `gpuwarden metrics` asks it over the API socket."""
+    from ops.metrics.exporter import MetricsExporter
+    from ops.metrics.reading import MetricsOptions
+    options = MetricsOptions(per_process=per_process, hostname=os.uname().nodename if hostname_label else None)
+    exporter = MetricsExporter(agent, options, listen, tls)
+    agent.metrics = exporter
+    agent.add_observer(exporter)
+    return exporter
