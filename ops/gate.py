@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import statedir, statefiles
 from .errors import GpuwardenError
 
 ENV_DIR = "GPUWARDEN_GATE_DIR"
@@ -57,7 +58,6 @@ def acquire(gate_dir: Path, slots: int, who: str = "", timeout_s: float | None =
     """Take a free slot, waiting up to timeout_s (None: forever); raise GateTimeout after that."""
     if slots < 1:
         raise GpuwardenError(f"the registration gate needs at least one slot, got {slots}")
-    gate_dir.mkdir(parents=True, exist_ok=True)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     paths = slot_paths(gate_dir, slots)
     # Start at a pid-dependent slot so waiters don't all hammer slot-0 first.
@@ -65,7 +65,7 @@ def acquire(gate_dir: Path, slots: int, who: str = "", timeout_s: float | None =
     while True:
         for k in range(slots):
             i = (start + k) % slots
-            fd = os.open(paths[i], os.O_RDWR | os.O_CREAT, 0o600)
+            fd = _open_slot(gate_dir, paths[i].name, os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -82,6 +82,12 @@ def acquire(gate_dir: Path, slots: int, who: str = "", timeout_s: float | None =
         time.sleep(poll_s)
 
 
+def _open_slot(gate_dir: Path, name: str, flags: int) -> int:
+    # Through statedir's checked opens: a planted symlink slot-<i>.lock must not get its target truncated.
+    with statedir.open_dir(gate_dir, create=bool(flags & os.O_CREAT)) as d:
+        return d.open(name, flags, 0o600)
+
+
 def acquire_from_env(who: str = "", timeout_s: float | None = None) -> Slot | None:
     """Take a slot of the gate named by the environment; None when no gate is configured."""
     gate_dir = os.environ.get(ENV_DIR)
@@ -96,7 +102,7 @@ def holders(gate_dir: Path, slots: int) -> list[dict]:
     out = []
     for i, path in enumerate(slot_paths(gate_dir, slots)):
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = _open_slot(gate_dir, path.name, os.O_RDONLY)
         except FileNotFoundError:
             continue
         try:
@@ -107,8 +113,8 @@ def holders(gate_dir: Path, slots: int) -> list[dict]:
             except BlockingIOError:
                 pass
             try:
-                info = json.loads(path.read_text() or "{}")
-            except (OSError, json.JSONDecodeError):
+                info = statefiles.parse(os.pread(fd, 4096, 0) or b"{}", statefiles.SLOT_INFO, path)
+            except (OSError, GpuwardenError):
                 info = {}
             out.append({"slot": i, **info})
         finally:

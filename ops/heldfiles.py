@@ -36,7 +36,7 @@ class HeldFiles:
         fd = self._fds.get(path)
         if fd is None:
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError:
                 return None
             if len(self._fds) >= self.limit:

@@ -111,14 +111,16 @@ class Sampler:
         gpus = tuple(self.backend.gpus())
         usage = self.backend.process_usage()
         processes = self._attribute(gpus, usage)
-        baseline = nodestate.baseline(self.settings.state_dir)
-        drained = tuple(sorted(nodestate.drained(self.settings.state_dir)))
+        baseline, baseline_problem = nodestate.baseline_or_warning(self.settings.state_dir)
+        drained_gpus, drained_problem = nodestate.drained_or_warning(self.settings.state_dir)
+        drained = tuple(sorted(drained_gpus))
         residual, warnings = self._residual(gpus, processes, usage, baseline)
+        warnings.extend(p for p in (baseline_problem, drained_problem) if p)
         if self.backend.simulated:
             why = getattr(self.backend, "fallback_reason", None)
             warnings.insert(0, f"SIMULATED node: no real GPU backend works here ({why})" if why
                             else "SIMULATED node (--backend sim)")
-        if not baseline:
+        if not baseline and not baseline_problem:
             warnings.append("no idle baseline recorded: residual counts all unexplained VRAM "
                             "(record one with `gpuwarden baseline record` on an idle node)")
         if self._nested_ns:

@@ -17,8 +17,9 @@ try:  # newer typer vendors click; older releases depend on it
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import ClickException  # type: ignore
 
-from ops import __version__
+from ops import __version__, interrupts
 from ops.errors import GpuwardenError
+from ops.safetext import printable
 from ops.settings import BACKENDS, Settings
 
 app = typer.Typer(
@@ -61,7 +62,7 @@ def _version(value: bool) -> None:
 def _global(
     ctx: typer.Context,
     state_dir: Optional[Path] = typer.Option(
-        None, "--state-dir", envvar="GPUWARDEN_STATE_DIR",
+        None, "--state-dir", envvar="GPUWARDEN_STATE_DIR", readable=False,  # statedir.check says it in one line
         help="Where gpuwarden keeps state (default /run/gpuwarden as root, $XDG_RUNTIME_DIR/gpuwarden otherwise).",
         show_default=False),
     config: Optional[Path] = typer.Option(
@@ -91,8 +92,8 @@ def _global(
                                 sysfs_root=sysfs_root, proc_root=proc_root)
     from ops.nodeconfig import effective_settings  # the config may name the state dir
     ctx.obj = effective_settings(ctx.obj)
-    from ops.statedir import refuse_squatted
-    refuse_squatted(ctx.obj.state_dir)
+    from ops import statedir
+    statedir.check(ctx.obj.state_dir)  # not ours, shared with other users, unreadable: one line, now
     if ctx.invoked_subcommand is None:
         # No command: the console when the program has one (tui.main sets it), else the help.
         if _default_action is None:
@@ -111,18 +112,23 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turn expected failures into one line and an exit code."""
     command = typer.main.get_command(app)
     args = argv if argv is not None else sys.argv[1:]
+    interrupts.install()
     try:
         rv = command.main(args=args, prog_name="gpuwarden",
                           standalone_mode=False)
         return rv if isinstance(rv, int) else 0
     except GpuwardenError as exc:
-        print(f"gpuwarden: error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
+        for each in getattr(exc, "errors", None) or [exc]:  # a config with several errors lists them all
+            print(f"gpuwarden: error: {printable(each.message)}", file=sys.stderr)
+            if each.hint:
+                print(f"  hint: {printable(each.hint)}", file=sys.stderr)
         if "--json" in args:
             # A script reading stdout gets the failure in the shape it parses (the exit code stays).
             from ops.jsondoc import dumps, error_document
-            sys.stdout.write(dumps(error_document(exc.message, exc.hint, exc.exit_code), indent=None) + "\n")
+            doc = error_document(exc.message, exc.hint, exc.exit_code)
+            if getattr(exc, "errors", None):
+                doc["errors"] = [{"error": e.message, "hint": e.hint} for e in exc.errors]
+            sys.stdout.write(dumps(doc, indent=None) + "\n")
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
@@ -130,11 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         print("gpuwarden: aborted", file=sys.stderr)
         return 130
     except ClickException as exc:
-        exc.show()
+        # Click's own usage errors, in the same one-line shape as ours.
+        print(f"gpuwarden: error: {printable(exc.format_message())}", file=sys.stderr)
+        print("  hint: see `gpuwarden --help`, or `gpuwarden COMMAND --help`", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("gpuwarden: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"gpuwarden: {interrupts.describe(exc)}", file=sys.stderr)
+        return 128 + interrupts.signal_of(exc)
     except BrokenPipeError:
         return 0
     except SystemExit:

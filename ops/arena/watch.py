@@ -55,11 +55,7 @@ def _shared_files_cached(pid: int, proc_root: Path) -> set[str]:
 
 
 def _is_arena(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(fmt.MAGIC)) == fmt.MAGIC
-    except OSError:
-        return False
+    return fmt.has_magic(path)
 
 
 # Reading /proc/<pid>/maps costs the kernel ~0.1 ms a process: thousands of them make a full scan

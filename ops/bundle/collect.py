@@ -24,8 +24,8 @@ from ..triage.render import as_json, markdown
 from . import archive
 from .collectors import COLLECTORS, Collector, Context
 from .entries import MISSING, OK, SKIPPED, TIMED_OUT, Entry
-from .redact import describe as redaction_patterns
-from .redact import redact_text
+from ..redact import describe as redaction_patterns
+from ..redact import redact_text
 from .runner import Worker
 
 DEFAULT_TIMEOUT_S = 10.0

@@ -9,9 +9,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ops import procs, statedir
+from ops import procs, redact, statedir, statefiles
 from ops.errors import GpuwardenError
 from ops.model import EngineInfo, Registration
+from ops.safetext import log_line, printable
 from ops.settings import Settings
 
 SPEC = "spec.json"  # what to run: written by the launcher, read by the shim
@@ -35,19 +36,30 @@ def engine_dir(state_dir: Path, name: str) -> Path:
 
 
 def read_state(state_dir: Path, name: str) -> dict[str, Any] | None:
-    return statedir.read_json(engine_dir(state_dir, name) / STATE, default=None, kind=dict)
+    return statefiles.load(engine_dir(state_dir, name) / STATE, statefiles.ENGINE_STATE, root=state_dir)
 
 
 def read_spec(state_dir: Path, name: str) -> dict[str, Any] | None:
-    return statedir.read_json(engine_dir(state_dir, name) / SPEC, default=None, kind=dict)
+    return statefiles.load(engine_dir(state_dir, name) / SPEC, statefiles.ENGINE_SPEC, root=state_dir)
 
 
 def names(state_dir: Path) -> list[str]:
-    root = engines_root(state_dir)
     try:
-        return sorted(p.name for p in root.iterdir() if (p / SPEC).exists() or (p / STATE).exists())
+        root = statedir.open_dir(state_dir, statedir.ENGINES)
     except FileNotFoundError:
         return []
+    with root:
+        out = []
+        for name in root.listdir():
+            if name.startswith("."):
+                continue
+            try:
+                with root.subdir(name) as d:
+                    if d.stat(SPEC) is not None or d.stat(STATE) is not None:
+                        out.append(name)
+            except GpuwardenError:
+                out.append(name)  # listed, so that `engines list` says what is wrong with it
+        return sorted(out)
 
 
 def alive(pid: int | None, start: int | None, proc_root: Path = Path("/proc")) -> bool:
@@ -82,26 +94,36 @@ def last_line(path: Path, limit: int = 8192) -> str | None:
     hit = _last_lines.get(str(path))
     if hit is not None and hit[0] == key:
         return hit[1]
-    lines = tail(path, 1, limit)
+    try:
+        lines = tail(path, 1, limit)
+    except GpuwardenError as exc:
+        lines = [exc.message]
     line = lines[-1] if lines else None
     _last_lines[str(path)] = (key, line)
     return line
 
 
 def tail(path: Path, count: int, limit: int = 65536) -> list[str]:
-    """The last `count` non-empty lines of a log, reading at most `limit` bytes from its end."""
+    """The last `count` non-empty lines of a log (from its end, at most `limit` bytes), ready to print:
+    secrets redacted, terminal escapes shown. The log's directory is opened through the checked state dir."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - limit))
-            data = f.read()
+        d = statedir.open_dir(path.parent)
     except FileNotFoundError:
         return []
+    with d:
+        try:
+            fd = d.open(path.name)
+        except FileNotFoundError:
+            return []
+        try:
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, limit, max(0, size - limit))
+        finally:
+            os.close(fd)
     lines = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
     if size > limit and lines:
         lines = lines[1:]  # the first line read is probably cut
-    return lines[-count:]
+    return [log_line(redact.text(ln)) for ln in lines[-count:]]
 
 
 def run_tail(path: Path, count: int) -> list[str]:
@@ -156,11 +178,12 @@ def list_engines(settings: Settings) -> list[EngineInfo]:
         folder = engine_dir(settings.state_dir, name)
         try:
             # The snapshot lists engines on every refresh: parse a record again only when its shim rewrote it.
-            record = statedir.read_json_cached(folder / STATE, default=None, kind=dict)
-            spec = statedir.read_json_cached(folder / SPEC, default=None, kind=dict)
-        except GpuwardenError:
-            out.append(EngineInfo(name=name, gpu=None, phase="stale", stale=True,
-                                  last_log_line="state file is corrupt"))
+            record = statefiles.cache.load(folder / STATE, statefiles.ENGINE_STATE, root=settings.state_dir)
+            spec = statefiles.cache.load(folder / SPEC, statefiles.ENGINE_SPEC, root=settings.state_dir)
+        except GpuwardenError as exc:
+            why = exc.problem if isinstance(exc, statedir.StateFileError) else exc.message
+            out.append(EngineInfo(name=printable(name), gpu=None, phase="stale", stale=True,
+                                  last_log_line=printable(f"state file is corrupt: {why}")))
             continue
         out.append(info_from(name, record, spec, settings.state_dir, settings.proc_root))
     return out
