@@ -84,7 +84,8 @@ def acquire(gate_dir: Path, slots: int, who: str = "", timeout_s: float | None =
 
 def _open_slot(gate_dir: Path, name: str, flags: int) -> int:
     # Through statedir's checked opens: a planted symlink slot-<i>.lock must not get its target truncated.
-    with statedir.open_dir(gate_dir, create=bool(flags & os.O_CREAT)) as d:
+    # Opened from its parent (the state dir), so the gate dir itself cannot be a planted link either.
+    with statedir.open_dir(gate_dir.parent, gate_dir.name, create=bool(flags & os.O_CREAT)) as d:
         return d.open(name, flags, 0o600)
 
 

@@ -297,13 +297,13 @@ def _open_root(state_dir: Path, create: bool) -> Dir:
 
 def open_dir(state_dir: Path, *parts: str, create: bool = False) -> Dir:
     """The directory state_dir/parts, every level checked; FileNotFoundError when it is missing and not `create`."""
+    names = [_valid_name(name) for part in parts for name in str(part).split("/")]  # ".." never climbs out
     d = _open_root(Path(state_dir), create)
     try:
-        for part in parts:
-            for name in str(part).split("/"):
-                sub = d.subdir(name, create)
-                d.close()
-                d = sub
+        for name in names:
+            sub = d.subdir(name, create)
+            d.close()
+            d = sub
     except BaseException:
         d.close()
         raise
@@ -332,7 +332,7 @@ def _split(path: Path, root: Path) -> tuple[tuple[str, ...], str]:
     parts = rel.parts
     if not parts:
         raise ValueError(f"{path} names the state dir itself, not a file in it")
-    return parts[:-1], parts[-1]
+    return parts[:-1], _valid_name(parts[-1])
 
 
 def parent(path: Path, *, root: Path, create: bool = False) -> tuple[Dir, str]:

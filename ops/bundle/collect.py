@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__, statedir
+from .. import __version__, jsondoc, statedir
 from ..errors import GpuwardenError
 from ..settings import Settings
 from ..triage.findings import Finding, Report
@@ -239,11 +239,14 @@ def _manifest(settings: Settings, entries: list[Entry], summaries: list[dict[str
         user = pwd.getpwuid(os.geteuid()).pw_name  # not $USER: setpriv/su keep the caller's
     except KeyError:
         user = str(os.geteuid())
-    return {
+    now = time.time()
+    return jsondoc.document("bundle-manifest", {
         "format": 1,
         "tool": "gpuwarden",
         "version": __version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now)),
+        "created_at": round(now, 3),
+        "created_at_iso": jsondoc.iso(now),
         "host": socket.gethostname(),
         "collected_by": {"user": user, "uid": os.getuid(), "euid": os.geteuid(), "root": os.geteuid() == 0},
         "options": {"since_s": opts["since_s"], "safe_mode": opts["safe_mode"], "timeout_s": opts["timeout_s"],
@@ -258,4 +261,4 @@ def _manifest(settings: Settings, entries: list[Entry], summaries: list[dict[str
         "redaction": {"total": sum(by_pattern.values()), "by_pattern": by_pattern, "by_item": by_item,
                       "patterns": [{"name": n, "matches": what} for n, what in redaction_patterns()]},
         "triage": {"headline": report.headline(), "counts": report.counts(), "summary": report.summary()[:20]},
-    }
+    })

@@ -142,23 +142,24 @@ def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | N
     gpu = (spec or {}).get("engine", {}).get("gpu")
     if record is None:
         # Spec written, shim not yet reporting: the launcher is still starting it.
-        return EngineInfo(name=name, gpu=gpu, phase="starting", log_path=str(log_path),
+        return EngineInfo(name=printable(name), gpu=gpu, phase="starting", log_path=str(log_path),
                           last_log_line=last_line(log_path))
     stale = is_stale(record, proc_root)
+    text = (lambda v: None if v is None else printable(str(v)))  # records are files: no escapes reach a terminal
     return EngineInfo(
-        name=name,
+        name=printable(name),
         gpu=record.get("gpu", gpu),
-        phase="stale" if stale else record.get("phase", "starting"),
+        phase="stale" if stale else printable(record.get("phase", "starting")),
         pid=record.get("pid"),
         shim_pid=record.get("shim_pid"),
         started_at=record.get("started_at"),
         exit_code=record.get("exit_code"),
-        signal=record.get("signal"),
+        signal=text(record.get("signal")),
         core_dumped=record.get("core_dumped"),
         restarts=int(record.get("restarts", 0)),
         log_path=str(log_path),
         last_log_line=last_line(log_path),
-        bundle=record.get("bundle"),
+        bundle=text(record.get("bundle")),
         stale=stale,
         registrations=registrations_of(record),
     )
