@@ -29,7 +29,8 @@ def kind_of(mode: int) -> str:
 def open_regular(path: str | Path, what: str, hint: str | None = None) -> int:
     """A blocking read-only fd on the regular file `path`; anything else is one GpuwardenError.
 
-    `what` names the file for the operator ("node config", "bundle", "arena")."""
+    `what` names the file for the operator ("node config", "bundle", "arena"); `hint` says what to do
+    when it does not exist."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
     try:
         fd = os.open(path, flags)
@@ -40,13 +41,13 @@ def open_regular(path: str | Path, what: str, hint: str | None = None) -> int:
                              "run as a user that can read it, or fix its mode") from None
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing with no reader
-            raise GpuwardenError(f"{what} {path} is not a regular file", hint or f"give the {what} file itself") from None
-        raise GpuwardenError(f"cannot open the {what} {path}: {exc.strerror or exc}", hint) from None
+            raise GpuwardenError(f"{what} {path} is not a regular file", f"give the {what} file itself") from None
+        raise GpuwardenError(f"cannot open the {what} {path}: {exc.strerror or exc}", "check the path") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise GpuwardenError(f"{what} {path} is {kind_of(mode)}, not a regular file",
-                                 hint or f"give the {what} file itself")
+                                 f"give the {what} file itself")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)

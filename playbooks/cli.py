@@ -28,7 +28,8 @@ app = typer.Typer(
     "residual VRAM, supervise engines sharing a weight arena, and run playbooks "
     "(launch, drain, reset, purge, bundle). Run with no command to open the TUI.\n\n"
     "Exit status: 0 done or healthy; 1 needs attention, refused (a safety check, no --yes without a "
-    "terminal) or a step failed; 2 error (bad input, missing file, no permission); 130 interrupted.",
+    "terminal) or a step failed; 2 error (bad input, missing file, no permission); 130 interrupted "
+    "(143 by SIGTERM, 129 by SIGHUP: every command cleans up as it does for Ctrl-C).",
     no_args_is_help=False,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -113,6 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     args = argv if argv is not None else sys.argv[1:]
     interrupts.install()
+    inner = command.invoke
+
+    def invoke(ctx):  # typer turns an interrupt into a silent Exit(130): carry it past typer instead
+        try:
+            return inner(ctx)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted(exc) from None
+    command.invoke = invoke  # type: ignore[method-assign]
     try:
         rv = command.main(args=args, prog_name="gpuwarden",
                           standalone_mode=False)
@@ -130,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                 doc["errors"] = [{"error": e.message, "hint": e.hint} for e in exc.errors]
             sys.stdout.write(dumps(doc, indent=None) + "\n")
         return exc.exit_code
+    except _Interrupted as exc:
+        return _interrupted(exc.interrupt)
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:
@@ -141,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  hint: see `gpuwarden --help`, or `gpuwarden COMMAND --help`", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        print(f"gpuwarden: {interrupts.describe(exc)}", file=sys.stderr)
-        return 128 + interrupts.signal_of(exc)
+        return _interrupted(exc)
     except BrokenPipeError:
         return 0
     except SystemExit:
@@ -159,6 +169,20 @@ def main(argv: list[str] | None = None) -> int:
         print("  hint: check that path and its permissions (state lives in --state-dir / GPUWARDEN_STATE_DIR)",
               file=sys.stderr)
         return 2
+
+
+class _Interrupted(Exception):
+    """An interrupt on its way out past typer (which would swallow a KeyboardInterrupt)."""
+
+    def __init__(self, interrupt: KeyboardInterrupt):
+        super().__init__(str(interrupt))
+        self.interrupt = interrupt
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """Ctrl-C, SIGTERM or SIGHUP: one line, and 128 + the signal's number (130 for Ctrl-C)."""
+    print(f"gpuwarden: {interrupts.describe(exc)}", file=sys.stderr)
+    return 128 + interrupts.signal_of(exc)
 
 
 if __name__ == "__main__":
