@@ -170,6 +170,9 @@ def read_header(fd: int, path: str | Path, file_size: int | None = None) -> Head
             or count != chunk_count_for(payload, chunk) or count > MAX_CHUNKS or hsize < FIXED + 8 * count):
         raise ArenaError("bad-header", f"{path} has an inconsistent header (version {version}, chunk size {chunk}, "
                          f"{count} chunks, header size {hsize})", "recreate it with `gpuwarden arena create`")
+    if file_size < FIXED + 8 * count:  # say so before allocating a table the file cannot hold
+        raise ArenaError("truncated", f"{path} is truncated inside its chunk table ({file_size} bytes)",
+                         "recreate it with `gpuwarden arena create`")
     table = _pread_exact(fd, 8 * count, FIXED)
     if len(table) < 8 * count:
         raise ArenaError("truncated", f"{path} is truncated inside its chunk table ({file_size} bytes)",
