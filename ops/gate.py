@@ -20,6 +20,7 @@ from .errors import GpuwardenError
 
 ENV_DIR = "GPUWARDEN_GATE_DIR"
 ENV_SLOTS = "GPUWARDEN_GATE_SLOTS"
+MAX_SLOTS = 1024  # a slot is a file: a typo such as 1e20 must not become a loop over that many
 
 
 class GateTimeout(GpuwardenError):
@@ -56,8 +57,8 @@ def slot_paths(gate_dir: Path, slots: int) -> list[Path]:
 def acquire(gate_dir: Path, slots: int, who: str = "", timeout_s: float | None = None,
             poll_s: float = 0.02) -> Slot:
     """Take a free slot, waiting up to timeout_s (None: forever); raise GateTimeout after that."""
-    if slots < 1:
-        raise GpuwardenError(f"the registration gate needs at least one slot, got {slots}")
+    if not 1 <= slots <= MAX_SLOTS:
+        raise GpuwardenError(f"the registration gate has 1 to {MAX_SLOTS} slots, not {slots}")
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     paths = slot_paths(gate_dir, slots)
     # Start at a pid-dependent slot so waiters don't all hammer slot-0 first.

@@ -6,6 +6,7 @@ Each command lives in playbooks/commands/<name>.py and registers itself on the a
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -112,6 +113,7 @@ for _name in COMMAND_MODULES:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turn expected failures into one line and an exit code."""
     command = typer.main.get_command(app)
+    _finite_numbers(command)
     args = argv if argv is not None else sys.argv[1:]
     interrupts.install()
     inner = command.invoke
@@ -169,6 +171,25 @@ def main(argv: list[str] | None = None) -> int:
         print("  hint: check that path and its permissions (state lives in --state-dir / GPUWARDEN_STATE_DIR)",
               file=sys.stderr)
         return 2
+
+
+def _finite_numbers(command) -> None:
+    """Every number option of every command refuses nan and inf (`--timeout nan` compares false with any
+    bound, so it would pass min=/max= and then never time out)."""
+    for param in getattr(command, "params", ()):
+        if getattr(param, "_finite", False):
+            continue
+        inner = param.process_value
+
+        def process_value(ctx, value, inner=inner, param=param):
+            value = inner(ctx, value)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise typer.BadParameter(f"{value!r} is not a finite number", ctx=ctx, param=param)
+            return value
+        param.process_value = process_value
+        param._finite = True
+    for sub in getattr(command, "commands", {}).values():
+        _finite_numbers(sub)
 
 
 class _Interrupted(Exception):
