@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from .. import inputs, jsondoc
-from ..errors import GpuwardenError
+from ..errors import GpuwardenError, NotFound
 from ..model import NodeSnapshot
 from ..settings import Settings
 from . import snapshot_reader
@@ -50,7 +50,10 @@ class BundleTar(tarfile.TarFile):
 def open_stream(path: Path | str) -> BundleTar:
     """The archive at `path` (a regular file only: a FIFO or a device is refused, never waited on)."""
     path = Path(path)
-    fd = inputs.open_regular(path, "bundle", "give the path `gpuwarden bundle` printed")
+    try:
+        fd = inputs.open_regular(path, "bundle")
+    except NotFound:
+        raise NotFound(f"no bundle at {path}", "give the path `gpuwarden bundle` printed") from None
     source = os.fdopen(fd, "rb")
     try:
         tar = BundleTar.open(fileobj=source, mode="r:*")
