@@ -211,13 +211,18 @@ def arena_files(draw):
     return bytes(body)
 
 
+def _arena_file(tmp_path_factory, body: bytes) -> Path:
+    path = tmp_path_factory.mktemp("arena") / "a.arena"
+    path.write_bytes(body)
+    return path
+
+
 @fuzz(100)
 @given(body=arena_files())
 def test_fuzz_arena_header(tmp_path_factory, body):
     from ops.arena import format as fmt
     from ops.arena.verify import verify
-    path = tmp_path_factory.mktemp("arena") / "a.arena"
-    path.write_bytes(body)
+    path = _arena_file(tmp_path_factory, body)
     with case("arena header (load + verify)") as result:
         state, header = fmt.header_state(path)
         assert state in fmt.STATES
@@ -235,8 +240,7 @@ def test_fuzz_arena_header(tmp_path_factory, body):
 @fuzz(6)
 @given(body=arena_files())
 def test_fuzz_arena_cli(tmp_path_factory, body):
-    path = tmp_path_factory.mktemp("arenacli") / "a.arena"
-    path.write_bytes(body)
+    path = _arena_file(tmp_path_factory, body)
     with case("arena header (inspect/verify CLI)") as result:
         result["refused"] = cli_outcome(*run_cli("--state-dir", str(path.parent / "s"), "arena", "inspect", str(path)))
         cli_outcome(*run_cli("--state-dir", str(path.parent / "s"), "arena", "verify", str(path), "--method", "mmap"))
@@ -387,6 +391,21 @@ def sim_state(tmp_path_factory) -> Path:
     return state
 
 
+@contextlib.contextmanager
+def planted(path: Path, content: bytes):
+    """`content` at `path` for the duration; what was there before comes back."""
+    backup = path.read_bytes() if path.exists() else None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    try:
+        yield
+    finally:
+        if backup is None:
+            path.unlink()
+        else:
+            path.write_bytes(backup)
+
+
 def _readers(state: Path) -> None:
     """Every in-process reader of the state files; each must answer or raise one GpuwardenError."""
     from ops import gate, gpulock, journal, nodestate
@@ -415,18 +434,8 @@ def _readers(state: Path) -> None:
 @fuzz(80)
 @given(rel=st.sampled_from(STATE_FILES), content=state_contents())
 def test_fuzz_state_files(sim_state, rel, content):
-    path = sim_state / rel
-    backup = path.read_bytes() if path.exists() else None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content)
-    try:
-        with case("state files (every loader)"):
-            _readers(sim_state)
-    finally:
-        if backup is None:
-            path.unlink()
-        else:
-            path.write_bytes(backup)
+    with planted(sim_state / rel, content), case("state files (every loader)"):
+        _readers(sim_state)
 
 
 @pytest.mark.parametrize("rel", STATE_FILES)
@@ -434,24 +443,14 @@ def test_fuzz_state_files(sim_state, rel, content):
                                      b"\xff\xfe[" * 3000],
                          ids=["wrong-types", "deep-not-utf8"])
 def test_fuzz_state_files_cli(sim_state, rel, content):
-    path = sim_state / rel
-    backup = path.read_bytes() if path.exists() else None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content)
-    try:
-        with case("state files (status, engines list, journal CLI)") as result:
-            codes = []
-            for args in (("--backend", "sim", "status"), ("engines", "list"), ("journal",)):
-                code, out, err = run_cli("--state-dir", str(sim_state), *args)
-                result["refused"] = cli_outcome(code, out, err) or result.get("refused")
-                codes.append(code)
-            if rel != "sim/node.json":  # a corrupt file of gpuwarden's own is a warning: the node still shows
-                assert codes[0] in (0, 1), (rel, codes)
-    finally:
-        if backup is None:
-            path.unlink()
-        else:
-            path.write_bytes(backup)
+    with planted(sim_state / rel, content), case("state files (status, engines list, journal CLI)") as result:
+        codes = []
+        for args in (("--backend", "sim", "status"), ("engines", "list"), ("journal",)):
+            code, out, err = run_cli("--state-dir", str(sim_state), *args)
+            result["refused"] = cli_outcome(code, out, err) or result.get("refused")
+            codes.append(code)
+        if rel != "sim/node.json":  # a corrupt file of gpuwarden's own is a warning: the node still shows
+            assert codes[0] in (0, 1), (rel, codes)
 
 
 # --- kernel logs (the triage helper owns the analyzer; this only checks the CLI's contract) ----
