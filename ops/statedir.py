@@ -58,7 +58,8 @@ def _check_dir(fd: int, path: Path) -> None:
                              "anyone could plant files there", f"chmod go-w {path}, or {_HINT_OWN}")
 
 
-def _valid_name(name: str) -> str:
+def valid_name(name: str) -> str:
+    """`name` when it can name one entry of a state-dir directory (no '/', '..', NUL); else GpuwardenError."""
     if not name or name in (".", "..") or "/" in name or "\0" in name:
         raise GpuwardenError(f"{name!r} cannot name a file in the state dir",
                              "names are letters, digits, '.', '_' or '-' (see `gpuwarden engines list`)")
@@ -85,7 +86,7 @@ class Dir:
 
     # --- directories -------------------------------------------------------------------------
     def subdir(self, name: str, create: bool = False) -> "Dir":
-        name = _valid_name(name)
+        name = valid_name(name)
         path = self.path / name
         if create:
             try:
@@ -114,14 +115,14 @@ class Dir:
     def stat(self, name: str) -> os.stat_result | None:
         """lstat of a name in this directory; None when missing."""
         try:
-            return os.stat(_valid_name(name), dir_fd=self.fd, follow_symlinks=False)
+            return os.stat(valid_name(name), dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:
             return None
 
     # --- files -------------------------------------------------------------------------------
     def open(self, name: str, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
         """An fd on a regular file of this directory, never through a symlink; FileNotFoundError when missing."""
-        path = self.path / _valid_name(name)
+        path = self.path / valid_name(name)
         # O_NONBLOCK: a FIFO planted under a state file's name must not hang the open.
         try:
             fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK, mode,
@@ -159,7 +160,7 @@ class Dir:
         """Write a temp file beside `name`, fsync, rename over it: readers see the old or the new file whole."""
         if isinstance(data, str):
             data = data.encode()
-        name = _valid_name(name)
+        name = valid_name(name)
         tmp = f".{name}.{secrets.token_hex(4)}"
         fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         try:
@@ -189,16 +190,16 @@ class Dir:
 
     def unlink(self, name: str) -> bool:
         try:
-            os.unlink(_valid_name(name), dir_fd=self.fd)
+            os.unlink(valid_name(name), dir_fd=self.fd)
             return True
         except FileNotFoundError:
             return False
 
     def rename(self, src: str, dst: str) -> None:
-        os.replace(_valid_name(src), _valid_name(dst), src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        os.replace(valid_name(src), valid_name(dst), src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
     def link(self, src: str, dst: str) -> None:
-        os.link(_valid_name(src), _valid_name(dst), src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+        os.link(valid_name(src), valid_name(dst), src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
 
 
 class StateFileError(GpuwardenError):
@@ -297,7 +298,7 @@ def _open_root(state_dir: Path, create: bool) -> Dir:
 
 def open_dir(state_dir: Path, *parts: str, create: bool = False) -> Dir:
     """The directory state_dir/parts, every level checked; FileNotFoundError when it is missing and not `create`."""
-    names = [_valid_name(name) for part in parts for name in str(part).split("/")]  # ".." never climbs out
+    names = [valid_name(name) for part in parts for name in str(part).split("/")]  # ".." never climbs out
     d = _open_root(Path(state_dir), create)
     try:
         for name in names:
@@ -332,7 +333,7 @@ def _split(path: Path, root: Path) -> tuple[tuple[str, ...], str]:
     parts = rel.parts
     if not parts:
         raise ValueError(f"{path} names the state dir itself, not a file in it")
-    return parts[:-1], _valid_name(parts[-1])
+    return parts[:-1], valid_name(parts[-1])
 
 
 def parent(path: Path, *, root: Path, create: bool = False) -> tuple[Dir, str]:

@@ -232,3 +232,27 @@ def test_the_console_leaves_on_sigterm(state_dir):
         if proc.poll() is None:
             proc.kill()
         os.close(leader)
+
+
+def test_a_confirmation_answered_with_garbage_then_eof_is_a_no(state_dir):
+    import pty
+    assert subprocess.run(cli_argv(state_dir, "sim", "init", "--gpus", "2"), cwd=REPO,
+                          capture_output=True).returncode == 0
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(cli_argv(state_dir, "drain", "1", "--timeout", "1"), cwd=REPO, stdin=follower,
+                            stdout=follower, stderr=follower, preexec_fn=_default_signals)
+    os.close(follower)
+    seen = b""
+    try:
+        while b"[y/N]" not in seen:
+            seen += os.read(leader, 4096)
+        os.write(leader, b"perhaps\n")
+        while b"Answer y or n" not in seen:
+            seen += os.read(leader, 4096)
+        os.write(leader, b"\x04")  # end of input, as Ctrl-D sends it
+        assert proc.wait(timeout=30) == 1, seen
+        assert [e for e in journal(state_dir) if e["action"] == "drain"][-1]["result"] == "cancelled"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)

@@ -84,6 +84,24 @@ def _slot(state: Path) -> None:
     gate.acquire(state / "gate", 1, who="test", timeout_s=1).release()
 
 
+def _sim_sync(state: Path) -> None:
+    from ops.sim.node import SimNode
+    SimNode(state).sync()
+
+
+def _sim_allocate(state: Path) -> None:
+    from ops.sim.node import SimNode
+    SimNode(state).allocate(os.getpid(), 0, 4096)
+
+
+def _after_sim(rel: str, write):
+    """A writer of a file the sim node made: the node exists first, then the file becomes a link."""
+    def run(state: Path) -> None:
+        write(state)
+    run.needs_sim = True
+    return rel, run
+
+
 # (what gpuwarden writes, relative to the state dir; how to make it write there)
 WRITERS = [
     ("journal.log", lambda s: journal.write(s, "test", "ok")),
@@ -99,12 +117,19 @@ WRITERS = [
     ("sim/node.json", _sim),
     ("sim/.lock", _sim),
     ("sim/registrations/%d-0-1000.json" % os.getpid(), _registration),
+    _after_sim("sim/root/sys/class/drm/card0/device/mem_info_vram_used", _sim_sync),
+    _after_sim("sim/root/sys/class/drm/card1/device/hwmon/hwmon0/temp1_input", _sim_sync),
+    _after_sim("sim/allocs/%d-%d-0.json", _sim_allocate),
 ]
 
 
-@pytest.mark.parametrize("rel, write", WRITERS, ids=[w[0].split("/")[-1] if "%" not in w[0] else "registration"
-                                                     for w in WRITERS])
+@pytest.mark.parametrize("rel, write", WRITERS, ids=[w[0].split("/")[-1].replace("%d", "N") for w in WRITERS])
 def test_a_symlinked_state_file_never_redirects_a_write(state_dir, victim, rel, write):
+    if getattr(write, "needs_sim", False):
+        _sim(state_dir)
+        from ops.procs import identity
+        rel = rel % (os.getpid(), identity(os.getpid())) if "%d" in rel else rel
+        (state_dir / rel).unlink(missing_ok=True)
     plant(state_dir / rel, victim)
     try:
         write(state_dir)

@@ -32,7 +32,7 @@ def engines_root(state_dir: Path) -> Path:
 
 
 def engine_dir(state_dir: Path, name: str) -> Path:
-    return engines_root(state_dir) / name
+    return engines_root(state_dir) / statedir.valid_name(name)  # `engines logs ../..` climbs nowhere
 
 
 def read_state(state_dir: Path, name: str) -> dict[str, Any] | None:
