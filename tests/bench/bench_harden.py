@@ -195,6 +195,7 @@ def config_case(text: str):
     def case(tree: Tree, work: Path) -> str:
         cfg = work / "node.toml"
         cfg.write_text(text)
+        tree.run(work, "sim", "init", "--gpus", "2")  # the node the GPU indexes are checked against
         outcome, code, out, err = tree.run(work, "--backend", "sim", "--config", str(cfg), "config", "check")
         if outcome == "held" and code == 0:
             return "accepted"
