@@ -140,7 +140,9 @@ ENGINE_STATE = Obj({
     "pid": Opt(PID), "pid_start": Opt(COUNT), "shim_pid": Opt(PID), "shim_start": Opt(COUNT),
     "started_at": Opt(TIME), "exit_code": Opt(INT), "signal": Opt(Str(64)), "core_dumped": Opt(Bool()),
     "restarts": COUNT, "bundle": Opt(STR), "phases": MapOf(TIME), "gate_slot": Opt(COUNT),
-    "stopped_by_request": Opt(Bool()), "updated_at": Opt(TIME), "launch_id": Opt(STR),
+    "stopped_by_request": Opt(Bool()), "updated_at": Opt(TIME), "launch_id": Opt(STR), "warning": Opt(STR),
+    # What the engine's status lines said of its register calls: loosely, the engine writes most of it.
+    "registrations": ListOf(Obj({"kind": Str(32), "outcome": Str(32)}), 100_000),
 })
 ENGINE_SPEC = Obj({
     "engine": Obj({"name": Str(64), "argv": ListOf(STR, 4096), "gpu": Opt(COUNT), "env": MapOf(STR),
