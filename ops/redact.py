@@ -35,6 +35,13 @@ PATTERNS: tuple[tuple[str, re.Pattern, int], ...] = (
     ("github-token", re.compile(r"\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b"), 1),
     ("slack-token", re.compile(r"\b(xox[abprs]-[A-Za-z0-9-]{10,})\b"), 1),
     ("jwt", re.compile(r"\b(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"), 1),
+    # A command line kept as a list (JSON, TOML, Python's repr): "--password", "x" and "-u", "user:x".
+    ("secret-option", re.compile(
+        r"(?i)([\"'])(--?[\w.-]*?(?:" + _STRONG + r"|(?<![a-z])(?:pass|pwd)(?![a-z]))[\w.-]*)\1(\s*,\s*)([\"'])"
+        r"(?!\[REDACTED)([^\"'\n]{1,4096}?)\4"), 5),
+    ("option-credentials", re.compile(
+        r"([\"'])(-u|-U|--user|--proxy-user|--username|--basic-auth|--creds)\1(\s*,\s*)([\"'])([^\"':\n]*:)"
+        r"(?!\[REDACTED)([^\"'\n]{1,4096}?)\4"), 6),
     # key=value, key: value, "key": "value" with a secret-sounding key; or a --flag followed by its value
     ("secret-assignment", re.compile(
         # (?<!...) starts keys at a token boundary only: scanning from inside every word is quadratic
@@ -224,6 +231,7 @@ def describe() -> list[tuple[str, str]]:
         ("env-not-allow-listed", "bundles keep only GPU visibility, ROCm/HIP/HSA/CUDA/NCCL/RCCL/TORCH tuning and "
                                  "PATH-like variables of a process environment; the rest is dropped"),
         ("env-secret-name", "allow-listed variables whose name says secret (…TOKEN, …PASSWORD, …_PWD, …)"),
-        ("secret-option", "the value of a command-line option named like a secret (--password, --token, --api-key)"),
-        ("option-credentials", "the password of -u/--user user:password (curl and friends)"),
-    ] + [(name, regex.pattern[:80]) for name, regex, _ in PATTERNS]
+        ("secret-option", "the value of a command-line option named like a secret (--password, --token, --api-key), "
+                          "as arguments or in a list (\"--password\", \"x\")"),
+        ("option-credentials", "the password of -u/--user user:password (curl and friends), also in a list"),
+    ] + [(name, regex.pattern[:80]) for name, regex, _ in PATTERNS if name not in ("secret-option", "option-credentials")]
