@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import benchlib
+
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "Planted-Secret-4711"
 
@@ -313,10 +315,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds before a case counts as a hang")
     opts = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-harden-") as tmp:
-        peer_root = Path(tmp) / "peer"
-        peer_root.mkdir()
-        archive = subprocess.run(["git", "archive", opts.peer], cwd=REPO, capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(peer_root)], input=archive, check=True)
+        peer_root = benchlib.export_tree(REPO, opts.peer, Path(tmp))
         trees = [Tree("this tree", REPO, opts.timeout), Tree(f"peer ({opts.peer})", peer_root, opts.timeout)]
         results: dict[str, collections.Counter] = {t.name: collections.Counter() for t in trees}
         per_class: dict[tuple[str, str], collections.Counter] = collections.defaultdict(collections.Counter)

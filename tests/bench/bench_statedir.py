@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import benchlib
+
 REPO = Path(__file__).resolve().parents[2]
 
 WORK = r'''
@@ -73,10 +75,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     opts = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-statedir-") as tmp:
-        peer = Path(tmp) / "peer"
-        peer.mkdir()
-        archive = subprocess.run(["git", "archive", opts.peer], cwd=REPO, capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(peer)], input=archive, check=True)
+        peer = benchlib.export_tree(REPO, opts.peer, Path(tmp))
         trees = {"this tree": REPO, f"peer ({opts.peer})": peer}
         times: dict[tuple[str, str], list[float]] = {}
         for _ in range(opts.rounds):
