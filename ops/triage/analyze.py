@@ -19,8 +19,8 @@ from .findings import CAUSE, HARDWARE, OTHER, SHARED_CRASH, Finding, Report
 from .logline import LineParser, LogLine
 from .dispatch import Dispatch
 from .patterns import BY_ID, PF_DETAIL, PROCESS_LINE, RULES, Rule
+from .plan import DEVICE as _DEVICE, Hit, Plan
 
-_DEVICE = re.compile(r"\b(?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)\b")
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<dev>[^)]{1,64})\): (?P<xid>\d+),\s*(?P<rest>[^\n]*)$")
 _XID_PROC = re.compile(r"^pid='?(?P<pid>[^,']*)'?, name=(?P<name>[^,]*),\s*")
 _XID_CAUSE = re.compile(r"caused by previous Xid (?P<cause>\d+)")
@@ -35,7 +35,6 @@ _OOM_KILL = re.compile(
     r" shmem-rss:(?P<shmem>\d+)kB)?")
 _PROCESS = re.compile(PROCESS_LINE)
 _PF_DETAIL = tuple(re.compile(p) for p in PF_DETAIL)
-_GPU_DRIVER_LINE = re.compile(r"^(?:amdgpu|nvidia|drmn?\d*|\[drm)|NVRM")
 # Literals the special handlers need (besides every rule's own): segfaults, Xids, OOM, orphan details.
 _ORPHAN_TRIGGERS = frozenset({"process information", "in page starting at", "protection_fault_status", "faulty utcl2",
                               "more_faults", "walker_error", "permission_faults", "mapping_error", "rw: 0x",
@@ -52,6 +51,22 @@ MAX_OOM_PENDING = 64
 MEMO_SIZE = 4096
 DEVICE_CARRY = 50  # lines over which a GPU driver line's device is taken for driver lines that name none
 _HOW_BAD = {"critical": 0, "error": 1, "warning": 2, "info": 3}
+
+
+def _normalise(message: str) -> str:
+    """An error line with its devices, addresses and numbers blanked: the catch-all's signature."""
+    return _NORM_NUM.sub("N", _NORM_HEX.sub("0x…", _DEVICE.sub("<dev>", message))).strip()
+
+
+def _follow_groups(rule: Rule, message: str, low: str) -> dict[str, str] | None:
+    """The groups of the first of rule's detail-line patterns that matches message (None: none does)."""
+    for pat, hint in zip(rule.follow, rule.follow_hints):
+        if hint is not None and hint not in low:
+            continue
+        m = pat.search(message)
+        if m:
+            return {k: v for k, v in m.groupdict().items() if v is not None}
+    return None
 
 
 class _Blank(dict):
@@ -81,7 +96,7 @@ class Analyzer:
         self.source = source
         self.rules = rules
         self.dispatch = Dispatch(rules, SPECIALS)
-        self.memo: dict[str, tuple[list[int], set[str]]] = {}  # message -> dispatch result (storms repeat lines)
+        self.memo: dict[str, Plan] = {}  # message -> what its text alone decides (storms repeat messages)
         self.parser = LineParser()
         self.findings: dict[tuple[str, str], Finding] = {}
         self.notes: list[str] = []
@@ -144,53 +159,46 @@ class Analyzer:
     # --- one line ---------------------------------------------------------------------------
     def _line(self, line: LogLine) -> bool:
         msg = line.message
-        dev = self._device_of(msg)
-        if dev and _GPU_DRIVER_LINE.search(msg):
-            self.last_gpu_device = (dev, self.number)
-        if dev and self.active is not None and not self.active[1].devices and self.active[0].gpu and self.following \
-                and _GPU_DRIVER_LINE.search(msg):
-            # a driver line right after a header that named no GPU (a ring timeout): it is about that GPU
-            f = self.active[1]
-            f.devices.append(dev)
-            f.title = f.title.replace("the GPU", dev, 1)
-        if self._follow(line, dev):
-            return True
-        if self.tracebacks.feed(line):
-            return True
-        low = msg.lower()
-        # One pass finds the literals each regex requires: most lines run no regex at all.
-        hit = self.memo.get(msg)
-        if hit is None:
-            hit = self.dispatch(msg, low)
+        # One plan per distinct message: its device, the rules whose literals it holds (one RE2 set search),
+        # every regex result on it. A repeat runs no regex; what follows is the state the line meets.
+        plan = self.memo.get(msg)
+        if plan is None:
             if len(self.memo) >= MEMO_SIZE:
                 self.memo.clear()
-            self.memo[msg] = hit
-        candidates, specials = hit
-        if ("segfault" in specials or "traps:" in specials) and self._crash(line):
+            plan = self.memo[msg] = Plan(msg, self.dispatch)
+        dev = plan.dev
+        if plan.gpu_line:
+            self.last_gpu_device = (dev, self.number)
+            active = self.active
+            if active is not None and not active[1].devices and active[0].gpu and self.following:
+                # a driver line right after a header that named no GPU (a ring timeout): it is about that GPU
+                f = active[1]
+                f.devices.append(dev)
+                f.title = f.title.replace("the GPU", dev, 1)
+        if self.active is not None and self._follow(line, plan):
             return True
-        if specials & _NVIDIA_TRIGGERS and (self._xid(line) or self._nvidia_context(msg)):
+        if (plan.traceback or self.tracebacks.open) and self.tracebacks.feed(line):
             return True
-        if ("oom" in specials or "out of memory" in specials) and self._oom(line):
-            return True
-        matched = False
-        for i in candidates:
-            rule = self.rules[i]
-            m = rule.regex.search(msg)
-            if m:
-                self._record(line, rule, m, dev)
-                matched = True
+        specials = plan.specials
+        if specials:
+            if ("segfault" in specials or "traps:" in specials) and self._crash(line, plan):
+                return True
+            if specials & _NVIDIA_TRIGGERS and (self._xid(line, plan) or self._nvidia_context(plan)):
+                return True
+            if ("oom" in specials or "out of memory" in specials) and self._oom(line, plan):
+                return True
+        hits = plan.hits
+        if hits is None:
+            hits = plan.hits = [Hit(rule, m, dev) for rule, m in
+                                ((self.rules[i], self.rules[i].regex.search(msg)) for i in plan.candidates) if m]
+        for hit in hits:
+            self._record(line, hit)
+        matched = bool(hits)
         if not matched and specials & _ORPHAN_TRIGGERS:
-            matched = self._orphan(line, dev)
+            matched = self._orphan(line, plan)
         if not matched:
-            self._unclassified(line, dev)
+            self._unclassified(line, plan)
         return matched
-
-    @staticmethod
-    def _device_of(message: str) -> str | None:
-        if ":" not in message:
-            return None
-        m = _DEVICE.search(message)
-        return m.group(1) if m else None
 
     def _nearby_gpu_device(self) -> str | None:
         """A recent GPU driver line's device: amdgpu prints some messages ("[drm:...] *ERROR* ring ...") without it."""
@@ -221,26 +229,20 @@ class Analyzer:
         if isinstance(values, list) and value not in values and len(values) < MAX_DETAIL_VALUES:
             values.append(value)
 
-    def _follow(self, line: LogLine, dev: str | None) -> bool:
-        if self.active is None:
-            return False
+    def _follow(self, line: LogLine, plan: Plan) -> bool:
         rule, f, at = self.active
         if self.number - at > rule.window:
             self.active = None
             return False
+        dev = plan.dev
         if dev and f.devices and dev not in f.devices and rule.gpu:
             return False
-        low = line.message.lower()
-        for pat, hint in zip(rule.follow, rule.follow_hints):
-            if hint is not None and hint not in low:
-                continue
-            m = pat.search(line.message)
-            if not m:
-                continue
-            self._apply_detail(f, rule, {k: v for k, v in m.groupdict().items() if v is not None})
-            self.touched.add((f.rule, f.signature))
-            return True
-        return False
+        g = plan.once(id(rule), _follow_groups, rule, plan.message, plan.low)
+        if g is None:
+            return False
+        self._apply_detail(f, rule, g)
+        self.touched.add((f.rule, f.signature))
+        return True
 
     def _apply_detail(self, f: Finding, rule: Rule | None, g: dict[str, str]) -> None:
         if "proc" in g and "pid" in g:
@@ -273,17 +275,17 @@ class Analyzer:
             else:
                 self._detail(f, k, v)
 
-    def _record(self, line: LogLine, rule: Rule, m: re.Match, dev: str | None) -> None:
-        groups = {k: v for k, v in m.groupdict().items() if v is not None}
-        device = dev or groups.get("dev1") or groups.get("dev2") or groups.get("dev3")
+    def _record(self, line: LogLine, hit: Hit) -> None:
+        rule = hit.rule
+        device = hit.device
         if device is None and rule.gpu:
             device = self._nearby_gpu_device()
-        signature = "|".join([device or ""] + [groups.get(k, "") for k in rule.key])
-        severity = (rule.adjust(groups) if rule.adjust else None) or rule.severity
+        signature = (device or "") + hit.tail
+        severity = hit.severity
         key = (rule.id, signature)
         f = self.findings.get(key)
         if f is None:
-            title = format_title(rule.title, groups, device)
+            title = format_title(rule.title, hit.groups, device)
             f = self._finding(key, category=rule.category, severity=severity, title=title,
                               meaning=rule.meaning, check=rule.check, tier=rule.tier)
             if f is None:
@@ -295,23 +297,18 @@ class Analyzer:
         self._add(f, line, device)
         if rule.id == "amdgpu.page_fault" and device in self.orphan_faults:
             self._merge_orphan(f, self.orphan_faults.pop(device))
-        for k, v in groups.items():
-            if k not in rule.key and k not in rule.victim and not k.startswith("dev") and k != "tid":
-                self._detail(f, k, v)
-        if rule.victim and (groups.get("pid") not in (None, "0") or groups.get("proc", "").strip()):
-            victim = {("process" if k == "proc" else "pid" if k == "rpid" else k):
-                      (int(v) if k.endswith("pid") else v.strip()) for k, v in groups.items()
-                      if k in rule.victim and v and v.strip()}
-            if victim:
-                f.add_victim(victim)
+        for k, v in hit.details:
+            self._detail(f, k, v)
+        if hit.victim is not None:
+            f.add_victim(dict(hit.victim))
         if rule.follow:
             self.active = (rule, f, self.number)
 
-    def _orphan(self, line: LogLine, dev: str | None) -> bool:
+    def _orphan(self, line: LogLine, plan: Plan) -> bool:
         """Detail lines whose header is not in the log: kept, with the process they name."""
-        msg = line.message
-        if "process information:" in msg.lower():
-            m = _PROCESS.search(msg)
+        dev = plan.dev
+        if "process information:" in plan.low:
+            m = plan.search(_PROCESS)
             if m:
                 rule = BY_ID["amdgpu.ring_timeout"]
                 device = dev or self._nearby_gpu_device()
@@ -325,7 +322,7 @@ class Analyzer:
         if dev is None:
             return False
         for pat in _PF_DETAIL:
-            m = pat.search(msg)
+            m = plan.search(pat)
             if not m:
                 continue
             rule = BY_ID["amdgpu.page_fault"]
@@ -355,8 +352,8 @@ class Analyzer:
             for v in values if isinstance(values, list) else [values]:
                 self._detail(f, k, v)
 
-    def _crash(self, line: LogLine) -> bool:
-        c = segfault.parse(line.message)
+    def _crash(self, line: LogLine, plan: Plan) -> bool:
+        c = plan.once("segfault", segfault.parse, plan.message)
         if c is None:
             return False
         f = self._finding(("userspace.crash", c.signature), category="segfault", severity="error", title="",
@@ -387,8 +384,8 @@ class Analyzer:
                    "same shared memory); a core dump's backtrace (`gpuwarden bundle` collects it)")
         return True
 
-    def _xid(self, line: LogLine) -> bool:
-        m = _XID.search(line.message)
+    def _xid(self, line: LogLine, plan: Plan) -> bool:
+        m = plan.search(_XID)
         if not m:
             return False
         number, dev, rest = int(m["xid"]), m["dev"].strip(), m["rest"]
@@ -396,7 +393,7 @@ class Analyzer:
         hardware = xid.is_hardware(number)
         severity = xid.adjusted_severity(number, rest)
         title = f"NVIDIA Xid {number} on {dev}: {meaning}"
-        cause = _XID_CAUSE.search(rest)
+        cause = plan.once("xid_cause", _XID_CAUSE.search, rest)
         if cause:
             title += f"; caused by Xid {cause['cause']} ({xid.describe(int(cause['cause']))[0]})"
         f = self._finding(("nvidia.xid", f"{dev}|{number}"), category="xid", severity=severity, title=title,
@@ -410,7 +407,7 @@ class Analyzer:
         self._add(f, line, dev)
         if cause:
             self._detail(f, "caused_by", int(cause["cause"]))
-        p = _XID_PROC.match(rest)
+        p = plan.once("xid_proc", _XID_PROC.match, rest)
         if p:
             rest = rest[p.end():]
             if p["pid"] not in ("<unknown>", "", "N/A"):
@@ -420,13 +417,13 @@ class Analyzer:
         self._detail(f, "message", rest.strip()[:300])
         return True
 
-    def _nvidia_context(self, msg: str) -> bool:
+    def _nvidia_context(self, plan: Plan) -> bool:
         """Lines that are context, not trouble: which UUID a bus id is, which driver loaded."""
-        m = _NV_UUID.search(msg)
+        m = plan.search(_NV_UUID)
         if m:
             note = f"NVIDIA GPU {m['dev']} is {m['uuid']}"
         else:
-            m = _NV_DRIVER.search(msg)
+            m = plan.search(_NV_DRIVER)
             if not m:
                 return False
             note = f"NVIDIA {'open ' if m['open'] else ''}kernel module {m['version']} loaded"
@@ -434,15 +431,15 @@ class Analyzer:
             self.notes.append(note)
         return True
 
-    def _oom(self, line: LogLine) -> bool:
-        m = _OOM_CONSTRAINT.search(line.message)
+    def _oom(self, line: LogLine, plan: Plan) -> bool:
+        m = plan.search(_OOM_CONSTRAINT)
         if m:
             self.oom_pending[m["pid"]] = {"constraint": m["constraint"], "memcg": m["memcg"], "uid": int(m["uid"]),
                                           "process": m["proc"], "line": line}
             while len(self.oom_pending) > MAX_OOM_PENDING:
                 self.oom_pending.popitem(last=False)
             return True
-        m = _OOM_KILL.search(line.message)
+        m = plan.search(_OOM_KILL)
         if not m:
             return False
         ctx = self.oom_pending.pop(m["pid"], {})
@@ -487,11 +484,11 @@ class Analyzer:
         if victim:
             f.add_victim(victim)
 
-    def _unclassified(self, line: LogLine, dev: str | None) -> None:
-        msg = line.message
-        if not (line.level in _CATCHALL_LEVELS or "*ERROR*" in msg):
+    def _unclassified(self, line: LogLine, plan: Plan) -> None:
+        if not (line.level in _CATCHALL_LEVELS or "*ERROR*" in plan.message):
             return
-        norm = _NORM_NUM.sub("N", _NORM_HEX.sub("0x…", _DEVICE.sub("<dev>", msg))).strip()
+        dev = plan.dev
+        norm = plan.once("norm", _normalise, plan.message)
         key = ("unclassified", norm)
         if key not in self.findings:
             if self.catchall >= MAX_CATCHALL:
