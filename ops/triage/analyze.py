@@ -19,7 +19,7 @@ from .findings import CAUSE, HARDWARE, OTHER, SHARED_CRASH, Finding, Report
 from .logline import LineParser, LogLine
 from .dispatch import Dispatch
 from .patterns import BY_ID, PF_DETAIL, PROCESS_LINE, RULES, Rule
-from .plan import DEVICE as _DEVICE, Hit, Plan
+from .plan import DEVICE as _DEVICE, HOW_BAD as _HOW_BAD, MISS as _MISS, Hit, Plan
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<dev>[^)]{1,64})\): (?P<xid>\d+),\s*(?P<rest>[^\n]*)$")
 _XID_PROC = re.compile(r"^pid='?(?P<pid>[^,']*)'?, name=(?P<name>[^,]*),\s*")
@@ -50,7 +50,6 @@ MAX_FINDINGS = 2000  # distinct signatures kept; past it new ones are counted in
 MAX_OOM_PENDING = 64
 MEMO_SIZE = 4096
 DEVICE_CARRY = 50  # lines over which a GPU driver line's device is taken for driver lines that name none
-_HOW_BAD = {"critical": 0, "error": 1, "warning": 2, "info": 3}
 
 
 def _normalise(message: str) -> str:
@@ -58,14 +57,15 @@ def _normalise(message: str) -> str:
     return _NORM_NUM.sub("N", _NORM_HEX.sub("0x…", _DEVICE.sub("<dev>", message))).strip()
 
 
-def _follow_groups(rule: Rule, message: str, low: str) -> dict[str, str] | None:
-    """The groups of the first of rule's detail-line patterns that matches message (None: none does)."""
+def _follow_groups(rule: Rule, message: str, low: str) -> tuple[dict[str, str], dict] | None:
+    """The groups of the first of rule's detail-line patterns that matches message (None: none does), with
+    an empty record of the findings they were applied to."""
     for pat, hint in zip(rule.follow, rule.follow_hints):
         if hint is not None and hint not in low:
             continue
         m = pat.search(message)
         if m:
-            return {k: v for k, v in m.groupdict().items() if v is not None}
+            return {k: v for k, v in m.groupdict().items() if v is not None}, {}
     return None
 
 
@@ -97,6 +97,7 @@ class Analyzer:
         self.rules = rules
         self.dispatch = Dispatch(rules, SPECIALS)
         self.memo: dict[str, Plan] = {}  # message -> what its text alone decides (storms repeat messages)
+        self.memo_old: dict[str, Plan] = {}  # the generation before: what is still used moves back to memo
         self.parser = LineParser()
         self.findings: dict[tuple[str, str], Finding] = {}
         self.notes: list[str] = []
@@ -163,9 +164,7 @@ class Analyzer:
         # every regex result on it. A repeat runs no regex; what follows is the state the line meets.
         plan = self.memo.get(msg)
         if plan is None:
-            if len(self.memo) >= MEMO_SIZE:
-                self.memo.clear()
-            plan = self.memo[msg] = Plan(msg, self.dispatch)
+            plan = self._plan(msg)
         dev = plan.dev
         if plan.gpu_line:
             self.last_gpu_device = (dev, self.number)
@@ -196,9 +195,18 @@ class Analyzer:
         matched = bool(hits)
         if not matched and specials & _ORPHAN_TRIGGERS:
             matched = self._orphan(line, plan)
-        if not matched:
+        if not matched and (plan.error_word or line.level in _CATCHALL_LEVELS):
             self._unclassified(line, plan)
         return matched
+
+    def _plan(self, msg: str) -> Plan:
+        """The plan of a message not in the current generation: from the one before, or made now."""
+        plan = self.memo_old.get(msg) or Plan(msg, self.dispatch)
+        if len(self.memo) >= MEMO_SIZE:
+            # bounded memory without dropping the messages a storm keeps repeating (a plain clear() would)
+            self.memo_old, self.memo = self.memo, {}
+        self.memo[msg] = plan
+        return plan
 
     def _nearby_gpu_device(self) -> str | None:
         """A recent GPU driver line's device: amdgpu prints some messages ("[drm:...] *ERROR* ring ...") without it."""
@@ -217,7 +225,7 @@ class Analyzer:
         self.touched.add(key)
         return f
 
-    def _add(self, f: Finding, line: LogLine, device: str | None) -> None:
+    def _add(self, f: Finding, line: LogLine, device: str | None) -> None:  # _record has it inline (storms)
         if line.wall is not None:
             f.add(line.number, line.stamp, line.raw, device, line.wall, "epoch")
         else:
@@ -237,11 +245,20 @@ class Analyzer:
         dev = plan.dev
         if dev and f.devices and dev not in f.devices and rule.gpu:
             return False
-        g = plan.once(id(rule), _follow_groups, rule, plan.message, plan.low)
-        if g is None:
+        follow = plan.found.get(id(rule), _MISS)
+        if follow is _MISS:
+            follow = plan.found[id(rule)] = _follow_groups(rule, plan.message, plan.low)
+        if follow is None:
             return False
-        self._apply_detail(f, rule, g)
-        self.touched.add((f.rule, f.signature))
+        g, seen = follow
+        key = (f.rule, f.signature)
+        if seen.get(key) is not f or "event_severity" in g:
+            # the details, devices and victim a detail line adds are there already when the same line was
+            # applied to the same finding before (they only grow); a severity it sets is not (the header may
+            # have raised it since)
+            self._apply_detail(f, rule, g)
+            seen[key] = f
+        self.touched.add(key)
         return True
 
     def _apply_detail(self, f: Finding, rule: Rule | None, g: dict[str, str]) -> None:
@@ -280,27 +297,32 @@ class Analyzer:
         device = hit.device
         if device is None and rule.gpu:
             device = self._nearby_gpu_device()
-        signature = (device or "") + hit.tail
-        severity = hit.severity
-        key = (rule.id, signature)
+        key = hit.keys.get(device)
+        if key is None:
+            key = hit.keys[device] = (rule.id, (device or "") + hit.tail)
         f = self.findings.get(key)
         if f is None:
             title = format_title(rule.title, hit.groups, device)
-            f = self._finding(key, category=rule.category, severity=severity, title=title,
+            f = self._finding(key, category=rule.category, severity=hit.severity, title=title,
                               meaning=rule.meaning, check=rule.check, tier=rule.tier)
             if f is None:
                 return
         else:
             self.touched.add(key)
-        if _HOW_BAD.get(severity, 3) < _HOW_BAD.get(f.severity, 3):
-            f.severity = severity
-        self._add(f, line, device)
+        if hit.how_bad < _HOW_BAD.get(f.severity, 3):
+            f.severity = hit.severity
+        if line.wall is not None:
+            f.add(line.number, line.stamp, line.raw, device, line.wall, "epoch")
+        else:
+            f.add(line.number, line.stamp, line.raw, device, line.mono, "boot" if line.mono is not None else None)
         if rule.id == "amdgpu.page_fault" and device in self.orphan_faults:
             self._merge_orphan(f, self.orphan_faults.pop(device))
-        for k, v in hit.details:
-            self._detail(f, k, v)
-        if hit.victim is not None:
-            f.add_victim(dict(hit.victim))
+        if hit.seen.get(key) is not f:
+            for k, v in hit.details:
+                self._detail(f, k, v)
+            if hit.victim is not None:
+                f.add_victim(dict(hit.victim))
+            hit.seen[key] = f
         if rule.follow:
             self.active = (rule, f, self.number)
 
@@ -485,8 +507,7 @@ class Analyzer:
             f.add_victim(victim)
 
     def _unclassified(self, line: LogLine, plan: Plan) -> None:
-        if not (line.level in _CATCHALL_LEVELS or "*ERROR*" in plan.message):
-            return
+        """An error-level line no rule knows (the caller checked the level): one finding per normalised text."""
         dev = plan.dev
         norm = plan.once("norm", _normalise, plan.message)
         key = ("unclassified", norm)

@@ -47,6 +47,7 @@ _ISO_SYSLOG_TAIL = re.compile(r"^(?P<host>\S+)\s+(?P<prog>[\w./@-]+?)(?:\[\d+\])
 _CTIME_FIRST = frozenset("MTWFSAJNDO+")
 # First characters a facility name can start with (kern, user, mail, daemon, auth, syslog, lpr, ...).
 _FAC_FIRST = frozenset("kumdaslncf")
+_MONO_SECOND = frozenset(" 0123456789")
 _MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
 
 
@@ -92,9 +93,17 @@ class LineParser:
 
     def __init__(self) -> None:
         self.human_wall: float | None = None
+        self.ctime: dict[str, tuple[str, float | None]] = {}  # "[Tue Mar  5 10:00:00 2024] " -> stamp, time
 
     def parse(self, number: int, raw: str) -> LogLine:
         """Strip known prefixes from one line; never fails (unknown prefixes stay in the message)."""
+        if raw[:1] == "[" and raw[1:2] in _MONO_SECOND:
+            # dmesg's own "[  12.345678] message", most lines of most logs: what the general path below
+            # makes of it, without its checks (it has no other prefix, no CR/LF to strip, is not too long)
+            m = _MONO.match(raw)
+            if m is not None and len(raw) <= MAX_LINE and raw[-1:] not in ("\r", "\n"):
+                stamp = m["mono"]
+                return LogLine(number, raw, raw[m.end():], stamp, float(stamp), None, None, None, False, True)
         rest = raw.rstrip("\r\n")
         if len(rest) > MAX_LINE:
             rest = rest[:MAX_LINE]
@@ -119,7 +128,7 @@ class LineParser:
                 if m:
                     level, stamp = m["lvl"], m["iso"]
                     wall, rest, prefixed = _iso_epoch(stamp), rest[m.end():], True
-            if rest[:1] in _FAC_FIRST:
+            if rest[:1] in _FAC_FIRST and not rest.startswith("kernel:"):  # no facility is spelt "kernel"
                 m = _FACILITY.match(rest)
                 if m:
                     level, rest, prefixed = m["lvl"], rest[m.end():], True
@@ -141,8 +150,14 @@ class LineParser:
         if first == "[":
             m = _CTIME.match(rest)
             if m:
-                wall = _local_epoch(int(m["year"]), _MONTHS.get(m["mon"], 1), int(m["day"]), m["hms"])
-                return m.group(0).strip()[1:-1], wall, None, rest[m.end():], True
+                # a storm prints many lines in the same second: its stamp and time are worked out once
+                known = self.ctime.get(head := m.group(0))
+                if known is None:
+                    if len(self.ctime) >= 1024:
+                        self.ctime.clear()
+                    known = self.ctime[head] = (
+                        head.strip()[1:-1], _local_epoch(int(m["year"]), _MONTHS.get(m["mon"], 1), int(m["day"]), m["hms"]))
+                return known[0], known[1], None, rest[m.end():], True
             m = _HUMAN_REL.match(rest)
             if m:
                 if self.human_wall is not None:
@@ -154,6 +169,9 @@ class LineParser:
                 self.human_wall = _local_epoch(year, _MONTHS.get(m["mon"], 1), int(m["day"]), m["hm"] + ":00")
                 return f"{m['mon']}{m['day']} {m['hm']}", self.human_wall, None, rest[m.end():], True
             return None, None, None, rest, prefixed
+        if first == "k" and rest.startswith("kernel:"):  # none of the stamps below can start so
+            m = _BARE_KERNEL.match(rest)
+            return None, None, "kernel", rest[m.end():], True
         if rest[4:5] == "-":
             m = _ISO.match(rest)
             if m:

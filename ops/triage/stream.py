@@ -167,8 +167,14 @@ class StreamFeeder:
         count = block.count(b"\n")
         if self.prefilter is None or base + count <= HEAD_LINES or self._dense(block, count):
             # every line: a storm where most lines matter anyway costs less without the prefilter
-            for i, (s, e) in enumerate(_lines_of(block), 1):
-                self._feed(block, s, e, base + i)
+            feed = self.a.feed
+            lines = block.split(b"\n")
+            lines.pop()  # the block ends with a newline: nothing after it
+            for number, line in enumerate(lines, base + 1):
+                if len(line) > MAX_LINE:
+                    line = line[:MAX_LINE]
+                    self.cut += 1
+                feed(line.decode("utf-8", "replace"), number)
             self.lines += count
             return
         pos = 0  # first byte not yet fed or skipped
