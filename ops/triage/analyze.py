@@ -48,7 +48,7 @@ MAX_DETAIL_VALUES = 8
 MAX_CATCHALL = 20
 MAX_FINDINGS = 2000  # distinct signatures kept; past it new ones are counted in a note, never stored
 MAX_OOM_PENDING = 64
-MEMO_SIZE = 4096
+MEMO_SIZE = 2048  # plans per generation (two kept): a storm's messages fit many times over
 DEVICE_CARRY = 50  # lines over which a GPU driver line's device is taken for driver lines that name none
 
 

@@ -15,6 +15,7 @@ from .patterns import Rule
 DEVICE = re.compile(r"\b(?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)\b")
 GPU_DRIVER_LINE = re.compile(r"^(?:amdgpu|nvidia|drmn?\d*|\[drm)|NVRM")
 MISS = object()  # "not computed yet" (None is a result)
+_NONE: frozenset[str] = frozenset()
 HOW_BAD = {"critical": 0, "error": 1, "warning": 2, "info": 3}
 
 
@@ -62,7 +63,9 @@ class Plan:
         self.gpu_line = dev is not None and GPU_DRIVER_LINE.search(message) is not None
         self.traceback = "Traceback" in message
         self.error_word = "*ERROR*" in message
-        self.candidates, self.specials = dispatch(message, self.low)
+        candidates, specials = dispatch(message, self.low)
+        self.candidates = tuple(candidates)
+        self.specials = frozenset(specials) if specials else _NONE  # most messages: none, one shared empty set
         self.hits: list[Hit] | None = None  # the candidate rules that match, once the analyzer asks
         self.found: dict[Any, Any] = {}  # id(regex) or a name -> its result on this message
 
