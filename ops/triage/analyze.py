@@ -16,10 +16,10 @@ from typing import Any
 from ..units import fmt_bytes
 from . import engine, segfault, xid
 from .findings import CAUSE, HARDWARE, OTHER, SHARED_CRASH, Finding, Report
-from .logline import LineParser, LogLine
 from .dispatch import Dispatch
+from .logline import HUMAN_HINT, LineParser, LogLine, parse as parse_line
 from .patterns import BY_ID, PF_DETAIL, PROCESS_LINE, RULES, Rule
-from .plan import DEVICE as _DEVICE, HOW_BAD as _HOW_BAD, MISS as _MISS, Hit, Plan
+from .plan import DEVICE as _DEVICE, GPU_DRIVER_LINE, HOW_BAD as _HOW_BAD, MISS as _MISS, Hit, Plan, device_of
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<dev>[^)]{1,64})\): (?P<xid>\d+),\s*(?P<rest>[^\n]*)$")
 _XID_PROC = re.compile(r"^pid='?(?P<pid>[^,']*)'?, name=(?P<name>[^,]*),\s*")
@@ -136,10 +136,29 @@ class Analyzer:
         self.held, self.held_matched = (line, matched) if line.prefixed else (None, False)
         self.held_last = self.number
 
-    def skip(self) -> None:
-        """Count a line the caller knows cannot matter (no rule literal, no open window, not a continuation)."""
+    def skip(self, raw: str | None = None) -> None:
+        """Count a line the caller knows cannot matter (no rule literal, no open window, not a continuation).
+
+        Given its text, what it tells about the lines after it is kept: a `dmesg -H` stamp moves the clock, a GPU
+        driver line names the GPU for the driver lines after it that name none."""
         self.number += 1
         self.lines += 1
+        if raw is None:
+            return
+        if "[" in raw and HUMAN_HINT.search(raw):
+            self.parser.parse(self.number, raw)
+        if "amdgpu" in raw or "nvidia" in raw or "drm" in raw or "NVRM" in raw:
+            self.note_gpu_line(raw, self.number)
+
+    def note_gpu_line(self, raw: str, number: int) -> bool:
+        """A skipped line (no rule literal): when it is a GPU driver line naming a device, that device is taken
+        for driver lines after it that name none, as feed() would. True when it was such a line."""
+        message = parse_line(number, raw).message  # a parser of its own: a skipped line leaves no parser state
+        dev = device_of(message)
+        if dev is None or GPU_DRIVER_LINE.search(message) is None:
+            return False
+        self.last_gpu_device = (dev, number)
+        return True
 
     @property
     def following(self) -> bool:

@@ -32,6 +32,10 @@ _CTIME = re.compile(
 # `dmesg -H`: "[May19 19:57]" starts a minute, "[  +0.000127]" is the offset from the line before.
 _HUMAN_ABS = re.compile(r"^\[(?P<mon>[A-Z][a-z]{2})(?P<day>\d{1,2}) (?P<hm>\d\d:\d\d)\]\s?")
 _HUMAN_REL = re.compile(r"^\[\s*\+\s*(?P<rel>\d+\.\d+)\]\s?")
+# Found in every line a `dmesg -H` stamp is parsed from (and some others): such a line moves a LineParser's
+# clock even when nothing else in it matters. The bytes form, for a whole block, knows ASCII blanks only.
+HUMAN_HINT = re.compile(r"\[(?:\s*\+|[A-Z][a-z]{2}\d)")
+HUMAN_HINT_BYTES = re.compile(rb"\[(?:[^\S\n]*\+|[A-Z][a-z]{2}\d)")
 # Month is any word: journalctl prints it in the reader's locale ("kvě" in one fixture). The host is
 # optional (some pastes drop it, or it is empty: "Jan 02 21:35:19  kernel:"); short-precise adds µs.
 _SYSLOG = re.compile(

@@ -19,6 +19,14 @@ _NONE: frozenset[str] = frozenset()
 HOW_BAD = {"critical": 0, "error": 1, "warning": 2, "info": 3}
 
 
+def device_of(message: str) -> str | None:
+    """The PCI device a message names, if any."""
+    if ":" not in message:
+        return None
+    m = DEVICE.search(message)
+    return m.group(1) if m else None
+
+
 class Hit:
     """One rule's match on a message, with what recording it needs precomputed (groups, signature tail...)."""
 
@@ -55,11 +63,7 @@ class Plan:
     def __init__(self, message: str, dispatch: Dispatch) -> None:
         self.message = message
         self.low = message.lower()
-        dev = None
-        if ":" in message:
-            m = DEVICE.search(message)
-            dev = m.group(1) if m else None
-        self.dev = dev
+        self.dev = dev = device_of(message)
         self.gpu_line = dev is not None and GPU_DRIVER_LINE.search(message) is not None
         self.traceback = "Traceback" in message
         self.error_word = "*ERROR*" in message
