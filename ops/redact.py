@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Iterable
+
+from .lazyregex import LazyRegex
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 # Variable/key names whose value is a secret whatever it looks like.
-SECRET_NAME = re.compile(
+SECRET_NAME = LazyRegex(
     r"(?i)(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|ACCOUNT_?KEY"
     r"|CREDENTIALS?|AUTH|SESSION_?KEY|SIGNING_?KEY|COOKIE|CONNECTION_?STRING|(?:^|_)PASS$|(?:^|_)PWD$|_PASS_)")
 
@@ -24,26 +29,27 @@ _WEAK = r"pass|pwd"
 _KEYWORDS = rf"(?:{_STRONG}|(?:{_WEAK})(?=[\"'\s=:\x00]))"
 
 # (name, regex, group holding the secret) applied to text; order matters (specific first).
-PATTERNS: tuple[tuple[str, re.Pattern, int], ...] = (
-    ("private-key-block", re.compile(
+# Compiled at first use: `status` imports this module but redacts only when it shows a process.
+PATTERNS: tuple[tuple[str, LazyRegex, int], ...] = (
+    ("private-key-block", LazyRegex(
         r"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY-----[\s\S]*?(?:-----END (?:[A-Z]+ )*PRIVATE KEY-----|$)"), 0),
-    ("url-credentials", re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@\x00]+:)([^@\s/\x00]+)(@)"), 2),
-    ("bearer-token", re.compile(r"(?i)\b(Bearer|Basic|Token)\s+([A-Za-z0-9._~+/=-]{8,})"), 2),
-    ("huggingface-token", re.compile(r"\b(hf_[A-Za-z0-9]{20,})\b"), 1),
-    ("openai-key", re.compile(r"\b(sk-(?:proj-|ant-|live-)?[A-Za-z0-9_-]{20,})\b"), 1),
-    ("aws-access-key-id", re.compile(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"), 1),
-    ("github-token", re.compile(r"\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b"), 1),
-    ("slack-token", re.compile(r"\b(xox[abprs]-[A-Za-z0-9-]{10,})\b"), 1),
-    ("jwt", re.compile(r"\b(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"), 1),
+    ("url-credentials", LazyRegex(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@\x00]+:)([^@\s/\x00]+)(@)"), 2),
+    ("bearer-token", LazyRegex(r"(?i)\b(Bearer|Basic|Token)\s+([A-Za-z0-9._~+/=-]{8,})"), 2),
+    ("huggingface-token", LazyRegex(r"\b(hf_[A-Za-z0-9]{20,})\b"), 1),
+    ("openai-key", LazyRegex(r"\b(sk-(?:proj-|ant-|live-)?[A-Za-z0-9_-]{20,})\b"), 1),
+    ("aws-access-key-id", LazyRegex(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"), 1),
+    ("github-token", LazyRegex(r"\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b"), 1),
+    ("slack-token", LazyRegex(r"\b(xox[abprs]-[A-Za-z0-9-]{10,})\b"), 1),
+    ("jwt", LazyRegex(r"\b(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"), 1),
     # A command line kept as a list (JSON, TOML, Python's repr): "--password", "x" and "-u", "user:x".
-    ("secret-option", re.compile(
+    ("secret-option", LazyRegex(
         r"(?i)([\"'])(--?[\w.-]*?(?:" + _STRONG + r"|(?<![a-z])(?:pass|pwd)(?![a-z]))[\w.-]*)\1(\s*,\s*)([\"'])"
         r"(?!\[REDACTED)([^\"'\n]{1,4096}?)\4"), 5),
-    ("option-credentials", re.compile(
+    ("option-credentials", LazyRegex(
         r"([\"'])(-u|-U|--user|--proxy-user|--username|--basic-auth|--creds)\1(\s*,\s*)([\"'])([^\"':\n]*:)"
         r"(?!\[REDACTED)([^\"'\n]{1,4096}?)\4"), 6),
     # key=value, key: value, "key": "value" with a secret-sounding key; or a --flag followed by its value
-    ("secret-assignment", re.compile(
+    ("secret-assignment", LazyRegex(
         # (?<!...) starts keys at a token boundary only: scanning from inside every word is quadratic
         r"(?i)(?<![\w.-])((?:--?[\w.-]*?" + _KEYWORDS + r"[\w.-]*(?:[ \t]+|\x00|=))"
         r"|(?:[\w.-]*?" + _KEYWORDS + r"[\w.-]*\"?[ \t]*[=:][ \t]*\"?))"
@@ -53,12 +59,12 @@ PATTERNS: tuple[tuple[str, re.Pattern, int], ...] = (
 _MARK = "[REDACTED:{}]"
 
 # Command-line options whose next argument (or =value) is a secret whole, or user:secret (curl -u).
-_SECRET_OPTIONS = re.compile(r"(?i)^--?[\w.-]*(?:" + _STRONG + r"|(?<![a-z])(?:pass|pwd)(?![a-z]))[\w.-]*$")
+_SECRET_OPTIONS = LazyRegex(r"(?i)^--?[\w.-]*(?:" + _STRONG + r"|(?<![a-z])(?:pass|pwd)(?![a-z]))[\w.-]*$")
 _USER_OPTIONS = frozenset({"-u", "--user", "--proxy-user", "-U", "--username", "--basic-auth", "--creds"})
-_BARE_USERINFO = re.compile(r"^([^:@/\s]+):([^@\s]+)@([^@\s]+)$")  # user:pass@host without a scheme
+_BARE_USERINFO = LazyRegex(r"^([^:@/\s]+):([^@\s]+)@([^@\s]+)$")  # user:pass@host without a scheme
 
 
-def _sub(name: str, regex: re.Pattern, group: int, text: str, counts: Counter) -> str:
+def _sub(name: str, regex: LazyRegex, group: int, text: str, counts: Counter) -> str:
     def repl(m: re.Match) -> str:
         value = m.group(group)
         if value.startswith("[REDACTED:"):
@@ -72,10 +78,10 @@ def _sub(name: str, regex: re.Pattern, group: int, text: str, counts: Counter) -
     return regex.sub(repl, text)
 
 
-_KEY_HINT = re.compile(_KEYWORDS, re.IGNORECASE)
+_KEY_HINT = LazyRegex(_KEYWORDS, re.IGNORECASE)
 
 
-def _sub_keyed(name: str, regex: re.Pattern, group: int, text: str, counts: Counter) -> str:
+def _sub_keyed(name: str, regex: LazyRegex, group: int, text: str, counts: Counter) -> str:
     """The key=value rule, run only on lines that mention a secret word (most log lines do not)."""
     if not _KEY_HINT.search(text):
         return text
