@@ -71,6 +71,11 @@ class GpuProcess:
     device_files: tuple[str, ...] = ()  # GPU device files it holds open
     # GPU visibility variables (HIP/ROCR/CUDA_VISIBLE_DEVICES) only; nothing else of environ.
     visible_devices: dict[str, str] = field(default_factory=dict)
+    # Kubernetes (agent --kubernetes): the pod and container (by name) the process runs in.
+    namespace: str | None = None
+    pod: str | None = None
+    pod_uid: str | None = None
+    container_name: str | None = None
 
     @property
     def alive(self) -> bool:
@@ -90,6 +95,12 @@ class Holder:
     command: str | None = None
     ppid: int | None = None
     detail: str = ""
+    # Kubernetes: the pod it belonged to, and when that pod was deleted (None while it exists).
+    namespace: str | None = None
+    pod: str | None = None
+    pod_uid: str | None = None
+    container_name: str | None = None
+    pod_deleted_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,18 @@ class Registration:
     result: int | None = None  # the call's return value (0: success)
     pid: int | None = None
     via: str | None = None  # how the engine reached the call: symbol, dlsym, procaddress, deepbind, engine
+
+
+@dataclass(frozen=True)
+class PodGpus:
+    """Kubernetes: GPUs the kubelet assigned to one container of a pod (pod-resources API)."""
+
+    namespace: str
+    pod: str
+    container_name: str
+    gpus: tuple[int, ...]
+    pod_uid: str | None = None
+    deleted_at: float | None = None  # the pod is gone (watch), its GPUs may still hold its memory
 
 
 @dataclass(frozen=True)
@@ -182,6 +205,7 @@ class NodeSnapshot:
     baseline_recorded: bool = False
     source: str = "live"  # "live", or "bundle:<path>" for a replay
     duration_s: float | None = None
+    pods: tuple[PodGpus, ...] = ()  # Kubernetes mode only
 
     def gpu(self, index: int) -> GpuInfo | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -244,8 +268,9 @@ def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
         _build(ArenaInfo, {**a, "mappers": tuple(_build(ArenaMapper, m) for m in a.get("mappers", []))})
         for a in data.get("arenas", [])
     )
+    pods = tuple(_build(PodGpus, {**p, "gpus": tuple(p.get("gpus", ()))}) for p in data.get("pods", []))
     return _build(NodeSnapshot, {
         **data, "gpus": gpus, "processes": procs, "residual": residual, "engines": engines,
-        "arenas": arenas, "drained": tuple(data.get("drained", ())),
+        "arenas": arenas, "pods": pods, "drained": tuple(data.get("drained", ())),
         "warnings": tuple(data.get("warnings", ())),
     })

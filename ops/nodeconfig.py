@@ -26,7 +26,7 @@ GATE_RELEASE_RE = re.compile(r"^(registered|ready|(\d+(\.\d+)?)s)$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 # Keys each table accepts; anything else is a typo worth stopping for.
-_TOP_KEYS = {"state_dir", "arena", "stagger", "engines", "defaults"}
+_TOP_KEYS = {"state_dir", "arena", "stagger", "engines", "defaults", "kubernetes"}
 _ARENA_KEYS = {"path", "size", "source"}
 _STAGGER_KEYS = {"slots", "registration_timeout"}
 _ENGINE_KEYS = {
@@ -95,6 +95,7 @@ class NodeConfig:
     arena: ArenaConfig | None = None
     stagger: StaggerConfig = StaggerConfig()
     state_dir: Path | None = None
+    kubernetes: Any = None  # ops.k8s.config.KubernetesConfig when the file has a [kubernetes] table
 
     def engine(self, name: str) -> EngineConfig | None:
         return next((e for e in self.engines if e.name == name), None)
@@ -233,7 +234,12 @@ class _Validator:
                 raise self.fail("engines", i, "name", f"engine name {e.name!r} is used twice",
                                 "give every engine its own name")
             names[e.name] = i
-        return NodeConfig(path=self.path, engines=tuple(engines), arena=arena, stagger=stagger,
+        kubernetes = None
+        if "kubernetes" in data:
+            from .k8s import config as k8s_config  # only a node that has the table pays for the import
+            kubernetes = k8s_config.parse(data["kubernetes"], lambda key, problem, hint: self.fail(
+                "kubernetes", None, key, problem, hint))
+        return NodeConfig(path=self.path, engines=tuple(engines), arena=arena, stagger=stagger, kubernetes=kubernetes,
                           state_dir=Path(state_dir) if state_dir else None)
 
     def arena(self, raw: Any) -> ArenaConfig:
