@@ -154,6 +154,7 @@ class FakeApiServer:
         self.pdbs: list[dict] = []
         self.history: list[tuple[int, str, dict]] = []  # pod watch events (rv, type, object)
         self.history_floor = self.rv  # a watch from an older resourceVersion gets 410 Gone
+        self.compactions = 0
         self.denied: set[tuple[str, str]] = set()  # (verb, resource) RBAC does not allow
         self.requests: list[Request] = []
         self.conflict_next: int = 0  # another client writes the node before each of the next N spec patches
@@ -268,10 +269,13 @@ class FakeApiServer:
                     p["disruptionsAllowed"] = disruptions_allowed
 
     def compact(self) -> None:
-        """Forget watch history (as etcd compaction does): older resourceVersions answer 410 Gone."""
+        """Forget watch history (as etcd compaction does): open watches end with 410 Gone, and a watch
+        from any resourceVersion seen so far answers 410 too; clients must list again."""
         with self.cond:
             self.history.clear()
-            self.history_floor = self.rv
+            self.history_floor = self.rv + 1
+            self.compactions += 1
+            self.cond.notify_all()
 
     def _record(self, kind: str, pod: dict) -> None:
         self.history.append((self.rv, kind, copy.deepcopy(pod)))
@@ -387,15 +391,22 @@ class FakeApiServer:
         bookmarks = query.get("allowWatchBookmarks", [""])[0] in ("true", "1")
         deadline = time.monotonic() + timeout
 
+        def expired():
+            err = ApiError(410, "Expired", f"too old resource version: {since} ({self.history_floor})")
+            return {"type": "ERROR", "object": err.status()}
+
         def stream():
             sent = since
             with self.cond:
+                generation = self.compactions
                 if since < self.history_floor:
-                    err = ApiError(410, "Expired", f"too old resource version: {since} ({self.history_floor})")
-                    yield {"type": "ERROR", "object": err.status()}
+                    yield expired()
                     return
             while True:
                 with self.cond:
+                    if self.compactions != generation:
+                        yield expired()
+                        return
                     batch = [(rv, k, o) for rv, k, o in self.history if rv > sent]
                     if not batch:
                         left = deadline - time.monotonic()
