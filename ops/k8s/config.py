@@ -79,3 +79,14 @@ def parse(raw: Any, fail: Callable[[str | None, str, str], Exception]) -> Kubern
                        "device-plugin health socket")
         out["health"] = raw["health"]
     return KubernetesConfig(**out)
+
+
+def for_settings(settings, **overrides: Any) -> KubernetesConfig:
+    """The node config's [kubernetes] table (defaults without one), with command-line overrides applied."""
+    from dataclasses import replace
+
+    from ..nodeconfig import load
+    cfg = KubernetesConfig()
+    if settings.config_path.exists():
+        cfg = load(settings).kubernetes or cfg
+    return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
