@@ -43,3 +43,46 @@ def snapshot(residual: dict[int, int] | None = None, holders: dict[int, list[Hol
                          significant=residual.get(i, 0) > GiB // 2) for i in range(gpus))
     return NodeSnapshot(taken_at=0.0, hostname=NODE, backend="sim", simulated=True, gpus=g, processes=(),
                         residual=res, drained=drained)
+
+
+class PodCgroup:
+    """A real cgroup laid out as the kubelet's cgroupfs driver does (v1 pids hierarchy), so a process put in
+    it has a kernel-written /proc/<pid>/cgroup naming the pod. `usable` is False where the hierarchy
+    cannot be written (not root, no v1 pids controller): callers then skip only the pod-name checks."""
+
+    ROOT = "/sys/fs/cgroup/pids"
+
+    def __init__(self, pod_uid: str, container_id: str):
+        import os
+        self.dirs = [f"{self.ROOT}/kubepods", f"{self.ROOT}/kubepods/besteffort",
+                     f"{self.ROOT}/kubepods/besteffort/pod{pod_uid}",
+                     f"{self.ROOT}/kubepods/besteffort/pod{pod_uid}/{container_id}"]
+        self.created = []
+        self.usable = False
+        try:
+            for d in self.dirs:
+                if not os.path.isdir(d):
+                    os.mkdir(d)
+                    self.created.append(d)
+            self.usable = True
+        except OSError:
+            self.remove()
+
+    def add(self, pid: int) -> bool:
+        if not self.usable:
+            return False
+        try:
+            with open(f"{self.dirs[-1]}/cgroup.procs", "w") as f:
+                f.write(str(pid))
+            return True
+        except OSError:
+            return False
+
+    def remove(self) -> None:
+        import os
+        for d in reversed(self.created):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        self.created = []

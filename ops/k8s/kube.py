@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from typing import Any, Iterator
 
 from ..errors import GpuwardenError
@@ -190,8 +191,11 @@ class WatchStream:
             yield event.get("type", ""), event.get("object") or {}
 
     def close(self) -> None:
-        try:
-            self._resp.close()
-            self._resp.release_conn()
-        except Exception:  # closing from another thread mid-read may race; the reader ends either way
-            pass
+        # Closing the response would wait for the reader's buffer lock; shutting the socket down wakes
+        # the reader (EOF) and lets it finish by itself.
+        sock = getattr(getattr(self._resp, "_connection", None), "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
