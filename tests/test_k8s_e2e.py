@@ -18,7 +18,7 @@ import pytest
 from google.protobuf import empty_pb2
 
 from conftest import REPO, gpuwarden
-from k8s_helpers import NODE, PodCgroup
+from k8s_helpers import NODE, PodCgroup, cluster_role_rules
 from ops.k8s.nodesignal import CONDITION, TAINT_KEY
 from ops.k8s.proto import metricssvc_pb2_grpc
 from simnode import start_tenant, wait_for
@@ -43,6 +43,7 @@ def test_leak_on_kill_to_taint_to_purge_and_all_clear(state_dir, tmp_path):
               check=True)
     gpuwarden("--state-dir", str(state_dir), "--backend", "sim", "sim", "fault", "leak-on-kill", "on", check=True)
     api = FakeApiServer().start()
+    api.allowed = cluster_role_rules()  # the shipped ClusterRole is all the agent may use
     api.add_node(NODE)
     api.add_pod("team-a", "trainer-0", NODE, uid=UID, containers={"main": f"containerd://{CID}"})
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
@@ -120,6 +121,7 @@ def test_leak_on_kill_to_taint_to_purge_and_all_clear(state_dir, tmp_path):
         assert {"GPUResidualVRAM", "GPUTainted", "GPUPurge", "GPUUntainted"} <= set(reasons), reasons
         assert all(e["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE}
                    for e in api.events)
+        assert not [r for r in api.calls() if r.status == 403], "the agent needed a verb rbac.yaml does not grant"
         print(f"\nleak->condition {t_condition:.2f}s, leak->taint {t_taint:.2f}s (grace {GRACE:g}s)")
     finally:
         if agent is not None:

@@ -151,10 +151,10 @@ class Kube:
         return WatchStream(resp)
 
     def pod(self, namespace: str, name: str) -> dict | None:
-        try:
-            return self._call(f"get pod {namespace}/{name}", self.core.read_namespaced_pod, name, namespace)
-        except NotFoundError:
-            return None
+        # A list by name, not a get: the agent's role has list/watch on pods and nothing more.
+        items = self._call(f"list pod {namespace}/{name}", self.core.list_namespaced_pod, namespace,
+                           field_selector=f"metadata.name={name}").get("items") or []
+        return items[0] if items else None
 
     def evict(self, namespace: str, name: str, grace_s: int | None = None, dry_run: bool = False) -> None:
         """POST pods/eviction: the API server checks PodDisruptionBudgets (429 while one blocks)."""

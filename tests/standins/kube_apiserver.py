@@ -156,6 +156,7 @@ class FakeApiServer:
         self.history_floor = self.rv  # a watch from an older resourceVersion gets 410 Gone
         self.compactions = 0
         self.denied: set[tuple[str, str]] = set()  # (verb, resource) RBAC does not allow
+        self.allowed: set[tuple[str, str]] | None = None  # when set, only these (a ClusterRole's rules)
         self.requests: list[Request] = []
         self.conflict_next: int = 0  # another client writes the node before each of the next N spec patches
         self._stopping = False
@@ -292,7 +293,7 @@ class FakeApiServer:
         if route is None:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
         verb, resource, fn, args = route
-        if (verb, resource) in self.denied:
+        if (verb, resource) in self.denied or (self.allowed is not None and (verb, resource) not in self.allowed):
             name = args[-1] if args else ""
             raise ApiError(403, "Forbidden",
                            f"{resource.split('/')[0]} \"{name}\" is forbidden: User "
@@ -310,6 +311,7 @@ class FakeApiServer:
             ("PATCH", r"/api/v1/nodes/([^/]+)/status", "patch", "nodes/status", self._patch_node_status),
             ("GET", r"/api/v1/pods", "watch" if watching else "list", "pods", self._list_pods),
             ("GET", r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", "get", "pods", self._get_pod),
+            ("GET", r"/api/v1/namespaces/([^/]+)/pods", "list", "pods", self._list_namespaced_pods),
             ("POST", r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", "create", "pods/eviction", self._evict),
             ("POST", r"/api/v1/namespaces/([^/]+)/events", "create", "events", self._create_event),
         ]
@@ -422,6 +424,14 @@ class FakeApiServer:
                     if node is None or obj["spec"]["nodeName"] == node:
                         yield {"type": kind, "object": obj}
         return stream()
+
+    def _list_namespaced_pods(self, namespace, query, **_):
+        selector = query.get("fieldSelector", [""])[0]
+        name = selector.split("=", 1)[1] if selector.startswith("metadata.name=") else None
+        with self.cond:
+            items = [copy.deepcopy(p) for (ns, n), p in self.pods.items() if ns == namespace and name in (None, n)]
+            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": str(self.rv)},
+                         "items": items}
 
     def _get_pod(self, namespace, name, **_):
         with self.cond:
