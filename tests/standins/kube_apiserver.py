@@ -158,6 +158,7 @@ class FakeApiServer:
         self.denied: set[tuple[str, str]] = set()  # (verb, resource) RBAC does not allow
         self.allowed: set[tuple[str, str]] | None = None  # when set, only these (a ClusterRole's rules)
         self.requests: list[Request] = []
+        self.on_delete: list = []  # callables (namespace, name) run when a pod is deleted
         self.conflict_next: int = 0  # another client writes the node before each of the next N spec patches
         self._stopping = False
         self._timers: list[threading.Timer] = []
@@ -257,6 +258,9 @@ class FakeApiServer:
             if pod is not None:
                 self._bump(pod)
                 self._record("DELETED", pod)
+        if pod is not None:
+            for hook in self.on_delete:  # the "kubelet" stopping the pod's containers
+                hook(namespace, name)
 
     def add_pdb(self, namespace: str, name: str, match_labels: dict, disruptions_allowed: int) -> None:
         with self.cond:
