@@ -39,8 +39,10 @@ class KubernetesDrainPlaybook(DrainPlaybook):
 
     def preconditions(self, ctx: RunContext) -> list[str]:
         from ops.k8s.evict import pods_on_gpu
+        from ops.snapshot import take_snapshot
         problems = super().preconditions(ctx)
-        snap = nodecheck.snapshot(ctx.settings)
+        # Only the processes the driver charges matter here: no need for another deep scan of every fd.
+        snap = take_snapshot(ctx.settings, deep=False)
         pods, notes = pods_on_gpu(self.kube(), self.node_name, snap, self.gpu, proc_root=ctx.settings.proc_root,
                                   pod_resources_socket=self.pod_resources_socket)
         ctx.scratch["pods_planned"] = pods

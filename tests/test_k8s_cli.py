@@ -55,7 +55,7 @@ def test_drain_evicts_through_the_eviction_api_respecting_the_pdb(k8s_node, stat
         assert "team-a/trainer-1 (assigned by the kubelet)" in plan.stdout and "cordon node" in plan.stdout
         assert not [r for r in api.calls() if r.verb in ("create", "patch")]
 
-        blocked = cli("drain", "1", "--kubernetes", "--eviction-timeout", "1", "--yes")
+        blocked = cli("drain", "1", "--kubernetes", "--eviction-timeout", "0", "--yes")
         assert blocked.returncode == 1
         assert "disruption budget" in (blocked.stdout + blocked.stderr)
         assert api.pods.get(("team-a", "trainer-1")) is not None
@@ -80,12 +80,23 @@ def test_drain_evicts_through_the_eviction_api_respecting_the_pdb(k8s_node, stat
             tenant.wait()
 
 
-def test_undrain_lifts_no_cordon_it_did_not_set(k8s_node):
-    api, _, cli = k8s_node
-    api.edit_node(NODE, lambda n: n["spec"].update(unschedulable=True))  # an administrator's cordon
-    assert cli("drain", "0", "--kubernetes", "--yes").returncode == 0
-    assert cli("undrain", "0", "--kubernetes").returncode == 0
-    assert api.node(NODE)["spec"]["unschedulable"] is True
+def test_undrain_lifts_no_cordon_it_did_not_set():
+    from ops.k8s.evict import cordon, uncordon_if_ours
+    api = FakeApiServer().start()
+    try:
+        api.add_node(NODE)
+        kube = api.kube()
+        api.edit_node(NODE, lambda n: n["spec"].update(unschedulable=True))  # an administrator's cordon
+        assert cordon(kube, NODE) is False  # already cordoned: not ours
+        assert "not cordoned by gpuwarden" in uncordon_if_ours(kube, NODE)
+        assert api.node(NODE)["spec"]["unschedulable"] is True
+        api.edit_node(NODE, lambda n: n["spec"].pop("unschedulable"))
+        api.conflict_next = 1  # someone writes the node between our read and our patch: read again, retry
+        assert cordon(kube, NODE) is True
+        assert "uncordoned" in uncordon_if_ours(kube, NODE)
+        assert not api.node(NODE)["spec"].get("unschedulable")
+    finally:
+        api.stop()
 
 
 def test_gpu_check_json_and_exit_codes_without_an_agent(state_dir, cli):
@@ -146,22 +157,26 @@ def _line_within(stream, timeout: float) -> str:
     return stream.readline()
 
 
-def test_post_clean_outside_a_pod_says_what_to_do(state_dir, cli):
-    gpuwarden("--state-dir", str(state_dir), "--backend", "sim", "sim", "init", "--gpus", "1", check=True)
-    out = cli("post-clean", env={"GPUWARDEN_BACKEND": "sim"})
-    if out.returncode == 2:
-        assert "not in a pod's cgroup" in out.stderr and "--pod-uid" in out.stderr
-
-
-def test_kubernetes_config_errors_name_the_line(state_dir, cli, tmp_path):
-    config = tmp_path / "node.toml"
-    config.write_text('[kubernetes]\npolicy = "taint"\ntaint_after = "soon"\n')
-    out = cli("--config", str(config), "config", "check")
+def test_post_clean_outside_a_pod_says_what_to_do(state_dir, cli, tmp_path):
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "cgroup").write_text("0::/user.slice/user-0.slice/session-1.scope\n")
+    out = cli("--proc-root", str(proc), "post-clean", env={"GPUWARDEN_BACKEND": "sim"})
     assert out.returncode == 2
-    assert f"{config}:3: kubernetes.taint_after: cannot read duration 'soon'" in out.stderr
-    config.write_text('[kubernetes]\nplicy = "taint"\n')
-    out = cli("--config", str(config), "config", "check")
-    assert "kubernetes.plicy: unknown key" in out.stderr
+    assert "not in a pod's cgroup" in out.stderr and "--pod-uid" in out.stderr
+
+
+def test_kubernetes_config_errors_name_the_line(tmp_path):
+    from ops.errors import ConfigError
+    from ops.nodeconfig import parse
+    path = tmp_path / "node.toml"
+    with pytest.raises(ConfigError) as err:
+        parse('[kubernetes]\npolicy = "taint"\ntaint_after = "soon"\n', path)
+    assert err.value.message == f"{path}:3: kubernetes.taint_after: cannot read duration 'soon'"
+    with pytest.raises(ConfigError, match="kubernetes.plicy: unknown key"):
+        parse('[kubernetes]\nplicy = "taint"\n', path)
+    cfg = parse('[kubernetes]\ntaint_after = "90s"\nhealth = true\n', path).kubernetes
+    assert (cfg.taint_after, cfg.health, cfg.policy) == (90.0, True, "taint")
 
 
 def test_host_roots_are_the_live_node_not_a_captured_tree(tmp_path, monkeypatch):

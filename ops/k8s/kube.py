@@ -81,7 +81,6 @@ class Kube:
         client, _ = _load_client()
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
-        self.policy = client.PolicyV1Api(api_client)
         self.host = host
         self.timeout_s = timeout_s
         self.calls = 0
