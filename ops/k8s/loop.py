@@ -56,7 +56,11 @@ class KubernetesLoop:
                 except Exception as exc:  # one bad sample is a log line; the next one may work
                     self.log(f"sample failed: {type(exc).__name__}: {exc}")
                 self.samples += 1
-                self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
+                wait = self.interval - (time.monotonic() - t0)
+                due = self.node.wake_in()
+                if due is not None:
+                    wait = min(wait, due + 0.01)
+                self._stop.wait(max(0.0, wait))
         finally:
             if server is not None:
                 server.close()

@@ -73,6 +73,10 @@ class KubernetesNode:
             snap = dataclasses.replace(snap, warnings=snap.warnings + tuple(problems))
         return snap
 
+    def wake_in(self) -> float | None:
+        """When the next sample should come at the latest (a taint falling due), in seconds; None: no hurry."""
+        return self.signal.due_in()
+
     def _uid_of(self, namespace: str, name: str) -> tuple[str | None, float | None]:
         info = self.pods.by_name(namespace, name)
         return (info.uid, info.deleted_at) if info else (None, None)

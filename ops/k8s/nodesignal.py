@@ -131,6 +131,13 @@ class NodeSignal:
             # Forbidden stays forbidden until someone fixes RBAC: ask again slowly, never in a tight loop.
             self._retry_at = now + (self.retry_s * 4 if isinstance(exc, Forbidden) else self.retry_s)
 
+    def due_in(self) -> float | None:
+        """Seconds until a GPU's grace runs out (None: nothing pending): the sampler should look again then,
+        so the taint comes at the grace, not up to one sample interval after it."""
+        if self.policy != "taint" or self.tainted is not None or not self._bad_since:
+            return None
+        return max(0.0, min(self._bad_since.values()) + self.taint_after_s - self.clock())
+
     def status(self) -> dict:
         """For the agent's status: what the node says now and what went wrong last."""
         return {"node": self.node_name, "policy": self.policy,
