@@ -11,7 +11,7 @@ from typing import Callable
 
 from ..model import NodeSnapshot
 from .attribution import PodAttributor
-from .kube import Conflict, Kube, KubeError, TooManyRequests
+from .kube import Kube, TooManyRequests
 from .podresources import GpuAssignments
 from .pods import PodInfo, pod_info
 
@@ -95,34 +95,22 @@ def wait_gone(kube: Kube, pods: list[PodOnGpu], timeout_s: float, *, poll_s: flo
 
 def cordon(kube: Kube, node: str) -> bool:
     """Mark the node unschedulable; True when gpuwarden did it (False: it already was, left as it was)."""
-    for _ in range(5):
-        obj = kube.node(node)
+    def change(obj: dict) -> dict | None:
         if (obj.get("spec") or {}).get("unschedulable"):
-            return False
-        try:
-            kube.patch_node(node, {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"],
-                                                "annotations": {CORDON_ANNOTATION: CORDON_OWNER}},
-                                   "spec": {"unschedulable": True}})
-            return True
-        except Conflict:
-            continue
-    raise KubeError(f"node {node} kept changing: not cordoned", "try again")
+            return None
+        return {"metadata": {"annotations": {CORDON_ANNOTATION: CORDON_OWNER}}, "spec": {"unschedulable": True}}
+    return kube.update_node(node, change) is not None
 
 
 def uncordon_if_ours(kube: Kube, node: str) -> str:
     """Lift the cordon only when gpuwarden's drain set it; says what it did."""
-    for _ in range(5):
-        obj = kube.node(node)
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        if annotations.get(CORDON_ANNOTATION) != CORDON_OWNER:
-            return f"node {node} was not cordoned by gpuwarden: left as it is"
-        body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"],
-                             "annotations": {CORDON_ANNOTATION: None}}}
+    def change(obj: dict) -> dict | None:
+        if ((obj.get("metadata") or {}).get("annotations") or {}).get(CORDON_ANNOTATION) != CORDON_OWNER:
+            return None
+        body: dict = {"metadata": {"annotations": {CORDON_ANNOTATION: None}}}
         if (obj.get("spec") or {}).get("unschedulable"):
             body["spec"] = {"unschedulable": None}
-        try:
-            kube.patch_node(node, body)
-        except Conflict:
-            continue
-        return f"node {node} uncordoned (gpuwarden had cordoned it)"
-    raise KubeError(f"node {node} kept changing: not uncordoned", "try again")
+        return body
+    if kube.update_node(node, change) is None:
+        return f"node {node} was not cordoned by gpuwarden: left as it is"
+    return f"node {node} uncordoned (gpuwarden had cordoned it)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..errors import GpuwardenError
 
@@ -130,6 +130,23 @@ class Kube:
     def patch_node(self, name: str, body: Any, content_type: str = SMP) -> dict:
         # The client's default for a patch is JSON Patch; a dict body must say which patch it is.
         return self._call(f"patch node {name}", self.core.patch_node, name, body, _content_type=content_type)
+
+    def update_node(self, name: str, change: Callable[[dict], dict | None], tries: int = 5) -> dict | None:
+        """Read-modify-write of a node: change(node) gives a strategic merge patch (None: nothing to do),
+        sent with the resourceVersion it was made from, so a write by anyone else in between is a 409;
+        then the node is read again and the change made afresh."""
+        for _ in range(tries):
+            node = self.node(name)
+            body = change(node)
+            if body is None:
+                return None
+            body.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
+            try:
+                return self.patch_node(name, body)
+            except Conflict:
+                continue
+        raise KubeError(f"node {name} kept changing: gave up after {tries} conflicting writes",
+                        "gpuwarden tries again later")
 
     def patch_node_status(self, name: str, body: Any, content_type: str = SMP) -> dict:
         return self._call(f"patch nodes/status of {name}", self.core.patch_node_status, name, body,

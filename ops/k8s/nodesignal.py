@@ -14,7 +14,7 @@ from typing import Callable
 from ..jsondoc import iso
 from ..model import NodeSnapshot
 from ..units import fmt_bytes
-from .kube import Conflict, Forbidden, Kube, KubeError
+from .kube import Forbidden, Kube, KubeError
 
 CONDITION = "GPUResidualVRAM"
 TAINT_KEY = "gpuwarden.io/gpu-unhealthy"
@@ -22,7 +22,6 @@ TAINT_KEY = "gpuwarden.io/gpu-unhealthy"
 OWNER_ANNOTATION = "gpuwarden.io/taint-set-by"
 OWNER = "gpuwarden-agent"
 POLICIES = ("taint", "condition", "off")
-CONFLICT_RETRIES = 5
 
 
 @dataclass(frozen=True)
@@ -203,29 +202,20 @@ class NodeSignal:
             self._set_taint(None, f"removed {TAINT_KEY}: the GPUs hold no residual VRAM ({how})")
 
     def _set_taint(self, value: str | None, why: str) -> None:
-        for _ in range(CONFLICT_RETRIES):
-            node = self.kube.node(self.node_name)  # fresh resourceVersion for each try
+        def change(node: dict) -> dict | None:
             taints = self._learn_taint(node)
+            if self.foreign_taint or self.tainted == value:
+                return None
+            others = [t for t in taints if t.get("key") != TAINT_KEY]
+            mine = [{"key": TAINT_KEY, "value": value, "effect": "NoSchedule"}] if value else []
+            # spec.taints is an atomic list: the patch carries every taint, ours changed and the rest as read.
+            return {"metadata": {"annotations": {OWNER_ANNOTATION: OWNER if value else None}},
+                    "spec": {"taints": others + mine}}
+        if self.kube.update_node(self.node_name, change) is None:
             if self.foreign_taint:
                 self.log(f"kubernetes: node {self.node_name} has a {TAINT_KEY} taint gpuwarden did not set: "
                          "leaving it as it is")
-                return
-            if self.tainted == value:
-                return
-            others = [t for t in taints if t.get("key") != TAINT_KEY]
-            mine = [{"key": TAINT_KEY, "value": value, "effect": "NoSchedule"}] if value else []
-            body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
-                                 "annotations": {OWNER_ANNOTATION: OWNER if value else None}},
-                    # spec.taints is an atomic list: the patch carries every taint, ours changed, the rest as read;
-                    # the resourceVersion makes the server refuse it (409) if anyone changed them meanwhile.
-                    "spec": {"taints": others + mine}}
-            try:
-                self.kube.patch_node(self.node_name, body)
-            except Conflict:
-                continue
-            self.tainted = value
-            self.log(f"kubernetes: node {self.node_name}: {why}")
-            self.events("GPUTainted" if value else "GPUUntainted", why, "Warning" if value else "Normal")
             return
-        raise KubeError(f"node {self.node_name} kept changing: taint not updated after {CONFLICT_RETRIES} conflicts",
-                        "gpuwarden tries again on its next sample")
+        self.tainted = value
+        self.log(f"kubernetes: node {self.node_name}: {why}")
+        self.events("GPUTainted" if value else "GPUUntainted", why, "Warning" if value else "Normal")
