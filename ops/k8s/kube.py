@@ -101,8 +101,10 @@ class Kube:
         except ApiException as exc:
             raise self._error(what, exc) from None
         except HTTPError as exc:
-            raise KubeError(f"cannot reach the Kubernetes API at {self.host or '?'} to {what}: "
-                            f"{type(exc).__name__}: {exc}"[:300],
+            # urllib3 wraps the cause (connection refused, timeout) in MaxRetryError: the cause is the news.
+            cause = str(getattr(exc, "reason", None) or exc)
+            cause = cause.split("): ", 1)[-1] if "): " in cause else cause
+            raise KubeError(f"cannot reach the Kubernetes API at {self.host or '?'} to {what}: {cause[:200]}",
                             "check the API server and the node's network; gpuwarden retries") from None
         if not raw:
             return resp
