@@ -42,6 +42,7 @@ class KubernetesNode:
         self.health = HealthService(cfg.health_socket) if cfg.health else None
         self.pod_resources_every_s = pod_resources_every_s
         self._pod_resources_at = float("-inf")
+        self.last: NodeSnapshot | None = None
 
     def start(self, sync_timeout_s: float = 5.0) -> None:
         self.pods.start()
@@ -72,6 +73,10 @@ class KubernetesNode:
         if problems:
             snap = dataclasses.replace(snap, warnings=snap.warnings + tuple(problems))
         return snap
+
+    # The node agent's observer protocol (ops/agent: Agent.add_observer): called after each of its samples.
+    def on_snapshot(self, snapshot: NodeSnapshot, events: list | None = None) -> None:
+        self.last = self.process(snapshot)
 
     def wake_in(self) -> float | None:
         """When the next sample should come at the latest (a taint falling due), in seconds; None: no hurry."""
