@@ -3,6 +3,7 @@ and AMD's health service read by a client generated from the same proto."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -70,7 +71,7 @@ def test_attribution_names_processes_and_holders_from_cgroup_and_cache(api, cach
              GpuProcess(pid=200, start_time=6.0, user="u", command="bash", state="sleeping"))
     holder = Holder(pid=100, start_time=5.0, reason="zombie", gpus=(2,), vram_bytes=GiB)
     snap = snapshot({2: GiB}, {2: [holder]})
-    snap = snap.__class__(**{**snap.__dict__, "processes": procs})
+    snap = dataclasses.replace(snap, processes=procs)
     out = att.annotate(snap)
     p100, p200 = out.processes
     assert (p100.namespace, p100.pod, p100.container_name, p100.pod_uid) == ("team-a", "trainer-0", "main", UID)
@@ -86,7 +87,7 @@ def test_attribution_names_processes_and_holders_from_cgroup_and_cache(api, cach
     assert later.residual[2].holders[0].pod_deleted_at is not None
     # The driver still charges the PID after the process is gone: the pod it was seen in stays named.
     gone = GpuProcess(pid=100, start_time=None, user=None, command="", state="gone", vram={2: GiB})
-    snap2 = snap.__class__(**{**snap.__dict__, "processes": (gone,)})
+    snap2 = dataclasses.replace(snap, processes=(gone,))
     assert att.annotate(snap2).processes[0].pod == "trainer-0"
 
 

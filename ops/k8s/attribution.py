@@ -91,7 +91,7 @@ class PodAttributor:
             changed = changed or out is not p
         self._done = fresh
         self._forget(fresh, now)
-        residual = tuple(self._residual(r, now) for r in snap.residual)
+        residual = tuple(self._residual(r) for r in snap.residual)
         if not changed and all(a is b for a, b in zip(residual, snap.residual)) and not pod_gpus:
             return snap
         return dataclasses.replace(snap, processes=tuple(procs) if changed else snap.processes,
@@ -113,7 +113,7 @@ class PodAttributor:
                        container_name=info.containers.get(cg.container_id) if cg.container_id else None)
         return out
 
-    def _residual(self, r: Residual, now: float) -> Residual:
+    def _residual(self, r: Residual) -> Residual:
         if not r.holders:
             return r
         holders = tuple(self._holder(h) for h in r.holders)
