@@ -13,7 +13,8 @@ from ops.model import Holder
 
 def make(api, clock, **kw):
     events = []
-    sig = NodeSignal(api.kube(), NODE, clock=clock, events=lambda r, m, k: events.append((r, m, k)),
+    sig = NodeSignal(api.kube(), NODE, clock=clock, wall=lambda: clock() + 1.7e9,
+                     events=lambda r, m, k: events.append((r, m, k)),
                      **{"taint_after_s": 120, "clear_after_s": 10, "retry_s": 30, **kw})
     return sig, events
 
@@ -47,19 +48,26 @@ def test_residual_sets_the_condition_at_once_and_the_taint_after_the_grace(api):
     zombie = Holder(pid=4242, start_time=1.0, reason="zombie", gpus=(2,), vram_bytes=14 * GiB,
                     namespace="team-a", pod="trainer-0", pod_deleted_at=5.0)
     bad = snapshot({2: 14 * GiB}, {2: [zombie]})
+    clock.advance(1)
     sig.observe(bad)
     cond = api.condition(NODE, CONDITION)
     assert cond["status"] == "True" and cond["reason"] == "ResidualVRAM"
     assert "GPU 2: 14.0 GiB held by pid 4242 (zombie) of pod team-a/trainer-0 (deleted)" in cond["message"]
-    assert cond["lastTransitionTime"] != transition or True  # a new transition time is set on the flip
+    assert cond["lastTransitionTime"] != transition  # False -> True: a new transition time
+    flipped = cond["lastTransitionTime"]
     assert api.taints(NODE) == []
-    clock.advance(119)
+    clock.advance(118)
     sig.observe(bad)
     assert api.taints(NODE) == []
-    clock.advance(1)
+    clock.advance(2)
     sig.observe(bad)
     assert api.taints(NODE) == [{"key": TAINT_KEY, "value": "residual-vram", "effect": "NoSchedule"}]
     assert api.node(NODE)["metadata"]["annotations"][OWNER_ANNOTATION] == "gpuwarden-agent"
+    worse = snapshot({2: 15 * GiB}, {2: [zombie]})
+    sig.observe(worse)  # a new message, the same status: the transition time stays
+    cond = api.condition(NODE, CONDITION)
+    assert "15.0 GiB" in cond["message"] and cond["lastTransitionTime"] == flipped
+    bad = worse
     assert [e[0] for e in events] == ["GPUResidualVRAM", "GPUTainted"]
     before = len(api.calls())
     for _ in range(30):
@@ -74,6 +82,7 @@ def test_the_taint_goes_only_after_the_gpus_are_verified_clean(api):
     sig.observe(snapshot({1: 3 * GiB}))
     assert api.taints(NODE)
     t_true = api.condition(NODE, CONDITION)["lastTransitionTime"]
+    assert api.condition(NODE, CONDITION)["status"] == "True"
     clock.advance(1)
     sig.observe(snapshot())  # clean for a moment: the condition follows at once, the taint waits
     assert api.condition(NODE, CONDITION)["status"] == "False"
@@ -85,7 +94,7 @@ def test_the_taint_goes_only_after_the_gpus_are_verified_clean(api):
     sig.observe(snapshot())
     assert api.taints(NODE) == []
     assert OWNER_ANNOTATION not in (api.node(NODE)["metadata"].get("annotations") or {})
-    assert api.condition(NODE, CONDITION)["lastTransitionTime"] != t_true or clock.t == 1000  # flipped back
+    assert api.condition(NODE, CONDITION)["lastTransitionTime"] != t_true  # flipped back: a new transition
     assert [e[0] for e in events][-1] == "GPUUntainted"
 
 
