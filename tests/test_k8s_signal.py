@@ -176,6 +176,13 @@ def test_policy_condition_never_taints_and_off_never_calls(api):
     clock.advance(300)
     sig.observe(snapshot({2: 2 * GiB}))
     assert api.condition(NODE, CONDITION)["status"] == "True" and api.taints(NODE) == []
+    # A node tainted under the taint policy is untainted once the policy is the condition only.
+    tainter, _ = make(api, clock, taint_after_s=0)
+    tainter.observe(snapshot({2: 2 * GiB}))
+    assert api.taints(NODE)
+    sig2, _ = make(api, clock, policy="condition")
+    sig2.observe(snapshot({2: 2 * GiB}))
+    assert api.taints(NODE) == [] and api.condition(NODE, CONDITION)["status"] == "True"
     n = len(api.calls())
     off, _ = make(api, clock, policy="off")
     off.observe(snapshot({2: 2 * GiB}))

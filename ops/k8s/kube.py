@@ -121,7 +121,8 @@ class Kube:
         cls = _BY_STATUS.get(exc.status, KubeError)
         hint = {403: RBAC_HINT,
                 409: "it changed meanwhile; gpuwarden reads it again and retries",
-                429: "a PodDisruptionBudget does not allow it now; wait, or relax the budget"}.get(exc.status)
+                429: "a PodDisruptionBudget does not allow it now; wait, or relax the budget",
+                404: "check the name (this node's: --node-name, [kubernetes] node_name, NODE_NAME)"}.get(exc.status)
         return cls(f"Kubernetes refused to {what} ({exc.status} {reason or exc.reason}): {message}",
                    hint, status=exc.status, reason=reason)
 

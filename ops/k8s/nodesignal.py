@@ -119,6 +119,9 @@ class NodeSignal:
             self._reconcile_condition(trouble, now, len(snap.gpus))
             if self.policy == "taint":
                 self._reconcile_taint(trouble, now, verified)
+            elif self.tainted is not None:
+                # The policy went from taint to condition: a taint of ours would otherwise stay forever.
+                self._set_taint(None, f"removed {TAINT_KEY}: the policy is now {self.policy!r}")
             if self.problem is not None:
                 self.log(f"kubernetes: node {self.node_name}: working again")
             self.problem = None
