@@ -119,7 +119,8 @@ def register(app: typer.Typer) -> None:
 
         Samples the node, names pods on processes and holders (cgroup + the API's pods on this node), posts
         Events for purges/resets/drains and taint changes, and serves the last snapshot on <state dir>/agent.sock
-        for `gpu-check`. In-cluster credentials, else KUBECONFIG. Runs until SIGTERM or Ctrl-C.
+        for `gpu-check`. In-cluster credentials, else KUBECONFIG. Runs until SIGTERM or Ctrl-C. Exit 2 when no
+        real GPU backend works (it never reports the simulated node unless --backend sim says so).
         """
         from ops.errors import GpuwardenError
         from ops.k8s.config import for_settings, parse_duration
@@ -134,6 +135,9 @@ def register(app: typer.Typer) -> None:
             raise GpuwardenError(f"cannot read --taint-after {taint_after!r}", "e.g. --taint-after 2m or 90s")
         cfg = for_settings(settings, node_name=node_name, policy=policy, taint_after=secs, health=health,
                            health_socket=health_socket)
+        # On the automatic sim fallback it would tell Kubernetes about a fake node as if it were this one.
+        from ops.backends.select import open_backend
+        open_backend(settings, fallback_to_sim=False).close()
 
         def log(message: str) -> None:
             sys.stderr.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} {message}\n")
