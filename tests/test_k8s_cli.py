@@ -238,4 +238,4 @@ def test_a_bundle_keeps_the_agents_pod_annotated_snapshot(state_dir):
     assert "gpuwarden/snapshot.json" in entries
     kept = json.loads(entries["gpuwarden/agent-snapshot.json"].data)
     assert kept["pods"] == [{"namespace": "team-a", "pod": "trainer-0", "container_name": "main", "gpus": [1],
-                             "pod_uid": None, "deleted_at": None}]
+                             "pod_uid": None, "deleted_at": None, "deleted_at_iso": None}]
