@@ -74,7 +74,7 @@ class Settings:
         """True when the roots hold a captured tree (a bundle, a test's fixture), not this live node."""
         if self.replay is not None:
             return True
-        return self.host_root is None and self.sysfs_root != Path("/sys")
+        return self.host_root is None and (self.sysfs_root != Path("/sys") or self.proc_root != Path("/proc"))
 
     @property
     def live(self) -> bool:

@@ -218,24 +218,8 @@ def test_status_names_pods_on_processes_holders_and_the_last_tenant():
     assert "GPU 1 was last given to pod team-b/infer-3 (container server), deleted 5 min ago" in text
 
 
-def test_a_bundle_keeps_the_agents_pod_annotated_snapshot(state_dir):
-    import dataclasses
-    from ops.bundle.collectors import Context, _snapshot
-    from ops.k8s.agentlink import SnapshotServer, socket_path
-    from ops.model import PodGpus
-    from ops.settings import Settings
-    from k8s_helpers import snapshot
-    gpuwarden("--state-dir", str(state_dir), "--backend", "sim", "sim", "init", "--gpus", "2", check=True)
-    settings = Settings(state_dir=state_dir, backend="sim")
-    agent_snap = dataclasses.replace(snapshot(gpus=2), pods=(PodGpus("team-a", "trainer-0", "main", (1,)),))
-    server = SnapshotServer(socket_path(state_dir), lambda: {"schema": "gpuwarden.snapshot/1", **agent_snap.to_dict()})
-    try:
-        ctx = Context(settings=settings, since_s=None, timeout_s=10, safe_mode=True, sysfs_root=state_dir,
-                      dev_roots=[], deadline=time.monotonic() + 10)
-        entries = {e.path: e for e in _snapshot(ctx)}
-    finally:
-        server.close()
-    assert "gpuwarden/snapshot.json" in entries
-    kept = json.loads(entries["gpuwarden/agent-snapshot.json"].data)
-    assert kept["pods"] == [{"namespace": "team-a", "pod": "trainer-0", "container_name": "main", "gpus": [1],
-                             "pod_uid": None, "deleted_at": None, "deleted_at_iso": None}]
+def test_kubernetes_options_are_checked_before_the_agent_starts(cli):
+    out = cli("agent", "--foreground", "--node-name", "n1", env={"GPUWARDEN_BACKEND": "sim"})
+    assert out.returncode == 2 and "--node-name is an option of Kubernetes mode" in out.stderr
+    out = cli("k8s-agent", "--k8s-policy", "sometimes", env={"GPUWARDEN_BACKEND": "sim"})
+    assert out.returncode == 2 and "unknown --k8s-policy 'sometimes'" in out.stderr

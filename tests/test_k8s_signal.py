@@ -154,7 +154,7 @@ def test_rbac_refusal_is_one_line_and_retried_slowly(api):
     clock = Clock()
     logged = []
     api.denied.add(("patch", "nodes/status"))
-    sig = NodeSignal(api.kube(), NODE, clock=clock, retry_s=30, log=logged.append)
+    sig = NodeSignal(api.kube(), NODE, clock=clock, retry_s=30, log=lambda level, text: logged.append(text))
     for _ in range(60):
         sig.observe(snapshot())
         clock.advance(1)

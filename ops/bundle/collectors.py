@@ -69,13 +69,15 @@ def _snapshot(ctx: Context) -> list[Entry]:
     snap = take_snapshot(ctx.settings)
     out = [Entry("snapshot", "ops.snapshot.take_snapshot", "python", path="gpuwarden/snapshot.json",
                  data=snap.to_json().encode(), duration_s=time.monotonic() - t0)]
-    # On Kubernetes the agent's last sample names each process's namespace, pod and container, and which pod
-    # had which GPU: evidence a bare sample here cannot give.
-    from ..k8s.agentlink import ask
-    agent = ask(ctx.settings.state_dir, timeout_s=min(2.0, max(0.1, ctx.deadline - time.monotonic())))
-    if agent is not None and (agent.pods or any(p.pod for p in agent.processes)):
+    # The agent's last sample, when one runs: on Kubernetes it names each process's namespace, pod and container,
+    # and which pod had which GPU, evidence a bare sample here cannot give.
+    from ..agent.client import get
+    from ..paths import AGENT_SOCKET
+    reply = get(ctx.settings.state_dir / AGENT_SOCKET, "/v1/snapshot",
+                timeout=min(2.0, max(0.1, ctx.deadline - time.monotonic())))
+    if reply is not None and reply.status == 200:
         out.append(Entry("snapshot", "agent socket GET /v1/snapshot", "python", path="gpuwarden/agent-snapshot.json",
-                         data=agent.to_json().encode()))
+                         data=reply.body))
     return out
 
 

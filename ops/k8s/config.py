@@ -6,19 +6,18 @@ Parsed with the rest of node.toml (errors name file, line and key); the agent's 
 from __future__ import annotations
 
 import os
-import re
 import socket
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..errors import GpuwardenError
+from ..units import parse_duration
 from .health import DEFAULT_SOCKET as HEALTH_SOCKET
 from .nodesignal import POLICIES
 from .podresources import DEFAULT_SOCKET as PODRESOURCES_SOCKET
 
 KEYS = {"policy", "taint_after", "clear_after", "node_name", "pod_resources_socket", "health", "health_socket",
         "kubeconfig"}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
 
 
 @dataclass(frozen=True)
@@ -36,19 +35,6 @@ class KubernetesConfig:
         return self.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
 
 
-def parse_duration(value: Any) -> float | None:
-    """Seconds from 120, 2.5, "90s", "2m", "1h", "500ms"; None when it is none of these."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if value >= 0 else None
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m:
-            return float(m.group(1)) * _UNITS[m.group(2)]
-    return None
-
-
 def parse(raw: Any, fail: Callable[[str | None, str, str], Exception]) -> KubernetesConfig:
     """Validate the table; fail(key, problem, hint) builds the error that names the line."""
     if not isinstance(raw, dict):
@@ -64,10 +50,10 @@ def parse(raw: Any, fail: Callable[[str | None, str, str], Exception]) -> Kubern
         out["policy"] = raw["policy"]
     for key in ("taint_after", "clear_after"):
         if key in raw:
-            secs = parse_duration(raw[key])
-            if secs is None:
-                raise fail(key, f"cannot read duration {raw[key]!r}", f'e.g. {key} = "2m" (or "90s", or 120)')
-            out[key] = secs
+            try:
+                out[key] = parse_duration(raw[key])
+            except GpuwardenError:
+                raise fail(key, f"cannot read duration {raw[key]!r}", f'e.g. {key} = "2m" (or "90s", or 120)') from None
     for key in ("node_name", "pod_resources_socket", "health_socket", "kubeconfig"):
         if key in raw:
             if not isinstance(raw[key], str) or not raw[key]:

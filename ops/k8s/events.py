@@ -25,7 +25,7 @@ class NodeEvents:
     """Creates core/v1 Events whose involvedObject is this node (what `kubectl describe node` lists)."""
 
     def __init__(self, kube: Kube, node_name: str, *, namespace: str = "default",
-                 log: Callable[[str], None] = lambda m: None, wall: Callable[[], float] = time.time):
+                 log: Callable[[str, str], None] = lambda level, text: None, wall: Callable[[], float] = time.time):
         self.kube = kube
         self.node_name = node_name
         self.namespace = namespace
@@ -53,7 +53,7 @@ class NodeEvents:
             self.problem = None
         except KubeError as exc:  # an event is worth a line in the log, never a failed sample
             if exc.message != self.problem:
-                self.log(f"kubernetes: event {reason} not recorded: {exc.message}")
+                self.log("warning", f"kubernetes: event {reason} not recorded: {exc.message}")
             self.problem = exc.message
 
 

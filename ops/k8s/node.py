@@ -1,16 +1,19 @@
-"""Kubernetes mode of the agent, in one object: process(snapshot) once per sample does it all.
+"""Kubernetes mode of the node agent, in one object attached to the Agent (`gpuwarden agent --kubernetes`).
 
-It names pods on the snapshot's processes and holders, records which pod has which GPU, keeps the node's
-condition and taint, posts Events for finished playbooks, and feeds AMD's per-GPU health service.
+annotate() runs in the sampling thread and names pods on processes and holders; on_snapshot() hands each
+snapshot to a reconciler thread of its own that keeps the node condition and taint, posts Events for finished
+playbooks and feeds AMD's per-GPU health service, so a slow API server never delays a sample.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
-from ..model import NodeSnapshot
+from ..model import NodeSnapshot, SnapshotWarning
 from ..settings import Settings
 from .attribution import PodAttributor
 from .config import KubernetesConfig
@@ -21,12 +24,18 @@ from .nodesignal import NodeSignal
 from .podresources import GpuAssignments
 from .pods import PodCache
 
+Log = Callable[[str, str], None]  # (level: info|ok|warning|error, text)
+
+
+def stderr_log(level: str, text: str) -> None:
+    sys.stderr.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} {level}: {text}\n")
+
 
 class KubernetesNode:
     """Owns the pod watch, the pod-resources view, the node signal and the health service of one node."""
 
     def __init__(self, settings: Settings, cfg: KubernetesConfig, *, kube: Kube | None = None,
-                 log: Callable[[str], None] = print, assignments: GpuAssignments | None = None,
+                 log: Log = stderr_log, assignments: GpuAssignments | None = None,
                  pod_resources_every_s: float = 2.0):
         self.cfg = cfg
         self.node_name = cfg.resolved_node_name()
@@ -42,51 +51,104 @@ class KubernetesNode:
         self.health = HealthService(cfg.health_socket) if cfg.health else None
         self.pod_resources_every_s = pod_resources_every_s
         self._pod_resources_at = float("-inf")
-        self.last: NodeSnapshot | None = None
+        self.last: NodeSnapshot | None = None  # the last snapshot reconciled
+        self.reconciled = 0
+        self._pending: NodeSnapshot | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    # --- life cycle -----------------------------------------------------------------------------
+    def attach(self, agent) -> None:
+        """Wire into an ops.agent Agent before its start(): pods on every snapshot, the reconciler after it."""
+        agent.add_annotator(self.annotate)
+        agent.add_observer(self)
 
     def start(self, sync_timeout_s: float = 5.0) -> None:
-        self.pods.start()
+        """Start the pod watch, the health service and the reconciler (a busy health socket fails here)."""
         if self.health is not None:
             self.health.start()
+        self.pods.start()
+        self._thread = threading.Thread(target=self._reconcile_loop, name="gpuwarden-k8s", daemon=True)
+        self._thread.start()
         if not self.pods.wait_synced(sync_timeout_s):
-            self.log(f"kubernetes: the pods of node {self.node_name} are not listed yet; "
-                     "processes show without pod names until they are")
+            self.log("warning", f"kubernetes: the pods of node {self.node_name} are not listed yet; "
+                                "processes show without pod names until they are")
+        self.log("info", f"kubernetes: node {self.node_name}, policy {self.cfg.policy}, taint after "
+                         f"{self.cfg.taint_after:g}s" +
+                         (f", AMD device-plugin health on {self.health.socket_path}" if self.health else ""))
 
     def close(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(5.0)  # an API call in flight has its own timeout
         self.pods.stop()
         if self.health is not None:
             self.health.stop()
         self.kube.close()
 
-    def process(self, snap: NodeSnapshot) -> NodeSnapshot:
-        """The snapshot with pods named; the node's condition, taint, events and health brought up to date."""
+    # --- the sampling thread ----------------------------------------------------------------------
+    def annotate(self, snap: NodeSnapshot) -> NodeSnapshot:
+        """The snapshot with pods named, which pod has which GPU, API troubles as warnings, the signal's state."""
         now = time.monotonic()
         if now - self._pod_resources_at >= self.pod_resources_every_s:
             self.assignments.refresh()
             self._pod_resources_at = now
         snap = self.attributor.annotate(snap, self.assignments.records(snap.gpus, self._uid_of))
+        problems = [SnapshotWarning("kubernetes", f"kubernetes: {p}")
+                    for p in (self.signal.problem, self.pods.problem, self.assignments.problem) if p]
+        return dataclasses.replace(snap, warnings=snap.warnings + tuple(problems), kubernetes=self.status())
+
+    # --- the agent's observer protocol (ops/agent: Agent.add_observer) ----------------------------
+    def on_snapshot(self, snapshot: NodeSnapshot, events: list[dict[str, Any]] | None = None) -> None:
+        with self._lock:
+            self._pending = snapshot
+        self._wake.set()
+
+    # --- the reconciler thread --------------------------------------------------------------------
+    def reconcile(self, snap: NodeSnapshot) -> None:
+        """One snapshot's worth of node signal: Events for finished playbooks, condition, taint, health."""
         verified = self.journal.follow(self.events, len(snap.gpus))
         self.signal.observe(snap, reset_needed=frozenset(self.journal.reset_needed), verified=verified)
         if self.health is not None:
             self.health.update(snap, set(self.signal.trouble))
-        problems = [f"kubernetes: {p}" for p in (self.signal.problem, self.pods.problem, self.assignments.problem) if p]
-        if problems:
-            snap = dataclasses.replace(snap, warnings=snap.warnings + tuple(problems))
+        self.last = snap
+        self.reconciled += 1
+
+    def process(self, snap: NodeSnapshot) -> NodeSnapshot:
+        """annotate and reconcile in the caller's thread (tests and benchmarks without an agent)."""
+        snap = self.annotate(snap)
+        self.reconcile(snap)
         return snap
 
-    # The node agent's observer protocol (ops/agent: Agent.add_observer): called after each of its samples.
-    def on_snapshot(self, snapshot: NodeSnapshot, events: list | None = None) -> None:
-        self.last = self.process(snapshot)
+    def _reconcile_loop(self) -> None:
+        while True:
+            due = self.signal.due_in()
+            # Woken by a snapshot, or when a taint falls due: it comes at the grace, not a sample later.
+            self._wake.wait(None if due is None else due + 0.05)
+            if self._stopping:
+                return
+            self._wake.clear()
+            with self._lock:
+                snap, self._pending = self._pending, None
+            snap = snap or self.last
+            if snap is None:
+                continue
+            try:
+                self.reconcile(snap)
+            except Exception as exc:  # a bug here must show in the log, not end the node signal
+                self.log("error", f"kubernetes: reconcile failed: {type(exc).__name__}: {exc}")
+                time.sleep(1.0)
 
-    def wake_in(self) -> float | None:
-        """When the next sample should come at the latest (a taint falling due), in seconds; None: no hurry."""
-        return self.signal.due_in()
-
+    # --- readers ----------------------------------------------------------------------------------
     def _uid_of(self, namespace: str, name: str) -> tuple[str | None, float | None]:
         info = self.pods.by_name(namespace, name)
         return (info.uid, info.deleted_at) if info else (None, None)
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
+        """The snapshot's "kubernetes" block (gpuwarden.snapshot/1): what the node says, what went wrong."""
         return {**self.signal.status(), "api_calls": self.kube.calls, "events_sent": self.events.sent,
                 "pods_known": len(self.pods.all()), "pod_watch_problem": self.pods.problem,
                 "pod_resources_problem": self.assignments.problem,

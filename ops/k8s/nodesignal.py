@@ -32,6 +32,7 @@ class GpuTrouble:
     reason: str  # "residual-vram" or "reset-needed"
     residual: int | None
     holders: tuple[str, ...] = ()
+    last_tenants: tuple[str, ...] = ()  # deleted pods the kubelet last gave this GPU to (an ownerless leak's lead)
 
     def describe(self) -> str:
         size = fmt_bytes(self.residual) if self.residual else "residual"
@@ -40,6 +41,8 @@ class GpuTrouble:
             what += " held by " + ", ".join(self.holders[:3]) + (" ..." if len(self.holders) > 3 else "")
         elif self.reason == "residual-vram":
             what += " held by no process"
+            if self.last_tenants:
+                what += " (last given to pod " + ", ".join(self.last_tenants[:2]) + ", deleted)"
         return what
 
 
@@ -56,8 +59,10 @@ def assess(snap: NodeSnapshot, reset_needed: frozenset[int] = frozenset()) -> di
     for r in snap.residual:
         if r.significant or r.holders or r.gpu_index in reset_needed:
             reason = "reset-needed" if r.gpu_index in reset_needed else "residual-vram"
+            last = () if r.holders else tuple(f"{p.namespace}/{p.pod}" for p in snap.pods
+                                               if p.deleted_at is not None and r.gpu_index in p.gpus)
             out[r.gpu_index] = GpuTrouble(r.gpu_index, reason, r.residual if r.significant else None,
-                                          tuple(holder_text(h) for h in r.holders))
+                                          tuple(holder_text(h) for h in r.holders), last)
     for g in reset_needed:
         out.setdefault(g, GpuTrouble(g, "reset-needed", None))
     return out
@@ -68,7 +73,8 @@ class NodeSignal:
 
     def __init__(self, kube: Kube, node_name: str, *, policy: str = "taint", taint_after_s: float = 120.0,
                  clear_after_s: float = 10.0, heartbeat_s: float = 300.0, retry_s: float = 30.0,
-                 events: Callable[[str, str, str], None] | None = None, log: Callable[[str], None] = lambda m: None,
+                 events: Callable[[str, str, str], None] | None = None,
+                 log: Callable[[str, str], None] = lambda level, text: None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}")
@@ -123,12 +129,12 @@ class NodeSignal:
                 # The policy went from taint to condition: a taint of ours would otherwise stay forever.
                 self._set_taint(None, f"removed {TAINT_KEY}: the policy is now {self.policy!r}")
             if self.problem is not None:
-                self.log(f"kubernetes: node {self.node_name}: working again")
+                self.log("ok", f"kubernetes: node {self.node_name}: working again")
             self.problem = None
         except KubeError as exc:
             line = exc.message + (f" ({exc.hint})" if exc.hint else "")
             if line != self.problem:
-                self.log(f"kubernetes: node {self.node_name}: {line}")
+                self.log("error", f"kubernetes: node {self.node_name}: {line}")
             self.problem = line
             # Forbidden stays forbidden until someone fixes RBAC: ask again slowly, never in a tight loop.
             self._retry_at = now + (self.retry_s * 4 if isinstance(exc, Forbidden) else self.retry_s)
@@ -136,9 +142,10 @@ class NodeSignal:
     def due_in(self) -> float | None:
         """Seconds until a GPU's grace runs out (None: nothing pending): the sampler should look again then,
         so the taint comes at the grace, not up to one sample interval after it."""
-        if self.policy != "taint" or self.tainted is not None or not self._bad_since:
+        if self.policy != "taint" or self.tainted is not None or self.foreign_taint or not self._bad_since:
             return None
-        return max(0.0, min(self._bad_since.values()) + self.taint_after_s - self.clock())
+        due = max(min(self._bad_since.values()) + self.taint_after_s, self._retry_at)  # not before a retry
+        return max(0.0, due - self.clock())
 
     def status(self) -> dict:
         """For the agent's status: what the node says now and what went wrong last."""
@@ -216,9 +223,9 @@ class NodeSignal:
                     "spec": {"taints": others + mine}}
         if self.kube.update_node(self.node_name, change) is None:
             if self.foreign_taint:
-                self.log(f"kubernetes: node {self.node_name} has a {TAINT_KEY} taint gpuwarden did not set: "
-                         "leaving it as it is")
+                self.log("warning", f"kubernetes: node {self.node_name} has a {TAINT_KEY} taint gpuwarden did "
+                                    "not set: leaving it as it is")
             return
         self.tainted = value
-        self.log(f"kubernetes: node {self.node_name}: {why}")
+        self.log("warning" if value else "ok", f"kubernetes: node {self.node_name}: {why}")
         self.events("GPUTainted" if value else "GPUUntainted", why, "Warning" if value else "Normal")

@@ -49,7 +49,7 @@ def pod_info(obj: dict) -> PodInfo | None:
 class PodCache:
     """Pods of one node, current to the watch; `version` changes whenever anything in it does."""
 
-    def __init__(self, kube: Kube, node_name: str, *, log: Callable[[str], None] = lambda m: None,
+    def __init__(self, kube: Kube, node_name: str, *, log: Callable[[str, str], None] = lambda level, text: None,
                  watch_timeout_s: int = 300, retain_deleted_s: float = RETAIN_DELETED_S,
                  clock: Callable[[], float] = time.time):
         self.kube = kube
@@ -92,7 +92,8 @@ class PodCache:
         stream = self._stream
         if stream is not None:
             stream.close()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def _run(self) -> None:
         backoff = 1.0
@@ -104,8 +105,8 @@ class PodCache:
                     rv = self._watch(rv)
             except KubeError as exc:
                 if self.problem != exc.message:
-                    self.log(f"kubernetes: pods on {self.node_name}: {exc.message}"
-                             + (f" ({exc.hint})" if exc.hint else ""))
+                    self.log("warning", f"kubernetes: pods on {self.node_name}: {exc.message}"
+                                        + (f" ({exc.hint})" if exc.hint else ""))
                 self.problem = exc.message
                 # Backing off keeps a refused or unreachable API from turning into a request storm.
                 self._stop.wait(backoff + random.random())
