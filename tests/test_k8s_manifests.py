@@ -90,6 +90,23 @@ def test_the_daemonset_gives_the_agent_what_it_uses():
     parse(tomllib.loads(cfg)["kubernetes"], lambda k, p, h: AssertionError(f"{k}: {p}"))
 
 
+def test_the_daemonset_runs_the_agent_as_the_cli_parses_it_and_scrapes_where_it_listens():
+    import typer
+
+    from ops.metrics.server import parse_listen
+    from playbooks.cli import app
+    (c,) = by_kind("DaemonSet")["spec"]["template"]["spec"]["containers"]
+    group = typer.main.get_command(app)
+    ctx = group.make_context("gpuwarden", [])
+    name, *rest = c["command"][1:]  # no global options: the environment sets them
+    params = group.get_command(ctx, name).make_context(name, rest, parent=ctx).params  # unknown options fail here
+    assert params["kubernetes"] and params["foreground"]
+    port = parse_listen(params["metrics_listen"])[1]
+    (cport,) = c["ports"]
+    (sport,) = by_kind("Service")["spec"]["ports"]
+    assert cport["containerPort"] == port and sport["targetPort"] == cport["name"] and sport["port"] == port
+
+
 def test_the_cluster_role_grants_least_verbs():
     assert cluster_role_rules() == {("get", "nodes"), ("patch", "nodes"), ("patch", "nodes/status"),
                                     ("list", "pods"), ("watch", "pods"), ("create", "pods/eviction"),
