@@ -4,8 +4,9 @@
    files in a tree of real kubepods formats (v1/v2, systemd/cgroupfs, containerd/CRI-O): first refresh, warm
    refreshes, and warm refreshes where 1% of the processes are new; peer in the same run: reading and
    parsing every cgroup file on each refresh (no cache). Target: <= 5 ms a warm refresh.
-2. Leak to taint on the sim node: a tenant is killed with leak-on-kill; the agent's loop (1 s samples, the
-   default) taints after the grace. Target: <= grace + 2 s. Peer: the grace itself.
+2. Leak to taint on the sim node: a tenant is killed with leak-on-kill; the node agent in Kubernetes mode
+   (1 s samples, the default; the reconciler in its own thread) taints after the grace. Target: <= grace + 2 s.
+   Peer: the grace itself.
 3. API calls a minute on a quiet node: the stand-in's request log while the agent runs on a clean node
    (real time), and one simulated hour of 1 Hz samples through the reconciler (heartbeats included).
    Target: <= 2 a minute.
@@ -21,7 +22,6 @@ import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -94,11 +94,24 @@ def attribution(runs: int) -> dict:
             "peer_over_warm": peer / warm}
 
 
+def k8s_agent(settings, cfg, api, interval: float = 1.0):
+    """The node agent with Kubernetes mode attached, in this process (as `agent --kubernetes` wires it)."""
+    import io
+
+    from ops.agent.config import AgentConfig
+    from ops.agent.daemon import Agent
+    from ops.k8s.node import KubernetesNode
+    agent = Agent(settings, AgentConfig(interval=interval, kmsg="off"), log_stream=io.StringIO())
+    node = KubernetesNode(settings, cfg, kube=api.kube(), log=lambda level, text: None)
+    node.attach(agent)
+    agent.start()
+    node.start()
+    return agent, node
+
+
 def leak_to_taint(grace: float, rounds: int) -> dict:
     from k8s_helpers import NODE
     from ops.k8s.config import KubernetesConfig
-    from ops.k8s.loop import KubernetesLoop
-    from ops.k8s.node import KubernetesNode
     from ops.settings import Settings
     from ops.sim.node import SimNode
     from simnode import start_tenant, wait_for
@@ -113,19 +126,15 @@ def leak_to_taint(grace: float, rounds: int) -> dict:
         api.add_node(NODE)
         settings = Settings(state_dir=state, backend="sim")
         cfg = KubernetesConfig(taint_after=grace, node_name=NODE, pod_resources_socket=str(state / "none.sock"))
-        loop = KubernetesLoop(settings, KubernetesNode(settings, cfg, kube=api.kube(), log=lambda m: None),
-                              interval=1.0, log=lambda m: None, serve_socket=False)
-        th = threading.Thread(target=loop.run, daemon=True)
         tenant = start_tenant(state, 2, "14GiB")
-        th.start()
+        agent, _ = k8s_agent(settings, cfg, api)
         wait_for(lambda: api.condition(NODE, "GPUResidualVRAM"), timeout=30, what="start")
         tenant.send_signal(signal.SIGKILL)
         tenant.wait()
         t0 = time.monotonic()
         wait_for(lambda: api.taints(NODE), timeout=grace + 30, poll=0.01, what="taint")
         times.append(time.monotonic() - t0)
-        loop.stop()
-        th.join(10)
+        agent.stop()
         api.stop()
     return {"grace_s": grace, "leak_to_taint_s": times, "worst_over_grace_s": max(times) - grace}
 
@@ -133,8 +142,6 @@ def leak_to_taint(grace: float, rounds: int) -> dict:
 def quiet_calls(seconds: float) -> dict:
     from k8s_helpers import NODE, Clock, snapshot
     from ops.k8s.config import KubernetesConfig
-    from ops.k8s.loop import KubernetesLoop
-    from ops.k8s.node import KubernetesNode
     from ops.k8s.nodesignal import NodeSignal
     from ops.settings import Settings
     from ops.sim.node import SimNode
@@ -145,10 +152,7 @@ def quiet_calls(seconds: float) -> dict:
     api.add_node(NODE)
     settings = Settings(state_dir=state, backend="sim")
     cfg = KubernetesConfig(node_name=NODE, pod_resources_socket=str(state / "none.sock"))
-    loop = KubernetesLoop(settings, KubernetesNode(settings, cfg, kube=api.kube(), log=lambda m: None),
-                          interval=1.0, log=lambda m: None, serve_socket=False)
-    th = threading.Thread(target=loop.run, daemon=True)
-    th.start()
+    agent, node = k8s_agent(settings, cfg, api)
     from simnode import wait_for
     wait_for(lambda: api.condition(NODE, "GPUResidualVRAM"), timeout=30, what="start")
     time.sleep(5)  # let the start-up calls (GET node, status patch, list, watch) pass: they are counted apart
@@ -156,9 +160,8 @@ def quiet_calls(seconds: float) -> dict:
     time.sleep(seconds)
     window = api.calls(t0)
     start_up = len(api.calls()) - len(window)
-    loop.stop()
-    th.join(10)
-    samples = loop.samples
+    samples = node.reconciled
+    agent.stop()
     api.stop()
 
     # One simulated hour through the reconciler: the heartbeat is the only write.
