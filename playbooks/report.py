@@ -53,6 +53,17 @@ def ago(seconds: float) -> str:
     return f"{seconds / 3600:.0f} h"
 
 
+def kubernetes_line(k8s: dict) -> str:
+    """What the agent last told the API server about this node, in one line."""
+    cond = k8s.get("condition") or {}
+    said = f"condition GPUResidualVRAM={cond['status']} ({cond.get('reason')})" if cond.get("status") \
+        else "condition not written yet"
+    taint = f"tainted gpuwarden.io/gpu-unhealthy={k8s['taint']}:NoSchedule" if k8s.get("taint") else "not tainted"
+    if k8s.get("foreign_taint"):
+        taint += " (a gpuwarden.io/gpu-unhealthy taint gpuwarden did not set is left alone)"
+    return f"kubernetes: node {k8s.get('node')} (policy {k8s.get('policy')}): {said}, {taint}"
+
+
 def render(snap: NodeSnapshot, width: int = 100) -> str:
     lines: list[str] = []
     label = "  ** SIMULATED **" if snap.simulated else ""
@@ -133,6 +144,9 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
             regs = sum(1 for m in a.mappers if m.registered)
             lines.append(f"arena {a.path}: {fmt_bytes(a.size)}, header {a.header_state}, "
                          f"{len(a.mappers)} mapper(s), {regs} registered")
+    if snap.kubernetes:
+        lines.append("")
+        lines.append(kubernetes_line(snap.kubernetes))
     if snap.warnings:
         lines.append("")
         for w in snap.warnings:

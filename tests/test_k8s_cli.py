@@ -211,8 +211,12 @@ def test_status_names_pods_on_processes_holders_and_the_last_tenant():
         snap, taken_at=1000.0,
         processes=(GpuProcess(pid=77, start_time=1.0, user="u", command="python train.py", state="zombie",
                               vram={0: 1 << 30}, namespace="team-a", pod="trainer-0", container_name="main"),),
-        pods=(PodGpus("team-b", "infer-3", "server", (1,), deleted_at=700.0),))
+        pods=(PodGpus("team-b", "infer-3", "server", (1,), deleted_at=700.0),),
+        kubernetes={"node": "gpu-node-1", "policy": "taint", "taint": "residual-vram", "problem": None,
+                    "condition": {"type": "GPUResidualVRAM", "status": "True", "reason": "ResidualVRAM"}})
     text = render(snap)
+    assert ("kubernetes: node gpu-node-1 (policy taint): condition GPUResidualVRAM=True (ResidualVRAM), tainted "
+            "gpuwarden.io/gpu-unhealthy=residual-vram:NoSchedule") in text
     assert "pod team-a/trainer-0 (container main)" in text
     assert "zombie of pod team-a/trainer-0 (container main), deleted 3 min ago" in text
     assert "GPU 1 was last given to pod team-b/infer-3 (container server), deleted 5 min ago" in text

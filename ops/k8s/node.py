@@ -51,6 +51,7 @@ class KubernetesNode:
         self.health = HealthService(cfg.health_socket) if cfg.health else None
         self.pod_resources_every_s = pod_resources_every_s
         self._pod_resources_at = float("-inf")
+        self._annotated: tuple = (None, None, None)  # (input, what else went in, output) of the last annotate
         self.last: NodeSnapshot | None = None  # the last snapshot reconciled
         self.reconciled = 0
         self._pending: NodeSnapshot | None = None
@@ -96,10 +97,17 @@ class KubernetesNode:
         if now - self._pod_resources_at >= self.pod_resources_every_s:
             self.assignments.refresh()
             self._pod_resources_at = now
-        snap = self.attributor.annotate(snap, self.assignments.records(snap.gpus, self._uid_of))
+        pod_gpus = self.assignments.records(snap.gpus, self._uid_of)
+        status = self.status()
+        key = (pod_gpus, status, self.pods.version)
+        if snap is self._annotated[0] and key == self._annotated[1]:
+            return self._annotated[2]  # the sampler repeated its last snapshot: so do we (readers cache by identity)
+        out = self.attributor.annotate(snap, pod_gpus)
         problems = [SnapshotWarning("kubernetes", f"kubernetes: {p}")
                     for p in (self.signal.problem, self.pods.problem, self.assignments.problem) if p]
-        return dataclasses.replace(snap, warnings=snap.warnings + tuple(problems), kubernetes=self.status())
+        out = dataclasses.replace(out, warnings=out.warnings + tuple(problems), kubernetes=status)
+        self._annotated = (snap, key, out)
+        return out
 
     # --- the agent's observer protocol (ops/agent: Agent.add_observer) ----------------------------
     def on_snapshot(self, snapshot: NodeSnapshot, events: list[dict[str, Any]] | None = None) -> None:
