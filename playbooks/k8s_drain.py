@@ -39,7 +39,7 @@ class KubernetesDrainPlaybook(DrainPlaybook):
 
     def preconditions(self, ctx: RunContext) -> list[str]:
         from ops.k8s.evict import pods_on_gpu
-        from ops.snapshot import take_snapshot
+        from ops.sampling.sampler import take_snapshot
         problems = super().preconditions(ctx)
         # Only the processes the driver charges matter here: no need for another deep scan of every fd.
         snap = take_snapshot(ctx.settings, deep=False)
