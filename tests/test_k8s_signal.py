@@ -212,3 +212,26 @@ def test_the_standin_applies_json_patch_with_its_test_operation(api):
                                     {"op": "remove", "path": "/spec/unschedulable"}])
     assert err.value.status == 422
     assert api.node(NODE)["spec"]["unschedulable"] is True
+
+
+def test_sighup_applies_a_new_grace_and_policy_off_lifts_our_taint(api, tmp_path):
+    from dataclasses import replace
+
+    from ops.k8s.config import KubernetesConfig
+    from ops.k8s.node import KubernetesNode
+    from ops.settings import Settings
+    cfg = KubernetesConfig(node_name=NODE, taint_after=120.0, pod_resources_socket=str(tmp_path / "none.sock"))
+    table = {"cfg": cfg}
+    node = KubernetesNode(Settings(state_dir=tmp_path), cfg, kube=api.kube(), log=lambda level, text: None,
+                          reread=lambda: table["cfg"])
+    leak = snapshot({2: 14 * GiB})
+    node.process(leak)
+    assert api.condition(NODE, CONDITION)["status"] == "True" and api.taints(NODE) == []
+    table["cfg"] = replace(cfg, taint_after=0.0)
+    node.reload()
+    node.process(leak)
+    assert api.taints(NODE) == [{"key": TAINT_KEY, "value": "residual-vram", "effect": "NoSchedule"}]
+    table["cfg"] = replace(cfg, policy="off")
+    node.reload()
+    node.process(leak)
+    assert api.taints(NODE) == [] and node.status()["policy"] == "off"

@@ -36,8 +36,9 @@ class KubernetesNode:
 
     def __init__(self, settings: Settings, cfg: KubernetesConfig, *, kube: Kube | None = None,
                  log: Log = stderr_log, assignments: GpuAssignments | None = None,
-                 pod_resources_every_s: float = 2.0):
+                 pod_resources_every_s: float = 2.0, reread: Callable[[], KubernetesConfig] | None = None):
         self.cfg = cfg
+        self.reread = reread  # the [kubernetes] table again, with the command line's overrides (SIGHUP)
         self.node_name = cfg.resolved_node_name()
         self.log = log
         self.kube = kube or connect(cfg.kubeconfig)
@@ -89,6 +90,24 @@ class KubernetesNode:
         if self.health is not None:
             self.health.stop()
         self.kube.close()
+
+    def reload(self, agent_config=None) -> None:
+        """The agent's SIGHUP: policy, taint_after and clear_after take effect; the rest needs a restart."""
+        if self.reread is None:
+            return
+        try:
+            new = self.reread()
+        except Exception as exc:  # a config that does not load leaves the running one, as the agent does
+            self.log("error", f"kubernetes: reload refused, keeping the running [kubernetes] table: {exc}")
+            return
+        kept = [k for k in ("node_name", "pod_resources_socket", "health", "health_socket", "kubeconfig")
+                if getattr(new, k) != getattr(self.cfg, k)]
+        if kept:
+            self.log("warning", f"kubernetes: {', '.join(kept)} changed: restart the agent to apply")
+        self.signal.policy, self.signal.taint_after_s, self.signal.clear_after_s = \
+            new.policy, new.taint_after, new.clear_after
+        self.cfg = new
+        self._wake.set()  # a shorter grace may be over already
 
     # --- the sampling thread ----------------------------------------------------------------------
     def annotate(self, snap: NodeSnapshot) -> NodeSnapshot:

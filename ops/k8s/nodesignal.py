@@ -103,8 +103,8 @@ class NodeSignal:
     def observe(self, snap: NodeSnapshot, *, reset_needed: frozenset[int] = frozenset(),
                 verified: frozenset[int] = frozenset()) -> None:
         """One sample: work out what the node should say, and say it if it does not already."""
-        if self.policy == "off":
-            return
+        if self.policy == "off" and self.tainted is None:
+            return  # off: the node is not touched (a taint of ours from before a reload is still removed below)
         now = self.clock()
         trouble = assess(snap, reset_needed)
         for g in list(self._bad_since):
@@ -122,7 +122,8 @@ class NodeSignal:
         try:
             if not self._started:
                 self._start()
-            self._reconcile_condition(trouble, now, len(snap.gpus))
+            if self.policy != "off":
+                self._reconcile_condition(trouble, now, len(snap.gpus))
             if self.policy == "taint":
                 self._reconcile_taint(trouble, now, verified)
             elif self.tainted is not None:

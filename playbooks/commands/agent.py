@@ -133,8 +133,9 @@ def register(app: typer.Typer) -> None:
         settings: Settings = ctx.obj
         alias = ctx.info_name == "k8s-agent"  # the DaemonSet's command: Kubernetes mode, never detached
         kubernetes, foreground = kubernetes or alias, foreground or alias
-        k8s_cfg = _kubernetes_config(settings, kubernetes, node_name=node_name, policy=k8s_policy,
-                                     taint_after=taint_after, health=amd_health, health_socket=amd_health_socket)
+        k8s_options = dict(node_name=node_name, policy=k8s_policy, taint_after=taint_after, health=amd_health,
+                           health_socket=amd_health_socket)
+        k8s_cfg = _kubernetes_config(settings, kubernetes, **k8s_options)
         if install_systemd:
             from playbooks.agentinstall import InstallUnitPlaybook
             from playbooks.output import execute, exit_with
@@ -152,7 +153,8 @@ def register(app: typer.Typer) -> None:
         from playbooks.agentpolicies import Policies
         agent = Agent(settings, cfg, socket=listen_unix, sampler=sampler)
         agent.add_observer(Policies(agent, cfg))  # before start: the first snapshot's events count too
-        k8s = _kubernetes_node(settings, k8s_cfg, agent) if k8s_cfg is not None else None
+        k8s = _kubernetes_node(settings, k8s_cfg, agent, lambda: _kubernetes_config(settings, True, **k8s_options)) \
+            if k8s_cfg is not None else None
         exporter = _exporter(agent, metrics_listen, tls, per_process, hostname_label)
         url = exporter.start()  # binds before sampling starts: a busy port fails the start in one line
         try:
@@ -199,14 +201,14 @@ def _kubernetes_config(settings: Settings, on: bool, **overrides):
     return for_settings(settings, **overrides)
 
 
-def _kubernetes_node(settings: Settings, k8s_cfg, agent):
+def _kubernetes_node(settings: Settings, k8s_cfg, agent, reread):
     """Kubernetes mode attached to the agent: its lines are the agent's events (kind "kubernetes")."""
     from ops.k8s.node import KubernetesNode
     from ops.sampling.changes import NodeEvent
 
     def log(level: str, text: str) -> None:
         agent.emit(NodeEvent(time.time(), level, text, "kubernetes"))
-    node = KubernetesNode(settings, k8s_cfg, log=log)  # credentials and the node name are checked here
+    node = KubernetesNode(settings, k8s_cfg, log=log, reread=reread)  # credentials are checked here
     node.attach(agent)
     return node
 
