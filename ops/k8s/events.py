@@ -6,14 +6,14 @@ follower reads the lines appended since the agent started and turns finished pla
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from .. import statedir
+from .. import journal, statedir
+from ..errors import GpuwardenError
 from ..jsondoc import iso
 from .kube import Kube, KubeError
 
@@ -60,37 +60,36 @@ class NodeEvents:
 class JournalFollower:
     """Journal entries appended since it was made; what they mean for the node signal."""
 
+    MAX_READ = 4 << 20  # a burst bigger than this is read over several samples
+
     def __init__(self, state_dir: Path):
-        self.path = Path(state_dir) / statedir.JOURNAL
-        try:
-            self._offset = os.path.getsize(self.path)
-        except OSError:
-            self._offset = 0
+        self.state_dir = Path(state_dir)
+        self._offset = self._size_and(lambda fd, size: size) or 0
         self.reset_needed: set[int] = set()
 
-    def new_entries(self) -> list[dict]:
+    def _size_and(self, then: Callable[[int, int], Any]) -> Any:
+        """then(fd, size) on the journal opened through the checked state dir; None when it cannot be read."""
         try:
-            size = os.path.getsize(self.path)
-        except OSError:
-            return []
-        if size < self._offset:
-            self._offset = 0  # the journal was rotated or replaced
-        if size == self._offset:
-            return []
-        with open(self.path, "rb") as f:
-            f.seek(self._offset)
-            data = f.read(size - self._offset)
+            with statedir.open_dir(self.state_dir) as d:
+                fd = d.open(statedir.JOURNAL)
+        except (FileNotFoundError, GpuwardenError):  # none yet, or a file we must not trust: nothing to follow
+            return None
+        try:
+            return then(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+
+    def new_entries(self) -> list[dict]:
+        def read(fd: int, size: int) -> bytes:
+            if size < self._offset:
+                self._offset = 0  # the journal was rotated or replaced
+            return os.pread(fd, min(size - self._offset, self.MAX_READ), self._offset) if size > self._offset else b""
+        data = self._size_and(read) or b""
         last_nl = data.rfind(b"\n")
         if last_nl < 0:
-            return []  # a line still being written
+            return []  # nothing new, or a line still being written
         self._offset += last_nl + 1
-        out = []
-        for line in data[:last_nl].splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        return [e for e in map(journal.parse_line, data[:last_nl].split(b"\n")) if e is not None]
 
     def follow(self, emit: Callable[[str, str, str], None], gpu_count: int) -> frozenset[int]:
         """Send an Event per finished playbook; return the GPUs a purge or reset verified clean just now.
