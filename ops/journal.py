@@ -81,7 +81,7 @@ def read_checked(state_dir: Path, limit: int | None = None) -> Read:
             else:
                 lines = statedir.walk_lines(fd, MAX_LINE)
             for raw in lines:
-                entry = _entry(raw)
+                entry = parse_line(raw)
                 if entry is None:
                     out.skipped += 1
                 else:
@@ -91,7 +91,8 @@ def read_checked(state_dir: Path, limit: int | None = None) -> Read:
     return out
 
 
-def _entry(raw: bytes) -> dict[str, Any] | None:
+def parse_line(raw: bytes) -> dict[str, Any] | None:
+    """One journal line as its entry; None when it is not one of ours (also for readers that follow the file)."""
     if not raw.strip():
         return None
     try:
