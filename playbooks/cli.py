@@ -38,7 +38,8 @@ app = typer.Typer(
 # Order is the order of `gpuwarden --help`.
 COMMAND_MODULES = (
     "status", "doctor", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
-    "baseline", "bundle", "triage", "config", "journal", "sim",
+    "baseline", "bundle", "triage", "config", "journal", "sim", "fleet",
+)
 )
 
 

@@ -1,0 +1,181 @@
+"""One row per node from its `status --json` (or why there is none), worst first, and the fleet's JSON document.
+
+The CLI table, the fleet TUI and `fleet status --json` all show these rows, so they always agree.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import jsondoc
+from ..units import fmt_bytes
+from .fanout import HostResult
+
+# Node states in the order of their exit codes: ok 0, attention 1, unreachable/error 2.
+STATES = ("ok", "attention", "unreachable", "error")
+EXIT = {"ok": 0, "attention": 1, "unreachable": 2, "error": 2}
+SCHEMA = "fleet-status"
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    target: str
+    state: str
+    reason: str | None = None
+    hint: str | None = None
+    hostname: str | None = None
+    gpus: int | None = None
+    residual_bytes: int | None = None
+    residual_gpus: tuple[int, ...] = ()
+    holders: int = 0
+    engines: int = 0
+    serving: int = 0
+    crashed: int = 0
+    drained: tuple[int, ...] = ()
+    agent: bool | None = None  # None: this node's gpuwarden does not say
+    backend: str | None = None
+    simulated: bool | None = None
+    warnings: tuple[str, ...] = ()
+    taken_at: float | None = None
+    duration_s: float | None = None
+    snapshot: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT[self.state]
+
+    def sort_key(self) -> tuple:
+        """Worst first: nodes we cannot see, then attention (most residual, most crashes), then healthy."""
+        rank = {"unreachable": 0, "error": 0, "attention": 1, "ok": 2}[self.state]
+        return (rank, -(self.residual_bytes or 0), -self.crashed, self.name)
+
+    def cells(self) -> dict[str, str]:
+        """The table's text for this node, column by column (see COLUMNS)."""
+        if self.state in ("unreachable", "error"):
+            return {"node": self.name, "gpus": "-", "residual": "-", "engines": "-", "drained": "-",
+                    "agent": "-", "backend": "-", "state": self.state.upper()}
+        residual = "-"
+        if self.residual_gpus:
+            residual = f"{fmt_bytes(self.residual_bytes)} on {','.join(map(str, self.residual_gpus))}"
+            if self.holders:
+                residual += f" ({self.holders} holder{'s' if self.holders != 1 else ''})"
+        engines = "-" if not self.engines else f"{self.serving}/{self.engines} serving"
+        if self.crashed:
+            engines += f", {self.crashed} CRASHED"
+        backend = (self.backend or "?") + (" SIMULATED" if self.simulated else "")
+        agent = {True: "up", False: "down", None: "-"}[self.agent]
+        state = "ok" if self.state == "ok" else "ATTENTION"
+        return {"node": self.name, "gpus": str(self.gpus if self.gpus is not None else "?"), "residual": residual,
+                "engines": engines, "drained": ",".join(map(str, self.drained)) or "-", "agent": agent,
+                "backend": backend, "state": state}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.name, "target": self.target, "state": self.state, "exit_code": self.exit_code,
+                "reason": self.reason, "hint": self.hint, "hostname": self.hostname, "gpus": self.gpus,
+                "residual_bytes": self.residual_bytes, "residual_gpus": list(self.residual_gpus),
+                "holders": self.holders,
+                "engines": {"total": self.engines, "serving": self.serving, "crashed": self.crashed},
+                "drained": list(self.drained), "agent": self.agent, "backend": self.backend,
+                "simulated": self.simulated, "warnings": list(self.warnings), "taken_at": self.taken_at,
+                "taken_at_iso": jsondoc.iso(self.taken_at), "duration_s": _round(self.duration_s)}
+
+
+COLUMNS = (("node", "NODE"), ("gpus", "GPUS"), ("residual", "RESIDUAL"), ("engines", "ENGINES"),
+           ("drained", "DRAINED"), ("agent", "AGENT"), ("backend", "BACKEND"), ("state", "STATE"))
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def agent_up(snap: dict[str, Any]) -> bool | None:
+    """Whether the node's agent answered this status. Adapter for the node agent's snapshot field (issue 10):
+    a top-level "agent" object with "running", or source "agent"; None while the node says neither."""
+    agent = snap.get("agent")
+    if isinstance(agent, dict) and isinstance(agent.get("running"), bool):
+        return agent["running"]
+    if isinstance(agent, bool):
+        return agent
+    source = snap.get("source")
+    if isinstance(source, str) and source.startswith("agent"):
+        return True
+    return None
+
+
+def from_snapshot(result: HostResult, snap: dict[str, Any]) -> NodeRow:
+    residual = [r for r in snap.get("residual", []) if r.get("significant") or r.get("holders")]
+    engines = snap.get("engines", [])
+    crashed = sum(1 for e in engines if e.get("phase") == "crashed")
+    attention = bool(residual) or crashed > 0
+    if result.exit_status == 1:
+        attention = True  # the node's own verdict wins when it knows more than these fields show
+    return NodeRow(
+        name=result.host.name, target=result.host.target, state="attention" if attention else "ok",
+        hostname=snap.get("hostname"), gpus=len(snap.get("gpus", [])),
+        residual_bytes=sum(max(0, r.get("residual") or 0) for r in residual) if residual else None,
+        residual_gpus=tuple(r.get("gpu_index") for r in residual),
+        holders=sum(len(r.get("holders", [])) for r in residual),
+        engines=len(engines), serving=sum(1 for e in engines if e.get("phase") == "serving"), crashed=crashed,
+        drained=tuple(snap.get("drained", [])), agent=agent_up(snap), backend=snap.get("backend"),
+        simulated=snap.get("simulated"), warnings=tuple(str(w) for w in snap.get("warnings", [])),
+        taken_at=snap.get("taken_at"), duration_s=result.duration_s, snapshot=snap)
+
+
+def from_result(result: HostResult) -> NodeRow:
+    """A row from one node's `gpuwarden status --json` run (exit 0 healthy, 1 attention, 2 error)."""
+    base = {"name": result.host.name, "target": result.host.target, "duration_s": result.duration_s}
+    if not result.reached:
+        return NodeRow(state="unreachable", reason=result.error, hint=result.hint, **base)
+    try:
+        doc = json.loads(result.stdout)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        first = (result.stderr.strip().splitlines() or result.stdout.strip().splitlines() or ["no output"])[-1]
+        return NodeRow(state="error", reason=f"status exited {result.exit_status} without JSON: {first[:200]}",
+                       hint="run `gpuwarden status` on that node", **base)
+    if "error" in doc and "gpus" not in doc:  # gpuwarden.error/1: the node's own one-line failure
+        return NodeRow(state="error", reason=str(doc.get("error")), hint=doc.get("hint"), **base)
+    return from_snapshot(result, doc)
+
+
+def worst_first(rows: list[NodeRow]) -> list[NodeRow]:
+    return sorted(rows, key=NodeRow.sort_key)
+
+
+def exit_code(rows: list[NodeRow]) -> int:
+    """The worst node's: 0 all healthy, 1 some need attention, 2 some could not be seen."""
+    return max((r.exit_code for r in rows), default=0)
+
+
+def document(rows: list[NodeRow], taken_at: float | None = None) -> dict[str, Any]:
+    taken_at = time.time() if taken_at is None else taken_at
+    counts = {s: sum(1 for r in rows if r.state == s) for s in STATES}
+    return jsondoc.document(SCHEMA, {
+        "taken_at": taken_at, "taken_at_iso": jsondoc.iso(taken_at), "exit_code": exit_code(rows),
+        "counts": {"nodes": len(rows), **counts}, "nodes": [r.to_dict() for r in worst_first(rows)]})
+
+
+def table(rows: list[NodeRow]) -> str:
+    """The fleet as a text table, worst first, with a count line under it."""
+    cells = [r.cells() for r in worst_first(rows)]
+    keys = [k for k, _ in COLUMNS]
+    widths = {k: max([len(title)] + [len(c[k]) for c in cells]) for k, title in COLUMNS}
+    lines = ["  ".join(title.ljust(widths[k]) for k, title in COLUMNS).rstrip()]
+    for c in cells:
+        lines.append("  ".join(c[k].ljust(widths[k]) for k in keys).rstrip())
+    counts = {s: sum(1 for r in rows if r.state == s) for s in STATES}
+    lines.append("")
+    lines.append(f"{len(rows)} node(s): {counts['ok']} ok, {counts['attention']} need attention, "
+                 f"{counts['unreachable'] + counts['error']} not seen")
+    # Reasons get whole lines of their own: the one thing the operator needs about a node we cannot see.
+    for r in worst_first(rows):
+        if r.state in ("unreachable", "error"):
+            lines.append(f"{r.name}: {r.reason}")
+            if r.hint:
+                lines.append(f"  hint: {r.hint}")
+    return "\n".join(lines)
