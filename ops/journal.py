@@ -27,6 +27,18 @@ def who() -> str:
     return f"{user} (sudo from {sudo})" if sudo and sudo != user else user
 
 
+FLEET_ORIGIN_ENV = "GPUWARDEN_FLEET_ORIGIN"
+
+
+def fleet_origin() -> dict[str, str]:
+    """`via` and the operator behind it when `gpuwarden fleet` started this command over SSH (empty otherwise).
+
+    The SSH login ("who") stays the authority; this says which console operator asked, for the record."""
+    origin = os.environ.get(FLEET_ORIGIN_ENV, "")
+    clean = "".join(c for c in origin if c.isprintable())[:200]
+    return {"via": "fleet", "operator": clean} if clean else {}
+
+
 def write(state_dir: Path, action: str, result: str, **details: Any) -> dict[str, Any]:
     """Append one entry and return it. `result` is e.g. "ok", "failed", "skipped", "started"."""
     entry = {
@@ -37,6 +49,7 @@ def write(state_dir: Path, action: str, result: str, **details: Any) -> dict[str
         "pid": os.getpid(),
         "action": action,
         "result": result,
+        **fleet_origin(),
         **details,
     }
     path = statedir.ensure(state_dir) / statedir.JOURNAL

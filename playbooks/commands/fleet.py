@@ -118,3 +118,162 @@ def status_cmd(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(fleet_app, name="fleet")
+
+
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Show each node's plan; change nothing anywhere.")]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask; required without a terminal (a destructive "
+                                   "playbook is refused otherwise, exit 1, and no node is touched).")]
+JsonOut = Annotated[bool, typer.Option("--json", help="One JSON line per node event (gpuwarden.fleet-event/1).")]
+
+
+def run_playbook(t, rp, *, dry_run: bool, yes: bool, json_out: bool) -> int:
+    """Plan or run `rp` on every node: ask once for the whole set when it is destructive; exit the worst node's."""
+    from ops.jsondoc import dumps
+    from playbooks.fleet import actions
+    from playbooks.output import event_printer
+    names = [h.name for h in t.hosts]
+    if rp.destructive and not dry_run and not yes:
+        if json_out or not (sys.stdin.isatty() and sys.stdout.isatty()):
+            typer.echo(f"fleet {rp.name}: refused: {rp.title} on {len(names)} node(s) changes them and there is no "
+                       "terminal to ask on; pass --yes to run it from a script (nothing was touched)", err=True)
+            return 1
+        typer.echo(f"{rp.title} on {len(names)} node(s): {', '.join(names)}")
+        if not typer.confirm("Proceed on all of them?", default=False):
+            typer.echo("cancelled: no node was touched", err=True)
+            return 1
+    width = max(len(n) for n in names)
+    printers = {n: event_printer(False, prefix=f"{n.ljust(width)} | ") for n in names}
+
+    def on_event(host, event) -> None:
+        if json_out:
+            sys.stdout.write(dumps(actions.fleet_event(host.name, event=event), indent=None) + "\n")
+            sys.stdout.flush()
+        elif not dry_run or event.get("kind") in ("planned", "info"):
+            printers[host.name](actions.event_from_dict(event))
+
+    def on_node(run) -> None:
+        if json_out:
+            line = actions.fleet_event(run.host.name, exit_code=run.exit_code, error=run.error, hint=run.hint)
+            sys.stdout.write(dumps(line, indent=None) + "\n")
+            sys.stdout.flush()
+        elif run.error:
+            typer.echo(f"{run.host.name.ljust(width)} | UNREACHABLE: {run.error}", err=True)
+
+    runs = actions.run_on_fleet(t, rp, dry_run=dry_run, on_event=on_event, on_node=on_node)
+    code = actions.exit_code(runs)
+    if not json_out:
+        typer.echo("")
+        verdict = {0: "ok", 1: "refused or failed", 2: "error", 130: "interrupted"}
+        for run in runs:
+            typer.echo(f"{run.host.name.ljust(width)}  {verdict.get(run.exit_code, 'error'):<17} {run.done_message}")
+            if run.hint:
+                typer.echo(f"{' ' * width}  hint: {run.hint}")
+        ok = sum(1 for r in runs if r.exit_code == 0)
+        typer.echo(f"fleet {rp.name}{' (dry run)' if dry_run else ''}: {ok}/{len(runs)} node(s) ok")
+    return code
+
+
+@fleet_app.command("purge")
+def purge_cmd(
+    gpu: Optional[int] = typer.Argument(None, help="GPU index on every node; every GPU when left out."),
+    hosts: HostsFile = None, hosts_from: HostsFrom = None, group: Group = None, nodelist: Nodelist = None,
+    fleet_config: FleetConfigOpt = None, ssh_config: SshConfig = None, accept_new: AcceptNew = False,
+    parallel: Parallel = None, timeout: Timeout = None, remote_command: RemoteCommand = None,
+    dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
+) -> None:
+    """Run each node's own `gpuwarden purge [GPU]`: remove what holds residual VRAM, with the node's checks,
+    locks and journal (which records you and that it came from the fleet). Asks once for the whole set."""
+    from playbooks.fleet import actions
+    t = target(hosts, hosts_from, group, nodelist, fleet_config, ssh_config, accept_new, parallel, timeout,
+               remote_command)
+    raise typer.Exit(run_playbook(t, actions.purge(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
+
+
+@fleet_app.command("drain")
+def drain_cmd(
+    gpu: int = typer.Argument(..., help="GPU index to drain on every node."),
+    reason: str = typer.Option("", "--reason", help="Why, for each node's journal and status."),
+    hosts: HostsFile = None, hosts_from: HostsFrom = None, group: Group = None, nodelist: Nodelist = None,
+    fleet_config: FleetConfigOpt = None, ssh_config: SshConfig = None, accept_new: AcceptNew = False,
+    parallel: Parallel = None, timeout: Timeout = None, remote_command: RemoteCommand = None,
+    dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
+) -> None:
+    """Run each node's own `gpuwarden drain GPU`: mark it drained, stop its engines, wait until it is idle.
+    Asks once for the whole set."""
+    from playbooks.fleet import actions
+    t = target(hosts, hosts_from, group, nodelist, fleet_config, ssh_config, accept_new, parallel, timeout,
+               remote_command)
+    raise typer.Exit(run_playbook(t, actions.drain(gpu, reason), dry_run=dry_run, yes=yes, json_out=json_out))
+
+
+@fleet_app.command("undrain")
+def undrain_cmd(
+    gpu: int = typer.Argument(..., help="GPU index to put back in service on every node."),
+    hosts: HostsFile = None, hosts_from: HostsFrom = None, group: Group = None, nodelist: Nodelist = None,
+    fleet_config: FleetConfigOpt = None, ssh_config: SshConfig = None, accept_new: AcceptNew = False,
+    parallel: Parallel = None, timeout: Timeout = None, remote_command: RemoteCommand = None,
+    dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
+) -> None:
+    """Run each node's own `gpuwarden undrain GPU`."""
+    from playbooks.fleet import actions
+    t = target(hosts, hosts_from, group, nodelist, fleet_config, ssh_config, accept_new, parallel, timeout,
+               remote_command)
+    raise typer.Exit(run_playbook(t, actions.undrain(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
+
+
+@fleet_app.command("baseline")
+def baseline_cmd(
+    gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out."),
+    hosts: HostsFile = None, hosts_from: HostsFrom = None, group: Group = None, nodelist: Nodelist = None,
+    fleet_config: FleetConfigOpt = None, ssh_config: SshConfig = None, accept_new: AcceptNew = False,
+    parallel: Parallel = None, timeout: Timeout = None, remote_command: RemoteCommand = None,
+    dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
+) -> None:
+    """Run each node's own `gpuwarden baseline record [GPU]` (on idle nodes: the idle VRAM per GPU)."""
+    from playbooks.fleet import actions
+    t = target(hosts, hosts_from, group, nodelist, fleet_config, ssh_config, accept_new, parallel, timeout,
+               remote_command)
+    raise typer.Exit(run_playbook(t, actions.baseline(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
+
+
+@fleet_app.command("bundle")
+def bundle_cmd(
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="DIR",
+                                          help="New directory for the bundles (default ./fleet-bundle-<time>/)."),
+    safe_mode: bool = typer.Option(False, "--safe-mode", help="Each node skips vendor tools that can hang."),
+    since: Optional[str] = typer.Option(None, "--since", help="Only log lines from the last DURATION (30m, 2h)."),
+    hosts: HostsFile = None, hosts_from: HostsFrom = None, group: Group = None, nodelist: Nodelist = None,
+    fleet_config: FleetConfigOpt = None, ssh_config: SshConfig = None, accept_new: AcceptNew = False,
+    parallel: Parallel = None, timeout: Timeout = None, remote_command: RemoteCommand = None,
+    json_out: bool = typer.Option(False, "--json", help="Print the index (gpuwarden.fleet-bundle/1) as JSON."),
+) -> None:
+    """Each node collects its own incident bundle (`gpuwarden bundle`); every bundle is pulled back over SFTP
+    into one directory with index.json, index.md and a fleet triage: the same fault signature on several
+    nodes (the same Xid on 5 nodes, the same libamdhip64 offset on 3) is listed first.
+
+    Exit status: 0 every node's bundle pulled, 2 some could not be collected.
+    """
+    from ops.jsondoc import dumps
+    from playbooks.fleet import bundles
+    t = target(hosts, hosts_from, group, nodelist, fleet_config, ssh_config, accept_new, parallel, timeout,
+               remote_command)
+    out_dir = bundles.make_output_dir(output)
+    args = (("--safe-mode",) if safe_mode else ()) + (("--since", since) if since else ())
+    progress = Progress(len(t.hosts), "collected")
+    pulled = bundles.pull_all(t, out_dir, args, on_node=progress)
+    progress.clear()
+    groups = bundles.fleet_triage(pulled)
+    doc = bundles.write_index(out_dir, pulled, groups)
+    if json_out:
+        sys.stdout.write(dumps(doc) + "\n")
+    else:
+        typer.echo(f"fleet bundle: {out_dir}")
+        for p in pulled:
+            typer.echo(f"  {p.host.name}: " + (f"{p.local_path.name} ({p.bytes} bytes)" if p.local_path
+                                               else f"NOT COLLECTED: {p.error}"))
+        typer.echo("fleet triage:")
+        for g in groups[:20]:
+            typer.echo(f"  - {g['title']}")
+        if not groups:
+            typer.echo("  - no findings in the kernel logs")
+    raise typer.Exit(2 if any(p.error for p in pulled) else 0)
