@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from simnode import wait_for
 
 SSHD = "/usr/sbin/sshd"
 # Debian's sshd refuses to start as root without its privilege separation directory (compiled in,
@@ -102,7 +103,7 @@ class SshFleet:
                 "StrictModes no", "PubkeyAuthentication yes", "PasswordAuthentication no",
                 "KbdInteractiveAuthentication no", "UsePAM no", "PermitRootLogin prohibit-password",
                 # Many parallel logins from one address (the fan-out, the benchmark) are the point here.
-                "MaxStartups 200", "MaxSessions 64", "LogLevel ERROR",
+                "MaxStartups 200", "MaxSessions 64", "LogLevel ERROR", "Subsystem sftp internal-sftp",
                 f"SetEnv GPUWARDEN_STATE_DIR={node.state_dir} GPUWARDEN_BACKEND=sim PATH={path} "
                 f"PYTHONPATH={REPO} GPUWARDEN_CONFIG={home / 'node.toml'}",
                 "",
@@ -121,9 +122,18 @@ class SshFleet:
                     raise AssertionError(f"sshd for {node.name} did not answer on port {node.port}")
                 time.sleep(0.05)
 
-    def write_client_files(self, extra_config: str = "") -> None:
+    def write_client_files(self, extra_config: str = "", changed: tuple[str, ...] = ()) -> None:
+        """ssh config with a Host alias per node (plus extra_config) and known_hosts; nodes in `changed` are
+        listed with another key, as after a reinstall or under a man in the middle."""
         self.known_hosts = self.root / "known_hosts"
-        self.known_hosts.write_text("".join(n.known_line + "\n" for n in self.nodes))
+        lines = []
+        for n in self.nodes:
+            if n.name in changed:
+                other = keygen(self.root / f"impostor-{n.name}", "impostor")
+                lines.append(f"[127.0.0.1]:{n.port} " + " ".join(other.split()[:2]))
+            else:
+                lines.append(n.known_line)
+        self.known_hosts.write_text("".join(line + "\n" for line in lines))
         self.ssh_config = self.root / "ssh_config"
         blocks = [f"Host {n.name}\n  HostName 127.0.0.1\n  Port {n.port}\n" for n in self.nodes]
         self.ssh_config.write_text("".join(blocks) + extra_config + (
@@ -148,6 +158,25 @@ class SshFleet:
                     node.proc.kill()
 
 
+# One engine that serves, then dies by SIGSEGV: a crashed engine recorded by a real shim.
+CRASHING_ENGINE = """
+[stagger]
+slots = 1
+registration_timeout = 30
+
+[defaults]
+progress = "log"
+registered_pattern = "registered"
+ready_pattern = "serving"
+restart = "no"
+
+[[engines]]
+name = "dp0"
+gpu = 0
+argv = ["/bin/sh", "-c", "echo registered; echo serving; sleep 0.3; kill -SEGV $$"]
+"""
+
+
 def node_cli(node: SshNode, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run gpuwarden against a node's state dir locally (setting up what the node shows)."""
     proc = subprocess.run([sys.executable, "-m", "playbooks.cli", "--state-dir", str(node.state_dir),
@@ -168,7 +197,9 @@ def client_env(fleet: SshFleet) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory):
-    """Eight sim nodes behind eight sshd: gpu01..gpu08 healthy unless set up otherwise by a test module."""
+    """Eight sim nodes behind eight sshd, and gpu09 where nothing listens. gpu02 has residual VRAM (an
+    ownerless leak), gpu03 a crashed engine, gpu04's host key changed (known_hosts has another); the rest
+    are healthy. Tests that change a node put it back."""
     if not Path(SSHD).exists():
         pytest.fail("sshd not found: install Debian's openssh-server (tests/run-all.sh does)")
     root = tmp_path_factory.mktemp("sshfleet")
@@ -178,6 +209,13 @@ def ssh_fleet(tmp_path_factory):
         fleet.start([f"gpu{i:02d}" for i in range(1, 9)])
         for node in fleet.nodes:
             node_cli(node, "sim", "init", "--gpus", "2", "--vram", "8GiB")
+        fleet.write_client_files(f"Host gpu09\n  HostName 127.0.0.1\n  Port {free_port()}\n", changed=("gpu04",))
+        node_cli(fleet.node("gpu02"), "sim", "leak", "--gpu", "1", "--size", "3GiB")
+        crashed = fleet.node("gpu03")
+        (crashed.home / "node.toml").write_text(CRASHING_ENGINE)
+        node_cli(crashed, "launch")
+        wait_for(lambda: '"crashed"' in node_cli(crashed, "engines", "list", "--json").stdout, timeout=30,
+                 what="gpu03's engine to crash")
         yield fleet
     finally:
         fleet.stop()

@@ -122,11 +122,27 @@ def _known_files(options: Any) -> list[str]:
     return [str(Path(f).expanduser()) for f in files if isinstance(f, (str, Path))]
 
 
-async def connect(host: Host, ssh: SshSettings):
-    """An open asyncssh connection to `host`; Unreachable (with the reason) when that cannot be."""
+async def connect(host: Host, ssh: SshSettings, via: Any = None):
+    """An open asyncssh connection to `host` (through the connection `via`, or the ProxyJump hosts its ssh
+    config names, each checked the same way); Unreachable (with the reason) when that cannot be."""
     import asyncssh
     policy = _Policy([], ssh.accept_new)
     options = _options(host, ssh, client_factory=policy.client)
+    jump = options.tunnel if via is None else None
+    if isinstance(jump, str) and jump.lower() != "none":
+        # Hop by hop ourselves: asyncssh would open the jump hosts without this config and host key policy.
+        from .inventory import parse_target
+        for hop in jump.split(","):
+            try:
+                hop_host = parse_target(hop.strip())
+            except ValueError:
+                raise Unreachable(f"{host.name}: ProxyJump {jump!r} is not [user@]host[:port]",
+                                  "fix ProxyJump in the ssh config") from None
+            try:
+                via = await connect(hop_host, ssh, via)
+            except Unreachable as exc:
+                raise Unreachable(f"jump host {hop_host.name}: {exc.message}", exc.hint) from None
+    extra: dict[str, Any] = {"tunnel": via} if via is not None else {}
     files = policy.files = _known_files(options)
     if not files:
         raise HostKeyRefused(f"{host.name}: host key checking is switched off for it (UserKnownHostsFile none)",
@@ -136,7 +152,12 @@ async def connect(host: Host, ssh: SshSettings):
     # An empty (but present) list of known hosts: asyncssh would read its default file for an empty argument.
     trusted = existing or asyncssh.import_known_hosts("")
     try:
-        return await asyncssh.connect(options=options, config=None, known_hosts=trusted)
+        # The host again: connect() re-reads the options with its own host argument, '' when left out.
+        conn = await asyncssh.connect(host.address or host.name, options=options, config=None,
+                                      known_hosts=trusted, **extra)
+        if via is not None:
+            conn.set_tunnel(via)  # closing the node's connection closes the hops behind it
+        return conn
     except asyncssh.HostKeyNotVerifiable:
         raise _refusal(host, where, policy, files[0]) from None
     except asyncssh.PermissionDenied:

@@ -76,8 +76,18 @@ def pull_all(target: FleetTarget, out_dir: Path, bundle_args: tuple[str, ...] = 
         item.remote_path = str(result["path"])
         local = out_dir / host.name / os.path.basename(item.remote_path)
         local.parent.mkdir(mode=0o700, exist_ok=True)
-        async with conn.start_sftp_client() as sftp:
-            await sftp.get(item.remote_path, str(local))
+        import asyncssh
+        try:
+            async with conn.start_sftp_client() as sftp:
+                await sftp.get(item.remote_path, str(local))
+        except asyncssh.ChannelOpenError:
+            item.error = f"the node has no SFTP: its bundle stays at {item.remote_path}"
+            item.hint = "enable `Subsystem sftp` in the node's sshd_config, or copy the file by hand"
+            return HostResult(host, done.exit_status)
+        except (asyncssh.SFTPError, OSError) as exc:
+            item.error = f"copying {item.remote_path} failed: {exc}"
+            item.hint = "the bundle stays on the node; copy it by hand"
+            return HostResult(host, done.exit_status)
         os.chmod(local, 0o600)  # incident evidence: as private as the node keeps it
         item.local_path = local
         data = local.read_bytes()
