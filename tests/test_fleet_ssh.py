@@ -47,9 +47,9 @@ def test_status_shows_every_node_worst_first_with_reasons(ssh_fleet):
     text = fleet(ssh_fleet, "status", "--nodelist", ALL, "--timeout", "20")
     assert text.returncode == 2
     lines = text.stdout.splitlines()
-    assert lines[0].split()[:3] == ["NODE", "GPUS", "RESIDUAL"]
-    assert "3.0 GiB on 1" in text.stdout and "0/1 serving, 1 CRASHED" in text.stdout
-    assert "sim SIMULATED" in text.stdout
+    assert lines[0].split()[:4] == ["NODE", "STATE", "GPUS", "RESIDUAL"]
+    assert "3.0 GiB on 1" in text.stdout and "0/1 serving 1 CRASHED" in text.stdout
+    assert "SIMULATED" in text.stdout
     assert any(line.startswith("gpu09: connection refused") for line in lines)
     assert "Traceback" not in text.stdout + text.stderr
 

@@ -92,14 +92,18 @@ class GpuwardenApp(App):
 
     def on_mount(self) -> None:
         self.query_one("#header", NodeHeader).show(None)
-        self.sampler = SamplingThread(self.source, self.refresh_s, self._deliver, self._failed, close=self._on_exit)
-        self.sampler.start()
+        self._start_sampling()
         self.set_interval(min(0.5, self.refresh_s), self._watchdog)
         if self._watch_terminal:
             import signal
             # SSH dropped: leave through the normal exit path instead of dying mid-write.
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.exit)
         self.query_one("#gpus").focus()
+
+    def _start_sampling(self) -> None:
+        """Start the sampler thread on self.source (the fleet console starts one per node it opens)."""
+        self.sampler = SamplingThread(self.source, self.refresh_s, self._deliver, self._failed, close=self._on_exit)
+        self.sampler.start()
 
     def on_unmount(self) -> None:
         if self.sampler:
@@ -282,17 +286,20 @@ class GpuwardenApp(App):
         if spec.needs == "engine" and target.engine is None:
             self.notify("select an engine first (tab to the Engines panel)", severity="warning")
             return
+        what = {"gpu": f" on GPU {target.gpu}", "engine": f" {target.engine}", "node": ""}[spec.needs]
         try:
-            playbook = spec.build(self.settings, target)
+            run = self._new_run(spec, target, f"{spec.title}{what}")
         except GpuwardenError as exc:
             self.notify(f"{spec.title}: {exc.message}" + (f"\n{exc.hint}" if exc.hint else ""), severity="error")
             return
-        what = {"gpu": f" on GPU {target.gpu}", "engine": f" {target.engine}", "node": ""}[spec.needs]
-        run = PlaybookRun(self, playbook, self.settings, f"{spec.title}{what}")
         self.current_run = run
         from .screens.progress import ProgressScreen
         self.push_screen(ProgressScreen(run))
         run.start()
+
+    def _new_run(self, spec, target: Target, title: str) -> PlaybookRun:
+        """The run behind an action key: this node's playbook in a thread (the fleet console runs it remotely)."""
+        return PlaybookRun(self, spec.build(self.settings, target), self.settings, title)
 
     def on_playbook_progress(self, message: PlaybookProgress) -> None:
         line = node_events.from_playbook(message.event)

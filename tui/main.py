@@ -11,8 +11,10 @@ import sys
 from playbooks import cli
 
 from . import command
+from .fleet import command as fleet_command
 
 command.register(cli.app)
+fleet_command.register()
 cli.set_default_action(command.open_tui)
 
 

@@ -65,8 +65,9 @@ class NodeRow:
                 residual += f" ({self.holders} holder{'s' if self.holders != 1 else ''})"
         engines = "-" if not self.engines else f"{self.serving}/{self.engines} serving"
         if self.crashed:
-            engines += f", {self.crashed} CRASHED"
-        backend = (self.backend or "?") + (" SIMULATED" if self.simulated else "")
+            engines += f" {self.crashed} CRASHED"
+        backend = "SIMULATED" if self.simulated and self.backend == "sim" else \
+            (self.backend or "?") + (" SIMULATED" if self.simulated else "")
         agent = {True: "up", False: "down", None: "-"}[self.agent]
         state = "ok" if self.state == "ok" else "ATTENTION"
         return {"node": self.name, "gpus": str(self.gpus if self.gpus is not None else "?"), "residual": residual,
@@ -84,8 +85,10 @@ class NodeRow:
                 "taken_at_iso": jsondoc.iso(self.taken_at), "duration_s": _round(self.duration_s)}
 
 
-COLUMNS = (("node", "NODE"), ("gpus", "GPUS"), ("residual", "RESIDUAL"), ("engines", "ENGINES"),
-           ("drained", "DRAINED"), ("agent", "AGENT"), ("backend", "BACKEND"), ("state", "STATE"))
+COLUMNS = (("node", "NODE"), ("state", "STATE"), ("gpus", "GPUS"), ("residual", "RESIDUAL"), ("engines", "ENGINES"),
+           ("drained", "DRAINED"), ("agent", "AGENT"), ("backend", "BACKEND"))
+# What a narrow screen keeps first.
+PRIORITY = ("node", "state", "residual", "engines", "backend", "gpus", "drained", "agent")
 
 
 def _round(x: float | None) -> float | None:

@@ -31,6 +31,8 @@ class RemotePlaybook:
     argv: tuple[str, ...]
     destructive: bool
     title: str
+    # The node's confirmation is given here, once for the set: the node runs it with --yes.
+    run_flags: tuple[str, ...] = ("--yes", "--json")
 
 
 def purge(gpu: int | None) -> RemotePlaybook:
@@ -68,7 +70,14 @@ def launch() -> RemotePlaybook:
 
 def stop_engine(name: str) -> RemotePlaybook:
     from playbooks.stop import StopEnginePlaybook
-    return RemotePlaybook("stop", ("engines", "stop", name), StopEnginePlaybook.destructive, f"stop engine {name}")
+    return RemotePlaybook("stop", ("engines", "stop", name), StopEnginePlaybook.destructive, f"stop engine {name}",
+                          run_flags=("--json",))  # engines stop asks nothing itself
+
+
+def bundle() -> RemotePlaybook:
+    from playbooks.bundle import BundlePlaybook
+    return RemotePlaybook("bundle", ("bundle",), BundlePlaybook.destructive, "collect an incident bundle",
+                          run_flags=("--json",))
 
 
 @dataclass
@@ -122,9 +131,7 @@ def fleet_event(node: str, *, event: dict[str, Any] | None = None, exit_code: in
 
 
 def command_line(target: FleetTarget, rp: RemotePlaybook, *, dry_run: bool) -> str:
-    flags = ("--dry-run", "--json") if dry_run else ("--yes", "--json")
-    if rp.argv[:2] == ("engines", "stop"):
-        flags = ("--json",)  # engines stop has no plan or question of its own
+    flags = ("--dry-run", "--json") if dry_run else rp.run_flags
     return target.remote(*rp.argv, *flags, env={ORIGIN_ENV: fleet_origin()})
 
 
