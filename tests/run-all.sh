@@ -11,6 +11,18 @@ if ! command -v tmux >/dev/null 2>&1; then
     else sudo apt-get update -qq && sudo apt-get install -y -qq tmux >/dev/null; fi
 fi
 
+# The fleet tests start real OpenSSH servers (Debian's openssh-server; ssh-keygen comes with the client);
+# `gpuwarden serve` is tested in Debian's headless Chromium.
+missing=""
+[ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
+command -v ssh-keygen >/dev/null 2>&1 || missing="$missing openssh-client"
+[ -x /usr/bin/chromium ] || missing="$missing chromium"
+if [ -n "$missing" ]; then
+    echo "installing from Debian's packages:$missing" >&2
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $missing >/dev/null;
+    else sudo apt-get update -qq && sudo apt-get install -y -qq $missing >/dev/null; fi
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv

@@ -10,11 +10,12 @@ import sys
 
 from playbooks import cli
 
-from . import command
+from . import command, serve
 from .fleet import command as fleet_command
 
 command.register(cli.app)
 fleet_command.register()
+serve.register(cli.app)
 cli.set_default_action(command.open_tui)
 
 

@@ -37,9 +37,10 @@ class FleetApp(GpuwardenApp):
     CSS_PATH = str(Path(__file__).resolve().parent.parent / "theme.tcss")  # the console's, not a file beside this one
     BINDINGS = GpuwardenApp.BINDINGS + [Binding("escape", "fleet", "Fleet")]
 
-    def __init__(self, settings: Settings, monitor, fleet_target, *, refresh_s: float = 1.0, read_only: bool = False):
+    def __init__(self, settings: Settings, monitor, fleet_target, *, refresh_s: float = 1.0, read_only: bool = False,
+                 watch_terminal: bool = False):
         super().__init__(settings, source=self._node_snapshot, refresh_s=refresh_s, read_only=read_only,
-                         on_exit=None)
+                         on_exit=None, watch_terminal=watch_terminal)
         self.monitor = monitor
         self.fleet_target = fleet_target
         self.node: str | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 
 import typer
 
@@ -17,16 +16,16 @@ MIN_REFRESH_S = 0.5
 def open_fleet_tui(settings, target, *, refresh_s: float, read_only: bool) -> int:
     if refresh_s < MIN_REFRESH_S:
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
-    if not (sys.stdin.isatty() and sys.stderr.isatty()):
-        raise GpuwardenError("the fleet console needs a terminal (stdin and stderr are not both terminals)",
-                             "from scripts use `gpuwarden fleet status --json`")
+    from ..command import in_browser, require_terminal
+    require_terminal("the fleet console", "`gpuwarden fleet status --json`")
     from ops.fleet.monitor import FleetMonitor
 
     from .app import FleetApp
     monitor = FleetMonitor(list(target.hosts), target.ssh, target.remote, interval=refresh_s,
                            parallel=target.parallel).start()
     try:
-        app = FleetApp(settings, monitor, target, refresh_s=refresh_s, read_only=read_only)
+        app = FleetApp(settings, monitor, target, refresh_s=refresh_s, read_only=read_only,
+                       watch_terminal=not in_browser())
         try:
             app.run()
         except OSError:
