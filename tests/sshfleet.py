@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-from simnode import wait_for
 
+REPO = Path(__file__).resolve().parent.parent  # (conftest imports this module: no import back)
 SSHD = "/usr/sbin/sshd"
 # Debian's sshd refuses to start as root without its privilege separation directory (compiled in,
 # not configurable); as a normal user it runs without privilege separation and needs none.
@@ -214,6 +213,7 @@ def ssh_fleet(tmp_path_factory):
         crashed = fleet.node("gpu03")
         (crashed.home / "node.toml").write_text(CRASHING_ENGINE)
         node_cli(crashed, "launch")
+        from simnode import wait_for
         wait_for(lambda: '"crashed"' in node_cli(crashed, "engines", "list", "--json").stdout, timeout=30,
                  what="gpu03's engine to crash")
         yield fleet

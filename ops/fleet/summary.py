@@ -155,11 +155,12 @@ def exit_code(rows: list[NodeRow]) -> int:
     return max((r.exit_code for r in rows), default=0)
 
 
-def document(rows: list[NodeRow], taken_at: float | None = None) -> dict[str, Any]:
+def document(rows: list[NodeRow], taken_at: float | None = None, duration_s: float | None = None) -> dict[str, Any]:
     taken_at = time.time() if taken_at is None else taken_at
     counts = {s: sum(1 for r in rows if r.state == s) for s in STATES}
     return jsondoc.document(SCHEMA, {
-        "taken_at": taken_at, "taken_at_iso": jsondoc.iso(taken_at), "exit_code": exit_code(rows),
+        "taken_at": taken_at, "taken_at_iso": jsondoc.iso(taken_at), "duration_s": _round(duration_s),
+        "exit_code": exit_code(rows),
         "counts": {"nodes": len(rows), **counts}, "nodes": [r.to_dict() for r in worst_first(rows)]})
 
 

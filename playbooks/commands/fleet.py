@@ -101,7 +101,8 @@ def status_cmd(
             rows = collect(t, progress if not watch else None)
             progress.clear()
             if json_out:
-                sys.stdout.write(dumps(summary.document(rows), indent=None if watch else 2) + "\n")
+                doc = summary.document(rows, duration_s=time.monotonic() - started)
+                sys.stdout.write(dumps(doc, indent=None if watch else 2) + "\n")
             else:
                 text = summary.table(rows)
                 if watch:
