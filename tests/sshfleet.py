@@ -186,6 +186,17 @@ def node_cli(node: SshNode, *args: str, check: bool = True) -> subprocess.Comple
     return proc
 
 
+def init_all(nodes: list[SshNode], *args: str) -> None:
+    """`sim init ARGS` on every node at once (one interpreter start each, side by side)."""
+    procs = [subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(n.state_dir), "--backend",
+                               "sim", "sim", "init", *args], cwd=REPO, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for n in nodes]
+    for node, proc in zip(nodes, procs):
+        _, err = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            raise AssertionError(f"sim init on {node.name}: {err}")
+
+
 def client_env(fleet: SshFleet) -> dict[str, str]:
     """The operator's side: HOME with the fleet's ssh config as ~/.ssh/config."""
     home = fleet.root / "operator-home"
@@ -206,8 +217,7 @@ def ssh_fleet(tmp_path_factory):
     fleet = SshFleet(root, getpass.getuser())
     try:
         fleet.start([f"gpu{i:02d}" for i in range(1, 9)])
-        for node in fleet.nodes:
-            node_cli(node, "sim", "init", "--gpus", "2", "--vram", "8GiB")
+        init_all(fleet.nodes, "--gpus", "2", "--vram", "8GiB")
         fleet.write_client_files(f"Host gpu09\n  HostName 127.0.0.1\n  Port {free_port()}\n", changed=("gpu04",))
         node_cli(fleet.node("gpu02"), "sim", "leak", "--gpu", "1", "--size", "3GiB")
         crashed = fleet.node("gpu03")

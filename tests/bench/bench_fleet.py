@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import benchlib  # noqa: E402
-from sshfleet import SshFleet, client_env, free_port, node_cli  # noqa: E402
+from sshfleet import SshFleet, client_env, init_all  # noqa: E402
 
 GPUWARDEN = Path(sys.executable).parent / "gpuwarden"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -83,8 +83,7 @@ def main() -> None:
     hole_port, hole_stop = black_hole()
     try:
         fleet.start(names)
-        for n in fleet.nodes:
-            node_cli(n, "sim", "init", "--gpus", "8", "--vram", "192GiB")
+        init_all(fleet.nodes, "--gpus", "8", "--vram", "192GiB")
         fleet.write_client_files(f"Host hole\n  HostName 127.0.0.1\n  Port {hole_port}\n")
         env = {**os.environ, **client_env(fleet)}
         cfg = str(fleet.ssh_config)
