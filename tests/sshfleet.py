@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,29 @@ def keygen(path: Path, comment: str) -> str:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
                    check=True, capture_output=True)
     return path.with_suffix(".pub").read_text().strip()
+
+
+def black_hole():
+    """A listener that accepts connections and never says a word (a hung sshd, a wedged node).
+    Returns (port, close)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(sock.accept()[0])
+            except OSError:
+                continue
+        for c in held:
+            c.close()
+        sock.close()
+    threading.Thread(target=accept, daemon=True).start()
+    return sock.getsockname()[1], stop.set
 
 
 def answers_ssh(port: int) -> bool:

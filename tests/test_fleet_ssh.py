@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
-import time
 
 import pytest
 
 from conftest import gpuwarden
-from sshfleet import client_env, node_cli
+from sshfleet import black_hole, client_env, node_cli
 
 from ops import jsondoc
 
@@ -124,6 +122,7 @@ def test_proxyjump_from_ssh_config(ssh_fleet, tmp_path):
     assert rows(proc)["behind-gpu01"]["state"] == "ok", proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_drain_refused_without_terminal_then_dry_run_then_run_with_journal(ssh_fleet):
     n5 = ssh_fleet.node("gpu05")
     refused = fleet(ssh_fleet, "drain", "1", "--nodelist", "gpu[05-06]")
@@ -155,31 +154,6 @@ def test_drain_refused_without_terminal_then_dry_run_then_run_with_journal(ssh_f
     assert json.loads(node_cli(n5, "status", "--json", check=False).stdout)["drained"] == []
 
 
-def black_hole():
-    """A listener that accepts connections and never says a word (a hung sshd, a wedged node)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    held = []
-    stop = threading.Event()
-
-    def accept():
-        sock.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(sock.accept()[0])
-            except OSError:
-                continue
-    threading.Thread(target=accept, daemon=True).start()
-
-    def close():
-        stop.set()
-        for c in held:
-            c.close()
-        sock.close()
-    return sock.getsockname()[1], close
-
-
 def test_black_holed_host_does_not_hold_up_the_fleet(ssh_fleet, tmp_path):
     port, close = black_hole()
     try:
@@ -197,6 +171,7 @@ def test_black_holed_host_does_not_hold_up_the_fleet(ssh_fleet, tmp_path):
     assert doc["duration_s"] < 4 + 10, doc["duration_s"]
 
 
+@pytest.mark.slow
 def test_fleet_bundle_pulls_each_nodes_bundle_with_an_index(ssh_fleet, tmp_path):
     out = tmp_path / "incident"
     proc = fleet(ssh_fleet, "bundle", "--nodelist", "gpu02,gpu03,gpu09", "--output", str(out), "--safe-mode",

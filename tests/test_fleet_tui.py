@@ -40,6 +40,7 @@ def drained(node) -> list[int]:
     return json.loads(node_cli(node, "status", "--json", check=False).stdout)["drained"]
 
 
+@pytest.mark.slow
 async def test_fleet_console_rows_filter_open_node_and_remote_keys(ssh_fleet, tmp_path, monkeypatch):
     from ops.fleet.monitor import FleetMonitor
     from tui.fleet.app import FleetApp

@@ -135,6 +135,7 @@ def console_pids(base_pid: int) -> list[int]:
     return [int(line.split()[0]) for line in out.splitlines() if " tui" in line]
 
 
+@pytest.mark.slow
 async def test_console_in_chromium_screenshot_and_key(served, tmp_path):
     base = served()
     serve_pid = int(subprocess.run(["pgrep", "-f", f"serve --listen {base[7:]}"], capture_output=True,

@@ -5,6 +5,8 @@ Nodes come from --hosts, --hosts-from/--group, --nodelist or fleet.hosts; ~/.ssh
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 import time
 from pathlib import Path
@@ -46,13 +48,29 @@ RemoteCommand = Annotated[Optional[str], typer.Option(
                                             "fleet.command), e.g. 'sudo -n /opt/gpuwarden/bin/gpuwarden'.")]
 
 
-def target(hosts: Path | None, hosts_from: Path | None, group: str | None, nodelist: str | None,
-           fleet_config: Path | None, ssh_config: Path | None, accept_new: bool, parallel: int | None,
-           timeout: float | None, remote_command: str | None):
-    from playbooks.fleet.target import resolve
-    return resolve(hosts_file=hosts, hosts_from=hosts_from, group=group, nodelist=nodelist,
-                   fleet_config=fleet_config, ssh_config=ssh_config, accept_new=accept_new, parallel=parallel,
-                   timeout=timeout, remote_command=remote_command)
+# Every fleet command takes these; `with_fleet_target` adds them to its signature and resolves them once.
+INVENTORY = (("hosts", HostsFile, None), ("hosts_from", HostsFrom, None), ("group", Group, None),
+             ("nodelist", Nodelist, None), ("fleet_config", FleetConfigOpt, None), ("ssh_config", SshConfig, None),
+             ("accept_new", AcceptNew, False), ("parallel", Parallel, None), ("timeout", Timeout, None),
+             ("remote_command", RemoteCommand, None))
+
+
+def with_fleet_target(func):
+    """Give a command the inventory and SSH options; it receives them resolved as `fleet_target` (FleetTarget)."""
+    sig = inspect.signature(func, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.name != "fleet_target"]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+             for name, annotation, default in INVENTORY]
+
+    @functools.wraps(func)
+    def command(*args, **kwargs):
+        from playbooks.fleet.target import resolve
+        options = {name: kwargs.pop(name) for name, _, _ in INVENTORY}
+        kwargs["fleet_target"] = resolve(hosts_file=options.pop("hosts"), **options)
+        return func(*args, **kwargs)
+
+    command.__signature__ = sig.replace(parameters=[*own, *added])
+    return command
 
 
 class Progress:
@@ -75,10 +93,9 @@ class Progress:
 
 
 @fleet_app.command("status")
+@with_fleet_target
 def status_cmd(
-    hosts: HostsFile = None, hosts_from: HostsFrom = None, group: Group = None, nodelist: Nodelist = None,
-    fleet_config: FleetConfigOpt = None, ssh_config: SshConfig = None, accept_new: AcceptNew = False,
-    parallel: Parallel = None, timeout: Timeout = None, remote_command: RemoteCommand = None,
+    fleet_target=None,
     json_out: bool = typer.Option(False, "--json", help="Print the fleet as one JSON document (gpuwarden.fleet-status/1)."),
     watch: bool = typer.Option(False, "--watch", "-w", help="Refresh until Ctrl-C."),
     interval: float = typer.Option(5.0, "--interval", min=1.0, help="Seconds between refreshes with --watch."),
@@ -92,8 +109,7 @@ def status_cmd(
     from ops.fleet import summary
     from ops.jsondoc import dumps
     from playbooks.fleet.status import collect
-    t = target(hosts, hosts_from, group, nodelist, fleet_config, ssh_config, accept_new, parallel, timeout,
-               remote_command)
+    t = fleet_target
     try:
         while True:
             progress = Progress(len(t.hosts))
@@ -175,77 +191,68 @@ def run_playbook(t, rp, *, dry_run: bool, yes: bool, json_out: bool) -> int:
 
 
 @fleet_app.command("purge")
+@with_fleet_target
 def purge_cmd(
     gpu: Optional[int] = typer.Argument(None, help="GPU index on every node; every GPU when left out."),
-    hosts: HostsFile = None, hosts_from: HostsFrom = None, group: Group = None, nodelist: Nodelist = None,
-    fleet_config: FleetConfigOpt = None, ssh_config: SshConfig = None, accept_new: AcceptNew = False,
-    parallel: Parallel = None, timeout: Timeout = None, remote_command: RemoteCommand = None,
+    fleet_target=None,
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:
     """Run each node's own `gpuwarden purge [GPU]`: remove what holds residual VRAM, with the node's checks,
     locks and journal (which records you and that it came from the fleet). Asks once for the whole set."""
     from playbooks.fleet import actions
-    t = target(hosts, hosts_from, group, nodelist, fleet_config, ssh_config, accept_new, parallel, timeout,
-               remote_command)
+    t = fleet_target
     raise typer.Exit(run_playbook(t, actions.purge(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
 
 
 @fleet_app.command("drain")
+@with_fleet_target
 def drain_cmd(
     gpu: int = typer.Argument(..., help="GPU index to drain on every node."),
     reason: str = typer.Option("", "--reason", help="Why, for each node's journal and status."),
-    hosts: HostsFile = None, hosts_from: HostsFrom = None, group: Group = None, nodelist: Nodelist = None,
-    fleet_config: FleetConfigOpt = None, ssh_config: SshConfig = None, accept_new: AcceptNew = False,
-    parallel: Parallel = None, timeout: Timeout = None, remote_command: RemoteCommand = None,
+    fleet_target=None,
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:
     """Run each node's own `gpuwarden drain GPU`: mark it drained, stop its engines, wait until it is idle.
     Asks once for the whole set."""
     from playbooks.fleet import actions
-    t = target(hosts, hosts_from, group, nodelist, fleet_config, ssh_config, accept_new, parallel, timeout,
-               remote_command)
+    t = fleet_target
     raise typer.Exit(run_playbook(t, actions.drain(gpu, reason), dry_run=dry_run, yes=yes, json_out=json_out))
 
 
 @fleet_app.command("undrain")
+@with_fleet_target
 def undrain_cmd(
     gpu: int = typer.Argument(..., help="GPU index to put back in service on every node."),
-    hosts: HostsFile = None, hosts_from: HostsFrom = None, group: Group = None, nodelist: Nodelist = None,
-    fleet_config: FleetConfigOpt = None, ssh_config: SshConfig = None, accept_new: AcceptNew = False,
-    parallel: Parallel = None, timeout: Timeout = None, remote_command: RemoteCommand = None,
+    fleet_target=None,
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:
     """Run each node's own `gpuwarden undrain GPU`."""
     from playbooks.fleet import actions
-    t = target(hosts, hosts_from, group, nodelist, fleet_config, ssh_config, accept_new, parallel, timeout,
-               remote_command)
+    t = fleet_target
     raise typer.Exit(run_playbook(t, actions.undrain(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
 
 
 @fleet_app.command("baseline")
+@with_fleet_target
 def baseline_cmd(
     gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out."),
-    hosts: HostsFile = None, hosts_from: HostsFrom = None, group: Group = None, nodelist: Nodelist = None,
-    fleet_config: FleetConfigOpt = None, ssh_config: SshConfig = None, accept_new: AcceptNew = False,
-    parallel: Parallel = None, timeout: Timeout = None, remote_command: RemoteCommand = None,
+    fleet_target=None,
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:
     """Run each node's own `gpuwarden baseline record [GPU]` (on idle nodes: the idle VRAM per GPU)."""
     from playbooks.fleet import actions
-    t = target(hosts, hosts_from, group, nodelist, fleet_config, ssh_config, accept_new, parallel, timeout,
-               remote_command)
+    t = fleet_target
     raise typer.Exit(run_playbook(t, actions.baseline(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
 
 
 @fleet_app.command("bundle")
+@with_fleet_target
 def bundle_cmd(
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="DIR",
                                           help="New directory for the bundles (default ./fleet-bundle-<time>/)."),
     safe_mode: bool = typer.Option(False, "--safe-mode", help="Each node skips vendor tools that can hang."),
     since: Optional[str] = typer.Option(None, "--since", help="Only log lines from the last DURATION (30m, 2h)."),
-    hosts: HostsFile = None, hosts_from: HostsFrom = None, group: Group = None, nodelist: Nodelist = None,
-    fleet_config: FleetConfigOpt = None, ssh_config: SshConfig = None, accept_new: AcceptNew = False,
-    parallel: Parallel = None, timeout: Timeout = None, remote_command: RemoteCommand = None,
+    fleet_target=None,
     json_out: bool = typer.Option(False, "--json", help="Print the index (gpuwarden.fleet-bundle/1) as JSON."),
 ) -> None:
     """Each node collects its own incident bundle (`gpuwarden bundle`); every bundle is pulled back over SFTP
@@ -256,8 +263,7 @@ def bundle_cmd(
     """
     from ops.jsondoc import dumps
     from playbooks.fleet import bundles
-    t = target(hosts, hosts_from, group, nodelist, fleet_config, ssh_config, accept_new, parallel, timeout,
-               remote_command)
+    t = fleet_target
     out_dir = bundles.make_output_dir(output)
     args = (("--safe-mode",) if safe_mode else ()) + (("--since", since) if since else ())
     progress = Progress(len(t.hosts), "collected")

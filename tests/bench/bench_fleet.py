@@ -11,12 +11,10 @@ import getpass
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -24,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import benchlib  # noqa: E402
-from sshfleet import SshFleet, client_env, init_all  # noqa: E402
+from sshfleet import SshFleet, black_hole, client_env, init_all  # noqa: E402
 
 GPUWARDEN = Path(sys.executable).parent / "gpuwarden"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -46,25 +44,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
-def black_hole() -> tuple[int, threading.Event]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    stop = threading.Event()
-    held = []
-
-    def accept():
-        sock.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(sock.accept()[0])
-            except OSError:
-                pass
-        sock.close()
-    threading.Thread(target=accept, daemon=True).start()
-    return sock.getsockname()[1], stop
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
@@ -80,7 +59,7 @@ def main() -> None:
     fleet = SshFleet(root, getpass.getuser())
     names = [f"gpu{i:02d}" for i in range(1, args.nodes + 1)]
     nodelist = f"gpu[01-{args.nodes:02d}]"
-    hole_port, hole_stop = black_hole()
+    hole_port, hole_close = black_hole()
     try:
         fleet.start(names)
         init_all(fleet.nodes, "--gpus", "8", "--vram", "192GiB")
@@ -121,7 +100,7 @@ def main() -> None:
                           "samples_s": samples, "black_hole_s": hole_times, "black_hole_fanout_s": hole_inner,
                           "tui_cpu_percent": tui}))
     finally:
-        hole_stop.set()
+        hole_close()
         fleet.stop()
         shutil.rmtree(root, ignore_errors=True)
 

@@ -7,8 +7,6 @@ import typer
 
 from ops.errors import GpuwardenError
 from playbooks.commands import fleet as fleet_cli
-from playbooks.commands.fleet import (AcceptNew, FleetConfigOpt, Group, HostsFile, HostsFrom, Nodelist, Parallel,
-                                      RemoteCommand, SshConfig, Timeout)
 
 MIN_REFRESH_S = 0.5
 
@@ -37,11 +35,10 @@ def open_fleet_tui(settings, target, *, refresh_s: float, read_only: bool) -> in
 
 def register() -> None:
     @fleet_cli.fleet_app.command("tui")
+    @fleet_cli.with_fleet_target
     def fleet_tui_cmd(
         ctx: typer.Context,
-        hosts: HostsFile = None, hosts_from: HostsFrom = None, group: Group = None, nodelist: Nodelist = None,
-        fleet_config: FleetConfigOpt = None, ssh_config: SshConfig = None, accept_new: AcceptNew = False,
-        parallel: Parallel = None, timeout: Timeout = None, remote_command: RemoteCommand = None,
+        fleet_target=None,
         refresh: float = typer.Option(1.0, "--refresh", metavar="SECONDS",
                                       help="Seconds between each node's snapshots (0.5 or more)."),
         read_only: bool = typer.Option(False, "--read-only", help="Watch only: no playbook keys on any node."),
@@ -50,8 +47,6 @@ def register() -> None:
         live console, fed over one persistent SSH connection per node; its playbook keys act on that node
         (destructive ones ask first), Escape goes back to the fleet.
         """
-        t = fleet_cli.target(hosts, hosts_from, group, nodelist, fleet_config, ssh_config, accept_new, parallel,
-                             timeout, remote_command)
-        code = open_fleet_tui(ctx.obj, t, refresh_s=refresh, read_only=read_only)
+        code = open_fleet_tui(ctx.obj, fleet_target, refresh_s=refresh, read_only=read_only)
         if code:
             raise typer.Exit(code)

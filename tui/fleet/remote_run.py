@@ -7,7 +7,6 @@ Same rules as a local run: a destructive playbook asks first (Cancel is the defa
 from __future__ import annotations
 
 import json
-import threading
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
@@ -15,41 +14,22 @@ from ops.errors import GpuwardenError
 from playbooks.fleet.actions import RemotePlaybook, command_line, event_from_dict
 from playbooks.framework import Event, Result
 
-from ..messages import PlaybookFinished, PlaybookProgress
-from ..runner import ask_in_dialog
+from ..messages import PlaybookFinished
+from ..runner import PlaybookRun
 
 if TYPE_CHECKING:
     from textual.app import App
 
 
-class RemotePlaybookRun:
-    """The PlaybookRun interface (title, events, result, running, start, cancel, join) for a remote node."""
+class RemotePlaybookRun(PlaybookRun):
+    """PlaybookRun's interface (title, events, result, running, start, cancel, join) for a remote node."""
 
     def __init__(self, app: "App", monitor, fleet_target, node: str, remote: RemotePlaybook, title: str):
-        self.app = app
+        super().__init__(app, SimpleNamespace(name=remote.name), None, f"{title} on {node}")
         self.monitor = monitor
         self.target = fleet_target
         self.node = node
         self.remote = remote
-        self.playbook = SimpleNamespace(name=remote.name)
-        self.title = f"{title} on {node}"
-        self.cancelled = threading.Event()
-        self.events: list[Event] = []
-        self.result: Result | None = None
-        self._thread = threading.Thread(target=self._main, name=f"remote-{remote.name}", daemon=True)
-
-    @property
-    def running(self) -> bool:
-        return self.result is None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def cancel(self) -> None:
-        self.cancelled.set()
-
-    def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
 
     def _main(self) -> None:
         try:
@@ -87,10 +67,3 @@ class RemotePlaybookRun:
         # The bundle stays on the node: its path is not a file here, so t (triage) must not try to open it.
         return Result(ok=status == 0, events=self.events, failed_step=None if status == 0 else "(remote)",
                       data={"remote_bundle": data["bundle"]} if "bundle" in data else {})
-
-    def _sink(self, event: Event) -> None:
-        self.events.append(event)
-        self.app.post_message(PlaybookProgress(self, event))
-
-    def _confirm(self, question: str) -> bool:
-        return ask_in_dialog(self.app, self.title, question, self.cancelled)
