@@ -40,7 +40,6 @@ COMMAND_MODULES = (
     "status", "doctor", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
     "baseline", "bundle", "triage", "config", "journal", "sim", "fleet",
 )
-)
 
 
 _default_action: Callable[[Settings], int | None] | None = None
