@@ -77,3 +77,16 @@ def test_fleet_triage_groups_the_same_fault_across_nodes():
     assert groups[0]["category"] == "xid" and len(groups[0]["nodes"]) == 5 and "Xid 79 on 5 nodes" in groups[0]["title"]
     crash = next(g for g in groups if g["category"] == "segfault")
     assert crash["nodes"] == ["gpu01", "gpu02", "gpu03"] and "libamdhip64.so.7+0x3ca89d" in crash["title"]
+
+
+def test_rows_read_old_and_agent_era_snapshots():
+    from ops.fleet.fanout import HostResult
+    from ops.fleet.summary import from_snapshot
+    result = HostResult(Host("gpu01"), 0)
+    old = {"gpus": [{}], "residual": [], "engines": [], "warnings": ["SIMULATED node"], "backend": "sim"}
+    assert from_snapshot(result, old).agent is None and from_snapshot(result, old).warnings == ("SIMULATED node",)
+    new = {**old, "schema": "gpuwarden.snapshot/1", "warnings": [{"code": "simulated", "message": "SIMULATED node"}]}
+    assert from_snapshot(result, new).agent is False and from_snapshot(result, new).warnings == ("SIMULATED node",)
+    served = {**new, "agent": {"pid": 7, "interval_s": 1.0, "age_s": 0.2, "stale": False}, "needs_attention": True}
+    row = from_snapshot(result, served)
+    assert row.agent is True and row.state == "attention" and row.cells()["agent"] == "up"

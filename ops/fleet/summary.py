@@ -96,24 +96,27 @@ def _round(x: float | None) -> float | None:
 
 
 def agent_up(snap: dict[str, Any]) -> bool | None:
-    """Whether the node's agent answered this status. Adapter for the node agent's snapshot field (issue 10):
-    a top-level "agent" object with "running", or source "agent"; None while the node says neither."""
+    """Whether the node's agent served this status (issue 10: the snapshot document then carries an "agent"
+    object). A gpuwarden.snapshot document without one was sampled by `status` itself: no agent runs. An
+    older node's plain snapshot (no "schema") cannot say: None."""
     agent = snap.get("agent")
-    if isinstance(agent, dict) and isinstance(agent.get("running"), bool):
-        return agent["running"]
+    if isinstance(agent, dict):
+        return not agent.get("stale", False)
     if isinstance(agent, bool):
         return agent
-    source = snap.get("source")
-    if isinstance(source, str) and source.startswith("agent"):
-        return True
-    return None
+    return False if isinstance(snap.get("schema"), str) else None
+
+
+def _warning_text(w: Any) -> str:
+    """A warning as people read it: structured warnings ({"code", "message"}) or plain strings of older nodes."""
+    return str(w.get("message", w)) if isinstance(w, dict) else str(w)
 
 
 def from_snapshot(result: HostResult, snap: dict[str, Any]) -> NodeRow:
     residual = [r for r in snap.get("residual", []) if r.get("significant") or r.get("holders")]
     engines = snap.get("engines", [])
     crashed = sum(1 for e in engines if e.get("phase") == "crashed")
-    attention = bool(residual) or crashed > 0
+    attention = bool(residual) or crashed > 0 or snap.get("needs_attention") is True
     if result.exit_status == 1:
         attention = True  # the node's own verdict wins when it knows more than these fields show
     return NodeRow(
@@ -124,7 +127,7 @@ def from_snapshot(result: HostResult, snap: dict[str, Any]) -> NodeRow:
         holders=sum(len(r.get("holders", [])) for r in residual),
         engines=len(engines), serving=sum(1 for e in engines if e.get("phase") == "serving"), crashed=crashed,
         drained=tuple(snap.get("drained", [])), agent=agent_up(snap), backend=snap.get("backend"),
-        simulated=snap.get("simulated"), warnings=tuple(str(w) for w in snap.get("warnings", [])),
+        simulated=snap.get("simulated"), warnings=tuple(_warning_text(w) for w in snap.get("warnings", [])),
         taken_at=snap.get("taken_at"), duration_s=result.duration_s, snapshot=snap)
 
 
