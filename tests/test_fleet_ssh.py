@@ -116,10 +116,13 @@ def test_proxyjump_from_ssh_config(ssh_fleet, tmp_path):
     target = ssh_fleet.node("gpu08")
     cfg = tmp_path / "ssh_config"
     cfg.write_text(f"Host behind-gpu01\n  HostName 127.0.0.1\n  Port {target.port}\n  ProxyJump gpu01\n"
+                   f"Host loop\n  HostName 127.0.0.1\n  Port {target.port}\n  ProxyJump loop\n"
                    + ssh_fleet.ssh_config.read_text())
-    proc = gpuwarden("fleet", "status", "--ssh-config", str(cfg), "--nodelist", "behind-gpu01", "--json",
+    proc = gpuwarden("fleet", "status", "--ssh-config", str(cfg), "--nodelist", "behind-gpu01,loop", "--json",
                      env=env, timeout=60)
-    assert rows(proc)["behind-gpu01"]["state"] == "ok", proc.stdout + proc.stderr
+    nodes = rows(proc)
+    assert nodes["behind-gpu01"]["state"] == "ok", proc.stdout + proc.stderr
+    assert "ProxyJump hops" in nodes["loop"]["reason"]  # a jump host that names itself does not recurse
 
 
 @pytest.mark.slow

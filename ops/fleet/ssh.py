@@ -122,16 +122,35 @@ def _known_files(options: Any) -> list[str]:
     return [str(Path(f).expanduser()) for f in files if isinstance(f, (str, Path))]
 
 
-async def connect(host: Host, ssh: SshSettings, via: Any = None):
+MAX_HOPS = 8  # a ProxyJump that names itself (Host * ProxyJump bastion) must not recurse for ever
+
+
+async def connect(host: Host, ssh: SshSettings, via: Any = None, hops: int = 0):
     """An open asyncssh connection to `host` (through the connection `via`, or the ProxyJump hosts its ssh
     config names, each checked the same way); Unreachable (with the reason) when that cannot be."""
-    import asyncssh
     policy = _Policy([], ssh.accept_new)
     options = _options(host, ssh, client_factory=policy.client)
     jump = options.tunnel if via is None else None
-    if isinstance(jump, str) and jump.lower() != "none":
-        # Hop by hop ourselves: asyncssh would open the jump hosts without this config and host key policy.
-        from .inventory import parse_target
+    opened = None  # the last jump connection opened here (closing it closes the ones before it)
+    try:
+        if isinstance(jump, str) and jump.lower() != "none":
+            via = opened = await _hops(host, ssh, jump, hops)
+        return await _open(host, ssh, options, policy, via)
+    except BaseException:
+        if opened is not None:
+            opened.close()
+        raise
+
+
+async def _hops(host: Host, ssh: SshSettings, jump: str, hops: int):
+    """Open the ProxyJump chain hop by hop ourselves: asyncssh would open jump hosts without this config and
+    host key policy. Returns the last hop's connection (closing it closes the chain)."""
+    from .inventory import parse_target
+    if hops >= MAX_HOPS:
+        raise Unreachable(f"{host.name}: more than {MAX_HOPS} ProxyJump hops (does a jump host name itself?)",
+                          "exclude the jump host from its own ProxyJump, e.g. `Host * !bastion`")
+    via = None
+    try:
         for hop in jump.split(","):
             try:
                 hop_host = parse_target(hop.strip())
@@ -139,9 +158,20 @@ async def connect(host: Host, ssh: SshSettings, via: Any = None):
                 raise Unreachable(f"{host.name}: ProxyJump {jump!r} is not [user@]host[:port]",
                                   "fix ProxyJump in the ssh config") from None
             try:
-                via = await connect(hop_host, ssh, via)
+                via = await connect(hop_host, ssh, via, hops + 1)
             except Unreachable as exc:
-                raise Unreachable(f"jump host {hop_host.name}: {exc.message}", exc.hint) from None
+                said = exc.message if exc.message.startswith("jump host ") else \
+                    f"jump host {hop_host.name}: {exc.message}"  # once, however deep the chain failed
+                raise Unreachable(said, exc.hint) from None
+    except BaseException:
+        if via is not None:
+            via.close()
+        raise
+    return via
+
+
+async def _open(host: Host, ssh: SshSettings, options: Any, policy: _Policy, via: Any):
+    import asyncssh
     extra: dict[str, Any] = {"tunnel": via} if via is not None else {}
     files = policy.files = _known_files(options)
     if not files:
