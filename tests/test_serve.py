@@ -148,9 +148,13 @@ async def test_console_in_chromium_screenshot_and_key(served, tmp_path):
         pids = wait_for(lambda: console_pids(serve_pid), what="the served console process")
         cmdline = Path(f"/proc/{pids[0]}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         assert cmdline.rstrip().endswith(" tui --read-only"), cmdline  # no --allow-actions: it cannot act
-        await asyncio.sleep(1.0)  # let the first frame land before the picture (the test checks state, not time)
-        shot = await browser.call("Page.captureScreenshot", format="png")
-        png = base64.b64decode(shot["data"])
+        png = b""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # a drawn console is a much larger PNG than the dark page before it
+            png = base64.b64decode((await browser.call("Page.captureScreenshot", format="png"))["data"])
+            if len(png) > 20_000:
+                break
+            await asyncio.sleep(0.2)
         assert png.startswith(b"\x89PNG") and len(png) > 20_000, len(png)
         (tmp_path / "serve.png").write_bytes(png)
         if os.environ.get("GPUWARDEN_KEEP_SCREENSHOT"):
