@@ -1,4 +1,4 @@
-"""Byte sizes: parse operator input ("24GiB", "512M", "1.5T") and format for humans.
+"""Byte sizes and durations: parse operator input ("24GiB", "512M", "1.5T"; "90s", "10m", "2h") and format for humans.
 
 Binary units everywhere (GiB = 2**30), the way GPU memory is sold and reported.
 """
@@ -49,3 +49,23 @@ def fmt_bytes(n: int | None, *, precision: int = 1) -> str:
             return f"{sign}{value:.{precision}f} {unit}"
         value /= 1024
     return f"{sign}{value:.{precision}f} TiB"
+
+
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str | int | float) -> float:
+    """'90', '90s', '15m', '2h', '1d' -> seconds; raise GpuwardenError on anything else."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool) and text >= 0:
+        return float(text)
+    raw = str(text).strip().lower()
+    num_end = 0
+    while num_end < len(raw) and (raw[num_end].isdigit() or raw[num_end] == "."):
+        num_end += 1
+    number, unit = raw[:num_end], raw[num_end:].strip()
+    try:
+        if number and unit in _SECONDS:
+            return float(number) * _SECONDS[unit]
+    except ValueError:  # "1.2.3"
+        pass
+    raise GpuwardenError(f"cannot read the duration {text!r}", "write it like 30s, 15m, 2h or 1d")

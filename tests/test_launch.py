@@ -76,7 +76,9 @@ def test_killing_the_launcher_leaves_engines_serving(tmp_path, supervised, cli):
         cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
     try:
-        wait_for(lambda: records(supervised).get("e0", {}).get("phase") == "serving", 20, "e0 serving")
+        # Every shim started (the launcher spawns them one after another) and e0 serving: the launch is mid-way.
+        wait_for(lambda: len(records(supervised)) == 4 and records(supervised)["e0"].get("phase") == "serving",
+                 20, "four shims, e0 serving")
         not_yet = [n for n, r in records(supervised).items() if r.get("phase") != "serving"]
         assert not_yet, "the launch finished before it could be interrupted"
         # What a dropped SSH session does to its process group, then the hard way.
@@ -87,7 +89,7 @@ def test_killing_the_launcher_leaves_engines_serving(tmp_path, supervised, cli):
 
     def all_serving():
         proc = cli("engines", "list", "--json")
-        listed = json.loads(proc.stdout)
+        listed = json.loads(proc.stdout)["engines"]
         return len(listed) == 4 and all(e["phase"] == "serving" and not e["stale"] for e in listed)
     wait_for(all_serving, 20, "all four engines serving after the launcher died", poll=0.2)
 

@@ -36,12 +36,14 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float = 
     if refresh_s < MIN_REFRESH_S:
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
     require_terminal("the console", "`gpuwarden status` (or `status --json`)")
-    from .sampling import bundle_source, live_source
+    from .sampling import bundle_source, viewer_source
     close = None
     if bundle is not None:
         source = bundle_source(bundle, settings)
     else:
-        source, close = live_source(settings)  # a missing GPU library fails here, in one line
+        # The agent's snapshots when it answers (many consoles share its sampler), else sampled here;
+        # a missing GPU library fails here, in one line.
+        source, close = viewer_source(settings)
     from .app import GpuwardenApp
     app = GpuwardenApp(settings, source=source, refresh_s=refresh_s, read_only=read_only, bundle=bundle,
                        on_exit=close, watch_terminal=not in_browser())
