@@ -123,9 +123,12 @@ class FleetConfig:
     parallel: int = 32
     timeout: float = 15.0
     path: Path | None = None
+    prometheus: str | None = None  # base URL: fleet status / fleet tui read the fleet from there
+    prometheus_selector: str = ""
+    prometheus_max_age: float | None = None
 
 
-FLEET_KEYS = {"hosts", "command", "parallel", "timeout"}
+FLEET_KEYS = {"hosts", "command", "parallel", "timeout", "prometheus", "prometheus_selector", "prometheus_max_age"}
 
 
 def load_fleet_config(path: Path | None, explicit: bool) -> FleetConfig:
@@ -156,7 +159,17 @@ def load_fleet_config(path: Path | None, explicit: bool) -> FleetConfig:
         raise ConfigError(f"{path}: fleet.timeout must be seconds > 0", "e.g. timeout = 15")
     if not isinstance(command, str) or not command.strip():
         raise ConfigError(f"{path}: fleet.command must be a command line", "e.g. command = \"sudo -n gpuwarden\"")
-    return FleetConfig(tuple(hosts_from_config(hosts, str(path))), command, parallel, float(timeout), Path(path))
+    prometheus, prom_selector = table.get("prometheus"), table.get("prometheus_selector", "")
+    prom_max_age = table.get("prometheus_max_age")
+    if prometheus is not None and (not isinstance(prometheus, str) or not prometheus.strip()):
+        raise ConfigError(f"{path}: fleet.prometheus must be a URL", "e.g. prometheus = \"http://prometheus:9090\"")
+    if not isinstance(prom_selector, str):
+        raise ConfigError(f"{path}: fleet.prometheus_selector must be a string of label matchers",
+                          "e.g. prometheus_selector = 'job=\"gpuwarden\"'")
+    if prom_max_age is not None and (not isinstance(prom_max_age, (int, float)) or prom_max_age <= 0):
+        raise ConfigError(f"{path}: fleet.prometheus_max_age must be seconds > 0", "e.g. prometheus_max_age = 60")
+    return FleetConfig(tuple(hosts_from_config(hosts, str(path))), command, parallel, float(timeout), Path(path),
+                       prometheus, prom_selector, float(prom_max_age) if prom_max_age is not None else None)
 
 
 def unique(hosts: Iterable[Host]) -> list[Host]:

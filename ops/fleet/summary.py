@@ -1,6 +1,5 @@
-"""One row per node from its `status --json` (or why there is none), worst first, and the fleet's JSON document.
-
-The CLI table, the fleet TUI and `fleet status --json` all show these rows, so they always agree.
+"""One row per node from its `status --json` or its Prometheus series (or why there is none), worst first, and
+the fleet's JSON document. The CLI table, the fleet TUI and `fleet status --json` show these rows, so they agree.
 """
 
 from __future__ import annotations
@@ -11,13 +10,43 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import jsondoc
-from ..units import fmt_bytes
+from ..units import fmt_bytes, sparkline
 from .fanout import HostResult
 
 # Node states in the order of their exit codes: ok 0, attention 1, unreachable/error 2.
 STATES = ("ok", "attention", "unreachable", "error")
 EXIT = {"ok": 0, "attention": 1, "unreachable": 2, "error": 2}
 SCHEMA = "fleet-status"
+# Where a row came from: the node's own status over SSH, its agent's series in Prometheus, or nowhere.
+SOURCES = ("prometheus", "ssh", "unreachable")
+
+
+@dataclass(frozen=True)
+class NodeHistory:
+    """The node's last `window_s` from Prometheus: significant residual VRAM over time, crashes and kernel errors."""
+
+    window_s: float
+    step_s: float
+    residual: tuple[tuple[float, float], ...] = ()  # (ts, bytes), oldest first
+    crashes: int = 0
+    kernel_errors: int = 0
+
+    @property
+    def residual_max(self) -> int:
+        return int(max((v for _, v in self.residual), default=0))
+
+    def cells(self, width: int = 12) -> dict[str, str]:
+        peak = self.residual_max
+        trend = sparkline([v / peak if peak else 0.0 for _, v in self.residual], width)
+        events = f"{self.crashes} crash{'es' if self.crashes != 1 else ''}"
+        if self.kernel_errors:
+            events += f", {self.kernel_errors} kernel"
+        return {"trend": f"{trend} max {fmt_bytes(peak)}" if peak else f"{trend} none", "events": events}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"window_s": self.window_s, "step_s": _round(self.step_s),
+                "residual_bytes": [[t, int(v)] for t, v in self.residual], "residual_max_bytes": self.residual_max,
+                "crashes": self.crashes, "kernel_errors": self.kernel_errors}
 
 
 @dataclass(frozen=True)
@@ -42,7 +71,14 @@ class NodeRow:
     warnings: tuple[str, ...] = ()
     taken_at: float | None = None
     duration_s: float | None = None
+    via: str = "ssh"  # "prometheus" or "ssh": how a seen node was read (see source)
+    note: str | None = None  # with --prometheus: why this node was read over SSH instead
+    history: NodeHistory | None = None
     snapshot: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def source(self) -> str:
+        return "unreachable" if self.state == "unreachable" else self.via
 
     @property
     def exit_code(self) -> int:
@@ -57,7 +93,8 @@ class NodeRow:
         """The table's text for this node, column by column (see COLUMNS)."""
         if self.state in ("unreachable", "error"):
             return {"node": self.name, "gpus": "-", "residual": "-", "engines": "-", "drained": "-",
-                    "agent": "-", "backend": "-", "state": self.state.upper()}
+                    "agent": "-", "backend": "-", "state": self.state.upper(), "source": self.source,
+                    **self._history_cells()}
         residual = "-"
         if self.residual_gpus:
             residual = f"{fmt_bytes(self.residual_bytes)} on {','.join(map(str, self.residual_gpus))}"
@@ -72,7 +109,10 @@ class NodeRow:
         state = "ok" if self.state == "ok" else "ATTENTION"
         return {"node": self.name, "gpus": str(self.gpus if self.gpus is not None else "?"), "residual": residual,
                 "engines": engines, "drained": ",".join(map(str, self.drained)) or "-", "agent": agent,
-                "backend": backend, "state": state}
+                "backend": backend, "state": state, "source": self.source, **self._history_cells()}
+
+    def _history_cells(self) -> dict[str, str]:
+        return self.history.cells() if self.history else {"trend": "-", "events": "-"}
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.name, "target": self.target, "state": self.state, "exit_code": self.exit_code,
@@ -82,13 +122,22 @@ class NodeRow:
                 "engines": {"total": self.engines, "serving": self.serving, "crashed": self.crashed},
                 "drained": list(self.drained), "agent": self.agent, "backend": self.backend,
                 "simulated": self.simulated, "warnings": list(self.warnings), "taken_at": self.taken_at,
-                "taken_at_iso": jsondoc.iso(self.taken_at), "duration_s": _round(self.duration_s)}
+                "taken_at_iso": jsondoc.iso(self.taken_at), "duration_s": _round(self.duration_s),
+                "source": self.source, "source_note": self.note,
+                "history": self.history.to_dict() if self.history else None}
 
 
 COLUMNS = (("node", "NODE"), ("state", "STATE"), ("gpus", "GPUS"), ("residual", "RESIDUAL"), ("engines", "ENGINES"),
-           ("drained", "DRAINED"), ("agent", "AGENT"), ("backend", "BACKEND"))
+           ("drained", "DRAINED"), ("agent", "AGENT"), ("backend", "BACKEND"), ("source", "SOURCE"))
+# Shown when some row has Prometheus history (fleet status --history, the fleet console with --prometheus).
+HISTORY_COLUMNS = (("trend", "RESIDUAL TREND"), ("events", "CRASHES"))
 # What a narrow screen keeps first.
-PRIORITY = ("node", "state", "residual", "engines", "backend", "gpus", "drained", "agent")
+PRIORITY = ("node", "state", "residual", "engines", "trend", "events", "backend", "gpus", "drained", "agent", "source")
+
+
+def columns(rows: list[NodeRow]) -> tuple[tuple[str, str], ...]:
+    """The table's columns for these rows: the history ones only when there is history to show."""
+    return COLUMNS + (HISTORY_COLUMNS if any(r.history for r in rows) else ())
 
 
 def _round(x: float | None) -> float | None:
@@ -158,27 +207,33 @@ def exit_code(rows: list[NodeRow]) -> int:
     return max((r.exit_code for r in rows), default=0)
 
 
-def document(rows: list[NodeRow], taken_at: float | None = None, duration_s: float | None = None) -> dict[str, Any]:
+def document(rows: list[NodeRow], taken_at: float | None = None, duration_s: float | None = None,
+             prometheus: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The gpuwarden.fleet-status/1 document; `prometheus` ({"url", "error"}) when --prometheus was asked."""
     taken_at = time.time() if taken_at is None else taken_at
     counts = {s: sum(1 for r in rows if r.state == s) for s in STATES}
     return jsondoc.document(SCHEMA, {
         "taken_at": taken_at, "taken_at_iso": jsondoc.iso(taken_at), "duration_s": _round(duration_s),
         "exit_code": exit_code(rows),
-        "counts": {"nodes": len(rows), **counts}, "nodes": [r.to_dict() for r in worst_first(rows)]})
+        "counts": {"nodes": len(rows), **counts}, "sources": {s: sum(1 for r in rows if r.source == s) for s in SOURCES},
+        "prometheus": prometheus, "nodes": [r.to_dict() for r in worst_first(rows)]})
 
 
 def table(rows: list[NodeRow]) -> str:
     """The fleet as a text table, worst first, with a count line under it."""
+    cols = columns(rows)
     cells = [r.cells() for r in worst_first(rows)]
-    keys = [k for k, _ in COLUMNS]
-    widths = {k: max([len(title)] + [len(c[k]) for c in cells]) for k, title in COLUMNS}
-    lines = ["  ".join(title.ljust(widths[k]) for k, title in COLUMNS).rstrip()]
+    widths = {k: max([len(title)] + [len(c[k]) for c in cells]) for k, title in cols}
+    lines = ["  ".join(title.ljust(widths[k]) for k, title in cols).rstrip()]
     for c in cells:
-        lines.append("  ".join(c[k].ljust(widths[k]) for k in keys).rstrip())
+        lines.append("  ".join(c[k].ljust(widths[k]) for k, _ in cols).rstrip())
     counts = {s: sum(1 for r in rows if r.state == s) for s in STATES}
     lines.append("")
     lines.append(f"{len(rows)} node(s): {counts['ok']} ok, {counts['attention']} need attention, "
                  f"{counts['unreachable'] + counts['error']} not seen")
+    # Nodes Prometheus could not vouch for, grouped by why: a scrape that fails is worth fixing tonight too.
+    for note, names in fallback_notes(rows).items():
+        lines.append(f"over SSH ({note}): {', '.join(names)}")
     # Reasons get whole lines of their own: the one thing the operator needs about a node we cannot see.
     for r in worst_first(rows):
         if r.state in ("unreachable", "error"):
@@ -186,3 +241,12 @@ def table(rows: list[NodeRow]) -> str:
             if r.hint:
                 lines.append(f"  hint: {r.hint}")
     return "\n".join(lines)
+
+
+def fallback_notes(rows: list[NodeRow]) -> dict[str, list[str]]:
+    """Why nodes were not read from Prometheus -> those nodes, in the table's order."""
+    out: dict[str, list[str]] = {}
+    for r in worst_first(rows):
+        if r.note:
+            out.setdefault(r.note, []).append(r.name)
+    return out

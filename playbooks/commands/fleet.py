@@ -48,42 +48,69 @@ RemoteCommand = Annotated[Optional[str], typer.Option(
                                             "fleet.command), e.g. 'sudo -n /opt/gpuwarden/bin/gpuwarden'.")]
 
 
+Prometheus = Annotated[Optional[str], typer.Option(
+    "--prometheus", metavar="URL", envvar="GPUWARDEN_PROMETHEUS",
+    help="Read the fleet from this Prometheus (the series each node's `gpuwarden agent --metrics-listen` exports) "
+         "and over SSH only the nodes whose series are missing or stale; without an inventory, the fleet is every "
+         "node with gpuwarden series (default fleet.prometheus; '' turns it off). A bearer token goes in "
+         "$GPUWARDEN_PROMETHEUS_TOKEN, basic auth in the URL.")]
+PromSelector = Annotated[Optional[str], typer.Option(
+    "--prometheus-selector", metavar="MATCHERS",
+    help="Label matchers added to every query, e.g. 'job=\"gpuwarden\",cluster=\"b\"' (default "
+         "fleet.prometheus_selector). A node is matched by its instance label (port aside) or hostname label.")]
+PromMaxAge = Annotated[Optional[float], typer.Option(
+    "--prometheus-max-age", metavar="SECONDS",
+    help="Series older than this (scrape age plus the agent's snapshot age) are stale: that node is read over "
+         "SSH (default 60, or fleet.prometheus_max_age; raise it for scrape intervals over 30s).")]
+
 # Every fleet command takes these; `with_fleet_target` adds them to its signature and resolves them once.
 INVENTORY = (("hosts", HostsFile, None), ("hosts_from", HostsFrom, None), ("group", Group, None),
              ("nodelist", Nodelist, None), ("fleet_config", FleetConfigOpt, None), ("ssh_config", SshConfig, None),
              ("accept_new", AcceptNew, False), ("parallel", Parallel, None), ("timeout", Timeout, None),
              ("remote_command", RemoteCommand, None))
+# The commands that only read (status, tui) may read Prometheus first.
+PROMETHEUS = (("prometheus", Prometheus, None), ("prometheus_selector", PromSelector, None),
+              ("prometheus_max_age", PromMaxAge, None))
 
 
-def with_fleet_target(func):
-    """Give a command the inventory and SSH options; it receives them resolved as `fleet_target` (FleetTarget)."""
-    sig = inspect.signature(func, eval_str=True)
-    own = [p for p in sig.parameters.values() if p.name != "fleet_target"]
-    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-             for name, annotation, default in INVENTORY]
+def _fleet_target_decorator(options_spec: tuple, reads_prometheus: bool):
+    def decorate(func):
+        sig = inspect.signature(func, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != "fleet_target"]
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+                 for name, annotation, default in options_spec]
 
-    @functools.wraps(func)
-    def command(*args, **kwargs):
-        from playbooks.fleet.target import resolve
-        options = {name: kwargs.pop(name) for name, _, _ in INVENTORY}
-        kwargs["fleet_target"] = resolve(hosts_file=options.pop("hosts"), **options)
-        return func(*args, **kwargs)
+        @functools.wraps(func)
+        def command(*args, **kwargs):
+            from playbooks.fleet.target import resolve
+            options = {name: kwargs.pop(name) for name, _, _ in options_spec}
+            kwargs["fleet_target"] = resolve(hosts_file=options.pop("hosts"), reads_prometheus=reads_prometheus,
+                                             **options)
+            return func(*args, **kwargs)
 
-    command.__signature__ = sig.replace(parameters=[*own, *added])
-    return command
+        command.__signature__ = sig.replace(parameters=[*own, *added])
+        return command
+    return decorate
+
+
+# Give a command the inventory and SSH options (and Prometheus's, for one that reads); it receives them resolved
+# as `fleet_target` (a FleetTarget).
+with_fleet_target = _fleet_target_decorator(INVENTORY, reads_prometheus=False)
+with_fleet_view = _fleet_target_decorator(INVENTORY + PROMETHEUS, reads_prometheus=True)
 
 
 class Progress:
     """`12/16 nodes answered` on a terminal's stderr while a fan-out runs; nothing into a pipe."""
 
-    def __init__(self, total: int, what: str = "answered"):
-        self.total, self.done, self.what = total, 0, what
+    def __init__(self, total: int | None, what: str = "answered"):
+        self.total, self.done, self.what = total, 0, what  # total None: not known yet (nodes from Prometheus)
         self.live = sys.stderr.isatty()
 
     def __call__(self, _row=None) -> None:
         self.done += 1
         if self.live:
-            sys.stderr.write(f"\r{self.done}/{self.total} nodes {self.what}\x1b[K")
+            of = f"/{self.total}" if self.total else ""
+            sys.stderr.write(f"\r{self.done}{of} nodes {self.what}\x1b[K")
             sys.stderr.flush()
 
     def clear(self) -> None:
@@ -93,16 +120,22 @@ class Progress:
 
 
 @fleet_app.command("status")
-@with_fleet_target
+@with_fleet_view
 def status_cmd(
     fleet_target=None,
     json_out: bool = typer.Option(False, "--json", help="Print the fleet as one JSON document (gpuwarden.fleet-status/1)."),
     watch: bool = typer.Option(False, "--watch", "-w", help="Refresh until Ctrl-C."),
     interval: float = typer.Option(5.0, "--interval", min=1.0, help="Seconds between refreshes with --watch."),
+    history: Optional[str] = typer.Option(
+        None, "--history", metavar="DURATION",
+        help="With --prometheus: each node's last DURATION (30m, 6h) too: a trend of its residual VRAM and the "
+             "engine crashes and kernel errors in that time."),
 ) -> None:
     """Every node's status in one table, worst node first: GPUs, residual VRAM and its holders, engines
-    serving/crashed, drained GPUs, agent, backend (SIMULATED nodes marked), and the reason for each node
-    that could not be reached.
+    serving/crashed, drained GPUs, agent, backend (SIMULATED nodes marked), where the row came from
+    (prometheus, ssh or unreachable), and the reason for each node that could not be reached.
+
+    Over SSH each node answers with its own `gpuwarden status --json` (its agent's snapshot when one runs).
 
     Exit status: the worst node's — 0 all healthy, 1 some need attention, 2 some could not be seen.
     """
@@ -110,14 +143,17 @@ def status_cmd(
     from ops.jsondoc import dumps
     from playbooks.fleet.status import collect
     t = fleet_target
+    history_s = _history_window(history, t)
     try:
         while True:
-            progress = Progress(len(t.hosts))
+            progress = Progress(len(t.hosts) or None)
             started = time.monotonic()
-            rows = collect(t, progress if not watch else None)
+            rows, prom = collect(t, progress if not watch else None, history_s=history_s)
             progress.clear()
+            if prom and prom["error"] and not json_out:
+                typer.echo(f"gpuwarden: warning: {prom['error']}; every node read over SSH", err=True)
             if json_out:
-                doc = summary.document(rows, duration_s=time.monotonic() - started)
+                doc = summary.document(rows, duration_s=time.monotonic() - started, prometheus=prom)
                 sys.stdout.write(dumps(doc, indent=None if watch else 2) + "\n")
             else:
                 text = summary.table(rows)
@@ -131,6 +167,19 @@ def status_cmd(
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
     except KeyboardInterrupt:
         pass
+
+
+def _history_window(text: str | None, t) -> float | None:
+    from ops.errors import GpuwardenError
+    from ops.units import parse_duration
+    if text is None:
+        return None
+    if t.prometheus is None:
+        raise GpuwardenError("--history needs Prometheus", "add --prometheus URL (or set fleet.prometheus)")
+    seconds = parse_duration(text)
+    if seconds < 60:
+        raise GpuwardenError(f"--history {text} is too short", "give a minute or more, e.g. --history 1h")
+    return seconds
 
 
 def register(app: typer.Typer) -> None:
