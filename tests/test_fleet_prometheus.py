@@ -108,3 +108,47 @@ def test_prometheus_that_does_not_answer_means_ssh_for_every_node(ssh_fleet):
     assert none.returncode == 2 and "gpuwarden: error: no nodes: prometheus at" in none.stderr
     bad = fleet(ssh_fleet, "status", "--prometheus", "prom:9090", "--nodelist", "gpu01")
     assert bad.returncode == 2 and "is not an http(s) URL" in bad.stderr and "Traceback" not in bad.stderr
+
+
+async def test_fleet_console_reads_prometheus_and_streams_only_the_rest(prom_fleet, tmp_path, monkeypatch):
+    from ops.fleet.promfleet import PromSettings
+    from ops.fleet.promwatch import PromFleetMonitor
+    from ops.settings import Settings
+    from test_fleet_tui import fleet_target, until
+    from tui.fleet.app import FleetApp
+    from tui.fleet.screen import FleetScreen
+
+    ssh_fleet, prom, _ = prom_fleet
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    target = fleet_target(ssh_fleet, "gpu[01-03]")
+    monitor = PromFleetMonitor(list(target.hosts), target.ssh, target.remote, PromSettings(prom.url),
+                               interval=0.5, history_s=300)
+    backfilled = []
+    ask = monitor.vram_backfill
+    monkeypatch.setattr(monitor, "vram_backfill", lambda *a: backfilled.append(ask(*a)) or backfilled[-1])
+    app = FleetApp(Settings(state_dir=tmp_path / "local"), monitor.start(), target, refresh_s=0.5)
+    try:
+        async with app.run_test(size=(160, 40)) as pilot:
+            screen = await until(pilot, lambda: isinstance(app.screen, FleetScreen) and app.screen, what="fleet screen")
+
+            def sources():
+                got = {r.name: r.source for r in screen.shown}
+                return got if got == {"gpu01": "prometheus", "gpu02": "prometheus", "gpu03": "ssh"} else None
+            await until(pilot, sources, what="two nodes from Prometheus, gpu03 over SSH")
+            assert monitor.feeds["gpu03"].connected and not monitor.feeds["gpu01"].connected
+            gpu02 = next(r for r in screen.shown if r.name == "gpu02")
+            assert gpu02.residual_gpus == (1,) and gpu02.history is not None
+            assert "over SSH (not in Prometheus): gpu03" in str(screen.query_one("#fleet-reasons").render())
+
+            table = screen.query_one("#fleet-table")
+            table.cursor_row = [k for k, _ in table.rows].index("gpu02")
+            await pilot.press("enter")  # its console needs the full snapshot: gpu02 is streamed over SSH now
+            await until(pilot, lambda: app.snapshot is not None and app.snapshot.source == "ssh:gpu02",
+                        what="gpu02's console over SSH")
+            await until(pilot, lambda: backfilled, what="the sparklines' minutes asked of Prometheus")
+            assert {gpu for gpu, _, _ in backfilled[0]} == {0, 1}
+            await pilot.press("escape")
+            await until(pilot, lambda: isinstance(app.screen, FleetScreen), what="back to the fleet")
+            await until(pilot, lambda: not monitor.feeds["gpu02"].connected or None, what="gpu02's stream closed")
+    finally:
+        monitor.close()

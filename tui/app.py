@@ -123,13 +123,17 @@ class GpuwardenApp(App):
         snap = message.snapshot
         self.last_arrival = time.monotonic()
         self.sample_error = None
-        if self.snapshot is None and snap.agent and hasattr(self.source, "agent_json"):
+        if self.snapshot is None and self._can_backfill(snap):
             # The agent watched before this console opened: its last minutes fill the sparklines and events.
             self.run_worker(lambda: self._backfill(snap), thread=True, exclusive=True, group="backfill")
         events = self.changes.feed(snap)
         self.snapshot = snap
         self.history.add(snap)
         self._draw(events)
+
+    def _can_backfill(self, first: NodeSnapshot) -> bool:
+        """Whether someone kept this node's history from before `first` (here: the agent that served it)."""
+        return bool(first.agent) and hasattr(self.source, "agent_json")
 
     def _backfill(self, first: NodeSnapshot) -> None:
         """(worker thread) The agent's history of the sparkline's span and its latest events."""

@@ -40,7 +40,7 @@ class FleetMonitor:
     """Owns the event loop thread, the connections and the latest snapshot of every node."""
 
     def __init__(self, hosts: list[Host], ssh: SshSettings, command: Callable[..., str], *, interval: float = 1.0,
-                 parallel: int = 32):
+                 parallel: int = 32, follow: tuple[str, ...] | None = None):
         self.hosts = list(hosts)
         self.ssh = ssh
         self.command = command  # command(*args) -> the remote shell line running `gpuwarden ARGS`
@@ -50,7 +50,10 @@ class FleetMonitor:
         self._changed = threading.Condition()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="gpuwarden-fleet", daemon=True)
-        self._tasks: list[asyncio.Task] = []
+        self._sem: asyncio.Semaphore | None = None
+        # The nodes streamed over SSH: every node by default; a subclass that reads elsewhere picks them.
+        self._initial = tuple(self.feeds) if follow is None else tuple(follow)
+        self._tasks: dict[str, asyncio.Task] = {}
         self._closed = False
 
     # --- life cycle ---------------------------------------------------------------------------
@@ -60,15 +63,39 @@ class FleetMonitor:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        sem = asyncio.Semaphore(self._parallel)  # connection set-up only; streams then run side by side
-        self._tasks = [self._loop.create_task(self._follow(f, sem)) for f in self.feeds.values()]
+        self._sem = asyncio.Semaphore(self._parallel)  # connection set-up only; streams then run side by side
+        for name in self._initial:
+            self._start_stream(name)
         try:
             self._loop.run_forever()
         finally:
-            for task in self._tasks:
+            tasks = list(self._tasks.values())
+            for task in tasks:
                 task.cancel()
-            self._loop.run_until_complete(asyncio.gather(*self._tasks, return_exceptions=True))
+            self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             self._loop.close()
+
+    def _start_stream(self, name: str) -> None:
+        if name not in self._tasks and name in self.feeds:
+            self._tasks[name] = self._loop.create_task(self._follow(self.feeds[name], self._sem))
+
+    def _stop_stream(self, name: str) -> None:
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+
+    def follow(self, name: str) -> None:
+        """Stream node `name` over SSH (any thread); nothing when it already is."""
+        if not self._closed:
+            self._loop.call_soon_threadsafe(self._start_stream, name)
+
+    def unfollow(self, name: str) -> None:
+        """Close node `name`'s SSH stream (any thread); its last snapshot stays."""
+        if not self._closed:
+            self._loop.call_soon_threadsafe(self._stop_stream, name)
+
+    def pin(self, name: str | None) -> None:
+        """The node open in the console (None: back to the fleet). Every node is streamed here already."""
 
     def close(self) -> None:
         if self._closed:

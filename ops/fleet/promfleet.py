@@ -6,6 +6,7 @@ A node whose series are missing, too old or from a stale agent gets no row here 
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -220,3 +221,20 @@ def history(settings: PromSettings, reading: PromReading, window_s: float, api: 
                                 crashes=round(crash_n.get(e.key, 0.0)), kernel_errors=round(kernel_n.get(e.key, 0.0)))
     return out
 
+
+
+def vram_history(settings: PromSettings, exporter: Exporter, start: float, end: float, step: float,
+                 api: PrometheusApi | None = None) -> list[tuple[int, float, float]]:
+    """(gpu, ts, VRAM used fraction) of one node's GPUs over [start, end]: the console's sparklines before it
+    opened."""
+    api = api or settings.api()
+    # json.dumps quotes a label value the way PromQL string literals are written.
+    who = (f"job={json.dumps(exporter.job)}", f"instance={json.dumps(exporter.instance)}")
+    used = selector(settings, "gpuwarden_gpu_vram_used_bytes", *who)
+    total = selector(settings, "gpuwarden_gpu_vram_total_bytes", *who)
+    out = []
+    for s in api.query_range(f"{used} / {total}", start, end, step):
+        gpu = s.labels.get("gpu", "")
+        if gpu.isdigit():
+            out += [(int(gpu), t, v) for t, v in s.points if math.isfinite(v)]
+    return out

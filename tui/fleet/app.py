@@ -54,6 +54,7 @@ class FleetApp(GpuwardenApp):
         """Show node `name` in the console: its own state from now on, nothing of the previous node."""
         if self.sampler is not None:
             self.sampler.stop()
+        self.monitor.pin(name)  # with Prometheus, the node open here is streamed over SSH too
         self.node, self._seq = name, 0
         self.snapshot, self.last_arrival, self.sample_error = None, None, None
         self.history = VramHistory()
@@ -77,6 +78,7 @@ class FleetApp(GpuwardenApp):
             self.sampler.stop()
             self.sampler = None
         self.node = None
+        self.monitor.pin(None)
         while len(self.screen_stack) > 1:
             self.pop_screen()
         self.push_screen(FleetScreen(self.monitor, refresh_s=self.refresh_s, read_only=self.read_only))
@@ -93,6 +95,20 @@ class FleetApp(GpuwardenApp):
         node = snapshot_from_dict(snap)
         label = name if node.hostname == name else f"{name} ({node.hostname})"
         return dataclasses.replace(node, hostname=label, source=f"ssh:{name}")
+
+    # --- the sparklines' minutes before the node was opened, from Prometheus -------------------------
+    def _can_backfill(self, first: NodeSnapshot) -> bool:
+        return hasattr(self.monitor, "vram_backfill")
+
+    def _backfill(self, first: NodeSnapshot) -> None:
+        """(worker thread) The node's VRAM use per GPU over the sparkline's span, from its series in Prometheus."""
+        name = self.node
+        if name is None:
+            return
+        span, step = self.history.span_s, self.history.bucket_s
+        samples = self.monitor.vram_backfill(name, first.taken_at - span, step)
+        if samples and self.node == name:
+            self.call_from_thread(self._apply_backfill, samples, [])
 
     # --- keys act on the open node, remotely -----------------------------------------------------
     def _new_run(self, spec, target, title: str):

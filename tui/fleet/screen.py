@@ -1,6 +1,7 @@
 """The fleet screen: one row per node, worst first, a `/` filter, Enter opens the node's console.
 
-Rows come from the monitor's latest snapshots (no SSH work here), redrawn once per refresh only when changed.
+Rows come from the monitor's latest snapshots or Prometheus readings (no network work here), redrawn once per
+refresh only when changed.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
-from ops.fleet.summary import COLUMNS, PRIORITY, NodeRow, worst_first
+from ops.fleet.summary import PRIORITY, NodeRow, columns, fallback_notes, worst_first
 
 from ..styles import STYLES as S
 from ..widgets.keystrip import KeyStrip
@@ -72,10 +73,11 @@ class FleetScreen(Screen[None]):
                 or needle in (r.reason or "").lower()]
         self.shown = rows
         table = self.query_one(FleetTable)
+        cols = columns(every)
         cells = [r.cells() for r in rows]
-        keys = self._fitting(cells, table.content_size.width or self.size.width - 4)
-        table.set_columns([title for k, title in COLUMNS if k in keys])
-        table.set_rows([(r.name, self._styled(r, c, keys)) for r, c in zip(rows, cells)])
+        keys = self._fitting(cols, cells, table.content_size.width or self.size.width - 4)
+        table.set_columns([title for k, title in cols if k in keys])
+        table.set_rows([(r.name, self._styled(r, c, cols, keys)) for r, c in zip(rows, cells)])
         # Most telling first: an 80-column terminal cuts the end of this line.
         title = Text(" gpuwarden fleet ", style=S["header.brand"])
         if self.read_only:
@@ -87,20 +89,26 @@ class FleetScreen(Screen[None]):
         attention = sum(1 for r in every if r.state == "attention")
         title.append(f"  {len(every)} nodes: {ok} ok, {attention} attention, {len(every) - ok - attention} not seen"
                      f"  every {self.refresh_s:g}s")
+        prom = sum(1 for r in every if r.source == "prometheus")
+        if prom or getattr(self.monitor, "prom", None):
+            title.append(f"  {prom} from Prometheus")
         self.query_one("#fleet-title", Static).update(title)
         reasons = [f"{r.name}: {r.reason}" for r in rows if r.state in ("unreachable", "error")]
+        error = getattr(self.monitor, "prom_error", None)
+        reasons += [f"prometheus: {error}"] if error else []
+        reasons += [f"over SSH ({note}): {', '.join(names)}" for note, names in fallback_notes(rows).items()]
         self.query_one("#fleet-reasons", Static).update("\n".join(reasons))
 
     def action_refresh_rows(self) -> None:
         self.refresh_rows()
 
     @staticmethod
-    def _fitting(cells: list[dict[str, str]], room: int) -> set[str]:
+    def _fitting(cols, cells: list[dict[str, str]], room: int) -> set[str]:
         """The columns that fit side by side, most important first (an 80-column terminal keeps the story)."""
-        titles = dict(COLUMNS)
+        titles = dict(cols)
         keep: set[str] = set()
         used = 0
-        for key in PRIORITY:
+        for key in (k for k in PRIORITY if k in titles):
             width = max([len(titles[key])] + [len(c[key]) for c in cells])
             if used + width + (2 if keep else 0) > room and keep:
                 continue
@@ -109,9 +117,9 @@ class FleetScreen(Screen[None]):
         return keep
 
     @staticmethod
-    def _styled(row: NodeRow, cells: dict[str, str], keys: set[str]) -> list:
+    def _styled(row: NodeRow, cells: dict[str, str], cols, keys: set[str]) -> list:
         return [Text(cells[k], style=STATE_STYLE.get(row.state, "")) if k == "state" else cells[k]
-                for k, _ in COLUMNS if k in keys]
+                for k, _ in cols if k in keys]
 
     def action_filter(self) -> None:
         box = self.query_one("#fleet-filter", Input)
