@@ -196,3 +196,34 @@ def test_fleet_bundle_pulls_each_nodes_bundle_with_an_index(ssh_fleet, tmp_path)
     assert "fleet triage" in (out / "index.md").read_text().lower()
     again = fleet(ssh_fleet, "bundle", "--nodelist", "gpu02", "--output", str(out))
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_purge_and_baseline_dry_runs_show_each_nodes_plan(ssh_fleet):
+    plan = fleet(ssh_fleet, "purge", "--nodelist", "gpu01,gpu02", "--dry-run")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "gpu02 | " in plan.stdout and "gpu01 | " in plan.stdout and "(dry run): 2/2 node(s) ok" in plan.stdout
+    base = fleet(ssh_fleet, "baseline", "--nodelist", "gpu01", "--dry-run", "--json")
+    assert base.returncode == 0, base.stdout + base.stderr
+    lines = [json.loads(x) for x in base.stdout.splitlines()]
+    for line in lines:
+        jsondoc.validate(line)
+    assert lines[-1]["node"] == "gpu01" and lines[-1]["exit_code"] == 0
+    assert not (ssh_fleet.node("gpu01").state_dir / "baseline.json").exists()
+
+
+def test_status_watch_refreshes(ssh_fleet):
+    import subprocess
+    import sys
+    from conftest import REPO
+    proc = subprocess.Popen([sys.executable, "-m", "tui.main", "fleet", "status", "--nodelist", "gpu01", "--watch",
+                             "--json", "--interval", "1"], cwd=REPO, env={**os.environ, **client_env(ssh_fleet)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        docs = [json.loads(proc.stdout.readline()) for _ in range(2)]  # one document per refresh
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    for doc in docs:
+        jsondoc.validate(doc)
+        assert doc["nodes"][0]["node"] == "gpu01" and doc["nodes"][0]["state"] == "ok"
+    assert docs[1]["taken_at"] > docs[0]["taken_at"]
