@@ -19,8 +19,9 @@ GiB = 1 << 30
 pytestmark = pytest.mark.slow
 
 
-def start_exporting_agent(node):
-    agent = start_agent(node.state_dir, interval="0.5",
+def start_exporting_agent(node, interval: str = "0.5"):
+    """A real agent on the node's state dir serving /metrics on a free loopback port; (agent, its address)."""
+    agent = start_agent(node.state_dir, interval=interval,
                         env={"GPUWARDEN_METRICS_LISTEN": "127.0.0.1:0",
                              "GPUWARDEN_CONFIG": str(node.home / "node.toml")})
     listen = wait_for(lambda: re.search(r"metrics on http://(127\.0\.0\.1:\d+)/metrics", agent.log_text()),

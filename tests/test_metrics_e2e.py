@@ -34,9 +34,9 @@ def _free_port() -> int:
 
 class Prom:
     """A real Prometheus scraping `target` (an address), or several targets each under its own instance label
-    ({instance: address}, as a site names its nodes), every second."""
+    ({instance: address}, as a site names its nodes), every second unless told."""
 
-    def __init__(self, tmp_path, target: str | dict[str, str]):
+    def __init__(self, tmp_path, target: str | dict[str, str], scrape_interval: str = "1s"):
         rules = tmp_path / "rules.yml"
         rules.write_text(re.sub(r"(?m)^(\s+for: )\S+$", r"\g<1>2s", RULES.read_text()))
         config = tmp_path / "prometheus.yml"
@@ -45,7 +45,7 @@ class Prom:
         else:
             static = "    static_configs:\n" + "".join(f"      - {{targets: ['{address}'], labels: {{instance: '{name}'}}}}\n"
                                                     for name, address in target.items())
-        config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        config.write_text(f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: 1s\n"
                           f"rule_files: [{rules}]\n"
                           "scrape_configs:\n  - job_name: gpuwarden\n" + static)
         self.url = f"http://127.0.0.1:{_free_port()}"

@@ -1,7 +1,10 @@
 """The fleet over 16 loopback sshd nodes: `fleet status` against pdsh and clush running the same command on the
-same hosts in the same run; a black-holed host against the per-host timeout; the fleet console's CPU at 1 Hz.
+same hosts in the same run; a black-holed host against the per-host timeout; the fleet console's CPU at 1 Hz;
+with an agent on every node and a real Prometheus scraping them, `fleet status --prometheus` against the same
+command over SSH, and the console's CPU with --prometheus.
 
-Run: `python tests/bench/bench_fleet.py [--runs 5] [--tui-seconds 20]` (needs sshd, pdsh, clush, tmux).
+Run: `python tests/bench/bench_fleet.py [--runs 5] [--tui-seconds 20] [--parts ssh,hole,tui,prometheus]`
+(needs sshd, pdsh, clush, tmux; prometheus for that part).
 """
 
 from __future__ import annotations
@@ -50,8 +53,11 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--timeout", type=float, default=5.0)
     ap.add_argument("--tui-seconds", type=float, default=20.0)
+    ap.add_argument("--parts", default="ssh,hole,tui,prometheus",
+                    help="which measurements, comma-separated: ssh (vs pdsh/clush), hole, tui, prometheus")
     args = ap.parse_args()
-    for tool in ("pdsh", "clush", "tmux"):
+    parts = set(args.parts.split(","))
+    for tool in ("pdsh", "clush", "tmux", *(("prometheus",) if "prometheus" in parts else ())):
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is needed for this benchmark (apt-get install pdsh clustershell tmux)")
     root = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
@@ -72,44 +78,106 @@ def main() -> None:
         pdsh = ["pdsh", "-R", "ssh", "-f", "32", "-w", nodelist, remote]
         clush = ["clush", "-f", "32", "-o", f"-F {cfg}", "-w", nodelist, remote]
         penv = {**env, "PDSH_SSH_ARGS": f"-F {cfg} -x -oConnectTimeout=30 -l %u %h"}
-        samples: dict[str, list[float]] = {"gpuwarden fleet status": [], "pdsh -R ssh": [], "clush": []}
-        timed(ours, env)  # warm the page cache and every sshd once
-        for _ in range(args.runs):  # interleaved, so load from other work hits all three alike
-            samples["gpuwarden fleet status"].append(timed(ours, env, expect=0))
-            samples["pdsh -R ssh"].append(timed(pdsh, penv, expect=0))
-            samples["clush"].append(timed(clush, env, expect=0))
-        med = {k: statistics.median(v) for k, v in samples.items()}
-        best_peer = min(med["pdsh -R ssh"], med["clush"])
-
-        hole = [str(GPUWARDEN), "fleet", "status", "--json", "--nodelist", nodelist + ",hole", "--ssh-config", cfg,
-                "--timeout", f"{args.timeout:g}"]
-        hole_inner: list[float] = []
-        hole_times = [timed(hole, env, expect=2, inner=hole_inner) for _ in range(3)]
-
-        tui = measure_tui(fleet, env, nodelist, args.tui_seconds, root)
+        report: dict = {"machine": benchlib.machine(), "load": benchlib.load()}
         print(benchlib.machine_line())
-        print(f"fleet status over {args.nodes} loopback sshd nodes (8 sim GPUs each), median of {args.runs}:")
-        for k, v in med.items():
-            print(f"  {k:<24} {v:6.2f} s   ({', '.join(f'{x:.2f}' for x in samples[k])})")
-        print(f"  ratio gpuwarden / best peer = {med['gpuwarden fleet status'] / best_peer:.2f} (target <= 1.5)")
-        print(f"black-holed host, --timeout {args.timeout:g}: whole command {', '.join(f'{x:.2f}' for x in hole_times)}"
-              f" s; fan-out {', '.join(f'{x:.2f}' for x in hole_inner)} s (target <= {args.timeout + 1:g} s)")
-        for k, v in tui.items():
-            print(f"fleet tui at 1 Hz over {args.nodes} nodes, {k}: {v:.1f}% of one core (target <= 5%)")
-        print(json.dumps({"machine": benchlib.machine(), "load": benchlib.load(), "medians_s": med,
-                          "samples_s": samples, "black_hole_s": hole_times, "black_hole_fanout_s": hole_inner,
-                          "tui_cpu_percent": tui}))
+        if "ssh" in parts:
+            samples: dict[str, list[float]] = {"gpuwarden fleet status": [], "pdsh -R ssh": [], "clush": []}
+            timed(ours, env)  # warm the page cache and every sshd once
+            for _ in range(args.runs):  # interleaved, so load from other work hits all three alike
+                samples["gpuwarden fleet status"].append(timed(ours, env, expect=0))
+                samples["pdsh -R ssh"].append(timed(pdsh, penv, expect=0))
+                samples["clush"].append(timed(clush, env, expect=0))
+            med = {k: statistics.median(v) for k, v in samples.items()}
+            best_peer = min(med["pdsh -R ssh"], med["clush"])
+            print(f"fleet status over {args.nodes} loopback sshd nodes (8 sim GPUs each), median of {args.runs}:")
+            for k, v in med.items():
+                print(f"  {k:<24} {v:6.2f} s   ({', '.join(f'{x:.2f}' for x in samples[k])})")
+            print(f"  ratio gpuwarden / best peer = {med['gpuwarden fleet status'] / best_peer:.2f} (target <= 1.5)")
+            report.update(medians_s=med, samples_s=samples)
+
+        if "hole" in parts:
+            hole = [str(GPUWARDEN), "fleet", "status", "--json", "--nodelist", nodelist + ",hole", "--ssh-config",
+                    cfg, "--timeout", f"{args.timeout:g}"]
+            hole_inner: list[float] = []
+            hole_times = [timed(hole, env, expect=2, inner=hole_inner) for _ in range(3)]
+            print(f"black-holed host, --timeout {args.timeout:g}: whole command "
+                  f"{', '.join(f'{x:.2f}' for x in hole_times)} s; fan-out {', '.join(f'{x:.2f}' for x in hole_inner)}"
+                  f" s (target <= {args.timeout + 1:g} s)")
+            report.update(black_hole_s=hole_times, black_hole_fanout_s=hole_inner)
+
+        if "tui" in parts:
+            tui = measure_tui(fleet, env, nodelist, args.tui_seconds, root)
+            for k, v in tui.items():
+                print(f"fleet tui at 1 Hz over {args.nodes} nodes, {k}: {v:.1f}% of one core (target <= 5%)")
+            report.update(tui_cpu_percent=tui)
+
+        if "prometheus" in parts:
+            report.update(prometheus=measure_prometheus(fleet, env, nodelist, ours, args, root))
+        report["load_after"] = benchlib.load()
+        print(json.dumps(report))
     finally:
         hole_close()
         fleet.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
-def measure_tui(fleet: SshFleet, env: dict[str, str], nodelist: str, seconds: float, root: Path) -> dict[str, float]:
+def measure_prometheus(fleet: SshFleet, env: dict[str, str], nodelist: str, ours: list[str], args,
+                       root: Path) -> dict:
+    """An agent exporting metrics on every node, a real Prometheus scraping them every 5 s under instance = the
+    node's name: `fleet status --prometheus` (every row from Prometheus) against `fleet status` over SSH (each
+    node's status answered by its agent), interleaved; then the console with --prometheus."""
+    from test_fleet_prometheus import start_exporting_agent
+    from test_metrics_e2e import Prom
+    agents, targets = [], {}
+    prom = None
+    try:
+        for node in fleet.nodes:
+            agent, targets[node.name] = start_exporting_agent(node, interval="5")
+            agents.append(agent)
+        (root / "prom").mkdir()
+        prom = Prom(root / "prom", targets, scrape_interval="5s")
+        deadline = time.monotonic() + 60
+        while (prom.value("count(gpuwarden_agent_info)") or 0) < len(fleet.nodes):
+            if time.monotonic() > deadline:
+                raise SystemExit("Prometheus did not scrape every agent within 60 s")
+            time.sleep(0.5)
+        with_prom = [*ours, "--prometheus", prom.url]
+        timed(with_prom, env)
+        timed(ours, env)
+        samples: dict[str, list[float]] = {"fleet status --prometheus": [], "fleet status (ssh, agents)": []}
+        inner: dict[str, list[float]] = {k: [] for k in samples}
+        for _ in range(args.runs):
+            samples["fleet status --prometheus"].append(
+                timed(with_prom, env, expect=0, inner=inner["fleet status --prometheus"]))
+            samples["fleet status (ssh, agents)"].append(
+                timed(ours, env, expect=0, inner=inner["fleet status (ssh, agents)"]))
+        check = json.loads(subprocess.run(with_prom, env=env, capture_output=True, text=True, timeout=120).stdout)
+        if check["sources"]["prometheus"] != len(fleet.nodes):
+            raise SystemExit(f"not every row came from Prometheus: {check['sources']}")
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        med_inner = {k: statistics.median(v) for k, v in inner.items()}
+        print(f"with an agent on each node and Prometheus scraping them, median of {args.runs}:")
+        for k, v in med.items():
+            print(f"  {k:<28} {v:6.2f} s whole command, {med_inner[k]:.3f} s reading the fleet  "
+                  f"({', '.join(f'{x:.2f}' for x in samples[k])})")
+        tui = measure_tui(fleet, env, nodelist, args.tui_seconds, root, extra=f"--prometheus {prom.url}",
+                          labels=("fleet screen (--prometheus)", "one node's console open (--prometheus)"))
+        for k, v in tui.items():
+            print(f"fleet tui at 1 Hz over {len(fleet.nodes)} nodes, {k}: {v:.1f}% of one core")
+        return {"medians_s": med, "samples_s": samples, "reading_s": inner, "tui_cpu_percent": tui}
+    finally:
+        if prom is not None:
+            prom.stop()
+        for agent in agents:
+            agent.stop()
+
+
+def measure_tui(fleet: SshFleet, env: dict[str, str], nodelist: str, seconds: float, root: Path, extra: str = "",
+                labels: tuple[str, str] = ("fleet screen", "one node's console open")) -> dict[str, float]:
     """CPU of the console process itself, over `seconds`, on the fleet screen and with one node's console open."""
     sock = root / "tmux.sock"
     tmux = ["tmux", "-S", str(sock)]
-    cmd = f"{GPUWARDEN} --state-dir {root / 'local'} fleet tui --nodelist '{nodelist}' --refresh 1"
+    cmd = f"{GPUWARDEN} --state-dir {root / 'local'} fleet tui --nodelist '{nodelist}' --refresh 1 {extra}"
     subprocess.run([*tmux, "new-session", "-d", "-x", "140", "-y", "40", "-s", "b", "-e", f"HOME={env['HOME']}",
                     "-e", "COLUMNS=140", "-e", "LINES=40", cmd], check=True)
     try:
@@ -125,7 +193,7 @@ def measure_tui(fleet: SshFleet, env: dict[str, str], nodelist: str, seconds: fl
         pid = next(int(p) for p in out if "python" in os.path.basename(os.readlink(f"/proc/{p}/exe")))
         time.sleep(3)  # every stream has settled into its 1 Hz rhythm
         result = {}
-        for label in ("fleet screen", "one node's console open"):
+        for label in labels:
             if label.startswith("one"):
                 subprocess.run([*tmux, "send-keys", "-t", "b", "Enter"], check=True)
                 time.sleep(3)
