@@ -57,6 +57,14 @@ def test_fleet_config(tmp_path):
     cfg.write_text('[fleet]\nhost = ["x"]\n')
     with pytest.raises(ConfigError, match="unknown key"):
         load_fleet_config(cfg, explicit=True)
+    cfg.write_text('[fleet]\nprometheus = "http://prom:9090"\nprometheus_selector = \'job="gpuwarden"\'\n'
+                   'prometheus_max_age = 90\n')
+    loaded = load_fleet_config(cfg, explicit=True)
+    assert (loaded.prometheus, loaded.prometheus_selector, loaded.prometheus_max_age) == \
+        ("http://prom:9090", 'job="gpuwarden"', 90.0)
+    cfg.write_text('[fleet]\nprometheus_max_age = -1\n')
+    with pytest.raises(ConfigError, match="prometheus_max_age must be seconds"):
+        load_fleet_config(cfg, explicit=True)
 
 
 def test_fleet_triage_groups_the_same_fault_across_nodes():

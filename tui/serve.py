@@ -97,6 +97,9 @@ def register(app: typer.Typer) -> None:
                                                     help="With --fleet: fleet config TOML."),
         ssh_config: Optional[Path] = typer.Option(None, "--ssh-config", "-F", metavar="FILE",
                                                   help="With --fleet: OpenSSH client config."),
+        prometheus: Optional[str] = typer.Option(None, "--prometheus", metavar="URL",
+                                                 help="With --fleet: read the fleet from this Prometheus first "
+                                                      "(see `fleet tui --help`)."),
     ) -> None:
         """Serve the console in a browser (textual-serve): this node's, or with --fleet the fleet console.
 
@@ -119,8 +122,11 @@ def register(app: typer.Typer) -> None:
                                 ("--ssh-config", ssh_config)):
                 if value is not None:
                     fleet_args += [flag, str(Path(value).resolve()) if isinstance(value, Path) else value]
-        elif any(v is not None for v in (nodelist, hosts, fleet_config, ssh_config)):
-            raise GpuwardenError("--nodelist/--hosts/--fleet-config/--ssh-config go with --fleet",
+            if prometheus is not None:
+                # Through the environment: a URL with credentials in it stays out of every process's argv.
+                os.environ["GPUWARDEN_PROMETHEUS"] = prometheus
+        elif any(v is not None for v in (nodelist, hosts, fleet_config, ssh_config, prometheus)):
+            raise GpuwardenError("--nodelist/--hosts/--fleet-config/--ssh-config/--prometheus go with --fleet",
                                  "add --fleet to serve the fleet console")
         command = served_command(settings_args, fleet_args=fleet_args, allow_actions=allow_actions)
         server = make_server(command, host, port, token, public_url,

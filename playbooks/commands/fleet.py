@@ -30,7 +30,8 @@ Nodelist = Annotated[Optional[str], typer.Option(
     "--nodelist", metavar="HOSTLIST", help="Slurm hostlist syntax, e.g. 'gpu[01-16],gpu-b[1-4]'.")]
 FleetConfigOpt = Annotated[Optional[Path], typer.Option(
     "--fleet-config", metavar="FILE", envvar="GPUWARDEN_FLEET_CONFIG",
-    help="Fleet config TOML with a [fleet] table: hosts, command, parallel, timeout "
+    help="Fleet config TOML with a [fleet] table: hosts, command, parallel, timeout, prometheus, "
+         "prometheus_selector, prometheus_max_age "
          "(default ~/.config/gpuwarden/fleet.toml, else /etc/gpuwarden/fleet.toml).")]
 SshConfig = Annotated[Optional[Path], typer.Option(
     "--ssh-config", "-F", metavar="FILE",
