@@ -146,6 +146,7 @@ async def test_fleet_console_reads_prometheus_and_streams_only_the_rest(prom_fle
             await pilot.press("enter")  # its console needs the full snapshot: gpu02 is streamed over SSH now
             await until(pilot, lambda: app.snapshot is not None and app.snapshot.source == "ssh:gpu02",
                         what="gpu02's console over SSH")
+            assert app.snapshot.agent is not None  # the node's `status --watch --json` streams its agent's snapshots
             await until(pilot, lambda: backfilled, what="the sparklines' minutes asked of Prometheus")
             assert {gpu for gpu, _, _ in backfilled[0]} == {0, 1}
             await pilot.press("escape")
