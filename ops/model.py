@@ -75,6 +75,11 @@ class GpuProcess:
     device_files: tuple[str, ...] = ()  # GPU device files it holds open
     # GPU visibility variables (HIP/ROCR/CUDA_VISIBLE_DEVICES) only; nothing else of environ.
     visible_devices: dict[str, str] = field(default_factory=dict)
+    # Kubernetes (agent --kubernetes): the pod and container (by name) the process runs in.
+    namespace: str | None = None
+    pod: str | None = None
+    pod_uid: str | None = None
+    container_name: str | None = None
 
     @property
     def alive(self) -> bool:
@@ -94,6 +99,12 @@ class Holder:
     command: str | None = None
     ppid: int | None = None
     detail: str = ""
+    # Kubernetes: the pod it belonged to, and when that pod was deleted (None while it exists).
+    namespace: str | None = None
+    pod: str | None = None
+    pod_uid: str | None = None
+    container_name: str | None = None
+    pod_deleted_at: float | None = None
 
 
 @record
@@ -123,6 +134,18 @@ class Registration:
     result: int | None = None  # the call's return value (0: success)
     pid: int | None = None
     via: str | None = None  # how the engine reached the call: symbol, dlsym, procaddress, deepbind, engine
+
+
+@record
+class PodGpus:
+    """Kubernetes: GPUs the kubelet assigned to one container of a pod (pod-resources API)."""
+
+    namespace: str
+    pod: str
+    container_name: str
+    gpus: tuple[int, ...]
+    pod_uid: str | None = None
+    deleted_at: float | None = None  # the pod is gone (watch), its GPUs may still hold its memory
 
 
 @record
@@ -182,6 +205,8 @@ WARNING_CODES = {
     "config-unusable": "the node config exists but does not load",
     "state-file-corrupt": "the idle baseline or the drained-GPU file is corrupt and was ignored",
     "stale": "the snapshot is older than its sampling interval says it should be (a backend call hangs)",
+    "kubernetes": "Kubernetes mode: the API server, the pod watch or the kubelet's pod-resources socket is not "
+                  "answering as it should (or RBAC refuses a verb)",
     "other": "a warning without a code of its own",
 }
 
@@ -228,6 +253,9 @@ class NodeSnapshot:
     baseline_recorded: bool = False
     source: str = "live"  # "live", or "bundle:<path>" for a replay
     duration_s: float | None = None
+    pods: tuple[PodGpus, ...] = ()  # Kubernetes mode only
+    # Kubernetes mode: what the agent last told the API server about this node (ops.k8s.node.KubernetesNode.status).
+    kubernetes: dict[str, Any] | None = None
     # Set when the node agent served this snapshot: {"pid", "interval_s", "age_s", "stale", "socket"}.
     agent: dict[str, Any] | None = None
 
@@ -250,8 +278,9 @@ class NodeSnapshot:
     def to_dict(self) -> dict[str, Any]:
         """The gpuwarden.snapshot/1 document: every field, an ISO-8601 twin beside each time, needs_attention."""
         body = _plain(self)
-        if body.get("agent") is None:
-            body.pop("agent", None)
+        for optional in ("agent", "kubernetes"):
+            if body.get(optional) is None:
+                body.pop(optional, None)
         body["needs_attention"] = self.needs_attention()
         return document("snapshot", body)
 
@@ -285,7 +314,7 @@ def _process_json(p: "GpuProcess") -> str:
 
 
 # Fields holding seconds since the epoch: JSON gets `<name>_iso` beside each.
-TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at", "phase_since"})
+TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at", "phase_since", "deleted_at", "pod_deleted_at"})
 
 
 def _plain(obj: Any) -> Any:
@@ -342,8 +371,9 @@ def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
         _build(ArenaInfo, {**a, "mappers": tuple(_build(ArenaMapper, m) for m in a.get("mappers", []))})
         for a in data.get("arenas", [])
     )
+    pods = tuple(_build(PodGpus, {**p, "gpus": tuple(p.get("gpus", ()))}) for p in data.get("pods", []))
     return _build(NodeSnapshot, {
         **data, "gpus": gpus, "processes": procs, "residual": residual, "engines": engines,
-        "arenas": arenas, "drained": tuple(data.get("drained", ())),
+        "arenas": arenas, "pods": pods, "drained": tuple(data.get("drained", ())),
         "warnings": tuple(as_warning(w) for w in data.get("warnings", ()) or ()),
     })
