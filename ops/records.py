@@ -7,8 +7,6 @@ made by dataclasses itself the first time something asks (never on the status pa
 
 from __future__ import annotations
 
-from operator import attrgetter
-
 _MISSING = object()  # "no default" (dataclasses.MISSING, without importing dataclasses)
 _FACTORY = object()  # the default of an argument whose value comes from a default_factory
 
@@ -78,16 +76,14 @@ def record(cls: type) -> type:
     cls.__match_args__ = cls.__record_fields__
     cls.__dataclass_fields__ = _DataclassFields()
     _check_order(fields)
-    _define(cls, "__init__", _deferred_init(cls, fields))
-    _define(cls, "__repr__", _repr)
-    compared = [s.name for s in fields if s.compare]
-    cls.__record_key__ = staticmethod(attrgetter(*compared) if len(compared) > 1 else  # always a tuple
-                                      (lambda self, _get=attrgetter(compared[0]): (_get(self),)) if compared else
-                                      (lambda self: ()))
-    _define(cls, "__eq__", _eq)
+    # __init__, __eq__ and __hash__ are compiled together when one of them is first used (dataclasses compiles six
+    # methods per class at import): until then these stand-ins hold their places.
     explicit_hash = "__hash__" in cls.__dict__ and not (cls.__dict__["__hash__"] is None and "__eq__" in cls.__dict__)
-    if not explicit_hash:
-        cls.__hash__ = _hash  # type: ignore[method-assign]
+    own = {name for name in ("__init__", "__eq__") if name in cls.__dict__} | ({"__hash__"} if explicit_hash else set())
+    for name in ("__init__", "__eq__", "__hash__"):
+        if name not in own:
+            type.__setattr__(cls, name, _stand_in(cls, name, own))
+    _define(cls, "__repr__", _repr)
     cls.__setattr__ = _frozen_setattr  # type: ignore[method-assign]
     cls.__delattr__ = _frozen_delattr  # type: ignore[method-assign]
     return cls
@@ -107,57 +103,61 @@ def _check_order(fields: tuple[_Spec, ...]) -> None:
             raise TypeError(f"non-default argument {spec.name!r} follows default argument")
 
 
-def _deferred_init(cls: type, fields: tuple[_Spec, ...]):
-    """An __init__ that compiles the real one at the first instance: a class no command builds costs no compile."""
-    def __init__(self, *args, **kwargs):
-        init = _make_init(cls, fields)
-        type.__setattr__(cls, "__init__", init)
-        init(self, *args, **kwargs)
-    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-    return __init__
+def _stand_in(cls: type, name: str, own: set[str]):
+    """`name` until the first call, which compiles the class's methods, puts them in place and calls the real one."""
+    def method(self, *args, **kwargs):
+        for each, compiled in _compile(cls).items():
+            if each not in own:
+                type.__setattr__(cls, each, compiled)
+        return getattr(cls, name)(self, *args, **kwargs)
+    method.__name__, method.__qualname__ = name, f"{cls.__qualname__}.{name}"
+    return method
 
 
-def _make_init(cls: type, fields: tuple[_Spec, ...]):
-    """__init__ compiled from source, as dataclasses makes it: as fast to call as one written by hand."""
-    params, body = ["self"], ["    d = self.__dict__"]
-    ns: dict[str, object] = {"_FACTORY": _FACTORY}
+def _compile(cls: type) -> dict[str, object]:
+    """__init__, __eq__ and __hash__ from source, as dataclasses makes them: as fast as ones written by hand."""
+    fields: tuple[_Spec, ...] = cls.__record_specs__
+    # object.__setattr__ (the class's own refuses), not self.__dict__[...]: asking for __dict__ would make every
+    # later attribute read of the instance take the slower path of a materialised dict.
+    params, body = ["self"], []
+    ns: dict[str, object] = {"_FACTORY": _FACTORY, "_set": object.__setattr__}
     for spec in fields:
         name = spec.name
         if spec.factory is not _MISSING:
             ns[f"_f_{name}"] = spec.factory
             params.append(f"{name}=_FACTORY")
-            body.append(f"    d[{name!r}] = _f_{name}() if {name} is _FACTORY else {name}")
+            body.append(f"    _set(self, {name!r}, _f_{name}() if {name} is _FACTORY else {name})")
             continue
         if spec.default is not _MISSING:
             ns[f"_d_{name}"] = spec.default
             params.append(f"{name}=_d_{name}")
         else:
             params.append(name)
-        body.append(f"    d[{name!r}] = {name}")
+        body.append(f"    _set(self, {name!r}, {name})")
     if hasattr(cls, "__post_init__"):
         body.append("    self.__post_init__()")
-    source = f"def __init__({', '.join(params)}):\n" + "\n".join(body) + "\n"
+    body = body or ["    pass"]
+    compared = [s.name for s in fields if s.compare]
+    mine = "".join(f"self.{n}," for n in compared)
+    theirs = "".join(f"other.{n}," for n in compared)
+    source = (f"def __init__({', '.join(params)}):\n" + "\n".join(body) + "\n"
+              "def __eq__(self, other):\n"
+              "    if other.__class__ is self.__class__:\n"
+              f"        return ({mine}) == ({theirs})\n"
+              "    return NotImplemented\n"
+              "def __hash__(self):\n"
+              f"    return hash(({mine}))\n")
     exec(source, ns)  # noqa: S102 (our own source, from the class's field names)
-    init = ns["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    return init
+    methods = {name: ns[name] for name in ("__init__", "__eq__", "__hash__")}
+    for name, fn in methods.items():
+        fn.__qualname__ = f"{cls.__qualname__}.{name}"  # type: ignore[attr-defined]
+    return methods
 
 
 def _repr(self) -> str:
     cls = type(self)
     parts = ", ".join(f"{s.name}={getattr(self, s.name)!r}" for s in cls.__record_specs__ if s.repr)
     return f"{cls.__qualname__}({parts})"
-
-
-def _eq(self, other: object):
-    if other.__class__ is not self.__class__:
-        return NotImplemented
-    key = self.__record_key__
-    return key(self) == key(other)
-
-
-def _hash(self) -> int:
-    return hash(self.__record_key__(self))
 
 
 def _frozen_setattr(self, name: str, value: object) -> None:

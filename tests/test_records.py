@@ -83,6 +83,15 @@ def test_dataclasses_functions_work_on_records():
     assert hash(holder) != hash(dataclasses.replace(holder, pid=6))
 
 
+def test_a_record_without_fields():
+    @record
+    class Empty:
+        def problem(self) -> None:
+            return None
+
+    assert Empty() == Empty() and hash(Empty()) == hash(Empty()) and repr(Empty()).endswith("Empty()")
+
+
 def test_record_definition_errors_match_dataclasses():
     with pytest.raises(ValueError):
         @record
