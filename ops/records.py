@@ -171,7 +171,9 @@ class _DataclassFields:
 
     def __get__(self, obj: object, cls: type) -> dict:
         import dataclasses
+        # A docstring spares dataclasses an inspect.signature() of the twin (~2 ms) to write one.
         ns: dict[str, object] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                                 "__doc__": cls.__doc__ or cls.__name__,
                                  "__annotations__": {s.name: s.annotation for s in cls.__record_specs__}}
         for s in cls.__record_specs__:
             if s.factory is not _MISSING or not s.compare or not s.repr:

@@ -64,6 +64,29 @@ def test_status_loads_no_framework_and_no_other_command(sim):
         assert over_budget(names - bare_python(), HEAVY_STDLIB) == [], args
 
 
+def test_status_of_a_node_with_an_engine_stays_in_budget(sim):
+    """An engine record with a live shim and engine: status reads its state and looks for arena mappers too."""
+    from ops import procs, statedir
+    from ops.engines import state as st
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        ticks = procs.identity(live.pid)
+        d = st.engine_dir(sim, "e0")
+        d.mkdir(parents=True)
+        statedir.write_json(d / st.STATE, {
+            "name": "e0", "gpu": 0, "phase": "serving", "shim_pid": live.pid, "shim_start": ticks, "pid": live.pid,
+            "pid_start": ticks, "restarts": 0,
+            "registrations": [{"kind": "register", "outcome": "registered", "bytes": 1 << 30, "started_at": 1.0}]},
+            root=sim)
+        names, proc = imported(sim, "--backend", "sim", "status", "--json")
+        assert proc.returncode == 0 and '"name":"e0"' in proc.stdout and '"registrations":[{' in proc.stdout
+        assert {"ops.engines.state", "ops.arena.watch"} <= names  # it did read the engine and look for mappers
+        assert over_budget(names) == [] and over_budget(names - bare_python(), HEAVY_STDLIB) == []
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_status_json_via_the_agent_loads_only_the_socket_client(sim):
     agent = start_agent(sim)
     try:
