@@ -82,8 +82,11 @@ def _lowered(text: str) -> str | None:
     return text.lower() if text.isascii() else None
 
 
+_ANY_LITERAL = tuple(sorted({s for literals in _LITERALS.values() for s in literals}))
+
+
 def _may_match(literals: tuple[str, ...], lowered: str | None) -> bool:
-    return lowered is None or any(s in lowered for s in literals)
+    return lowered is None or any(map(lowered.__contains__, literals))
 
 
 _MARK = "[REDACTED:{}]"
@@ -126,6 +129,8 @@ def redact_text(text: str, counts: Counter | None = None) -> tuple[str, Counter]
     """Text with every known secret shape replaced; counts per pattern name."""
     counts = counts if counts is not None else Counter()
     lowered = _lowered(text)
+    if not _may_match(_ANY_LITERAL, lowered):
+        return text, counts  # most arguments and lines: no rule can match
     for name, regex, group in PATTERNS:
         if not _may_match(_LITERALS[name], lowered):
             continue
