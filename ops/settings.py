@@ -6,13 +6,13 @@ Built once per command from global options and GPUWARDEN_* variables; passed dow
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .paths import BACKENDS, DEFAULT_CONFIG, default_state_dir  # noqa: F401 (re-exported)
+from .records import record, replace
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     state_dir: Path
     config_path: Path = DEFAULT_CONFIG

@@ -8,7 +8,10 @@ from __future__ import annotations
 import importlib
 from ..errors import BackendUnavailable, GpuwardenError
 from ..settings import BACKENDS, Settings
-from .base import Backend
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from .base import Backend
 
 # name -> (module, class)
 _IMPLS = {
