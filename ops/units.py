@@ -1,4 +1,5 @@
-"""Byte sizes and durations: parse operator input ("24GiB", "512M", "1.5T"; "90s", "10m", "2h") and format for humans.
+"""Byte sizes and durations: parse operator input ("24GiB", "512M", "1.5T"; "90s", "10m", "2h") and format for humans
+(sizes, and series as sparklines for the console and the fleet table).
 
 Binary units everywhere (GiB = 2**30), the way GPU memory is sold and reported.
 """
@@ -69,3 +70,18 @@ def parse_duration(text: str | int | float) -> float:
     except ValueError:  # "1.2.3"
         pass
     raise GpuwardenError(f"cannot read the duration {text!r}", "write it like 30s, 15m, 2h or 1d")
+
+
+_TICKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], width: int) -> str:
+    """The last `width` fractions (0..1) as block characters; blanks where there is no history yet."""
+    if width <= 0:
+        return ""
+    tail = values[-width:]
+    cells = []
+    for v in tail:
+        v = min(max(v, 0.0), 1.0)
+        cells.append(_TICKS[min(int(v * len(_TICKS)), len(_TICKS) - 1)])
+    return " " * (width - len(tail)) + "".join(cells)

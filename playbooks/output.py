@@ -18,7 +18,11 @@ from .framework import Event, Playbook, Result, run
 _MARK = {"step_ok": "ok", "step_failed": "FAILED", "step_skipped": "skipped"}
 
 
-def event_printer(json_out: bool) -> Callable[[Event], None]:
+def event_printer(json_out: bool, prefix: str = "") -> Callable[[Event], None]:
+    """Print events as they come; `prefix` (e.g. a fleet node's name) starts every text line."""
+    def echo(text: str, err: bool = False) -> None:
+        typer.echo(prefix + text, err=err)
+
     def show(event: Event) -> None:
         if json_out:
             sys.stdout.write(json.dumps(event.to_dict(), default=str) + "\n")
@@ -26,22 +30,21 @@ def event_printer(json_out: bool) -> Callable[[Event], None]:
             return
         if event.kind == "planned":
             steps = event.data.get("steps", [])
-            typer.echo(f"{event.playbook}: {event.message}")
+            echo(f"{event.playbook}: {event.message}")
             for i, s in enumerate(steps, 1):
                 flag = "  [changes the node]" if s.get("destructive") else ""
-                typer.echo(f"  {i}. {s['description']}{flag}")
+                echo(f"  {i}. {s['description']}{flag}")
         elif event.kind == "step_started":
-            typer.echo(f"→ {event.message}")
+            echo(f"→ {event.message}")
         elif event.kind in _MARK:
             secs = event.data.get("seconds")
             took = f" ({secs:.1f}s)" if isinstance(secs, (int, float)) else ""
-            typer.echo(f"  {_MARK[event.kind]}: {event.message}{took}",
-                       err=event.kind == "step_failed")
+            echo(f"  {_MARK[event.kind]}: {event.message}{took}", err=event.kind == "step_failed")
         elif event.kind == "info":
-            typer.echo(f"  · {event.message}")
+            echo(f"  · {event.message}")
         elif event.kind == "done":
             ok = event.data.get("ok")
-            typer.echo(f"{event.playbook}: {event.message}", err=not ok)
+            echo(f"{event.playbook}: {event.message}", err=not ok)
         sys.stdout.flush()
     return show
 

@@ -5,6 +5,7 @@ Textual is imported only when the console opens, so scripted commands never pay 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -17,15 +18,24 @@ from ops.settings import Settings
 MIN_REFRESH_S = 0.25
 
 
+def in_browser() -> bool:
+    """True when textual-serve runs this console for a browser (its web driver, no terminal at all)."""
+    return "web_driver" in os.environ.get("TEXTUAL_DRIVER", "")
+
+
+def require_terminal(what: str, instead: str) -> None:
+    # Textual draws on stderr (stdout stays free for redirection), so that and stdin must be terminals.
+    if not in_browser() and not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise GpuwardenError(f"{what} needs a terminal (stdin and stderr are not both terminals)",
+                             f"from scripts use {instead}")
+
+
 def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float = 1.0,
              bundle: Path | None = None) -> int:
     """Run the TUI until the operator quits or the terminal goes away; returns the exit code."""
     if refresh_s < MIN_REFRESH_S:
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
-    # Textual draws on stderr (stdout stays free for redirection), so that and stdin must be terminals.
-    if not (sys.stdin.isatty() and sys.stderr.isatty()):
-        raise GpuwardenError("the console needs a terminal (stdin and stderr are not both terminals)",
-                             "from scripts use `gpuwarden status` (or `status --json`)")
+    require_terminal("the console", "`gpuwarden status` (or `status --json`)")
     from .sampling import bundle_source, viewer_source
     close = None
     if bundle is not None:
@@ -36,7 +46,7 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float = 
         source, close = viewer_source(settings)
     from .app import GpuwardenApp
     app = GpuwardenApp(settings, source=source, refresh_s=refresh_s, read_only=read_only, bundle=bundle,
-                       on_exit=close, watch_terminal=True)
+                       on_exit=close, watch_terminal=not in_browser())
     try:
         app.run()
     except OSError:

@@ -30,17 +30,16 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
 import stat
 import struct
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import xxhash
 
 from ops.errors import GpuwardenError
 from ops.inputs import kind_of
+from ops.records import record
 from ops.safetext import printable
 
 MAGIC = b"GWARENA\0"
@@ -72,7 +71,7 @@ class ArenaError(GpuwardenError):
         self.exit_code = 1 if kind in _INTEGRITY else 2
 
 
-@dataclass(frozen=True)
+@record
 class Header:
     version: int
     header_size: int
@@ -129,7 +128,7 @@ def build(payload_size: int, chunk_size: int, chunk_hashes: list[int], created_n
     if len(chunk_hashes) != count:
         raise ValueError(f"{len(chunk_hashes)} hashes for {count} chunks")
     hsize = header_size_for(count)
-    name = (host if host is not None else socket.gethostname()).encode()[:64]
+    name = (host if host is not None else os.uname().nodename).encode()[:64]  # socket.gethostname(), unimported
     fixed = _FIXED.pack(MAGIC, VERSION, hsize, payload_size, chunk_size, count, HASH_XXH3_64, 0,
                         created_ns if created_ns is not None else time.time_ns(), name, 0)
     body = bytearray(fixed + struct.pack(f"<{count}Q", *chunk_hashes))
