@@ -49,6 +49,8 @@ MAX_CATCHALL = 20
 MAX_FINDINGS = 2000  # distinct signatures kept; past it new ones are counted in a note, never stored
 MAX_OOM_PENDING = 64
 MEMO_SIZE = 2048  # plans per generation (two kept): a storm's messages fit many times over
+# What a line that matters for the lines after it holds: a `dmesg -H` stamp, or a GPU driver word.
+_CONTEXT_HINT = re.compile(HUMAN_HINT.pattern + "|amdgpu|nvidia|drm|NVRM")
 DEVICE_CARRY = 50  # lines over which a GPU driver line's device is taken for driver lines that name none
 
 
@@ -143,9 +145,9 @@ class Analyzer:
         driver line names the GPU for the driver lines after it that name none."""
         self.number += 1
         self.lines += 1
-        if raw is None:
+        if raw is None or not _CONTEXT_HINT.search(raw):  # most skipped lines: one search
             return
-        if "[" in raw and HUMAN_HINT.search(raw):
+        if HUMAN_HINT.search(raw):
             self.parser.parse(self.number, raw)
         if "amdgpu" in raw or "nvidia" in raw or "drm" in raw or "NVRM" in raw:
             self.note_gpu_line(raw, self.number)
