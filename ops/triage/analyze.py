@@ -246,7 +246,7 @@ class Analyzer:
         self.touched.add(key)
         return f
 
-    def _add(self, f: Finding, line: LogLine, device: str | None) -> None:  # _record has it inline (storms)
+    def _add(self, f: Finding, line: LogLine, device: str | None) -> None:
         if line.wall is not None:
             f.add(line.number, line.stamp, line.raw, device, line.wall, "epoch")
         else:
@@ -332,10 +332,7 @@ class Analyzer:
             self.touched.add(key)
         if hit.how_bad < _HOW_BAD.get(f.severity, 3):
             f.severity = hit.severity
-        if line.wall is not None:
-            f.add(line.number, line.stamp, line.raw, device, line.wall, "epoch")
-        else:
-            f.add(line.number, line.stamp, line.raw, device, line.mono, "boot" if line.mono is not None else None)
+        self._add(f, line, device)
         if rule.id == "amdgpu.page_fault" and device in self.orphan_faults:
             self._merge_orphan(f, self.orphan_faults.pop(device))
         if hit.seen.get(key) is not f:

@@ -159,8 +159,8 @@ class LineParser:
                 if known is None:
                     if len(self.ctime) >= 1024:
                         self.ctime.clear()
-                    known = self.ctime[head] = (
-                        head.strip()[1:-1], _local_epoch(int(m["year"]), _MONTHS.get(m["mon"], 1), int(m["day"]), m["hms"]))
+                    wall = _local_epoch(int(m["year"]), _MONTHS.get(m["mon"], 1), int(m["day"]), m["hms"])
+                    known = self.ctime[head] = (head.strip()[1:-1], wall)
                 return known[0], known[1], None, rest[m.end():], True
             m = _HUMAN_REL.match(rest)
             if m:
@@ -173,7 +173,7 @@ class LineParser:
                 self.human_wall = _local_epoch(year, _MONTHS.get(m["mon"], 1), int(m["day"]), m["hm"] + ":00")
                 return f"{m['mon']}{m['day']} {m['hm']}", self.human_wall, None, rest[m.end():], True
             return None, None, None, rest, prefixed
-        if first == "k" and rest.startswith("kernel:"):  # none of the stamps below can start so
+        if first == "k" and rest.startswith("kernel:"):  # a bare `kernel:` prefix: no stamp below starts so
             m = _BARE_KERNEL.match(rest)
             return None, None, "kernel", rest[m.end():], True
         if rest[4:5] == "-":
@@ -193,10 +193,6 @@ class LineParser:
             m = _TIME_ONLY.match(rest)
             if m:
                 return m["hms"], None, "kernel", rest[m.end():], True
-        if first == "k":
-            m = _BARE_KERNEL.match(rest)
-            if m:
-                return None, None, "kernel", rest[m.end():], True
         return None, None, None, rest, prefixed
 
 
