@@ -25,6 +25,7 @@ import json
 import os
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -218,6 +219,8 @@ def main() -> None:
         for p in tmp.rglob("*"):
             if p.is_file():
                 p.unlink()
+    if peer_root is not None:
+        shutil.rmtree(peer_root.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":
