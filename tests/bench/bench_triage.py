@@ -216,9 +216,7 @@ def main() -> None:
           f"{b['in_process_s'] * 1e3:.0f} ms (median of 5), CLI end to end {b['cli_s']:.2f} s")
     print(json.dumps(out))
     if not args.keep:
-        for p in tmp.rglob("*"):
-            if p.is_file():
-                p.unlink()
+        shutil.rmtree(tmp, ignore_errors=True)
     if peer_root is not None:
         shutil.rmtree(peer_root.parent, ignore_errors=True)
 
