@@ -16,11 +16,11 @@ from typing import Any
 from ..units import fmt_bytes
 from . import engine, segfault, xid
 from .findings import CAUSE, HARDWARE, OTHER, SHARED_CRASH, Finding, Report
-from .logline import LineParser, LogLine
 from .dispatch import Dispatch
+from .logline import HUMAN_HINT, LineParser, LogLine, parse as parse_line
 from .patterns import BY_ID, PF_DETAIL, PROCESS_LINE, RULES, Rule
+from .plan import DEVICE as _DEVICE, GPU_DRIVER_LINE, HOW_BAD as _HOW_BAD, MISS as _MISS, Hit, Plan, device_of
 
-_DEVICE = re.compile(r"\b(?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)\b")
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<dev>[^)]{1,64})\): (?P<xid>\d+),\s*(?P<rest>[^\n]*)$")
 _XID_PROC = re.compile(r"^pid='?(?P<pid>[^,']*)'?, name=(?P<name>[^,]*),\s*")
 _XID_CAUSE = re.compile(r"caused by previous Xid (?P<cause>\d+)")
@@ -35,7 +35,6 @@ _OOM_KILL = re.compile(
     r" shmem-rss:(?P<shmem>\d+)kB)?")
 _PROCESS = re.compile(PROCESS_LINE)
 _PF_DETAIL = tuple(re.compile(p) for p in PF_DETAIL)
-_GPU_DRIVER_LINE = re.compile(r"^(?:amdgpu|nvidia|drmn?\d*|\[drm)|NVRM")
 # Literals the special handlers need (besides every rule's own): segfaults, Xids, OOM, orphan details.
 _ORPHAN_TRIGGERS = frozenset({"process information", "in page starting at", "protection_fault_status", "faulty utcl2",
                               "more_faults", "walker_error", "permission_faults", "mapping_error", "rw: 0x",
@@ -49,9 +48,27 @@ MAX_DETAIL_VALUES = 8
 MAX_CATCHALL = 20
 MAX_FINDINGS = 2000  # distinct signatures kept; past it new ones are counted in a note, never stored
 MAX_OOM_PENDING = 64
-MEMO_SIZE = 4096
+MEMO_SIZE = 2048  # plans per generation (two kept): a storm's messages fit many times over
+# What a line that matters for the lines after it holds: a `dmesg -H` stamp, or a GPU driver word.
+_CONTEXT_HINT = re.compile(HUMAN_HINT.pattern + "|amdgpu|nvidia|drm|NVRM")
 DEVICE_CARRY = 50  # lines over which a GPU driver line's device is taken for driver lines that name none
-_HOW_BAD = {"critical": 0, "error": 1, "warning": 2, "info": 3}
+
+
+def _normalise(message: str) -> str:
+    """An error line with its devices, addresses and numbers blanked: the catch-all's signature."""
+    return _NORM_NUM.sub("N", _NORM_HEX.sub("0x…", _DEVICE.sub("<dev>", message))).strip()
+
+
+def _follow_groups(rule: Rule, message: str, low: str) -> tuple[dict[str, str], dict] | None:
+    """The groups of the first of rule's detail-line patterns that matches message (None: none does), with
+    an empty record of the findings they were applied to."""
+    for pat, hint in zip(rule.follow, rule.follow_hints):
+        if hint is not None and hint not in low:
+            continue
+        m = pat.search(message)
+        if m:
+            return {k: v for k, v in m.groupdict().items() if v is not None}, {}
+    return None
 
 
 class _Blank(dict):
@@ -81,7 +98,8 @@ class Analyzer:
         self.source = source
         self.rules = rules
         self.dispatch = Dispatch(rules, SPECIALS)
-        self.memo: dict[str, tuple[list[int], set[str]]] = {}  # message -> dispatch result (storms repeat lines)
+        self.memo: dict[str, Plan] = {}  # message -> what its text alone decides (storms repeat messages)
+        self.memo_old: dict[str, Plan] = {}  # the generation before: what is still used moves back to memo
         self.parser = LineParser()
         self.findings: dict[tuple[str, str], Finding] = {}
         self.notes: list[str] = []
@@ -120,10 +138,29 @@ class Analyzer:
         self.held, self.held_matched = (line, matched) if line.prefixed else (None, False)
         self.held_last = self.number
 
-    def skip(self) -> None:
-        """Count a line the caller knows cannot matter (no rule literal, no open window, not a continuation)."""
+    def skip(self, raw: str | None = None) -> None:
+        """Count a line the caller knows cannot matter (no rule literal, no open window, not a continuation).
+
+        Given its text, what it tells about the lines after it is kept: a `dmesg -H` stamp moves the clock, a GPU
+        driver line names the GPU for the driver lines after it that name none."""
         self.number += 1
         self.lines += 1
+        if raw is None or not _CONTEXT_HINT.search(raw):  # most skipped lines: one search
+            return
+        if HUMAN_HINT.search(raw):
+            self.parser.parse(self.number, raw)
+        if "amdgpu" in raw or "nvidia" in raw or "drm" in raw or "NVRM" in raw:
+            self.note_gpu_line(raw, self.number)
+
+    def note_gpu_line(self, raw: str, number: int) -> bool:
+        """A skipped line (no rule literal): when it is a GPU driver line naming a device, that device is taken
+        for driver lines after it that name none, as feed() would. True when it was such a line."""
+        message = parse_line(number, raw).message  # a parser of its own: a skipped line leaves no parser state
+        dev = device_of(message)
+        if dev is None or GPU_DRIVER_LINE.search(message) is None:
+            return False
+        self.last_gpu_device = (dev, number)
+        return True
 
     @property
     def following(self) -> bool:
@@ -144,53 +181,53 @@ class Analyzer:
     # --- one line ---------------------------------------------------------------------------
     def _line(self, line: LogLine) -> bool:
         msg = line.message
-        dev = self._device_of(msg)
-        if dev and _GPU_DRIVER_LINE.search(msg):
+        # One plan per distinct message: its device, the rules whose literals it holds (one RE2 set search),
+        # every regex result on it. A repeat runs no regex; what follows is the state the line meets.
+        plan = self.memo.get(msg)
+        if plan is None:
+            plan = self._plan(msg)
+        dev = plan.dev
+        if plan.gpu_line:
             self.last_gpu_device = (dev, self.number)
-        if dev and self.active is not None and not self.active[1].devices and self.active[0].gpu and self.following \
-                and _GPU_DRIVER_LINE.search(msg):
-            # a driver line right after a header that named no GPU (a ring timeout): it is about that GPU
-            f = self.active[1]
-            f.devices.append(dev)
-            f.title = f.title.replace("the GPU", dev, 1)
-        if self._follow(line, dev):
+            active = self.active
+            if active is not None and not active[1].devices and active[0].gpu and self.following:
+                # a driver line right after a header that named no GPU (a ring timeout): it is about that GPU
+                f = active[1]
+                f.devices.append(dev)
+                f.title = f.title.replace("the GPU", dev, 1)
+        if self.active is not None and self._follow(line, plan):
             return True
-        if self.tracebacks.feed(line):
+        if (plan.traceback or self.tracebacks.open) and self.tracebacks.feed(line):
             return True
-        low = msg.lower()
-        # One pass finds the literals each regex requires: most lines run no regex at all.
-        hit = self.memo.get(msg)
-        if hit is None:
-            hit = self.dispatch(msg, low)
-            if len(self.memo) >= MEMO_SIZE:
-                self.memo.clear()
-            self.memo[msg] = hit
-        candidates, specials = hit
-        if ("segfault" in specials or "traps:" in specials) and self._crash(line):
-            return True
-        if specials & _NVIDIA_TRIGGERS and (self._xid(line) or self._nvidia_context(msg)):
-            return True
-        if ("oom" in specials or "out of memory" in specials) and self._oom(line):
-            return True
-        matched = False
-        for i in candidates:
-            rule = self.rules[i]
-            m = rule.regex.search(msg)
-            if m:
-                self._record(line, rule, m, dev)
-                matched = True
+        specials = plan.specials
+        if specials:
+            if ("segfault" in specials or "traps:" in specials) and self._crash(line, plan):
+                return True
+            if specials & _NVIDIA_TRIGGERS and (self._xid(line, plan) or self._nvidia_context(plan)):
+                return True
+            if ("oom" in specials or "out of memory" in specials) and self._oom(line, plan):
+                return True
+        hits = plan.hits
+        if hits is None:
+            hits = plan.hits = [Hit(rule, m, dev) for rule, m in
+                                ((self.rules[i], self.rules[i].regex.search(msg)) for i in plan.candidates) if m]
+        for hit in hits:
+            self._record(line, hit)
+        matched = bool(hits)
         if not matched and specials & _ORPHAN_TRIGGERS:
-            matched = self._orphan(line, dev)
-        if not matched:
-            self._unclassified(line, dev)
+            matched = self._orphan(line, plan)
+        if not matched and (plan.error_word or line.level in _CATCHALL_LEVELS):
+            self._unclassified(line, plan)
         return matched
 
-    @staticmethod
-    def _device_of(message: str) -> str | None:
-        if ":" not in message:
-            return None
-        m = _DEVICE.search(message)
-        return m.group(1) if m else None
+    def _plan(self, msg: str) -> Plan:
+        """The plan of a message not in the current generation: from the one before, or made now."""
+        plan = self.memo_old.get(msg) or Plan(msg, self.dispatch)
+        if len(self.memo) >= MEMO_SIZE:
+            # bounded memory without dropping the messages a storm keeps repeating (a plain clear() would)
+            self.memo_old, self.memo = self.memo, {}
+        self.memo[msg] = plan
+        return plan
 
     def _nearby_gpu_device(self) -> str | None:
         """A recent GPU driver line's device: amdgpu prints some messages ("[drm:...] *ERROR* ring ...") without it."""
@@ -221,26 +258,29 @@ class Analyzer:
         if isinstance(values, list) and value not in values and len(values) < MAX_DETAIL_VALUES:
             values.append(value)
 
-    def _follow(self, line: LogLine, dev: str | None) -> bool:
-        if self.active is None:
-            return False
+    def _follow(self, line: LogLine, plan: Plan) -> bool:
         rule, f, at = self.active
         if self.number - at > rule.window:
             self.active = None
             return False
+        dev = plan.dev
         if dev and f.devices and dev not in f.devices and rule.gpu:
             return False
-        low = line.message.lower()
-        for pat, hint in zip(rule.follow, rule.follow_hints):
-            if hint is not None and hint not in low:
-                continue
-            m = pat.search(line.message)
-            if not m:
-                continue
-            self._apply_detail(f, rule, {k: v for k, v in m.groupdict().items() if v is not None})
-            self.touched.add((f.rule, f.signature))
-            return True
-        return False
+        follow = plan.found.get(id(rule), _MISS)
+        if follow is _MISS:
+            follow = plan.found[id(rule)] = _follow_groups(rule, plan.message, plan.low)
+        if follow is None:
+            return False
+        g, seen = follow
+        key = (f.rule, f.signature)
+        if seen.get(key) is not f or "event_severity" in g:
+            # the details, devices and victim a detail line adds are there already when the same line was
+            # applied to the same finding before (they only grow); a severity it sets is not (the header may
+            # have raised it since)
+            self._apply_detail(f, rule, g)
+            seen[key] = f
+        self.touched.add(key)
+        return True
 
     def _apply_detail(self, f: Finding, rule: Rule | None, g: dict[str, str]) -> None:
         if "proc" in g and "pid" in g:
@@ -273,45 +313,42 @@ class Analyzer:
             else:
                 self._detail(f, k, v)
 
-    def _record(self, line: LogLine, rule: Rule, m: re.Match, dev: str | None) -> None:
-        groups = {k: v for k, v in m.groupdict().items() if v is not None}
-        device = dev or groups.get("dev1") or groups.get("dev2") or groups.get("dev3")
+    def _record(self, line: LogLine, hit: Hit) -> None:
+        rule = hit.rule
+        device = hit.device
         if device is None and rule.gpu:
             device = self._nearby_gpu_device()
-        signature = "|".join([device or ""] + [groups.get(k, "") for k in rule.key])
-        severity = (rule.adjust(groups) if rule.adjust else None) or rule.severity
-        key = (rule.id, signature)
+        key = hit.keys.get(device)
+        if key is None:
+            key = hit.keys[device] = (rule.id, (device or "") + hit.tail)
         f = self.findings.get(key)
         if f is None:
-            title = format_title(rule.title, groups, device)
-            f = self._finding(key, category=rule.category, severity=severity, title=title,
+            title = format_title(rule.title, hit.groups, device)
+            f = self._finding(key, category=rule.category, severity=hit.severity, title=title,
                               meaning=rule.meaning, check=rule.check, tier=rule.tier)
             if f is None:
                 return
         else:
             self.touched.add(key)
-        if _HOW_BAD.get(severity, 3) < _HOW_BAD.get(f.severity, 3):
-            f.severity = severity
+        if hit.how_bad < _HOW_BAD.get(f.severity, 3):
+            f.severity = hit.severity
         self._add(f, line, device)
         if rule.id == "amdgpu.page_fault" and device in self.orphan_faults:
             self._merge_orphan(f, self.orphan_faults.pop(device))
-        for k, v in groups.items():
-            if k not in rule.key and k not in rule.victim and not k.startswith("dev") and k != "tid":
+        if hit.seen.get(key) is not f:
+            for k, v in hit.details:
                 self._detail(f, k, v)
-        if rule.victim and (groups.get("pid") not in (None, "0") or groups.get("proc", "").strip()):
-            victim = {("process" if k == "proc" else "pid" if k == "rpid" else k):
-                      (int(v) if k.endswith("pid") else v.strip()) for k, v in groups.items()
-                      if k in rule.victim and v and v.strip()}
-            if victim:
-                f.add_victim(victim)
+            if hit.victim is not None:
+                f.add_victim(dict(hit.victim))
+            hit.seen[key] = f
         if rule.follow:
             self.active = (rule, f, self.number)
 
-    def _orphan(self, line: LogLine, dev: str | None) -> bool:
+    def _orphan(self, line: LogLine, plan: Plan) -> bool:
         """Detail lines whose header is not in the log: kept, with the process they name."""
-        msg = line.message
-        if "process information:" in msg.lower():
-            m = _PROCESS.search(msg)
+        dev = plan.dev
+        if "process information:" in plan.low:
+            m = plan.search(_PROCESS)
             if m:
                 rule = BY_ID["amdgpu.ring_timeout"]
                 device = dev or self._nearby_gpu_device()
@@ -325,7 +362,7 @@ class Analyzer:
         if dev is None:
             return False
         for pat in _PF_DETAIL:
-            m = pat.search(msg)
+            m = plan.search(pat)
             if not m:
                 continue
             rule = BY_ID["amdgpu.page_fault"]
@@ -355,8 +392,8 @@ class Analyzer:
             for v in values if isinstance(values, list) else [values]:
                 self._detail(f, k, v)
 
-    def _crash(self, line: LogLine) -> bool:
-        c = segfault.parse(line.message)
+    def _crash(self, line: LogLine, plan: Plan) -> bool:
+        c = plan.once("segfault", segfault.parse, plan.message)
         if c is None:
             return False
         f = self._finding(("userspace.crash", c.signature), category="segfault", severity="error", title="",
@@ -387,8 +424,8 @@ class Analyzer:
                    "same shared memory); a core dump's backtrace (`gpuwarden bundle` collects it)")
         return True
 
-    def _xid(self, line: LogLine) -> bool:
-        m = _XID.search(line.message)
+    def _xid(self, line: LogLine, plan: Plan) -> bool:
+        m = plan.search(_XID)
         if not m:
             return False
         number, dev, rest = int(m["xid"]), m["dev"].strip(), m["rest"]
@@ -396,7 +433,7 @@ class Analyzer:
         hardware = xid.is_hardware(number)
         severity = xid.adjusted_severity(number, rest)
         title = f"NVIDIA Xid {number} on {dev}: {meaning}"
-        cause = _XID_CAUSE.search(rest)
+        cause = plan.once("xid_cause", _XID_CAUSE.search, rest)
         if cause:
             title += f"; caused by Xid {cause['cause']} ({xid.describe(int(cause['cause']))[0]})"
         f = self._finding(("nvidia.xid", f"{dev}|{number}"), category="xid", severity=severity, title=title,
@@ -410,7 +447,7 @@ class Analyzer:
         self._add(f, line, dev)
         if cause:
             self._detail(f, "caused_by", int(cause["cause"]))
-        p = _XID_PROC.match(rest)
+        p = plan.once("xid_proc", _XID_PROC.match, rest)
         if p:
             rest = rest[p.end():]
             if p["pid"] not in ("<unknown>", "", "N/A"):
@@ -420,13 +457,13 @@ class Analyzer:
         self._detail(f, "message", rest.strip()[:300])
         return True
 
-    def _nvidia_context(self, msg: str) -> bool:
+    def _nvidia_context(self, plan: Plan) -> bool:
         """Lines that are context, not trouble: which UUID a bus id is, which driver loaded."""
-        m = _NV_UUID.search(msg)
+        m = plan.search(_NV_UUID)
         if m:
             note = f"NVIDIA GPU {m['dev']} is {m['uuid']}"
         else:
-            m = _NV_DRIVER.search(msg)
+            m = plan.search(_NV_DRIVER)
             if not m:
                 return False
             note = f"NVIDIA {'open ' if m['open'] else ''}kernel module {m['version']} loaded"
@@ -434,15 +471,15 @@ class Analyzer:
             self.notes.append(note)
         return True
 
-    def _oom(self, line: LogLine) -> bool:
-        m = _OOM_CONSTRAINT.search(line.message)
+    def _oom(self, line: LogLine, plan: Plan) -> bool:
+        m = plan.search(_OOM_CONSTRAINT)
         if m:
             self.oom_pending[m["pid"]] = {"constraint": m["constraint"], "memcg": m["memcg"], "uid": int(m["uid"]),
                                           "process": m["proc"], "line": line}
             while len(self.oom_pending) > MAX_OOM_PENDING:
                 self.oom_pending.popitem(last=False)
             return True
-        m = _OOM_KILL.search(line.message)
+        m = plan.search(_OOM_KILL)
         if not m:
             return False
         ctx = self.oom_pending.pop(m["pid"], {})
@@ -487,11 +524,10 @@ class Analyzer:
         if victim:
             f.add_victim(victim)
 
-    def _unclassified(self, line: LogLine, dev: str | None) -> None:
-        msg = line.message
-        if not (line.level in _CATCHALL_LEVELS or "*ERROR*" in msg):
-            return
-        norm = _NORM_NUM.sub("N", _NORM_HEX.sub("0x…", _DEVICE.sub("<dev>", msg))).strip()
+    def _unclassified(self, line: LogLine, plan: Plan) -> None:
+        """An error-level line no rule knows (the caller checked the level): one finding per normalised text."""
+        dev = plan.dev
+        norm = plan.once("norm", _normalise, plan.message)
         key = ("unclassified", norm)
         if key not in self.findings:
             if self.catchall >= MAX_CATCHALL:

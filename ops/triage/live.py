@@ -24,6 +24,7 @@ class LiveTriage:
         from .stream import line_filter  # noqa: PLC0415
         self.analyzer = Analyzer(source)
         self.wanted = line_filter(self.analyzer)
+        self.pending: str | None = None  # a skipped line, counted when the next one shows it is not a header
 
     def feed(self, raw_line: str | bytes) -> list[Finding]:
         """One log line as text (any format triage reads). Returns findings new or grown because of it.
@@ -34,9 +35,16 @@ class LiveTriage:
         if isinstance(raw_line, bytes):
             raw_line = raw_line.decode("utf-8", "replace")
         a = self.analyzer
-        if (self.wanted is not None and not a.following and raw_line[:1] not in (" ", "\t")
+        continuation = raw_line[:1] in (" ", "\t")
+        if self.pending is not None:
+            header, self.pending = self.pending, None
+            if continuation:
+                a.feed(header)  # the line this one continues: one message, as reading every line makes it
+            else:
+                a.skip(header)  # still names the GPU for the driver lines after it, if it is a driver line
+        if (self.wanted is not None and not a.following and not continuation
                 and a.lines >= HEAD_LINES and not self.wanted(raw_line)):
-            a.skip()  # most kernel lines: counted, not parsed
+            self.pending = raw_line.rstrip("\r\n")  # most kernel lines: counted, not parsed
             return []
         a.feed(raw_line.rstrip("\r\n"))
         return a.changed()
@@ -60,5 +68,6 @@ class LiveTriage:
     def report(self) -> Report:
         """Everything seen so far (the analyzer goes on; call it as often as needed)."""
         a = self.analyzer
-        report = Report(source=a.source, lines=a.lines, findings=list(a.findings.values()), notes=list(a.notes))
+        report = Report(source=a.source, lines=a.lines + (self.pending is not None),
+                        findings=list(a.findings.values()), notes=list(a.notes))
         return report

@@ -3,8 +3,10 @@
 The file is read in chunks. One prefilter (every literal some rule requires, case-insensitive) runs over
 each chunk in C (RE2 when the google-re2 wheel is there: linear time whatever the input; Python's re
 otherwise) and finds the candidate lines; only those, and the lines an open detail window or a possible
-continuation wants, reach Python code. A line longer than logline.MAX_LINE is cut, and a line with no
-newline at all is read in pieces and cut, so neither time nor memory depends on line length.
+continuation wants, reach Python code. What a skipped line would have told the analyzer about the lines
+after it is handed over too (the GPU a driver line names; the header an indented continuation extends), so
+the report is the one reading every line gives. A line longer than logline.MAX_LINE is cut, and a line with
+no newline at all is read in pieces and cut, so neither time nor memory depends on line length.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from __future__ import annotations
 import re
 from typing import BinaryIO, Iterable
 
-from .analyze import SPECIALS, Analyzer
+from .analyze import DEVICE_CARRY, SPECIALS, Analyzer
 from .findings import Report
-from .logline import MAX_LINE
+from .logline import HUMAN_HINT_BYTES, MAX_LINE
 from .patterns import PF_DETAIL  # noqa: F401  (their literals are listed below)
 
 CHUNK = 4 << 20
@@ -22,6 +24,10 @@ PIECE = 1 << 20  # the prefilter-or-not decision is taken per piece, so a storm 
 PROBE = 32 << 10
 DENSE = 0.4
 HEAD_LINES = 200  # fed whole, so the format and timestamps are known whatever the rules say
+GROUP_CAP = 64 << 10  # a line and its indented continuations are kept together up to this size
+# What a GPU driver line's message holds (analyze's GPU driver test is case-sensitive, so these are too).
+GPU_WORDS = (b"amdgpu", b"nvidia", b"drm", b"NVRM")
+_INDENT = (b" ", b"\t")
 # Literals of what the analyzer looks at besides the rules' own hints.
 EXTRA_TRIGGERS = SPECIALS + (
     "traceback (most recent call last)", "*error*", ":err", ": err:", ":crit", ": crit:", ":alert", ": alert:",
@@ -109,10 +115,11 @@ class StreamFeeder:
     def __init__(self, analyzer: Analyzer):
         self.a = analyzer
         self.prefilter = _Prefilter(analyzer).regex
-        self.tail = b""  # an unfinished line (at most MAX_LINE bytes kept)
+        self.tail = b""  # the last line and its continuations so far, then an unfinished line (bounded)
         self.skipping = False  # inside an over-long line whose head was already taken
         self.lines = 0  # complete lines seen
         self.cut = 0
+        self.relative = False  # the piece being read has what may be `dmesg -H` stamps
 
     def push(self, data: bytes) -> None:
         if self.skipping:
@@ -122,30 +129,41 @@ class StreamFeeder:
             data, self.skipping = data[nl + 1:], False
             self.lines += 1
         buf = self.tail + data if self.tail else data
-        end = buf.rfind(b"\n")
-        if end < 0:
-            self._hold(buf)
-            return
-        self.tail = b""
-        self._block(buf[:end + 1])
-        self._hold(buf[end + 1:])
-
-    def _hold(self, rest: bytes) -> None:
-        if len(rest) > MAX_LINE:
-            # an over-long line with no newline yet: keep its head as a line of its own, drop the rest
-            self._block(rest[:MAX_LINE] + b"\n")
+        end = buf.rfind(b"\n") + 1  # past the last complete line (0: none)
+        if len(buf) - end > MAX_LINE:
+            # an over-long line with no newline yet: the lines before it, then its head as a line of its own
+            if end:
+                self._block(buf[:end])
+            self._block(buf[end:end + MAX_LINE] + b"\n")
             self.lines -= 1  # counted when its newline finally arrives
             self.cut += 1
             self.tail, self.skipping = b"", True
-        else:
-            self.tail = rest
+            return
+        # The last line may have indented continuations in the next push: it waits for them (the prefilter
+        # needs a header and its continuations in one piece), unless the unfinished line already starts a new one.
+        cut = end if buf[end:end + 1] not in (b"",) + _INDENT else self._group_start(buf, end)
+        self.tail = buf[cut:]  # the waiting lines and the unfinished one
+        if cut:
+            self._block(buf[:cut])
+
+    @staticmethod
+    def _group_start(buf: bytes, end: int) -> int:
+        """Where the last line before `end` that is not an indented continuation starts (end if too far back)."""
+        start = end
+        while start > 0:
+            start = buf.rfind(b"\n", 0, start - 1) + 1
+            if end - start > GROUP_CAP:
+                return end
+            if buf[start:start + 1] not in _INDENT:
+                break
+        return start
 
     def close(self) -> None:
         if self.skipping:  # an over-long last line with no newline: its head was fed already
             self.lines += 1
             self.skipping = False
         if self.tail:
-            self._block(self.tail + b"\n")
+            self._block(self.tail if self.tail.endswith(b"\n") else self.tail + b"\n")
             self.tail = b""
 
     def _feed(self, block: bytes, start: int, end: int, number: int) -> None:
@@ -159,6 +177,8 @@ class StreamFeeder:
         start = 0
         while start < len(block):
             end = block.find(b"\n", min(start + PIECE, len(block) - 1)) + 1 or len(block)
+            while block[end:end + 1] in _INDENT and end - start < PIECE + GROUP_CAP:
+                end = block.find(b"\n", end) + 1 or len(block)  # a header's continuations stay in its piece
             self._piece(block[start:end] if start or end < len(block) else block)
             start = end
 
@@ -167,12 +187,19 @@ class StreamFeeder:
         count = block.count(b"\n")
         if self.prefilter is None or base + count <= HEAD_LINES or self._dense(block, count):
             # every line: a storm where most lines matter anyway costs less without the prefilter
-            for i, (s, e) in enumerate(_lines_of(block), 1):
-                self._feed(block, s, e, base + i)
+            feed = self.a.feed
+            lines = block.split(b"\n")
+            lines.pop()  # the block ends with a newline: nothing after it
+            for number, line in enumerate(lines, base + 1):
+                if len(line) > MAX_LINE:
+                    line = line[:MAX_LINE]
+                    self.cut += 1
+                feed(line.decode("utf-8", "replace"), number)
             self.lines += count
             return
         pos = 0  # first byte not yet fed or skipped
         number = base  # number of the line before pos
+        self.relative = HUMAN_HINT_BYTES.search(block) is not None
         if base < HEAD_LINES:
             for s, e in _lines_of(block):
                 number += 1
@@ -185,10 +212,56 @@ class StreamFeeder:
             s, e = m.start(), m.end()
             if s < pos:
                 continue
-            number += block.count(b"\n", pos, s) + 1
+            head = s
+            if block[s:s + 1] in _INDENT:  # a continuation: its header (and the lines between) come first
+                while head > pos:
+                    head = block.rfind(b"\n", pos, head - 1) + 1 or pos
+                    if block[head:head + 1] not in _INDENT:
+                        break
+            if head > pos:
+                self._context(block, pos, head, number)
+            number += block.count(b"\n", pos, head)
+            while head < s:
+                nl = block.find(b"\n", head)
+                number += 1
+                self._feed(block, head, nl, number)
+                head = nl + 1
+            number += 1
             self._feed(block, s, e, number)
             pos, number = self._wanted(block, e + 1, number)
+        if pos < len(block):
+            self._context(block, pos, len(block), number)
         self.lines += count
+
+    def _context(self, block: bytes, start: int, end: int, number: int) -> None:
+        """Lines [start, end) are skipped (number: the line before start). Hand the analyzer what reading them
+        would have told it about the lines after: the time `dmesg -H` stamps (offsets from the line before) add
+        up to, and the GPU that the last driver line among them names (only the last DEVICE_CARRY lines count)."""
+        if self.relative:
+            at, line_no = start, number  # the start of the line after the last one parsed, and its number - 1
+            for m in HUMAN_HINT_BYTES.finditer(block, start, end):
+                if m.start() < at:
+                    continue  # a second hint on a line already parsed
+                line_start = block.rfind(b"\n", at, m.start()) + 1 or at
+                line_end = block.find(b"\n", m.start())
+                line_no += block.count(b"\n", at, line_start) + 1
+                self.a.parser.parse(line_no, block[line_start:min(line_end, line_start + MAX_LINE)].decode(
+                    "utf-8", "replace"))
+                at = line_end + 1
+        hi = end
+        while True:
+            at = max(block.rfind(word, start, hi) for word in GPU_WORDS)
+            if at < 0:
+                return
+            line_start = block.rfind(b"\n", start, at) + 1 or start
+            line_end = block.find(b"\n", at)
+            if block.count(b"\n", line_end, end) > DEVICE_CARRY:
+                return  # too far back to name the GPU of anything after `end`
+            line_no = number + block.count(b"\n", start, line_start) + 1
+            if self.a.note_gpu_line(block[line_start:min(line_end, line_start + MAX_LINE)].decode("utf-8", "replace"),
+                                    line_no):
+                return
+            hi = line_start
 
     def _wanted(self, block: bytes, pos: int, number: int) -> tuple[int, int]:
         """Feed the lines from pos that an open window or a continuation wants, whatever they say."""

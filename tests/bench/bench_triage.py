@@ -2,15 +2,20 @@
 
 Logs (built here, deterministic): `node` is a long node log, quiet lines with GPU incidents from the corpus
 (tests/triage_corpus) spread through it (about 1 line in 100); `storm` is nothing but incidents (the corpus
-and the shared fixtures repeated), the worst case. Each triage runs in its own process: CPU seconds (user +
-sys, i.e. on one core) and peak RSS come from the kernel's accounting of that child.
+and the shared fixtures repeated verbatim), the worst case; `storm-fresh` is the same storm with every hex
+address (0x and 6+ digits) drawn anew and dmesg stamps moving on, so messages rarely repeat exactly (a page-fault
+storm's addresses differ line to line). Each run is its own process, which reports its own CPU seconds
+(user + sys: one core) and peak RSS.
 Peers over the same file: `grep -c -i -F -f` with every literal the rules need (a lower bound: it only counts
-candidate lines), and a node-scraper-style loop (every rule's regex tried on every line, no prefilter),
-timed on the first 20 MB and scaled.
+candidate lines); a node-scraper-style loop (every rule's regex tried on every line, no prefilter), timed on
+the first 20 MB and scaled; `--peer REF`: the triage of another commit (git archive) on the same file; and two
+floors, the least CPython work that looks at every line: `split` (read in 4 MiB chunks, split, decode each
+line) and `parse` (that, plus this tree's prefix parse of each line and one dict lookup of its message: the
+stamp and message any triage that reads every line needs).
 Bundle: one made by collect_bundle() on a simulated node (with this host's kernel log), triaged in-process
 (median of 5) and by the CLI (`gpuwarden triage BUNDLE`, interpreter start included).
 Targets: 200 MB in <= 5 s on one core with bounded memory; a bundle in <= 1 s.
-Run: .venv/bin/python tests/bench/bench_triage.py [--mb 200] [--keep DIR]
+Run: .venv/bin/python tests/bench/bench_triage.py [--mb 200] [--keep DIR] [--peer REF] [--kinds node,storm]
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import argparse
 import json
 import os
 import random
-import resource
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+import benchlib  # noqa: E402
 from benchlib import machine_line  # noqa: E402
 
 CORPUS = REPO / "tests" / "triage_corpus"
@@ -57,33 +64,51 @@ def _incidents() -> list[list[str]]:
     return out
 
 
+_HEX = re.compile(r"0x[0-9a-fA-F]{6,}")
+_MONO = re.compile(r"^\[\s*\d+\.\d+\]")
+
+
 def build(path: Path, mb: int, kind: str) -> None:
     rnd = random.Random(15)
     incidents = _incidents()
     target = mb << 20
     written, t = 0, 1000.0
+    storm = kind.startswith("storm")
+    fresh = kind == "storm-fresh"
+
+    def new_hex(m: re.Match) -> str:
+        return "0x" + "".join(rnd.choice("0123456789abcdef") for _ in range(len(m.group()) - 2))
+
     with open(path, "w") as f:
         while written < target:
-            if kind == "storm" or rnd.random() < 0.004:
+            if storm or rnd.random() < 0.004:
                 block = rnd.choice(incidents)
             else:
                 block = [rnd.choice(QUIET).format(n=rnd.randrange(1 << 16), p=rnd.randrange(1, 64))]
             for line in block:
                 t += 0.001
-                text = line if kind == "storm" or line.startswith(("[", "kernel")) else f"[{t:12.6f}] {line}"
+                if fresh:
+                    text = _MONO.sub(f"[{t:12.6f}]", _HEX.sub(new_hex, line), count=1)
+                else:
+                    text = line if storm or line.startswith(("[", "kernel")) else f"[{t:12.6f}] {line}"
                 f.write(text + "\n")
                 written += len(text) + 1
 
 
-def child(code: str, *args: str) -> tuple[float, float, int, str]:
-    """(wall s, CPU s, peak RSS KiB, stdout) of a child python running `code`."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+# Appended to every child's code: it reports its own CPU seconds and peak RSS (KiB) as its last line.
+_USAGE = ("\nimport resource as _r, json as _j; _u = _r.getrusage(_r.RUSAGE_SELF)\n"
+          "print(_j.dumps([_u.ru_utime + _u.ru_stime, _u.ru_maxrss]))")
+
+
+def child(code: str, *args: str, root: Path = REPO) -> tuple[float, float, int, str]:
+    """(wall s, CPU s, peak RSS KiB, stdout) of a child python running `code` in the tree at root."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, check=True)
+    proc = subprocess.run([sys.executable, "-c", code + _USAGE, *args], cwd=root, capture_output=True, text=True,
+                          check=True)
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, after.ru_maxrss, proc.stdout.strip()
+    *out, usage = proc.stdout.strip().splitlines()
+    cpu, rss = json.loads(usage)
+    return wall, cpu, rss, "\n".join(out)
 
 
 TRIAGE = ("import sys; from ops.triage import analyze_file; r = analyze_file(sys.argv[1]); "
@@ -93,6 +118,17 @@ NAIVE = ("import sys, itertools; from ops.triage.patterns import RULES; from ops
          "with open(sys.argv[1], errors='replace') as f:\n"
          "    for line in itertools.islice(f, int(sys.argv[2])):\n"
          "        n += sum(1 for r in rules if r.regex.search(line))\n"
+         "print(n)")
+# The floors: every line split out and decoded; then its prefix parsed and its message looked up and counted.
+FLOOR = ("import sys; from ops.triage.logline import LineParser\n"
+         "parse = LineParser().parse if sys.argv[2] == 'parse' else None; seen = {}; n = 0\n"
+         "with open(sys.argv[1], 'rb') as f:\n"
+         "    while chunk := f.read(4 << 20):\n"
+         "        for raw in chunk.split(b'\\n'):\n"
+         "            n += 1; text = raw.decode('utf-8', 'replace')\n"
+         "            if parse:\n"
+         "                msg = parse(n, text).message; seen[msg] = seen.get(msg, 0) + 1\n"
+         "                if len(seen) > 4096: seen.clear()\n"
          "print(n)")
 
 
@@ -132,39 +168,57 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--keep", type=Path, help="build the logs in this folder and keep them")
+    ap.add_argument("--peer", help="git ref whose triage runs on the same logs (e.g. the commit before a change)")
+    ap.add_argument("--kinds", default="node,storm,storm-fresh", help="logs to build and triage (comma-separated)")
     args = ap.parse_args()
     print(machine_line())
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="bench-triage-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    out: dict[str, object] = {}
-    for kind in ("node", "storm"):
+    peer_root = benchlib.export_tree(REPO, args.peer, Path(tempfile.mkdtemp(prefix="bench-triage-peer-"))) \
+        if args.peer else None
+    out: dict[str, object] = {"machine": benchlib.machine()}
+    for kind in args.kinds.split(","):
         path = tmp / f"{kind}.log"
         if not path.exists():
             build(path, args.mb, kind)
         size = path.stat().st_size
         lines = sum(1 for _ in open(path, "rb"))
+        row: dict[str, object] = {"mb": round(size / 2**20), "lines": lines, "load_before": benchlib.load()}
         wall, cpu, rss, got = child(TRIAGE, str(path))
+        row.update(triage_cpu_s=round(cpu, 2), triage_wall_s=round(wall, 2), peak_rss_mib=round(rss / 1024),
+                   result=got, us_per_line=round(cpu / lines * 1e6, 2))
+        print(f"{kind}: {size / 2**20:.0f} MiB, {lines} lines: triage {cpu:.2f} s CPU ({wall:.2f} s wall, "
+              f"{cpu / lines * 1e6:.2f} us a line), peak RSS {rss / 1024:.0f} MiB", flush=True)
+        for floor in ("split", "parse"):
+            _, fcpu, frss, _ = child(FLOOR, str(path), floor)
+            row[f"floor_{floor}_cpu_s"] = round(fcpu, 2)
+            print(f"  floor '{floor}': {fcpu:.2f} s CPU ({fcpu / lines * 1e6:.2f} us a line), triage / floor "
+                  f"{cpu / fcpu:.2f}", flush=True)
+        if peer_root is not None:
+            pwall, pcpu, prss, pgot = child(TRIAGE, str(path), root=peer_root)
+            row.update(peer=args.peer, peer_cpu_s=round(pcpu, 2), peer_wall_s=round(pwall, 2),
+                       peer_rss_mib=round(prss / 1024), peer_result=pgot, peer_same_result=pgot == got)
+            print(f"  peer {args.peer}: {pcpu:.2f} s CPU ({pwall:.2f} s wall), peak RSS {prss / 1024:.0f} MiB -> "
+                  f"this tree takes {cpu / pcpu:.2f}x its CPU; same findings/lines/headline: {pgot == got}",
+                  flush=True)
         gwall, gcount = grep_peer(path, tmp)
         sample = min(lines, (20 << 20) // max(1, size // lines))
-        nwall, ncpu, _, _ = child(NAIVE, str(path), str(sample))
+        _, ncpu, _, _ = child(NAIVE, str(path), str(sample))
         naive_cpu = ncpu * lines / sample
-        out[kind] = {"mb": round(size / 2**20), "lines": lines, "triage_cpu_s": round(cpu, 2),
-                     "triage_wall_s": round(wall, 2), "peak_rss_mib": round(rss / 1024), "result": got,
-                     "grep_s": round(gwall, 2), "grep_candidate_lines": gcount,
-                     "naive_loop_cpu_s_scaled": round(naive_cpu, 1)}
-        print(f"{kind}: {size / 2**20:.0f} MiB, {lines} lines: triage {cpu:.2f} s CPU ({wall:.2f} s wall), "
-              f"peak RSS {rss / 1024:.0f} MiB; grep -c -F over the rule literals {gwall:.2f} s "
-              f"({gcount} candidate lines); every regex on every line {naive_cpu:.0f} s CPU (scaled from "
-              f"{sample} lines) -> {naive_cpu / cpu:.0f}x slower than triage")
+        row.update(grep_s=round(gwall, 2), grep_candidate_lines=gcount, naive_loop_cpu_s_scaled=round(naive_cpu, 1),
+                   load_after=benchlib.load())
+        print(f"  grep -c -F over the rule literals {gwall:.2f} s ({gcount} candidate lines); every regex on every "
+              f"line {naive_cpu:.0f} s CPU (scaled from {sample} lines) -> {naive_cpu / cpu:.0f}x triage", flush=True)
+        out[kind] = row
     b = bundle_times(tmp)
     out["bundle"] = b
     print(f"bundle: {b['bundle_bytes'] / 1024:.0f} KiB ({b['kernel_lines']} kernel lines): triage in-process "
           f"{b['in_process_s'] * 1e3:.0f} ms (median of 5), CLI end to end {b['cli_s']:.2f} s")
     print(json.dumps(out))
     if not args.keep:
-        for p in tmp.rglob("*"):
-            if p.is_file():
-                p.unlink()
+        shutil.rmtree(tmp, ignore_errors=True)
+    if peer_root is not None:
+        shutil.rmtree(peer_root.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":
