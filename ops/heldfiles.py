@@ -51,6 +51,10 @@ class HeldFiles:
             self.drop(path)
             return None
 
+    def fd(self, path: str) -> int | None:
+        """The descriptor held for `path` (valid until drop/close), None when it is read without one."""
+        return self._fds.get(path)
+
     def drop(self, path: str) -> None:
         fd = self._fds.pop(path, None)
         if fd is not None:

@@ -128,3 +128,54 @@ def test_warnings_are_codes_with_messages_and_old_string_warnings_still_load():
     made = NodeSnapshot(taken_at=0, hostname="h", backend="x", simulated=False, gpus=(), processes=(), residual=(),
                         warnings=(SnapshotWarning("ownerless-leak", "GPU 0: leak", 0),))
     assert made.warning_codes() == {"ownerless-leak"}
+
+
+def test_an_unchanged_kfd_refresh_repeats_itself_and_any_change_is_seen(state_dir):
+    """The steady state hands back the very same usage list; a changed vram file, a new process and a gone one
+    each break the repeat at once (not at the next relisting)."""
+    node = SimNode(state_dir)
+    node.init(gpus=2, vram=1 << 30)
+    a, b = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
+    try:
+        node.allocate(a.pid, 0, 8 * MiB)
+        backend = SysfsBackend(sysfs_root=node.sysfs_root, dev_root=node.dev_root)
+        first = backend.process_usage()
+        assert backend.process_usage() is first
+        node.allocate(a.pid, 0, 8 * MiB)
+        grown = backend.process_usage()
+        assert grown is not first and [(u.pid, u.gpu_index, u.vram_bytes) for u in grown] == [(a.pid, 0, 16 * MiB)]
+        node.allocate(b.pid, 1, 4 * MiB)
+        assert sorted((u.pid, u.vram_bytes) for u in backend.process_usage()) == [(a.pid, 16 * MiB), (b.pid, 4 * MiB)]
+        node.free(a.pid)
+        assert [u.pid for u in backend.process_usage()] == [b.pid]
+        backend.close()
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+
+
+def test_an_unchanged_engine_is_the_same_engine_info_until_its_record_or_shim_changes(state_dir):
+    from ops.engines.state import list_engines
+    shim = subprocess.Popen(["sleep", "60"])
+    try:
+        d = state_dir / "engines" / "e0"
+        d.mkdir(parents=True)
+        record = {"name": "e0", "gpu": 0, "phase": "serving", "shim_pid": shim.pid, "pid": shim.pid, "restarts": 0,
+                  "shim_start": int((open(f"/proc/{shim.pid}/stat").read().rsplit(")", 1)[1].split())[19])}
+        (d / "state.json").write_text(json.dumps(record))
+        settings, cache, memo = Settings(state_dir=state_dir), FileCache(), {}
+        first = list_engines(settings, cache, memo)[0]
+        assert first.phase == "serving" and list_engines(settings, cache, memo)[0] is first
+        (d / "state.json").write_text(json.dumps({**record, "restarts": 1}))
+        os.utime(d / "state.json", ns=(time.time_ns() + 10**9,) * 2)  # a new stamp even on a coarse clock
+        again = list_engines(settings, cache, memo)[0]
+        assert again is not first and again.restarts == 1
+        shim.kill()
+        shim.wait()
+        assert list_engines(settings, cache, memo)[0].phase == "stale"
+        d.joinpath("state.json").unlink()
+        assert list_engines(settings, cache, memo) == [] and memo == {}
+    finally:
+        shim.kill()
+        shim.wait()

@@ -80,7 +80,9 @@ class Agent:
         self._done = threading.Event()
         self._reload = threading.Event()
         self._latest: Latest | None = None
-        self._served: tuple[int, bytes, bool] | None = None  # (id of snapshot, body, needs attention)
+        # (the snapshot, its JSON body, needs attention): the object itself, since a freed snapshot's id() is
+        # soon another's
+        self._served: tuple[NodeSnapshot, bytes, bool] | None = None
         self._serve_lock = threading.Lock()
         self._failure: str | None = None
         self._stale_reported = False
@@ -246,6 +248,13 @@ class Agent:
             self.emit(NodeEvent(snap.taken_at, "ok", "sampling works again", "agent"))
         self._failure = None
         self._stale_reported = False
+        before, served = self._latest, self._served
+        if before is not None and served is not None and served[0] is before.snapshot:
+            # A client asked for the last snapshot: one that polls will ask for this one too. Its JSON is made
+            # here, before it is published, so no client's request waits for it (none asks: none is made).
+            made = self._render(snap)
+            with self._serve_lock:
+                self._served = made
         self._latest = Latest(snap, time.monotonic())
         records = [self.emit(e) for e in self.changes.feed(snap)]
         self.history.add(snap)
@@ -294,17 +303,24 @@ class Agent:
         latest = self._latest
         if latest is None:
             return None
-        snap = latest.snapshot
-        with self._serve_lock:
-            served = self._served
-            if served is None or served[0] != id(snap):
-                body = snap.to_json().encode()
-                served = self._served = (id(snap), body[:-1], snap.needs_attention())  # without the final "}"
+        served = self._serve(latest.snapshot)
         stale, age = self.staleness()
         block = {"pid": os.getpid(), "interval_s": self.config.interval, "age_s": round(age or 0.0, 3),
                  "stale": stale, "socket": str(self.socket)}
         return served[1] + b',"agent":' + json.dumps(block, separators=(",", ":")).encode() + b"}", \
             served[2] or stale, stale
+
+    def _serve(self, snap: NodeSnapshot) -> tuple[NodeSnapshot, bytes, bool]:
+        """The snapshot's JSON (without its final "}") and needs-attention flag, made once per snapshot."""
+        with self._serve_lock:
+            served = self._served
+            if served is None or served[0] is not snap:
+                served = self._served = self._render(snap)
+            return served
+
+    @staticmethod
+    def _render(snap: NodeSnapshot) -> tuple[NodeSnapshot, bytes, bool]:
+        return snap, snap.to_json().encode()[:-1], snap.needs_attention()
 
     def backend_name(self) -> str:
         return self._sampler.backend.name if self._sampler is not None else ""

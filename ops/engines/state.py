@@ -131,14 +131,31 @@ def run_tail(path: Path, count: int) -> list[str]:
 
 
 def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | None, state_dir: Path,
-              proc_root: Path = Path("/proc"), cache: "FileCache | None" = None) -> EngineInfo:
+              proc_root: Path = Path("/proc"), cache: "FileCache | None" = None,
+              memo: "dict[str, tuple[tuple, EngineInfo]] | None" = None) -> EngineInfo:
+    """`memo` (a sampler's, with its `cache`): name -> what the last EngineInfo was made of, and it. The records
+    come from the cache, the same objects while their files are unchanged, so an engine whose record, spec,
+    shim and last log line are all as before is the very same EngineInfo again."""
     log_path = engine_dir(state_dir, name) / LOG
+    stale = record is not None and is_stale(record, proc_root)
+    last = last_line(log_path, cache=cache)
+    made_of = (record, spec, stale, last)
+    if memo is not None:
+        prev = memo.get(name)
+        if prev is not None and prev[0][0] is record and prev[0][1] is spec and prev[0][2:] == made_of[2:]:
+            return prev[1]
+    info = _info(name, record, spec, log_path, stale, last)
+    if memo is not None:
+        memo[name] = (made_of, info)
+    return info
+
+
+def _info(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | None, log_path: Path, stale: bool,
+          last: str | None) -> EngineInfo:
     gpu = (spec or {}).get("engine", {}).get("gpu")
     if record is None:
         # Spec written, shim not yet reporting: the launcher is still starting it.
-        return EngineInfo(name=printable(name), gpu=gpu, phase="starting", log_path=str(log_path),
-                          last_log_line=last_line(log_path, cache=cache))
-    stale = is_stale(record, proc_root)
+        return EngineInfo(name=printable(name), gpu=gpu, phase="starting", log_path=str(log_path), last_log_line=last)
     phase = "stale" if stale else printable(str(record.get("phase", "starting")))
     phases = record.get("phases") if isinstance(record.get("phases"), dict) else {}
     crashes = record.get("crashes") if isinstance(record.get("crashes"), dict) else {}
@@ -156,7 +173,7 @@ def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | N
         core_dumped=record.get("core_dumped"),
         restarts=int(record.get("restarts", 0)),
         log_path=str(log_path),
-        last_log_line=last_line(log_path, cache=cache),
+        last_log_line=last,
         bundle=text(record.get("bundle")),
         stale=stale,
         registrations=registrations_of(record),
@@ -175,12 +192,14 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def list_engines(settings: Settings, cache: "FileCache | None" = None) -> list[EngineInfo]:
+def list_engines(settings: Settings, cache: "FileCache | None" = None,
+                 memo: "dict[str, tuple[tuple, EngineInfo]] | None" = None) -> list[EngineInfo]:
     """Every engine with a record in the state dir, as its shim last wrote it (stale when the shim is gone).
 
     `cache`: a sampler's FileCache; the snapshot lists engines on every refresh and parses a record again
-    only when its shim rewrote it."""
+    only when its shim rewrote it. `memo`: see info_from (only with a cache; engines no longer listed leave it)."""
     out = []
+    seen = []
     for name in names(settings.state_dir):
         folder = engine_dir(settings.state_dir, name)
         try:
@@ -192,7 +211,12 @@ def list_engines(settings: Settings, cache: "FileCache | None" = None) -> list[E
             out.append(EngineInfo(name=printable(name), gpu=None, phase="stale", stale=True,
                                   last_log_line=printable(f"state file is corrupt: {why}")))
             continue
-        out.append(info_from(name, record, spec, settings.state_dir, settings.proc_root, cache))
+        out.append(info_from(name, record, spec, settings.state_dir, settings.proc_root, cache,
+                             memo if cache is not None else None))
+        seen.append(name)
+    if memo is not None and len(memo) > len(seen):
+        for gone in memo.keys() - set(seen):
+            del memo[gone]
     return out
 
 

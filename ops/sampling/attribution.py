@@ -73,6 +73,8 @@ class Attribution:
         # watched process exited, nothing a refresh would compute can differ.
         self._last: tuple[list[ProcessUsage], tuple[GpuProcess, ...]] | None = None
         self._scanned: set[int] = set()  # PIDs whose fds the last deep scans looked at
+        # residual()'s pass over the processes, kept while the processes tuple is the very same (see sample)
+        self._by_gpu: tuple[tuple[GpuProcess, ...], dict[str, int], tuple] | None = None
         self.last_full = float("-inf")
 
     def close(self) -> None:
@@ -130,7 +132,7 @@ class Attribution:
             return False
         if any(info.state == "disk-sleep" for info in self._known.values()):
             return False  # one in disk sleep is re-read every refresh until it wakes
-        return all(a is b for a, b in zip(usage, before))
+        return usage is before or all(a is b for a, b in zip(usage, before))
 
     def _attribute(self, usage: list[ProcessUsage]) -> tuple[GpuProcess, ...]:
         by_pid: dict[int, list[ProcessUsage]] = {}
@@ -230,7 +232,40 @@ class Attribution:
         """Per GPU: device used - what live processes account for - the idle baseline, with its holders."""
         warnings: list[SnapshotWarning] = []
         render_to_gpu = {f: g.index for g in gpus for f in g.device_files}
-        holders_by_gpu: dict[int, list[Holder]] = {g.index: [] for g in gpus}
+        last = self._by_gpu
+        if last is not None and last[0] is processes and last[1] == render_to_gpu:
+            by_gpu = last[2]
+        else:
+            by_gpu = self._per_gpu(processes, render_to_gpu)
+            self._by_gpu = (processes, render_to_gpu, by_gpu)
+        accounted_by_gpu, unknown_by_gpu, holders_by_gpu, shared_holders = by_gpu
+        out = []
+        for g in gpus:
+            accounted = accounted_by_gpu.get(g.index, 0)
+            base = baseline.get(g.index)
+            res = None
+            if g.index in unknown_by_gpu:
+                # Without every process's share the difference would blame the wrong thing.
+                warnings.append(SnapshotWarning(
+                    "residual-unknown", f"GPU {g.index}: the driver did not say how much VRAM some processes use "
+                    "(run as root to see it): residual unknown", g.index))
+            elif g.vram_used is not None:
+                res = g.vram_used - accounted - (base or 0)
+            tol = TOLERANCE_WITH_BASELINE if base is not None else TOLERANCE_NO_BASELINE
+            tol = max(tol, int((g.vram_total or 0) * TOLERANCE_FRACTION))
+            holders = tuple(holders_by_gpu.get(g.index, [])) + tuple(shared_holders)
+            significant = res is not None and res > tol
+            if significant and not holders:
+                warnings.append(SnapshotWarning(
+                    "ownerless-leak", f"GPU {g.index}: {fmt_bytes(res)} of VRAM held by no live process and no "
+                    "holder found: an ownerless leak that only a GPU reset clears", g.index))
+            out.append(Residual(gpu_index=g.index, device_used=g.vram_used, accounted=accounted, baseline=base,
+                                residual=res, holders=holders, significant=significant))
+        return tuple(out), warnings
+
+    def _per_gpu(self, processes: tuple[GpuProcess, ...], render_to_gpu: dict[str, int]) -> tuple:
+        """(VRAM live processes account for, GPUs where some share is unknown, holders, holders of no one GPU)."""
+        holders_by_gpu: dict[int, list[Holder]] = {}
         shared_holders: list[Holder] = []
         accounted_by_gpu: dict[int, int] = {}
         unknown_by_gpu: set[int] = set()
@@ -260,26 +295,4 @@ class Attribution:
                     holders_by_gpu.setdefault(g, []).append(holder)
             else:
                 shared_holders.append(holder)  # holds only /dev/kfd: could be any GPU
-        out = []
-        for g in gpus:
-            accounted = accounted_by_gpu.get(g.index, 0)
-            base = baseline.get(g.index)
-            res = None
-            if g.index in unknown_by_gpu:
-                # Without every process's share the difference would blame the wrong thing.
-                warnings.append(SnapshotWarning(
-                    "residual-unknown", f"GPU {g.index}: the driver did not say how much VRAM some processes use "
-                    "(run as root to see it): residual unknown", g.index))
-            elif g.vram_used is not None:
-                res = g.vram_used - accounted - (base or 0)
-            tol = TOLERANCE_WITH_BASELINE if base is not None else TOLERANCE_NO_BASELINE
-            tol = max(tol, int((g.vram_total or 0) * TOLERANCE_FRACTION))
-            holders = tuple(holders_by_gpu.get(g.index, [])) + tuple(shared_holders)
-            significant = res is not None and res > tol
-            if significant and not holders:
-                warnings.append(SnapshotWarning(
-                    "ownerless-leak", f"GPU {g.index}: {fmt_bytes(res)} of VRAM held by no live process and no "
-                    "holder found: an ownerless leak that only a GPU reset clears", g.index))
-            out.append(Residual(gpu_index=g.index, device_used=g.vram_used, accounted=accounted, baseline=base,
-                                residual=res, holders=holders, significant=significant))
-        return tuple(out), warnings
+        return accounted_by_gpu, unknown_by_gpu, holders_by_gpu, tuple(shared_holders)

@@ -33,6 +33,7 @@ class NodeExtras:
         self.files = FileCache()
         self.with_engines = with_engines  # a bundle replay has no live engines or arenas to read
         self._arenas = None  # ArenaWatch, made at the first refresh that has something to watch
+        self._engines: dict = {}  # list_engines' memo: an unchanged engine is the same EngineInfo again
 
     def config(self):
         """The node config (None when there is none); ConfigError when it does not load."""
@@ -65,7 +66,7 @@ class NodeExtras:
         if self.with_engines and (settings.state_dir / "engines").is_dir():
             try:
                 from ..engines.state import list_engines
-                engines = tuple(list_engines(settings, self.files))
+                engines = tuple(list_engines(settings, self.files, self._engines))
             except Exception as exc:  # a broken state file must not hide the GPUs
                 warnings.append(SnapshotWarning("engine-state-unreadable", f"engine state unreadable: {exc}"))
         if self.with_engines:
