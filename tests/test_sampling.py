@@ -179,3 +179,29 @@ def test_an_unchanged_engine_is_the_same_engine_info_until_its_record_or_shim_ch
     finally:
         shim.kill()
         shim.wait()
+
+
+def test_waiting_on_a_descriptor_above_select_s_limit():
+    """The agent holds thousands of files on a busy node: its waits must work on descriptor 2000 and up."""
+    import os
+    import resource
+    from ops.waitfd import readable
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2100:
+        import pytest
+        pytest.skip(f"the open-files limit ({hard}) is below 2100")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2100), hard))
+    r, w = os.pipe()
+    high_r, high_w = os.dup2(r, 2050), os.dup2(w, 2051)
+    try:
+        assert not readable(high_r, 0)
+        os.write(high_w, b"x")
+        assert readable(high_r, 1)
+        os.read(high_r, 1)
+        os.close(high_w)
+        os.close(w)
+        assert readable(high_r, 1)  # end of file counts, as select says
+    finally:
+        for fd in (r, high_r):
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

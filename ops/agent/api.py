@@ -10,7 +10,6 @@ from __future__ import annotations
 import grp
 import json
 import os
-import select
 import socket
 import socketserver
 import struct
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..connlimit import ConnectionCap
 from ..jsondoc import document, iso
+from ..waitfd import readable
 from . import query
 from .query import BadRequest
 
@@ -239,8 +239,7 @@ class Handler(BaseHTTPRequestHandler):
     def _client_gone(self) -> bool:
         """A streaming client sends nothing; readable with no data means it closed its end."""
         try:
-            ready, _, _ = select.select([self.connection], [], [], 0)
-            return bool(ready) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            return readable(self.connection, 0) and self.connection.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import select
 import shutil
 import subprocess
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..sampling.changes import NodeEvent
+from ..waitfd import readable
 
 KMSG = "/dev/kmsg"
 # A /dev/kmsg record: "PRI,SEQ,USEC,FLAGS[,more];message" (Documentation/ABI/testing/dev-kmsg).
@@ -210,8 +210,7 @@ class _KmsgRecords:
             return None
 
     def read(self, timeout: float) -> list[str] | None:
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
+        if not readable(self.fd, timeout):
             return []
         out = []
         while len(out) < BATCH_LINES:
@@ -266,8 +265,7 @@ class _FileLines:
             if timeout > 0:
                 time.sleep(min(timeout, 0.2))  # a growing regular file cannot be waited on: look 5 times a second
         else:
-            ready, _, _ = select.select([self.fd], [], [], timeout)
-            if not ready:
+            if not readable(self.fd, timeout):
                 return []
         chunks = []
         while True:

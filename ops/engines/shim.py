@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from ops.errors import GpuwardenError
 from ops.nodeconfig import EngineConfig, signal_number
 from ops.status_protocol import ENV_FILE, StatusFollower
 from ops.units import fmt_bytes
+from ops.waitfd import readable
 
 from . import preload
 from . import state as st
@@ -213,8 +213,7 @@ class Shim:
         while True:
             changed = False
             if pipe_open:
-                ready, _, _ = select.select([out_fd], [], [], POLL_S)
-                if ready:
+                if readable(out_fd, POLL_S):
                     try:
                         chunk = os.read(out_fd, 65536)
                     except BlockingIOError:
@@ -348,8 +347,7 @@ class Shim:
         got = b""
         deadline = time.monotonic() + 0.5
         while pipe_open and time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.05)
-            if not ready:
+            if not readable(fd, 0.05):
                 continue
             try:
                 chunk = os.read(fd, 65536)
