@@ -38,6 +38,9 @@ class Settings:
     opt_root: Path = Path("/opt")
     # Set when reading a captured tree (bundle replay): nothing live may be touched.
     replay: str | None = None
+    # The global options given on the command line (not from variables): a command a hint names
+    # repeats them, so it acts on the same node when pasted.
+    cli_words: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":

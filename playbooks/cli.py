@@ -21,6 +21,8 @@ from ops import __version__
 from ops.errors import GpuwardenError
 from ops.settings import BACKENDS, Settings
 
+from .hints import Invocation
+
 app = typer.Typer(
     name="gpuwarden",
     help="Operations console for multi-GPU LLM inference nodes: see every GPU's memory and "
@@ -37,7 +39,7 @@ app = typer.Typer(
 
 # Order is the order of `gpuwarden --help`.
 COMMAND_MODULES = (
-    "status", "doctor", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
+    "status", "doctor", "fix", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
     "baseline", "bundle", "triage", "config", "journal", "sim",
 )
 
@@ -80,6 +82,9 @@ def _global(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
+    invocation = _note_invocation(ctx, (("state_dir", "--state-dir"), ("config", "--config"),
+                                        ("backend", "--backend"), ("sysfs_root", "--sysfs-root"),
+                                        ("proc_root", "--proc-root")))
     if backend and backend not in BACKENDS + ("auto",):
         raise GpuwardenError(f"unknown backend {backend!r}", f"choose one of: {', '.join(BACKENDS)}")
     for flag, root in (("--sysfs-root", sysfs_root), ("--proc-root", proc_root)):
@@ -90,7 +95,7 @@ def _global(
     ctx.obj = Settings.from_env(state_dir=state_dir, config_path=config, backend=backend,
                                 sysfs_root=sysfs_root, proc_root=proc_root)
     from ops.nodeconfig import effective_settings  # the config may name the state dir
-    ctx.obj = effective_settings(ctx.obj)
+    ctx.obj = effective_settings(ctx.obj).with_(cli_words=tuple(invocation.words))
     from ops.statedir import refuse_squatted
     refuse_squatted(ctx.obj.state_dir)
     if ctx.invoked_subcommand is None:
@@ -103,6 +108,16 @@ def _global(
             raise typer.Exit(code)
 
 
+def _note_invocation(ctx: typer.Context, options: tuple[tuple[str, str], ...]) -> Invocation:
+    """Record the global options given on the command line, so hints repeat them (playbooks.hints)."""
+    invocation = ctx.obj if isinstance(ctx.obj, Invocation) else Invocation()
+    for name, flag in options:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name == "COMMANDLINE" and ctx.params.get(name) is not None:
+            invocation.words += [flag, str(ctx.params[name])]
+    return invocation
+
+
 for _name in COMMAND_MODULES:
     importlib.import_module(f"playbooks.commands.{_name}").register(app)
 
@@ -111,18 +126,20 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turn expected failures into one line and an exit code."""
     command = typer.main.get_command(app)
     args = argv if argv is not None else sys.argv[1:]
+    invocation = Invocation()
     try:
-        rv = command.main(args=args, prog_name="gpuwarden",
+        rv = command.main(args=args, prog_name="gpuwarden", obj=invocation,
                           standalone_mode=False)
         return rv if isinstance(rv, int) else 0
     except GpuwardenError as exc:
         print(f"gpuwarden: error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
+        hint = invocation.paste_ready(exc.hint)
+        if hint:
+            print(f"  hint: {hint}", file=sys.stderr)
         if "--json" in args:
             # A script reading stdout gets the failure in the shape it parses (the exit code stays).
             from ops.jsondoc import dumps, error_document
-            sys.stdout.write(dumps(error_document(exc.message, exc.hint, exc.exit_code), indent=None) + "\n")
+            sys.stdout.write(dumps(error_document(exc.message, hint, exc.exit_code), indent=None) + "\n")
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from typing import Callable
 
 import typer
@@ -14,12 +15,16 @@ import typer
 from ops.settings import Settings
 
 from .framework import Event, Playbook, Result, run
+from .hints import Invocation
 
 _MARK = {"step_ok": "ok", "step_failed": "FAILED", "step_skipped": "skipped"}
 
 
-def event_printer(json_out: bool) -> Callable[[Event], None]:
+def event_printer(json_out: bool, cli_words: tuple[str, ...] = ()) -> Callable[[Event], None]:
+    paste_ready = Invocation(list(cli_words)).paste_ready
+
     def show(event: Event) -> None:
+        event = replace(event, message=paste_ready(event.message) or "")
         if json_out:
             sys.stdout.write(json.dumps(event.to_dict(), default=str) + "\n")
             sys.stdout.flush()
@@ -60,7 +65,8 @@ def execute(playbook: Playbook, settings: Settings, *, dry_run: bool, yes: bool,
             wait_s: float = 0.0) -> Result:
     """Run a playbook the CLI way and exit with its code."""
     try:
-        result = run(playbook, settings, sink=event_printer(json_out), dry_run=dry_run, assume_yes=yes,
+        result = run(playbook, settings, sink=event_printer(json_out, settings.cli_words), dry_run=dry_run,
+                     assume_yes=yes,
                      confirm=None if json_out else terminal_confirm(), lock_wait_s=wait_s)
     except KeyboardInterrupt:
         typer.echo(f"{playbook.name}: interrupted; the steps already done stay done (see `gpuwarden journal`)",

@@ -73,7 +73,7 @@ def test_drain_reports_what_remains(sim, state_dir):
         proc = sim("drain", "2", "--yes", "--timeout", "0.5")
         assert proc.returncode == 1
         err = proc.stderr
-        assert f"used by pid {tenant.pid}" in err and "gpuwarden purge 2" in err
+        assert f"used by pid {tenant.pid}" in err and "stop it" in err and " drain 2` again" in err
         assert "no supervised engine runs on GPU 2" in proc.stdout
         assert tenant.poll() is None
         assert 2 in nodestate.drained(state_dir)

@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
                                   max_bytes=parse_size(max_bytes))
         if dry_run:
             from playbooks.output import event_printer
-            raise typer.Exit(run(playbook, settings, sink=event_printer(json_out), dry_run=True).exit_code)
+            raise typer.Exit(run(playbook, settings, sink=event_printer(json_out, settings.cli_words), dry_run=True).exit_code)
         progress = None if json_out else _progress_printer()
 
         def sink(event: Event) -> None:

@@ -31,8 +31,10 @@ def register(app: typer.Typer) -> None:
 
         Launch refuses a drained GPU and status shows it. Engines on this GPU only are stopped through
         their shims (stop signal, grace, SIGKILL); then drain waits until no process holds the GPU and its
-        VRAM is back at the baseline, and reports what was stopped and what remains. Exit 1 when something
-        remains (see `gpuwarden purge N`).
+        VRAM is back at the baseline, and reports what was stopped and what remains. Memory that no process
+        holds never comes back by itself: once nothing else is left, drain stops waiting for it, exits 0 and
+        names the reset (`gpuwarden reset N`, or `gpuwarden fix N`). Exit 1 when a process still uses or
+        holds the GPU (purge removes dead holders).
         """
         from playbooks import nodecheck
         from playbooks.drain import DrainPlaybook

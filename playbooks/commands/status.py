@@ -47,7 +47,11 @@ def register(app: typer.Typer) -> None:
         """
         settings: Settings = ctx.obj
         take = _snapshot_source(settings, bundle, watch)
-        from playbooks.report import render
+        from playbooks.hints import Invocation
+        from playbooks.report import render as render_plain
+
+        def render(snap, width: int) -> str:  # hints in warnings name commands to paste: same options
+            return Invocation(list(settings.cli_words)).paste_ready(render_plain(snap, width)) or ""
         if not watch:
             snap = take()
             if json_out:
