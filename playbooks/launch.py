@@ -116,20 +116,21 @@ class LaunchPlaybook(Playbook):
 
     # --- starting and following ---------------------------------------------------------------
 
-    def _spawn(self, ctx: RunContext, engine: EngineConfig) -> None:
-        shim_pid = control.start(ctx.settings, engine, gate_slots=self.stagger,
+    def _spawn(self, ctx: RunContext, engines: tuple[EngineConfig, ...]) -> None:
+        pids = control.start_all(ctx.settings, engines, gate_slots=self.stagger,
                                  registration_timeout=self.config.stagger.registration_timeout,
                                  workdir=str(self.config.path.resolve().parent), launch_id=self.launch_id)
-        control.wait_for_record(ctx.settings, engine.name, shim_pid)
-        ctx.scratch.setdefault("shims", {})[engine.name] = shim_pid
-        ctx.info(f"{engine.name}: shim {shim_pid} started", engine=engine.name, shim_pid=shim_pid)
+        for engine in engines:
+            shim_pid = pids[engine.name]
+            control.wait_for_record(ctx.settings, engine.name, shim_pid)
+            ctx.scratch.setdefault("shims", {})[engine.name] = shim_pid
+            ctx.info(f"{engine.name}: shim {shim_pid} started", engine=engine.name, shim_pid=shim_pid)
 
     def _start(self, ctx: RunContext) -> str:
         ctx.scratch["launched_at"] = time.time()
         # Sequential launches start each engine only when the one before serves (in _follow).
         first = self.engines[:1] if self.sequential else self.engines
-        for engine in first:
-            self._spawn(ctx, engine)
+        self._spawn(ctx, first)
         return f"{len(first)} shim(s) started" + (", the rest follow one by one" if self.sequential else "")
 
     def _timeout(self) -> float:
@@ -157,7 +158,7 @@ class LaunchPlaybook(Playbook):
             if self.sequential and pending and seen.get(self.engines[len(started) - 1].name) == "serving":
                 nxt = pending.pop(0)
                 started.add(nxt.name)
-                self._spawn(ctx, nxt)
+                self._spawn(ctx, (nxt,))
                 continue
             if not pending and all(seen.get(n) == "serving" for n in started):
                 took = time.time() - t0
