@@ -70,6 +70,17 @@ def proc_state(pid: int) -> str | None:
     return text[text.rfind(")") + 2]
 
 
+def ignores(pid: int, sig: int) -> bool:
+    """True once process `pid` ignores signal `sig` (its SigIgn mask in /proc/<pid>/status)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        pass
+    return False
+
+
 def kill_and_wait_zombie(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: proc_state(pid) == "Z", what=f"pid {pid} to become a zombie")
