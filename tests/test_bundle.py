@@ -251,7 +251,7 @@ def test_triage_inside_bundle_and_cli(cli, sim, bindir, tmp_path, fixtures):
 
 def test_replay_reads_the_captured_tree(cli, sim, tmp_path):
     holder = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir), "sim", "hold",
-                               "--gpu", "1", "--size", "3G"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+                               "--gpu", "1", "--size", "3GiB"], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert "holding" in holder.stdout.readline()
         from ops import nodestate
@@ -371,7 +371,7 @@ def test_full_disk_leaves_no_partial_archive(cli, sim, bindir, tmp_path):
 
 def test_triage_reports_residual_vram_and_its_holders(sim, tmp_path):
     holder = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir), "sim", "hold",
-                               "--gpu", "0", "--size", "2G"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+                               "--gpu", "0", "--size", "2GiB"], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert "holding" in holder.stdout.readline()
         holder.kill()  # not reaped yet: a zombie that still holds its simulated VRAM

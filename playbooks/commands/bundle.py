@@ -86,13 +86,14 @@ def register(app: typer.Typer) -> None:
         safe_mode: bool = typer.Option(False, "--safe-mode",
                                        help="Skip the vendor tools that can hang on a wedged GPU (amd-smi, rocm-smi, nvidia-smi)."),
         timeout: float = typer.Option(10.0, "--timeout", help="Seconds each collector may take.", min=0.1),
-        max_bytes: str = typer.Option("16M", "--max-bytes", help="Cap per output file; the tail is kept (e.g. 4M)."),
+        max_bytes: str = typer.Option("16MiB", "--max-bytes", help="Cap per output file; the tail is kept "
+                                      "(e.g. 4MiB; a plain number is bytes)."),
         json_out: bool = typer.Option(False, "--json", help="Print the result (path, collectors, triage) as JSON."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be collected, collect nothing."),
     ) -> None:
         settings: Settings = ctx.obj
         playbook = BundlePlaybook(output=output, since=since, safe_mode=safe_mode, timeout_s=timeout,
-                                  max_bytes=parse_size(max_bytes))
+                                  max_bytes=parse_size(max_bytes, bare_bytes=True))
         if dry_run:
             from playbooks.output import event_printer
             raise typer.Exit(run(playbook, settings, sink=event_printer(json_out, settings.cli_words), dry_run=True).exit_code)

@@ -49,7 +49,7 @@ class GpusPanel(RowTable):
             res_text = Text((text.size(resid) if wide else text.short_size(resid)) if resid else "-",
                             style=S["residual"] if significant else ("dim" if not resid else ""))
             if r and r.holders:
-                res_text.append(f" {len(r.holders)}h" if not wide else f" ({len(r.holders)} holder{'s' if len(r.holders) > 1 else ''})", style=S["residual"])
+                res_text.append(f" ({len(r.holders)})" if not wide else f" ({len(r.holders)} holder{'s' if len(r.holders) > 1 else ''})", style=S["residual"])
             mark = Text()
             if g.index in snap.drained:
                 mark.append("DRAINED" if wide else "DRN", style=S["drained"])
