@@ -91,7 +91,7 @@ def list_cmd(ctx: typer.Context,
         elif record.get("detail") and info.phase in ("crashed", "stopping", "waiting"):
             typer.echo(f"{info.name}: {record['detail']}")
         if info.bundle:
-            typer.echo(f"{info.name}: incident bundle {info.bundle} (`gpuwarden triage` it)")
+            typer.echo(f"{info.name}: incident bundle {info.bundle} (read it with `gpuwarden triage {info.bundle}`)")
         if record.get("warning"):
             typer.echo(f"{info.name}: {record['warning']}")
         for reg in info.registrations[-3:]:

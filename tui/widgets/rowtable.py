@@ -100,9 +100,17 @@ class RowTable(Widget, can_focus=True):
         if key is not None:
             self.post_message(self.Selected(self, key))
 
+    def row_at(self, event: Click) -> int | None:
+        """The row under a click: inside the content (border and padding do not count), below the header."""
+        at = event.get_content_offset(self)
+        if at is None:
+            return None
+        row = at.y - 1 + self._offset
+        return row if 0 <= row < len(self.rows) else None
+
     def on_click(self, event: Click) -> None:
-        row = event.y - 1 + self._offset
-        if 0 <= row < len(self.rows):
+        row = self.row_at(event)
+        if row is not None:
             self.cursor_row = row
             self.refresh()
             if event.chain == 2:
