@@ -35,11 +35,14 @@ os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 class Tmux:
     def __init__(self, socket: Path, name: str = "gw"):
         self.base = ["tmux", "-S", str(socket)]
+        self.config_home = socket.parent / "xdg-config"
         self.name = name
 
     def start(self, command: str, width: int = 100, height: int = 30, env: dict | None = None) -> None:
         args = [*self.base, "new-session", "-d", "-x", str(width), "-y", str(height), "-s", self.name]
-        for k, v in (env or {}).items():
+        # The console's remembered settings (tui/prefs.py) of whoever runs the tests must not apply here.
+        env = {"XDG_CONFIG_HOME": str(self.config_home), **(env or {})}
+        for k, v in env.items():
             args += ["-e", f"{k}={v}"]
         subprocess.run([*args, command], check=True)
 
