@@ -31,7 +31,7 @@ app = typer.Typer(
     "Exit status: 0 done or healthy; 1 needs attention, refused (a safety check, no --yes without a "
     "terminal) or a step failed; 2 error (bad input, missing file, no permission); 130 interrupted.",
     no_args_is_help=False,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},

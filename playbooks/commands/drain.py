@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from ops.settings import Settings
+from playbooks.commands import completion
 from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 
@@ -17,7 +18,8 @@ def register(app: typer.Typer) -> None:
     @app.command("drain")
     def drain_cmd(
         ctx: typer.Context,
-        gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`)."),
+        gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`).",
+                                 autocompletion=completion.gpus),
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait until the GPU is idle."),
         grace: Optional[float] = typer.Option(None, "--grace", help="Seconds each engine gets between its stop "
                                               "signal and SIGKILL (default: the engine's stop_grace)."),
@@ -47,7 +49,7 @@ def register(app: typer.Typer) -> None:
     @app.command("undrain")
     def undrain_cmd(
         ctx: typer.Context,
-        gpu: int = typer.Argument(..., help="GPU index."),
+        gpu: int = typer.Argument(..., help="GPU index.", autocompletion=completion.gpus),
         dry_run: DryRun = False,
         yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for symmetry; undrain asks nothing."),
         json_out: JsonOut = False,

@@ -13,6 +13,8 @@ from typing import Optional
 
 import typer
 
+from playbooks.commands import completion
+
 from ops.engines import control, logs, registrations
 from ops.engines import state as st
 from ops.errors import GpuwardenError, NotFound
@@ -101,7 +103,7 @@ def list_cmd(ctx: typer.Context,
 
 
 @engines_app.command("logs")
-def logs_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine name."),
+def logs_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine name.", autocompletion=completion.engines),
              lines: int = typer.Option(50, "--lines", "-n", min=0, help="How many last lines to show."),
              follow: bool = typer.Option(False, "--follow", "-f",
                                          help="Keep printing new lines until Ctrl-C (or the engine has ended).")) -> None:
@@ -128,7 +130,8 @@ def logs_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine na
 
 
 @engines_app.command("stop")
-def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help="Engine name."),
+def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help="Engine name.",
+                                                  autocompletion=completion.engines),
              all_: bool = typer.Option(False, "--all", help="Stop every running engine."),
              timeout: Optional[float] = typer.Option(None, "--timeout", min=0,
                                                      help="Grace before SIGKILL (default: the engine's stop_grace)."),
@@ -167,7 +170,7 @@ def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help
 
 
 @engines_app.command("restart")
-def restart_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine name."),
+def restart_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine name.", autocompletion=completion.engines),
                 timeout: Optional[float] = typer.Option(None, "--timeout", min=0,
                                                         help="Grace before SIGKILL when stopping it.")) -> None:
     """Stop an engine (if it runs) and start it again under a new shim, with the spec it was launched with."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import typer
 
 from ops.settings import Settings
+from playbooks.commands import completion
 from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 
@@ -15,7 +16,8 @@ def register(app: typer.Typer) -> None:
     @app.command("fix")
     def fix_cmd(
         ctx: typer.Context,
-        gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`)."),
+        gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`).",
+                                 autocompletion=completion.gpus),
         no_reset: bool = typer.Option(False, "--no-reset", help="Purge only; never reset the GPU."),
         stop_engines: bool = typer.Option(False, "--stop-engines", help="Allow stopping the supervised engines "
                                           "on the GPU (and its XGMI hive) when only a reset can clear it; "

@@ -9,6 +9,8 @@ from typing import List, Optional
 
 import typer
 
+from playbooks.commands import completion
+
 from ops import nodeconfig
 from ops.settings import Settings
 
@@ -17,7 +19,8 @@ def register(app: typer.Typer) -> None:
     @app.command("launch")
     def launch_cmd(
         ctx: typer.Context,
-        engines: Optional[List[str]] = typer.Argument(None, help="Engines to start (default: every engine in the config)."),
+        engines: Optional[List[str]] = typer.Argument(None, help="Engines to start (default: every engine in the config).",
+                                                     autocompletion=completion.config_engines),
         stagger: Optional[int] = typer.Option(
             None, "--stagger", min=1,
             help="How many engines may register at once (default: [stagger] slots in the config, else 1)."),

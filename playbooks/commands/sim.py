@@ -10,6 +10,8 @@ from typing import List
 
 import typer
 
+from playbooks.commands import completion
+
 from ops.settings import Settings
 from ops.units import fmt_bytes, parse_size
 
@@ -94,7 +96,8 @@ def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", 
 @sim_app.command("scenario")
 def scenario_cmd(
     ctx: typer.Context,
-    name: str = typer.Argument(..., help="residual, arena or clean.", metavar="NAME"),
+    name: str = typer.Argument(..., help="residual, arena or clean.", metavar="NAME",
+                               autocompletion=completion.choices("residual", "arena", "clean")),
     json_out: bool = typer.Option(False, "--json", help="Print what was set up as JSON."),
 ) -> None:
     """Set the simulated node up as one of the README's incidents, to see and fix it (or clean it).
