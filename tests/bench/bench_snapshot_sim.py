@@ -2,7 +2,7 @@
 
 Peer in the same run: psutil.process_iter over the host (what a typical Python monitor does per refresh).
 Cases: 32 of 2,000 processes use GPUs; all 2,000 do (with pidfds, and with the stat-reading fallback).
-Run: python tests/bench/bench_snapshot_sim.py [--runs 30] [--json-out FILE]
+Run: python tests/bench/bench_snapshot_sim.py [--runs 30] [--json-out FILE]   (psutil: pip install -e ".[bench]")
 """
 
 from __future__ import annotations
