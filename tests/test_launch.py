@@ -167,3 +167,22 @@ def test_arena_missing_or_corrupt_stops_the_launch(tmp_path, supervised, cli):
     assert proc.returncode == 1
     assert "FAILED" in proc.stderr and "chunk" in proc.stderr
     assert records(supervised) == {}
+
+
+def test_preflight_refuses_a_program_that_is_missing_or_not_executable(tmp_path, supervised, cli):
+    script = tmp_path / "serve.sh"
+    script.write_text("#!/bin/sh\nexec sleep 60\n")  # not executable yet
+    cfg = tmp_path / "node.toml"
+    cfg.write_text('[[engines]]\nname = "a"\ngpu = 0\nargv = ["./serve.sh"]\n\n'
+                   '[[engines]]\nname = "b"\ngpu = 1\nargv = ["no-such-engine-binary", "--port", "1"]\n\n'
+                   '[[engines]]\nname = "c"\ngpu = 2\nargv = ["/opt/nowhere/serve"]\n')
+    proc = cli("--config", str(cfg), "launch", "--dry-run")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "engine a: program ./serve.sh is not executable" in out
+    assert "engine b: program 'no-such-engine-binary' is not on the PATH it runs with" in out
+    assert "engine c: program /opt/nowhere/serve does not exist" in out
+    assert records(supervised) == {}
+    script.chmod(0o755)
+    proc = cli("--config", str(cfg), "launch", "a", "--dry-run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
