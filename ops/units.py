@@ -78,3 +78,15 @@ def fmt_used_of(used: int | None, total: int | None) -> str:
             return f"{used / scale:.1f}/{total / scale:.0f}{unit}" if unit != "Mi" else \
                 f"{used / scale:.0f}/{total / scale:.0f}{unit}"
     return f"{used}/{total}B"
+
+
+_KERNEL = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50, "e": 1 << 60}
+
+
+def parse_kernel_size(text: str) -> int:
+    """A size as the kernel writes it in /proc and mount options (memparse: `1048576k`, `2G`): a bare
+    number is bytes and K, M, G, T, P, E are binary. Not for operator input: that is parse_size."""
+    m = re.fullmatch(r"\s*([0-9]+)([KkMmGgTtPpEe]?)\s*", str(text))
+    if not m:
+        raise GpuwardenError(f"cannot read the kernel's size {text!r}", "expected digits and one of K M G T P E")
+    return int(m.group(1)) * _KERNEL[m.group(2).lower()]

@@ -49,3 +49,11 @@ def test_cli_sizes_go_through_the_one_parser(cli):
     assert proc.returncode == 2 and "G alone could mean GiB or GB" in proc.stderr and "Traceback" not in proc.stderr
     proc = cli("sim", "init", "--gpus", "1", "--vram", "24GB")
     assert proc.returncode == 0 and "22.4 GiB" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_kernels_sizes_have_their_own_reader():
+    from ops.units import parse_kernel_size
+    assert parse_kernel_size("1048576k") == 1 << 30 and parse_kernel_size("2G") == 2 << 30
+    assert parse_kernel_size("4096") == 4096
+    with pytest.raises(GpuwardenError):
+        parse_kernel_size("2GiB")
