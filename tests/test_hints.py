@@ -94,6 +94,15 @@ def _reset_fails(n: Node) -> None:
     SimNode(n.state_dir).set_fault("reset-fails", True)
 
 
+def _corrupt_arena(n: Node) -> None:
+    from ops.arena.create import create
+    path = n.state_dir / "w.arena"
+    create(path, size=5 << 20, chunk_size=1 << 20)
+    with open(path, "r+b") as f:
+        f.seek(4096 + (3 << 20))
+        f.write(b"X")
+
+
 def _nothing(n: Node) -> None:
     pass
 
@@ -117,6 +126,8 @@ CASES = [
     ("engine-fix", _engine_and_leak, ("fix", "1", "--yes"), ["fix 1 --stop-engines"], None, (0,)),
     ("no-reset", _leak, ("fix", "2", "--yes", "--no-reset"), ["fix 2"], None, (0,)),
     ("reset-fails", _reset_fails, ("reset", "2", "--yes"), ["sim fault reset-fails off"], None, (0,)),
+    ("corrupt-arena", _corrupt_arena, ("arena", "verify", "{state}/w.arena"),
+     ["arena create {state}/w.arena --force --size 5242880B"], None, (0,)),
     ("no-sim-node", _nothing, ("sim", "show"), ["sim init"], None, (0,)),
     ("unknown-gpu", _idle, ("fix", "9"), ["status"], None, (0, 1)),
     ("no-baseline", _idle, ("status",), ["baseline record"], None, (0,)),
@@ -138,9 +149,11 @@ def test_every_hint_works_when_pasted(case, tmp_path):
     n.state_dir.mkdir(exist_ok=True)
     try:
         setup(n)
+        command = tuple(w.replace("{state}", str(n.state_dir)) for w in command)
         proc = n.cli(*command)
         out = proc.stdout + proc.stderr
         hints = list(dict.fromkeys(commands_in(out)))
+        expected = [h.replace("{state}", str(n.state_dir)) for h in expected]
         assert hints == [f"gpuwarden {prefix} {h}" for h in expected], out
     finally:
         n.stop()
@@ -151,7 +164,8 @@ def test_every_hint_works_when_pasted(case, tmp_path):
         m = Node(state)
         try:
             setup(m)
-            m.cli(*command)  # the state that printed the hint is the one after the command ran
+            # The state that printed the hint is the one after the command ran.
+            m.cli(*(w.replace(str(n.state_dir), str(state)) for w in command))
             if before is not None:
                 before(m)
             argv = _pasted(hint.replace(str(n.state_dir), str(state)))
