@@ -11,13 +11,10 @@ import signal
 import time
 
 import pytest
-from engines.harness import records, supervised  # noqa: F401
+from engines.harness import records, start_sim_tenant_engine, supervised  # noqa: F401
 
 from ops import nodestate
-from ops.engines import control
 from ops.engines import state as st
-from ops.nodeconfig import EngineConfig
-from ops.settings import Settings
 from simnode import cli_argv, start_tenant, wait_for
 from test_reaper_family import holds_sim_vram, proc_state, start_family
 
@@ -129,19 +126,10 @@ def test_a_live_tenant_on_the_hive_forbids_the_reset(sim, state_dir):
         tenant.wait(10)
 
 
-def _engine(state_dir, name: str, gpu: int, size: str) -> None:
-    settings = Settings(state_dir=state_dir)
-    argv = tuple(cli_argv(state_dir, "sim", "hold", "--gpu", str(gpu), "--size", size))
-    eng = EngineConfig(name=name, argv=argv, gpu=gpu, progress="log", registered_pattern="^holding",
-                       stop_grace=3.0, gated=False)
-    control.start(settings, eng, gate_slots=1, registration_timeout=20, workdir=None)
-    wait_for(lambda: (st.read_state(state_dir, name) or {}).get("phase") == "serving", 20, f"{name} serving")
-
-
 def test_engines_are_stopped_only_with_stop_engines(sim, supervised):  # noqa: F811
     state_dir = supervised
     sim("sim", "init", "--gpus", "2", check=True)
-    _engine(state_dir, "llm", 1, "1GiB")
+    start_sim_tenant_engine(state_dir, "llm", 1, "1GiB")
     sim("sim", "leak", "--gpu", "1", "--size", "2GiB", check=True)
     proc = sim("fix", "1", "--yes")
     out = proc.stdout + proc.stderr

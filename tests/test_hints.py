@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from engines.harness import stop_everything
-from test_fix import _engine
+from engines.harness import start_sim_tenant_engine, stop_everything
 from test_reaper_family import holds_sim_vram, proc_state, start_family
 
 from ops import nodestate
@@ -85,7 +84,7 @@ def _tenant(n: Node) -> None:
 def _engine_and_leak(n: Node) -> None:
     node = _sim(n, 2)
     n.cleanup.append(lambda: stop_everything(n.state_dir))
-    _engine(n.state_dir, "llm", 1, "1GiB")
+    start_sim_tenant_engine(n.state_dir, "llm", 1, "1GiB")
     node.leak(1, 2 << 30)
 
 
