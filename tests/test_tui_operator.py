@@ -189,9 +189,9 @@ def _bundle_with_log(path: Path, log: str) -> Path:
 
 def test_engine_detail_shows_the_exit_signal_and_the_triage_headline(settings, tmp_path, fixtures):
     from ops.triage import analyze_text
-    from ops.triage.render import summary_lines
+    from ops.triage.render import headline as triage_headline
     log = (fixtures / "dmesg" / "oom_killer_dmesg_time_format_iso_perl.log").read_text()
-    headline = summary_lines(analyze_text(log), limit=1)[0]
+    headline = triage_headline(analyze_text(log))
     bundle = _bundle_with_log(tmp_path / "crash.tar.gz", log)
     base = fixed_snapshot()
     crashed = EngineInfo(name="dp1", gpu=1, phase="crashed", signal="SIGSEGV", core_dumped=True, restarts=2,

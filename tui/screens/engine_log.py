@@ -37,17 +37,16 @@ def how_it_ended(e: EngineInfo) -> Text:
 def triage_headline(bundle: Path) -> str:
     """The first line of the triage of the bundle's kernel log, through ops.triage's public entry points.
 
-    A narrow call on purpose (the triage package is being reworked): analyze_text and summary_lines only.
+    A narrow call on purpose: analyze_text and render.headline only (the triage package evolves).
     """
     try:
         from ops.bundle.replay import open_bundle, read_member, top_dir
         from ops.triage import analyze_text
-        from ops.triage.render import summary_lines
+        from ops.triage.render import headline
         with open_bundle(bundle) as tar:
             log = read_member(tar, top_dir(tar), "kernel/kernel.log")
         report = analyze_text(log.decode(errors="replace") if log else "", source=str(bundle))
-        lines = summary_lines(report, limit=1)
-        return lines[0] if lines else "no findings"
+        return headline(report)
     except Exception as exc:  # evidence that cannot be read must not take the view down
         return f"unreadable ({exc}); `gpuwarden triage {bundle}` says more"
 
