@@ -7,39 +7,37 @@ current; a read error (the process or kobject is gone) drops the fd and reports 
 from __future__ import annotations
 
 import os
-import resource
+
+from .fdbudget import EXHAUSTED, PROCESS, FdBudget, OutOfDescriptors, raise_fd_limit  # noqa: F401 (re-export)
 
 
-def raise_fd_limit(wanted: int = 1 << 16) -> int:
-    """Lift the soft RLIMIT_NOFILE towards `wanted` (never above the hard limit); return the new soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            return target
-        except (ValueError, OSError):
-            return soft
-    return soft
+def open_or_none(path: str) -> int | None:
+    """os.open for reading; None when the file is not there (or not readable), OutOfDescriptors when no fd is left."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in EXHAUSTED:
+            raise OutOfDescriptors(exc.errno, f"no file descriptor left to read {path}") from None
+        return None
 
 
 class HeldFiles:
-    """A bounded map path -> open fd. Past `limit` open files it falls back to plain reads."""
+    """A map path -> open fd, kept within the process's descriptor budget; past it, plain reads.
 
-    def __init__(self, limit: int | None = None):
-        if limit is None:
-            limit = max(0, raise_fd_limit() - 256)  # leave room for everything else the process opens
-        self.limit = limit
+    `limit` caps this map on its own as well (tests); the budget is shared with every other holder."""
+
+    def __init__(self, limit: int | None = None, budget: FdBudget = PROCESS):
+        self.limit = limit if limit is not None else 1 << 30
+        self.budget = budget
         self._fds: dict[str, int] = {}
 
     def read(self, path: str, size: int = 4096) -> bytes | None:
         fd = self._fds.get(path)
         if fd is None:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
+            fd = open_or_none(path)
+            if fd is None:
                 return None
-            if len(self._fds) >= self.limit:
+            if len(self._fds) >= self.limit or not self.budget.take():
                 try:
                     return os.read(fd, size)
                 except OSError:
@@ -57,6 +55,7 @@ class HeldFiles:
         fd = self._fds.pop(path, None)
         if fd is not None:
             os.close(fd)
+            self.budget.give()
 
     def paths(self) -> list[str]:
         return list(self._fds)
@@ -64,6 +63,7 @@ class HeldFiles:
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
+        self.budget.give(len(self._fds))
         self._fds.clear()
 
     def __len__(self) -> int:

@@ -1,7 +1,7 @@
-"""Immutable records that make up one NodeSnapshot, and their JSON form.
+"""Immutable records that make up one NodeSnapshot, and their JSON form (schema gpuwarden.snapshot/1).
 
-Every field is plain data (ints in bytes, floats in seconds since the epoch), so a
-snapshot serialises with `to_json` and reads back with `snapshot_from_dict`.
+Every field is plain data (ints in bytes, floats in seconds since the epoch, each time with an ISO-8601
+twin in JSON), so a snapshot serialises with `to_json` and reads back with `snapshot_from_dict`.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from .jsondoc import document, iso
 
 # Process states as the kernel's /proc/<pid>/stat letter maps to them.
 PROC_STATES = {
@@ -142,6 +144,8 @@ class EngineInfo:
     bundle: str | None = None
     stale: bool = False  # the state file's shim is gone: nothing here can be trusted
     registrations: tuple[Registration, ...] = ()  # newest last
+    phase_since: float | None = None  # when it entered `phase` (the shim's record); None when unknown
+    crashes: dict[str, int] = field(default_factory=dict)  # signal name ("none": exit code) -> crashes so far
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,45 @@ class ArenaInfo:
     mappers: tuple[ArenaMapper, ...] = ()
 
 
+# Every code a snapshot warning can carry, and what it means (the schema lists the same codes).
+WARNING_CODES = {
+    "simulated": "the node is the simulated one (a demo or a test), not real GPUs",
+    "no-baseline": "no idle baseline recorded: residual counts all unexplained VRAM",
+    "pid-namespace": "gpuwarden runs inside a PID namespace: driver PIDs do not match its /proc",
+    "residual-unknown": "the driver did not say how much VRAM some processes use on a GPU",
+    "ownerless-leak": "VRAM held by no live process and no holder: only a GPU reset clears it",
+    "engine-state-unreadable": "an engine state file could not be read",
+    "arena-state-unreadable": "the arena could not be inspected",
+    "config-unusable": "the node config exists but does not load",
+    "stale": "the snapshot is older than its sampling interval says it should be (a backend call hangs)",
+    "other": "a warning without a code of its own",
+}
+
+
+@dataclass(frozen=True)
+class SnapshotWarning:
+    """Something the operator should know about a snapshot: a stable `code` for scripts, a `message` for people."""
+
+    code: str  # one of WARNING_CODES
+    message: str
+    gpu: int | None = None  # the GPU it is about, when one
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def as_warning(item: "SnapshotWarning | str | dict[str, Any]") -> SnapshotWarning:
+    """A SnapshotWarning from one, from a plain message (older code and bundles) or from its JSON form."""
+    if isinstance(item, SnapshotWarning):
+        return item
+    if isinstance(item, dict):
+        code = item.get("code")
+        return SnapshotWarning(code=code if code in WARNING_CODES else "other", message=str(item.get("message", "")),
+                               gpu=item.get("gpu"))
+    text = str(item)
+    return SnapshotWarning("simulated" if text.startswith("SIMULATED") else "other", text)
+
+
 @dataclass(frozen=True)
 class NodeSnapshot:
     """Everything gpuwarden knows about the node at one moment; `status --json` prints it."""
@@ -178,10 +221,16 @@ class NodeSnapshot:
     engines: tuple[EngineInfo, ...] = ()
     arenas: tuple[ArenaInfo, ...] = ()
     drained: tuple[int, ...] = ()
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[SnapshotWarning, ...] = ()
     baseline_recorded: bool = False
     source: str = "live"  # "live", or "bundle:<path>" for a replay
     duration_s: float | None = None
+    # Set when the node agent served this snapshot: {"pid", "interval_s", "age_s", "stale", "socket"}.
+    agent: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if any(not isinstance(w, SnapshotWarning) for w in self.warnings):
+            object.__setattr__(self, "warnings", tuple(as_warning(w) for w in self.warnings))
 
     def gpu(self, index: int) -> GpuInfo | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -192,16 +241,71 @@ class NodeSnapshot:
             return True
         return any(e.phase == "crashed" for e in self.engines)
 
-    def to_dict(self) -> dict[str, Any]:
-        return _plain(self)
+    def warning_codes(self) -> set[str]:
+        return {w.code for w in self.warnings}
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+    def to_dict(self) -> dict[str, Any]:
+        """The gpuwarden.snapshot/1 document: every field, an ISO-8601 twin beside each time, needs_attention."""
+        body = _plain(self)
+        if body.get("agent") is None:
+            body.pop("agent", None)
+        body["needs_attention"] = self.needs_attention()
+        return document("snapshot", body)
+
+    def to_json(self, indent: int | None = None) -> str:
+        """The document as JSON: compact (each unchanged process's JSON reused) unless an indent is asked for."""
+        if indent is not None:
+            return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+        doc = self.to_dict()
+        doc["processes"] = _PROCESSES_MARK
+        text = json.dumps(doc, separators=(",", ":"))
+        # The key and a string value are what json.dumps writes for the mark: no other text can look like it.
+        spot = f'"processes":{json.dumps(_PROCESSES_MARK)}'
+        return text.replace(spot, '"processes":[' + ",".join(_process_json(p) for p in self.processes) + "]", 1)
+
+
+def plain(obj: Any) -> Any:
+    """A model record as JSON-ready data, with `<time>_iso` beside each epoch time (what documents carry)."""
+    return _plain(obj)
+
+
+_PROCESSES_MARK = "\u0000processes"
+
+
+def _process_json(p: "GpuProcess") -> str:
+    """One process as compact JSON, made once per GpuProcess object (a sampler reuses unchanged ones)."""
+    cached = p.__dict__.get("_json_cache")
+    if cached is None:
+        cached = json.dumps(_plain(p), separators=(",", ":"))
+        object.__setattr__(p, "_json_cache", cached)
+    return cached
+
+
+# Fields holding seconds since the epoch: JSON gets `<name>_iso` beside each.
+TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at", "phase_since"})
+_names: dict[type, tuple[str, ...]] = {}
 
 
 def _plain(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj):
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        # A sampler hands out the same GpuProcess while nothing about it changed: convert it once.
+        cached = obj.__dict__.get("_plain_cache")
+        if cached is not None:
+            return dict(cached)  # a copy: a reader that edits its document must not edit the next one
+        cls = type(obj)
+        names = _names.get(cls)
+        if names is None:
+            names = _names[cls] = tuple(f.name for f in dataclasses.fields(obj))
+        out: dict[str, Any] = {}
+        for name in names:
+            value = getattr(obj, name)
+            out[name] = value if value is None or isinstance(value, (str, int, float)) else _plain(value)
+            if name in TIME_FIELDS:
+                out[name + "_iso"] = iso(value)
+        if cls is GpuProcess:
+            object.__setattr__(obj, "_plain_cache", out)
+            return dict(out)
+        return out
     if isinstance(obj, dict):
         return {str(k): _plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -247,5 +351,5 @@ def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
     return _build(NodeSnapshot, {
         **data, "gpus": gpus, "processes": procs, "residual": residual, "engines": engines,
         "arenas": arenas, "drained": tuple(data.get("drained", ())),
-        "warnings": tuple(data.get("warnings", ())),
+        "warnings": tuple(as_warning(w) for w in data.get("warnings", ()) or ()),
     })

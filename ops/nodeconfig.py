@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import tomllib
@@ -13,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .agent.config import DEFAULT as AGENT_DEFAULTS
+from .agent.config import AgentConfig
+from .agent.config import parse as parse_agent
 from .errors import ConfigError, GpuwardenError
 from .settings import Settings
 from .units import parse_size
@@ -26,7 +28,7 @@ GATE_RELEASE_RE = re.compile(r"^(registered|ready|(\d+(\.\d+)?)s)$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 # Keys each table accepts; anything else is a typo worth stopping for.
-_TOP_KEYS = {"state_dir", "arena", "stagger", "engines", "defaults"}
+_TOP_KEYS = {"state_dir", "arena", "stagger", "engines", "defaults", "agent"}
 _ARENA_KEYS = {"path", "size", "source"}
 _STAGGER_KEYS = {"slots", "registration_timeout"}
 _ENGINE_KEYS = {
@@ -95,6 +97,7 @@ class NodeConfig:
     arena: ArenaConfig | None = None
     stagger: StaggerConfig = StaggerConfig()
     state_dir: Path | None = None
+    agent: AgentConfig = AGENT_DEFAULTS  # the [agent] table (ops.agent.config)
 
     def engine(self, name: str) -> EngineConfig | None:
         return next((e for e in self.engines if e.name == name), None)
@@ -103,11 +106,8 @@ class NodeConfig:
 def load(settings: Settings) -> NodeConfig:
     """Read and validate settings.config_path; raise ConfigError naming file, line and key."""
     path = settings.config_path
+    # A sampler asks on every refresh through its FileCache, which calls this only when the file changed.
     try:
-        st = os.stat(path)
-        key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
-        if key in _loaded:
-            return _loaded[key]  # the snapshot asks on every refresh; parse only when the file changed
         text = path.read_text(encoding="utf-8")  # TOML is UTF-8 whatever the locale
     except FileNotFoundError:
         raise ConfigError(
@@ -123,13 +123,7 @@ def load(settings: Settings) -> NodeConfig:
         line = exc.object[:exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}: not valid TOML (not UTF-8 text: byte 0x{exc.object[exc.start]:02x})",
                           "save the file as UTF-8; is it the node config at all?") from None
-    config = parse(text, path)
-    _loaded.clear()
-    _loaded[key] = config
-    return config
-
-
-_loaded: dict[tuple, "NodeConfig"] = {}
+    return parse(text, path)
 
 
 def parse(text: str, path: Path) -> NodeConfig:
@@ -233,8 +227,12 @@ class _Validator:
                 raise self.fail("engines", i, "name", f"engine name {e.name!r} is used twice",
                                 "give every engine its own name")
             names[e.name] = i
+        agent = AGENT_DEFAULTS
+        if "agent" in data:
+            agent = parse_agent(data["agent"], lambda key, problem, hint: self.fail(
+                None if not key else "agent", None, key or "agent", problem, hint))
         return NodeConfig(path=self.path, engines=tuple(engines), arena=arena, stagger=stagger,
-                          state_dir=Path(state_dir) if state_dir else None)
+                          state_dir=Path(state_dir) if state_dir else None, agent=agent)
 
     def arena(self, raw: Any) -> ArenaConfig:
         if not isinstance(raw, dict):

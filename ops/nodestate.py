@@ -8,12 +8,25 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from . import statedir
 
+if TYPE_CHECKING:
+    from .sampling.filecache import FileCache
 
-def drained(state_dir: Path) -> dict[int, dict]:
-    """GPU index -> {"since": ts, "who": ..., "reason": ...} for every drained GPU."""
-    data = statedir.read_json_cached(state_dir / statedir.DRAINED, default={}) or {}
+
+def _read(path: Path, cache: "FileCache | None") -> dict:
+    if cache is not None:
+        return cache.json(path, default={}, kind=dict) or {}
+    return statedir.read_json(path, default={}, kind=dict) or {}
+
+
+def drained(state_dir: Path, cache: "FileCache | None" = None) -> dict[int, dict]:
+    """GPU index -> {"since": ts, "who": ..., "reason": ...} for every drained GPU.
+
+    `cache`: a sampler's FileCache, so that a refresh parses the file only when it changed."""
+    data = _read(state_dir / statedir.DRAINED, cache)
     return {int(k): v for k, v in data.items()}
 
 
@@ -27,9 +40,9 @@ def set_drained(state_dir: Path, gpu: int, on: bool, who: str = "", reason: str 
     statedir.write_json(state_dir / statedir.DRAINED, data)
 
 
-def baseline(state_dir: Path) -> dict[int, int]:
+def baseline(state_dir: Path, cache: "FileCache | None" = None) -> dict[int, int]:
     """GPU index -> idle VRAM bytes recorded by `baseline record`."""
-    data = statedir.read_json_cached(state_dir / statedir.BASELINE, default={}) or {}
+    data = _read(state_dir / statedir.BASELINE, cache)
     return {int(k): int(v["vram_bytes"]) for k, v in data.get("gpus", {}).items()}
 
 

@@ -10,6 +10,8 @@ import os
 import select
 from pathlib import Path
 
+from .fdbudget import PROCESS, FdBudget
+
 
 def usable(proc_root: Path) -> bool:
     """True when pidfds name the same processes as `proc_root`: the live /proc of our own PID namespace.
@@ -32,14 +34,16 @@ def usable(proc_root: Path) -> bool:
 
 
 class PidWatch:
-    """pid -> pidfd, registered in one epoll. Past `limit` pidfds, track() declines (callers read stat).
+    """pid -> pidfd, registered in one epoll. Past `limit` pidfds or the process's descriptor budget,
+    track() declines (callers read stat).
 
     epoll rather than poll: poll walks every fd at each call (0.1 ms for 2,000 here), epoll hands back
     only the ready ones, and exits are rare.
     """
 
-    def __init__(self, limit: int):
-        self.limit = limit
+    def __init__(self, limit: int | None = None, budget: FdBudget = PROCESS):
+        self.limit = limit if limit is not None else 1 << 30
+        self.budget = budget
         self._ep = select.epoll()
         self._fd_of: dict[int, int] = {}
         self._pid_of: dict[int, int] = {}
@@ -61,16 +65,18 @@ class PidWatch:
         """
         if pid in self._fd_of:
             return True
-        if len(self._fd_of) >= self.limit:
+        if len(self._fd_of) >= self.limit or not self.budget.take():
             return False
         try:
             fd = os.pidfd_open(pid)
         except OSError:
+            self.budget.give()
             return False
         try:
             self._ep.register(fd, select.EPOLLIN)
         except OSError:
             os.close(fd)
+            self.budget.give()
             return False
         self._fd_of[pid] = fd
         self._pid_of[fd] = pid
@@ -96,10 +102,12 @@ class PidWatch:
         except OSError:
             pass
         os.close(fd)
+        self.budget.give()
 
     def close(self) -> None:
         for fd in self._fd_of.values():
             os.close(fd)
+        self.budget.give(len(self._fd_of))
         self._fd_of.clear()
         self._pid_of.clear()
         self._ep.close()

@@ -7,12 +7,14 @@ Static facts are cached per identity, so a refresh re-reads only each process's 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import re
 import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
-from .heldfiles import HeldFiles
+from .heldfiles import HeldFiles, open_or_none
 from .model import PROC_STATES
 
 VISIBILITY_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
@@ -46,9 +48,8 @@ def boot_time(proc_root: Path) -> float | None:
 
 
 def _read_bytes(path: str) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    fd = open_or_none(path)  # out of descriptors raises: "cannot read" must not read as "process gone"
+    if fd is None:
         return None
     try:
         return os.read(fd, 8192)
@@ -61,6 +62,14 @@ def _read_bytes(path: str) -> bytes | None:
 def _read(path: str) -> str | None:
     raw = _read_bytes(path)
     return raw.decode(errors="replace") if raw is not None else None
+
+
+@functools.lru_cache(maxsize=8)
+def _matcher(patterns: tuple[str, ...]):
+    """(match(path), the literal prefixes any match starts with) for shell-style device patterns."""
+    regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+    prefixes = tuple(p[:min((p.find(c) for c in "*?[" if c in p), default=len(p))] for p in patterns)
+    return regex.match, prefixes
 
 
 def split_stat(text: str) -> tuple[str, list[str]] | None:
@@ -101,18 +110,13 @@ def container_of(cgroup_text: str | None) -> str | None:
     return None
 
 
-_users: dict[int, str] = {}
-
-
 def user_name(uid: int | None) -> str | None:
     if uid is None:
         return None
-    if uid not in _users:
-        try:
-            _users[uid] = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            _users[uid] = str(uid)
-    return _users[uid]
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 class ProcReader:
@@ -126,6 +130,13 @@ class ProcReader:
         self._last: dict[int, tuple[ProcInfo, bytes]] = {}  # pid -> last answer and its state letter
         # When given, stat files of the processes read are kept open between refreshes.
         self._held = held
+        self._users: dict[int | None, str | None] = {}  # uid -> name: passwd is read once per uid
+
+    def _user(self, uid: int | None) -> str | None:
+        name = self._users.get(uid)
+        if name is None and uid not in self._users:
+            name = self._users[uid] = user_name(uid)
+        return name
 
     def pids(self) -> list[int]:
         try:
@@ -167,7 +178,7 @@ class ProcReader:
         start = self._btime + ticks / _CLK_TCK if self._btime is not None else None
         state = letter.decode()
         info = ProcInfo(pid=pid, start_time=start, start_ticks=ticks, state=PROC_STATES.get(state, state),
-                        ppid=ppid, uid=uid, user=user_name(uid), command=command, cgroup=cgroup,
+                        ppid=ppid, uid=uid, user=self._user(uid), command=command, cgroup=cgroup,
                         container=container)
         self._last[pid] = (info, letter)
         return info
@@ -211,12 +222,14 @@ class ProcReader:
         except OSError:
             return ()
         found: list[str] = []
+        match, prefixes = _matcher(tuple(patterns))
         for name in names:
             try:
                 target = os.readlink(f"{fd_dir}/{name}")
             except OSError:
                 continue
-            if target not in found and any(fnmatch.fnmatchcase(target, p) for p in patterns):
+            # Most descriptors are sockets, pipes and files: a prefix test spares the pattern for them.
+            if target.startswith(prefixes) and target not in found and match(target):
                 found.append(target)
         return tuple(sorted(found))
 
@@ -252,10 +265,15 @@ def group_members(pgid: int, proc_root: Path = Path("/proc")) -> list[int]:
     return out
 
 
+def stat_facts(pid: int, proc_root: Path = Path("/proc")) -> tuple[str, str, int, int] | None:
+    """(comm, state letter, ppid, start ticks) of `pid` now, or None when no such process exists."""
+    text = _read(f"{proc_root}/{pid}/stat")
+    return parse_stat(text) if text else None
+
+
 def identity(pid: int, proc_root: Path = Path("/proc")) -> int | None:
     """The start ticks of `pid` now, or None when no such process exists."""
-    text = _read(f"{proc_root}/{pid}/stat")
-    parsed = parse_stat(text) if text else None
+    parsed = stat_facts(pid, proc_root)
     return parsed[3] if parsed else None
 
 
@@ -265,6 +283,5 @@ def same_process(pid: int, start_ticks: int, proc_root: Path = Path("/proc")) ->
 
 
 def state_of(pid: int, proc_root: Path = Path("/proc")) -> str:
-    text = _read(f"{proc_root}/{pid}/stat")
-    parsed = parse_stat(text) if text else None
+    parsed = stat_facts(pid, proc_root)
     return PROC_STATES.get(parsed[1], parsed[1]) if parsed else "gone"

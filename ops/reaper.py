@@ -184,8 +184,10 @@ class Reaper:
 
     def __init__(self, settings: Settings, *, grace_s: float = 5.0, kill_wait_s: float = 5.0,
                  reap_wait_s: float = 0.5, orphan_wait_s: float = 5.0,
-                 progress: Callable[[str], None] = lambda msg: None):
+                 progress: Callable[[str], None] = lambda msg: None, end_parents: bool = True):
         self.settings = settings
+        # False: a zombie's parent only ever gets SIGCHLD, never TERM/KILL (the agent's unattended policy).
+        self.end_parents = end_parents
         self.proc_root = settings.proc_root
         self.grace_s = grace_s
         self.kill_wait_s = kill_wait_s
@@ -319,7 +321,8 @@ class Reaper:
             if self._wait(lambda: self._gone(target.pid, target.start_ticks), self.reap_wait_s):
                 out.result, out.detail = "removed", f"reaped by its parent pid {ppid} after SIGCHLD"
                 return out
-        refusal = untouchable(ppid, self.proc_root)
+        refusal = untouchable(ppid, self.proc_root) or (
+            None if self.end_parents else "ending a live parent needs an operator (the agent only asks it to reap)")
         if refusal:
             out.result = "reported"
             out.detail = (f"zombie not reaped by its parent pid {ppid} ({parent_cmd[:60]}), "

@@ -9,18 +9,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-BACKENDS = ("amdsmi", "sysfs", "nvml", "sim")
-DEFAULT_CONFIG = Path("/etc/gpuwarden/node.toml")
-
-
-def default_state_dir() -> Path:
-    """/run/gpuwarden for root, $XDG_RUNTIME_DIR/gpuwarden otherwise (a per-user fallback in /tmp)."""
-    if os.geteuid() == 0:
-        return Path("/run/gpuwarden")
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime:
-        return Path(runtime) / "gpuwarden"
-    return Path(f"/tmp/gpuwarden-{os.geteuid()}")
+from .paths import BACKENDS, DEFAULT_CONFIG, default_state_dir  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)

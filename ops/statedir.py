@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from .errors import GpuwardenError
+from .paths import refuse_squatted  # noqa: F401 (callers import it from here too)
 
 # Layout, relative to the state dir. One place so that every module agrees.
 JOURNAL = "journal.log"
@@ -45,24 +44,9 @@ def ensure(state_dir: Path, *parts: str) -> Path:
     return path
 
 
-def refuse_squatted(state_dir: Path) -> None:
-    """Refuse a state dir that another user made in a shared directory such as /tmp."""
-    # The non-root fallback is /tmp/gpuwarden-<uid>: any user can create that name first and read or
-    # plant our journal, gate and engine records. In a sticky world-writable parent, only our own dir will do.
-    try:
-        st, parent = os.stat(state_dir), os.stat(state_dir.resolve().parent)
-    except OSError:
-        return
-    shared_parent = parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH
-    if shared_parent and st.st_uid != os.geteuid():
-        raise GpuwardenError(
-            f"the state dir {state_dir} belongs to uid {st.st_uid}, not to you, in a directory anyone can write",
-            "remove it if it is stale, or point --state-dir / GPUWARDEN_STATE_DIR at a directory you own",
-        )
-
-
 def atomic_write(path: Path, data: bytes | str, mode: int = 0o644) -> None:
     """Write via a temp file in the same directory, fsync, rename: readers see old or new, never half."""
+    import tempfile  # here: `status` reads state files but never writes one, and tempfile's imports cost
     if isinstance(data, str):
         data = data.encode()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,27 +68,6 @@ def atomic_write(path: Path, data: bytes | str, mode: int = 0o644) -> None:
 
 def write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
     atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", mode)
-
-
-_cache: dict[str, tuple[tuple[int, int, int], Any]] = {}
-
-
-def read_json_cached(path: Path, default: Any = None, kind: type | None = None) -> Any:
-    """read_json for files read on every refresh: parsed again only when the file changed.
-
-    Callers must not mutate what they get back (it is shared between calls)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        _cache.pop(str(path), None)
-        return default
-    key = (st.st_mtime_ns, st.st_size, st.st_ino)
-    hit = _cache.get(str(path))
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    value = read_json(path, default, kind)
-    _cache[str(path)] = (key, value)
-    return value
 
 
 def read_json(path: Path, default: Any = None, kind: type | None = None) -> Any:

@@ -1,4 +1,5 @@
-"""Byte sizes: the one parser of operator input ("14GiB", "14GB") and the one formatter of human output.
+"""Byte sizes and durations: the one parser of operator input ("14GiB", "14GB"; "90s", "10m", "2h") and the one
+formatter of human output.
 
 GiB means 2**30 and GB 10**9, as the units say; a lone letter (24G: GiB or GB?) and a bare number are refused
 unless the option is a byte count. Output is binary (GiB), the way GPU memory is sold and reported.
@@ -47,6 +48,8 @@ def parse_size(text: str | int, *, bare_bytes: bool = False) -> int:
     if unit not in _UNITS:
         raise GpuwardenError(f"cannot read size {text!r}: unknown unit {m.group(2)!r}", _EXAMPLES)
     value = float(number) * _UNITS[unit]
+    if value == float("inf"):  # so many digits that the float overflowed
+        raise GpuwardenError(f"cannot read size {text!r}: too large", _EXAMPLES)
     if value != int(value) and unit != "b":
         value = round(value)  # "1.3KiB": a whole number of bytes is all anyone can mean
     return int(value)
@@ -90,3 +93,23 @@ def parse_kernel_size(text: str) -> int:
     if not m:
         raise GpuwardenError(f"cannot read the kernel's size {text!r}", "expected digits and one of K M G T P E")
     return int(m.group(1)) * _KERNEL[m.group(2).lower()]
+
+
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str | int | float) -> float:
+    """'90', '90s', '15m', '2h', '1d' -> seconds; raise GpuwardenError on anything else."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool) and text >= 0:
+        return float(text)
+    raw = str(text).strip().lower()
+    num_end = 0
+    while num_end < len(raw) and (raw[num_end].isdigit() or raw[num_end] == "."):
+        num_end += 1
+    number, unit = raw[:num_end], raw[num_end:].strip()
+    try:
+        if number and unit in _SECONDS:
+            return float(number) * _SECONDS[unit]
+    except ValueError:  # "1.2.3"
+        pass
+    raise GpuwardenError(f"cannot read the duration {text!r}", "write it like 30s, 15m, 2h or 1d")

@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 from ops import __version__
 from ops.errors import GpuwardenError
-from ops.settings import BACKENDS, Settings
+from ops.settings import Settings
 
 from .hints import Invocation
 
@@ -40,7 +40,7 @@ app = typer.Typer(
 # Order is the order of `gpuwarden --help`.
 COMMAND_MODULES = (
     "status", "doctor", "fix", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
-    "baseline", "bundle", "triage", "config", "journal", "sim",
+    "baseline", "bundle", "triage", "config", "journal", "agent", "history", "metrics", "sim",
 )
 
 
@@ -85,19 +85,8 @@ def _global(
     invocation = _note_invocation(ctx, (("state_dir", "--state-dir"), ("config", "--config"),
                                         ("backend", "--backend"), ("sysfs_root", "--sysfs-root"),
                                         ("proc_root", "--proc-root")))
-    if backend and backend not in BACKENDS + ("auto",):
-        raise GpuwardenError(f"unknown backend {backend!r}", f"choose one of: {', '.join(BACKENDS)}")
-    for flag, root in (("--sysfs-root", sysfs_root), ("--proc-root", proc_root)):
-        # A missing /proc tree would show every GPU process as gone and its VRAM as residual.
-        if root is not None and not root.is_dir():
-            raise GpuwardenError(f"{flag} {root} is not a directory",
-                                 "point it at a captured tree (or leave it out to read the live node)")
-    ctx.obj = Settings.from_env(state_dir=state_dir, config_path=config, backend=backend,
-                                sysfs_root=sysfs_root, proc_root=proc_root)
-    from ops.nodeconfig import effective_settings  # the config may name the state dir
-    ctx.obj = effective_settings(ctx.obj).with_(cli_words=tuple(invocation.words))
-    from ops.statedir import refuse_squatted
-    refuse_squatted(ctx.obj.state_dir)
+    from .globalopts import resolve
+    ctx.obj = resolve(state_dir, config, backend, sysfs_root, proc_root).with_(cli_words=tuple(invocation.words))
     if ctx.invoked_subcommand is None:
         # No command: the console when the program has one (tui.main sets it), else the help.
         if _default_action is None:
@@ -124,50 +113,33 @@ for _name in COMMAND_MODULES:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turn expected failures into one line and an exit code."""
-    command = typer.main.get_command(app)
     args = argv if argv is not None else sys.argv[1:]
+    command = typer.main.get_command(app)
     invocation = Invocation()
-    try:
-        rv = command.main(args=args, prog_name="gpuwarden", obj=invocation,
-                          standalone_mode=False)
-        return rv if isinstance(rv, int) else 0
-    except GpuwardenError as exc:
-        print(f"gpuwarden: error: {exc.message}", file=sys.stderr)
-        hint = invocation.paste_ready(exc.hint)
-        if hint:
-            print(f"  hint: {hint}", file=sys.stderr)
-        if "--json" in args:
-            # A script reading stdout gets the failure in the shape it parses (the exit code stays).
-            from ops.jsondoc import dumps, error_document
-            sys.stdout.write(dumps(error_document(exc.message, hint, exc.exit_code), indent=None) + "\n")
-        return exc.exit_code
-    except typer.Exit as exc:
-        return exc.exit_code
-    except typer.Abort:
-        print("gpuwarden: aborted", file=sys.stderr)
-        return 130
-    except ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("gpuwarden: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
-    except SystemExit:
-        # click answers a closed stdout (EPIPE) by pacifying the streams and exiting 1; the reader
-        # going away (`| head`) is no failure, and 1 would read as "needs attention".
-        if type(sys.stdout).__name__ == "PacifyFlushWrapper":
-            return 0
-        raise
-    except OSError as exc:
-        # Last line of defence for the expected ones (no permission, read-only or full file system,
-        # a path under /proc): one line, never a traceback.
-        where = f": {exc.filename}" if exc.filename else ""
-        print(f"gpuwarden: error: {exc.strerror or exc}{where}", file=sys.stderr)
-        print("  hint: check that path and its permissions (state lives in --state-dir / GPUWARDEN_STATE_DIR)",
-              file=sys.stderr)
-        return 2
+
+    def call() -> int:
+        try:
+            rv = command.main(args=args, prog_name="gpuwarden", obj=invocation, standalone_mode=False)
+            return rv if isinstance(rv, int) else 0
+        except GpuwardenError as exc:
+            exc.hint = invocation.paste_ready(exc.hint)  # the commands it names get this line's global options
+            raise
+        except typer.Exit as exc:
+            return exc.exit_code
+        except typer.Abort:
+            print("gpuwarden: aborted", file=sys.stderr)
+            return 130
+        except ClickException as exc:
+            exc.show()
+            return exc.exit_code
+        except SystemExit:
+            # click answers a closed stdout (EPIPE) by pacifying the streams and exiting 1; the reader
+            # going away (`| head`) is no failure, and 1 would read as "needs attention".
+            if type(sys.stdout).__name__ == "PacifyFlushWrapper":
+                return 0
+            raise
+    from .fastcli import guarded
+    return guarded(call, "--json" in args)
 
 
 if __name__ == "__main__":

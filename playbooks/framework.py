@@ -13,6 +13,7 @@ from typing import Any, Callable
 from ops import journal
 from ops.errors import GpuwardenError, Refused
 from ops.gpulock import hold
+from ops.jsondoc import document, iso
 from ops.settings import Settings
 
 @dataclass(frozen=True)
@@ -25,8 +26,10 @@ class Event:
     ts: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ts": round(self.ts, 3), "kind": self.kind, "playbook": self.playbook,
-                "step": self.step, "message": self.message, **({"data": self.data} if self.data else {})}
+        """The gpuwarden.playbook-event/1 document: what `--json` prints, one per line."""
+        return document("playbook-event", {
+            "ts": round(self.ts, 3), "ts_iso": iso(self.ts), "kind": self.kind, "playbook": self.playbook,
+            "step": self.step, "message": self.message, **({"data": self.data} if self.data else {})})
 
 
 class SkipStep(Exception):

@@ -43,8 +43,10 @@ class PurgePlaybook(Playbook):
                  drop_caches: bool = False, escalate_reset: bool = False, grace_s: float = 5.0,
                  timeout_s: float = 10.0, reset_timeout_s: float = 60.0,
                  runner: gpureset.Runner = gpureset.run_command, which: gpureset.Which = shutil.which,
-                 amdsmi_loader: Callable[[], Any] = gpureset.load_amdsmi):
+                 amdsmi_loader: Callable[[], Any] = gpureset.load_amdsmi, dead_only: bool = False):
         self.gpu = gpu
+        # dead_only: zombies only, and their parents only asked to reap (SIGCHLD): never a live process.
+        self.dead_only = dead_only
         self.arenas = arenas or bool(arena_paths)
         self.arena_paths = tuple(arena_paths)
         self.drop_caches = drop_caches
@@ -66,7 +68,8 @@ class PurgePlaybook(Playbook):
 
     def summary(self) -> dict[str, Any]:
         return {"gpu": self.gpu, "arenas": self.arenas, "drop_caches": self.drop_caches,
-                "escalate_reset": self.escalate_reset, "gpus_locked": list(self.gpus())}
+                "escalate_reset": self.escalate_reset, "gpus_locked": list(self.gpus()),
+                **({"dead_only": True} if self.dead_only else {})}
 
     # --- planning ------------------------------------------------------------------------------
     def preconditions(self, ctx: RunContext) -> list[str]:
@@ -86,8 +89,12 @@ class PurgePlaybook(Playbook):
             if ticks is None:
                 self._reported.append(f"pid {h.pid} on GPU {gpus}: gone, or its PID now names another process")
                 continue
+            if self.dead_only and h.reason != "zombie":
+                self._reported.append(f"pid {h.pid} on GPU {gpus} ({h.reason}): left to an operator")
+                continue
             self._targets.append(Target(h.pid, ticks, h.reason, h.command or "", h.gpus, h.vram_bytes))
-        self._targets += self._container_orphans(snap, proc_root)
+        if not self.dead_only:
+            self._targets += self._container_orphans(snap, proc_root)
         for g in self._scope:
             left, holders = nodecheck.residual_left(snap, g)
             if left is not None or any(h.reason in NO_PROCESS for h in holders):
@@ -155,7 +162,8 @@ class PurgePlaybook(Playbook):
     # --- steps ---------------------------------------------------------------------------------
     def _remover(self, target: Target):
         def act(ctx: RunContext) -> str:
-            reaper = Reaper(ctx.settings, grace_s=self.grace_s, progress=lambda m: ctx.info(m))
+            reaper = Reaper(ctx.settings, grace_s=self.grace_s, progress=lambda m: ctx.info(m),
+                            end_parents=not self.dead_only)
             out = reaper.handle(target)
             ctx.scratch.setdefault("removed" if out.ok else "remaining", []).append(
                 {"pid": out.pid, "reason": out.reason, "result": out.result, "detail": out.detail,

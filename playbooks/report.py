@@ -44,7 +44,12 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
     label = "  ** SIMULATED **" if snap.simulated else ""
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap.taken_at))
     src = "" if snap.source == "live" else f"  (replay of {snap.source[7:] if snap.source.startswith('bundle:') else snap.source})"
-    lines.append(f"{snap.hostname}  backend={snap.backend}{label}  {when}{src}")
+    via = ""
+    if snap.agent:
+        via = "  via agent"
+        if snap.agent.get("stale"):
+            via += f" (STALE: {snap.agent.get('age_s', 0):.0f}s old, sampling hangs)"
+    lines.append(f"{snap.hostname}  backend={snap.backend}{label}  {when}{src}{via}")
     lines.append("")
     lines.append(f"{'GPU':>3}  {'NAME':<24} {'VRAM USED / TOTAL':>23} {'':>4}  {'RESIDUAL':>10}  "
                  f"{'BUSY':>4} {'TEMP':>5} {'POWER':>6}  NOTE")
@@ -106,5 +111,6 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
         for w in snap.warnings:
             lines.append(f"warning: {w}")
     lines.append("")
-    lines.append("status: NEEDS ATTENTION" if snap.needs_attention() else "status: healthy")
+    stale = bool(snap.agent and snap.agent.get("stale"))
+    lines.append("status: NEEDS ATTENTION" if snap.needs_attention() or stale else "status: healthy")
     return "\n".join(lines)

@@ -11,6 +11,14 @@ if ! command -v tmux >/dev/null 2>&1; then
     else sudo apt-get update -qq && sudo apt-get install -y -qq tmux >/dev/null; fi
 fi
 
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+    # The metrics tests lint the exposition and unit-test the alert rules with promtool, and run a real
+    # Prometheus against the agent; Debian's prometheus package brings both.
+    echo "prometheus missing: installing it from Debian's packages" >&2
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq prometheus >/dev/null;
+    else sudo apt-get update -qq && sudo apt-get install -y -qq prometheus >/dev/null; fi
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv

@@ -120,19 +120,18 @@ def test_list_arenas_rescans_proc_only_now_and_then(tmp_path, state_dir, monkeyp
         p = subprocess.Popen([sys.executable, "-c", code, str(arena)], stdout=subprocess.PIPE, text=True)
         assert p.stdout.readline().strip() == "up"
         return p
-    monkeypatch.setattr(watch, "_scans", {})
-    monkeypatch.setattr(watch, "_quick", {})
-    monkeypatch.setattr(watch, "FULL_SCAN_S", 3600.0)
-    monkeypatch.setattr(watch, "QUICK_S", 0.0)  # this test is about the full-scan cadence
+    # The sampler's watch: full scans an hour apart, quick re-reads every time (this test is about the full scan).
+    arena_watch = watch.ArenaWatch(settings, full_scan_s=3600.0, quick_s=0.0)
     first = mapper()
     second = None
     try:
-        assert [m.pid for m in watch.list_arenas(settings)[0].mappers] == [first.pid]
+        assert [m.pid for m in watch.list_arenas(settings, watch=arena_watch)[0].mappers] == [first.pid]
         second = mapper()
         # Within the interval only known mappers are re-read: the newcomer waits for the next full scan.
-        assert [m.pid for m in watch.list_arenas(settings)[0].mappers] == [first.pid]
-        monkeypatch.setattr(watch, "FULL_SCAN_S", 0.0)
-        assert sorted(m.pid for m in watch.list_arenas(settings)[0].mappers) == sorted([first.pid, second.pid])
+        assert [m.pid for m in watch.list_arenas(settings, watch=arena_watch)[0].mappers] == [first.pid]
+        arena_watch.full_scan_s = 0.0
+        assert sorted(m.pid for m in watch.list_arenas(settings, watch=arena_watch)[0].mappers) == \
+            sorted([first.pid, second.pid])
     finally:
         for p in (first, second):
             if p:

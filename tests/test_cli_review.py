@@ -56,7 +56,7 @@ def shared_base():
 
 @pytest.mark.parametrize("args", [("status",), ("sim", "init")])
 def test_state_dir_under_proc_is_one_line(args):
-    proc = gpuwarden("--state-dir", "/proc/gpuwarden-review", *args, env={})
+    proc = gpuwarden("--state-dir", "/proc/gpuwarden-review", "--backend", "sim", *args, env={})
     one_line_error(proc, "cannot create the state dir /proc/gpuwarden-review")
 
 
@@ -255,7 +255,7 @@ def test_engine_record_of_the_wrong_shape_hides_no_other_engine(cli, state_dir):
     rows = {line.split()[0]: line for line in proc.stdout.splitlines()[1:3]}
     assert "state file is corrupt" in rows["dp0"] and "exited" in rows["dp1"], proc.stdout
     assert f"dp0: stale — its state file is unreadable; move {d.parent / 'dp0' / 'state.json'} aside" in proc.stdout
-    listed = json.loads(cli("engines", "list", "--json").stdout)
+    listed = json.loads(cli("engines", "list", "--json").stdout)["engines"]
     assert [e["name"] for e in listed] == ["dp0", "dp1"]
 
 
@@ -333,7 +333,8 @@ def test_status_warns_about_a_broken_node_config(cli, tmp_path):
     conf = tmp_path / "node.toml"
     conf.write_text("[arena]\npath = /dev/shm/x.arena\n")
     snap = json.loads(cli("--backend", "sim", "--config", str(conf), "status", "--json").stdout)
-    assert any(w.startswith("node config unusable") and f"{conf}:2" in w for w in snap["warnings"]), snap["warnings"]
+    assert any(w["code"] == "config-unusable" and w["message"].startswith("node config unusable")
+               and f"{conf}:2" in w["message"] for w in snap["warnings"]), snap["warnings"]
     conf.write_text('[arena]\npath = "/dev/shm/x.arena"\nsize = "1GiB"\n')
     snap = json.loads(cli("--backend", "sim", "--config", str(conf), "status", "--json").stdout)
-    assert not any("node config" in w for w in snap["warnings"]), snap["warnings"]
+    assert not any(w["code"] == "config-unusable" for w in snap["warnings"]), snap["warnings"]

@@ -15,7 +15,7 @@ def test_list_logs_stop_restart(tmp_path, supervised, cli):
     cfg = write_config(tmp_path / "node.toml", 2, slots=2, register_s=0.1)
     assert cli("--config", str(cfg), "launch").returncode == 0
 
-    listed = json.loads(cli("engines", "list", "--json").stdout)
+    listed = json.loads(cli("engines", "list", "--json").stdout)["engines"]
     assert [(e["name"], e["gpu"], e["phase"]) for e in listed] == [("e0", 0, "serving"), ("e1", 1, "serving")]
     assert all(e["pid"] and e["shim_pid"] and "serving" in e["phases"] for e in listed)
     table = cli("engines", "list").stdout
@@ -37,7 +37,7 @@ def test_list_logs_stop_restart(tmp_path, supervised, cli):
                                 cwd=REPO, stdout=subprocess.PIPE, text=True)
     proc = cli("engines", "stop", "--all", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert sorted(r["name"] for r in json.loads(proc.stdout)) == ["e0", "e1"]
+    assert sorted(r["name"] for r in json.loads(proc.stdout)["results"]) == ["e0", "e1"]
     out, _ = follower.communicate(timeout=15)
     assert "stopping" in out.splitlines()
     assert all(r["phase"] == "exited" for r in records(supervised).values())

@@ -13,7 +13,7 @@ import time
 import pytest
 from engines.harness import records, start_sim_tenant_engine, supervised  # noqa: F401
 
-from ops import nodestate
+from ops import jsondoc, nodestate
 from ops.engines import state as st
 from simnode import cli_argv, start_tenant, wait_for
 from test_reaper_family import holds_sim_vram, proc_state, start_family
@@ -27,7 +27,10 @@ def sim(cli):
 
 
 def _events(proc) -> list[dict]:
-    return [json.loads(line) for line in proc.stdout.splitlines()]
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    for e in events:
+        jsondoc.validate(e)
+    return events
 
 
 def _residual(sim, gpu: int) -> int:

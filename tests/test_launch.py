@@ -69,9 +69,9 @@ def test_shim_holds_the_gate_for_log_only_engines(tmp_path, supervised, cli):
 
 
 def test_killing_the_launcher_leaves_engines_serving(tmp_path, supervised, cli):
-    # The test holds the registration gate, so nothing can serve yet, and kills the launcher as soon as
-    # the first shim reports: a launcher that started its shims one by one (waiting for each) died with
-    # the rest never started, which a loaded machine turned into "3 of 4 serving" (issue 16).
+    # The test holds the registration gate, so nothing can serve yet, and kills the launcher once every shim
+    # reports: a launcher that started its shims one by one (waiting for each to serve) never got past the
+    # first here, and a loaded machine turned that into "3 of 4 serving" when SSH dropped (issue 16).
     from ops import gate
     from ops.engines.control import gate_dir
     from ops.settings import Settings
@@ -83,8 +83,12 @@ def test_killing_the_launcher_leaves_engines_serving(tmp_path, supervised, cli):
         cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
     try:
-        wait_for(lambda: records(supervised).get("e0", {}).get("shim_pid"), 20, "e0's shim to report")
-        assert launcher.poll() is None
+        # Every shim forked (the gate keeps all of them from serving): the launch is mid-way.
+        def all_forked():
+            found = records(supervised)
+            return len(found) == 4 and all(r.get("shim_pid") for r in found.values())
+        wait_for(all_forked, 20, "all four shims to report")
+        assert launcher.poll() is None, "the launch finished before it could be interrupted"
         # What a dropped SSH session does to its process group, then the hard way.
         os.killpg(launcher.pid, signal.SIGHUP)
         os.killpg(launcher.pid, signal.SIGKILL)
@@ -94,7 +98,7 @@ def test_killing_the_launcher_leaves_engines_serving(tmp_path, supervised, cli):
 
     def all_serving():
         proc = cli("engines", "list", "--json")
-        listed = json.loads(proc.stdout)
+        listed = json.loads(proc.stdout)["engines"]
         return len(listed) == 4 and all(e["phase"] == "serving" and not e["stale"] for e in listed)
     wait_for(all_serving, 30, "all four engines serving after the launcher died", poll=0.2)
 

@@ -30,7 +30,20 @@ def test_toml_blocks_are_what_config_example_prints():
     printed = [subprocess.run([str(VENV_BIN / "gpuwarden"), "config", "example", *args], capture_output=True,
                               text=True, check=True).stdout
                for args in ((), ("--canary", "--runtime", "sim"))]
-    assert blocks("toml") == printed
+    assert blocks("toml")[:2] == printed
+
+
+def test_the_agent_table_in_the_readme_is_accepted():
+    import tomllib
+
+    from ops.agent.config import parse
+    from ops.errors import GpuwardenError
+    fragments = [tomllib.loads(b) for b in blocks("toml")[2:]]
+    assert [list(f) for f in fragments] == [["agent"]], "the README's [agent] example is its third TOML block"
+
+    def fail(key, problem, hint):
+        return GpuwardenError(f"[agent] {key}: {problem}", hint)
+    assert parse(fragments[0]["agent"], fail).bundle_on == ("residual", "crash", "kernel-fault")
 
 
 def _walkthroughs() -> str:

@@ -72,6 +72,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         self._watch_terminal = watch_terminal
         self.snapshot: NodeSnapshot | None = None
         self.history = VramHistory()
+        self.changes = node_events.ChangeTracker()
         self.last_arrival: float | None = None
         self.sample_error: str | None = None
         self.current_run: PlaybookRun | None = None
@@ -135,11 +136,37 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         snap = message.snapshot
         self.last_arrival = time.monotonic()
         self.sample_error = None
-        events = node_events.diff(self.snapshot, snap)
+        if self.snapshot is None and snap.agent and hasattr(self.source, "agent_json"):
+            # The agent watched before this console opened: its last minutes fill the sparklines and events.
+            self.run_worker(lambda: self._backfill(snap), thread=True, exclusive=True, group="backfill")
+        events = self.changes.feed(snap)
         self.snapshot = snap
         self.history.add(snap)
         self.query_one(ProcessesPanel).feed(snap)
         self._draw(events)
+
+    def _backfill(self, first: NodeSnapshot) -> None:
+        """(worker thread) The agent's history of the sparkline's span and its latest events."""
+        since = first.taken_at - self.history.span_s
+        hist = self.source.agent_json(f"/v1/history?resolution=fine&since={since:.3f}")  # type: ignore[attr-defined]
+        recent = self.source.agent_json("/v1/events?limit=50")  # type: ignore[attr-defined]
+        totals = {g.index: g.vram_total for g in first.gpus if g.vram_total}
+        samples = []
+        for gpu, series in ((hist or {}).get("gpus") or {}).items():
+            fine = series.get("fine") or {}
+            total = totals.get(int(gpu))
+            if not total or fine.get("t0") is None:
+                continue
+            samples += [(int(gpu), fine["t0"] + dt, used / total) for dt, used in zip(fine["t"], fine["used"])]
+        lines = [node_events.NodeEvent(e["ts"], e["level"], e["text"], e.get("kind", "info"))
+                 for e in (recent or {}).get("events", []) if e["ts"] < first.taken_at]
+        self.call_from_thread(self._apply_backfill, samples, lines)
+
+    def _apply_backfill(self, samples: list, lines: list) -> None:
+        self.history.backfill(samples)
+        if lines:
+            self.query_one(EventsPanel).add(lines)
+        self._draw([])
 
     def on_sampling_failed(self, message: SamplingFailed) -> None:
         if message.error != self.sample_error:

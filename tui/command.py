@@ -33,12 +33,14 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         raise GpuwardenError("the console needs a terminal (stdin and stderr are not both terminals)",
                              "from scripts use `gpuwarden status` (or `status --json`)")
-    from .sampling import bundle_source, live_source
+    from .sampling import bundle_source, viewer_source
     close = None
     if bundle is not None:
         source = bundle_source(bundle, settings)
     else:
-        source, close = live_source(settings)  # a missing GPU library fails here, in one line
+        # The agent's snapshots when it answers (many consoles share its sampler), else sampled here;
+        # a missing GPU library fails here, in one line.
+        source, close = viewer_source(settings)
     from .app import GpuwardenApp
     app = GpuwardenApp(settings, source=source, refresh_s=refresh_s, read_only=read_only, bundle=bundle,
                        on_exit=close, watch_terminal=True, prefs=remembered, prefs_path=console_prefs.path())

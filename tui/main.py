@@ -1,6 +1,7 @@
 """The `gpuwarden` program: the playbooks' CLI plus the console, which opens when no command is given.
 
-It lives in tui so that imports point down only (tui -> playbooks -> ops); `python -m playbooks.cli`
+`status` takes a fast path that loads neither Typer nor Textual (playbooks.fastcli); everything else loads the
+full CLI. It lives in tui so that imports point down only (tui -> playbooks -> ops); `python -m playbooks.cli`
 is the same CLI without the console.
 """
 
@@ -8,16 +9,26 @@ from __future__ import annotations
 
 import sys
 
-from playbooks import cli
 
-from . import command
+def full_cli():
+    """The Typer app with the console registered (its command and the no-command default)."""
+    from playbooks import cli
 
-command.register(cli.app)
-cli.set_default_action(command.open_tui)
+    from . import command
+    if not getattr(cli.app, "_gpuwarden_tui", False):
+        command.register(cli.app)
+        cli.set_default_action(command.open_tui)
+        cli.app._gpuwarden_tui = True  # type: ignore[attr-defined]
+    return cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    return cli.main(argv)
+    args = argv if argv is not None else sys.argv[1:]
+    from playbooks import fastcli
+    code = fastcli.run(args)
+    if code is not None:
+        return code
+    return full_cli().main(args)
 
 
 if __name__ == "__main__":

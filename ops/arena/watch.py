@@ -1,14 +1,13 @@
 """Arenas for the snapshot: the one the node config names, plus arena files that engine processes map.
 
 Cheap by design (it runs on every refresh): header check only, mappers from maps without smaps, and
-the whole of /proc scanned at most every FULL_SCAN_S; in between only known mappers and engines are looked at.
+the whole of /proc scanned at most every full_scan_s; in between only known mappers and engines are looked at.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import time
+from pathlib import Path
 
 from ops.errors import GpuwardenError
 from ops.model import ArenaInfo
@@ -16,6 +15,14 @@ from ops.settings import Settings
 
 from . import format as fmt
 from .mappers import find_mappers, shared_files
+
+# An engine maps its arena once, at start: what a PID maps shared is read again only this often.
+SHARED_FILES_S = 15.0
+# Reading /proc/<pid>/maps costs the kernel ~0.1 ms a process: thousands of them make a full scan
+# take 100+ ms, too much for every refresh. New mappers are engines (seen at once) or show up within this.
+FULL_SCAN_S = 15.0
+# Between full scans the known mappers' maps are re-read at most this often (registered flags lag by that).
+QUICK_S = 2.0
 
 
 def _config_arena(settings: Settings) -> str | None:
@@ -39,21 +46,6 @@ def _engine_pids(settings: Settings, engines=None) -> list[int]:
         return []
 
 
-# An engine maps its arena once, at start: what a PID maps shared is read again only this often.
-SHARED_FILES_S = 15.0
-_shared: dict[tuple[str, int], tuple[float, set[str]]] = {}
-
-
-def _shared_files_cached(pid: int, proc_root: Path) -> set[str]:
-    key = (str(proc_root), pid)
-    now = time.monotonic()
-    hit = _shared.get(key)
-    if hit is None or now - hit[0] > SHARED_FILES_S:
-        hit = (now, shared_files(pid, proc_root))
-        _shared[key] = hit
-    return hit[1]
-
-
 def _is_arena(path: str) -> bool:
     try:
         with open(path, "rb") as f:
@@ -62,56 +54,73 @@ def _is_arena(path: str) -> bool:
         return False
 
 
-# Reading /proc/<pid>/maps costs the kernel ~0.1 ms a process: thousands of them make a full scan
-# take 100+ ms, too much for every refresh. New mappers are engines (seen at once) or show up within this.
-FULL_SCAN_S = 15.0
-_scans: dict[tuple[str, str], tuple[float, list[int]]] = {}
+class ArenaWatch:
+    """What one sampler remembers between refreshes: shared files per engine, the last full and quick scans."""
+
+    def __init__(self, settings: Settings, *, full_scan_s: float = FULL_SCAN_S, quick_s: float = QUICK_S,
+                 shared_files_s: float = SHARED_FILES_S):
+        self.settings = settings
+        self.full_scan_s = full_scan_s
+        self.quick_s = quick_s
+        self.shared_files_s = shared_files_s
+        self._shared: dict[int, tuple[float, set[str]]] = {}  # pid -> (when read, its shared files)
+        self._scans: dict[str, tuple[float, list[int]]] = {}  # arena path -> (when, mapper pids)
+        self._quick: dict[str, tuple[float, tuple[int, ...], tuple]] = {}  # arena path -> (when, engines, mappers)
+
+    def _shared_files(self, pid: int) -> set[str]:
+        now = time.monotonic()
+        hit = self._shared.get(pid)
+        if hit is None or now - hit[0] > self.shared_files_s:
+            hit = (now, shared_files(pid, self.settings.proc_root))
+            self._shared[pid] = hit
+        return hit[1]
+
+    def _mappers(self, path: str, engines: list[int]) -> tuple:
+        now = time.monotonic()
+        quick = self._quick.get(path)
+        if quick is not None and now - quick[0] < self.quick_s and quick[1] == tuple(sorted(engines)):
+            return quick[2]
+        settings = self.settings
+        last = self._scans.get(path)
+        if last is None or now - last[0] > self.full_scan_s:
+            found = tuple(find_mappers(path, settings.proc_root, with_usage=False, state_dir=settings.state_dir))
+            self._scans[path] = (now, [m.pid for m in found])
+        else:
+            pids = sorted(set(last[1]) | set(engines))
+            found = tuple(find_mappers(path, settings.proc_root, with_usage=False, pids=pids,
+                                       state_dir=settings.state_dir))
+        self._quick[path] = (now, tuple(sorted(engines)), found)
+        return found
+
+    def arenas(self, engines=None, configured: str | None | bool = True) -> list[ArenaInfo]:
+        """`engines`: the EngineInfo list when the caller has it already (the snapshot does).
+        `configured`: the config's arena path when the caller read the config already (None: no arena);
+        True reads the config here."""
+        paths: list[str] = []
+        if configured is True:
+            configured = _config_arena(self.settings)
+        if configured:
+            paths.append(str(configured))
+        engine_pids = _engine_pids(self.settings, engines)
+        live = set(engine_pids)
+        for pid in [p for p in self._shared if p not in live]:
+            del self._shared[pid]
+        for pid in engine_pids:
+            for path in sorted(self._shared_files(pid)):
+                if path not in paths and _is_arena(path):
+                    paths.append(path)
+        for gone in [p for p in self._quick if p not in paths]:
+            self._quick.pop(gone, None)
+            self._scans.pop(gone, None)
+        out = []
+        for path in paths:
+            state, header = fmt.header_state(path)
+            size = header.payload_size if header else None
+            out.append(ArenaInfo(path=str(Path(path)), size=size, header_state=state,
+                                 mappers=self._mappers(path, engine_pids)))
+        return out
 
 
-# Between full scans the known mappers' maps are re-read at most this often (registered flags lag by that).
-QUICK_S = 2.0
-_quick: dict[tuple[str, str], tuple[float, tuple[int, ...], tuple]] = {}
-
-
-def _mappers(settings: Settings, path: str, engines: list[int]) -> tuple:
-    key = (str(settings.proc_root), path)
-    now = time.monotonic()
-    quick = _quick.get(key)
-    if quick is not None and now - quick[0] < QUICK_S and quick[1] == tuple(sorted(engines)):
-        return quick[2]
-    result = _mappers_now(settings, path, engines, key, now)
-    _quick[key] = (now, tuple(sorted(engines)), result)
-    return result
-
-
-def _mappers_now(settings: Settings, path: str, engines: list[int], key, now: float) -> tuple:
-    last = _scans.get(key)
-    if last is None or now - last[0] > FULL_SCAN_S:
-        found = find_mappers(path, settings.proc_root, with_usage=False, state_dir=settings.state_dir)
-        _scans[key] = (now, [m.pid for m in found])
-        return tuple(found)
-    pids = sorted(set(last[1]) | set(engines))
-    return tuple(find_mappers(path, settings.proc_root, with_usage=False, pids=pids, state_dir=settings.state_dir))
-
-
-def list_arenas(settings: Settings, engines=None) -> list[ArenaInfo]:
-    """`engines`: the EngineInfo list when the caller has it already (the snapshot does)."""
-    paths: list[str] = []
-    configured = _config_arena(settings)
-    if configured:
-        paths.append(configured)
-    engines = _engine_pids(settings, engines)
-    live = set(engines)
-    for key in [k for k in _shared if k[1] not in live]:
-        del _shared[key]
-    for pid in engines:
-        for path in sorted(_shared_files_cached(pid, settings.proc_root)):
-            if path not in paths and _is_arena(path):
-                paths.append(path)
-    out = []
-    for path in paths:
-        state, header = fmt.header_state(path)
-        size = header.payload_size if header else None
-        mappers = _mappers(settings, path, engines)
-        out.append(ArenaInfo(path=str(Path(path)), size=size, header_state=state, mappers=mappers))
-    return out
+def list_arenas(settings: Settings, engines=None, watch: ArenaWatch | None = None) -> list[ArenaInfo]:
+    """The node's arenas now; pass a sampler's ArenaWatch so that refreshes rescan /proc only now and then."""
+    return (watch or ArenaWatch(settings)).arenas(engines)

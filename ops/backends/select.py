@@ -51,11 +51,15 @@ def open_backend(settings: Settings, *, fallback_to_sim: bool = True) -> Backend
             return _construct(name, settings)
         except BackendUnavailable as exc:
             reasons.append(exc.message)
+    if not captured:
+        from .pci import describe
+        reasons.insert(0, describe(settings.sysfs_root))  # "2 AMD GPUs on the PCI bus, amdgpu not loaded"
     if fallback_to_sim and not captured:
         sim = _construct("sim", settings, create=True)
         sim.fallback_reason = "; ".join(reasons)  # shown with the SIMULATED label
         return sim
     raise BackendUnavailable("no GPU backend works here: " + "; ".join(reasons),
-                             "use --backend sim for the simulated node")
+                             "load the GPU driver (or install its library); --backend sim shows the simulated "
+                             "node, a demo")
 
 

@@ -1,13 +1,18 @@
 """The sim backend: the sysfs backend reading the simulated node's tree, after a driver sync.
 
-Labelled simulated everywhere it is shown; its device files live under <state dir>/sim/dev.
+Labelled simulated everywhere it is shown; its device files live under <state dir>/sim/dev. Like a real
+driver, the simulated one only has work when something changed: a refresh runs its sync only when the
+node's config or the set of allocations changed, or when a process holding an allocation exited.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 from ..errors import BackendUnavailable
+from ..pidwatch import PidWatch, usable as pidfds_usable
+from ..procs import identity
 from ..settings import Settings
 from ..sim.node import SimNode
 from .sysfs import SysfsBackend
@@ -23,15 +28,72 @@ class SimBackend(SysfsBackend):
             self.node.init()
         self._min_sync = min_sync_interval_s
         self._last_sync = 0.0
-        self.node.sync()
+        self._seen: tuple | None = None  # (node.json stamp, allocation file names) at the last sync
+        self._owners: dict[int, int] = {}  # pid -> start ticks of every allocation's process
+        self._zombies: set[int] = set()  # exited owners that keep their allocation (unreaped)
+        self._untracked = True
+        self._watch = PidWatch() if pidfds_usable(settings.proc_root) else None
+        self._full_sync()
         super().__init__(sysfs_root=self.node.sysfs_root, dev_root=self.node.dev_root, name="sim", simulated=True)
+
+    def _state(self) -> tuple:
+        """Stamps of node.json and of the allocations directory (a file added or removed changes its mtime)."""
+        try:
+            node, allocs = os.stat(self.node._node_file), os.stat(self.node.allocs_dir)
+        except OSError:
+            return ()
+        return (node.st_mtime_ns, node.st_size, node.st_ino), (allocs.st_mtime_ns, allocs.st_ino)
+
+    def _full_sync(self) -> None:
+        self.node.sync()
+        self._last_sync = time.monotonic()
+        self._seen = self._state()
+        if self._watch is None or not self._seen:
+            return
+        try:
+            names = os.listdir(self.node.allocs_dir)
+        except OSError:
+            names = []
+        owners = {}
+        for name in names:
+            parts = name[:-5].split("-") if name.endswith(".json") else []
+            if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
+                owners[int(parts[0])] = int(parts[1])
+        for pid in set(self._owners) - set(owners):
+            self._watch.forget(pid)
+        for pid in owners:
+            if pid not in self._watch:
+                self._watch.track(pid)
+        self._owners = owners
+        # An owner without a pidfd (gone already, or no descriptor left) could exit unseen: sync every time then.
+        self._untracked = any(pid not in self._watch for pid in owners)
+        exited = self._watch.exited()
+        self._zombies = {p for p in exited if identity(p) == owners.get(p)}
 
     def sync(self) -> None:
         now = time.monotonic()
-        if now - self._last_sync >= self._min_sync:
-            self.node.sync()
-            self._last_sync = now
+        if now - self._last_sync < self._min_sync:
+            return
+        state = self._state()
+        # A change within the file system's timestamp tick of the last look would leave the stamps equal:
+        # stamps younger than a second are not trusted.
+        recent = bool(state) and time.time() - max(state[0][0], state[1][0]) / 1e9 < 1.0
+        if self._watch is None or self._untracked or recent or state != self._seen or self._owner_exited():
+            self._full_sync()
+
+    def _owner_exited(self) -> bool:
+        """True when a process holding an allocation exited since the last sync (a zombie keeps its own)."""
+        for pid in self._watch.exited():  # type: ignore[union-attr]
+            if pid not in self._zombies or identity(pid) != self._owners.get(pid):
+                return True
+        return False
 
     def gpus(self):
         self.sync()
         return super().gpus()
+
+    def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        super().close()

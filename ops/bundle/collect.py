@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import re
 import socket
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any, Callable
 from .. import __version__, statedir
 from ..errors import GpuwardenError
 from ..settings import Settings
+from ..units import parse_duration  # noqa: F401 (bundle callers find it here too)
 from ..triage.findings import Finding, Report
 from ..triage.render import as_json, markdown
 from . import archive
@@ -56,12 +56,6 @@ class BundleResult:
                 "triage": m["triage"]}
 
 
-def parse_duration(text: str) -> float:
-    """'90', '90s', '15m', '2h', '1d' -> seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(text).lower())
-    if not m:
-        raise GpuwardenError(f"cannot read the duration {text!r}", "write it like 30s, 15m, 2h or 1d")
-    return float(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
 
 
 def capture_roots(settings: Settings) -> tuple[Path, list[Path], bool]:

@@ -368,13 +368,17 @@ class Shim:
         else:
             how = f"exited with code {code}"
         was = progress.phase
+        crashes = dict(self.record.get("crashes") or {})
+        if crashed:
+            # Per signal, over the shim's life (restarts included): the metrics' crashes_total{signal}.
+            crashes[sig or "none"] = crashes.get(sig or "none", 0) + 1
         # Journal first: whoever sees the final phase in state.json finds the journal line too.
         journal.write(self.state_dir, "engine-exit", "crashed" if crashed else "ok", engine=self.name,
                       pid=self.record.get("pid"), exit_code=code, signal=sig, core_dumped=core, phase=was,
                       requested=bool(requested))
         self.save(phase="crashed" if crashed else "exited", exit_code=code, signal=sig, core_dumped=core,
                   phases=phases, gate_slot=None, detail=f"{how} while {was}" if crashed else how,
-                  died_while=was)
+                  died_while=was, crashes=crashes)
         if crashed and sig:
             self._collect_bundle(f"engine {self.name} {how} while {was}")
         return "crashed" if crashed else ("stopped" if requested else "exited")

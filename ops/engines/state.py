@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ops import procs, statedir
 from ops.errors import GpuwardenError
 from ops.model import EngineInfo, Registration
 from ops.settings import Settings
+
+if TYPE_CHECKING:
+    from ops.sampling.filecache import FileCache
 
 SPEC = "spec.json"  # what to run: written by the launcher, read by the shim
 STATE = "state.json"  # what happened: written by the shim only
@@ -54,9 +57,8 @@ def alive(pid: int | None, start: int | None, proc_root: Path = Path("/proc")) -
     """True when `pid` is still the process first recorded (same start ticks) and not a zombie."""
     if not pid or start is None:
         return False
-    if not procs.same_process(pid, start, proc_root):
-        return False
-    return procs.state_of(pid, proc_root) not in ("zombie", "dead", "gone")
+    facts = procs.stat_facts(pid, proc_root)  # one read: the snapshot asks this for every engine, every second
+    return facts is not None and facts[3] == start and facts[1] not in ("Z", "X")
 
 
 def shim_alive(record: dict[str, Any], proc_root: Path = Path("/proc")) -> bool:
@@ -68,24 +70,17 @@ def is_stale(record: dict[str, Any], proc_root: Path = Path("/proc")) -> bool:
     return record.get("phase") not in FINAL_PHASES and not shim_alive(record, proc_root)
 
 
-_last_lines: dict[str, tuple[tuple[int, int, int], str | None]] = {}
-
-
-def last_line(path: Path, limit: int = 8192) -> str | None:
-    """The log's last line, read again only when the log changed (the snapshot asks every refresh)."""
+def last_line(path: Path, limit: int = 8192, cache: "FileCache | None" = None) -> str | None:
+    """The log's last line; with a sampler's `cache`, read again only when the log changed."""
+    def read(p: Path) -> str | None:
+        lines = tail(p, 1, limit)
+        return lines[-1] if lines else None
+    if cache is not None:
+        return cache.get(path, read, "last-line")
     try:
-        st = os.stat(path)
+        return read(path)
     except OSError:
-        _last_lines.pop(str(path), None)
         return None
-    key = (st.st_size, st.st_mtime_ns, st.st_ino)
-    hit = _last_lines.get(str(path))
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    lines = tail(path, 1, limit)
-    line = lines[-1] if lines else None
-    _last_lines[str(path)] = (key, line)
-    return line
 
 
 def tail(path: Path, count: int, limit: int = 65536) -> list[str]:
@@ -115,18 +110,22 @@ def run_tail(path: Path, count: int) -> list[str]:
 
 
 def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | None, state_dir: Path,
-              proc_root: Path = Path("/proc")) -> EngineInfo:
+              proc_root: Path = Path("/proc"), cache: "FileCache | None" = None) -> EngineInfo:
     log_path = engine_dir(state_dir, name) / LOG
     gpu = (spec or {}).get("engine", {}).get("gpu")
     if record is None:
         # Spec written, shim not yet reporting: the launcher is still starting it.
         return EngineInfo(name=name, gpu=gpu, phase="starting", log_path=str(log_path),
-                          last_log_line=last_line(log_path))
+                          last_log_line=last_line(log_path, cache=cache))
     stale = is_stale(record, proc_root)
+    phase = "stale" if stale else record.get("phase", "starting")
+    phases = record.get("phases") if isinstance(record.get("phases"), dict) else {}
+    crashes = record.get("crashes") if isinstance(record.get("crashes"), dict) else {}
     return EngineInfo(
         name=name,
         gpu=record.get("gpu", gpu),
-        phase="stale" if stale else record.get("phase", "starting"),
+        phase=phase,
+        phase_since=_number(phases.get(phase)),
         pid=record.get("pid"),
         shim_pid=record.get("shim_pid"),
         started_at=record.get("started_at"),
@@ -135,10 +134,11 @@ def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | N
         core_dumped=record.get("core_dumped"),
         restarts=int(record.get("restarts", 0)),
         log_path=str(log_path),
-        last_log_line=last_line(log_path),
+        last_log_line=last_line(log_path, cache=cache),
         bundle=record.get("bundle"),
         stale=stale,
         registrations=registrations_of(record),
+        crashes={str(k): int(v) for k, v in crashes.items() if isinstance(v, int) and not isinstance(v, bool)},
     )
 
 
@@ -149,20 +149,27 @@ def registrations_of(record: dict[str, Any]) -> tuple[Registration, ...]:
                  if isinstance(raw, dict) and isinstance(raw.get("kind"), str) and isinstance(raw.get("outcome"), str))
 
 
-def list_engines(settings: Settings) -> list[EngineInfo]:
-    """Every engine with a record in the state dir, as its shim last wrote it (stale when the shim is gone)."""
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def list_engines(settings: Settings, cache: "FileCache | None" = None) -> list[EngineInfo]:
+    """Every engine with a record in the state dir, as its shim last wrote it (stale when the shim is gone).
+
+    `cache`: a sampler's FileCache; the snapshot lists engines on every refresh and parses a record again
+    only when its shim rewrote it."""
+    read = cache.json if cache is not None else statedir.read_json
     out = []
     for name in names(settings.state_dir):
         folder = engine_dir(settings.state_dir, name)
         try:
-            # The snapshot lists engines on every refresh: parse a record again only when its shim rewrote it.
-            record = statedir.read_json_cached(folder / STATE, default=None, kind=dict)
-            spec = statedir.read_json_cached(folder / SPEC, default=None, kind=dict)
+            record = read(folder / STATE, default=None, kind=dict)
+            spec = read(folder / SPEC, default=None, kind=dict)
         except GpuwardenError:
             out.append(EngineInfo(name=name, gpu=None, phase="stale", stale=True,
                                   last_log_line="state file is corrupt"))
             continue
-        out.append(info_from(name, record, spec, settings.state_dir, settings.proc_root))
+        out.append(info_from(name, record, spec, settings.state_dir, settings.proc_root, cache))
     return out
 
 

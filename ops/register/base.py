@@ -1,6 +1,7 @@
 """The registration runtime interface: register a host range with one GPU, copy it to the device, unregister.
 
-Implementations: hip (hip-python), cuda (cuda-bindings), host (mlock), sim (records in the sim node).
+Implementations: hip (hip-python), cuda (cuda-bindings), host (mlock), sim (records in the sim node);
+select.get(name) finds one, so this module imports none of them (and none of them imports it back in a circle).
 """
 
 from __future__ import annotations
@@ -145,20 +146,3 @@ def physical_gpu(index: int, env: Mapping[str, str] | None = None) -> int:
         if current < len(items) and items[current].isdigit():
             current = int(items[current])
     return current
-
-
-def get(name: str, **options: object) -> Runtime:
-    """The runtime called `name`; imports its library only now."""
-    if name == "host":
-        from .host import HostRuntime
-        return HostRuntime()
-    if name == "sim":
-        from .sim import SimRuntime
-        return SimRuntime(**options)  # type: ignore[arg-type]
-    if name == "cuda":
-        from .cuda import CudaRuntime
-        return CudaRuntime()
-    if name == "hip":
-        from .hip import HipRuntime
-        return HipRuntime()
-    raise GpuwardenError(f"unknown runtime {name!r}", f"choose one of: {', '.join(RUNTIMES)}")

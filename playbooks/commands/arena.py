@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 
 from ops.errors import GpuwardenError
+from ops.jsondoc import document, iso
 from ops.settings import Settings
 from ops.units import fmt_bytes, parse_size
 
@@ -44,10 +45,18 @@ def _progress(label: str, enabled: bool):
     return show
 
 
+def _doc(name: str, body: dict) -> dict:
+    """A result as its gpuwarden.<name>/1 document, with an ISO-8601 twin of the arena's creation time."""
+    if isinstance(body.get("created"), (int, float)):
+        body = {**body, "created_iso": iso(body["created"])}
+    return document(name, body)
+
+
 def _fail_json(exc: GpuwardenError) -> None:
     """With --json, an arena failure is still one JSON object on stdout (and the same exit code)."""
-    obj = {"ok": False, "error": exc.message, "hint": exc.hint, "kind": getattr(exc, "kind", None),
-           **getattr(exc, "detail", {})}
+    obj = document("arena-error", {"ok": False, "error": exc.message, "hint": exc.hint,
+                                   "kind": getattr(exc, "kind", None), **getattr(exc, "detail", {}),
+                                   "exit_code": exc.exit_code})
     sys.stdout.write(json.dumps(obj) + "\n")
     raise typer.Exit(exc.exit_code)
 
@@ -86,7 +95,7 @@ def create_cmd(
         raise
     journal.write(settings.state_dir, "arena create", "ok", path=str(path), bytes=made.header.payload_size)
     if json_out:
-        sys.stdout.write(json.dumps(made.to_dict()) + "\n")
+        sys.stdout.write(json.dumps(_doc("arena-create", made.to_dict())) + "\n")
         return
     d = made.to_dict()
     typer.echo(f"created {path}: {fmt_bytes(d['payload_size'])} in {d['chunk_count']} chunks of "
@@ -118,7 +127,7 @@ def verify_cmd(
         raise
     d = done.to_dict()
     if json_out:
-        sys.stdout.write(json.dumps(d) + "\n")
+        sys.stdout.write(json.dumps(_doc("arena-verify", d)) + "\n")
         return
     typer.echo(f"ok: {path}: {fmt_bytes(d['payload_size'])}, {d['chunk_count']} chunks verified in "
                f"{d['seconds']:.2f}s ({d['gbps']:.2f} GB/s, {d['workers']} threads)")
@@ -140,7 +149,7 @@ def inspect_cmd(
     info = inspect(path, settings.proc_root, settings.state_dir)
     code = 0 if info["header_state"] == "ok" else (2 if info["header_state"] in ("missing", "no-permission", "unreadable") else 1)
     if json_out:
-        sys.stdout.write(json.dumps(info) + "\n")
+        sys.stdout.write(json.dumps(_doc("arena-inspect", info)) + "\n")
         raise typer.Exit(code)
     if info["header_state"] == "ok":
         typer.echo(f"{path}: arena v{info['version']}, {fmt_bytes(info['payload_size'])} payload in "
@@ -193,7 +202,7 @@ def budget_cmd(
         visible = [visible_gpus] * engines
     result = compute(settings, size_b, visible)
     if json_out:
-        sys.stdout.write(json.dumps(result.to_dict()) + "\n")
+        sys.stdout.write(json.dumps(_doc("arena-budget", result.to_dict())) + "\n")
     else:
         for line in result.lines():
             typer.echo(line)
@@ -235,7 +244,7 @@ def probe_cmd(
                         visibility=visibility, timeout_s=timeout, hold_s=hold)
     report = Probe(settings, opts, say).run()
     if json_out:
-        sys.stdout.write(json.dumps(report) + "\n")
+        sys.stdout.write(json.dumps(_doc("arena-probe", report)) + "\n")
     else:
         for line in table(report):
             typer.echo(line)

@@ -53,7 +53,9 @@ def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", 
     data = statedir.read_json(settings.state_dir / statedir.BASELINE, default={}) or {}
     gpus = {int(k): v for k, v in data.get("gpus", {}).items()}
     if json_out:
-        typer.echo(json.dumps({"gpus": {str(k): v for k, v in sorted(gpus.items())}}, indent=2))
+        from ops.jsondoc import document, iso
+        body = {str(k): {**v, "recorded_at_iso": iso(v.get("recorded_at"))} for k, v in sorted(gpus.items())}
+        typer.echo(json.dumps(document("baseline", {"gpus": body}), indent=2))
         return
     if not gpus:
         typer.echo("no baseline recorded (record one with `gpuwarden baseline record` on an idle node)")

@@ -115,6 +115,7 @@ def register(app: typer.Typer) -> None:
             raise GpuwardenError(f"bundle: {failed}", "see the journal (`gpuwarden journal`) for details")
         result = outcome.data["result"]
         if json_out:
-            sys.stdout.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+            from ops.jsondoc import document
+            sys.stdout.write(json.dumps(document("bundle", result.to_dict()), indent=2, default=str) + "\n")
         else:
             _print_result(result)

@@ -126,10 +126,11 @@ def check_cmd(ctx: typer.Context,
     settings: Settings = ctx.obj
     cfg = nodeconfig.load(settings)
     if json_out:
-        sys.stdout.write(json.dumps({
+        from ops.jsondoc import document
+        sys.stdout.write(json.dumps(document("config", {
             "path": str(cfg.path), "state_dir": str(cfg.state_dir) if cfg.state_dir else None,
             "arena": cfg.arena.__dict__ if cfg.arena else None, "stagger": cfg.stagger.__dict__,
-            "engines": [e.to_dict() for e in cfg.engines]}, indent=2) + "\n")
+            "engines": [e.to_dict() for e in cfg.engines], "agent": cfg.agent.to_dict()}), indent=2) + "\n")
         return
     typer.echo(f"{cfg.path}: ok")
     if cfg.arena:

@@ -62,12 +62,13 @@ def list_cmd(ctx: typer.Context,
     settings = _settings(ctx)
     infos = st.list_engines(settings)
     if json_out:
+        from ops.jsondoc import document
+        from ops.model import plain
         out = []
         for info in infos:
             record = _record_or_empty(settings, info.name)
-            out.append({**dataclasses.asdict(info), "detail": record.get("detail", ""),
-                        "phases": record.get("phases", {})})
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+            out.append({**plain(info), "detail": record.get("detail", ""), "phases": record.get("phases", {})})
+        sys.stdout.write(json.dumps(document("engines", {"engines": out}), indent=2) + "\n")
         return
     if not infos:
         typer.echo(f"no engines in {settings.state_dir} (start some with `gpuwarden launch`)")
@@ -161,7 +162,9 @@ def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help
             raise GpuwardenError(outcome.refused, "see `gpuwarden engines list` for the engines there are")
         results = outcome.data.get("results", [])
     if json_out:
-        sys.stdout.write(json.dumps([dataclasses.asdict(r) for r in results], indent=2) + "\n")
+        from ops.jsondoc import document
+        doc = document("engine-actions", {"action": "stop", "results": [dataclasses.asdict(r) for r in results]})
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     if not results:
         typer.echo("no running engines")

@@ -34,8 +34,11 @@ def register(app: typer.Typer) -> None:
         settings: Settings = ctx.obj
         entries = list(journal.read(settings.state_dir, limit=tail or None))
         if json_out:
+            from ops.jsondoc import document, iso
             for e in entries:
-                sys.stdout.write(json.dumps(e, default=str) + "\n")
+                ts = e.get("ts")
+                doc = document("journal-entry", {**e, "ts_iso": iso(ts) if isinstance(ts, (int, float)) else None})
+                sys.stdout.write(json.dumps(doc, default=str) + "\n")
             return
         if not entries:
             typer.echo(f"journal is empty ({settings.state_dir / 'journal.log'})")

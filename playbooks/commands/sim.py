@@ -82,7 +82,8 @@ def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", 
     from ops.sim.node import SimNode
     info = SimNode(ctx.obj.state_dir).describe()
     if json_out:
-        typer.echo(json.dumps(info, indent=2))
+        from ops.jsondoc import document
+        typer.echo(json.dumps(document("sim-node", info), indent=2))
         return
     typer.echo(f"{info['gpus']} GPU(s) x {fmt_bytes(info['vram'])} in {info['dir']}"
                + ("  (one XGMI hive)" if info["hive"] else ""))

@@ -10,6 +10,8 @@ need=()
 python3 -c 'import textual' 2>/dev/null || need+=(textual mdit_py_plugins linkify_it_py platformdirs markdown_it_py mdurl)
 python3 -c 'import nvitop' 2>/dev/null || need+=(nvitop)
 python3 -c 'import jsonschema' 2>/dev/null || need+=(jsonschema jsonschema_specifications referencing rpds_py attrs)
+python3 -c 'import prometheus_client' 2>/dev/null || need+=(prometheus_client)
+python3 -c 'import nvitop_exporter' 2>/dev/null || need+=(nvitop_exporter)
 if [ ${#need[@]} -gt 0 ] && [ -d .device/wheels ]; then
     files=()
     for n in "${need[@]}"; do files+=($(ls .device/wheels/${n}-*.whl 2>/dev/null)); done

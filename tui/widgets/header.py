@@ -39,6 +39,10 @@ class NodeHeader(Widget):
             if snap.simulated:
                 t.append(" ")
                 t.append(" SIMULATED ", style=S["header.sim"])
+            if snap.agent:
+                t.append("  via agent")
+                if snap.agent.get("stale") and stale_for is None:
+                    stale_for = float(snap.agent.get("age_s") or 0.0)  # the agent's sampling hangs
         if self.read_only:
             t.append("  ")
             t.append(" READ-ONLY ", style=S["header.ro"])

@@ -1,0 +1,62 @@
+"""Asking the local agent over its unix socket, with nothing heavier than `socket` imported.
+
+get() returns None when no agent answers (no socket, nobody listening, no permission, no answer in time),
+so callers fall back to sampling themselves; status uses it on its fast path.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TIMEOUT_S = 2.0
+
+
+class Reply:
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int, headers: dict[str, str], body: bytes):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self):
+        import json
+        return json.loads(self.body)
+
+
+def get(sock_path: Path | str, target: str, timeout: float = TIMEOUT_S) -> Reply | None:
+    """GET `target` (e.g. "/v1/snapshot") from the agent at `sock_path`; None when no agent answers."""
+    try:
+        os.stat(sock_path)
+    except OSError:
+        return None  # no agent here: not even worth importing socket
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    s.settimeout(timeout)
+    try:
+        s.connect(str(sock_path))
+        s.sendall(f"GET {target} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n".encode())
+        chunks = []
+        while True:
+            data = s.recv(1 << 20)
+            if not data:
+                break
+            chunks.append(data)
+    except OSError:  # no socket file, nobody listening, no permission, timed out
+        return None
+    finally:
+        s.close()
+    raw = b"".join(chunks)
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    if not sep:
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[1].isdigit():
+        return None
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return Reply(int(parts[1]), headers, body)

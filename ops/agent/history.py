@@ -1,0 +1,265 @@
+"""Per-GPU history: used, residual and holder count at every refresh for the last hour, and per minute for
+seven days; the minute trend is appended to the state dir, so it survives a restart.
+
+Memory is bounded by fixed rings (array module, no per-sample objects): for 8 GPUs at 1 s, about 3.7 MiB.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from array import array
+from pathlib import Path
+from typing import Any
+
+from ..jsondoc import document, iso
+from ..model import NodeSnapshot
+from . import jsonlines
+
+FINE_SPAN_S = 3600.0  # the refresh-resolution series covers the last hour
+MINUTE_S = 60.0
+MINUTES = 7 * 24 * 60  # the minute series covers seven days
+TREND = "trend.jsonl"
+UNKNOWN = -(1 << 63)  # a residual the backend could not compute
+
+
+class Ring:
+    """A fixed-size ring of rows of numbers, one array per column; append() overwrites the oldest."""
+
+    def __init__(self, capacity: int, columns: dict[str, str]):
+        self.capacity = capacity
+        self.cols = {name: array(code, [0]) * capacity for name, code in columns.items()}
+        self.start = 0
+        self.count = 0
+
+    def append(self, **values: float) -> None:
+        i = (self.start + self.count) % self.capacity
+        for name, col in self.cols.items():
+            col[i] = values[name]
+        if self.count < self.capacity:
+            self.count += 1
+        else:
+            self.start = (self.start + 1) % self.capacity
+
+    def rows_since(self, t: float) -> list[int]:
+        """Ring positions of the rows whose "t" is >= t, oldest first."""
+        ts = self.cols["t"]
+        out = []
+        for k in range(self.count):
+            i = (self.start + k) % self.capacity
+            if ts[i] >= t:
+                out.append(i)
+        return out
+
+    def nbytes(self) -> int:
+        return sum(c.itemsize * len(c) for c in self.cols.values())
+
+
+def _fine_ring(capacity: int) -> Ring:
+    return Ring(capacity, {"t": "d", "used": "q", "residual": "q", "holders": "i"})
+
+
+def _minute_ring() -> Ring:
+    return Ring(MINUTES, {"t": "d", "used_avg": "q", "used_max": "q", "residual_max": "q", "holders_max": "i"})
+
+
+class _Minute:
+    """The minute being accumulated for one GPU."""
+
+    __slots__ = ("start", "n", "used_sum", "used_max", "residual_max", "holders_max")
+
+    def __init__(self, start: float):
+        self.start = start
+        self.n = 0
+        self.used_sum = 0
+        self.used_max = 0
+        self.residual_max = UNKNOWN
+        self.holders_max = 0
+
+    def add(self, used: int, residual: int, holders: int) -> None:
+        self.n += 1
+        self.used_sum += used
+        self.used_max = max(self.used_max, used)
+        self.residual_max = max(self.residual_max, residual)
+        self.holders_max = max(self.holders_max, holders)
+
+    def row(self) -> dict[str, float]:
+        return {"t": self.start, "used_avg": self.used_sum // max(1, self.n), "used_max": self.used_max,
+                "residual_max": self.residual_max, "holders_max": self.holders_max}
+
+
+class History:
+    """Fed one snapshot per refresh (add); read by the API, the exporter and `gpuwarden history`.
+
+    Thread-safe: the agent's sampling thread writes while API threads read."""
+
+    def __init__(self, directory: Path | None, interval_s: float = 1.0, *, writable: bool = True):
+        self.dir = directory
+        self.interval_s = interval_s
+        self._fine_capacity = max(60, math.ceil(FINE_SPAN_S / max(interval_s, 0.25)))
+        self._fine: dict[int, Ring] = {}
+        self._minutes: dict[int, Ring] = {}
+        self._open: dict[int, _Minute] = {}
+        self._lock = threading.Lock()
+        self._trend: jsonlines.Appender | None = None
+        self._trend_lines = 0
+        if directory is not None:
+            if writable:
+                jsonlines.repair(directory / TREND)
+            self._load()
+            if writable:
+                self._trend = jsonlines.Appender(directory / TREND)
+
+    # --- feeding --------------------------------------------------------------------------------
+    def add(self, snap: NodeSnapshot) -> None:
+        t = snap.taken_at
+        minute = math.floor(t / MINUTE_S) * MINUTE_S
+        res_by_gpu = {r.gpu_index: r for r in snap.residual}
+        closed: dict[int, dict[str, float]] = {}
+        with self._lock:
+            for g in snap.gpus:
+                r = res_by_gpu.get(g.index)
+                used = g.vram_used if g.vram_used is not None else 0
+                residual = r.residual if r is not None and r.residual is not None else UNKNOWN
+                holders = len(r.holders) if r is not None else 0
+                ring = self._fine.get(g.index)
+                if ring is None:
+                    ring = self._fine[g.index] = _fine_ring(self._fine_capacity)
+                ring.append(t=t, used=used, residual=residual, holders=holders)
+                cur = self._open.get(g.index)
+                if cur is not None and cur.start != minute:
+                    closed[g.index] = cur.row()
+                    self._minute_ring(g.index).append(**closed[g.index])
+                    cur = None
+                if cur is None:
+                    cur = self._open[g.index] = _Minute(minute)
+                cur.add(used, residual, holders)
+        if closed:
+            self._persist(closed)
+
+    def _minute_ring(self, gpu: int) -> Ring:
+        ring = self._minutes.get(gpu)
+        if ring is None:
+            ring = self._minutes[gpu] = _minute_ring()
+        return ring
+
+    # --- persistence ----------------------------------------------------------------------------
+    def _persist(self, rows: dict[int, dict[str, float]]) -> None:
+        if self._trend is None:
+            return
+        t = next(iter(rows.values()))["t"]
+        line = {"t": t, "gpus": {str(g): [r["used_avg"], r["used_max"], r["residual_max"], r["holders_max"]]
+                                 for g, r in rows.items()}}
+        try:
+            self._trend.append(line)
+        except OSError:
+            return  # a full disk must not stop sampling; the in-memory trend goes on
+        self._trend_lines += 1
+        if self._trend_lines > 2 * MINUTES:
+            self._compact()
+
+    def _load(self) -> None:
+        assert self.dir is not None
+        path = self.dir / TREND
+        cutoff = time.time() - MINUTES * MINUTE_S
+        for line in jsonlines.read(path):
+            t = line.get("t")
+            gpus = line.get("gpus")
+            if not isinstance(t, (int, float)) or t < cutoff or not isinstance(gpus, dict):
+                continue
+            for g, vals in gpus.items():
+                if not (str(g).isdigit() and isinstance(vals, list) and len(vals) == 4
+                        and all(isinstance(v, int) for v in vals)):
+                    continue
+                self._minute_ring(int(g)).append(t=t, used_avg=vals[0], used_max=vals[1], residual_max=vals[2],
+                                                 holders_max=vals[3])
+            self._trend_lines += 1
+
+    def _compact(self) -> None:
+        """Rewrite the trend file with the last seven days only (atomically: a kill leaves old or new)."""
+        assert self.dir is not None and self._trend is not None
+        from ..statedir import atomic_write
+        by_t: dict[float, dict[str, list[int]]] = {}
+        with self._lock:
+            for g, ring in self._minutes.items():
+                c = ring.cols
+                for i in ring.rows_since(float("-inf")):
+                    by_t.setdefault(c["t"][i], {})[str(g)] = [c["used_avg"][i], c["used_max"][i],
+                                                             c["residual_max"][i], c["holders_max"][i]]
+        text = "".join(json.dumps({"t": t, "gpus": gpus}, separators=(",", ":")) + "\n"
+                       for t, gpus in sorted(by_t.items()))
+        self._trend.close()
+        atomic_write(self.dir / TREND, text, 0o640)
+        self._trend = jsonlines.Appender(self.dir / TREND)
+        self._trend_lines = len(by_t)
+
+    def close(self) -> None:
+        if self._trend is not None:
+            self._trend.close()
+            self._trend = None
+
+    # --- reading --------------------------------------------------------------------------------
+    def nbytes(self) -> int:
+        """Bytes the rings hold now (their capacity is allocated up front)."""
+        with self._lock:
+            return sum(r.nbytes() for r in list(self._fine.values()) + list(self._minutes.values()))
+
+    def gpus(self) -> list[int]:
+        with self._lock:
+            return sorted(set(self._fine) | set(self._minutes))
+
+    def series(self, gpu: int, since: float | None = None, resolution: str = "auto") -> dict[str, Any]:
+        """{"fine": {...}, "minute": {...}} for one GPU: t0 (+ _iso), offsets from t0 in seconds, columns.
+
+        "auto" gives the fine series when `since` lies within its span, else the minute series."""
+        since = since if since is not None else float("-inf")
+        out: dict[str, Any] = {}
+        with self._lock:
+            fine, minutes = self._fine.get(gpu), self._minutes.get(gpu)
+            want_fine = resolution == "fine" or (resolution == "auto" and (
+                since >= time.time() - FINE_SPAN_S or minutes is None))
+            if fine is not None and want_fine:
+                out["fine"] = _columns(fine, since)
+            if minutes is not None and (resolution == "minute" or (resolution == "auto" and not want_fine)):
+                cur = self._open.get(gpu)
+                out["minute"] = _columns(minutes, since, extra=cur.row() if cur is not None and cur.n else None)
+        return out
+
+    def document(self, gpu: int | None = None, since: float | None = None, resolution: str = "auto",
+                 events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The gpuwarden.history/1 document."""
+        now = time.time()
+        gpus = [gpu] if gpu is not None else self.gpus()
+        body: dict[str, Any] = {
+            "generated_at": now, "generated_at_iso": iso(now), "interval_s": self.interval_s,
+            "since": since, "since_iso": iso(since) if since is not None else None, "resolution": resolution,
+            "gpus": {str(g): self.series(g, since, resolution) for g in gpus},
+        }
+        if events is not None:
+            body["events"] = events
+        return document("history", body)
+
+
+def _columns(ring: Ring, since: float, extra: dict[str, float] | None = None) -> dict[str, Any]:
+    rows = ring.rows_since(since)
+    c = ring.cols
+    names = [n for n in c if n != "t"]
+    ts = [c["t"][i] for i in rows]
+    data: dict[str, list[Any]] = {n: [c[n][i] for i in rows] for n in names}
+    if extra is not None and extra["t"] >= since:
+        ts.append(extra["t"])
+        for n in names:
+            data[n].append(extra[n])
+    for n in ("residual", "residual_max"):
+        if n in data:
+            data[n] = [None if v == UNKNOWN else v for v in data[n]]
+    t0 = ts[0] if ts else None
+    return {"t0": t0, "t0_iso": iso(t0), "t": [round(t - t0, 3) for t in ts] if t0 is not None else [],
+            "points": len(ts), **data}
+
+
+def read_trend(directory: Path) -> History:
+    """The persisted minute trend of a stopped agent, read-only (nothing is repaired or appended)."""
+    return History(directory, writable=False)

@@ -1,0 +1,306 @@
+"""The metric families of one Reading: every gpuwarden_* series, rebuilt from scratch at each scrape so a GPU,
+engine or process that went away leaves no stale series. Base units (bytes, seconds, ratios), counters _total.
+
+README's Monitoring section documents each family; tests/test_metrics_exposition.py holds them to it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import platform
+from typing import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+
+from .. import __version__
+from ..model import EngineInfo, GpuInfo, NodeSnapshot, Residual
+from ..status_protocol import PHASES
+from .reading import MetricsOptions, Reading
+
+P = "gpuwarden_"
+GPU_LABELS = ("gpu", "bus_id", "uuid", "model")
+ENGINE_LABELS = ("engine", "gpu")
+# Holder kinds, each always exported per GPU (0 when none) so alerts and rate() see every change.
+HOLDER_KINDS = ("zombie", "disk-sleep", "dead-pid", "unknown-pid", "device-file")
+_KIND_OF_REASON = {"zombie": "zombie", "disk-sleep": "disk-sleep", "kfd-without-process": "dead-pid",
+                   "dead": "dead-pid", "unknown-pid": "unknown-pid"}
+ENGINE_PHASES = ("waiting", *PHASES, "crashed", "stale")
+NOT_UP = ("exited", "crashed", "stale")
+# Crash signals exported at 0 for every engine before any crash, so increase() counts the first one (a series
+# that is born at 1 shows no increase): the arena storm is a burst of first SIGSEGVs.
+CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE", "SIGKILL")
+REGISTRATION_OUTCOMES = ("registered", "failed", "hung", "running", "died")
+
+
+def _gauge(name: str, doc: str, labels: tuple[str, ...], unit: str = "") -> GaugeMetricFamily:
+    return GaugeMetricFamily(P + name, doc, labels=list(labels), unit=unit)
+
+
+def _counter(name: str, doc: str, labels: tuple[str, ...]) -> CounterMetricFamily:
+    return CounterMetricFamily(P + name, doc, labels=list(labels))
+
+
+class _Labels:
+    """Label names and values for one kind of object, with the optional hostname label appended."""
+
+    def __init__(self, names: tuple[str, ...], hostname: str | None):
+        self.host = (hostname,) if hostname else ()
+        self.names = names + (("hostname",) if hostname else ())
+
+    def of(self, *values: str) -> tuple[str, ...]:
+        return values + self.host
+
+
+def families(reading: Reading, options: MetricsOptions) -> list[Metric]:
+    """Every family for this reading, in the README's order."""
+    snap = reading.snapshot
+    out: list[Metric] = []
+    out.extend(_gpu_families(reading, options))
+    out.extend(_engine_families(snap, reading.now, options))
+    out.extend(_arena_families(reading, options))
+    if reading.findings is not None:
+        out.append(_findings(reading, options))
+    if options.per_process:
+        out.extend(_process_families(snap, options))
+    out.extend(_agent_families(reading, options))
+    return [f for f in out if f.samples]  # a family with nothing to say (no engines yet) is left out
+
+
+# --- GPUs ------------------------------------------------------------------------------------------------------
+def _gpu_label_values(g: GpuInfo) -> tuple[str, ...]:
+    return (str(g.index), g.bus_id or "", g.uuid or "", g.name or "")
+
+
+def _holder_kind(holder) -> str:
+    if not holder.vram_bytes:
+        return "device-file"  # keeps a GPU device file open, no VRAM charged to it
+    return _KIND_OF_REASON.get(holder.reason, "dead-pid")
+
+
+def _gpu_families(reading: Reading, options: MetricsOptions) -> Iterator[Metric]:
+    snap = reading.snapshot
+    lab = _Labels(GPU_LABELS, options.hostname)
+    kind_lab = _Labels(GPU_LABELS + ("kind",), options.hostname)
+    residual = {r.gpu_index: r for r in snap.residual}
+    drained = set(snap.drained)
+    users: dict[int, int] = {}
+    for p in snap.processes:
+        for gi in p.vram:
+            users[gi] = users.get(gi, 0) + 1
+
+    vram_used = _gauge("gpu_vram_used_bytes", "VRAM in use on the GPU, as the device reports it.", lab.names)
+    vram_total = _gauge("gpu_vram_total_bytes", "VRAM of the GPU.", lab.names)
+    gtt_used = _gauge("gpu_gtt_used_bytes", "GTT (host memory mapped for the GPU) in use.", lab.names)
+    gtt_total = _gauge("gpu_gtt_total_bytes", "GTT size.", lab.names)
+    accounted = _gauge("gpu_vram_accounted_bytes", "VRAM that live processes account for.", lab.names)
+    res = _gauge("gpu_residual_bytes", "Residual VRAM: device used - live processes' VRAM - idle baseline "
+                 "(absent when unknown).", lab.names)
+    significant = _gauge("gpu_residual_significant", "1 when the residual is above the tolerance "
+                         "(max(512 MiB, 1%) without a baseline) and needs the operator.", lab.names)
+    holders = _gauge("gpu_residual_holders", "Processes or driver entries that keep VRAM or a GPU device file "
+                     "after their owner should have let go, by kind.", kind_lab.names)
+    baseline = _gauge("gpu_baseline_bytes", "Idle VRAM use recorded by `gpuwarden baseline record`.", lab.names)
+    drained_f = _gauge("gpu_drained", "1 when the GPU is drained (no new engines).", lab.names)
+    reset = _gauge("gpu_needs_reset", "1 when residual VRAM is held by nothing gpuwarden can remove: only a GPU "
+                   "reset clears it.", lab.names)
+    busy = _gauge("gpu_busy_ratio", "GPU busy fraction (0-1).", lab.names)
+    temp = _gauge("gpu_temperature_celsius", "GPU temperature.", lab.names)
+    power = _gauge("gpu_power_watts", "GPU power draw.", lab.names)
+    procs = _gauge("gpu_processes", "Processes with VRAM on the GPU.", lab.names)
+    fams = [vram_used, vram_total, gtt_used, gtt_total, accounted, res, significant, holders]
+    age = None
+    if reading.residual_since is not None:
+        age = _gauge("gpu_residual_age_seconds", "Seconds since the GPU's residual became significant "
+                     "(0 when it is not).", lab.names)
+        fams.append(age)
+    fams += [baseline, drained_f, reset, busy, temp, power, procs]
+
+    for g in snap.gpus:
+        ident = _gpu_label_values(g)
+        values = lab.of(*ident)
+        for fam, v in ((vram_used, g.vram_used), (vram_total, g.vram_total), (gtt_used, g.gtt_used),
+                       (gtt_total, g.gtt_total), (temp, g.temperature_c), (power, g.power_w)):
+            if v is not None:
+                fam.add_metric(values, v)
+        if g.busy_percent is not None:
+            busy.add_metric(values, g.busy_percent / 100.0)
+        r: Residual | None = residual.get(g.index)
+        counts = dict.fromkeys(HOLDER_KINDS, 0)
+        if r is not None:
+            accounted.add_metric(values, r.accounted)
+            if r.residual is not None:
+                res.add_metric(values, r.residual)
+            if r.baseline is not None:
+                baseline.add_metric(values, r.baseline)
+            for h in r.holders:
+                counts[_holder_kind(h)] += 1
+        is_significant = r is not None and r.significant
+        significant.add_metric(values, 1 if is_significant else 0)
+        for kind in HOLDER_KINDS:
+            holders.add_metric(kind_lab.of(*ident, kind), counts[kind])
+        if age is not None:
+            since = reading.residual_since.get(g.index) if is_significant else None  # type: ignore[union-attr]
+            age.add_metric(values, max(0.0, reading.now - since) if since is not None else 0.0)
+        drained_f.add_metric(values, 1 if g.index in drained else 0)
+        reset.add_metric(values, 1 if is_significant and not r.holders else 0)  # type: ignore[union-attr]
+        procs.add_metric(values, users.get(g.index, 0))
+    return iter(fams)
+
+
+# --- engines ---------------------------------------------------------------------------------------------------
+def _last_run(e: EngineInfo) -> list:
+    """The registration records of the engine's current (or last) run: those of its newest pid."""
+    records = getattr(e, "registrations", ()) or ()
+    if not records:
+        return []
+    pid = e.pid if any(r.pid == e.pid for r in records) else records[-1].pid
+    return [r for r in records if r.pid == pid and r.kind == "register"]
+
+
+def _engine_families(snap: NodeSnapshot, now: float, options: MetricsOptions) -> Iterator[Metric]:
+    lab = _Labels(ENGINE_LABELS, options.hostname)
+    phase_lab = _Labels(ENGINE_LABELS + ("phase",), options.hostname)
+    signal_lab = _Labels(ENGINE_LABELS + ("signal",), options.hostname)
+    outcome_lab = _Labels(ENGINE_LABELS + ("outcome",), options.hostname)
+    up = _gauge("engine_up", "1 while the engine's shim supervises a run that has not ended.", lab.names)
+    phase = _gauge("engine_phase", "The engine's phase as a state set: 1 for the current phase, 0 for the others.",
+                   phase_lab.names)
+    in_phase = _gauge("engine_phase_seconds", "Seconds the engine has been in its current phase.", lab.names)
+    restarts = _counter("engine_restarts", "Restarts of the engine by its shim (restart policy on-failure).",
+                        lab.names)
+    crashes = _counter("engine_crashes", "Runs of the engine that ended in a crash, by signal (\"none\": a "
+                       "non-zero exit code).", signal_lab.names)
+    reg_s = _gauge("engine_registration_seconds", "Seconds the last run's host registrations took (the calls "
+                   "themselves, summed).", lab.names)
+    reg_wait = _gauge("engine_registration_wait_seconds", "Seconds the last run's registrations waited for a "
+                      "gate slot, summed.", lab.names)
+    reg_bytes = _gauge("engine_registered_bytes", "Bytes the last run registered successfully.", lab.names)
+    regs = _gauge("engine_registrations", "The last run's registration calls, by outcome.", outcome_lab.names)
+    for e in snap.engines:
+        gpu = "" if e.gpu is None else str(e.gpu)
+        values = lab.of(e.name, gpu)
+        up.add_metric(values, 0 if e.phase in NOT_UP else 1)
+        phases = ENGINE_PHASES if e.phase in ENGINE_PHASES else ENGINE_PHASES + (e.phase,)
+        for p in phases:
+            phase.add_metric(phase_lab.of(e.name, gpu, p), 1 if p == e.phase else 0)
+        since = getattr(e, "phase_since", None)
+        if since is not None:
+            in_phase.add_metric(values, max(0.0, now - since))
+        restarts.add_metric(values, e.restarts)
+        counted = getattr(e, "crashes", None) or {}
+        for sig in dict.fromkeys(CRASH_SIGNALS + tuple(sorted(counted))):
+            crashes.add_metric(signal_lab.of(e.name, gpu, sig), counted.get(sig, 0))
+        run = _last_run(e)
+        if run:
+            reg_s.add_metric(values, sum(r.seconds or 0.0 for r in run))
+            reg_wait.add_metric(values, sum(r.wait_s or 0.0 for r in run))
+            reg_bytes.add_metric(values, sum(r.bytes or 0 for r in run if r.outcome == "registered"))
+            by_outcome = dict.fromkeys(REGISTRATION_OUTCOMES, 0)
+            for r in run:
+                by_outcome[r.outcome] = by_outcome.get(r.outcome, 0) + 1
+            for outcome, n in by_outcome.items():
+                regs.add_metric(outcome_lab.of(e.name, gpu, outcome), n)
+    return iter((up, phase, in_phase, restarts, crashes, reg_s, reg_wait, reg_bytes, regs))
+
+
+# --- arena and the KFD registration budget ---------------------------------------------------------------------
+def _arena_families(reading: Reading, options: MetricsOptions) -> Iterator[Metric]:
+    lab = _Labels(("arena",), options.hostname)
+    none = _Labels((), options.hostname)
+    size = _gauge("arena_size_bytes", "Size of the shared weight arena file.", lab.names)
+    ok = _gauge("arena_header_ok", "1 when the arena's header (magic, hash) verifies.", lab.names)
+    mappers = _gauge("arena_mappers", "Processes that have the arena mapped.", lab.names)
+    registered = _gauge("arena_registered", "Mappers that registered the arena with their GPU.", lab.names)
+    for a in reading.snapshot.arenas:
+        values = lab.of(a.path)
+        if a.size is not None:
+            size.add_metric(values, a.size)
+        ok.add_metric(values, 1 if a.header_state == "ok" else 0)
+        mappers.add_metric(values, len(a.mappers))
+        registered.add_metric(values, sum(1 for m in a.mappers if m.registered))
+    fams: list[Metric] = [size, ok, mappers, registered]
+    plan = reading.plan
+    if plan is not None:
+        limit = _gauge("kfd_system_limit_bytes", "KFD's system-memory limit for userptr registrations (absent with "
+                       "amdgpu.no_system_mem_limit=1).", none.names)
+        charge = _gauge("arena_plan_charge_bytes", "What the node config's launch plan charges against the KFD "
+                        "limit: arena size x GPUs each engine sees, summed.", lab.names)
+        fits = _gauge("arena_plan_fits", "1 when the launch plan's registrations fit under the KFD limit.",
+                      lab.names)
+        if not plan.no_limit:
+            limit.add_metric(none.of(), plan.limit)
+        charge.add_metric(lab.of(plan.arena), plan.charged)
+        fits.add_metric(lab.of(plan.arena), 1 if plan.fits else 0)
+        fams += [limit, charge, fits]
+    return iter(fams)
+
+
+# --- kernel log ------------------------------------------------------------------------------------------------
+def _findings(reading: Reading, options: MetricsOptions) -> Metric:
+    lab = _Labels(("category", "severity"), options.hostname)
+    fam = _counter("kernel_findings", "Kernel-log occurrences the agent's watch classified (GPU page faults, ring "
+                   "timeouts, resets, Xids, segfaults, ...), by category and severity.", lab.names)
+    for (category, severity), n in sorted(reading.findings.items()):  # type: ignore[union-attr]
+        fam.add_metric(lab.of(category, severity), n)
+    return fam
+
+
+# --- processes (opt-in) ----------------------------------------------------------------------------------------
+def _program(command: str) -> str:
+    """The program's name only: a command line can carry secrets and is unbounded."""
+    first = command.split(" ", 1)[0] if command else ""
+    return os.path.basename(first)[:40]
+
+
+def _process_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[Metric]:
+    names = ("gpu", "pid", "user", "command", "container", "namespace", "pod")
+    lab = _Labels(names, options.hostname)
+    gpu_lab = _Labels(("gpu",), options.hostname)
+    fam = _gauge("process_vram_bytes", f"VRAM per process and GPU (--per-process): the largest "
+                 f"{options.per_process_max} pairs.", lab.names)
+    rest = _gauge("process_vram_unlisted_bytes", "VRAM of the processes left out of process_vram_bytes by its cap.",
+                  gpu_lab.names)
+    pairs = [(b, -gi, -p.pid, p) for p in snap.processes for gi, b in p.vram.items() if b > 0]
+    keep = heapq.nlargest(options.per_process_max, pairs, key=lambda t: t[:3])
+    for b, gi, _, p in keep:
+        gi = -gi
+        fam.add_metric(lab.of(str(gi), str(p.pid), p.user or "", _program(p.command),
+                              getattr(p, "container_name", None) or p.container or "",
+                              getattr(p, "namespace", None) or "", getattr(p, "pod", None) or ""), b)
+    left: dict[int, int] = {}
+    for b, gi, _, _ in pairs:
+        left[-gi] = left.get(-gi, 0) + b
+    for b, gi, _, _ in keep:
+        left[-gi] -= b
+    for g in snap.gpus:
+        rest.add_metric(gpu_lab.of(str(g.index)), left.get(g.index, 0))
+    return iter((fam, rest))
+
+
+# --- the agent -------------------------------------------------------------------------------------------------
+def _agent_families(reading: Reading, options: MetricsOptions) -> Iterator[Metric]:
+    snap = reading.snapshot
+    none = _Labels((), options.hostname)
+    out: list[Metric] = []
+    if snap.duration_s is not None:
+        out.append(GaugeMetricFamily(P + "agent_sample_duration_seconds", "How long the latest snapshot took.",
+                                     labels=list(none.names)))
+        out[-1].add_metric(none.of(), snap.duration_s)
+    stale = _gauge("agent_stale", "1 when the agent has no fresh snapshot (a backend call hangs or sampling "
+                   "stopped): every other series is as old as agent_snapshot_age_seconds.", none.names)
+    stale.add_metric(none.of(), 1 if reading.stale else 0)
+    out.append(stale)
+    if reading.age_s is not None:
+        age = _gauge("agent_snapshot_age_seconds", "Age of the snapshot these series come from.", none.names)
+        age.add_metric(none.of(), reading.age_s)
+        out.append(age)
+    info = InfoMetricFamily(P + "agent", "Where these series come from: backend, simulated node or not, and "
+                            "whether the node agent served them.", labels=list(none.names))
+    info.add_metric(none.of(), {"backend": snap.backend, "simulated": "true" if snap.simulated else "false",
+                                "mode": reading.mode})
+    out.append(info)
+    build = InfoMetricFamily(P + "build", "gpuwarden's version and Python.", labels=list(none.names))
+    build.add_metric(none.of(), {"version": __version__, "python": platform.python_version()})
+    out.append(build)
+    return iter(out)

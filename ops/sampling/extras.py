@@ -1,0 +1,82 @@
+"""The node extras beside attribution: idle baseline, drained GPUs, engines, arenas and the node config.
+
+NodeExtras owns what makes them cheap to ask for every second (a FileCache of state files and the
+config, the arena scan cadence); a broken state file or config becomes a warning, never a failed refresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import nodestate
+from ..errors import GpuwardenError
+from ..model import ArenaInfo, EngineInfo, SnapshotWarning
+from ..settings import Settings
+from .filecache import FileCache
+
+
+@dataclass(frozen=True)
+class Extras:
+    baseline: dict[int, int]
+    drained: tuple[int, ...]
+    engines: tuple[EngineInfo, ...]
+    arenas: tuple[ArenaInfo, ...]
+    warnings: tuple[SnapshotWarning, ...]
+
+
+class NodeExtras:
+    """Reads the extras of one node refresh after refresh. Not thread-safe: one per sampler."""
+
+    def __init__(self, settings: Settings, *, with_engines: bool = True):
+        self.settings = settings
+        self.files = FileCache()
+        self.with_engines = with_engines  # a bundle replay has no live engines or arenas to read
+        self._arenas = None  # ArenaWatch, made at the first refresh that has something to watch
+
+    def config(self):
+        """The node config (None when there is none); ConfigError when it does not load."""
+        settings = self.settings
+
+        def load(_path):
+            from .. import nodeconfig  # only when there is a config to read: status pays for tomllib only then
+            return nodeconfig.load(settings)
+        return self.files.get(settings.config_path, load, "node-config")
+
+    def sample(self) -> Extras:
+        settings = self.settings
+        warnings: list[SnapshotWarning] = []
+        baseline = nodestate.baseline(settings.state_dir, self.files)
+        drained = tuple(sorted(nodestate.drained(settings.state_dir, self.files)))
+        arena_path: str | None = None
+        if not settings.replay:
+            try:
+                config = self.config()
+                arena_path = config.arena.path if config is not None and config.arena else None
+            except GpuwardenError as exc:
+                # The arena panel would just say "no arena configured": a typo in node.toml must be visible.
+                warnings.append(SnapshotWarning(
+                    "config-unusable", f"node config unusable, arena and launch settings ignored: {exc.message} "
+                    "(see `gpuwarden config check`)"))
+        engines: tuple[EngineInfo, ...] = ()
+        arenas: tuple[ArenaInfo, ...] = ()
+        if self.with_engines and (settings.state_dir / "engines").is_dir():
+            try:
+                from ..engines.state import list_engines
+                engines = tuple(list_engines(settings, self.files))
+            except Exception as exc:  # a broken state file must not hide the GPUs
+                warnings.append(SnapshotWarning("engine-state-unreadable", f"engine state unreadable: {exc}"))
+        if self.with_engines:
+            try:
+                arenas = self._list_arenas(engines, arena_path)
+            except Exception as exc:
+                warnings.append(SnapshotWarning("arena-state-unreadable", f"arena state unreadable: {exc}"))
+        self.files.sweep()
+        return Extras(baseline=baseline, drained=drained, engines=engines, arenas=arenas, warnings=tuple(warnings))
+
+    def _list_arenas(self, engines: tuple[EngineInfo, ...], arena_path: str | None) -> tuple[ArenaInfo, ...]:
+        if arena_path is None and not any(e.pid for e in engines):
+            return ()  # nothing configured, no engine to map one: skip importing the arena code at all
+        if self._arenas is None:
+            from ..arena.watch import ArenaWatch
+            self._arenas = ArenaWatch(self.settings)
+        return tuple(self._arenas.arenas(engines, configured=arena_path))

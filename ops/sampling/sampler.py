@@ -1,0 +1,100 @@
+"""The Sampler: one NodeSnapshot per call, from attribution (every refresh) and the node extras.
+
+Status, the TUI, the agent and the exporter all sample through it; take_snapshot is the one-shot form.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..backends.base import Backend
+from ..backends.select import open_backend
+from ..errors import GpuwardenError
+from ..fdbudget import OutOfDescriptors
+from ..model import NodeSnapshot, SnapshotWarning
+from ..settings import Settings
+from .attribution import Attribution
+from .extras import NodeExtras
+
+
+class Sampler:
+    """Takes snapshots of one node. Not thread-safe: one sampler per worker."""
+
+    def __init__(self, settings: Settings, backend: Backend | None = None, *, deep_every_s: float = 10.0,
+                 use_pidfds: bool = True, full_scan_every_s: float = 0.0):
+        self.settings = settings
+        self.backend = backend or open_backend(settings)
+        self.deep_every_s = deep_every_s
+        # Deep scans in between look only at new processes and known holders (the agent: 5 min; 0: always full).
+        self.full_scan_every_s = full_scan_every_s
+        self.attribution = Attribution(settings, self.backend, use_pidfds=use_pidfds)
+        self.extras = NodeExtras(settings)
+        self._hostname = os.uname().nodename  # what socket.gethostname() returns, without importing socket
+
+    @property
+    def _watch(self):  # the pidfd watch, for tests that check what is tracked
+        return self.attribution.watch
+
+    def close(self) -> None:
+        self.close_readers()
+        self.backend.close()
+
+    def close_readers(self) -> None:
+        """Close what the sampler itself holds open (pidfds, stat files), leaving the backend open."""
+        self.attribution.close()
+
+    def deep_scan(self) -> None:
+        self.attribution.deep_scan()
+
+    def snapshot(self, deep: bool | None = None) -> NodeSnapshot:
+        t0 = time.perf_counter()
+        attribution = self.attribution
+        now = time.monotonic()
+        if deep:
+            attribution.deep_scan()
+        elif deep is None and now - attribution.last_deep >= self.deep_every_s:
+            attribution.deep_scan(full=now - attribution.last_full >= self.full_scan_every_s)
+        try:
+            gpus, processes = attribution.sample()
+        except OutOfDescriptors as exc:
+            raise GpuwardenError(f"out of file descriptors while sampling ({exc.strerror})",
+                                 "raise the open-files limit (ulimit -n, LimitNOFILE=) for gpuwarden") from None
+        extras = self.extras.sample()
+        residual, residual_warnings = attribution.residual(gpus, processes, extras.baseline)
+        warnings: list[SnapshotWarning] = []
+        if self.backend.simulated:
+            why = getattr(self.backend, "fallback_reason", None)
+            warnings.append(SnapshotWarning("simulated", f"SIMULATED node: no real GPU backend works here ({why})"
+                                            if why else "SIMULATED node (--backend sim)"))
+        warnings.extend(residual_warnings)
+        if not extras.baseline:
+            warnings.append(SnapshotWarning(
+                "no-baseline", "no idle baseline recorded: residual counts all unexplained VRAM "
+                "(record one with `gpuwarden baseline record` on an idle node)"))
+        if attribution.nested_ns:
+            warnings.append(SnapshotWarning(
+                "pid-namespace", "running inside a PID namespace: the driver reports host PIDs, so process "
+                "details may be missing; run gpuwarden on the host (or with the host's PID namespace)"))
+        warnings.extend(extras.warnings)
+        return NodeSnapshot(
+            taken_at=time.time(), hostname=self._hostname, backend=self.backend.name,
+            simulated=self.backend.simulated, gpus=gpus, processes=processes, residual=residual,
+            engines=extras.engines, arenas=extras.arenas, drained=extras.drained, warnings=tuple(warnings),
+            baseline_recorded=bool(extras.baseline),
+            source=f"bundle:{self.settings.replay}" if self.settings.replay else "live",
+            duration_s=round(time.perf_counter() - t0, 6),
+        )
+
+
+def take_snapshot(settings: Settings, backend: Backend | None = None, *, deep: bool = True) -> NodeSnapshot:
+    """One full snapshot (with a deep scan for device-file holders), for one-shot commands."""
+    # One refresh has no next one for pidfds to save work at: opening them would only add cost.
+    sampler = Sampler(settings, backend, use_pidfds=False)
+    try:
+        return sampler.snapshot(deep=deep)
+    finally:
+        if backend is None:
+            sampler.close()
+        else:
+            sampler.close_readers()  # the caller's backend stays open for its next use

@@ -1,0 +1,84 @@
+"""Where a viewer's snapshots come from: the node agent when its socket answers, else a Sampler here, or an
+incident bundle. A source is a function returning a NodeSnapshot; the viewer calls it from its SamplingThread.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ..model import NodeSnapshot
+from ..settings import Settings
+
+SnapshotSource = Callable[[], NodeSnapshot]
+
+
+def live_source(settings: Settings) -> tuple[SnapshotSource, Callable[[], None]]:
+    """The live node through a Sampler (opened here, so a missing GPU library fails before the screen)."""
+    from .sampler import Sampler
+    sampler = Sampler(settings)
+    return sampler.snapshot, sampler.close
+
+
+def bundle_source(path: Path, settings: Settings) -> SnapshotSource:
+    """A captured node from an incident bundle; the same snapshot every time."""
+    from ..bundle.replay import snapshot_from_bundle
+    snap = snapshot_from_bundle(path, settings)
+    return lambda: snap
+
+
+class AgentOrLocal:
+    """Snapshots from the node agent while it answers; from a Sampler of our own while it does not.
+
+    Many consoles over SSH then share the agent's one sampler; a stopped agent costs a refresh, not the view.
+    """
+
+    def __init__(self, settings: Settings):
+        from ..paths import AGENT_SOCKET
+        self.settings = settings
+        self.socket = settings.state_dir / AGENT_SOCKET
+        self._sampler = None
+        self.via_agent = False
+
+    def _from_agent(self) -> NodeSnapshot | None:
+        if self.settings.sysfs_root != Path("/sys") or self.settings.proc_root != Path("/proc"):
+            return None
+        from ..agent.client import get
+        reply = get(self.socket, "/v1/snapshot")
+        if reply is None or reply.status != 200:
+            return None
+        backend = self.settings.backend
+        if backend and reply.headers.get("x-gpuwarden-backend") != backend:
+            return None
+        from ..model import snapshot_from_dict
+        return snapshot_from_dict(reply.json())
+
+    def __call__(self) -> NodeSnapshot:
+        snap = self._from_agent()
+        self.via_agent = snap is not None
+        if snap is not None:
+            return snap
+        if self._sampler is None:
+            from .sampler import Sampler
+            self._sampler = Sampler(self.settings)
+        return self._sampler.snapshot()
+
+    def agent_json(self, target: str) -> dict | None:
+        """Another document from the agent (history, events), for a viewer's backfill; None without one."""
+        from ..agent.client import get
+        reply = get(self.socket, target)
+        return reply.json() if reply is not None and reply.status == 200 else None
+
+    def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.close()
+            self._sampler = None
+
+
+def viewer_source(settings: Settings) -> tuple[SnapshotSource, Callable[[], None]]:
+    """The agent's snapshots when one answers, else the live node sampled here (which must open now)."""
+    source = AgentOrLocal(settings)
+    if source._from_agent() is None:
+        from .sampler import Sampler
+        source._sampler = Sampler(settings)  # a missing GPU library fails here, before the screen
+    return source, source.close

@@ -1,0 +1,91 @@
+"""The thread that keeps sampling, so a hung backend call never blocks a screen, an API or a signal handler.
+
+One daemon thread per owner (TUI, agent): take a snapshot, hand it over, wait the interval, repeat — never
+two calls at once. A call in flight is visible (busy_since), so the owner can say how stale its data is.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from ..errors import GpuwardenError
+from ..model import NodeSnapshot
+
+SnapshotSource = Callable[[], NodeSnapshot]
+
+MIN_REFRESH_S = 0.25
+
+
+class SamplingThread:
+    """Calls `source` every `interval` seconds (counted from the end of the previous call) in a daemon thread.
+
+    `deliver(snapshot)` and `failed(message)` are called from this thread and must be thread-safe
+    (Textual's post_message is). A call that hangs delays the next one; it is never overlapped.
+    """
+
+    def __init__(self, source: SnapshotSource, interval: float, deliver: Callable[[NodeSnapshot], None],
+                 failed: Callable[[str], None], close: Callable[[], None] | None = None,
+                 min_interval: float = MIN_REFRESH_S, name: str = "gpuwarden-sampler"):
+        self.source = source
+        self.close = close  # called by this thread when it ends: never while a call is in flight
+        self.interval = max(interval, min_interval)
+        self.deliver = deliver
+        self.failed = failed
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self.busy_since: float | None = None  # monotonic start of the call in progress
+        self.calls = 0
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end; False when it is still in a call after `timeout`."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def refresh_now(self) -> None:
+        """Cut the current wait short (after a playbook, or on the operator's request)."""
+        self._wake.set()
+
+    def busy_for(self) -> float | None:
+        """Seconds the call in progress has been running, or None between calls."""
+        since = self.busy_since
+        return None if since is None else time.monotonic() - since
+
+    def _loop(self) -> None:
+        try:
+            self._sample_until_stopped()
+        finally:
+            if self.close is not None:
+                self.close()
+
+    def _sample_until_stopped(self) -> None:
+        while not self._stop.is_set():
+            self.busy_since = time.monotonic()
+            try:
+                snap = self.source()
+            except GpuwardenError as exc:
+                snap = None
+                message = exc.message + (f" ({exc.hint})" if exc.hint else "")
+            except Exception as exc:  # a backend bug must show, not kill the sampling
+                snap = None
+                message = f"{type(exc).__name__}: {exc}"
+            finally:
+                self.busy_since = None
+                self.calls += 1
+            if self._stop.is_set():
+                return
+            if snap is not None:
+                self.deliver(snap)
+            else:
+                self.failed(message)
+            self._wake.wait(self.interval)
+            self._wake.clear()

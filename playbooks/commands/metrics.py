@@ -1,0 +1,68 @@
+"""CLI: `gpuwarden metrics` — one Prometheus exposition of the node on stdout, or `--textfile DIR` for
+node_exporter's textfile collector. Works without an agent (it samples once); see the README's Monitoring.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ops.settings import Settings
+
+
+def _from_agent(settings: Settings, per_process: bool, hostname: bool) -> bytes | None:
+    """The running agent's exposition over its socket (with its kernel-log counts and residual ages); None
+    when no agent answers, or it samples another backend than the one asked for."""
+    from ops.agent.client import get
+    from ops.paths import AGENT_SOCKET
+    query = "&".join(f"{k}=1" for k, on in (("per_process", per_process), ("hostname", hostname)) if on)
+    reply = get(settings.state_dir / AGENT_SOCKET, "/metrics" + (f"?{query}" if query else ""))
+    if reply is None or reply.status != 200:
+        return None
+    if settings.backend and reply.headers.get("x-gpuwarden-backend") != settings.backend:
+        return None
+    return reply.body
+
+
+def _exposition(settings: Settings, per_process: bool, hostname: str | None) -> bytes:
+    import time
+
+    from ops.metrics.collector import render
+    from ops.metrics.plan import PlanCache
+    from ops.metrics.reading import MetricsOptions, Reading
+    from ops.snapshot import take_snapshot
+    reading = Reading(take_snapshot(settings), "oneshot", now=time.time(), plan=PlanCache(settings).current())
+    return render(reading, MetricsOptions(per_process=per_process, hostname=hostname))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("metrics")
+    def metrics_cmd(
+        ctx: typer.Context,
+        textfile: Optional[Path] = typer.Option(
+            None, "--textfile", metavar="DIR",
+            help="Write DIR/gpuwarden.prom atomically (node_exporter's --collector.textfile.directory) instead "
+                 "of printing."),
+        per_process: bool = typer.Option(False, "--per-process",
+                                         help="Add VRAM per process and GPU (the largest 256 pairs)."),
+        hostname_label: bool = typer.Option(False, "--hostname-label",
+                                            help="Add a hostname label to every series (Prometheus adds "
+                                                 "instance itself; this is for textfiles and federation)."),
+    ) -> None:
+        """Print the node's metrics once, in Prometheus' text format: the running agent's (over its socket),
+        else a sample taken now, in which the kernel-log counts and residual ages that only the agent keeps
+        are left out.
+        """
+        import os
+        settings: Settings = ctx.obj
+        body = None if settings.replay else _from_agent(settings, per_process, hostname_label)
+        if body is None:
+            body = _exposition(settings, per_process, os.uname().nodename if hostname_label else None)
+        if textfile is None:
+            typer.echo(body.decode(), nl=False)
+            return
+        from ops.metrics.textfile import write
+        path = write(textfile, body)
+        typer.echo(f"wrote {path} ({len(body)} bytes)", err=True)

@@ -1,0 +1,150 @@
+"""The fast path of the `gpuwarden` program: `status` without loading Typer, Textual or any other command.
+
+`gpuwarden status --json` is what scripts and monitors run every few seconds; it must cost about as much as
+starting Python. run() handles the arguments it fully understands and returns None for anything else
+(--help, other commands, unknown options), which then goes to the full CLI.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Global options that take a value, as the full CLI spells them.
+_GLOBAL = {"--state-dir": "state_dir", "--config": "config", "--backend": "backend", "--sysfs-root": "sysfs_root",
+           "--proc-root": "proc_root"}
+_PATHS = {"state_dir", "config", "sysfs_root", "proc_root"}
+
+
+def _parse(argv: list[str]) -> tuple[dict, dict] | None:
+    """(global options, status options) when argv is exactly `[globals] status [status options]`."""
+    glob: dict[str, object] = {}
+    opts: dict[str, object] = {"json_out": False, "watch": False, "interval": 2.0, "bundle": None}
+    i = 0
+    while i < len(argv) and argv[i] != "status":
+        name, eq, value = argv[i].partition("=")
+        if name not in _GLOBAL:
+            return None
+        if not eq:
+            i += 1
+            if i >= len(argv):
+                return None
+            value = argv[i]
+        key = _GLOBAL[name]
+        if key in glob or not value:
+            return None  # leave odd input to the full CLI's messages
+        glob[key] = Path(value) if key in _PATHS else value
+        i += 1
+    if i >= len(argv):
+        return None
+    for arg in argv[i + 1:]:
+        if arg == "--json":
+            opts["json_out"] = True
+        else:
+            return None  # --watch, --bundle, --interval, --help ...: the full CLI handles them
+    return glob, opts
+
+
+def print_error(exc, json_requested: bool) -> None:
+    """A GpuwardenError as the CLI shows it: one line and a hint on stderr; the error document under --json."""
+    print(f"gpuwarden: error: {exc.message}", file=sys.stderr)
+    if exc.hint:
+        print(f"  hint: {exc.hint}", file=sys.stderr)
+    if json_requested:
+        # A script reading stdout gets the failure in the shape it parses (the exit code stays).
+        from ops.jsondoc import dumps, error_document
+        sys.stdout.write(dumps(error_document(exc.message, exc.hint, exc.exit_code), indent=None) + "\n")
+
+
+def print_os_error(exc: OSError) -> int:
+    """An unexpected OSError (no permission, read-only or full file system) as one line; exit status 2."""
+    where = f": {exc.filename}" if exc.filename else ""
+    print(f"gpuwarden: error: {exc.strerror or exc}{where}", file=sys.stderr)
+    print("  hint: check that path and its permissions (state lives in --state-dir / GPUWARDEN_STATE_DIR)",
+          file=sys.stderr)
+    return 2
+
+
+def _state_dir(glob: dict) -> Path | None:
+    """The state dir the full CLI would use, without building Settings; None when that takes the config and
+    the config does not read (the full path then reports it)."""
+    import os
+    explicit = glob.get("state_dir") or os.environ.get("GPUWARDEN_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    from ops.paths import DEFAULT_CONFIG, default_state_dir
+    config = Path(glob.get("config") or os.environ.get("GPUWARDEN_CONFIG") or DEFAULT_CONFIG)
+    try:
+        raw = config.read_bytes()
+    except FileNotFoundError:
+        return default_state_dir()
+    except OSError:
+        return None
+    import tomllib
+    try:
+        state_dir = tomllib.loads(raw.decode()).get("state_dir")
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    return Path(state_dir) if isinstance(state_dir, str) and state_dir else default_state_dir()
+
+
+def _via_agent(glob: dict) -> int | None:
+    """`status --json` answered by the agent, with nothing but the socket; None when no agent serves it."""
+    import os
+    if glob.get("sysfs_root") or glob.get("proc_root") or os.environ.get("GPUWARDEN_SYSFS_ROOT") \
+            or os.environ.get("GPUWARDEN_PROC_ROOT"):
+        return None  # a captured tree: the agent samples the live node
+    state_dir = _state_dir(glob)
+    if state_dir is None:
+        return None
+    from ops.paths import AGENT_SOCKET, refuse_squatted
+    refuse_squatted(state_dir)  # a socket in a dir someone else made could serve anything
+    from ops.agent.client import get
+    reply = get(state_dir / AGENT_SOCKET, "/v1/snapshot")
+    if reply is None or reply.status != 200:
+        return None
+    backend = glob.get("backend") or os.environ.get("GPUWARDEN_BACKEND")
+    if backend and backend != "auto" and reply.headers.get("x-gpuwarden-backend") != backend:
+        return None  # --backend names another source than the agent's: sample it here
+    sys.stdout.buffer.write(reply.body + b"\n")
+    sys.stdout.flush()
+    attention = reply.headers.get("x-gpuwarden-needs-attention") == "1"
+    return 1 if attention or reply.headers.get("x-gpuwarden-stale") == "1" else 0
+
+
+def run(argv: list[str]) -> int | None:
+    """The exit status of a fast-path command, or None when argv is not one."""
+    parsed = _parse(argv)
+    if parsed is None:
+        return None
+    glob, opts = parsed
+
+    def status() -> int:
+        if opts["json_out"]:
+            code = _via_agent(glob)
+            if code is not None:
+                return code
+        from . import globalopts, statusview
+        words = tuple(w for name, key in _GLOBAL.items() if key in glob for w in (name, str(glob[key])))
+        settings = globalopts.resolve(**glob).with_(cli_words=words)  # type: ignore[arg-type]
+        return statusview.run(settings, **opts)  # type: ignore[arg-type]
+    return guarded(status, bool(opts["json_out"]))
+
+
+def guarded(call, json_requested: bool) -> int:
+    """call()'s exit status, with the expected failures as one line each (the full CLI uses this too)."""
+    from ops.errors import GpuwardenError
+    try:
+        return call()
+    except GpuwardenError as exc:
+        print_error(exc, json_requested)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("gpuwarden: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        # Last line of defence for the expected ones (no permission, read-only or full file system,
+        # a path under /proc): one line, never a traceback.
+        return print_os_error(exc)

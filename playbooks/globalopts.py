@@ -1,0 +1,34 @@
+"""The global options (--state-dir, --config, --backend, --sysfs-root, --proc-root) turned into Settings.
+
+One function for the Typer callback and for status's fast path, so both check and resolve them alike.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ops.errors import GpuwardenError
+from ops.settings import BACKENDS, Settings
+
+
+def resolve(state_dir: Path | None = None, config: Path | None = None, backend: str | None = None,
+            sysfs_root: Path | None = None, proc_root: Path | None = None) -> Settings:
+    """Settings from the options (each falls back to its GPUWARDEN_* variable, then the default)."""
+    if backend and backend not in BACKENDS + ("auto",):
+        raise GpuwardenError(f"unknown backend {backend!r}", f"choose one of: {', '.join(BACKENDS)}")
+    for flag, root in (("--sysfs-root", sysfs_root), ("--proc-root", proc_root)):
+        # A missing /proc tree would show every GPU process as gone and its VRAM as residual.
+        if root is not None and not root.is_dir():
+            raise GpuwardenError(f"{flag} {root} is not a directory",
+                                 "point it at a captured tree (or leave it out to read the live node)")
+    settings = Settings.from_env(state_dir=state_dir, config_path=config, backend=backend,
+                                 sysfs_root=sysfs_root, proc_root=proc_root)
+    if settings.backend and settings.backend not in BACKENDS:  # from GPUWARDEN_BACKEND
+        raise GpuwardenError(f"unknown backend {settings.backend!r}", f"choose one of: {', '.join(BACKENDS)}")
+    if state_dir is None and not os.environ.get("GPUWARDEN_STATE_DIR") and settings.config_path.exists():
+        from ops.nodeconfig import effective_settings  # the config may name the state dir
+        settings = effective_settings(settings)
+    from ops.statedir import refuse_squatted
+    refuse_squatted(settings.state_dir)
+    return settings

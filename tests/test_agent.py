@@ -1,0 +1,182 @@
+"""The node agent end to end: a real `gpuwarden agent` on the simulated node, its sd_notify handshake, API,
+events, history, signals, and `status` through it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import time
+
+import pytest
+
+from agentnode import snapshot_of, start_agent
+from simnode import kill_and_wait_zombie, start_careless_parent, start_tenant, wait_for
+
+from ops import jsondoc
+
+GiB = 1 << 30
+
+
+@pytest.fixture
+def sim(cli, state_dir):
+    assert cli("sim", "init", "--gpus", "4", "--vram", "24GiB").returncode == 0
+    return state_dir
+
+
+@pytest.fixture
+def agent(sim):
+    a = start_agent(sim)
+    yield a
+    a.stop()
+
+
+def test_ready_healthz_snapshot_and_status_via_the_agent(agent, cli, sim):
+    assert f"MAINPID={agent.proc.pid}" in agent.ready_message
+    health = wait_for(lambda: (h := agent.json("/healthz"))["ok"] and h, what="a healthy agent")
+    jsondoc.validate(health)
+    assert health["backend"] == "sim" and health["pid"] == agent.proc.pid
+    mode = stat.S_IMODE(os.stat(agent.sock).st_mode)
+    assert stat.S_ISSOCK(os.stat(agent.sock).st_mode) and mode == 0o660
+    snap = snapshot_of(agent)
+    jsondoc.validate(snap)
+    assert snap["agent"]["pid"] == agent.proc.pid and snap["agent"]["stale"] is False
+    proc = cli("--backend", "sim", "status", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    jsondoc.validate(doc)
+    assert doc["agent"]["pid"] == agent.proc.pid  # served by the agent, not sampled here
+    text = cli("--backend", "sim", "status")
+    assert "via agent" in text.stdout.splitlines()[0] and text.returncode == 0
+
+
+def test_residual_shows_in_events_history_and_status_exit_code(agent, cli, sim):
+    parent, child = start_careless_parent(sim, 2, "3GiB")
+    try:
+        kill_and_wait_zombie(child)
+        events = wait_for(lambda: [e for e in agent.json("/v1/events")["events"] if e["kind"] == "residual-appeared"],
+                          what="a residual-appeared event")
+        assert events[0]["gpu"] == 2 and "3.0 GiB" in events[0]["text"]
+        jsondoc.validate(agent.json("/v1/events"))
+        assert cli("--backend", "sim", "status", "--json").returncode == 1  # needs attention, via the agent
+        hist = agent.json("/v1/history?gpu=2&since=10m&events=1")
+        jsondoc.validate(hist)
+        fine = hist["gpus"]["2"]["fine"]
+        assert fine["points"] == len(fine["t"]) and max(fine["residual"]) == 3 * GiB
+        assert any(e["kind"] == "residual-appeared" for e in hist["events"])
+    finally:
+        parent.kill()
+        parent.wait()
+    cleared = wait_for(lambda: [e for e in agent.json("/v1/events?since=10m")["events"]
+                                if e["kind"] == "residual-cleared"], what="residual cleared")
+    assert cleared[0]["gpu"] == 2 and "after" in cleared[0]["text"]
+    proc = cli("history", "2", "--since", "10m")
+    assert proc.returncode == 0 and "residual VRAM 3.0 GiB appeared" in proc.stdout
+    out = cli("history", "--json")
+    jsondoc.validate(json.loads(out.stdout))
+
+
+def test_sigterm_stops_within_two_seconds_and_the_history_stays(sim, cli):
+    agent = start_agent(sim)
+    wait_for(lambda: agent.json("/healthz")["ok"], what="first snapshot")
+    t0 = time.monotonic()
+    assert agent.stop(signal.SIGTERM) == 0
+    assert time.monotonic() - t0 < 2.0, agent.log_text()
+    assert not agent.sock.exists()
+    assert "Traceback" not in agent.log_text()
+    # Without an agent, status samples itself again and history reads the files it left.
+    assert cli("--backend", "sim", "status", "--json").returncode == 0
+    out = cli("history", "--json")
+    assert out.returncode == 0, out.stderr
+    assert [e["text"] for e in json.loads(out.stdout)["events"]][-1] == "agent stopped"
+
+
+def test_a_second_agent_and_the_sim_fallback_are_refused(agent, cli, sim):
+    proc = cli("--backend", "sim", "agent", "--foreground")
+    assert proc.returncode == 2 and "another agent answers" in proc.stderr or "already runs" in proc.stderr
+    auto = cli("agent", "--foreground", env={"GPUWARDEN_BACKEND": ""})
+    if os.path.exists("/sys/class/kfd") or os.path.exists("/dev/nvidiactl"):
+        pytest.skip("this machine has a GPU driver")
+    assert auto.returncode == 2 and "no GPU backend works here" in auto.stderr and "Traceback" not in auto.stderr
+
+
+def test_sighup_reloads_the_config_and_a_broken_one_is_refused(sim, tmp_path):
+    conf = tmp_path / "node.toml"
+    conf.write_text("[agent]\ninterval = 0.25\n")
+    agent = start_agent(sim, "--config", str(conf))
+    try:
+        conf.write_text("[agent]\ninterval = 0.5\nbundle_on = [\"crash\"]\n")
+        agent.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: agent.json("/healthz")["interval_s"] == 0.5, what="the new interval")
+        conf.write_text("[agent]\ninterval = \"soon\"\n")
+        agent.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload refused" in agent.log_text(), what="the refusal in the log")
+        assert agent.json("/healthz")["interval_s"] == 0.5
+    finally:
+        assert agent.stop() == 0
+
+
+def test_events_stream_follows_new_events(agent, sim):
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(20)
+    s.connect(str(agent.sock))
+    s.sendall(b"GET /v1/events?follow=1 HTTP/1.1\r\nHost: a\r\n\r\n")
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        buf += s.recv(4096)
+    assert buf.startswith(b"HTTP/1.1 200") and b"application/x-ndjson" in buf
+    tenant = start_tenant(sim, 1, "1GiB")
+    try:
+        os.kill(tenant.pid, signal.SIGKILL)
+        tenant.wait()
+        # A killed tenant's allocation goes with it: no residual; the leak drill leaves one.
+    finally:
+        pass
+    from ops.sim.node import SimNode
+    SimNode(sim).leak(3, 2 * GiB)
+    body = buf.split(b"\r\n\r\n", 1)[1]
+    deadline = time.monotonic() + 20
+    while b"residual-appeared" not in body and time.monotonic() < deadline:
+        body += s.recv(65536)
+    s.close()
+    lines = [json.loads(x) for x in body.splitlines() if x.strip()]
+    assert any(e["kind"] == "residual-appeared" and e["gpu"] == 3 for e in lines)
+    for e in lines:
+        jsondoc.validate(e)
+
+
+def test_the_console_reads_the_agent_and_backfills_its_sparklines(sim):
+    import asyncio
+
+    from ops.settings import Settings
+    from ops.sim.node import SimNode
+    from test_tui_support import screen_text
+    from test_tui_support import wait_for as pilot_wait
+    from tui.app import GpuwardenApp
+    from tui.sampling import viewer_source
+
+    agent = start_agent(sim)
+    try:
+        SimNode(sim).leak(1, 6 * GiB)
+        def fine():
+            return agent.json("/v1/history?gpu=1&resolution=fine")["gpus"].get("1", {}).get("fine") or {}
+        wait_for(lambda: fine().get("points", 0) > 2 and max(fine()["used"]) > 0,
+                 what="history before the console opens")
+        settings = Settings(state_dir=sim, backend="sim", config_path=sim / "node.toml")
+        source, close = viewer_source(settings)
+
+        async def go():
+            app = GpuwardenApp(settings, source=source, on_exit=close, refresh_s=0.25, read_only=True)
+            async with app.run_test(size=(160, 40)) as pilot:
+                await pilot_wait(pilot, lambda: app.snapshot is not None, what="first snapshot")
+                await pilot_wait(pilot, lambda: "via agent" in screen_text(app), what="the header")
+                # Events the agent saw before this console opened are in the panel.
+                await pilot_wait(pilot, lambda: "agent started" in screen_text(app), what="backfilled events")
+                assert app.history.series(1) and max(app.history.series(1)) > 0.2
+        asyncio.run(go())
+        assert source.via_agent
+    finally:
+        agent.stop()

@@ -1,0 +1,126 @@
+"""The agent's kernel-log watch fed real kernel lines through a FIFO, its policies running the real playbooks,
+and the sd_notify datagram it sends.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+
+import pytest
+
+from agentnode import start_agent
+from simnode import kill_and_wait_zombie, start_careless_parent, wait_for
+
+from ops import journal
+from ops.agent.kernelwatch import TriageAdapter, useful
+from ops.agent.notify import notify
+
+GiB = 1 << 30
+
+
+@pytest.fixture
+def sim(cli, state_dir):
+    assert cli("sim", "init", "--gpus", "2", "--vram", "8GiB").returncode == 0
+    return state_dir
+
+
+def kmsg_records(fixture_text: str, first_seq: int = 100) -> list[str]:
+    """A captured dmesg -T excerpt as the /dev/kmsg records the kernel would have given (level err)."""
+    out = []
+    for i, line in enumerate(fixture_text.splitlines()):
+        msg = re.sub(r"^\[[^\]]*\]\s?", "", line)
+        out.append(f"3,{first_seq + i},{(1000 + i) * 1000},-;{msg}")
+        out.append(" SUBSYSTEM=pci")  # a record's dictionary line, as the kernel appends it
+    return out
+
+
+def test_the_adapter_reads_kmsg_records_and_plain_lines_and_repeats_a_finding_once_a_minute(fixtures):
+    assert not useful(" DEVICE=+pci:0000:c1:00.0") and not useful("  ") and useful("  continued text")
+    fault = (fixtures / "dmesg/rocm5745_gfx1151_gfxhub_pagefault_mes_sq_intr_gpu_reset_mode2.log").read_text()
+    adapter = TriageAdapter()
+    first = adapter.feed(kmsg_records(fault), now=1000.0)
+    assert any(f["category"] == "gpu-page-fault" for f in first)
+    again = adapter.feed(kmsg_records(fault, 500), now=1010.0)  # the same faults ten seconds later
+    assert not any(f["category"] == "gpu-page-fault" for f in again)
+    later = adapter.feed(kmsg_records(fault, 900), now=1100.0)
+    pages = [f for f in later if f["category"] == "gpu-page-fault"]
+    assert pages and all(f["new_since_last_event"] > 0 for f in pages)  # a minute on: again, with what grew
+
+
+def test_kernel_findings_from_a_fifo_become_events(sim, tmp_path, fixtures):
+    fifo = tmp_path / "kmsg"
+    os.mkfifo(fifo)
+    conf = tmp_path / "node.toml"
+    conf.write_text(f'[agent]\nkmsg = "{fifo}"\n')
+    agent = start_agent(sim, "--config", str(conf))
+    try:
+        wait_for(lambda: agent.json("/healthz")["kernel_watch"] == str(fifo), what="the watch on the FIFO")
+        fault = (fixtures / "dmesg/rocm5745_gfx1151_gfxhub_pagefault_mes_sq_intr_gpu_reset_mode2.log").read_text()
+        segv = (fixtures / "dmesg/rocm4189_rx570_segfault_libamdhip64.log").read_text()
+        with open(fifo, "w") as w:
+            w.write("\n".join(kmsg_records(fault)) + "\n")
+            w.write(segv)  # plain dmesg lines work too
+        kernel = wait_for(lambda: [e for e in agent.json("/v1/events")["events"] if e["kind"] == "kernel"],
+                          what="kernel events")
+        cats = {e["data"]["category"] for e in kernel}
+        assert "gpu-page-fault" in cats and "segfault" in cats, cats
+        page = next(e for e in kernel if e["data"]["category"] == "gpu-page-fault")
+        assert page["level"] == "error" and page["text"].startswith("kernel: ") and "0000:c1:00.0" in page["data"]["devices"]
+        # The same finding again within a minute is one event, not a flood.
+        n = len(kernel)
+        with open(fifo, "w") as w:
+            w.write("\n".join(kmsg_records(fault, 500)) + "\n")
+        wait_for(lambda: agent.json("/healthz")["last_event_seq"] >= 0, what="the agent")
+        assert len([e for e in agent.json("/v1/events")["events"] if e["kind"] == "kernel"]) <= n + 1
+    finally:
+        agent.stop()
+
+
+def test_policies_drain_bundle_and_purge_through_the_playbooks(sim, tmp_path):
+    conf = tmp_path / "node.toml"
+    conf.write_text('[agent]\nkmsg = "off"\ndrain_on_residual_after = "1s"\nbundle_on = ["residual"]\n'
+                    'purge_dead_holders = true\n')
+    agent = start_agent(sim, "--config", str(conf))
+    parent, child = start_careless_parent(sim, 0, "1GiB")
+    try:
+        wait_for(lambda: agent.json("/healthz")["ok"], what="first snapshot")
+        kill_and_wait_zombie(child)
+        # Drain: the residual on GPU 0 lasts past 1 s, so the drain playbook marks it drained.
+        wait_for(lambda: 0 in agent.json("/v1/snapshot")["drained"], timeout=30, what="GPU 0 drained by the policy")
+        # Purge: zombies only, and its parent only asked to reap: the careless parent lives on.
+        wait_for(lambda: any(e["action"] == "reaper-signal" and e.get("signal") == "SIGCHLD"
+                             for e in journal.read(sim)), timeout=30, what="SIGCHLD to the parent")
+        assert parent.poll() is None
+        assert not any(e["action"] == "reaper-signal" and e.get("signal") in ("SIGTERM", "SIGKILL")
+                       for e in journal.read(sim))
+        # Bundle: one incident bundle for the residual.
+        wait_for(lambda: list((sim / "bundles").glob("*.tar.gz")), timeout=60, what="the policy's bundle")
+        texts = [e["text"] for e in agent.json("/v1/events?limit=10000")["events"] if e["kind"] == "policy"]
+        assert any("drain" in t for t in texts) and any("bundle" in t for t in texts) and \
+            any("purge" in t for t in texts), texts
+        actions = {e["action"] for e in journal.read(sim)}
+        assert {"drain", "purge", "bundle"} <= actions, actions  # the same journal as a person's runs
+    finally:
+        parent.kill()
+        parent.wait()
+        agent.stop()
+
+
+def test_notify_sends_one_datagram_to_a_path_or_an_abstract_socket(tmp_path):
+    path = tmp_path / "n.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(str(path))
+    s.settimeout(5)
+    assert notify("READY=1\nSTATUS=x", {"NOTIFY_SOCKET": str(path)})
+    assert s.recv(100) == b"READY=1\nSTATUS=x"
+    s.close()
+    name = f"gpuwarden-test-{os.getpid()}"
+    a = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.bind("\0" + name)
+    a.settimeout(5)
+    assert notify("STOPPING=1", {"NOTIFY_SOCKET": "@" + name})
+    assert a.recv(100) == b"STOPPING=1"
+    a.close()
+    assert notify("READY=1", {}) is False

@@ -1,0 +1,89 @@
+"""What `gpuwarden status` may load (the import budget), and the layering rule: tui -> playbooks -> ops.
+
+status and status --json must cost about as much as starting Python: no Typer, no Textual, no playbooks,
+no other command. Measured with `python -X importtime` on the real program.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentnode import start_agent
+from conftest import REPO
+from simnode import wait_for
+
+FORBIDDEN = ("typer", "click", "textual", "rich", "pydantic", "jsonschema", "tui.app", "tui.command",
+             "playbooks.cli", "playbooks.commands", "playbooks.framework", "playbooks.output", "ops.bundle",
+             "ops.triage", "ops.arena.inspect", "http", "email", "asyncio")
+
+
+def imported(state_dir: Path, *args: str) -> tuple[set[str], subprocess.CompletedProcess]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tui.main", "--state-dir", str(state_dir),
+                           *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=60)
+    names = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    return names, proc
+
+
+def over_budget(names: set[str]) -> list[str]:
+    return sorted(n for n in names if any(n == f or n.startswith(f + ".") for f in FORBIDDEN))
+
+
+@pytest.fixture
+def sim(cli, state_dir):
+    assert cli("sim", "init", "--gpus", "2").returncode == 0
+    return state_dir
+
+
+def test_status_loads_no_framework_and_no_other_command(sim):
+    for args in (("--backend", "sim", "status", "--json"), ("--backend", "sim", "status")):
+        names, proc = imported(sim, *args)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "ops.sampling.sampler" in names  # it did sample
+        assert over_budget(names) == [], args
+
+
+def test_status_json_via_the_agent_loads_only_the_socket_client(sim):
+    agent = start_agent(sim)
+    try:
+        wait_for(lambda: agent.json("/healthz")["ok"], what="first snapshot")
+        names, proc = imported(sim, "--backend", "sim", "status", "--json")
+        assert proc.returncode == 0 and '"agent"' in proc.stdout
+        assert over_budget(names) == []
+        assert not any(n.startswith(("ops.sampling", "ops.model", "dataclasses", "ops.backends")) for n in names), \
+            sorted(n for n in names if n.startswith("ops"))
+    finally:
+        agent.stop()
+
+
+def test_other_commands_still_get_the_full_cli(sim):
+    names, proc = imported(sim, "--backend", "sim", "journal")
+    assert proc.returncode == 0 and "typer" in names
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append(node.module)
+    return out
+
+
+@pytest.mark.parametrize("layer, banned", [("ops", ("playbooks", "tui", "textual", "typer", "click")),
+                                           ("playbooks", ("tui", "textual"))])
+def test_imports_point_down_only(layer, banned):
+    bad = []
+    for path in sorted((REPO / layer).rglob("*.py")):
+        for name in _imports(path):
+            if name.split(".")[0] in banned:
+                bad.append(f"{path.relative_to(REPO)} imports {name}")
+    assert bad == []

@@ -1,0 +1,86 @@
+"""The shipped Prometheus rules and Grafana dashboard: promtool checks and unit-tests the rules (every alert firing
+and not firing), and every gpuwarden name the rules and the dashboard use is one the exporter really exports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+from test_metrics_exposition import _reading, _snapshot
+
+from conftest import REPO
+from ops.metrics.collector import render
+from ops.metrics.reading import MetricsOptions
+from ops.model import GpuProcess
+
+RULES = REPO / "deploy" / "prometheus" / "gpuwarden-rules.yml"
+RULE_TESTS = REPO / "tests" / "prometheus" / "gpuwarden-rules.test.yml"
+DASHBOARD = REPO / "deploy" / "grafana" / "gpuwarden.json"
+NAME = re.compile(r"\bgpuwarden(?:_[a-z0-9_]+|:[a-z0-9_:]+)")
+
+
+def _promtool(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_promtool_checks_the_rules():
+    proc = _promtool("check", "rules", str(RULES))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+def test_every_alert_has_unit_tests_that_pass_and_can_fail(tmp_path):
+    alerts = set(re.findall(r"^\s+- alert: (\w+)$", RULES.read_text(), re.M))
+    tests = RULE_TESTS.read_text()
+    tested = set(re.findall(r"alertname: (\w+)", tests))
+    assert alerts == tested, f"alerts without unit tests: {alerts - tested}"
+    for alert in alerts:  # each one both silent (exp_alerts: []) and firing somewhere
+        assert re.search(rf"alertname: {alert}\n\s+exp_alerts: \[\]", tests), f"{alert} never tested silent"
+        assert re.search(rf"alertname: {alert}\n\s+exp_alerts:\n", tests), f"{alert} never tested firing"
+    proc = _promtool("test", "rules", RULE_TESTS.name, cwd=RULE_TESTS.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    # The same tests against rules whose residual alert waits 1 minute instead of 5 must fail.
+    (tmp_path / "deploy" / "prometheus").mkdir(parents=True)
+    (tmp_path / "tests" / "prometheus").mkdir(parents=True)
+    text = RULES.read_text()
+    head, sep, tail = text.partition("alert: GpuwardenResidualVram")
+    (tmp_path / "deploy" / "prometheus" / RULES.name).write_text(head + sep + tail.replace("for: 5m", "for: 1m", 1))
+    shutil.copy(RULE_TESTS, tmp_path / "tests" / "prometheus")
+    proc = _promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path / "tests" / "prometheus")
+    assert proc.returncode != 0 and "GpuwardenResidualVram" in proc.stdout + proc.stderr
+
+
+def _exported_names() -> set[str]:
+    """Every family name the exporter can produce (a reading with everything in it), with its sample suffixes."""
+    procs = (GpuProcess(pid=7, start_time=1.0, user="u", command="x", state="sleeping", vram={0: 1}),)
+    body = render(_reading(_snapshot(processes=procs)), MetricsOptions(per_process=True)).decode()
+    names = set(re.findall(r"^(gpuwarden_\w+)", body, re.M))
+    names |= {"gpuwarden_engine_registration_seconds", "gpuwarden_engine_registration_wait_seconds",
+              "gpuwarden_engine_registered_bytes", "gpuwarden_engine_registrations"}  # need registration records
+    return names
+
+
+def test_rules_and_dashboard_use_only_names_that_exist():
+    exported = _exported_names()
+    recorded = set(re.findall(r"^\s+- record: (\S+)$", RULES.read_text(), re.M))
+    rule_names = set(NAME.findall(RULES.read_text())) - {"gpuwarden_"}
+    assert rule_names - exported - recorded == set()
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert len(exprs) > 25
+    used = {n for e in exprs for n in NAME.findall(e)}
+    assert used - exported - recorded == set()
+    # Every family the README's table lists exists, and every exported family is in the table.
+    readme = (REPO / "README.md").read_text()
+    table = set(re.findall(r"^\| `(gpuwarden_\w+)`", readme, re.M))
+    families = {n for n in exported if not n.endswith("_created")}
+    assert families - table == set(), "exported but not in the README's metrics table"
+    assert table - families == set(), "in the README's metrics table but not exported"
+    # The dashboard is one Grafana document: unique panel ids, the datasource a variable.
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    assert all(p["datasource"]["uid"] == "${datasource}" for p in dash["panels"] if p["type"] != "row")
