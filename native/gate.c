@@ -67,9 +67,16 @@ void gw_gate_init(void) {
 static int try_slot(int i, int blocking) {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/slot-%d.lock", gw_cfg.gate_dir, i);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    /* O_NOFOLLOW and a regular file only, as ops/statedir opens it: a slot planted as a symlink must not
+     * get its target truncated by the ftruncate below (the engine may run as root). */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
     if (fd < 0)
         return -2;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -2;
+    }
     int r;
     do r = flock(fd, LOCK_EX | (blocking ? 0 : LOCK_NB)); while (r < 0 && errno == EINTR);
     if (r < 0) {

@@ -45,7 +45,7 @@ void gw_emit(const char *phase, const char *extra_fmt, ...) {
         ssize_t w;
         do w = write(gw_cfg.status_fd, line, n); while (w < 0 && errno == EINTR);
     } else {
-        int fd = open(gw_cfg.status_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+        int fd = open(gw_cfg.status_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
         if (fd >= 0) {
             ssize_t w;
             do w = write(fd, line, n); while (w < 0 && errno == EINTR);

@@ -15,10 +15,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import statedir, statefiles
 from .errors import GpuwardenError
 
 ENV_DIR = "GPUWARDEN_GATE_DIR"
 ENV_SLOTS = "GPUWARDEN_GATE_SLOTS"
+MAX_SLOTS = 1024  # a slot is a file: a typo such as 1e20 must not become a loop over that many
 
 
 class GateTimeout(GpuwardenError):
@@ -55,9 +57,8 @@ def slot_paths(gate_dir: Path, slots: int) -> list[Path]:
 def acquire(gate_dir: Path, slots: int, who: str = "", timeout_s: float | None = None,
             poll_s: float = 0.02) -> Slot:
     """Take a free slot, waiting up to timeout_s (None: forever); raise GateTimeout after that."""
-    if slots < 1:
-        raise GpuwardenError(f"the registration gate needs at least one slot, got {slots}")
-    gate_dir.mkdir(parents=True, exist_ok=True)
+    if not 1 <= slots <= MAX_SLOTS:
+        raise GpuwardenError(f"the registration gate has 1 to {MAX_SLOTS} slots, not {slots}")
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     paths = slot_paths(gate_dir, slots)
     # Start at a pid-dependent slot so waiters don't all hammer slot-0 first.
@@ -65,7 +66,7 @@ def acquire(gate_dir: Path, slots: int, who: str = "", timeout_s: float | None =
     while True:
         for k in range(slots):
             i = (start + k) % slots
-            fd = os.open(paths[i], os.O_RDWR | os.O_CREAT, 0o600)
+            fd = _open_slot(gate_dir, paths[i].name, os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -82,6 +83,13 @@ def acquire(gate_dir: Path, slots: int, who: str = "", timeout_s: float | None =
         time.sleep(poll_s)
 
 
+def _open_slot(gate_dir: Path, name: str, flags: int) -> int:
+    # Through statedir's checked opens: a planted symlink slot-<i>.lock must not get its target truncated.
+    # Opened from its parent (the state dir), so the gate dir itself cannot be a planted link either.
+    with statedir.open_dir(gate_dir.parent, gate_dir.name, create=bool(flags & os.O_CREAT)) as d:
+        return d.open(name, flags, 0o600)
+
+
 def acquire_from_env(who: str = "", timeout_s: float | None = None) -> Slot | None:
     """Take a slot of the gate named by the environment; None when no gate is configured."""
     gate_dir = os.environ.get(ENV_DIR)
@@ -96,7 +104,7 @@ def holders(gate_dir: Path, slots: int) -> list[dict]:
     out = []
     for i, path in enumerate(slot_paths(gate_dir, slots)):
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = _open_slot(gate_dir, path.name, os.O_RDONLY)
         except FileNotFoundError:
             continue
         try:
@@ -107,8 +115,8 @@ def holders(gate_dir: Path, slots: int) -> list[dict]:
             except BlockingIOError:
                 pass
             try:
-                info = json.loads(path.read_text() or "{}")
-            except (OSError, json.JSONDecodeError):
+                info = statefiles.parse(os.pread(fd, 4096, 0) or b"{}", statefiles.SLOT_INFO, path)
+            except (OSError, GpuwardenError):
                 info = {}
             out.append({"slot": i, **info})
         finally:

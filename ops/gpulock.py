@@ -13,12 +13,18 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from . import journal, statedir
+from . import journal, statedir, statefiles
 from .errors import Refused
+from .safetext import printable
 
 
-def _lock_path(state_dir: Path, gpu: int) -> Path:
-    return statedir.ensure(state_dir, statedir.LOCKS) / f"gpu-{gpu}.lock"
+def _holder(fd: int, path: Path) -> dict:
+    """What the holder wrote into its lock file; {} when that is not a lock record (it only names whom to ask)."""
+    try:
+        info = statefiles.parse(os.pread(fd, 4096, 0) or b"{}", statefiles.LOCK_INFO, path)
+    except (OSError, statedir.StateFileError):
+        return {}
+    return info
 
 
 @contextlib.contextmanager
@@ -28,10 +34,15 @@ def hold(state_dir: Path, gpus: list[int] | tuple[int, ...], what: str, wait_s: 
     Waits up to `wait_s` for each; then raises Refused naming the holder.
     """
     fds: list[int] = []
+    gpus = sorted(set(gpus))
+    if not gpus:
+        yield
+        return
+    locks = statedir.open_dir(state_dir, statedir.LOCKS, create=True)
     try:
-        for gpu in sorted(set(gpus)):
-            path = _lock_path(state_dir, gpu)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        for gpu in gpus:
+            path = locks.path / f"gpu-{gpu}.lock"
+            fd = locks.open(path.name, os.O_RDWR | os.O_CREAT, 0o600)
             fds.append(fd)
             deadline = time.monotonic() + wait_s
             while True:
@@ -40,15 +51,11 @@ def hold(state_dir: Path, gpus: list[int] | tuple[int, ...], what: str, wait_s: 
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
-                        info = {}
-                        try:
-                            info = json.loads(path.read_text() or "{}")
-                        except (OSError, json.JSONDecodeError):
-                            pass
-                        who = info.get("who", "another gpuwarden")
+                        info = _holder(fd, path)
+                        who = printable(info.get("who", "another gpuwarden"))
                         raise Refused(
                             f"GPU {gpu} is locked by {who} (pid {info.get('pid', '?')}) running "
-                            f"{info.get('what', 'a playbook')!r} since {info.get('time', '?')}",
+                            f"{printable(info.get('what', 'a playbook'))!r} since {printable(info.get('time', '?'))}",
                             "wait for it to finish, or use --wait SECONDS",
                         ) from None
                     time.sleep(0.05)
@@ -57,8 +64,10 @@ def hold(state_dir: Path, gpus: list[int] | tuple[int, ...], what: str, wait_s: 
                 "pid": os.getpid(), "who": journal.who(),  # the same name the journal gives
                 "what": what, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
             }).encode(), 0)
+        locks.close()
         yield
     finally:
+        locks.close()
         for fd in fds:
             try:
                 os.ftruncate(fd, 0)

@@ -14,7 +14,7 @@ from .fdbudget import EXHAUSTED, PROCESS, FdBudget, OutOfDescriptors, raise_fd_l
 def open_or_none(path: str) -> int | None:
     """os.open for reading; None when the file is not there (or not readable), OutOfDescriptors when no fd is left."""
     try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a captured tree may hold a FIFO
     except OSError as exc:
         if exc.errno in EXHAUSTED:
             raise OutOfDescriptors(exc.errno, f"no file descriptor left to read {path}") from None

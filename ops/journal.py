@@ -1,20 +1,25 @@
 """Append-only journal of every action that changes the node: who, when, what, result.
 
-One JSON object per line in <state dir>/journal.log, appended under flock so lines never interleave.
+One JSON object per line in <state dir>/journal.log, appended under flock so lines never interleave;
+every value is redacted as it is written (an engine's argv keeps no password), and reading skips lines
+that are not gpuwarden's (not UTF-8, not JSON objects) and says how many.
 """
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import json
 import os
 import socket
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from . import statedir
+from . import redact, statedir, statefiles
+
+MAX_LINE = 1 << 20  # an entry is a few hundred bytes; a longer line is not one of ours
+TAIL_BYTES_PER_ENTRY = 16 << 10
 
 
 def who() -> str:
@@ -28,7 +33,7 @@ def who() -> str:
 
 
 def write(state_dir: Path, action: str, result: str, **details: Any) -> dict[str, Any]:
-    """Append one entry and return it. `result` is e.g. "ok", "failed", "skipped", "started"."""
+    """Append one entry and return it (as written: redacted). `result` is e.g. "ok", "failed", "started"."""
     entry = {
         "ts": time.time(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -37,32 +42,67 @@ def write(state_dir: Path, action: str, result: str, **details: Any) -> dict[str
         "pid": os.getpid(),
         "action": action,
         "result": result,
-        **details,
+        **redact.value(json.loads(json.dumps(details, default=str))),
     }
-    path = statedir.ensure(state_dir) / statedir.JOURNAL
     line = json.dumps(entry, default=str, sort_keys=False) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    with statedir.open_dir(state_dir, create=True) as d:
+        d.append(statedir.JOURNAL, line.encode(), lock=True)
     return entry
 
 
-def read(state_dir: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:
-    """Entries oldest first (the last `limit` when given); unreadable lines are skipped."""
-    path = state_dir / statedir.JOURNAL
+@dataclass
+class Read:
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    skipped: int = 0  # lines that are not journal entries (corrupt, truncated, planted)
+
+
+def read_checked(state_dir: Path, limit: int | None = None) -> Read:
+    """Entries oldest first (the last `limit` when given), and how many lines were not entries."""
+    out = Read()
     try:
-        lines = path.read_text().splitlines()
+        d = statedir.open_dir(state_dir)
     except FileNotFoundError:
-        return iter(())
-    if limit is not None:
-        lines = lines[-limit:]
-    out = []
-    for line in lines:
+        return out
+    with d:
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return iter(out)
+            fd = d.open(statedir.JOURNAL)
+        except FileNotFoundError:
+            return out
+        try:
+            if limit is not None:
+                # Only the end is wanted: read back far enough for `limit` entries, never the whole file.
+                size = os.fstat(fd).st_size
+                start = max(0, size - (limit + 1) * TAIL_BYTES_PER_ENTRY)
+                os.lseek(fd, start, os.SEEK_SET)
+                lines = list(statedir.walk_lines(fd, MAX_LINE))
+                if start > 0 and lines:
+                    lines = lines[1:]  # the first line read is probably cut
+                lines = lines[-limit:] if limit else []
+            else:
+                lines = statedir.walk_lines(fd, MAX_LINE)
+            for raw in lines:
+                entry = _entry(raw)
+                if entry is None:
+                    out.skipped += 1
+                else:
+                    out.entries.append(entry)
+        finally:
+            os.close(fd)
+    return out
+
+
+def _entry(raw: bytes) -> dict[str, Any] | None:
+    if not raw.strip():
+        return None
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if statefiles.problem(value, statefiles.JOURNAL_ENTRY):
+        return None
+    return value
+
+
+def read(state_dir: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """Entries oldest first (the last `limit` when given); lines that are not entries are skipped."""
+    return read_checked(state_dir, limit).entries

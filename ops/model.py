@@ -178,6 +178,7 @@ WARNING_CODES = {
     "engine-state-unreadable": "an engine state file could not be read",
     "arena-state-unreadable": "the arena could not be inspected",
     "config-unusable": "the node config exists but does not load",
+    "state-file-corrupt": "the idle baseline or the drained-GPU file is corrupt and was ignored",
     "stale": "the snapshot is older than its sampling interval says it should be (a backend call hangs)",
     "other": "a warning without a code of its own",
 }

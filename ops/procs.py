@@ -14,8 +14,10 @@ import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import redact
 from .heldfiles import HeldFiles, open_or_none
 from .model import PROC_STATES
+from .safetext import printable
 
 VISIBILITY_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
                    "GPU_DEVICE_ORDINAL", "NVIDIA_VISIBLE_DEVICES")
@@ -57,6 +59,21 @@ def _read_bytes(path: str) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+def command_from(raw: bytes | None) -> str:
+    """A process's command line as gpuwarden shows and stores it: secrets redacted, escapes made visible.
+
+    The one reader of /proc/<pid>/cmdline for display: status, --json, holders, arena mappers, the reaper."""
+    if not raw:
+        return ""
+    args = [a for a in raw.decode(errors="replace").split("\0") if a]
+    return printable(redact.command_line(args)).strip()
+
+
+def command_line(pid: int, proc_root: Path | str = "/proc") -> str:
+    """command_from() for a PID ("" when it cannot be read)."""
+    return command_from(_read_bytes(f"{proc_root}/{pid}/cmdline"))
 
 
 def _read(path: str) -> str | None:
@@ -188,10 +205,7 @@ class ProcReader:
             uid: int | None = os.stat(base).st_uid
         except OSError:
             uid = None
-        raw = _read(base + "/cmdline")
-        command = raw.replace("\0", " ").strip() if raw else ""
-        if not command:
-            command = f"[{comm}]"
+        command = command_from(_read_bytes(base + "/cmdline")) or f"[{printable(comm)}]"
         cgroup_text = _read(base + "/cgroup")
         cgroup = None
         if cgroup_text:

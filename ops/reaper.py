@@ -102,11 +102,7 @@ def _uid(pid: int, proc_root: Path) -> int | None:
 
 
 def _cmdline(pid: int, proc_root: Path) -> str:
-    try:
-        with open(f"{proc_root}/{pid}/cmdline", "rb") as f:
-            return " ".join(f.read().replace(b"\0", b" ").decode(errors="replace").split())
-    except OSError:
-        return ""
+    return procs.command_line(pid, proc_root)
 
 
 def _ancestors_of_self(proc_root: Path) -> set[int]:

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import inputs
+from .errors import GpuwardenError
+
 ENV_FILE = "GPUWARDEN_STATUS_FILE"
 ENV_FD = "GPUWARDEN_STATUS_FD"
 
@@ -69,7 +72,7 @@ def parse_line(line: str, arrived: float | None = None) -> StatusEvent | None:
         return None
     try:
         obj = json.loads(line)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("phase"), str):
         return None
@@ -80,12 +83,19 @@ def parse_line(line: str, arrived: float | None = None) -> StatusEvent | None:
     return StatusEvent(phase=phase, ts=float(ts), data=obj)
 
 
+MAX_READ = 4 << 20  # the tail of a status file that is read; an engine writes a few lines per run
+
+
 def read_events(path: Path) -> list[StatusEvent]:
-    """Every event in a status file, in file order; a missing file has none."""
+    """Every event in a status file (its last MAX_READ bytes), in file order; a missing or unusable file
+    (a FIFO or device named by an engine's environment) has none."""
     try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
+        got = inputs.tail_regular(path, MAX_READ, "status file")
+    except GpuwardenError:
         return []
+    if got is None:
+        return []
+    text = got[0].decode(errors="replace")
     return [e for e in (parse_line(line) for line in text.splitlines()) if e is not None]
 
 
@@ -99,15 +109,17 @@ class StatusFollower:
 
     def poll(self) -> Iterator[StatusEvent]:
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-        except FileNotFoundError:
+            fd = inputs.open_regular(self.path, "status file")
+        except GpuwardenError:
             return
+        try:
+            chunk = os.pread(fd, MAX_READ, self._offset)
+        finally:
+            os.close(fd)
         self._offset += len(chunk)
         data = self._partial + chunk
         lines = data.split(b"\n")
-        self._partial = lines.pop()
+        self._partial = lines.pop()[-65536:]  # no protocol line is that long; keep memory bounded
         now = time.time()
         for raw in lines:
             event = parse_line(raw.decode(errors="replace"), arrived=now)

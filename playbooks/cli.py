@@ -6,6 +6,7 @@ Each command lives in playbooks/commands/<name>.py and registers itself on the a
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -17,8 +18,9 @@ try:  # newer typer vendors click; older releases depend on it
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import ClickException  # type: ignore
 
-from ops import __version__
+from ops import __version__, interrupts
 from ops.errors import GpuwardenError
+from ops.safetext import printable
 from ops.settings import Settings
 
 from .hints import Invocation
@@ -29,7 +31,8 @@ app = typer.Typer(
     "residual VRAM, supervise engines sharing a weight arena, and run playbooks "
     "(launch, drain, reset, purge, bundle). Run with no command to open the TUI.\n\n"
     "Exit status: 0 done or healthy; 1 needs attention, refused (a safety check, no --yes without a "
-    "terminal) or a step failed; 2 error (bad input, missing file, no permission); 130 interrupted.",
+    "terminal) or a step failed; 2 error (bad input, missing file, no permission); 130 interrupted "
+    "(143 by SIGTERM, 129 by SIGHUP: every command cleans up as it does for Ctrl-C).",
     no_args_is_help=False,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -63,7 +66,7 @@ def _version(value: bool) -> None:
 def _global(
     ctx: typer.Context,
     state_dir: Optional[Path] = typer.Option(
-        None, "--state-dir", envvar="GPUWARDEN_STATE_DIR",
+        None, "--state-dir", envvar="GPUWARDEN_STATE_DIR", readable=False,  # statedir.check says it in one line
         help="Where gpuwarden keeps state (default /run/gpuwarden as root, $XDG_RUNTIME_DIR/gpuwarden otherwise).",
         show_default=False),
     config: Optional[Path] = typer.Option(
@@ -116,6 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     command = typer.main.get_command(app)
     invocation = Invocation()
+    _finite_numbers(command)
+    interrupts.install()
+    inner = command.invoke
+
+    def invoke(ctx):  # typer turns an interrupt into a silent Exit(130): carry it past typer instead
+        try:
+            return inner(ctx)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted(exc) from None
+    command.invoke = invoke  # type: ignore[method-assign]
 
     def call() -> int:
         try:
@@ -124,13 +137,17 @@ def main(argv: list[str] | None = None) -> int:
         except GpuwardenError as exc:
             exc.hint = invocation.paste_ready(exc.hint)  # the commands it names get this line's global options
             raise
+        except _Interrupted as exc:
+            raise exc.interrupt from None
         except typer.Exit as exc:
             return exc.exit_code
         except typer.Abort:
             print("gpuwarden: aborted", file=sys.stderr)
             return 130
         except ClickException as exc:
-            exc.show()
+            # Click's own usage errors, in the same one-line shape as ours.
+            print(f"gpuwarden: error: {printable(exc.format_message())}", file=sys.stderr)
+            print("  hint: see `gpuwarden --help`, or `gpuwarden COMMAND --help`", file=sys.stderr)
             return exc.exit_code
         except SystemExit:
             # click answers a closed stdout (EPIPE) by pacifying the streams and exiting 1; the reader
@@ -140,6 +157,35 @@ def main(argv: list[str] | None = None) -> int:
             raise
     from .fastcli import guarded
     return guarded(call, "--json" in args)
+
+
+def _finite_numbers(command) -> None:
+    """Every number option of every command refuses nan and inf (`--timeout nan` compares false with any
+    bound, so it would pass min=/max= and then never time out)."""
+    for param in getattr(command, "params", ()):
+        if getattr(param, "_finite", False):
+            continue
+        inner = param.process_value
+
+        def process_value(ctx, value, inner=inner, param=param):
+            value = inner(ctx, value)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise typer.BadParameter(f"{value!r} is not a finite number", ctx=ctx, param=param)
+            return value
+        param.process_value = process_value
+        param._finite = True
+    for sub in getattr(command, "commands", {}).values():
+        _finite_numbers(sub)
+
+
+class _Interrupted(Exception):
+    """An interrupt on its way out past typer (which would swallow a KeyboardInterrupt)."""
+
+    def __init__(self, interrupt: KeyboardInterrupt):
+        super().__init__(str(interrupt))
+        self.interrupt = interrupt
+
+
 
 
 if __name__ == "__main__":

@@ -47,13 +47,18 @@ def _parse(argv: list[str]) -> tuple[dict, dict] | None:
 
 def print_error(exc, json_requested: bool) -> None:
     """A GpuwardenError as the CLI shows it: one line and a hint on stderr; the error document under --json."""
-    print(f"gpuwarden: error: {exc.message}", file=sys.stderr)
-    if exc.hint:
-        print(f"  hint: {exc.hint}", file=sys.stderr)
+    from ops.safetext import printable  # messages quote files and process names: no escapes reach a terminal
+    for each in getattr(exc, "errors", None) or [exc]:  # a config with several errors lists them all
+        print(f"gpuwarden: error: {printable(each.message)}", file=sys.stderr)
+        if each.hint:
+            print(f"  hint: {printable(each.hint)}", file=sys.stderr)
     if json_requested:
         # A script reading stdout gets the failure in the shape it parses (the exit code stays).
         from ops.jsondoc import dumps, error_document
-        sys.stdout.write(dumps(error_document(exc.message, exc.hint, exc.exit_code), indent=None) + "\n")
+        doc = error_document(exc.message, exc.hint, exc.exit_code)
+        if getattr(exc, "errors", None):
+            doc["errors"] = [{"error": e.message, "hint": e.hint} for e in exc.errors]
+        sys.stdout.write(dumps(doc, indent=None) + "\n")
 
 
 def print_os_error(exc: OSError) -> int:
@@ -139,9 +144,11 @@ def guarded(call, json_requested: bool) -> int:
     except GpuwardenError as exc:
         print_error(exc, json_requested)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("gpuwarden: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        # Ctrl-C, or SIGTERM/SIGHUP once ops.interrupts is installed: one line, 128 + the signal's number.
+        from ops import interrupts
+        print(f"gpuwarden: {interrupts.describe(exc)}", file=sys.stderr)
+        return 128 + interrupts.signal_of(exc)
     except BrokenPipeError:
         return 0
     except OSError as exc:

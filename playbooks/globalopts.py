@@ -29,6 +29,6 @@ def resolve(state_dir: Path | None = None, config: Path | None = None, backend: 
     if state_dir is None and not os.environ.get("GPUWARDEN_STATE_DIR") and settings.config_path.exists():
         from ops.nodeconfig import effective_settings  # the config may name the state dir
         settings = effective_settings(settings)
-    from ops.statedir import refuse_squatted
-    refuse_squatted(settings.state_dir)
+    from ops import statedir
+    statedir.check(settings.state_dir)  # not ours, shared with other users, unreadable: one line, now
     return settings

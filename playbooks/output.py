@@ -57,7 +57,19 @@ def terminal_confirm() -> Callable[[str], bool] | None:
         return None
 
     def ask(question: str) -> bool:
-        return typer.confirm(question, default=False)
+        # Not typer.confirm: it turns Ctrl-C and end of input alike into Abort. End of input (Ctrl-D, or
+        # garbage then EOF) is no answer, so no (exit 1); Ctrl-C stays an interruption (exit 130).
+        while True:
+            try:
+                answer = input(f"{question} [y/N]: ").strip().lower()
+            except EOFError:
+                typer.echo("", err=True)
+                return False
+            if answer in ("y", "yes"):
+                return True
+            if answer in ("", "n", "no"):
+                return False
+            typer.echo("Answer y or n.", err=True)
     return ask
 
 

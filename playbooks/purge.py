@@ -180,14 +180,8 @@ class PurgePlaybook(Playbook):
         from ops.arena.mappers import find_mappers
         removed, kept = [], []
         for path in ctx.scratch.get("arena_candidates", []):
-            try:
-                with open(path, "rb") as f:
-                    is_arena = f.read(len(arena_format.MAGIC)) == arena_format.MAGIC
-            except OSError as exc:
-                kept.append(f"{path} ({exc.strerror})")
-                continue
-            if not is_arena:
-                kept.append(f"{path} (no arena header: not gpuwarden's to delete)")
+            if not arena_format.has_magic(path):
+                kept.append(f"{path} (not a readable arena file: not gpuwarden's to delete)")
                 continue
             # Check again right before unlinking: an engine may have mapped it since the plan.
             mappers = find_mappers(path, ctx.settings.proc_root, with_usage=False)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ops import journal, procs, statedir
+from ops import journal, procs, statedir, statefiles
 from ops.errors import GpuwardenError
 from ops.settings import Settings
 from ops.sim.node import SimNode
@@ -32,14 +32,18 @@ def _record_path(node: SimNode) -> Path:
     return node.dir / RECORD
 
 
-def _read_record(node: SimNode) -> dict:
-    return statedir.read_json(_record_path(node), default={}) or {}
+def _read_record(node: SimNode, say: Callable[[str], None]) -> dict:
+    try:
+        return statefiles.load(_record_path(node), statefiles.SCENARIO, default={}, root=node.state_dir) or {}
+    except statedir.StateFileError as exc:  # clean must still get the node back to empty
+        say(f"{exc.message}: what that scenario started is not ended (its processes are checked by start time)")
+        return {}
 
 
 def clean(settings: Settings, say: Callable[[str], None], *, gpus: int | None = None, vram: int | None = None) -> None:
     """End what an earlier scenario started (its engines, its process families), then a fresh sim node."""
     node = SimNode(settings.state_dir)
-    record = _read_record(node) if node.exists else {}
+    record = _read_record(node, say) if node.exists else {}
     from ops.engines import control
     from ops.engines import state as st
     for name in record.get("engines", []):
@@ -59,7 +63,10 @@ def clean(settings: Settings, say: Callable[[str], None], *, gpus: int | None = 
         for orphan in proc.get("reaps", []):
             _wait(f"zombie pid {orphan} to be reaped", lambda: procs.state_of(orphan) == "gone")
     for path in record.get("files", []):
-        Path(path).unlink(missing_ok=True)
+        try:
+            statedir.unlink(Path(path), root=settings.state_dir)
+        except ValueError:
+            pass  # not a file a scenario made: those all live in the state dir
     cfg = node.config() if node.exists else {}
     node.init(gpus=gpus or cfg.get("gpus", 4), vram=vram or cfg.get("vram", 24 * GIB), force=True)
     from ops import nodestate
@@ -69,7 +76,7 @@ def clean(settings: Settings, say: Callable[[str], None], *, gpus: int | None = 
 
 
 def _write_record(node: SimNode, record: dict) -> None:
-    statedir.write_json(_record_path(node), {**record, "ts": time.time()})
+    statedir.write_json(_record_path(node), {**record, "ts": time.time()}, root=node.state_dir)
 
 
 def _spawn(argv: list[str]) -> subprocess.Popen:
@@ -143,7 +150,7 @@ def arena(settings: Settings, say: Callable[[str], None]) -> dict:
     for i, name in enumerate(names):
         argv = canary + (["--crash-at", "registering", "--crash-signal", "SEGV"] if i == CANARIES - 1 else [])
         lines += ["[[engines]]", f'name = "{name}"', f"gpu = {i}", f"argv = {json.dumps(argv)}", ""]
-    config.write_text("\n".join(lines))
+    statedir.atomic_write(config, "\n".join(lines), root=settings.state_dir)
     _write_record(node, {"name": "arena", "engines": names, "files": [str(path)], "config": str(config)})
     from ops import nodeconfig
     from playbooks.framework import run

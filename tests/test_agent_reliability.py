@@ -70,35 +70,28 @@ def test_kill_9_leaves_files_a_restarted_agent_reads_and_repairs(sim):
 
 
 def test_a_hung_backend_call_marks_the_snapshot_stale_and_the_api_keeps_answering(sim, cli):
-    from ops.sim.node import GPU_ID_BASE, SimNode
-    tree = SimNode(sim).sysfs_root
-    agent = start_agent(sim, backend_args=("--backend", "sysfs", "--sysfs-root", str(tree)))
-    fifo = tree / "class/kfd/kfd/proc" / str(os.getpid()) / f"vram_{GPU_ID_BASE}"
+    agent = start_agent(sim)
+    hung = False
     try:
         wait_for(lambda: agent.json("/healthz")["ok"], what="first snapshot")
-        fifo.parent.mkdir()
-        os.mkfifo(fifo)  # opening it for reading blocks until a writer comes: the driver read that never returns
+        assert cli("sim", "fault", "hang", "on").returncode == 0  # the driver call that never returns
+        hung = True
         health = wait_for(lambda: (h := agent.json("/healthz"))["stale"] and h, timeout=20, what="stale")
         assert health["busy_for_s"] > 0 and agent.get("/healthz").status == 503
         snap = snapshot_of(agent)
         assert snap["agent"]["stale"] is True and snap["agent"]["age_s"] > 2
-        proc = cli("--backend", "sysfs", "status", "--json")
+        proc = cli("--backend", "sim", "status", "--json")
         assert proc.returncode == 1 and json.loads(proc.stdout)["agent"]["stale"] is True
-        assert "STALE" in cli("--backend", "sysfs", "status").stdout
+        assert "STALE" in cli("--backend", "sim", "status").stdout
         wait_for(lambda: any("no snapshot for" in e["text"] and "backend call" in e["text"]
                              for e in agent.json("/v1/events")["events"]), what="the stale event")
-        fd = os.open(fifo, os.O_WRONLY)  # the driver answers at last: opening the other end ends the hang
-        try:
-            os.write(fd, b"4096\n")
-        except BrokenPipeError:
-            pass  # the reader already gave up on the FIFO (pread on a pipe fails): what counts is that it woke
-        finally:
-            os.close(fd)
+        assert cli("sim", "fault", "hang", "off").returncode == 0  # the driver answers at last
+        hung = False
         wait_for(lambda: agent.json("/healthz")["ok"], timeout=20, what="sampling to resume")
         assert "sampling works again" in [e["text"] for e in agent.json("/v1/events")["events"]]
     finally:
-        if fifo.exists():
-            fifo.unlink()  # nothing can block on a FIFO that is no longer there
+        if hung:
+            cli("sim", "fault", "hang", "off")  # nothing stays blocked behind a failed assertion
         agent.stop()
 
 

@@ -150,8 +150,13 @@ def test_planted_secrets_appear_nowhere(sim, tmp_path):
     dev.mkdir()
     (dev / "kfd").write_text("")
     secrets = {"HF_TOKEN": "hf_" + "Q7" * 17, "MY_SERVICE_PASSWORD": "Zebra-4471-pw",
-               "DB_URL": "postgres://svc:Hunter2Secret@db:5432/x", "OPENAI_API_KEY": "sk-" + "R9" * 20}
-    argv_secrets = ["--api-key=sk-proj-" + "S3" * 15, "--password", "Tr0ub4dor-3-horse"]
+               "DB_URL": "postgres://svc:Hunter2Secret@db:5432/x", "OPENAI_API_KEY": "sk-" + "R9" * 20,
+               "DB_PWD": "Pwd-Planted-771", "MY_PASS": "Pass-Planted-882",
+               "AZURE_STORAGE": "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=AzKey/Planted+993==;"
+                                "EndpointSuffix=core.windows.net",
+               "NCCL_DEBUG": "WARN", "HIP_VISIBLE_DEVICES": "0", "HIP_API_TOKEN": "Hip-Token-Planted-1"}
+    argv_secrets = ["--api-key=sk-proj-" + "S3" * 15, "--password", "Tr0ub4dor-3-horse",
+                    "-u", "curluser:Curl-Pass-Planted-4", "https://bob:Url-Pass-Planted-5@host/x"]
     child = subprocess.Popen(
         [sys.executable, "-c", "import sys,time; f=open(sys.argv[1]); print('ready', flush=True); time.sleep(60)",
          str(dev / "kfd"), *argv_secrets],
@@ -167,15 +172,23 @@ def test_planted_secrets_appear_nowhere(sim, tmp_path):
         child.kill()
         child.wait()
     raw = gzip.decompress(result.path.read_bytes())
-    for value in [*secrets.values(), "Hunter2Secret", "S3" * 15, "Tr0ub4dor-3-horse"]:
+    planted = [v for k, v in secrets.items() if k not in ("NCCL_DEBUG", "HIP_VISIBLE_DEVICES")]
+    for value in [*planted, "Hunter2Secret", "S3" * 15, "Tr0ub4dor-3-horse", "AzKey/Planted+993==",
+                  "Curl-Pass-Planted-4", "Url-Pass-Planted-5"]:
         assert value.encode() not in raw, f"secret {value[:6]}... leaked"
     environ = read(result.path, f"tree/proc/{child.pid}/environ")
-    assert b"HF_TOKEN=[REDACTED:" in environ and b"MY_SERVICE_PASSWORD=[REDACTED:env-secret-name]" in environ
-    assert b"PATH=" in environ  # the rest of the environment is kept
+    # An allow-list: GPU visibility, tuning and PATH-like variables stay; everything else is dropped...
+    assert b"PATH=" in environ and b"NCCL_DEBUG=WARN" in environ and b"HIP_VISIBLE_DEVICES=0" in environ
+    for name in ("HF_TOKEN", "MY_SERVICE_PASSWORD", "DB_URL", "DB_PWD", "MY_PASS", "AZURE_STORAGE"):
+        assert name.encode() + b"=" not in environ, name
+    # ...and an allowed variable whose name says secret keeps its name, not its value.
+    assert b"HIP_API_TOKEN=[REDACTED:env-secret-name]" in environ
+    cmdline = read(result.path, f"tree/proc/{child.pid}/cmdline").split(b"\0")
+    assert b"curluser:[REDACTED:option-credentials]" in cmdline and b"[REDACTED:secret-option]" in cmdline
     pids = json.loads(read(result.path, "gpuwarden/pids.json"))
     assert child.pid in pids["gpu_holders"]
     red = result.manifest["redaction"]
-    assert red["by_pattern"]["env-secret-name"] >= 2
+    assert red["by_pattern"]["env-secret-name"] >= 1 and red["by_pattern"]["env-not-allow-listed"] >= 6
     assert any(i["path"] == f"tree/proc/{child.pid}/cmdline" for i in red["by_item"])
     assert any(i["path"] == "engines/e0/engine.log" for i in red["by_item"])
     assert "Q7Q7" not in json.dumps(result.manifest)
@@ -472,7 +485,7 @@ def test_auto_bundles_are_named_and_only_they_are_pruned(sim, tmp_path):
         os.utime(old, (1_700_000_000 + i, 1_700_000_000 + i))
     path = auto.maybe_collect(sim, "e/0 bad", "killed by SIGSEGV", min_interval_s=0)
     assert path and "-auto-" in path and path.endswith("-e_0_bad.tar.gz")
-    auto._prune(sim, bundles, keep=2)
+    auto._prune(sim, keep=2)
     left = sorted(p.name for p in bundles.glob("*.tar.gz"))
     assert manual.name in left and Path(path).name in left
     assert left.count(manual.name) == 1 and len([n for n in left if "-auto-" in n]) == 2

@@ -64,10 +64,16 @@ def test_read_only_state_dir_as_nobody_is_one_line(shared_base):
     state = shared_base / "state"
     state.mkdir(mode=0o755)  # root's, and nobody may not write in it
     proc = nobody("--state-dir", str(state), "sim", "init", base=shared_base)
-    one_line_error(proc, f"no permission to create {state / 'sim'}")
+    one_line_error(proc, f"the state dir {state} belongs to root (uid 0), not to you")
     (state / "sim").mkdir(mode=0o755)
     proc = nobody("--state-dir", str(state), "--backend", "sim", "status", base=shared_base)
-    one_line_error(proc, "Permission denied")
+    one_line_error(proc, f"the state dir {state} belongs to root (uid 0), not to you")
+    # Its own, but unreadable: still one line.
+    own = shared_base / "own"
+    own.mkdir(mode=0o000)
+    os.chown(own, 65534, 65534)
+    proc = nobody("--state-dir", str(own), "journal", base=shared_base)
+    one_line_error(proc, f"no permission to read the state dir {own}")
 
 
 def test_unreadable_config_as_nobody_is_one_line(shared_base):
@@ -206,7 +212,7 @@ def test_status_watch_into_a_pipe_has_no_escape_codes(state_dir):
 def test_status_bundle_that_is_not_there_is_one_line(cli, tmp_path, what):
     path = tmp_path / "b.tar.gz" if what == "missing" else tmp_path
     proc = cli("--backend", "sim", "status", "--bundle", str(path))
-    one_line_error(proc, "no bundle at" if what == "missing" else "Is a directory")
+    one_line_error(proc, "no bundle at" if what == "missing" else f"bundle {path} is a directory")
 
 
 def test_help_says_what_the_exit_codes_mean():
@@ -225,7 +231,7 @@ def test_state_dir_squatted_in_tmp_by_another_user_is_refused():
     try:
         os.chown(squat, 65534, 65534)
         proc = gpuwarden("--state-dir", str(squat), "journal", env={})
-        one_line_error(proc, f"the state dir {squat} belongs to uid 65534, not to you")
+        one_line_error(proc, f"the state dir {squat} belongs to nobody (uid 65534), not to you")
         os.chown(squat, 0, 0)
         assert gpuwarden("--state-dir", str(squat), "journal", env={}).returncode == 0
     finally:
@@ -235,8 +241,11 @@ def test_state_dir_squatted_in_tmp_by_another_user_is_refused():
 def test_state_files_of_the_wrong_shape_are_one_line(cli, state_dir):
     assert cli("sim", "init").returncode == 0
     (state_dir / "baseline.json").write_text("[1, 2]\n")  # valid JSON, not what gpuwarden writes
-    one_line_error(cli("baseline", "show"), "baseline.json is corrupt (a JSON list")
-    one_line_error(cli("--backend", "sim", "status"), "baseline.json is corrupt")
+    one_line_error(cli("baseline", "show"), "baseline.json is corrupt: [1, 2] is not an object")
+    # A corrupt baseline is no baseline, with a warning: status still shows the node.
+    proc = cli("--backend", "sim", "status")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "warning: idle baseline ignored: state file" in proc.stdout and "baseline.json is corrupt" in proc.stdout
     (state_dir / "baseline.json").unlink()
     (state_dir / "sim" / "node.json").write_text('{"gpus": "x"}\n')
     one_line_error(cli("--backend", "sim", "status"), "node.json is corrupt")

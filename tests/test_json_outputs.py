@@ -85,7 +85,7 @@ def test_config_bundle_triage_history_and_errors(node):
     base, state, run = node
     conf = base / "node.toml"
     conf.write_text(run("config", "example"))
-    check(run("--config", str(conf), "config", "check", "--json"), "gpuwarden.config/1")
+    check(run("--config", str(conf), "config", "check", "--no-node", "--json"), "gpuwarden.config/1")
     [b] = check(run("bundle", "--output", str(base / "b.tar.gz"), "--json"), "gpuwarden.bundle/1")
     check(run("triage", b["path"], "--json", expect=(0, 1)), "gpuwarden.triage/1")
     check(run("history", "--json", expect=(2,)), "gpuwarden.error/1")  # no agent has run here

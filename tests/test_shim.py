@@ -120,7 +120,8 @@ def test_reused_pid_is_never_signalled(supervised):
         from ops import statedir
         # A record whose pids now name another process (other start time): what a reboot or pid wrap leaves.
         statedir.write_json(d / st.STATE, {"name": "ghost", "phase": "serving", "shim_pid": bystander.pid,
-                                           "shim_start": real - 1, "pid": bystander.pid, "pid_start": real - 1})
+                                           "shim_start": real - 1, "pid": bystander.pid, "pid_start": real - 1},
+                           root=supervised)
         assert st.get(settings, "ghost").stale
         assert control.stop(settings, "ghost", timeout_s=0.2).result == "not-running"
         time.sleep(0.1)

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import io
 import json
+import os
 import tarfile
 import time
 from pathlib import Path
@@ -281,3 +282,11 @@ def test_r_restarts_a_crashed_engine(supervised):  # noqa: F811
     assert result.ok, [e.to_dict() for e in result.events]
     assert records(supervised)["bad"]["shim_pid"] != first
 
+
+
+def test_a_fifo_where_the_settings_file_goes_is_ignored_not_waited_on(tmp_path):
+    from tui import prefs
+    where = tmp_path / "tui.toml"
+    os.mkfifo(where)
+    loaded, note = prefs.load(where)  # a blocking open would hang the console's start here
+    assert loaded == prefs.Prefs() and "not a regular file" in note

@@ -109,8 +109,9 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         self.set_interval(min(0.5, self.refresh_s), self._watchdog)
         if self._watch_terminal:
             import signal
-            # SSH dropped: leave through the normal exit path instead of dying mid-write.
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.exit)
+            # SSH dropped, or asked to end: leave through the normal exit path instead of dying mid-write.
+            for sig in (signal.SIGHUP, signal.SIGTERM):
+                asyncio.get_running_loop().add_signal_handler(sig, self.exit)
         self.query_one("#gpus").focus()
         self.apply_layout(self.prefs.layout)
         if self.prefs.theme and self.prefs.theme in self.available_themes:

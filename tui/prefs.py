@@ -6,7 +6,9 @@ A file that does not parse is ignored with a note, never fatal: it is only a pre
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -33,10 +35,10 @@ def load(where: Path | None = None) -> tuple[Prefs, str | None]:
     """(prefs, a note when the file was unusable)."""
     where = where or path()
     try:
-        data = tomllib.loads(where.read_text())
+        data = tomllib.loads(_read_small(where).decode())
     except FileNotFoundError:
         return Prefs(), None
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
         return Prefs(), f"{where}: ignored ({exc})"
     prefs, bad = Prefs(), []
     theme, refresh, layout = data.get("theme"), data.get("refresh"), data.get("layout")
@@ -55,6 +57,20 @@ def load(where: Path | None = None) -> tuple[Prefs, str | None]:
     return prefs, (f"{where}: ignored {', '.join(bad)} (layout is one of {', '.join(LAYOUTS)})" if bad else None)
 
 
+def _read_small(where: Path, limit: int = 64 << 10) -> bytes:
+    """The file's bytes; a FIFO or device put there must not hang the console's start, nor a huge file fill it."""
+    fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit >> 10} KiB")
+    return data
+
+
 def save(prefs: Prefs, where: Path | None = None) -> str | None:
     """Write the file (atomically); returns a note instead of raising when it cannot be written."""
     where = where or path()
@@ -63,7 +79,8 @@ def save(prefs: Prefs, where: Path | None = None) -> str | None:
         value = getattr(prefs, f.name)
         if value is None:
             continue
-        lines.append(f"{f.name} = {value!r}" if isinstance(value, float) else f'{f.name} = "{value}"')
+        # json.dumps writes a string TOML reads back as the same string (quotes and backslashes escaped).
+        lines.append(f"{f.name} = {value!r}" if isinstance(value, float) else f"{f.name} = {json.dumps(value)}")
     try:
         where.parent.mkdir(parents=True, exist_ok=True)
         tmp = where.with_name(f".{where.name}.{os.getpid()}")

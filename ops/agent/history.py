@@ -191,7 +191,7 @@ class History:
         text = "".join(json.dumps({"t": t, "gpus": gpus}, separators=(",", ":")) + "\n"
                        for t, gpus in sorted(by_t.items()))
         self._trend.close()
-        atomic_write(self.dir / TREND, text, 0o640)
+        atomic_write(self.dir / TREND, text, 0o640, root=self.dir)
         self._trend = jsonlines.Appender(self.dir / TREND)
         self._trend_lines = len(by_t)
 

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 def repair(path: Path) -> int:
     """Cut a torn last line (no newline at the end) off the file; return the bytes removed."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)  # a planted link is refused, never followed
     except FileNotFoundError:
         return 0
     try:
@@ -41,7 +41,7 @@ def repair(path: Path) -> int:
 def read(path: Path) -> Iterator[dict[str, Any]]:
     """Each line that parses as a JSON object, oldest first; others are skipped."""
     try:
-        with open(path, "rb") as f:
+        with open(os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW), "rb") as f:
             for raw in f:
                 try:
                     obj = json.loads(raw)
@@ -60,7 +60,7 @@ class Appender:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         repair(path)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, mode)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
 
     def append(self, obj: dict[str, Any]) -> int:
         line = (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()

@@ -236,7 +236,7 @@ class _KmsgRecords:
         if out and self.state_file is not None and self.last_seq is not None:
             try:
                 from ..statedir import atomic_write
-                atomic_write(self.state_file, str(self.last_seq), 0o600)
+                atomic_write(self.state_file, str(self.last_seq), 0o600, root=self.state_file.parent)
             except OSError:
                 pass
         return out

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import xxhash
 
+from ops import inputs
 from ops.errors import GpuwardenError
 from ops.units import fmt_bytes
 
@@ -122,16 +123,7 @@ def create(path: str | Path, *, size: int | None = None, source: str | Path | No
 
 
 def _open_source(source: Path) -> int:
-    try:
-        fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise GpuwardenError(f"source file {source} does not exist", "pass the weights file to copy with --from") from None
-    except PermissionError:
-        raise GpuwardenError(f"no permission to read {source}", "run as a user that can read it") from None
-    if not Path(source).is_file():
-        os.close(fd)
-        raise GpuwardenError(f"{source} is not a regular file", "--from takes a file")
-    return fd
+    return inputs.open_regular(source, "source file", "pass the weights file to copy with --from")
 
 
 def _sweep_partials(path: Path) -> None:

@@ -40,6 +40,8 @@ from pathlib import Path
 import xxhash
 
 from ops.errors import GpuwardenError
+from ops.inputs import kind_of
+from ops.safetext import printable
 
 MAGIC = b"GWARENA\0"
 VERSION = 1
@@ -174,6 +176,9 @@ def read_header(fd: int, path: str | Path, file_size: int | None = None) -> Head
             or count != chunk_count_for(payload, chunk) or count > MAX_CHUNKS or hsize < FIXED + 8 * count):
         raise ArenaError("bad-header", f"{path} has an inconsistent header (version {version}, chunk size {chunk}, "
                          f"{count} chunks, header size {hsize})", recreate_hint(path))
+    if file_size < FIXED + 8 * count:  # say so before allocating a table the file cannot hold
+        raise ArenaError("truncated", f"{path} is truncated inside its chunk table ({file_size} bytes)",
+                         recreate_hint(path, payload))
     table = _pread_exact(fd, 8 * count, FIXED)
     if len(table) < 8 * count:
         raise ArenaError("truncated", f"{path} is truncated inside its chunk table ({file_size} bytes)",
@@ -184,7 +189,7 @@ def read_header(fd: int, path: str | Path, file_size: int | None = None) -> Head
         raise ArenaError("bad-header", f"{path}: the header's own hash does not match (header corrupted)",
                          recreate_hint(path))
     header = Header(version, hsize, payload, chunk, count, algo, flags, created,
-                    host.rstrip(b"\0").decode(errors="replace"), hhash, struct.unpack(f"<{count}Q", table))
+                    printable(host.rstrip(b"\0").decode(errors="replace")), hhash, struct.unpack(f"<{count}Q", table))
     if file_size < header.file_size:
         raise ArenaError("truncated", f"{path} is truncated: {file_size} bytes, the header says {header.file_size}",
                          recreate_hint(path, header.payload_size) + "; was it copied while still being written?",
@@ -199,10 +204,17 @@ def read_header(fd: int, path: str | Path, file_size: int | None = None) -> Head
 def open_arena(path: str | Path, write: bool = False) -> int:
     """Open an arena file, turning the usual OS failures into one-line ArenaErrors."""
     try:
-        fd = os.open(path, (os.O_RDWR if write else os.O_RDONLY) | os.O_CLOEXEC)
-        if stat.S_ISDIR(os.fstat(fd).st_mode):  # O_RDONLY opens a directory; its first read fails
+        # O_NONBLOCK: a FIFO at the arena's path must be refused, not wait forever for a writer.
+        fd = os.open(path, (os.O_RDWR if write else os.O_RDONLY) | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):  # O_RDONLY opens a directory; its first read fails
             os.close(fd)
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise ArenaError("unreadable", f"arena {path} is {kind_of(mode)}, not a regular file",
+                             "an arena is a file on tmpfs or a regular file system; check the path")
+        os.set_blocking(fd, True)
         return fd
     except FileNotFoundError:
         raise ArenaError("missing", f"arena {path} does not exist",
@@ -214,6 +226,20 @@ def open_arena(path: str | Path, write: bool = False) -> int:
         raise ArenaError("unreadable", f"arena {path} is a directory", "pass the arena file itself") from None
     except OSError as exc:
         raise ArenaError("unreadable", f"cannot open arena {path}: {os.strerror(exc.errno or errno.EIO)}") from None
+
+
+def has_magic(path: str | Path) -> bool:
+    """True when `path` is a regular file that starts like an arena (a cheap test, no header check)."""
+    try:
+        fd = open_arena(path)
+    except ArenaError:
+        return False
+    try:
+        return os.pread(fd, len(MAGIC), 0) == MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def load_header(path: str | Path) -> Header:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ops.model import ArenaMapper
+from ops import procs
 from ops.procs import environ_vars
 from ops.status_protocol import ENV_FD, ENV_FILE, read_events
 
@@ -134,12 +135,7 @@ def registration(pid: int, proc_root: Path) -> tuple[bool | None, int | None]:
 
 
 def _command(pid: int, proc_root: Path) -> str:
-    try:
-        with open(f"{proc_root}/{pid}/cmdline", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return "?"
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip() or "?"
+    return procs.command_line(pid, proc_root) or "?"
 
 
 def _pids(proc_root: Path) -> list[int]:

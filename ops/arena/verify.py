@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,12 +58,7 @@ def verify(path: str | Path, *, expect_size: int | None = None, workers: int | N
             job = _pread_job(fd, header, pool, bad)
             pool.run(job, header.payload_size, progress)
         else:
-            with mmap.mmap(fd, header.file_size, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
-                view = memoryview(mm)
-                try:
-                    pool.run(_mmap_job(view, header, pool, bad), header.payload_size, progress)
-                finally:
-                    view.release()
+            bad = _mapped_in_child(fd, path, header, pool, progress)
         if bad:
             first = min(bad)
             start, length = header.chunk_range(first)
@@ -75,6 +71,64 @@ def verify(path: str | Path, *, expect_size: int | None = None, workers: int | N
         return Verified(str(path), header, clock.seconds, pool.workers, method)
     finally:
         os.close(fd)
+
+
+def _mapped_in_child(fd: int, path: str | Path, header: fmt.Header, pool: ChunkPool,
+                     progress: Progress | None) -> list[int]:
+    """Hash the mapped file in a forked child: a file truncated under the mapping raises SIGBUS on the
+    first vanished page, which no Python code can catch; the child dies of it and we say so in one line."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: hash, report progress and the bad chunks over the pipe, never return
+        code = 0
+        try:
+            os.close(r)
+            out = os.fdopen(w, "w", buffering=1)
+            bad: list[int] = []
+            try:
+                mm = mmap.mmap(fd, header.file_size, mmap.MAP_SHARED, mmap.PROT_READ)
+            except ValueError:  # "mmap length is greater than file size": it shrank since the header check
+                out.write("shrank\n")
+                os._exit(0)
+            with mm:
+                view = memoryview(mm)
+                pool.run(_mmap_job(view, header, pool, bad), header.payload_size,
+                         (lambda done, total: out.write(f"progress {done}\n")) if progress else None)
+                view.release()
+            out.write("bad " + " ".join(map(str, bad)) + "\n")
+            out.flush()
+        except BaseException:  # noqa: BLE001 - an interrupt or error: the parent reports it
+            code = 3
+        os._exit(code)
+    os.close(w)
+    bad_chunks: list[int] | None = None
+    shrank = False
+    try:
+        with os.fdopen(r, "r") as lines:
+            for line in lines:
+                word, _, rest = line.partition(" ")
+                if word == "progress" and progress:
+                    progress(int(rest), header.payload_size)
+                elif word == "bad":
+                    bad_chunks = [int(x) for x in rest.split()]
+                elif word.strip() == "shrank":
+                    shrank = True
+        _, status = os.waitpid(pid, 0)
+    except BaseException:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        raise
+    if shrank or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGBUS):
+        raise fmt.ArenaError("truncated", f"{path} shrank while it was being verified (its mapped pages "
+                             "vanished: SIGBUS)", "verify it again when nothing is writing or truncating it")
+    if bad_chunks is None:
+        raise fmt.ArenaError("unreadable", f"verifying {path} through mmap failed "
+                             f"({'signal ' + str(os.WTERMSIG(status)) if os.WIFSIGNALED(status) else 'exit ' + str(os.waitstatus_to_exitcode(status))})",
+                             "try --method pread")
+    return bad_chunks
 
 
 def _record_bad(pool: ChunkPool, bad: list[int], i: int) -> None:

@@ -47,11 +47,7 @@ def _engine_pids(settings: Settings, engines=None) -> list[int]:
 
 
 def _is_arena(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(fmt.MAGIC)) == fmt.MAGIC
-    except OSError:
-        return False
+    return fmt.has_magic(path)
 
 
 class ArenaWatch:

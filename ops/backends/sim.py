@@ -46,6 +46,8 @@ class SimBackend(SysfsBackend):
 
     def _full_sync(self) -> None:
         self.node.sync()
+        # The "hang" drill: every read of the driver blocks until the fault is turned off, like a wedged GPU.
+        self._hang = "hang" in self.node.config().get("faults", [])
         self._last_sync = time.monotonic()
         self._seen = self._state()
         if self._watch is None or not self._seen:
@@ -90,6 +92,9 @@ class SimBackend(SysfsBackend):
 
     def gpus(self):
         self.sync()
+        while self._hang:
+            time.sleep(0.05)  # the drill's hung driver call; `gpuwarden sim fault hang off` ends it
+            self._full_sync()
         return super().gpus()
 
     def close(self) -> None:

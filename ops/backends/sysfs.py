@@ -19,7 +19,8 @@ AMD_VENDOR = 0x1002
 
 def read_text(path: Path | str) -> str | None:
     try:
-        fd = os.open(path, os.O_RDONLY)
+        # O_NONBLOCK: a FIFO in a captured or simulated tree must not hang the refresh.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:

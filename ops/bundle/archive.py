@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import GpuwardenError
 from .entries import Entry
-from .redact import redact_bytes
+from ..redact import redact_bytes
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -31,7 +31,7 @@ def pack(entry: Entry, max_bytes: int) -> None:
     if len(data) > 2 * max_bytes:
         data = data[-2 * max_bytes:]  # bound the redaction work; the cap below cuts further
     if entry.redact:
-        data, counts = redact_bytes(data, environ=entry.environ)
+        data, counts = redact_bytes(data, environ=entry.environ, cmdline=entry.cmdline)
         entry.redactions = dict(counts)
     if len(data) > max_bytes:
         data = data[-max_bytes:]

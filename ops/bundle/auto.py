@@ -7,12 +7,13 @@ concurrent crashes (four engines dying together) to one safe-mode bundle, and ev
 from __future__ import annotations
 
 import fcntl
+import fnmatch
 import os
 import socket
 import time
-from pathlib import Path
 
 from .. import journal, statedir
+from ..errors import GpuwardenError
 from ..settings import Settings
 
 MIN_INTERVAL_S = 300.0
@@ -24,34 +25,40 @@ LOCK = ".auto.lock"
 STAMP = ".auto.last"
 
 
-def _claim(directory: Path, min_interval_s: float) -> tuple[bool, float | None]:
+def _claim(settings: Settings, min_interval_s: float) -> tuple[bool, float | None]:
     """Take the node's slot for an automatic bundle: (claimed, when the last one was started)."""
-    fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        stamp = directory / STAMP
+    with statedir.open_dir(settings.state_dir, statedir.BUNDLES, create=True) as d:
+        fd = d.open(LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            last = float(stamp.read_text().strip())
-        except (OSError, ValueError):
-            last = None
-        now = time.time()
-        if last is not None and 0 <= now - last < min_interval_s:
-            return False, last
-        statedir.atomic_write(stamp, f"{now}\n", 0o600)
-        return True, last
-    finally:
-        os.close(fd)  # closing drops the flock
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                last: float | None = float((d.read(STAMP, 64) or b"").decode().strip())
+            except (ValueError, GpuwardenError):
+                last = None
+            now = time.time()
+            if last is not None and 0 <= now - last < min_interval_s:
+                return False, last
+            d.write_atomic(STAMP, f"{now}\n", 0o600)
+            return True, last
+        finally:
+            os.close(fd)  # closing drops the flock
 
 
-def _prune(settings: Settings, directory: Path, keep: int = KEEP_AUTO) -> None:
-    autos = sorted(directory.glob("gpuwarden-bundle-*-auto-*.tar.gz"), key=lambda p: p.stat().st_mtime)
-    for old in autos[:-keep] if len(autos) > keep else []:
-        try:
-            old.unlink()
-            journal.write(settings.state_dir, "bundle.auto.prune", "ok", path=str(old),
-                          why=f"keeping the newest {keep} automatic bundles")
-        except OSError:
-            pass
+def _prune(settings: Settings, keep: int = KEEP_AUTO) -> None:
+    with statedir.open_dir(settings.state_dir, statedir.BUNDLES) as d:
+        autos = []
+        for name in d.listdir():
+            st = d.stat(name)
+            if fnmatch.fnmatchcase(name, "gpuwarden-bundle-*-auto-*.tar.gz") and st is not None:
+                autos.append((st.st_mtime, name))
+        autos.sort()
+        for _, name in autos[:-keep] if len(autos) > keep else []:
+            try:
+                d.unlink(name)
+                journal.write(settings.state_dir, "bundle.auto.prune", "ok", path=str(d.path / name),
+                              why=f"keeping the newest {keep} automatic bundles")
+            except OSError:
+                pass
 
 
 def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_s: float = MIN_INTERVAL_S,
@@ -59,7 +66,7 @@ def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_
     """Collect a safe-mode bundle unless one was started recently; the path, or None. Never raises."""
     try:
         directory = statedir.ensure(settings.state_dir, statedir.BUNDLES)
-        claimed, last = _claim(directory, min_interval_s)
+        claimed, last = _claim(settings, min_interval_s)
         if not claimed:
             journal.write(settings.state_dir, "bundle.auto", "skipped", engine=engine, reason=reason,
                           why=f"another automatic bundle started {time.time() - (last or 0):.0f}s ago "
@@ -72,7 +79,7 @@ def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_
         journal.write(settings.state_dir, "bundle.auto", "ok", engine=engine, reason=reason, path=str(result.path),
                       bytes=result.bytes, seconds=round(result.duration_s, 2), headline=result.report.headline(),
                       triage=result.report.summary()[:5])
-        _prune(settings, directory)
+        _prune(settings)
         return str(result.path)
     except Exception as exc:  # evidence gathering must never take the shim down
         try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__, statedir
+from .. import __version__, jsondoc, statedir
 from ..errors import GpuwardenError
 from ..settings import Settings
 from ..units import parse_duration  # noqa: F401 (bundle callers find it here too)
@@ -24,8 +24,8 @@ from ..triage.render import as_json, markdown
 from . import archive
 from .collectors import COLLECTORS, Collector, Context
 from .entries import MISSING, OK, SKIPPED, TIMED_OUT, Entry
-from .redact import describe as redaction_patterns
-from .redact import redact_text
+from ..redact import describe as redaction_patterns
+from ..redact import redact_text
 from .runner import Worker
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -233,11 +233,14 @@ def _manifest(settings: Settings, entries: list[Entry], summaries: list[dict[str
         user = pwd.getpwuid(os.geteuid()).pw_name  # not $USER: setpriv/su keep the caller's
     except KeyError:
         user = str(os.geteuid())
-    return {
+    now = time.time()
+    return jsondoc.document("bundle-manifest", {
         "format": 1,
         "tool": "gpuwarden",
         "version": __version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now)),
+        "created_at": round(now, 3),
+        "created_at_iso": jsondoc.iso(now),
         "host": socket.gethostname(),
         "collected_by": {"user": user, "uid": os.getuid(), "euid": os.geteuid(), "root": os.geteuid() == 0},
         "options": {"since_s": opts["since_s"], "safe_mode": opts["safe_mode"], "timeout_s": opts["timeout_s"],
@@ -252,4 +255,4 @@ def _manifest(settings: Settings, entries: list[Entry], summaries: list[dict[str
         "redaction": {"total": sum(by_pattern.values()), "by_pattern": by_pattern, "by_item": by_item,
                       "patterns": [{"name": n, "matches": what} for n, what in redaction_patterns()]},
         "triage": {"headline": report.headline(), "counts": report.counts(), "summary": report.summary()[:20]},
-    }
+    })

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__, statedir
+from .. import __version__, redact, statedir
+from ..errors import GpuwardenError
 from ..settings import Settings
 from . import kernellog, trees
 from .entries import FAILED, Entry, from_command
@@ -157,39 +158,60 @@ def _node(ctx: Context) -> list[Entry]:
     return entries
 
 
-def _tail(path: Path, limit: int = LOG_TAIL) -> tuple[bytes | None, str | None]:
+def _tail(d: statedir.Dir, name: str, limit: int = LOG_TAIL) -> tuple[bytes | None, str | None]:
+    """The end of a state-dir file, opened through its checked directory (no symlink, no FIFO)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - limit))
-            return f.read(), None
+        fd = d.open(name)
     except FileNotFoundError:
         return None, None
+    except GpuwardenError as exc:
+        return None, exc.message
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, limit, max(0, size - limit)), None
     except OSError as exc:
         return None, exc.strerror
+    finally:
+        os.close(fd)
+
+
+def _spec(data: bytes) -> bytes:
+    """An engine's spec.json as evidence: argv option by option and env by name redacted (as a JSON list,
+    `"--password", "x"` is two strings that the text patterns cannot pair)."""
+    try:
+        spec = json.loads(data)
+        engine = spec["engine"]
+        engine["argv"] = redact.redact_argv(engine.get("argv") or [])[0]
+        engine["env"] = redact.env_mapping(engine.get("env") or {})
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return data  # not the shape gpuwarden writes: the text patterns still run over it
+    return json.dumps(spec, indent=2, sort_keys=True).encode()
 
 
 def _engines(ctx: Context) -> list[Entry]:
-    root = ctx.settings.state_dir / statedir.ENGINES
     entries = []
     try:
-        names = sorted(os.listdir(root))
-    except OSError:
+        root = statedir.open_dir(ctx.settings.state_dir, statedir.ENGINES)
+    except (OSError, GpuwardenError):
         return entries
-    for name in names:
-        d = root / name
-        if not d.is_dir():
-            continue
-        for f in sorted(os.listdir(d)):
-            if f.startswith("."):
+    with root:
+        for name in sorted(root.listdir()):
+            try:
+                d = root.subdir(name)
+            except GpuwardenError as exc:
+                entries.append(Entry("engines", str(root.path / name), "file", status=FAILED, error=exc.message))
                 continue
-            data, error = _tail(d / f)
-            if data is not None:
-                entries.append(Entry("engines", str(d / f), "file", path=f"engines/{name}/{f}", data=data))
-            elif error:
-                entries.append(Entry("engines", str(d / f), "file", status=FAILED, error=error))
-        entries += _crash_backtrace(ctx, name)
+            with d:
+                for f in sorted(d.listdir()):
+                    if f.startswith("."):
+                        continue
+                    data, error = _tail(d, f)
+                    if data is not None:
+                        data = _spec(data) if f == "spec.json" else data
+                        entries.append(Entry("engines", str(d.path / f), "file", path=f"engines/{name}/{f}", data=data))
+                    elif error:
+                        entries.append(Entry("engines", str(d.path / f), "file", status=FAILED, error=error))
+            entries += _crash_backtrace(ctx, name)
     return entries
 
 
@@ -239,15 +261,20 @@ def _coredumps(ctx: Context) -> list[Entry]:
 
 def _journal(ctx: Context) -> list[Entry]:
     """The journal's tail, and the node state a replay needs (idle baseline, drained GPUs)."""
-    entries = []
-    for name, dest in ((statedir.JOURNAL, "gpuwarden/journal.log"), (statedir.BASELINE, "gpuwarden/state/baseline.json"),
-                       (statedir.DRAINED, "gpuwarden/state/drained.json")):
-        path = ctx.settings.state_dir / name
-        data, error = _tail(path)
-        if data is not None:
-            entries.append(Entry("journal", str(path), "file", path=dest, data=data))
-        elif error:
-            entries.append(Entry("journal", str(path), "file", status=FAILED, error=error))
+    entries: list[Entry] = []
+    try:
+        d = statedir.open_dir(ctx.settings.state_dir)
+    except FileNotFoundError:
+        return entries
+    with d:
+        for name, dest in ((statedir.JOURNAL, "gpuwarden/journal.log"),
+                           (statedir.BASELINE, "gpuwarden/state/baseline.json"),
+                           (statedir.DRAINED, "gpuwarden/state/drained.json")):
+            data, error = _tail(d, name)
+            if data is not None:
+                entries.append(Entry("journal", str(d.path / name), "file", path=dest, data=data))
+            elif error:
+                entries.append(Entry("journal", str(d.path / name), "file", status=FAILED, error=error))
     return entries
 
 

@@ -27,7 +27,8 @@ class Entry:
     duration_s: float | None = None
     error: str | None = None
     link: str | None = None  # symlink target (fd entries of /proc trees)
-    environ: bool = False  # NUL-separated environment: redact by variable name too
+    environ: bool = False  # NUL-separated environment: keep the allow-listed variables only
+    cmdline: bool = False  # NUL-separated command line: redact option by option
     redact: bool = True
     # filled while packing
     truncated: bool = False

@@ -2,6 +2,8 @@
 
 The tree is re-read by the same code that reads a live node (ops.snapshot over tree/sys and
 tree/proc), so replay checks the parsers too; without a tree the stored snapshot.json is used.
+A bundle may come from anywhere: the archive's members, its manifest (against the published schema)
+and its snapshot (strictly, field by field) are checked first, and any fault is one line, exit 2.
 """
 
 from __future__ import annotations
@@ -14,71 +16,163 @@ import tarfile
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from .. import inputs, jsondoc
 from ..errors import GpuwardenError, NotFound
-from ..model import NodeSnapshot, snapshot_from_dict
+from ..model import NodeSnapshot
 from ..settings import Settings
+from . import snapshot_reader
 
 MANIFEST = "manifest.json"
+MAX_MEMBERS = 200_000
+MAX_MEMBER_BYTES = 1 << 30  # bundles cap each output far below this (--max-bytes, default 16 MiB)
+MAX_TOTAL_BYTES = 2 << 30
+MAX_JSON_BYTES = 64 << 20
+_DAMAGED = (tarfile.TarError, EOFError, zlib.error, OSError, ValueError)
+_HINT = "was it copied while still being written? take a new one with `gpuwarden bundle`"
 
 
-def open_bundle(path: Path) -> tarfile.TarFile:
+class BundleTar(tarfile.TarFile):
+    """A TarFile that also closes the checked file it was opened on."""
+
+    source: BinaryIO | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.source is not None:
+                self.source.close()
+                self.source = None
+
+
+def open_stream(path: Path | str) -> BundleTar:
+    """The archive at `path` (a regular file only: a FIFO or a device is refused, never waited on)."""
     path = Path(path)
-    if not path.exists():
-        raise NotFound(f"no bundle at {path}", "give the path `gpuwarden bundle` printed")
     try:
-        tar = tarfile.open(path, "r:*")
+        fd = inputs.open_regular(path, "bundle")
+    except NotFound:
+        raise NotFound(f"no bundle at {path}", "give the path `gpuwarden bundle` printed") from None
+    source = os.fdopen(fd, "rb")
+    try:
+        tar = BundleTar.open(fileobj=source, mode="r:*")
     except tarfile.TarError:
+        source.close()
         # tarfile's own message lists every compression it tried, over several lines
         raise GpuwardenError(f"{path} is not a readable bundle (not a tar archive)",
                              "give the .tar.gz that `gpuwarden bundle` wrote") from None
-    except OSError as exc:
-        raise GpuwardenError(f"cannot read the bundle {path}: {exc.strerror or exc}",
-                             "check the path and its permissions") from None
-    try:
-        tar.getmembers()  # read it through now: a truncated archive fails here, not halfway through a replay
-    except (tarfile.TarError, EOFError, zlib.error, OSError):
-        tar.close()
-        raise GpuwardenError(f"the bundle {path} is truncated or damaged",
-                             "was it copied while still being written? take a new one with `gpuwarden bundle`") from None
+    except _DAMAGED:
+        source.close()
+        raise GpuwardenError(f"the bundle {path} is truncated or damaged", _HINT) from None
+    tar.source = source
     return tar
+
+
+def open_bundle(path: Path | str) -> BundleTar:
+    """open_stream, read through once: a truncated archive or an absurd member fails here, in one line."""
+    tar = open_stream(path)
+    try:
+        check_members(tar, Path(path))
+    except BaseException:
+        tar.close()
+        raise
+    return tar
+
+
+def check_members(tar: tarfile.TarFile, path: Path) -> None:
+    """Walk every member header once, refusing absurd sizes and counts before anything is extracted."""
+    total = count = 0
+    try:
+        while True:
+            member = tar.next()
+            if member is None:
+                break
+            count += 1
+            total += max(0, member.size)
+            if count > MAX_MEMBERS:
+                raise GpuwardenError(f"the bundle {path} has more than {MAX_MEMBERS} members; gpuwarden writes far fewer",
+                                     "it is not a gpuwarden bundle")
+            if member.size < 0 or member.size > MAX_MEMBER_BYTES:
+                raise GpuwardenError(f"the bundle {path} has a member of {member.size} bytes "
+                                     f"({_printable(member.name)}); gpuwarden caps each at {MAX_MEMBER_BYTES}",
+                                     "it is damaged or not a gpuwarden bundle")
+            if total > MAX_TOTAL_BYTES or tar.offset > MAX_TOTAL_BYTES + MAX_MEMBER_BYTES:
+                raise GpuwardenError(f"the bundle {path} unpacks to more than {MAX_TOTAL_BYTES} bytes",
+                                     "it is damaged or not a gpuwarden bundle")
+    except _DAMAGED:
+        raise GpuwardenError(f"the bundle {path} is truncated or damaged", _HINT) from None
 
 
 def top_dir(tar: tarfile.TarFile) -> str:
     for m in tar.getmembers():
         if m.name.endswith("/" + MANIFEST) and m.name.count("/") == 1:
             return m.name.split("/", 1)[0]
-    raise GpuwardenError(f"{tar.name} has no {MANIFEST}", "it was not made by `gpuwarden bundle`")
+    raise GpuwardenError(f"{tar.name or 'the bundle'} has no {MANIFEST}", "it was not made by `gpuwarden bundle`")
 
 
-def read_member(tar: tarfile.TarFile, top: str, rel: str) -> bytes | None:
+def read_member(tar: tarfile.TarFile, top: str, rel: str, limit: int = MAX_JSON_BYTES) -> bytes | None:
     try:
         f = tar.extractfile(f"{top}/{rel}")
     except KeyError:
         return None
-    return f.read() if f else None
+    try:
+        return f.read(limit) if f else None
+    except _DAMAGED:
+        raise GpuwardenError(f"the bundle's {rel} cannot be read (truncated or damaged)", _HINT) from None
 
 
 def extract(tar: tarfile.TarFile, dest: Path) -> Path:
     """Extract regular files and dirs safely; recreate fd symlinks (they are only read, never followed)."""
     top = top_dir(tar)
     root = dest.resolve()
-    for m in tar.getmembers():
-        target = (dest / m.name).resolve()
-        if not str(target).startswith(str(root) + os.sep):
-            continue  # a name that climbs out: not ours
-        if m.isdir():
-            target.mkdir(parents=True, exist_ok=True)
-        elif m.isfile():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            src = tar.extractfile(m)
-            with open(target, "wb") as out:
-                shutil.copyfileobj(src, out)  # type: ignore[arg-type]
-        elif m.issym() and "/fd/" in m.name:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(m.linkname, target)
+    try:
+        for m in tar.getmembers():
+            target = (dest / m.name).resolve()
+            if not str(target).startswith(str(root) + os.sep):
+                continue  # a name that climbs out: not ours
+            if m.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+            elif m.isfile():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                src = tar.extractfile(m)
+                with open(target, "wb") as out:
+                    shutil.copyfileobj(src, out)  # type: ignore[arg-type]
+            elif m.issym() and "/fd/" in m.name:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(m.linkname, target)
+    except _DAMAGED as exc:
+        if isinstance(exc, OSError) and exc.errno is not None and getattr(exc, "filename", None):
+            raise GpuwardenError(f"cannot unpack the bundle into {dest}: {exc.strerror}",
+                                 "free space in the temporary directory (TMPDIR)") from None
+        raise GpuwardenError(f"the bundle {getattr(tar, 'name', '')} is truncated or damaged", _HINT) from None
     return dest / top
+
+
+def read_manifest(base: Path, path: Path) -> dict[str, Any]:
+    """The bundle's manifest, checked against ops/schemas/bundle-manifest.v1.json."""
+    manifest = _json(base / MANIFEST, path)
+    if not isinstance(manifest, dict):
+        raise GpuwardenError(f"{path}: manifest.json is not a JSON object", "it was not made by `gpuwarden bundle`")
+    doc = manifest if "schema" in manifest else jsondoc.document("bundle-manifest", manifest)  # wave-1 bundles
+    try:
+        jsondoc.validate(doc)
+    except ValueError as exc:
+        raise GpuwardenError(f"{path}: manifest.json is not what gpuwarden writes ({_printable(str(exc))[:200]})",
+                             "it is damaged or not a gpuwarden bundle") from None
+    return doc
+
+
+def read_stored_snapshot(data: Any, path: Path) -> NodeSnapshot:
+    """The bundle's gpuwarden/snapshot.json as a NodeSnapshot.
+
+    The one call site to switch to jsondoc.validate(...) against ops/schemas/snapshot.v1.json once that
+    schema is published; until then the model's own types are the schema (ops.bundle.snapshot_reader)."""
+    try:
+        return snapshot_reader.read_snapshot(data)
+    except ValueError as exc:
+        raise GpuwardenError(f"{path}: gpuwarden/snapshot.json is not what gpuwarden writes ({str(exc)[:200]})",
+                             "it is damaged or not a gpuwarden bundle") from None
 
 
 def snapshot_from_bundle(path: Path | str, settings: Settings) -> NodeSnapshot:
@@ -86,22 +180,28 @@ def snapshot_from_bundle(path: Path | str, settings: Settings) -> NodeSnapshot:
     path = Path(path)
     with open_bundle(path) as tar, tempfile.TemporaryDirectory(prefix="gpuwarden-replay-") as tmp:
         base = extract(tar, Path(tmp))
-        manifest = _json(base / MANIFEST) or {}
-        stored = _json(base / "gpuwarden/snapshot.json")
+        manifest = read_manifest(base, path)
+        raw = _json(base / "gpuwarden/snapshot.json", path)
+        stored = read_stored_snapshot(raw, path) if raw is not None else None
         sys_tree, proc_tree = base / "tree/sys", base / "tree/proc"
         snap: NodeSnapshot | None = None
+        problem = None
         if (sys_tree / "class").is_dir():
             try:
-                snap = _from_tree(settings, path, sys_tree, proc_tree, manifest)
-            except GpuwardenError:
-                snap = None  # fall back to the stored snapshot below
+                snap = snapshot_reader.clean(_from_tree(settings, path, sys_tree, proc_tree, manifest))
+            except Exception as exc:  # noqa: BLE001 - a stranger's tree may break any parser; the stored snapshot stays
+                problem = f"the bundle's sysfs tree could not be read ({_printable(str(exc))[:120]}): " \
+                          "showing the snapshot it stored"
+                snap = None
         if snap is None:
             if stored is None:
                 raise GpuwardenError(f"{path} holds neither a sysfs tree nor a snapshot",
                                      "the bundle's collectors failed; see its manifest.json")
-            snap = snapshot_from_dict(stored)
+            snap = stored
         if stored is not None:
             snap = _keep_recorded(snap, stored)
+        if problem:
+            snap = dataclasses.replace(snap, warnings=(*snap.warnings, problem))
         return dataclasses.replace(snap, source=f"bundle:{path}")
 
 
@@ -122,17 +222,29 @@ def _from_tree(settings: Settings, path: Path, sys_tree: Path, proc_tree: Path, 
     return take_snapshot(replay, backend)
 
 
-def _keep_recorded(snap: NodeSnapshot, stored: dict[str, Any]) -> NodeSnapshot:
+def _keep_recorded(snap: NodeSnapshot, recorded: NodeSnapshot) -> NodeSnapshot:
     """What a tree cannot hold (engines, arenas, drained GPUs, time taken) comes from the stored snapshot."""
-    recorded = snapshot_from_dict(stored)
     return dataclasses.replace(
         snap, taken_at=recorded.taken_at, hostname=recorded.hostname, engines=recorded.engines or snap.engines,
         arenas=recorded.arenas or snap.arenas, drained=recorded.drained or snap.drained,
         baseline_recorded=recorded.baseline_recorded)
 
 
-def _json(path: Path) -> Any:
+def _json(path: Path, bundle: Path) -> Any:
+    """A JSON member as extracted; None when missing; unreadable JSON is the bundle's fault, in one line."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+        data = inputs.read_regular(path, "bundle member", MAX_JSON_BYTES)
+    except GpuwardenError as exc:
+        if not path.exists():
+            return None
+        raise GpuwardenError(f"{bundle}: {exc.message}", "it is damaged or not a gpuwarden bundle") from None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        raise GpuwardenError(f"{bundle}: {path.name} is not valid JSON", "it is damaged or not a gpuwarden bundle") \
+            from None
+
+
+def _printable(text: str) -> str:
+    from ..safetext import printable
+    return printable(text)

@@ -37,8 +37,11 @@ NODE_PROC_FILES = ("stat", "uptime", "meminfo", "cmdline", "version", "self/stat
 def read_file(path: Path, limit: int = READ_LIMIT) -> tuple[bytes | None, str | None, str | None]:
     """(data, status-if-failed, error). Missing files give (None, None, None): nothing to report."""
     try:
-        with open(path, "rb", buffering=0) as f:
-            return f.read(limit), None, None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not hang the collector
+        try:
+            return os.read(fd, limit), None, None
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         return None, None, None
     except PermissionError as exc:
@@ -63,12 +66,12 @@ class TreeCopier:
         self.collector, self.root, self.prefix = collector, root, prefix
         self.entries: list[Entry] = []
 
-    def file(self, rel: str, *, environ: bool = False, limit: int = READ_LIMIT) -> bytes | None:
+    def file(self, rel: str, *, environ: bool = False, cmdline: bool = False, limit: int = READ_LIMIT) -> bytes | None:
         src = self.root / rel
         data, status, error = read_file(src, limit)
         if data is not None:
             self.entries.append(Entry(self.collector, str(src), "file", path=f"{self.prefix}/{rel}", data=data,
-                                      environ=environ))
+                                      environ=environ, cmdline=cmdline))
         elif status:
             self.entries.append(Entry(self.collector, str(src), "file", status=status, error=error))
         return data
@@ -160,7 +163,8 @@ def copy_proc(proc_root: Path, pids: set[int], globs: list[str]) -> list[Entry]:
             continue  # gone since it was listed
         for name in PROC_FILES[1:]:
             # maps of a big engine run to megabytes, and the GPU libraries sit anywhere in them
-            t.file(f"{base}/{name}", environ=(name == "environ"), limit=MAPS_LIMIT if name == "maps" else READ_LIMIT)
+            t.file(f"{base}/{name}", environ=(name == "environ"), cmdline=(name == "cmdline"),
+                   limit=MAPS_LIMIT if name == "maps" else READ_LIMIT)
         fd_dir = proc_root / base / "fd"
         try:
             fds = sorted(os.listdir(fd_dir), key=lambda n: int(n) if n.isdigit() else 0)

@@ -101,11 +101,8 @@ class CheckIO:
 
     # --- reading ---------------------------------------------------------------------------------
     def text(self, root: str, rel: str) -> str | None:
-        try:
-            with open(self.path(root, rel), "rb") as f:
-                return f.read(READ_LIMIT).decode(errors="replace")
-        except OSError:
-            return None
+        data = self.bytes(root, rel, READ_LIMIT)
+        return data.decode(errors="replace") if data is not None else None
 
     def line(self, root: str, rel: str) -> str | None:
         text = self.text(root, rel)
@@ -120,10 +117,23 @@ class CheckIO:
 
     def bytes(self, root: str, rel: str, limit: int = 4096) -> bytes | None:
         try:
-            with open(self.path(root, rel), "rb") as f:
-                return f.read(limit)
+            # O_NONBLOCK: a FIFO planted in a captured or simulated tree must not hang a check.
+            fd = os.open(self.path(root, rel), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return None
+        try:
+            chunks, size = [], 0
+            while size < limit:  # /proc files hand out a page or so per read
+                chunk = os.read(fd, limit - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            return b"".join(chunks)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def listdir(self, root: str, rel: str) -> list[str]:
         try:

@@ -71,7 +71,8 @@ def write_spec(settings: Settings, engine: EngineConfig, *, gate_slots: int, reg
         "written_at": time.time(),
     }
     d = statedir.ensure(settings.state_dir, statedir.ENGINES, engine.name)
-    statedir.write_json(d / st.SPEC, spec)
+    # The one place the engine's real argv and env are kept (the shim runs them): mode 0600, never printed.
+    statedir.write_json(d / st.SPEC, spec, 0o600, root=settings.state_dir)
     return spec
 
 
@@ -87,22 +88,22 @@ def spawn_shim(settings: Settings, name: str) -> int:
 def _fork_shim(settings: Settings, name: str) -> subprocess.Popen:
     """Fork the shim of `name` into its own session. From here on it runs whatever becomes of the caller."""
     state_dir = settings.state_dir.resolve()
-    d = st.engine_dir(state_dir, name)
     env = dict(os.environ)
     root = str(Path(ops.__file__).resolve().parent.parent)
     env[ORIG_PYTHONPATH] = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = root + (os.pathsep + env[ORIG_PYTHONPATH] if env[ORIG_PYTHONPATH] else "")
-    # The old state would be read as this run's until the shim writes its own.
+    with statedir.open_dir(state_dir, statedir.ENGINES, name) as folder:
+        # The old state would be read as this run's until the shim writes its own.
+        folder.unlink(st.STATE)
+        shim_log = folder.open(st.SHIM_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        (d / st.STATE).unlink()
-    except FileNotFoundError:
-        pass
-    with open(d / st.SHIM_LOG, "ab") as shim_log:
         return subprocess.Popen(
             [sys.executable, "-m", "ops.engines.shim", "--name", name, "--state-dir", str(state_dir), "--detach"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=shim_log, cwd="/", env=env,
             start_new_session=True, close_fds=True,
         )
+    finally:
+        os.close(shim_log)
 
 
 def _shim_pid(settings: Settings, name: str, proc: subprocess.Popen) -> int:
@@ -175,14 +176,55 @@ def _signal_checked(settings: Settings, name: str, pid: int, start: int | None, 
         journal.write(settings.state_dir, "engine-signal", "skipped", engine=name, pid=pid, role=role,
                       signal=signal.Signals(sig).name, reason="process gone or pid reused")
         return False
+    if not _send(os.kill, pid, sig, f"{role} pid {pid}", name):
+        return False
+    journal.write(settings.state_dir, "engine-signal", "ok", engine=name, pid=pid, role=role,
+                  signal=signal.Signals(sig).name)
+    return True
+
+
+def _send(send, target: int, sig: int, what: str, name: str) -> bool:
+    """os.kill or os.killpg; False when the target is gone, Refused without the permission."""
     try:
-        os.kill(pid, sig)
+        send(target, sig)
     except ProcessLookupError:
         return False
     except PermissionError:
-        raise Refused(f"no permission to signal {role} pid {pid} of engine {name!r}",
+        raise Refused(f"no permission to signal {what} of engine {name!r}",
                       "run as the user who launched it, or as root") from None
-    journal.write(settings.state_dir, "engine-signal", "ok", engine=name, pid=pid, role=role,
+    return True
+
+
+def _group_left(settings: Settings, pgid: int, start: int | None) -> list[int]:
+    """Live members of the engine's process group that started no earlier than the engine itself
+    (a group id outlives its leader; a process older than the engine cannot be one of its children)."""
+    out = []
+    for pid in procs.group_members(pgid, settings.proc_root):
+        ticks = procs.identity(pid, settings.proc_root)
+        if ticks is not None and start is not None and ticks >= start \
+                and procs.state_of(pid, settings.proc_root) not in ("zombie", "gone"):
+            out.append(pid)
+    return out
+
+
+def _signal_group_checked(settings: Settings, name: str, pid: int, start: int | None, sig: int) -> bool:
+    """Signal the engine's process group (the shim started it as a group leader), after the same checks
+    as one process: the leader is still the engine first recorded, or, once it is gone, what is left
+    of its group started after it. Journals what was done. True when sent."""
+    leader = st.alive(pid, start, settings.proc_root)
+    members = _group_left(settings, pid, start)
+    try:
+        leads = leader and os.getpgid(pid) == pid
+    except ProcessLookupError:
+        leads = False
+    if not (leads or (not leader and members)):
+        if leader:  # it left the group it was started in: signal it alone
+            return _signal_checked(settings, name, pid, start, sig, "engine")
+        return False
+    if not _send(os.killpg, pid, sig, f"the process group {pid}", name):
+        return False
+    journal.write(settings.state_dir, "engine-signal", "ok", engine=name, pgid=pid, role="engine group",
+                  pids=([pid] if leader else []) + [m for m in members if m != pid][:20],
                   signal=signal.Signals(sig).name)
     return True
 
@@ -194,6 +236,16 @@ def _wait_gone(settings: Settings, pid: int | None, start: int | None, timeout_s
             return True
         time.sleep(0.05)
     return not st.alive(pid, start, settings.proc_root)
+
+
+def _wait_group_gone(settings: Settings, pid: int, start: int | None, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not st.alive(pid, start, settings.proc_root) and not _group_left(settings, pid, start):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def stop(settings: Settings, name: str, *, timeout_s: float | None = None) -> StopResult:
@@ -219,21 +271,21 @@ def stop(settings: Settings, name: str, *, timeout_s: float | None = None) -> St
                           signal=after.get("signal"), exit_code=after.get("exit_code"))
             return StopResult(name, "stopped", after.get("detail", ""))
         # A wedged shim: take both down ourselves.
-        _signal_checked(settings, name, pid, pid_start, signal.SIGKILL, "engine") if pid else None
+        _signal_group_checked(settings, name, pid, pid_start, signal.SIGKILL) if pid else None
         _signal_checked(settings, name, shim_pid, shim_start, signal.SIGKILL, "shim")
         journal.write(settings.state_dir, "engine-stop", "killed", engine=name, reason="shim did not finish")
         return StopResult(name, "killed", "the shim did not finish in time; engine and shim were SIGKILLed")
-    if pid and st.alive(pid, pid_start, settings.proc_root):
-        # Shim gone, engine still there: do the shim's job with the same checks.
-        _signal_checked(settings, name, pid, pid_start, signal_number(engine.stop_signal), "engine")
+    if pid and (st.alive(pid, pid_start, settings.proc_root) or _group_left(settings, pid, pid_start)):
+        # Shim gone, engine (or what it started) still there: do the shim's job with the same checks.
+        _signal_group_checked(settings, name, pid, pid_start, signal_number(engine.stop_signal))
         how = "stopped"
-        if not _wait_gone(settings, pid, pid_start, grace):
-            _signal_checked(settings, name, pid, pid_start, signal.SIGKILL, "engine")
-            _wait_gone(settings, pid, pid_start, 5.0)
+        if not _wait_group_gone(settings, pid, pid_start, grace):
+            _signal_group_checked(settings, name, pid, pid_start, signal.SIGKILL)
+            _wait_group_gone(settings, pid, pid_start, 5.0)
             how = "killed"
         statedir.write_json(st.engine_dir(settings.state_dir, name) / st.STATE, {
             **record, "phase": "exited", "stopped_by_request": True, "updated_at": time.time(),
-            "detail": f"{how} by gpuwarden after its shim was gone"})
+            "detail": f"{how} by gpuwarden after its shim was gone"}, root=settings.state_dir)
         journal.write(settings.state_dir, "engine-stop", "ok", engine=name, via="direct", how=how)
         return StopResult(name, how, "its shim was gone; signalled the engine directly")
     journal.write(settings.state_dir, "engine-stop", "skipped", engine=name, reason="not running")

@@ -8,7 +8,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import BinaryIO, Callable, Iterator
+
+from ops import redact, statedir
+from ops.safetext import log_line
+
+MAX_LINE = 1 << 20  # a longer "line" is shown in pieces, never held whole
 
 
 class CappedLog:
@@ -17,7 +22,9 @@ class CappedLog:
     def __init__(self, path: Path, max_bytes: int):
         self.path = path
         self.half = max(2048, max_bytes // 2)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        # Every open and rename goes through the log's checked directory: a planted symlink is refused.
+        self._dir = statedir.open_dir(path.parent)
+        self._fd = self._dir.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._size = os.fstat(self._fd).st_size
 
     def write(self, data: bytes) -> None:
@@ -38,18 +45,14 @@ class CappedLog:
 
     def _rotate(self) -> None:
         # Link and rename only, so the log path exists at every instant for readers following it.
-        old = self.path.with_name(self.path.name + ".1")
-        tmp_old = self.path.with_name(f".{self.path.name}.1.tmp")
-        tmp_new = self.path.with_name(f".{self.path.name}.tmp")
+        name = self.path.name
+        old, tmp_old, tmp_new = f"{name}.1", f".{name}.1.tmp", f".{name}.tmp"
         for tmp in (tmp_old, tmp_new):
-            try:
-                tmp.unlink()
-            except FileNotFoundError:
-                pass
-        os.link(self.path, tmp_old)
-        os.replace(tmp_old, old)
-        fd = os.open(tmp_new, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o640)
-        os.replace(tmp_new, self.path)
+            self._dir.unlink(tmp)
+        self._dir.link(name, tmp_old)
+        self._dir.rename(tmp_old, old)
+        fd = self._dir.open(tmp_new, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._dir.rename(tmp_new, name)
         os.close(self._fd)
         self._fd = fd
         self._size = 0
@@ -58,6 +61,7 @@ class CappedLog:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        self._dir.close()
 
 
 def follow(path: Path, *, from_end_lines: int = 20, poll_s: float = 0.2,
@@ -67,25 +71,25 @@ def follow(path: Path, *, from_end_lines: int = 20, poll_s: float = 0.2,
 
     for line in tail(path, from_end_lines):
         yield line
-    try:
-        f = open(path, "rb")
+    f = _open_log(path)
+    if f is not None:
         f.seek(0, os.SEEK_END)
-    except FileNotFoundError:
-        f = None
     partial = b""
     while keep_going():
         if f is None:
-            try:
-                f = open(path, "rb")
-            except FileNotFoundError:
+            f = _open_log(path)
+            if f is None:
                 time.sleep(poll_s)
                 continue
-        chunk = f.read()
+        chunk = f.read(1 << 20)
         if chunk:
             partial += chunk
             *lines, partial = partial.split(b"\n")
             for raw in lines:
-                yield raw.decode(errors="replace")
+                yield log_line(redact.text(raw.decode(errors="replace")))
+            if len(partial) > MAX_LINE:
+                yield log_line(redact.text(partial[:MAX_LINE].decode(errors="replace"))) + " [line cut]"
+                partial = b""
             continue
         try:
             rotated = os.stat(path).st_ino != os.fstat(f.fileno()).st_ino
@@ -96,3 +100,11 @@ def follow(path: Path, *, from_end_lines: int = 20, poll_s: float = 0.2,
             f = None
             continue
         time.sleep(poll_s)
+
+
+def _open_log(path: Path) -> BinaryIO | None:
+    try:
+        with statedir.open_dir(path.parent) as d:
+            return os.fdopen(d.open(path.name), "rb")
+    except FileNotFoundError:
+        return None

@@ -63,7 +63,7 @@ class Shim:
         with self._save_lock:
             self.record.update(changes)
             self.record["updated_at"] = time.time()
-            statedir.write_json(self.dir / st.STATE, self.record)
+            statedir.write_json(self.dir / st.STATE, self.record, root=self.state_dir)
 
     def on_stop_signal(self, signum: int, frame: object) -> None:
         self.stop_requested = True
@@ -75,7 +75,7 @@ class Shim:
         signal.signal(signal.SIGINT, self.on_stop_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a dropped SSH session must not end supervision
         # A fresh launch starts a fresh status file, so its timestamps describe this launch only.
-        (self.dir / st.STATUS).write_bytes(b"")
+        statedir.atomic_write(self.dir / st.STATUS, b"", root=self.state_dir)
         self.save()
         starts: collections.deque[float] = collections.deque()
         failures = 0
@@ -256,8 +256,9 @@ class Shim:
             if self.stop_requested and kill_at is None:
                 self.save(phase="stopping", stopped_by_request=True,
                           detail=f"sent {self.engine.stop_signal}, SIGKILL after {self.engine.stop_grace:.0f}s")
-                # The engine is our unreaped child, so its pid cannot have been reused yet.
-                _signal(proc.pid, stop_sig)
+                # The whole process group, so a `sh -c` engine's children stop with it. The engine is our
+                # unreaped child and leads that group, so neither id can have been reused yet.
+                _signal_group(proc.pid, stop_sig)
                 kill_at = time.monotonic() + self.engine.stop_grace
             if not exited:
                 # WNOWAIT: the engine stays an unreaped zombie until its leftovers are dealt with below,
@@ -281,13 +282,18 @@ class Shim:
             self._on_registration(event)
         if self.registrations.died(time.time()):
             self.save(registrations=self.registrations.records)
-        if kill_at is None:
-            # Leftover children of the engine keep GPU memory; they go with it.
-            left = [p for p in procs.group_members(proc.pid) if p != proc.pid]
-            if left:
-                _killpg(proc.pid)
-                journal.write(self.state_dir, "engine-leftovers", "killed", engine=self.name, pgid=proc.pid,
-                              pids=left[:20], why="still in the exited engine's process group")
+        # Leftover children of the engine keep GPU memory; they go with it. After a stop request they got
+        # the stop signal too: they may use what is left of the grace to finish.
+        left = self._leftovers(proc.pid)
+        if left and kill_at is not None:
+            until = min(kill_at, time.monotonic() + 5.0)
+            while left and time.monotonic() < until:
+                time.sleep(POLL_S)
+                left = self._leftovers(proc.pid)
+        if left:
+            _killpg(proc.pid)
+            journal.write(self.state_dir, "engine-leftovers", "killed", engine=self.name, pgid=proc.pid,
+                          pids=left[:20], why="still in the exited engine's process group")
         # We reap the engine ourselves: Popen's returncode drops the core-dump bit of the wait status.
         _, wait_status = os.waitpid(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(wait_status)
@@ -332,6 +338,10 @@ class Shim:
                 self.save(registrations=self.registrations.records,
                           detail=f"{record.get('call') or 'registration'} of {fmt_bytes(record.get('bytes'))} "
                                  f"has not returned after {now - record['started_at']:.0f}s")
+
+    @staticmethod
+    def _leftovers(pgid: int) -> list[int]:
+        return [p for p in procs.group_members(pgid) if p != pgid and procs.state_of(p) not in ("zombie", "gone")]
 
     def _drain(self, fd: int, log: CappedLog, pipe_open: bool) -> bytes:
         # Read what the engine wrote just before dying; a grandchild holding the pipe must not stall us.
@@ -409,10 +419,10 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _signal(pid: int, sig: int) -> None:
+def _signal_group(pgid: int, sig: int) -> None:
     try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
         pass
 
 

@@ -9,9 +9,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ops import procs, statedir
+from ops import procs, redact, statedir, statefiles
 from ops.errors import GpuwardenError
 from ops.model import EngineInfo, Registration
+from ops.safetext import log_line, printable
 from ops.settings import Settings
 
 if TYPE_CHECKING:
@@ -34,23 +35,34 @@ def engines_root(state_dir: Path) -> Path:
 
 
 def engine_dir(state_dir: Path, name: str) -> Path:
-    return engines_root(state_dir) / name
+    return engines_root(state_dir) / statedir.valid_name(name)  # `engines logs ../..` climbs nowhere
 
 
 def read_state(state_dir: Path, name: str) -> dict[str, Any] | None:
-    return statedir.read_json(engine_dir(state_dir, name) / STATE, default=None, kind=dict)
+    return statefiles.load(engine_dir(state_dir, name) / STATE, statefiles.ENGINE_STATE, root=state_dir)
 
 
 def read_spec(state_dir: Path, name: str) -> dict[str, Any] | None:
-    return statedir.read_json(engine_dir(state_dir, name) / SPEC, default=None, kind=dict)
+    return statefiles.load(engine_dir(state_dir, name) / SPEC, statefiles.ENGINE_SPEC, root=state_dir)
 
 
 def names(state_dir: Path) -> list[str]:
-    root = engines_root(state_dir)
     try:
-        return sorted(p.name for p in root.iterdir() if (p / SPEC).exists() or (p / STATE).exists())
+        root = statedir.open_dir(state_dir, statedir.ENGINES)
     except FileNotFoundError:
         return []
+    with root:
+        out = []
+        for name in root.listdir():
+            if name.startswith("."):
+                continue
+            try:
+                with root.subdir(name) as d:
+                    if d.stat(SPEC) is not None or d.stat(STATE) is not None:
+                        out.append(name)
+            except GpuwardenError:
+                out.append(name)  # listed, so that `engines list` says what is wrong with it
+        return sorted(out)
 
 
 def alive(pid: int | None, start: int | None, proc_root: Path = Path("/proc")) -> bool:
@@ -84,19 +96,26 @@ def last_line(path: Path, limit: int = 8192, cache: "FileCache | None" = None) -
 
 
 def tail(path: Path, count: int, limit: int = 65536) -> list[str]:
-    """The last `count` non-empty lines of a log, reading at most `limit` bytes from its end."""
+    """The last `count` non-empty lines of a log (from its end, at most `limit` bytes), ready to print:
+    secrets redacted, terminal escapes shown. The log's directory is opened through the checked state dir."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - limit))
-            data = f.read()
+        d = statedir.open_dir(path.parent)
     except FileNotFoundError:
         return []
+    with d:
+        try:
+            fd = d.open(path.name)
+        except FileNotFoundError:
+            return []
+        try:
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, limit, max(0, size - limit))
+        finally:
+            os.close(fd)
     lines = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
     if size > limit and lines:
         lines = lines[1:]  # the first line read is probably cut
-    return lines[-count:]
+    return [log_line(redact.text(ln)) for ln in lines[-count:]]
 
 
 def run_tail(path: Path, count: int) -> list[str]:
@@ -115,14 +134,15 @@ def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | N
     gpu = (spec or {}).get("engine", {}).get("gpu")
     if record is None:
         # Spec written, shim not yet reporting: the launcher is still starting it.
-        return EngineInfo(name=name, gpu=gpu, phase="starting", log_path=str(log_path),
+        return EngineInfo(name=printable(name), gpu=gpu, phase="starting", log_path=str(log_path),
                           last_log_line=last_line(log_path, cache=cache))
     stale = is_stale(record, proc_root)
-    phase = "stale" if stale else record.get("phase", "starting")
+    phase = "stale" if stale else printable(str(record.get("phase", "starting")))
     phases = record.get("phases") if isinstance(record.get("phases"), dict) else {}
     crashes = record.get("crashes") if isinstance(record.get("crashes"), dict) else {}
+    text = (lambda v: None if v is None else printable(str(v)))  # records are files: no escapes reach a terminal
     return EngineInfo(
-        name=name,
+        name=printable(name),
         gpu=record.get("gpu", gpu),
         phase=phase,
         phase_since=_number(phases.get(phase)),
@@ -130,12 +150,12 @@ def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | N
         shim_pid=record.get("shim_pid"),
         started_at=record.get("started_at"),
         exit_code=record.get("exit_code"),
-        signal=record.get("signal"),
+        signal=text(record.get("signal")),
         core_dumped=record.get("core_dumped"),
         restarts=int(record.get("restarts", 0)),
         log_path=str(log_path),
         last_log_line=last_line(log_path, cache=cache),
-        bundle=record.get("bundle"),
+        bundle=text(record.get("bundle")),
         stale=stale,
         registrations=registrations_of(record),
         crashes={str(k): int(v) for k, v in crashes.items() if isinstance(v, int) and not isinstance(v, bool)},
@@ -158,16 +178,17 @@ def list_engines(settings: Settings, cache: "FileCache | None" = None) -> list[E
 
     `cache`: a sampler's FileCache; the snapshot lists engines on every refresh and parses a record again
     only when its shim rewrote it."""
-    read = cache.json if cache is not None else statedir.read_json
     out = []
     for name in names(settings.state_dir):
         folder = engine_dir(settings.state_dir, name)
         try:
-            record = read(folder / STATE, default=None, kind=dict)
-            spec = read(folder / SPEC, default=None, kind=dict)
-        except GpuwardenError:
-            out.append(EngineInfo(name=name, gpu=None, phase="stale", stale=True,
-                                  last_log_line="state file is corrupt"))
+            record = statefiles.load_cached(folder / STATE, statefiles.ENGINE_STATE, root=settings.state_dir,
+                                            cache=cache)
+            spec = statefiles.load_cached(folder / SPEC, statefiles.ENGINE_SPEC, root=settings.state_dir, cache=cache)
+        except GpuwardenError as exc:
+            why = exc.problem if isinstance(exc, statedir.StateFileError) else exc.message
+            out.append(EngineInfo(name=printable(name), gpu=None, phase="stale", stale=True,
+                                  last_log_line=printable(f"state file is corrupt: {why}")))
             continue
         out.append(info_from(name, record, spec, settings.state_dir, settings.proc_root, cache))
     return out

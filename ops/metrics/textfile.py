@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import GpuwardenError
-from ..statedir import atomic_write
+from ..atomicfile import replace
 
 FILENAME = "gpuwarden.prom"
 
@@ -18,7 +18,7 @@ def write(directory: Path, body: bytes) -> Path:
                              "give node_exporter's --collector.textfile.directory (create it first)")
     path = directory / FILENAME
     try:
-        atomic_write(path, body, 0o644)  # node_exporter often runs as another user: it must read it
+        replace(path, body, 0o644)  # node_exporter often runs as another user: it must read it
     except PermissionError:
         raise GpuwardenError(f"no permission to write {path}", "run as a user that may write there (root)") from None
     except OSError as exc:

@@ -18,6 +18,7 @@ from .filecache import FileCache
 @dataclass(frozen=True)
 class Extras:
     baseline: dict[int, int]
+    baseline_problem: bool  # a baseline file is there but corrupt (its warning says so; "none recorded" would mislead)
     drained: tuple[int, ...]
     engines: tuple[EngineInfo, ...]
     arenas: tuple[ArenaInfo, ...]
@@ -45,8 +46,10 @@ class NodeExtras:
     def sample(self) -> Extras:
         settings = self.settings
         warnings: list[SnapshotWarning] = []
-        baseline = nodestate.baseline(settings.state_dir, self.files)
-        drained = tuple(sorted(nodestate.drained(settings.state_dir, self.files)))
+        baseline, baseline_problem = nodestate.baseline_or_warning(settings.state_dir, self.files)
+        drained_gpus, drained_problem = nodestate.drained_or_warning(settings.state_dir, self.files)
+        drained = tuple(sorted(drained_gpus))
+        warnings.extend(SnapshotWarning("state-file-corrupt", p) for p in (baseline_problem, drained_problem) if p)
         arena_path: str | None = None
         if not settings.replay:
             try:
@@ -71,7 +74,8 @@ class NodeExtras:
             except Exception as exc:
                 warnings.append(SnapshotWarning("arena-state-unreadable", f"arena state unreadable: {exc}"))
         self.files.sweep()
-        return Extras(baseline=baseline, drained=drained, engines=engines, arenas=arenas, warnings=tuple(warnings))
+        return Extras(baseline=baseline, baseline_problem=bool(baseline_problem), drained=drained, engines=engines,
+                      arenas=arenas, warnings=tuple(warnings))
 
     def _list_arenas(self, engines: tuple[EngineInfo, ...], arena_path: str | None) -> tuple[ArenaInfo, ...]:
         if arena_path is None and not any(e.pid for e in engines):

@@ -46,11 +46,10 @@ class FileCache:
             raise hit[3]
         return hit[2]
 
-    def json(self, path: Path | str, default: Any = None, kind: type | None = None) -> Any:
-        """statedir.read_json through the cache (callers must not change what they get: it is shared)."""
-        from ..statedir import read_json
-        return self.get(path, lambda p: read_json(p, default, kind), f"json:{kind.__name__ if kind else ''}",
-                        missing=default)
+    def state(self, path: Path | str, shape: Any, default: Any = None, *, root: Path) -> Any:
+        """ops.statefiles.load through the cache (callers must not change what they get: it is shared)."""
+        from ..statefiles import load
+        return self.get(path, lambda p: load(p, shape, default, root=root), f"state:{id(shape)}", missing=default)
 
     def sweep(self) -> None:
         """Forget files not asked for since the last sweep (engines removed, logs rotated away)."""

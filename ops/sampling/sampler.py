@@ -68,7 +68,7 @@ class Sampler:
             warnings.append(SnapshotWarning("simulated", f"SIMULATED node: no real GPU backend works here ({why})"
                                             if why else "SIMULATED node (--backend sim)"))
         warnings.extend(residual_warnings)
-        if not extras.baseline:
+        if not extras.baseline and not extras.baseline_problem:
             warnings.append(SnapshotWarning(
                 "no-baseline", "no idle baseline recorded: residual counts all unexplained VRAM "
                 "(record one with `gpuwarden baseline record` on an idle node)"))

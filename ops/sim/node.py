@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import shutil
 import time
 from pathlib import Path
 from typing import Iterator
 
-from .. import statedir
+from .. import statedir, statefiles
 from . import platform
 from ..errors import GpuwardenError, NotFound
 from ..procs import identity
+from ..statedir import StateFileError
 
 GPU_ID_BASE = 41000  # KFD gpu_ids are opaque numbers; distinct from indexes on purpose
 RENDER_MINOR_BASE = 128
-FAULTS = ("leak-on-kill", "reset-fails")
+FAULTS = ("leak-on-kill", "reset-fails", "hang")
 
 
 def _has_gpu_tree(sysfs_root: Path) -> bool:
@@ -39,6 +39,7 @@ def active_sim_root(settings) -> Path | None:
 
 class SimNode:
     def __init__(self, state_dir: Path):
+        self.state_dir = Path(state_dir)
         self.dir = Path(state_dir) / statedir.SIM
         self.root = self.dir / "root"
         self.sysfs_root = self.root / "sys"
@@ -65,12 +66,13 @@ class SimNode:
                     "stop its tenants first, or pass --force to start over",
                 )
             for sub in ("root", "allocs", "dev"):
-                shutil.rmtree(self.dir / sub, ignore_errors=True)
-            self.allocs_dir.mkdir(parents=True, exist_ok=True)
-            (self.dev_root / "dri").mkdir(parents=True, exist_ok=True)
-            (self.dev_root / "kfd").touch()
-            for i in range(gpus):
-                (self.dev_root / "dri" / f"renderD{RENDER_MINOR_BASE + i}").touch()
+                shutil.rmtree(self.dir / sub, ignore_errors=True)  # fd-based: never follows a planted link
+            self._dir("allocs", create=True).close()
+            with self._dir("dev", create=True) as dev:
+                os.close(dev.open("kfd", os.O_WRONLY | os.O_CREAT, 0o644))
+                with dev.subdir("dri", create=True) as dri:
+                    for i in range(gpus):
+                        os.close(dri.open(f"renderD{RENDER_MINOR_BASE + i}", os.O_WRONLY | os.O_CREAT, 0o644))
             self._save({"gpus": gpus, "vram": vram, "gtt": vram // 2, "idle_used": idle_used,
                         "hive": hive, "faults": [], "leaked": {}, "resets": {}, "created": time.time()})
             self._write_static_tree()
@@ -78,24 +80,26 @@ class SimNode:
 
     def config(self) -> dict:
         try:
-            cfg = json.loads(self._node_file.read_text())
-        except FileNotFoundError:
+            cfg = statefiles.load(self._node_file, statefiles.SIM_NODE, root=self.state_dir)
+        except StateFileError as exc:
+            raise GpuwardenError(f"the simulated node's {self._node_file} is corrupt: {exc.problem}",
+                                 "start over with `gpuwarden sim init --force`") from None
+        if cfg is None:
             raise GpuwardenError(
                 f"no simulated node in {self.dir}", "create one with `gpuwarden sim init`") from None
-        except ValueError:
-            cfg = None
-        if not (isinstance(cfg, dict) and all(isinstance(cfg.get(k), int) for k in ("gpus", "vram", "gtt"))):
-            raise GpuwardenError(f"the simulated node's {self._node_file} is corrupt",
-                                 "start over with `gpuwarden sim init --force`")
         return cfg
 
     def _save(self, cfg: dict) -> None:
-        statedir.write_json(self._node_file, cfg)
+        statedir.write_json(self._node_file, cfg, root=self.state_dir)
+
+    def _dir(self, *parts: str, create: bool = False) -> statedir.Dir:
+        """A directory of the sim node, opened through the state dir's checked fds."""
+        return statedir.open_dir(self.state_dir, statedir.SIM, *parts, create=create)
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        with self._dir(create=True) as d:
+            fd = d.open(".lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -133,9 +137,9 @@ class SimNode:
                         f"out of memory on simulated GPU {gpu}: asked {nbytes} bytes, {free} free",
                         "see `gpuwarden status` for who holds it")
                 path = self.allocs_dir / f"{pid}-{ticks}-{gpu}.json"
-                prev = json.loads(path.read_text())["bytes"] if path.exists() else 0
+                prev = (statefiles.load(path, statefiles.SIM_ALLOC, root=self.state_dir) or {}).get("bytes", 0)
                 statedir.write_json(path, {"pid": pid, "ticks": ticks, "gpu": gpu, "bytes": prev + nbytes,
-                                           "ts": time.time()})
+                                           "ts": time.time()}, root=self.state_dir)
                 used[gpu] += nbytes
             self._write_dynamic_tree(cfg)
 
@@ -143,22 +147,18 @@ class SimNode:
         with self._lock():
             for a in self._allocs():
                 if a["pid"] == pid and (gpu is None or a["gpu"] == gpu):
-                    (self.allocs_dir / a["_file"]).unlink(missing_ok=True)
+                    statedir.unlink(self.allocs_dir / a["_file"], root=self.state_dir)
             self._write_dynamic_tree()
 
     def _allocs(self) -> list[dict]:
         out = []
-        try:
-            names = os.listdir(self.allocs_dir)
-        except FileNotFoundError:
-            return out
-        for name in names:
+        for name in statedir.listdir(self.allocs_dir, root=self.state_dir):
             if not name.endswith(".json"):
                 continue
             try:
-                data = json.loads((self.allocs_dir / name).read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
+                data = dict(statefiles.load(self.allocs_dir / name, statefiles.SIM_ALLOC, root=self.state_dir))
+            except (OSError, TypeError, GpuwardenError):
+                continue  # not an allocation record: the driver ignores it
             data["_file"] = name
             out.append(data)
         return out
@@ -178,7 +178,7 @@ class SimNode:
             for a in self._allocs():
                 if identity(a["pid"]) == a["ticks"]:
                     continue  # alive or zombie: a context lives as long as its PID
-                (self.allocs_dir / a["_file"]).unlink(missing_ok=True)
+                statedir.unlink(self.allocs_dir / a["_file"], root=self.state_dir)
                 changed = True
                 if leak:
                     leaked = cfg.setdefault("leaked", {})
@@ -217,7 +217,7 @@ class SimNode:
                                      "clear it with `gpuwarden sim fault reset-fails off`")
             for a in self._allocs():
                 if a["gpu"] == gpu:
-                    (self.allocs_dir / a["_file"]).unlink(missing_ok=True)
+                    statedir.unlink(self.allocs_dir / a["_file"], root=self.state_dir)
             cfg.setdefault("leaked", {}).pop(str(gpu), None)
             resets = cfg.setdefault("resets", {})
             resets[str(gpu)] = int(resets.get(str(gpu), 0)) + 1
@@ -238,19 +238,15 @@ class SimNode:
     # --- the tree ----------------------------------------------------------------------------
     def _write_static_tree(self) -> None:
         cfg = self.config()
-        drm = self.sysfs_root / "class/drm"
-        topo = self.sysfs_root / "class/kfd/kfd/topology/nodes"
-        (self.sysfs_root / "class/kfd/kfd/proc").mkdir(parents=True, exist_ok=True)
-        cpu = topo / "0"
-        cpu.mkdir(parents=True, exist_ok=True)
-        (cpu / "gpu_id").write_text("0\n")
-        (cpu / "name").write_text("\n")
-        (cpu / "properties").write_text("cpu_cores_count 16\nsimd_count 0\nmem_banks_count 1\n")
+        self._dir("root/sys/class/kfd/kfd/proc", create=True).close()
+        with self._dir("root/sys/class/kfd/kfd/topology/nodes/0", create=True) as cpu:
+            cpu.write_atomic("gpu_id", "0\n", 0o644)
+            cpu.write_atomic("name", "\n", 0o644)
+            cpu.write_atomic("properties", "cpu_cores_count 16\nsimd_count 0\nmem_banks_count 1\n", 0o644)
         for i in range(cfg["gpus"]):
             bus = 0x10 + i
-            dev = drm / f"card{i}" / "device"
-            (dev / "drm" / f"renderD{RENDER_MINOR_BASE + i}").mkdir(parents=True, exist_ok=True)
-            (dev / "hwmon" / "hwmon0").mkdir(parents=True, exist_ok=True)
+            self._dir(f"root/sys/class/drm/card{i}/device/drm/renderD{RENDER_MINOR_BASE + i}", create=True).close()
+            self._dir(f"root/sys/class/drm/card{i}/device/hwmon/hwmon0", create=True).close()
             files = {
                 "vendor": "0x1002\n", "device": "0x74a1\n",
                 "uevent": f"DRIVER=amdgpu\nPCI_SLOT_NAME=0000:{bus:02x}:00.0\n",
@@ -259,66 +255,66 @@ class SimNode:
                 "mem_info_vram_total": f"{cfg['vram']}\n",
                 "mem_info_gtt_total": f"{cfg['gtt']}\n",
             }
-            for name, text in files.items():
-                (dev / name).write_text(text)
-            node = topo / str(i + 1)
-            node.mkdir(parents=True, exist_ok=True)
-            (node / "gpu_id").write_text(f"{self.gpu_id(i)}\n")
-            (node / "name").write_text("gfx942\n")
+            with self._dir(f"root/sys/class/drm/card{i}/device") as dev:
+                for name, text in files.items():
+                    dev.write_atomic(name, text, 0o644)
             hive = 0x5151_0001 if cfg.get("hive") else 0
-            (node / "properties").write_text(
-                "cpu_cores_count 0\nsimd_count 1216\ngfx_target_version 90402\nvendor_id 4098\n"
-                f"device_id 29857\nlocation_id {bus << 8}\ndomain 0\n"
-                f"drm_render_minor {RENDER_MINOR_BASE + i}\nhive_id {hive}\n")
+            with self._dir(f"root/sys/class/kfd/kfd/topology/nodes/{i + 1}", create=True) as node:
+                node.write_atomic("gpu_id", f"{self.gpu_id(i)}\n", 0o644)
+                node.write_atomic("name", "gfx942\n", 0o644)
+                node.write_atomic("properties",
+                                  "cpu_cores_count 0\nsimd_count 1216\ngfx_target_version 90402\nvendor_id 4098\n"
+                                  f"device_id 29857\nlocation_id {bus << 8}\ndomain 0\n"
+                                  f"drm_render_minor {RENDER_MINOR_BASE + i}\nhive_id {hive}\n", 0o644)
         platform.write(self.sysfs_root, cfg["gpus"], cfg["vram"], bool(cfg.get("hive")))
 
     def _write_dynamic_tree(self, cfg: dict | None = None) -> None:
         """Used VRAM per GPU and the KFD per-process files, rewritten only where they changed."""
         cfg = cfg or self.config()
         allocs = self._allocs()
-        drm = self.sysfs_root / "class/drm"
-        for i in range(cfg["gpus"]):
-            dev = drm / f"card{i}" / "device"
-            used = self._used(cfg, i, allocs)
-            n = sum(1 for a in allocs if a["gpu"] == i)
-            busy = min(100, 12 * n)
-            # In place, like sysfs attributes: readers keep these open and pread them.
-            _put_in_place(dev / "mem_info_vram_used", used)
-            _put_in_place(dev / "mem_info_gtt_used", min(cfg["gtt"], 64 << 20))
-            _put_in_place(dev / "gpu_busy_percent", busy)
-            _put_in_place(dev / "hwmon/hwmon0/temp1_input", (34 + busy // 3) * 1000)
-            _put_in_place(dev / "hwmon/hwmon0/power1_average", (90 + 5 * busy) * 1_000_000)
+        with self._dir("root/sys/class/drm") as drm:
+            for i in range(cfg["gpus"]):
+                used = self._used(cfg, i, allocs)
+                n = sum(1 for a in allocs if a["gpu"] == i)
+                busy = min(100, 12 * n)
+                with drm.subdir(f"card{i}") as card, card.subdir("device") as dev:
+                    # In place, like sysfs attributes: readers keep these open and pread them.
+                    _put_in_place(dev, "mem_info_vram_used", used)
+                    _put_in_place(dev, "mem_info_gtt_used", min(cfg["gtt"], 64 << 20))
+                    _put_in_place(dev, "gpu_busy_percent", busy)
+                    with dev.subdir("hwmon") as hw, hw.subdir("hwmon0") as mon:
+                        _put_in_place(mon, "temp1_input", (34 + busy // 3) * 1000)
+                        _put_in_place(mon, "power1_average", (90 + 5 * busy) * 1_000_000)
         per_pid: dict[int, dict[int, int]] = {}
         for a in allocs:
             gpus = per_pid.setdefault(a["pid"], {})
             gpus[a["gpu"]] = gpus.get(a["gpu"], 0) + a["bytes"]
         proc_dir = self.sysfs_root / "class/kfd/kfd/proc"
-        proc_dir.mkdir(parents=True, exist_ok=True)
-        for name in os.listdir(proc_dir):
-            if not name.isdigit() or int(name) not in per_pid:
-                shutil.rmtree(proc_dir / name, ignore_errors=True)
-        for pid, gpus in per_pid.items():
-            d = proc_dir / str(pid)
-            d.mkdir(exist_ok=True)
-            # Like KFD, a GPU the process has released keeps its file, at 0.
-            for name in os.listdir(d):
-                if name.startswith("vram_") and int(name[5:]) - GPU_ID_BASE not in gpus:
-                    _put_in_place(d / name, 0)
-            for g, b in gpus.items():
-                _put_in_place(d / f"vram_{self.gpu_id(g)}", b)
+        with self._dir("root/sys/class/kfd/kfd/proc", create=True) as procs:
+            for name in procs.listdir():
+                if not name.isdigit() or int(name) not in per_pid:
+                    shutil.rmtree(proc_dir / name, ignore_errors=True)
+            for pid, gpus in per_pid.items():
+                with procs.subdir(str(pid), create=True) as d:
+                    # Like KFD, a GPU the process has released keeps its file, at 0.
+                    for name in d.listdir():
+                        if name.startswith("vram_") and name[5:].isdigit() and int(name[5:]) - GPU_ID_BASE not in gpus:
+                            _put_in_place(d, name, 0)
+                    for g, b in gpus.items():
+                        _put_in_place(d, f"vram_{self.gpu_id(g)}", b)
 
 
-def _put_in_place(path: Path, value: int) -> None:
+def _put_in_place(d: statedir.Dir, name: str, value: int) -> None:
     """Rewrite a number in place, fixed width: readers keep these files open and pread them,
     as they do real sysfs attributes, so the inode must stay the same."""
     data = f"{value:<23d}\n".encode()
     try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except PermissionError:
+        fd = d.open(name, os.O_RDWR | os.O_CREAT, 0o644)
+    except GpuwardenError as exc:
+        if "no permission" not in exc.message:
+            raise
         raise GpuwardenError(
-            f"cannot update the simulated node's file {path}: it belongs to another user",
+            f"cannot update the simulated node's file {d.path / name}: it belongs to another user",
             "run the sim node's tenants and gpuwarden as the same user, or use a state dir of your own") from None
     try:
         if os.pread(fd, 64, 0) != data:

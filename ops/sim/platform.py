@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .. import statedir
+
 FIRMWARE = {"mec_fw_version": 0x8A, "mec2_fw_version": 0x8A, "rlc_fw_version": 0x3F, "sdma_fw_version": 0x13,
             "sdma2_fw_version": 0x13, "smc_fw_version": 0x00555B00, "sos_fw_version": 0x0036024B,
             "vcn_fw_version": 0x0611300C}
@@ -24,41 +26,42 @@ LINK = {"current_link_speed": "32.0 GT/s PCIe", "max_link_speed": "32.0 GT/s PCI
 XGMI, PCIE = 11, 2
 
 
-def _put(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text if text.endswith("\n") else text + "\n")
+def _put(path: Path, text: str, root: Path) -> None:
+    # Through the state dir's checked opens: nothing planted in the sim tree redirects a write.
+    statedir.atomic_write(path, text if text.endswith("\n") else text + "\n", 0o644, root=root)
 
 
-def _io_link(path: Path, kind: int, node_from: int, node_to: int) -> None:
+def _io_link(path: Path, kind: int, node_from: int, node_to: int, root: Path) -> None:
     weight = 15 if kind == XGMI else 20
     _put(path, f"type {kind}\nversion_major 0\nversion_minor 0\nnode_from {node_from}\nnode_to {node_to}\n"
                f"weight {weight}\nmin_latency 0\nmax_latency 0\nmin_bandwidth 0\nmax_bandwidth 0\n"
-               "recommended_transfer_size 0\nflags 1\n")
+               "recommended_transfer_size 0\nflags 1\n", root)
 
 
 def write(sysfs_root: Path, gpus: int, vram: int, hive: bool) -> None:
     cpus = os.cpu_count() or 1
     for name, value in PARAMETERS.items():
-        _put(sysfs_root / "module/amdgpu/parameters" / name, value)
-    _put(sysfs_root / "module/ttm/parameters/pages_limit", str((os.sysconf("SC_PHYS_PAGES") or 0) // 2))
+        _put(sysfs_root / "module/amdgpu/parameters" / name, value, sysfs_root)
+    _put(sysfs_root / "module/ttm/parameters/pages_limit", str((os.sysconf("SC_PHYS_PAGES") or 0) // 2), sysfs_root)
     topo = sysfs_root / "class/kfd/kfd/topology/nodes"
     for i in range(gpus):
         dev = sysfs_root / "class/drm" / f"card{i}" / "device"
         for name, value in LINK.items():
-            _put(dev / name, value)
-        _put(dev / "mem_info_vis_vram_total", str(vram))
-        _put(dev / "numa_node", "0")
-        _put(dev / "local_cpulist", f"0-{cpus - 1}" if cpus > 1 else "0")
-        _put(dev / "revision", "0x00")
-        _put(dev / "vbios_version", VBIOS)
+            _put(dev / name, value, sysfs_root)
+        _put(dev / "mem_info_vis_vram_total", str(vram), sysfs_root)
+        _put(dev / "numa_node", "0", sysfs_root)
+        _put(dev / "local_cpulist", f"0-{cpus - 1}" if cpus > 1 else "0", sysfs_root)
+        _put(dev / "revision", "0x00", sysfs_root)
+        _put(dev / "vbios_version", VBIOS, sysfs_root)
         for name, value in FIRMWARE.items():
-            _put(dev / "fw_version" / name, f"0x{value:08x}")
+            _put(dev / "fw_version" / name, f"0x{value:08x}", sysfs_root)
         for block in RAS_BLOCKS:
-            _put(dev / "ras" / f"{block}_err_count", "ue: 0\nce: 0\nde: 0\n" if block == "umc" else "ue: 0\nce: 0\n")
-        _put(dev / "ras" / "gpu_vram_bad_pages", "")
+            _put(dev / "ras" / f"{block}_err_count",
+                 "ue: 0\nce: 0\nde: 0\n" if block == "umc" else "ue: 0\nce: 0\n", sysfs_root)
+        _put(dev / "ras" / "gpu_vram_bad_pages", "", sysfs_root)
         node = i + 1
         links = topo / str(node) / "io_links"
-        _io_link(links / "0" / "properties", PCIE, node, 0)
+        _io_link(links / "0" / "properties", PCIE, node, 0, sysfs_root)
         if hive:
             for k, peer in enumerate(p + 1 for p in range(gpus) if p != i):
-                _io_link(links / str(k + 1) / "properties", XGMI, node, peer)
+                _io_link(links / str(k + 1) / "properties", XGMI, node, peer, sysfs_root)

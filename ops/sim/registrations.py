@@ -6,10 +6,12 @@ has died is stale (the crash left it) and is reported as such, the way a real dr
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
+
+from .. import statedir, statefiles
+from ..errors import GpuwardenError
 
 DIRNAME = Path("sim") / "registrations"
 
@@ -32,36 +34,28 @@ def _start_ticks(pid: int) -> int | None:
 def add(state_dir: Path, *, gpu: int, size: int, address: int, path: str | None, chunks: int = 1) -> Path:
     """Record a registration by this process; returns the record's path."""
     pid = os.getpid()
-    d = directory(state_dir)
-    d.mkdir(parents=True, exist_ok=True)
     record = {"pid": pid, "start_ticks": _start_ticks(pid), "gpu": gpu, "bytes": size, "address": hex(address),
               "arena": path, "chunks": chunks, "since": time.time()}
-    target = d / f"{pid}-{gpu}-{address:x}.json"
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, sort_keys=True))
-    os.replace(tmp, target)
+    target = directory(state_dir) / f"{pid}-{gpu}-{address:x}.json"
+    statedir.write_json(target, record, root=Path(state_dir))
     return target
 
 
 def remove(state_dir: Path, *, gpu: int, address: int) -> bool:
-    try:
-        (directory(state_dir) / f"{os.getpid()}-{gpu}-{address:x}.json").unlink()
-        return True
-    except FileNotFoundError:
-        return False
+    return statedir.unlink(directory(state_dir) / f"{os.getpid()}-{gpu}-{address:x}.json", root=Path(state_dir))
 
 
 def list_all(state_dir: Path) -> list[dict]:
     """Every record, each with "stale": True when its process is gone (or the pid was reused)."""
     out = []
-    try:
-        files = sorted(directory(state_dir).glob("*.json"))
-    except OSError:
-        return out
-    for f in files:
+    for name in sorted(statedir.listdir(directory(state_dir), root=Path(state_dir))):
+        if not name.endswith(".json"):
+            continue
         try:
-            rec = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError):
+            rec = statefiles.load(directory(state_dir) / name, statefiles.REGISTRATION, root=Path(state_dir))
+        except (OSError, GpuwardenError):
+            continue  # not a registration record
+        if rec is None:
             continue
         alive = _start_ticks(rec.get("pid", -1)) == rec.get("start_ticks")
         out.append({**rec, "stale": not alive})

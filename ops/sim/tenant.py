@@ -11,18 +11,21 @@ import sys
 import threading
 from pathlib import Path
 
+from .. import statedir
 from .node import SimNode
 
 
 def hold(state_dir: Path, gpus: list[int], nbytes: int, *, ready_fd=None) -> int:
     node = SimNode(state_dir)
     cfg = node.config()
-    files = [open(node.dev_root / "kfd", "rb")]
     for g in gpus:
         if not 0 <= g < cfg["gpus"]:
             from ..errors import NotFound
             raise NotFound(f"no GPU {g} on the simulated node (it has GPUs 0-{cfg['gpus'] - 1})")
-        files.append(open(node.render_node(g), "rb"))
+    # Held open for as long as the tenant lives: that is what marks it a GPU holder.
+    with statedir.open_dir(state_dir, statedir.SIM, "dev") as dev, dev.subdir("dri") as dri:
+        files = [os.fdopen(dev.open("kfd"), "rb")]
+        files += [os.fdopen(dri.open(node.render_node(g).name), "rb") for g in gpus]
     stop = threading.Event()
 
     def on_signal(signum, frame):
@@ -30,6 +33,7 @@ def hold(state_dir: Path, gpus: list[int], nbytes: int, *, ready_fd=None) -> int
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
     pid = os.getpid()
     try:
         for g in gpus:

@@ -6,26 +6,23 @@ Everything quoted from a log passes through sanitize(): a log line can carry ter
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
+from .. import redact
+from ..safetext import printable
 from ..units import fmt_bytes
 from .findings import Finding, Report, line_of
 
 _MARK = {"critical": "CRITICAL", "error": "ERROR", "warning": "warning", "info": "info"}
-# C0 controls but TAB/LF, DEL, C1 controls, and the Unicode bidi overrides that reorder what a reader sees.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 SCHEMA = "triage"
 
 
 def sanitize(text: str) -> str:
-    """Text quoted from a log made safe to show: secrets redacted (the bundle's pattern list), control
-    characters as visible escapes (\\x1b), so printing a log line can neither leak a token nor drive the terminal."""
-    from ..bundle.redact import redact_text
-    text = redact_text(text)[0] if len(text) > 7 else text
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                        else f"\\u{ord(m.group()):04x}", text)
+    """Text quoted from a log made safe to show: secrets redacted (ops/redact, every sink's one list), control
+    characters as visible escapes (\\x1b, ops/safetext), so printing a log line can neither leak a token nor
+    drive the terminal."""
+    return printable(redact.text(text) if len(text) > 7 else text, newlines=True)
 
 
 def _clean(value: Any) -> Any:

@@ -14,6 +14,7 @@ import typer
 
 from ops.errors import GpuwardenError
 from ops.jsondoc import document, iso
+from ops.safetext import printable
 from ops.settings import Settings
 from ops.units import fmt_bytes, parse_size
 
@@ -155,8 +156,11 @@ def inspect_cmd(
         typer.echo(f"{path}: arena v{info['version']}, {fmt_bytes(info['payload_size'])} payload in "
                    f"{info['chunk_count']} x {fmt_bytes(info['chunk_size'])} chunks, created "
                    f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(info['created']))} on {info['host']}")
+    elif code == 2:  # not an arena problem but ours: the one-line error every command gives
+        typer.echo(f"gpuwarden: error: {printable(info['problem'])}", err=True)
+        typer.echo("  hint: check the path (an arena is a regular file); mappers are listed below", err=True)
     else:
-        typer.echo(f"{path}: {info['header_state']}: {info['problem']}")
+        typer.echo(f"{path}: {info['header_state']}: {printable(info['problem'])}")
     mappers = info["mappers"]
     if not mappers:
         typer.echo("mapped by: nobody")

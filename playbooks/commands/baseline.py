@@ -47,11 +47,13 @@ def record_cmd(
 @baseline_app.command("show")
 def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show the recorded baseline per GPU (when and from which backend)."""
-    from ops import statedir
+    from ops import statedir, statefiles
+    from ops.safetext import printable
     from ops.units import fmt_bytes
     settings: Settings = ctx.obj
-    data = statedir.read_json(settings.state_dir / statedir.BASELINE, default={}) or {}
-    gpus = {int(k): v for k, v in data.get("gpus", {}).items()}
+    data = statefiles.load(settings.state_dir / statedir.BASELINE, statefiles.BASELINE, {"gpus": {}},
+                           root=settings.state_dir)
+    gpus = {int(k): v for k, v in data["gpus"].items()}
     if json_out:
         from ops.jsondoc import document, iso
         body = {str(k): {**v, "recorded_at_iso": iso(v.get("recorded_at"))} for k, v in sorted(gpus.items())}
@@ -62,7 +64,7 @@ def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", 
         return
     for g, v in sorted(gpus.items()):
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.get("recorded_at", 0)))
-        typer.echo(f"GPU {g}: {fmt_bytes(int(v['vram_bytes']))}  recorded {when}  backend {v.get('backend', '?')}")
+        typer.echo(f"GPU {g}: {fmt_bytes(int(v['vram_bytes']))}  recorded {when}  backend {printable(v.get('backend', '?'))}")
 
 
 def register(app: typer.Typer) -> None:

@@ -25,10 +25,11 @@ arenas, /proc/<pid>/{status,maps,limits,environ,cmdline} of engines and GPU hold
 driver, HIP/HSA libraries loaded), core dumps — plus triage.md/triage.json and manifest.json.
 
 Each collector runs under --timeout (a hung rocm-smi is killed with its process group); one that fails
-or times out is listed in the manifest and the bundle goes on. Secrets in environments, command lines
-and logs are redacted (tokens, passwords, keys, AWS/HF/OpenAI/GitHub-style tokens, Bearer headers,
-URLs with user:password; the list is in ops/bundle/redact.py) and the manifest says what was redacted,
-never the values. The archive is mode 0600, written to a temp name and renamed at the end, so a full
+or times out is listed in the manifest and the bundle goes on. Of a process environment only an
+allow-list is kept (GPU visibility, ROCm/HIP/HSA/CUDA/NCCL/RCCL/TORCH tuning, PATH-like variables);
+command lines are redacted option by option (--password X, -u user:pass, user:pass@ URLs) and logs by
+pattern (tokens, passwords, keys, AWS/HF/OpenAI/GitHub-style tokens, Bearer headers; the list is in
+ops/redact.py); the manifest says what was redacted, never the values. The archive is mode 0600, written to a temp name and renamed at the end, so a full
 disk leaves nothing behind. Default output: <state dir>/bundles/."""
 
 

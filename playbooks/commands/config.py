@@ -10,7 +10,8 @@ import sys
 
 import typer
 
-from ops import nodeconfig
+from ops import nodeconfig, redact
+from ops.safetext import printable
 from ops.settings import Settings
 from ops.units import fmt_bytes
 
@@ -117,30 +118,67 @@ config_app = typer.Typer(help="The node config: check it, print examples.", no_a
 
 @config_app.command("check")
 def check_cmd(ctx: typer.Context,
-              json_out: bool = typer.Option(False, "--json", help="Print the parsed config as JSON.")) -> None:
+              json_out: bool = typer.Option(False, "--json", help="Print the parsed config as JSON (secrets redacted)."),
+              node: bool = typer.Option(True, "--node/--no-node",
+                                        help="Also check each engine's GPU index against this node's GPUs.")) -> None:
     """Parse and validate the node config (--config, default /etc/gpuwarden/node.toml).
 
-    Exit 0 with a summary when it is valid; exit 2 with one line that names the file, the line and the
-    key, and says what is expected, when it is not.
+    Exit 0 with a summary when it is valid; exit 2 when it is not, with one line per error that names the
+    file, the line and the key, and says what is expected (every error, not only the first).
     """
     settings: Settings = ctx.obj
     cfg = nodeconfig.load(settings)
+    note = None
+    if node:
+        gpus, note = _node_gpus(settings)
+        if gpus is not None:
+            errors = nodeconfig.check_gpus(cfg, gpus)
+            if errors:
+                raise errors[0] if len(errors) == 1 else nodeconfig.ConfigErrors(errors)
     if json_out:
         from ops.jsondoc import document
         sys.stdout.write(json.dumps(document("config", {
             "path": str(cfg.path), "state_dir": str(cfg.state_dir) if cfg.state_dir else None,
             "arena": cfg.arena.__dict__ if cfg.arena else None, "stagger": cfg.stagger.__dict__,
-            "engines": [e.to_dict() for e in cfg.engines], "agent": cfg.agent.to_dict()}), indent=2) + "\n")
+            "engines": [{**e.to_dict(), "argv": redact.redact_argv(e.argv)[0], "env": redact.env_mapping(e.env)}
+                        for e in cfg.engines],
+            "agent": cfg.agent.to_dict(), "gpus_checked": note is None and node}), indent=2) + "\n")
         return
-    typer.echo(f"{cfg.path}: ok")
+    typer.echo(f"{printable(str(cfg.path))}: ok")
     if cfg.arena:
-        typer.echo(f"  arena   {cfg.arena.path}" + (f"  {fmt_bytes(cfg.arena.size)}" if cfg.arena.size else ""))
+        typer.echo(f"  arena   {printable(cfg.arena.path)}" + (f"  {fmt_bytes(cfg.arena.size)}" if cfg.arena.size else ""))
     typer.echo(f"  stagger {cfg.stagger.slots} registering at once, timeout {cfg.stagger.registration_timeout:.0f}s")
     for e in cfg.engines:
         gpu = "all GPUs" if e.gpu is None else f"GPU {e.gpu}"
         follow = {"status": "status protocol", "preload": f"interposer, gate until {e.gate_release}"}.get(
-            e.progress, f"log /{e.registered_pattern}/")
-        typer.echo(f"  engine  {e.name:<12} {gpu:<8} {follow}, restart {e.restart}: {' '.join(e.argv)}")
+            e.progress, f"log /{printable(e.registered_pattern or '')}/")
+        typer.echo(f"  engine  {e.name:<12} {gpu:<8} {follow}, restart {e.restart}: "
+                   f"{printable(redact.command_line(e.argv))}")
+    if note:
+        typer.echo(f"  note: {note}")
+
+
+def _node_gpus(settings: Settings) -> tuple[int | None, str | None]:
+    """How many GPUs this node has (None and why when no backend can tell; the simulated node counts
+    only when chosen with --backend sim)."""
+    from ops.errors import GpuwardenError
+    from ops.sim.node import SimNode
+    if settings.backend == "sim":
+        sim = SimNode(settings.state_dir)
+        if not sim.exists:
+            return None, "GPU indexes not checked: no simulated node in the state dir (`gpuwarden sim init`)"
+        return sim.config()["gpus"], None
+    from ops.backends.select import open_backend
+    try:
+        backend = open_backend(settings, fallback_to_sim=False)
+    except GpuwardenError as exc:
+        return None, f"GPU indexes not checked: {exc.message}"
+    try:
+        return len(list(backend.gpus())), None
+    finally:
+        close = getattr(backend, "close", None)
+        if close:
+            close()
 
 
 @config_app.command("example")

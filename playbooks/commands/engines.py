@@ -18,6 +18,7 @@ from playbooks.commands import completion
 from ops.engines import control, logs, registrations
 from ops.engines import state as st
 from ops.errors import GpuwardenError, NotFound
+from ops.safetext import printable
 from ops.settings import Settings
 
 engines_app = typer.Typer(help="Supervised engines: list, logs, stop, restart.", no_args_is_help=True,
@@ -92,15 +93,16 @@ def list_cmd(ctx: typer.Context,
         elif info.stale:
             typer.echo(f"{info.name}: stale — its shim (pid {info.shim_pid}) is gone; the record is not trusted")
         elif record.get("detail") and info.phase in ("crashed", "stopping", "waiting"):
-            typer.echo(f"{info.name}: {record['detail']}")
+            typer.echo(f"{info.name}: {printable(str(record['detail']))}")
         if info.bundle:
-            typer.echo(f"{info.name}: incident bundle {info.bundle} (read it with `gpuwarden triage {info.bundle}`)")
+            typer.echo(f"{info.name}: incident bundle {printable(info.bundle)} "
+                       f"(read it with `gpuwarden triage {printable(info.bundle)}`)")
         if record.get("warning"):
-            typer.echo(f"{info.name}: {record['warning']}")
+            typer.echo(f"{info.name}: {printable(str(record['warning']))}")
         for reg in info.registrations[-3:]:
             if reg.kind == "register":
-                typer.echo(f"{info.name}: {reg.call or 'registration'} {registrations.describe(reg)}"
-                           + (f" (pid {reg.pid}, via {reg.via})" if reg.via else ""))
+                typer.echo(printable(f"{info.name}: {reg.call or 'registration'} {registrations.describe(reg)}"
+                                     + (f" (pid {reg.pid}, via {reg.via})" if reg.via else "")))
 
 
 @engines_app.command("logs")

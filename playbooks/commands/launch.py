@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
         engines: Optional[List[str]] = typer.Argument(None, help="Engines to start (default: every engine in the config).",
                                                      autocompletion=completion.config_engines),
         stagger: Optional[int] = typer.Option(
-            None, "--stagger", min=1,
+            None, "--stagger", min=1, max=1024,
             help="How many engines may register at once (default: [stagger] slots in the config, else 1)."),
         sequential: bool = typer.Option(
             False, "--sequential", help="Start each engine only when the one before it serves."),

@@ -52,7 +52,8 @@ def hold_cmd(
 def fault_cmd(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="leak-on-kill (a killed tenant's VRAM stays, ownerless) or "
-                                         "reset-fails (the next reset fails)."),
+                                         "reset-fails (the next reset fails) or hang (every driver read blocks until it is "
+                                         "turned off: a wedged GPU, for the agent's stale drill)."),
     state: str = typer.Argument("on", help="on or off"),
 ) -> None:
     """Switch a fault of the simulated driver on or off."""

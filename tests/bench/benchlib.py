@@ -52,3 +52,13 @@ def times_ms(fn, runs: int, warmup: int = 2, clock=time.perf_counter) -> list[fl
 
 def median_ms(fn, runs: int, warmup: int = 2) -> float:
     return statistics.median(times_ms(fn, runs, warmup))
+
+
+def export_tree(repo: Path, ref: str, dest: Path) -> Path:
+    """The files of `ref` (git archive) under dest/peer: a peer tree to run the code before a change."""
+    import subprocess
+    root = dest / "peer"
+    root.mkdir()
+    archive = subprocess.run(["git", "archive", ref], cwd=repo, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    return root

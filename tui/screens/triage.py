@@ -6,7 +6,12 @@ Reads the tar directly in a worker thread, so it works for any bundle file and a
 from __future__ import annotations
 
 import tarfile
+import zlib
 from pathlib import Path
+
+from ops.bundle.replay import open_stream
+from ops.errors import GpuwardenError
+from ops.safetext import printable
 
 from textual import work
 from textual.app import ComposeResult
@@ -22,15 +27,15 @@ LIMIT = 512 * 1024
 def triage_text(bundle: Path) -> str:
     """The triage summary inside a bundle, or a sentence that says why there is none."""
     try:
-        with tarfile.open(bundle, "r:*") as tar:
+        with open_stream(bundle) as tar:  # a regular file only: a FIFO here must not hang the worker
             for member in tar:  # triage.md comes first: stop there instead of listing the whole archive
                 if member.isfile() and Path(member.name).name in TRIAGE_NAMES:
                     f = tar.extractfile(member)
                     if f is not None:
-                        return f.read(LIMIT).decode(errors="replace")
-    except FileNotFoundError:
-        return f"{bundle}: no such file"
-    except (tarfile.TarError, OSError) as exc:
+                        return printable(f.read(LIMIT).decode(errors="replace"), newlines=True)
+    except GpuwardenError as exc:
+        return exc.message
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         return f"{bundle}: not a readable bundle ({exc})"
     return f"{bundle} has no triage summary (triage.md); run `gpuwarden triage {bundle}`"
 

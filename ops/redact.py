@@ -1,0 +1,237 @@
+"""Secret redaction for every sink gpuwarden writes: journal, state, bundles, triage quotes, --json output.
+
+The pattern list below is the documented one (`gpuwarden bundle --help` points here). Each hit is
+replaced by [REDACTED:<pattern name>]; callers get counts per pattern name, never the values. Command
+lines are redacted argument by argument; a bundle keeps only an allow-list of a process environment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any, Iterable
+
+# Variable/key names whose value is a secret whatever it looks like.
+SECRET_NAME = re.compile(
+    r"(?i)(?:PASSWORD|PASSWD|PASSPHRASE|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|ACCOUNT_?KEY"
+    r"|CREDENTIALS?|AUTH|SESSION_?KEY|SIGNING_?KEY|COOKIE|CONNECTION_?STRING|(?:^|_)PASS$|(?:^|_)PWD$|_PASS_)")
+
+# Words that make a key's value secret wherever they sit in the key ...
+_STRONG = (r"password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|account[_-]?key"
+           r"|shared[_-]?access[_-]?key|credentials?|auth")
+# ... and short ones that only count at the key's end (MY_PASS, DB_PWD), not inside words (passed, bypassing).
+_WEAK = r"pass|pwd"
+_KEYWORDS = rf"(?:{_STRONG}|(?:{_WEAK})(?=[\"'\s=:\x00]))"
+
+# (name, regex, group holding the secret) applied to text; order matters (specific first).
+PATTERNS: tuple[tuple[str, re.Pattern, int], ...] = (
+    ("private-key-block", re.compile(
+        r"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY-----[\s\S]*?(?:-----END (?:[A-Z]+ )*PRIVATE KEY-----|$)"), 0),
+    ("url-credentials", re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@\x00]+:)([^@\s/\x00]+)(@)"), 2),
+    ("bearer-token", re.compile(r"(?i)\b(Bearer|Basic|Token)\s+([A-Za-z0-9._~+/=-]{8,})"), 2),
+    ("huggingface-token", re.compile(r"\b(hf_[A-Za-z0-9]{20,})\b"), 1),
+    ("openai-key", re.compile(r"\b(sk-(?:proj-|ant-|live-)?[A-Za-z0-9_-]{20,})\b"), 1),
+    ("aws-access-key-id", re.compile(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"), 1),
+    ("github-token", re.compile(r"\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b"), 1),
+    ("slack-token", re.compile(r"\b(xox[abprs]-[A-Za-z0-9-]{10,})\b"), 1),
+    ("jwt", re.compile(r"\b(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"), 1),
+    # A command line kept as a list (JSON, TOML, Python's repr): "--password", "x" and "-u", "user:x".
+    ("secret-option", re.compile(
+        r"(?i)([\"'])(--?[\w.-]*?(?:" + _STRONG + r"|(?<![a-z])(?:pass|pwd)(?![a-z]))[\w.-]*)\1(\s*,\s*)([\"'])"
+        r"(?!\[REDACTED)([^\"'\n]{1,4096}?)\4"), 5),
+    ("option-credentials", re.compile(
+        r"([\"'])(-u|-U|--user|--proxy-user|--username|--basic-auth|--creds)\1(\s*,\s*)([\"'])([^\"':\n]*:)"
+        r"(?!\[REDACTED)([^\"'\n]{1,4096}?)\4"), 6),
+    # key=value, key: value, "key": "value" with a secret-sounding key; or a --flag followed by its value
+    ("secret-assignment", re.compile(
+        # (?<!...) starts keys at a token boundary only: scanning from inside every word is quadratic
+        r"(?i)(?<![\w.-])((?:--?[\w.-]*?" + _KEYWORDS + r"[\w.-]*(?:[ \t]+|\x00|=))"
+        r"|(?:[\w.-]*?" + _KEYWORDS + r"[\w.-]*\"?[ \t]*[=:][ \t]*\"?))"
+        r"(?!(?:Bearer|Basic|Token)[ \t]|\[REDACTED)([^\s\"',\x00;&]{3,})"), 2),
+)
+
+_MARK = "[REDACTED:{}]"
+
+# Command-line options whose next argument (or =value) is a secret whole, or user:secret (curl -u).
+_SECRET_OPTIONS = re.compile(r"(?i)^--?[\w.-]*(?:" + _STRONG + r"|(?<![a-z])(?:pass|pwd)(?![a-z]))[\w.-]*$")
+_USER_OPTIONS = frozenset({"-u", "--user", "--proxy-user", "-U", "--username", "--basic-auth", "--creds"})
+_BARE_USERINFO = re.compile(r"^([^:@/\s]+):([^@\s]+)@([^@\s]+)$")  # user:pass@host without a scheme
+
+
+def _sub(name: str, regex: re.Pattern, group: int, text: str, counts: Counter) -> str:
+    def repl(m: re.Match) -> str:
+        value = m.group(group)
+        if value.startswith("[REDACTED:"):
+            return m.group(0)
+        counts[name] += 1
+        if group == 0:
+            return _MARK.format(name)
+        start, end = m.start(group) - m.start(0), m.end(group) - m.start(0)
+        whole = m.group(0)
+        return whole[:start] + _MARK.format(name) + whole[end:]
+    return regex.sub(repl, text)
+
+
+_KEY_HINT = re.compile(_KEYWORDS, re.IGNORECASE)
+
+
+def _sub_keyed(name: str, regex: re.Pattern, group: int, text: str, counts: Counter) -> str:
+    """The key=value rule, run only on lines that mention a secret word (most log lines do not)."""
+    if not _KEY_HINT.search(text):
+        return text
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if _KEY_HINT.search(line):
+            lines[i] = _sub(name, regex, group, line, counts)
+    return "\n".join(lines)
+
+
+def redact_text(text: str, counts: Counter | None = None) -> tuple[str, Counter]:
+    """Text with every known secret shape replaced; counts per pattern name."""
+    counts = counts if counts is not None else Counter()
+    for name, regex, group in PATTERNS:
+        if name == "secret-assignment":
+            text = _sub_keyed(name, regex, group, text, counts)
+        else:
+            text = _sub(name, regex, group, text, counts)
+    return text, counts
+
+
+def text(value: str) -> str:
+    """redact_text without the counts: for one-line sinks (journal fields, status output)."""
+    return redact_text(value)[0]
+
+
+def redact_argv(argv: Iterable[str], counts: Counter | None = None) -> tuple[list[str], Counter]:
+    """A command line with secret option values, user:password pairs and known token shapes replaced."""
+    counts = counts if counts is not None else Counter()
+    out: list[str] = []
+    pending: str | None = None  # the option whose value the next argument is
+    for arg in argv:
+        arg = str(arg)
+        if pending is not None:
+            out.append(_option_value(pending, arg, counts))
+            pending = None
+            continue
+        opt, eq, value = arg.partition("=")
+        if arg.startswith("-") and _secret_option(opt):
+            if eq:
+                out.append(opt + "=" + _option_value(opt, value, counts))
+            else:
+                out.append(arg)
+                pending = opt
+            continue
+        bare = _BARE_USERINFO.match(arg)
+        if bare and "://" not in arg:
+            counts["url-credentials"] += 1
+            arg = f"{bare.group(1)}:{_MARK.format('url-credentials')}@{bare.group(3)}"
+        out.append(redact_text(arg, counts)[0])
+    return out, counts
+
+
+def _secret_option(opt: str) -> bool:
+    return opt in _USER_OPTIONS or bool(_SECRET_OPTIONS.match(opt))
+
+
+def _option_value(opt: str, value: str, counts: Counter) -> str:
+    if value.startswith("[REDACTED:"):
+        return value
+    if opt in _USER_OPTIONS:
+        user, colon, _ = value.partition(":")
+        if not colon:
+            return value  # a user name alone (mysql -u root) is no secret
+        counts["option-credentials"] += 1
+        return f"{user}:{_MARK.format('option-credentials')}"
+    counts["secret-option"] += 1
+    return _MARK.format("secret-option")
+
+
+def command_line(argv: Iterable[str]) -> str:
+    """A command line for display and storage: redacted, arguments joined by spaces."""
+    return " ".join(redact_argv(argv)[0])
+
+
+def cmdline_bytes(raw: bytes, counts: Counter | None = None) -> tuple[bytes, Counter]:
+    """/proc/<pid>/cmdline (NUL-separated) redacted argument by argument."""
+    args = raw.decode("utf-8", errors="surrogateescape").split("\0")
+    trailing = args and args[-1] == ""
+    red, counts = redact_argv(args[:-1] if trailing else args, counts)
+    return ("\0".join(red) + ("\0" if trailing else "")).encode("utf-8", errors="surrogateescape"), counts
+
+
+# --- environments ------------------------------------------------------------------------------
+
+# What a bundle keeps of a process environment: GPU visibility and the runtime/collective tuning
+# variables that change how a GPU job behaves, and the search paths that decide which libraries load.
+ENV_ALLOWED_PREFIXES = ("ROCM_", "ROCR_", "HIP_", "HSA_", "HSAKMT_", "AMD_", "GPU_", "MIOPEN_", "ROCBLAS_",
+                        "HIPBLASLT_", "TENSILE_", "CUDA_", "NVIDIA_", "CUBLAS_", "CUDNN_", "NCCL_", "RCCL_",
+                        "TORCH_", "PYTORCH_", "GPUWARDEN_")
+ENV_ALLOWED_NAMES = frozenset({"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "LIBRARY_PATH", "PYTHONPATH", "CPATH",
+                               "HOME", "CUDA_HOME", "OMP_NUM_THREADS"})
+
+
+def env_allowed(name: str) -> bool:
+    return name in ENV_ALLOWED_NAMES or name.startswith(ENV_ALLOWED_PREFIXES)
+
+
+def redact_environ(raw: bytes, counts: Counter | None = None) -> tuple[bytes, Counter]:
+    """A NUL-separated environment (/proc/<pid>/environ): only allow-listed variables stay, and even
+    those lose a value whose name says secret; then the text rules."""
+    counts = counts if counts is not None else Counter()
+    out = []
+    for item in raw.split(b"\0"):
+        if not item:
+            continue
+        name, sep, value = item.partition(b"=")
+        text_name = name.decode(errors="replace")
+        if not sep or not env_allowed(text_name):
+            counts["env-not-allow-listed"] += 1
+            continue
+        if value and SECRET_NAME.search(text_name):
+            counts["env-secret-name"] += 1
+            item = name + b"=" + _MARK.format("env-secret-name").encode()
+        out.append(item)
+    joined = b"\0".join(out) + (b"\0" if out else b"")
+    text_out, counts = redact_text(joined.decode("utf-8", errors="surrogateescape"), counts)
+    return text_out.encode("utf-8", errors="surrogateescape"), counts
+
+
+def env_mapping(env: dict[str, str]) -> dict[str, str]:
+    """An engine's configured environment for display (config check --json): secret-named values go."""
+    return {k: (_MARK.format("env-secret-name") if SECRET_NAME.search(k) else text(str(v))) for k, v in env.items()}
+
+
+def redact_bytes(data: bytes, *, environ: bool = False, cmdline: bool = False) -> tuple[bytes, Counter]:
+    if environ:
+        return redact_environ(data)
+    if cmdline:
+        return cmdline_bytes(data)
+    out, counts = redact_text(data.decode("utf-8", errors="surrogateescape"))
+    return out.encode("utf-8", errors="surrogateescape"), counts
+
+
+def value(obj: Any, key: str | None = None) -> Any:
+    """A JSON-able value with every string redacted; lists under an argv-like key as command lines."""
+    if isinstance(obj, str):
+        if key is not None and SECRET_NAME.search(key):
+            return _MARK.format("secret-name") if obj else obj
+        return text(obj)
+    if isinstance(obj, dict):
+        return {k: value(v, str(k)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        if key in ("argv", "command", "cmdline", "args") and all(isinstance(a, str) for a in obj):
+            return redact_argv(obj)[0]
+        return [value(v) for v in obj]
+    return obj
+
+
+def describe() -> list[tuple[str, str]]:
+    """(name, what it catches) for --help and the manifest."""
+    return [
+        ("env-not-allow-listed", "bundles keep only GPU visibility, ROCm/HIP/HSA/CUDA/NCCL/RCCL/TORCH tuning and "
+                                 "PATH-like variables of a process environment; the rest is dropped"),
+        ("env-secret-name", "allow-listed variables whose name says secret (…TOKEN, …PASSWORD, …_PWD, …)"),
+        ("secret-option", "the value of a command-line option named like a secret (--password, --token, --api-key), "
+                          "as arguments or in a list (\"--password\", \"x\")"),
+        ("option-credentials", "the password of -u/--user user:password (curl and friends), also in a list"),
+    ] + [(name, regex.pattern[:80]) for name, regex, _ in PATTERNS if name not in ("secret-option", "option-credentials")]
