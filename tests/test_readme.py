@@ -1,7 +1,8 @@
 """The README's code blocks do what they say: its TOML is what `config example` prints, and its shell walk-
 throughs run as written (the simulated node, the canary example with the sim runtime).
 
-The shell blocks run verbatim in a private mount namespace whose /dev/shm and /tmp/gw-demo are fresh tmpfs,
+The shell blocks run verbatim in a private mount namespace whose /dev/shm and /tmp/gw-demo are fresh tmpfs
+(the state dir 0700, as gpuwarden makes it: a world-writable one is refused),
 so they use the README's own paths without meeting another run's files.
 """
 
@@ -62,7 +63,7 @@ def test_shell_walkthroughs_run_as_written(tmp_path):
                 if (m := re.search(r"# exit (\d)", line))}
     wrapped = f"""
 set -u
-mount -t tmpfs tmpfs /dev/shm && mkdir -p /tmp/gw-demo && mount -t tmpfs tmpfs /tmp/gw-demo || exit 99
+mount -t tmpfs tmpfs /dev/shm && mkdir -p /tmp/gw-demo && mount -t tmpfs -o mode=0700 tmpfs /tmp/gw-demo || exit 99
 cleanup() {{ gpuwarden engines stop --all >/dev/null 2>&1; gpuwarden sim scenario clean >/dev/null 2>&1; }}
 trap cleanup EXIT
 trap 'echo "EXIT $? FROM: $BASH_COMMAND" >&2' ERR
