@@ -208,7 +208,8 @@ class FixPlaybook(Playbook):
                      + ", ".join(f"`gpuwarden engines restart {n}`" for n in stopped), engines=stopped)
         kept = [g for g in self._hive if g not in marked]
         ctx.scratch["outcome"] = f"GPU {self.gpu} is clean and verified after a reset" + (
-            f"; GPU {', '.join(map(str, kept))} stay drained as before (`gpuwarden undrain N` puts one back)"
+            f"; GPU {', '.join(map(str, kept))} stay drained as before ("
+            + ", ".join(f"`gpuwarden undrain {g}`" for g in kept) + " puts it back)"
             if kept else "")
         if not marked:
             raise SkipStep("every GPU was drained before this fix: left drained")

@@ -177,9 +177,10 @@ class LaunchPlaybook(Playbook):
                 return f"{len(started)} engine(s) serving after {took:.1f}s"
             if time.monotonic() > deadline:
                 waiting = ", ".join(f"{n} ({seen.get(n, 'starting')})" for n in sorted(started) if seen.get(n) != "serving")
+                first = next(n for n in sorted(started) if seen.get(n) != "serving")
                 raise StepFailed(f"not all engines serve after {self._timeout():.0f}s: {waiting}",
                                  "they keep running under their shims; see `gpuwarden engines list` and "
-                                 "`gpuwarden engines logs NAME`")
+                                 f"`gpuwarden engines logs {first}`")
             if ctx.cancelled.is_set():
                 raise StepFailed("launch cancelled; started engines keep running under their shims")
             time.sleep(self.poll_s)

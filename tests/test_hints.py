@@ -154,21 +154,23 @@ def test_every_hint_works_when_pasted(case, tmp_path):
         hints = list(dict.fromkeys(commands_in(out)))
         expected = [h.replace("{state}", str(n.state_dir)) for h in expected]
         assert hints == [f"gpuwarden {prefix} {h}" for h in expected], out
+        for i, hint in enumerate(hints):
+            # Each hint from the state that printed it: the first where it was printed, the others in a
+            # fresh state dir where that state is built again (a pasted hint changes the node).
+            m = n
+            if i:
+                m = Node(tmp_path / f"state-{i}")
+                m.state_dir.mkdir()
+                setup(m)
+                m.cli(*(w.replace(str(n.state_dir), str(m.state_dir)) for w in command))
+            try:
+                if before is not None:
+                    before(m)
+                argv = _pasted(hint.replace(str(n.state_dir), str(m.state_dir)))
+                rc, text = on_terminal(argv, b"y\n", timeout=60)
+                assert rc in codes, (hint, rc, text)
+            finally:
+                if m is not n:
+                    m.stop()
     finally:
         n.stop()
-    for hint in hints:
-        # Each hint from the state that printed it: build that state again in a fresh state dir.
-        state = tmp_path / f"state-{abs(hash(hint))}"
-        state.mkdir()
-        m = Node(state)
-        try:
-            setup(m)
-            # The state that printed the hint is the one after the command ran.
-            m.cli(*(w.replace(str(n.state_dir), str(state)) for w in command))
-            if before is not None:
-                before(m)
-            argv = _pasted(hint.replace(str(n.state_dir), str(state)))
-            rc, text = on_terminal(argv, b"y\n", timeout=60)
-            assert rc in codes, (hint, rc, text)
-        finally:
-            m.stop()

@@ -45,8 +45,11 @@ def test_overlap_crash_kills_stagger_4_launch(tmp_path, supervised, cli):
     assert crashed and all(records(supervised)[n]["phase"] == "crashed" for n in crashed)
     # The shim's automatic incident bundle is named in the failure report and in `engines list`.
     # (one bundle per node every few minutes: a second crashed engine's report says so instead)
-    bundles = [records(supervised)[n].get("bundle") for n in crashed if records(supervised)[n].get("bundle")]
-    assert bundles, records(supervised)
+    # (two engines crash together: launch may report the one whose note says so while the other's shim is
+    # still collecting, so wait for the bundle to land in a record)
+    def bundled():
+        return [r["bundle"] for n, r in records(supervised).items() if n in crashed and r.get("bundle")]
+    bundles = wait_for(bundled, 60, "the crash bundle in a record", poll=0.1)
     assert any(f"incident bundle {b}" in out for b in bundles) or "no new bundle" in out, out
     listing = cli("--config", str(cfg), "engines", "list").stdout
     assert any(f"incident bundle {b}" in listing for b in bundles), listing

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import socket
 import stat
 import struct
@@ -149,8 +150,10 @@ def _pread_exact(fd: int, size: int, offset: int) -> bytes:
 
 def recreate_hint(path: str | Path, payload: int | None = None) -> str:
     """The command that makes the arena again: pasteable when its payload size is known."""
-    size = f"{payload}B" if payload else "SIZE"
-    return f"recreate it with `gpuwarden arena create {path} --force --size {size}`"
+    where = shlex.quote(str(path))
+    if not payload:  # a header too damaged to say: the operator must supply the size, so no paste-ready command
+        return f"recreate it: gpuwarden arena create {where} --force --size and the size the weights need"
+    return f"recreate it with `gpuwarden arena create {where} --force --size {payload}B`"
 
 
 def read_header(fd: int, path: str | Path, file_size: int | None = None) -> Header:
@@ -218,7 +221,8 @@ def open_arena(path: str | Path, write: bool = False) -> int:
         return fd
     except FileNotFoundError:
         raise ArenaError("missing", f"arena {path} does not exist",
-                         "create it with `gpuwarden arena create PATH --size SIZE`") from None
+                         f"create it: gpuwarden arena create {shlex.quote(str(path))} --size and the size the "
+                         "weights need (e.g. 32GiB), or --from the weights file") from None
     except PermissionError:
         raise ArenaError("no-permission", f"no permission to {'write' if write else 'read'} arena {path}",
                          "run as the arena's owner or root, or fix its mode") from None
