@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import redact, statedir, statefiles
+from . import redact, safetext, statedir, statefiles
 
 MAX_LINE = 1 << 20  # an entry is a few hundred bytes; a longer line is not one of ours
 TAIL_BYTES_PER_ENTRY = 16 << 10
@@ -32,6 +32,17 @@ def who() -> str:
     return f"{user} (sudo from {sudo})" if sudo and sudo != user else user
 
 
+FLEET_ORIGIN_ENV = "GPUWARDEN_FLEET_ORIGIN"
+
+
+def fleet_origin() -> dict[str, str]:
+    """`via` and the operator behind it when `gpuwarden fleet` started this command over SSH (empty otherwise).
+
+    The SSH login ("who") stays the authority; this says which console operator asked, for the record."""
+    clean = safetext.printable(os.environ.get(FLEET_ORIGIN_ENV, ""))[:200]
+    return {"via": "fleet", "operator": clean} if clean else {}
+
+
 def write(state_dir: Path, action: str, result: str, **details: Any) -> dict[str, Any]:
     """Append one entry and return it (as written: redacted). `result` is e.g. "ok", "failed", "started"."""
     entry = {
@@ -42,6 +53,7 @@ def write(state_dir: Path, action: str, result: str, **details: Any) -> dict[str
         "pid": os.getpid(),
         "action": action,
         "result": result,
+        **fleet_origin(),
         **redact.value(json.loads(json.dumps(details, default=str))),
     }
     line = json.dumps(entry, default=str, sort_keys=False) + "\n"
@@ -81,7 +93,7 @@ def read_checked(state_dir: Path, limit: int | None = None) -> Read:
             else:
                 lines = statedir.walk_lines(fd, MAX_LINE)
             for raw in lines:
-                entry = _entry(raw)
+                entry = parse_line(raw)
                 if entry is None:
                     out.skipped += 1
                 else:
@@ -91,7 +103,8 @@ def read_checked(state_dir: Path, limit: int | None = None) -> Read:
     return out
 
 
-def _entry(raw: bytes) -> dict[str, Any] | None:
+def parse_line(raw: bytes) -> dict[str, Any] | None:
+    """One journal line as its entry; None when it is not one of ours (also for readers that follow the file)."""
     if not raw.strip():
         return None
     try:

@@ -9,7 +9,10 @@ import json
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 PREFIX = "gpuwarden."

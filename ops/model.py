@@ -6,12 +6,14 @@ twin in JSON), so a snapshot serialises with `to_json` and reads back with `snap
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from dataclasses import dataclass, field
-from typing import Any
 
 from .jsondoc import document, iso
+from .records import field, record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (3 ms of every `status`)
+if TYPE_CHECKING:
+    from typing import Any
 
 # Process states as the kernel's /proc/<pid>/stat letter maps to them.
 PROC_STATES = {
@@ -21,7 +23,7 @@ PROC_STATES = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class GpuInfo:
     """One GPU as a backend sees it. Sizes in bytes; None where the vendor gives nothing."""
 
@@ -45,7 +47,7 @@ class GpuInfo:
     device_files: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class ProcessUsage:
     """VRAM a backend attributes to one host PID on one GPU, and where the number came from."""
 
@@ -56,7 +58,7 @@ class ProcessUsage:
     gtt_bytes: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class GpuProcess:
     """A process that uses a GPU (by the backend's account or by holding its device files)."""
 
@@ -73,6 +75,11 @@ class GpuProcess:
     device_files: tuple[str, ...] = ()  # GPU device files it holds open
     # GPU visibility variables (HIP/ROCR/CUDA_VISIBLE_DEVICES) only; nothing else of environ.
     visible_devices: dict[str, str] = field(default_factory=dict)
+    # Kubernetes (agent --kubernetes): the pod and container (by name) the process runs in.
+    namespace: str | None = None
+    pod: str | None = None
+    pod_uid: str | None = None
+    container_name: str | None = None
 
     @property
     def alive(self) -> bool:
@@ -80,7 +87,7 @@ class GpuProcess:
         return self.state not in ("zombie", "dead", "gone")
 
 
-@dataclass(frozen=True)
+@record
 class Holder:
     """Something that keeps VRAM or a GPU device file after its owner should have let go."""
 
@@ -92,9 +99,15 @@ class Holder:
     command: str | None = None
     ppid: int | None = None
     detail: str = ""
+    # Kubernetes: the pod it belonged to, and when that pod was deleted (None while it exists).
+    namespace: str | None = None
+    pod: str | None = None
+    pod_uid: str | None = None
+    container_name: str | None = None
+    pod_deleted_at: float | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Residual:
     """VRAM on one GPU that no live process accounts for."""
 
@@ -107,7 +120,7 @@ class Residual:
     significant: bool = False  # above the tolerance, worth the operator's attention
 
 
-@dataclass(frozen=True)
+@record
 class Registration:
     """One host-registration call of an engine, as the interposer (or the engine itself) reported it."""
 
@@ -123,7 +136,19 @@ class Registration:
     via: str | None = None  # how the engine reached the call: symbol, dlsym, procaddress, deepbind, engine
 
 
-@dataclass(frozen=True)
+@record
+class PodGpus:
+    """Kubernetes: GPUs the kubelet assigned to one container of a pod (pod-resources API)."""
+
+    namespace: str
+    pod: str
+    container_name: str
+    gpus: tuple[int, ...]
+    pod_uid: str | None = None
+    deleted_at: float | None = None  # the pod is gone (watch), its GPUs may still hold its memory
+
+
+@record
 class EngineInfo:
     """A supervised engine as its shim last recorded it."""
 
@@ -148,7 +173,7 @@ class EngineInfo:
     crashes: dict[str, int] = field(default_factory=dict)  # signal name ("none": exit code) -> crashes so far
 
 
-@dataclass(frozen=True)
+@record
 class ArenaMapper:
     """A process that has an arena file mapped."""
 
@@ -160,7 +185,7 @@ class ArenaMapper:
     gpu: int | None = None  # the node's GPU number (not the index inside the process)
 
 
-@dataclass(frozen=True)
+@record
 class ArenaInfo:
     path: str
     size: int | None
@@ -180,11 +205,13 @@ WARNING_CODES = {
     "config-unusable": "the node config exists but does not load",
     "state-file-corrupt": "the idle baseline or the drained-GPU file is corrupt and was ignored",
     "stale": "the snapshot is older than its sampling interval says it should be (a backend call hangs)",
+    "kubernetes": "Kubernetes mode: the API server, the pod watch or the kubelet's pod-resources socket is not "
+                  "answering as it should (or RBAC refuses a verb)",
     "other": "a warning without a code of its own",
 }
 
 
-@dataclass(frozen=True)
+@record
 class SnapshotWarning:
     """Something the operator should know about a snapshot: a stable `code` for scripts, a `message` for people."""
 
@@ -208,7 +235,7 @@ def as_warning(item: "SnapshotWarning | str | dict[str, Any]") -> SnapshotWarnin
     return SnapshotWarning("simulated" if text.startswith("SIMULATED") else "other", text)
 
 
-@dataclass(frozen=True)
+@record
 class NodeSnapshot:
     """Everything gpuwarden knows about the node at one moment; `status --json` prints it."""
 
@@ -226,6 +253,9 @@ class NodeSnapshot:
     baseline_recorded: bool = False
     source: str = "live"  # "live", or "bundle:<path>" for a replay
     duration_s: float | None = None
+    pods: tuple[PodGpus, ...] = ()  # Kubernetes mode only
+    # Kubernetes mode: what the agent last told the API server about this node (ops.k8s.node.KubernetesNode.status).
+    kubernetes: dict[str, Any] | None = None
     # Set when the node agent served this snapshot: {"pid", "interval_s", "age_s", "stale", "socket"}.
     agent: dict[str, Any] | None = None
 
@@ -248,8 +278,9 @@ class NodeSnapshot:
     def to_dict(self) -> dict[str, Any]:
         """The gpuwarden.snapshot/1 document: every field, an ISO-8601 twin beside each time, needs_attention."""
         body = _plain(self)
-        if body.get("agent") is None:
-            body.pop("agent", None)
+        for optional in ("agent", "kubernetes"):
+            if body.get(optional) is None:
+                body.pop(optional, None)
         body["needs_attention"] = self.needs_attention()
         return document("snapshot", body)
 
@@ -283,27 +314,23 @@ def _process_json(p: "GpuProcess") -> str:
 
 
 # Fields holding seconds since the epoch: JSON gets `<name>_iso` beside each.
-TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at", "phase_since"})
-_names: dict[type, tuple[str, ...]] = {}
+TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at", "phase_since", "deleted_at", "pod_deleted_at"})
 
 
 def _plain(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
+    names = getattr(type(obj), "__record_fields__", None)
+    if names is not None:
         # A sampler hands out the same GpuProcess while nothing about it changed: convert it once.
         cached = obj.__dict__.get("_plain_cache")
         if cached is not None:
             return dict(cached)  # a copy: a reader that edits its document must not edit the next one
-        cls = type(obj)
-        names = _names.get(cls)
-        if names is None:
-            names = _names[cls] = tuple(f.name for f in dataclasses.fields(obj))
         out: dict[str, Any] = {}
         for name in names:
             value = getattr(obj, name)
             out[name] = value if value is None or isinstance(value, (str, int, float)) else _plain(value)
             if name in TIME_FIELDS:
                 out[name + "_iso"] = iso(value)
-        if cls is GpuProcess:
+        if type(obj) is GpuProcess:
             object.__setattr__(obj, "_plain_cache", out)
             return dict(out)
         return out
@@ -315,12 +342,7 @@ def _plain(obj: Any) -> Any:
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        kwargs[f.name] = data[f.name]
-    return cls(**kwargs)
+    return cls(**{name: data[name] for name in cls.__record_fields__ if name in data})
 
 
 def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
@@ -349,8 +371,9 @@ def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
         _build(ArenaInfo, {**a, "mappers": tuple(_build(ArenaMapper, m) for m in a.get("mappers", []))})
         for a in data.get("arenas", [])
     )
+    pods = tuple(_build(PodGpus, {**p, "gpus": tuple(p.get("gpus", ()))}) for p in data.get("pods", []))
     return _build(NodeSnapshot, {
         **data, "gpus": gpus, "processes": procs, "residual": residual, "engines": engines,
-        "arenas": arenas, "drained": tuple(data.get("drained", ())),
+        "arenas": arenas, "pods": pods, "drained": tuple(data.get("drained", ())),
         "warnings": tuple(as_warning(w) for w in data.get("warnings", ()) or ()),
     })

@@ -33,7 +33,7 @@ GATE_RELEASE_RE = re.compile(r"^(registered|ready|(\d+(\.\d+)?)s)$")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")  # fullmatch: no trailing newline
 
 # Keys each table accepts; anything else is a typo worth stopping for.
-_TOP_KEYS = {"state_dir", "arena", "stagger", "engines", "defaults", "agent"}
+_TOP_KEYS = {"state_dir", "arena", "stagger", "engines", "defaults", "agent", "kubernetes"}
 _ARENA_KEYS = {"path", "size", "source"}
 _STAGGER_KEYS = {"slots", "registration_timeout"}
 _ENGINE_KEYS = {
@@ -103,6 +103,7 @@ class NodeConfig:
     stagger: StaggerConfig = StaggerConfig()
     state_dir: Path | None = None
     agent: AgentConfig = AGENT_DEFAULTS  # the [agent] table (ops.agent.config)
+    kubernetes: Any = None  # ops.k8s.config.KubernetesConfig when the file has a [kubernetes] table
 
     def engine(self, name: str) -> EngineConfig | None:
         return next((e for e in self.engines if e.name == name), None)
@@ -321,10 +322,16 @@ class _Validator:
             with self.check():
                 agent = parse_agent(data["agent"], lambda key, problem, hint: self.fail(
                     None if not key else "agent", None, key or "agent", problem, hint))
+        kubernetes = None
+        if "kubernetes" in data:
+            with self.check():
+                from .k8s import config as k8s_config  # only a node that has the table pays for the import
+                kubernetes = k8s_config.parse(data["kubernetes"], lambda key, problem, hint: self.fail(
+                    "kubernetes", None, key, problem, hint))
         self.done()
         assert stagger is not None
         return NodeConfig(path=self.path, engines=tuple(engines), arena=arena, stagger=stagger,
-                          state_dir=Path(state_dir) if state_dir else None, agent=agent)
+                          state_dir=Path(state_dir) if state_dir else None, agent=agent, kubernetes=kubernetes)
 
     def path_string(self, table: str | None, index: int | None, key: str, value: Any, hint: str,
                     absolute: bool = False) -> str | None:

@@ -8,11 +8,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from typing import TYPE_CHECKING
-
 from . import statedir, statefiles
 from .statedir import StateFileError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
     from .sampling.filecache import FileCache
 

@@ -11,12 +11,12 @@ import functools
 import os
 import re
 import pwd
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import redact
 from .heldfiles import HeldFiles, open_or_none
 from .model import PROC_STATES
+from .records import record
 from .safetext import printable
 
 VISIBILITY_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
@@ -25,7 +25,7 @@ VISIBILITY_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-@dataclass(frozen=True)
+@record
 class ProcInfo:
     pid: int
     start_time: float | None  # seconds since the epoch
@@ -82,11 +82,15 @@ def _read(path: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=8)
+def _prefixes(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """The literal prefixes any match of these shell-style device patterns starts with."""
+    return tuple(p[:min((p.find(c) for c in "*?[" if c in p), default=len(p))] for p in patterns)
+
+
+@functools.lru_cache(maxsize=8)
 def _matcher(patterns: tuple[str, ...]):
-    """(match(path), the literal prefixes any match starts with) for shell-style device patterns."""
-    regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
-    prefixes = tuple(p[:min((p.find(c) for c in "*?[" if c in p), default=len(p))] for p in patterns)
-    return regex.match, prefixes
+    """match(path) for shell-style device patterns (compiled only once a path has one of their prefixes)."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
 
 
 def split_stat(text: str) -> tuple[str, list[str]] | None:
@@ -230,21 +234,28 @@ class ProcReader:
 
     def open_files(self, pid: int, patterns: list[str]) -> tuple[str, ...]:
         """Device files matching `patterns` that the process holds open (deduplicated)."""
-        fd_dir = f"{self._root_s}/{pid}/fd"
+        # Every process of the node, one readlink per descriptor: through the directory's descriptor, which
+        # spares the kernel a walk of /proc/<pid>/fd per link.
         try:
-            names = os.listdir(fd_dir)
+            fd_dir = os.open(f"{self._root_s}/{pid}/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             return ()
         found: list[str] = []
-        match, prefixes = _matcher(tuple(patterns))
-        for name in names:
-            try:
-                target = os.readlink(f"{fd_dir}/{name}")
-            except OSError:
-                continue
-            # Most descriptors are sockets, pipes and files: a prefix test spares the pattern for them.
-            if target.startswith(prefixes) and target not in found and match(target):
-                found.append(target)
+        try:
+            names = os.listdir(fd_dir)
+            prefixes = _prefixes(tuple(patterns))
+            for name in names:
+                try:
+                    target = os.readlink(name, dir_fd=fd_dir)
+                except OSError:
+                    continue
+                # Most descriptors are sockets, pipes and files: a prefix test spares the pattern for them.
+                if target.startswith(prefixes) and target not in found and _matcher(tuple(patterns))(target):
+                    found.append(target)
+        except OSError:
+            return ()
+        finally:
+            os.close(fd_dir)
         return tuple(sorted(found))
 
     def visibility(self, pid: int) -> dict[str, str]:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 
+from .lazyregex import LazyRegex
+
 # C0 controls but tab and newline, DEL, C1 controls, and the bidi overrides that reorder what is shown.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+_CONTROL = LazyRegex("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_COLOUR = LazyRegex(r"\x1b\[[0-9;]*m")
 
 
 def _show(m: re.Match) -> str:

@@ -6,13 +6,13 @@ Built once per command from global options and GPUWARDEN_* variables; passed dow
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .paths import BACKENDS, DEFAULT_CONFIG, default_state_dir  # noqa: F401 (re-exported)
+from .records import record, replace
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     state_dir: Path
     config_path: Path = DEFAULT_CONFIG
@@ -30,6 +30,9 @@ class Settings:
     # The global options given on the command line (not from variables): a command a hint names
     # repeats them, so it acts on the same node when pasted.
     cli_words: tuple[str, ...] = ()
+    # The live host's / mounted elsewhere (a DaemonSet's /host): its /sys and /proc are read there, yet the
+    # node is live, so the real backends are used. Without it, a non-default root means a captured tree.
+    host_root: Path | None = None
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
@@ -47,22 +50,36 @@ class Settings:
         backend = pick("backend", "GPUWARDEN_BACKEND", None)
         if backend == "auto":
             backend = None
+        host = pick("host_root", "GPUWARDEN_HOST_ROOT", None)
+        if host is not None:
+            # The host's own /sys and /proc under its mount point; --sysfs-root/--proc-root do not mix with it.
+            host = Path(str(host))
+            roots = {"sysfs_root": host / "sys", "proc_root": host / "proc", "host_root": host}
+        else:
+            roots = {"sysfs_root": Path(str(pick("sysfs_root", "GPUWARDEN_SYSFS_ROOT", "/sys"))),
+                     "proc_root": Path(str(pick("proc_root", "GPUWARDEN_PROC_ROOT", "/proc")))}
         return cls(
             state_dir=Path(str(pick("state_dir", "GPUWARDEN_STATE_DIR", default_state_dir()))),
             config_path=Path(str(pick("config_path", "GPUWARDEN_CONFIG", DEFAULT_CONFIG))),
             backend=str(backend) if backend else None,
-            sysfs_root=Path(str(pick("sysfs_root", "GPUWARDEN_SYSFS_ROOT", "/sys"))),
-            proc_root=Path(str(pick("proc_root", "GPUWARDEN_PROC_ROOT", "/proc"))),
             dev_root=Path(str(pick("dev_root", "GPUWARDEN_DEV_ROOT", "/dev"))),
             etc_root=Path(str(pick("etc_root", "GPUWARDEN_ETC_ROOT", "/etc"))),
             boot_root=Path(str(pick("boot_root", "GPUWARDEN_BOOT_ROOT", "/boot"))),
             opt_root=Path(str(pick("opt_root", "GPUWARDEN_OPT_ROOT", "/opt"))),
+            **roots,
         )
 
     def with_(self, **changes: object) -> "Settings":
         return replace(self, **changes)  # type: ignore[arg-type]
 
     @property
+    def captured(self) -> bool:
+        """True when the roots hold a captured tree (a bundle, a test's fixture), not this live node."""
+        if self.replay is not None:
+            return True
+        return self.host_root is None and (self.sysfs_root != Path("/sys") or self.proc_root != Path("/proc"))
+
+    @property
     def live(self) -> bool:
-        """True when reading the real node (not a captured tree)."""
-        return self.replay is None and self.proc_root == Path("/proc")
+        """True when reading the real node (not a captured tree), through the host's roots or our own."""
+        return self.replay is None and (self.host_root is not None or self.proc_root == Path("/proc"))

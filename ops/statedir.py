@@ -13,9 +13,12 @@ import os
 import pwd
 import stat
 from pathlib import Path
-from typing import Any, Iterator
 
 from .errors import GpuwardenError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from typing import Any, Iterator
 
 # Layout, relative to the state dir. One place so that every module agrees.
 JOURNAL = "journal.log"

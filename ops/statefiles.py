@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
 from . import statedir
+from .records import record
 from .statedir import StateFileError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
+    from typing import Any
+
     from .sampling.filecache import FileCache
 
 
 # --- shapes ------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record
 class Num:
     """A JSON number (not a bool), finite, within [lo, hi]."""
     lo: float = -math.inf
@@ -45,7 +46,7 @@ PID = Num(1, 2**22, integer=True)
 TIME = Num(0, 1e11)
 
 
-@dataclass(frozen=True)
+@record
 class Str:
     max_len: int = 4096
 
@@ -58,13 +59,13 @@ class Str:
 STR = Str()
 
 
-@dataclass(frozen=True)
+@record
 class Bool:
     def problem(self, v: Any) -> str | None:
         return None if isinstance(v, bool) else f"{_show(v)} is not true/false"
 
 
-@dataclass(frozen=True)
+@record
 class Opt:
     """The shape, or null."""
     inner: Any
@@ -73,7 +74,7 @@ class Opt:
         return None if v is None else self.inner.problem(v)
 
 
-@dataclass(frozen=True)
+@record
 class ListOf:
     item: Any
     max_len: int = 100_000
@@ -90,7 +91,7 @@ class ListOf:
         return None
 
 
-@dataclass(frozen=True)
+@record
 class MapOf:
     """An object whose keys match `key` (e.g. a GPU index as a string) and values `value`."""
     value: Any
@@ -108,7 +109,7 @@ class MapOf:
         return None
 
 
-@dataclass(frozen=True)
+@record
 class Obj:
     """An object with these keys (all optional unless listed in `required`); other keys are allowed."""
     fields: dict

@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
 
 from . import inputs
 from .errors import GpuwardenError
+from .records import field, record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from typing import Any, Iterator
 
 ENV_FILE = "GPUWARDEN_STATUS_FILE"
 ENV_FD = "GPUWARDEN_STATUS_FD"
@@ -24,7 +27,7 @@ ENV_FD = "GPUWARDEN_STATUS_FD"
 PHASES = ("starting", "mapping", "verifying", "registering", "registered", "serving", "stopping", "exited")
 
 
-@dataclass(frozen=True)
+@record
 class StatusEvent:
     phase: str
     ts: float

@@ -1,5 +1,5 @@
 """Byte sizes and durations: the one parser of operator input ("14GiB", "14GB"; "90s", "10m", "2h") and the one
-formatter of human output.
+formatter of human output (sizes, and series as sparklines for the console and the fleet table).
 
 GiB means 2**30 and GB 10**9, as the units say; a lone letter (24G: GiB or GB?) and a bare number are refused
 unless the option is a byte count. Output is binary (GiB), the way GPU memory is sold and reported.
@@ -18,7 +18,7 @@ _BINARY = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib"
 _BINARY.update({k[:-1]: v for k, v in list(_BINARY.items())})
 _UNITS = {"b": 1, **_DECIMAL, **_BINARY}
 _AMBIGUOUS = {"k", "m", "g", "t", "p"}
-_SIZE = re.compile(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*")
+_SIZE = r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*"  # compiled at first use: status imports this
 _EXAMPLES = "e.g. 512MiB, 24GiB (binary: 2^30) or 24GB (decimal: 10^9)"
 
 
@@ -29,7 +29,7 @@ def parse_size(text: str | int, *, bare_bytes: bool = False) -> int:
     """
     if isinstance(text, int) and not isinstance(text, bool):
         return text
-    m = _SIZE.fullmatch(str(text))
+    m = re.fullmatch(_SIZE, str(text))
     if not m:
         raise GpuwardenError(f"cannot read size {text!r}", f"write a number and a unit, {_EXAMPLES}")
     number, unit = m.group(1).replace("_", ""), m.group(2).lower()
@@ -113,3 +113,18 @@ def parse_duration(text: str | int | float) -> float:
     except ValueError:  # "1.2.3"
         pass
     raise GpuwardenError(f"cannot read the duration {text!r}", "write it like 30s, 15m, 2h or 1d")
+
+
+_TICKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], width: int) -> str:
+    """The last `width` fractions (0..1) as block characters; blanks where there is no history yet."""
+    if width <= 0:
+        return ""
+    tail = values[-width:]
+    cells = []
+    for v in tail:
+        v = min(max(v, 0.0), 1.0)
+        cells.append(_TICKS[min(int(v * len(_TICKS)), len(_TICKS) - 1)])
+    return " " * (width - len(tail)) + "".join(cells)

@@ -20,8 +20,13 @@ from .hints import Invocation
 _MARK = {"step_ok": "ok", "step_failed": "FAILED", "step_skipped": "skipped"}
 
 
-def event_printer(json_out: bool, cli_words: tuple[str, ...] = ()) -> Callable[[Event], None]:
+def event_printer(json_out: bool, cli_words: tuple[str, ...] = (), prefix: str = "") -> Callable[[Event], None]:
+    """Print events as they come; `prefix` (e.g. a fleet node's name) starts every text line. Commands that
+    hints name get `cli_words`, the global options of this command line (playbooks.hints)."""
     paste_ready = Invocation(list(cli_words)).paste_ready
+
+    def echo(text: str, err: bool = False) -> None:
+        typer.echo(prefix + text, err=err)
 
     def show(event: Event) -> None:
         event = replace(event, message=paste_ready(event.message) or "")
@@ -31,22 +36,21 @@ def event_printer(json_out: bool, cli_words: tuple[str, ...] = ()) -> Callable[[
             return
         if event.kind == "planned":
             steps = event.data.get("steps", [])
-            typer.echo(f"{event.playbook}: {event.message}")
+            echo(f"{event.playbook}: {event.message}")
             for i, s in enumerate(steps, 1):
                 flag = "  [changes the node]" if s.get("destructive") else ""
-                typer.echo(f"  {i}. {s['description']}{flag}")
+                echo(f"  {i}. {s['description']}{flag}")
         elif event.kind == "step_started":
-            typer.echo(f"→ {event.message}")
+            echo(f"→ {event.message}")
         elif event.kind in _MARK:
             secs = event.data.get("seconds")
             took = f" ({secs:.1f}s)" if isinstance(secs, (int, float)) else ""
-            typer.echo(f"  {_MARK[event.kind]}: {event.message}{took}",
-                       err=event.kind == "step_failed")
+            echo(f"  {_MARK[event.kind]}: {event.message}{took}", err=event.kind == "step_failed")
         elif event.kind == "info":
-            typer.echo(f"  · {event.message}")
+            echo(f"  · {event.message}")
         elif event.kind == "done":
             ok = event.data.get("ok")
-            typer.echo(f"{event.playbook}: {event.message}", err=not ok)
+            echo(f"{event.playbook}: {event.message}", err=not ok)
         sys.stdout.flush()
     return show
 

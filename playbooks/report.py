@@ -39,6 +39,31 @@ def bracketed(command: str) -> str:
     return command if command.startswith("[") else f"[{command}]"
 
 
+def pod_ref(namespace: str | None, pod: str, container: str | None) -> str:
+    """ns/pod (container c): how a Kubernetes operator names a pod."""
+    return f"{namespace}/{pod}" + (f" (container {container})" if container else "")
+
+
+def ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.0f} h"
+
+
+def kubernetes_line(k8s: dict) -> str:
+    """What the agent last told the API server about this node, in one line."""
+    cond = k8s.get("condition") or {}
+    said = f"condition GPUResidualVRAM={cond['status']} ({cond.get('reason')})" if cond.get("status") \
+        else "condition not written yet"
+    taint = f"tainted gpuwarden.io/gpu-unhealthy={k8s['taint']}:NoSchedule" if k8s.get("taint") else "not tainted"
+    if k8s.get("foreign_taint"):
+        taint += " (a gpuwarden.io/gpu-unhealthy taint gpuwarden did not set is left alone)"
+    return f"kubernetes: node {k8s.get('node')} (policy {k8s.get('policy')}): {said}, {taint}"
+
+
 def render(snap: NodeSnapshot, width: int = 100) -> str:
     lines: list[str] = []
     label = "  ** SIMULATED **" if snap.simulated else ""
@@ -77,6 +102,8 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
             cmd = short_command(p.command) if p.command else "(gone)"
             room = max(20, width - 63)
             lines.append(f"{p.pid:>8}  {(p.user or '?')[:10]:<10} {p.state:<11} {per_gpu[:28]:<28} {cmd[:room]}")
+            if p.pod:
+                lines.append(f"{'':>8}  pod {pod_ref(p.namespace, p.pod, p.container_name)}")
     else:
         lines.append("no GPU processes")
     holders = [(r.gpu_index, h) for r in snap.residual for h in r.holders]
@@ -93,6 +120,17 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
             lines.append(f"  pid {h.pid if h.pid is not None else '-'} on GPU {gpus}: {h.reason} — "
                          f"{fmt_bytes(h.vram_bytes) if h.vram_bytes is not None else 'size unknown'}; {h.detail}"
                          + (f"  {bracketed(h.command[:40])}" if h.command else ""))
+            if h.pod:
+                gone = f", deleted {ago(snap.taken_at - h.pod_deleted_at)} ago" if h.pod_deleted_at else ""
+                lines.append(f"    {h.reason} of pod {pod_ref(h.namespace, h.pod, h.container_name)}{gone}")
+    leaky = {r.gpu_index for r in snap.residual if r.significant}
+    last_tenants = [p for p in snap.pods if p.deleted_at is not None and leaky.intersection(p.gpus)]
+    if last_tenants:
+        # An ownerless leak has no holder to name; the pod the kubelet last gave the GPU to is the lead.
+        lines.append("")
+        for p in last_tenants:
+            lines.append(f"GPU {','.join(map(str, p.gpus))} was last given to pod "
+                         f"{pod_ref(p.namespace, p.pod, p.container_name)}, deleted {ago(snap.taken_at - p.deleted_at)} ago")
     if snap.engines:
         lines.append("")
         lines.append(f"{'ENGINE':<16} {'GPU':>3} {'PID':>8} {'PHASE':<12} EXIT")
@@ -106,6 +144,9 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
             regs = sum(1 for m in a.mappers if m.registered)
             lines.append(f"arena {a.path}: {fmt_bytes(a.size)}, header {a.header_state}, "
                          f"{len(a.mappers)} mapper(s), {regs} registered")
+    if snap.kubernetes:
+        lines.append("")
+        lines.append(kubernetes_line(snap.kubernetes))
     if snap.warnings:
         lines.append("")
         for w in snap.warnings:

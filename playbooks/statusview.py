@@ -16,10 +16,10 @@ from ops.errors import GpuwardenError
 from ops.settings import Settings
 
 
-def _agent_reply(settings: Settings):
+def agent_reply(settings: Settings):
     """The agent's latest snapshot reply, when an agent serves this node as this command would read it."""
-    if settings.replay or settings.sysfs_root != Path("/sys") or settings.proc_root != Path("/proc"):
-        return None  # a captured tree: the agent samples the live node
+    if settings.captured:
+        return None  # a captured tree: the agent samples the live node (the host's roots under a mount are live)
     from ops.agent.client import get
     from ops.paths import AGENT_SOCKET
     reply = get(settings.state_dir / AGENT_SOCKET, "/v1/snapshot")
@@ -65,7 +65,7 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
         snap = snapshot_from_bundle(bundle, settings)
         _show(settings, snap, json_out, watch)
         return 1 if snap.needs_attention() else 0
-    reply = _agent_reply(settings)
+    reply = agent_reply(settings)
     if reply is not None and not watch:
         stale = reply.headers.get("x-gpuwarden-stale") == "1"
         attention = reply.headers.get("x-gpuwarden-needs-attention") == "1"

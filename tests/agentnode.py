@@ -47,15 +47,17 @@ class RunningAgent:
 
 
 def start_agent(state_dir: Path, *args: str, backend_args: tuple[str, ...] = ("--backend", "sim"),
-                interval: str = "0.25", env: dict | None = None, timeout: float = 30.0) -> RunningAgent:
-    """Start an agent in the foreground and return once it has sent READY=1 (as it does to systemd)."""
+                interval: str = "0.25", env: dict | None = None, timeout: float = 30.0,
+                agent_args: tuple[str, ...] = ()) -> RunningAgent:
+    """Start an agent in the foreground and return once it has sent READY=1 (as it does to systemd).
+    args go before the command (global options), agent_args after it."""
     notify_path = state_dir.parent / f"notify-{os.getpid()}-{time.monotonic_ns()}.sock"
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(notify_path))
     notify.settimeout(timeout)
     log = state_dir.parent / f"agent-{time.monotonic_ns()}.log"
     cmd = [sys.executable, "-m", "tui.main", "--state-dir", str(state_dir), *backend_args, *args,
-           "agent", "--foreground", "--interval", interval]
+           "agent", "--foreground", "--interval", interval, *agent_args]
     full_env = {**os.environ, "NOTIFY_SOCKET": str(notify_path), **(env or {})}
     full_env.pop("GPUWARDEN_BACKEND", None)
     with open(log, "wb") as out:

@@ -62,3 +62,7 @@ def standins(tmp_path_factory) -> Path:
     """The interposer tests' stand-in runtimes and unmodified engines (tests/standins/preload), built once."""
     from engines.preload_harness import build_standins
     return build_standins(tmp_path_factory.mktemp("standins"))
+
+
+# Real sshd servers in front of sim nodes, started once per session for the fleet tests.
+from sshfleet import ssh_fleet  # noqa: E402,F401

@@ -11,12 +11,19 @@ if ! command -v tmux >/dev/null 2>&1; then
     else sudo apt-get update -qq && sudo apt-get install -y -qq tmux >/dev/null; fi
 fi
 
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-    # The metrics tests lint the exposition and unit-test the alert rules with promtool, and run a real
-    # Prometheus against the agent; Debian's prometheus package brings both.
-    echo "prometheus missing: installing it from Debian's packages" >&2
-    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq prometheus >/dev/null;
-    else sudo apt-get update -qq && sudo apt-get install -y -qq prometheus >/dev/null; fi
+# The fleet tests start real OpenSSH servers (Debian's openssh-server; ssh-keygen comes with the client);
+# `gpuwarden serve` is tested in Debian's headless Chromium; the metrics tests lint the exposition and
+# unit-test the alert rules with promtool and run a real Prometheus against the agent (Debian's prometheus
+# package brings both), as does the fleet's --prometheus path.
+missing=""
+[ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
+command -v ssh-keygen >/dev/null 2>&1 || missing="$missing openssh-client"
+[ -x /usr/bin/chromium ] || missing="$missing chromium"
+{ command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; } || missing="$missing prometheus"
+if [ -n "$missing" ]; then
+    echo "installing from Debian's packages:$missing" >&2
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $missing >/dev/null;
+    else sudo apt-get update -qq && sudo apt-get install -y -qq $missing >/dev/null; fi
 fi
 
 PY=${PYTHON:-python3}

@@ -31,8 +31,22 @@ def imported(state_dir: Path, *args: str) -> tuple[set[str], subprocess.Complete
     return names, proc
 
 
-def over_budget(names: set[str]) -> list[str]:
-    return sorted(n for n in names if any(n == f or n.startswith(f + ".") for f in FORBIDDEN))
+# Standard-library modules a sampling `status` does without (CPU ms to import on the 2-core dev box): dataclasses
+# with inspect, ast and dis (~8; ops.records stands in), typing (~3), shutil with bz2 and lzma (~2.5), threading
+# (~1), socket and ssl (the agent's client loads socket only when an agent's socket is there), tomllib (no config).
+HEAVY_STDLIB = ("dataclasses", "inspect", "ast", "dis", "typing", "shutil", "bz2", "lzma", "threading", "socket",
+                "ssl", "tomllib")
+
+
+def over_budget(names: set[str], forbidden: tuple[str, ...] = FORBIDDEN) -> list[str]:
+    return sorted(n for n in names if any(n == f or n.startswith(f + ".") for f in forbidden))
+
+
+def bare_python() -> set[str]:
+    """What this interpreter loads for nothing (site and .pth files): not status's doing."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], capture_output=True, text=True,
+                          timeout=60)
+    return {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
 
 
 @pytest.fixture
@@ -47,6 +61,30 @@ def test_status_loads_no_framework_and_no_other_command(sim):
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "ops.sampling.sampler" in names  # it did sample
         assert over_budget(names) == [], args
+        assert over_budget(names - bare_python(), HEAVY_STDLIB) == [], args
+
+
+def test_status_of_a_node_with_an_engine_stays_in_budget(sim):
+    """An engine record with a live shim and engine: status reads its state and looks for arena mappers too."""
+    from ops import procs, statedir
+    from ops.engines import state as st
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        ticks = procs.identity(live.pid)
+        d = st.engine_dir(sim, "e0")
+        d.mkdir(parents=True)
+        statedir.write_json(d / st.STATE, {
+            "name": "e0", "gpu": 0, "phase": "serving", "shim_pid": live.pid, "shim_start": ticks, "pid": live.pid,
+            "pid_start": ticks, "restarts": 0,
+            "registrations": [{"kind": "register", "outcome": "registered", "bytes": 1 << 30, "started_at": 1.0}]},
+            root=sim)
+        names, proc = imported(sim, "--backend", "sim", "status", "--json")
+        assert proc.returncode == 0 and '"name":"e0"' in proc.stdout and '"registrations":[{' in proc.stdout
+        assert {"ops.engines.state", "ops.arena.watch"} <= names  # it did read the engine and look for mappers
+        assert over_budget(names) == [] and over_budget(names - bare_python(), HEAVY_STDLIB) == []
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_status_json_via_the_agent_loads_only_the_socket_client(sim):

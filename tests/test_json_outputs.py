@@ -90,3 +90,23 @@ def test_config_bundle_triage_history_and_errors(node):
     check(run("triage", b["path"], "--json", expect=(0, 1)), "gpuwarden.triage/1")
     check(run("history", "--json", expect=(2,)), "gpuwarden.error/1")  # no agent has run here
     check(run("status", "--bundle", b["path"], "--json", expect=(0, 1)), "gpuwarden.snapshot/1")
+
+
+def test_gpu_check_and_the_kubernetes_fields_of_a_snapshot(node):
+    base, state, run = node
+    [doc] = check(run("gpu-check", "--no-agent", "--json", expect=(0, 1)), "gpuwarden.gpu-check/1")
+    assert doc["source"] == "sampled here"
+    # What `agent --kubernetes` adds (its end-to-end test validates the real one): pods, holders' pods, the block.
+    from dataclasses import replace
+
+    from k8s_helpers import snapshot
+    from ops.model import GpuProcess, Holder, PodGpus
+    h = Holder(pid=77, start_time=1.0, reason="zombie", gpus=(0,), vram_bytes=1 << 30, namespace="team-a",
+               pod="trainer-0", pod_uid="u-1", container_name="main", pod_deleted_at=900.0)
+    snap = replace(snapshot({0: 1 << 30}, {0: [h]}), pods=(PodGpus("team-a", "trainer-0", "main", (0,), "u-1", 900.0),),
+                   processes=(GpuProcess(pid=78, start_time=2.0, user="u", command="x", state="sleeping",
+                                         vram={1: 1}, namespace="team-b", pod="infer-1", container_name="srv"),),
+                   kubernetes={"node": "n1", "policy": "taint", "condition": None, "taint": None, "problem": "403"})
+    d = json.loads(snap.to_json())
+    jsondoc.validate(d)
+    assert d["pods"][0]["deleted_at_iso"] and d["residual"][0]["holders"][0]["pod_deleted_at_iso"]

@@ -33,14 +33,21 @@ def _free_port() -> int:
 
 
 class Prom:
-    def __init__(self, tmp_path, target: str):
+    """A real Prometheus scraping `target` (an address), or several targets each under its own instance label
+    ({instance: address}, as a site names its nodes), every second unless told."""
+
+    def __init__(self, tmp_path, target: str | dict[str, str], scrape_interval: str = "1s"):
         rules = tmp_path / "rules.yml"
         rules.write_text(re.sub(r"(?m)^(\s+for: )\S+$", r"\g<1>2s", RULES.read_text()))
         config = tmp_path / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        if isinstance(target, str):
+            static = f"    static_configs: [{{targets: ['{target}']}}]\n"
+        else:
+            static = "    static_configs:\n" + "".join(f"      - {{targets: ['{address}'], labels: {{instance: '{name}'}}}}\n"
+                                                    for name, address in target.items())
+        config.write_text(f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: 1s\n"
                           f"rule_files: [{rules}]\n"
-                          "scrape_configs:\n  - job_name: gpuwarden\n"
-                          f"    static_configs: [{{targets: ['{target}']}}]\n")
+                          "scrape_configs:\n  - job_name: gpuwarden\n" + static)
         self.url = f"http://127.0.0.1:{_free_port()}"
         self.log = tmp_path / "prometheus.log"
         with open(self.log, "wb") as out:

@@ -8,13 +8,14 @@ import json
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 
 from test_metrics_exposition import _reading, _snapshot
 
 from conftest import REPO
 from ops.metrics.collector import render
 from ops.metrics.reading import MetricsOptions
-from ops.model import GpuProcess
+from ops.model import GpuProcess, PodGpus
 
 RULES = REPO / "deploy" / "prometheus" / "gpuwarden-rules.yml"
 RULE_TESTS = REPO / "tests" / "prometheus" / "gpuwarden-rules.test.yml"
@@ -57,7 +58,10 @@ def test_every_alert_has_unit_tests_that_pass_and_can_fail(tmp_path):
 def _exported_names() -> set[str]:
     """Every family name the exporter can produce (a reading with everything in it), with its sample suffixes."""
     procs = (GpuProcess(pid=7, start_time=1.0, user="u", command="x", state="sleeping", vram={0: 1}),)
-    body = render(_reading(_snapshot(processes=procs)), MetricsOptions(per_process=True)).decode()
+    # Kubernetes mode: GPU 2's significant residual was last given to a deleted pod.
+    snap = replace(_snapshot(processes=procs), pods=(PodGpus("team-a", "trainer-0", "main", (2,), deleted_at=1.0),),
+                   kubernetes={"condition": {"status": "True"}, "taint": "residual-vram", "problem": None})
+    body = render(_reading(snap), MetricsOptions(per_process=True)).decode()
     names = set(re.findall(r"^(gpuwarden_\w+)", body, re.M))
     names |= {"gpuwarden_engine_registration_seconds", "gpuwarden_engine_registration_wait_seconds",
               "gpuwarden_engine_registered_bytes", "gpuwarden_engine_registrations"}  # need registration records

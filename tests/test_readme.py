@@ -34,17 +34,27 @@ def test_toml_blocks_are_what_config_example_prints():
     assert blocks("toml")[:2] == printed
 
 
-def test_the_agent_table_in_the_readme_is_accepted():
+def test_the_readme_config_fragments_load(tmp_path):
+    """The other TOML blocks are tables of node.toml ([agent], [kubernetes]) or of the fleet config: each
+    goes through the loader that reads it in production, which refuses unknown keys and bad values."""
     import tomllib
 
-    from ops.agent.config import parse
-    from ops.errors import GpuwardenError
-    fragments = [tomllib.loads(b) for b in blocks("toml")[2:]]
-    assert [list(f) for f in fragments] == [["agent"]], "the README's [agent] example is its third TOML block"
-
-    def fail(key, problem, hint):
-        return GpuwardenError(f"[agent] {key}: {problem}", hint)
-    assert parse(fragments[0]["agent"], fail).bundle_on == ("residual", "crash", "kernel-fault")
+    from ops import nodeconfig
+    from ops.fleet.inventory import load_fleet_config
+    from ops.settings import Settings
+    loaded = []
+    for i, text in enumerate(blocks("toml")[2:]):
+        path = tmp_path / f"fragment{i}.toml"
+        path.write_text(text)
+        tables = list(tomllib.loads(text))
+        if tables == ["fleet"]:
+            assert load_fleet_config(path, explicit=True).hosts
+        else:
+            cfg = nodeconfig.load(Settings(state_dir=tmp_path / "state", config_path=path))
+            if "agent" in tables:
+                assert cfg.agent.bundle_on == ("residual", "crash", "kernel-fault")
+        loaded += tables
+    assert {"agent", "kubernetes", "fleet"} <= set(loaded), loaded
 
 
 def _walkthroughs() -> str:

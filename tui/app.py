@@ -104,8 +104,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
 
     def on_mount(self) -> None:
         self.query_one("#header", NodeHeader).show(None)
-        self.sampler = SamplingThread(self.source, self.refresh_s, self._deliver, self._failed, close=self._on_exit)
-        self.sampler.start()
+        self._start_sampling()
         self.set_interval(min(0.5, self.refresh_s), self._watchdog)
         if self._watch_terminal:
             import signal
@@ -119,6 +118,11 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         self.watch(self, "theme", self.theme_changed, init=False)
         if self.prefs_note:
             self.notify(self.prefs_note, severity="warning")
+
+    def _start_sampling(self) -> None:
+        """Start the sampler thread on self.source (the fleet console starts one per node it opens)."""
+        self.sampler = SamplingThread(self.source, self.refresh_s, self._deliver, self._failed, close=self._on_exit)
+        self.sampler.start()
 
     def on_unmount(self) -> None:
         if self.sampler:
@@ -137,7 +141,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         snap = message.snapshot
         self.last_arrival = time.monotonic()
         self.sample_error = None
-        if self.snapshot is None and snap.agent and hasattr(self.source, "agent_json"):
+        if self.snapshot is None and self._can_backfill(snap):
             # The agent watched before this console opened: its last minutes fill the sparklines and events.
             self.run_worker(lambda: self._backfill(snap), thread=True, exclusive=True, group="backfill")
         events = self.changes.feed(snap)
@@ -145,6 +149,10 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         self.history.add(snap)
         self.query_one(ProcessesPanel).feed(snap)
         self._draw(events)
+
+    def _can_backfill(self, first: NodeSnapshot) -> bool:
+        """Whether someone kept this node's history from before `first` (here: the agent that served it)."""
+        return bool(first.agent) and hasattr(self.source, "agent_json")
 
     def _backfill(self, first: NodeSnapshot) -> None:
         """(worker thread) The agent's history of the sparkline's span and its latest events."""
@@ -331,17 +339,20 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if spec.needs == "engine" and target.engine is None:
             self.notify("select an engine first (tab to the Engines panel)", severity="warning")
             return
+        what = {"gpu": f" on GPU {target.gpu}", "engine": f" {target.engine}", "node": ""}[spec.needs]
         try:
-            playbook = spec.build(self.settings, target)
+            run = self._new_run(spec, target, f"{spec.title}{what}")
         except GpuwardenError as exc:
             self.notify(f"{spec.title}: {exc.message}" + (f"\n{exc.hint}" if exc.hint else ""), severity="error")
             return
-        what = {"gpu": f" on GPU {target.gpu}", "engine": f" {target.engine}", "node": ""}[spec.needs]
-        run = PlaybookRun(self, playbook, self.settings, f"{spec.title}{what}")
         self.current_run = run
         from .screens.progress import ProgressScreen
         self.push_screen(ProgressScreen(run))
         run.start()
+
+    def _new_run(self, spec, target: Target, title: str) -> PlaybookRun:
+        """The run behind an action key: this node's playbook in a thread (the fleet console runs it remotely)."""
+        return PlaybookRun(self, spec.build(self.settings, target), self.settings, title)
 
     def on_playbook_progress(self, message: PlaybookProgress) -> None:
         line = node_events.from_playbook(message.event)

@@ -5,6 +5,7 @@ Textual is imported only when the console opens, so scripted commands never pay 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -15,6 +16,18 @@ from ops.errors import GpuwardenError
 from ops.settings import Settings
 
 MIN_REFRESH_S = 0.25
+
+
+def in_browser() -> bool:
+    """True when textual-serve runs this console for a browser (its web driver, no terminal at all)."""
+    return "web_driver" in os.environ.get("TEXTUAL_DRIVER", "")
+
+
+def require_terminal(what: str, instead: str) -> None:
+    # Textual draws on stderr (stdout stays free for redirection), so that and stdin must be terminals.
+    if not in_browser() and not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise GpuwardenError(f"{what} needs a terminal (stdin and stderr are not both terminals)",
+                             f"from scripts use {instead}")
 
 
 def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | None = None,
@@ -29,10 +42,7 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
         refresh_s = max(remembered.refresh or 1.0, MIN_REFRESH_S)
     if refresh_s < MIN_REFRESH_S:
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
-    # Textual draws on stderr (stdout stays free for redirection), so that and stdin must be terminals.
-    if not (sys.stdin.isatty() and sys.stderr.isatty()):
-        raise GpuwardenError("the console needs a terminal (stdin and stderr are not both terminals)",
-                             "from scripts use `gpuwarden status` (or `status --json`)")
+    require_terminal("the console", "`gpuwarden status` (or `status --json`)")
     from .sampling import bundle_source, viewer_source
     close = None
     if bundle is not None:
@@ -43,7 +53,8 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
         source, close = viewer_source(settings)
     from .app import GpuwardenApp
     app = GpuwardenApp(settings, source=source, refresh_s=refresh_s, read_only=read_only, bundle=bundle,
-                       on_exit=close, watch_terminal=True, prefs=remembered, prefs_path=console_prefs.path())
+                       on_exit=close, watch_terminal=not in_browser(), prefs=remembered,
+                       prefs_path=console_prefs.path())
     app.prefs_note = note
     try:
         app.run()

@@ -11,12 +11,15 @@ import sys
 
 
 def full_cli():
-    """The Typer app with the console registered (its command and the no-command default)."""
+    """The Typer app with the console, the fleet console and `serve` registered (and the no-command default)."""
     from playbooks import cli
 
-    from . import command
+    from . import command, serve
+    from .fleet import command as fleet_command
     if not getattr(cli.app, "_gpuwarden_tui", False):
         command.register(cli.app)
+        fleet_command.register()
+        serve.register(cli.app)
         cli.set_default_action(command.open_tui)
         cli.app._gpuwarden_tui = True  # type: ignore[attr-defined]
     return cli

@@ -58,21 +58,26 @@ class PlaybookRun:
         self.app.post_message(PlaybookProgress(self, event))
 
     def _confirm(self, question: str) -> bool:
-        from .screens.confirm import ConfirmScreen
+        return ask_in_dialog(self.app, self.title, question, self.cancelled)
 
-        answered = threading.Event()
-        answer: list[bool] = []
 
-        def done(ok: bool | None) -> None:
-            answer.append(bool(ok))
-            answered.set()
+def ask_in_dialog(app: "App", title: str, question: str, cancelled: threading.Event) -> bool:
+    """Ask in the confirm dialog (Cancel is the default) from a worker thread; blocks that thread only."""
+    from .screens.confirm import ConfirmScreen
 
-        try:
-            # Built on the event loop's thread, like every widget.
-            self.app.call_from_thread(lambda: self.app.push_screen(ConfirmScreen(self.title, question), done))
-        except RuntimeError:
-            return False  # the app is gone: nobody said yes
-        while not answered.wait(0.2):
-            if self.cancelled.is_set() or not self.app.is_running:
-                return False
-        return answer[0]
+    answered = threading.Event()
+    answer: list[bool] = []
+
+    def done(ok: bool | None) -> None:
+        answer.append(bool(ok))
+        answered.set()
+
+    try:
+        # Built on the event loop's thread, like every widget.
+        app.call_from_thread(lambda: app.push_screen(ConfirmScreen(title, question), done))
+    except RuntimeError:
+        return False  # the app is gone: nobody said yes
+    while not answered.wait(0.2):
+        if cancelled.is_set() or not app.is_running:
+            return False
+    return answer[0]

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ops.units import fmt_bytes, fmt_used_of
+# Panels call text.sparkline; the fleet table shares it from ops.units.
+from ops.units import fmt_bytes, fmt_used_of, sparkline  # noqa: F401
 from .styles import STYLES as S
-
-_TICKS = "▁▂▃▄▅▆▇█"
 
 
 def bar(used: int | None, total: int | None, width: int, *, residual: int | None = None) -> Text:
@@ -27,18 +26,6 @@ def bar(used: int | None, total: int | None, width: int, *, residual: int | None
     out.append("█" * res_cells, style=S["bar.residual"])
     out.append("░" * (width - filled), style=S["bar.free"])
     return out
-
-
-def sparkline(values: list[float], width: int) -> str:
-    """The last `width` fractions (0..1) as block characters; blanks where there is no history yet."""
-    if width <= 0:
-        return ""
-    tail = values[-width:]
-    cells = []
-    for v in tail:
-        v = min(max(v, 0.0), 1.0)
-        cells.append(_TICKS[min(int(v * len(_TICKS)), len(_TICKS) - 1)])
-    return " " * (width - len(tail)) + "".join(cells)
 
 
 def size(n: int | None) -> str:

@@ -1,8 +1,10 @@
 """The Agent: one Sampler for the node in a SamplingThread, its history and event log, the kernel-log watch
 and the API server; signals (TERM stops, HUP reloads the config) and sd_notify for systemd.
 
-Hooks for what builds on it (the exporter, the k8s reconciler, the policies): `add_observer(obj)`, where
-obj.on_snapshot(snapshot, events) runs in the sampling thread after each snapshot, and the optional
+Hooks for what builds on it (the exporter, the k8s reconciler, the policies): `add_annotator(fn)`, where
+fn(snapshot) -> snapshot adds to each snapshot in the sampling thread before anyone sees it (Kubernetes pod
+names); `add_observer(obj)`, where obj.on_snapshot(snapshot, events) runs in the sampling thread after each
+snapshot, and the optional
 obj.on_event(record), obj.reload(config) and obj.close() run on every event, SIGHUP and stop (keep them quick:
 do slow work in a thread of your own; an exception is logged and the observer kept); `latest()`, `history`
 and `events` serve in-process readers.
@@ -19,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ..errors import GpuwardenError
 from ..jsondoc import iso
@@ -71,6 +73,7 @@ class Agent:
         self._log_stream = log_stream if log_stream is not None else sys.stderr
         self._journal_prefix = bool(os.environ.get("JOURNAL_STREAM"))
         self.observers: list[Observer] = []
+        self.annotators: list[Callable[[NodeSnapshot], NodeSnapshot]] = []
         self.metrics = None  # the MetricsExporter (ops.metrics) when one is attached: the API's /metrics
         self.started_at = time.time()
         self.stopping = False
@@ -110,7 +113,7 @@ class Agent:
                                                name="gpuwarden-api", daemon=True)
         self._server_thread.start()
         # The thread closes the sampler (NVML, held files, pidfds) after its last call, never during one.
-        self._thread = SamplingThread(self._sampler.snapshot, self.config.interval, self._deliver, self._failed,
+        self._thread = SamplingThread(self._sample, self.config.interval, self._deliver, self._failed,
                                       close=self._sampler.close, name="gpuwarden-agent-sampler")
         self._thread.start()
         self._start_kernel_watch()
@@ -228,6 +231,16 @@ class Agent:
                             {"config": cfg.to_dict()}))
 
     # --- sampling (called from the sampling thread) ---------------------------------------------
+    def _sample(self) -> NodeSnapshot:
+        snap = self._sampler.snapshot()
+        for annotate in self.annotators:
+            try:
+                snap = annotate(snap)
+            except Exception as exc:  # the node's own figures still count without the additions
+                self.log("error", f"annotator {getattr(annotate, '__qualname__', annotate)}: "
+                                  f"{type(exc).__name__}: {exc}")
+        return snap
+
     def _deliver(self, snap: NodeSnapshot) -> None:
         if self._failure is not None or self._stale_reported:
             self.emit(NodeEvent(snap.taken_at, "ok", "sampling works again", "agent"))
@@ -258,6 +271,10 @@ class Agent:
     # --- readers ---------------------------------------------------------------------------------
     def add_observer(self, observer: Observer) -> None:
         self.observers.append(observer)
+
+    def add_annotator(self, annotate: Callable[[NodeSnapshot], NodeSnapshot]) -> None:
+        """Before start(): every snapshot passes through annotate() before history, the API and observers."""
+        self.annotators.append(annotate)
 
     def latest(self) -> Latest | None:
         return self._latest

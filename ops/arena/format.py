@@ -30,18 +30,16 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
-import socket
 import stat
 import struct
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import xxhash
 
 from ops.errors import GpuwardenError
 from ops.inputs import kind_of
+from ops.records import record
 from ops.safetext import printable
 
 MAGIC = b"GWARENA\0"
@@ -73,7 +71,7 @@ class ArenaError(GpuwardenError):
         self.exit_code = 1 if kind in _INTEGRITY else 2
 
 
-@dataclass(frozen=True)
+@record
 class Header:
     version: int
     header_size: int
@@ -130,7 +128,7 @@ def build(payload_size: int, chunk_size: int, chunk_hashes: list[int], created_n
     if len(chunk_hashes) != count:
         raise ValueError(f"{len(chunk_hashes)} hashes for {count} chunks")
     hsize = header_size_for(count)
-    name = (host if host is not None else socket.gethostname()).encode()[:64]
+    name = (host if host is not None else os.uname().nodename).encode()[:64]  # socket.gethostname(), unimported
     fixed = _FIXED.pack(MAGIC, VERSION, hsize, payload_size, chunk_size, count, HASH_XXH3_64, 0,
                         created_ns if created_ns is not None else time.time_ns(), name, 0)
     body = bytearray(fixed + struct.pack(f"<{count}Q", *chunk_hashes))
@@ -148,9 +146,14 @@ def _pread_exact(fd: int, size: int, offset: int) -> bytes:
     return bytes(out)
 
 
+def _quoted(path: str | Path) -> str:
+    import shlex  # only on the error path: status reads arena headers and keeps its imports few
+    return shlex.quote(str(path))
+
+
 def recreate_hint(path: str | Path, payload: int | None = None) -> str:
     """The command that makes the arena again: pasteable when its payload size is known."""
-    where = shlex.quote(str(path))
+    where = _quoted(path)
     if not payload:  # a header too damaged to say: the operator must supply the size, so no paste-ready command
         return f"recreate it: gpuwarden arena create {where} --force --size and the size the weights need"
     return f"recreate it with `gpuwarden arena create {where} --force --size {payload}B`"
@@ -221,7 +224,7 @@ def open_arena(path: str | Path, write: bool = False) -> int:
         return fd
     except FileNotFoundError:
         raise ArenaError("missing", f"arena {path} does not exist",
-                         f"create it: gpuwarden arena create {shlex.quote(str(path))} --size and the size the "
+                         f"create it: gpuwarden arena create {_quoted(path)} --size and the size the "
                          "weights need (e.g. 32GiB), or --from the weights file") from None
     except PermissionError:
         raise ArenaError("no-permission", f"no permission to {'write' if write else 'read'} arena {path}",

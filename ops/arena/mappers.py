@@ -7,12 +7,12 @@ file behind GPUWARDEN_STATUS_FD); without one it stays unknown (None).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from ops.model import ArenaMapper
 from ops import procs
 from ops.procs import environ_vars
+from ops.records import record
 from ops.status_protocol import ENV_FD, ENV_FILE, read_events
 
 # Phases after which the arena counts as registered, and those that say it is not (yet, or any more).
@@ -20,7 +20,7 @@ _REGISTERED = {"registered", "serving"}
 _NOT_REGISTERED = {"starting", "mapping", "verifying", "registering", "stopping", "exited"}
 
 
-@dataclass(frozen=True)
+@record
 class FileId:
     path: str
     dev: tuple[int, int] | None  # (major, minor) as /proc/<pid>/maps prints it

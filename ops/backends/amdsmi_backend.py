@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
 
 from ..errors import BackendUnavailable
 from ..model import GpuInfo, ProcessUsage
 from ..settings import Settings
 from . import libload, sysfs
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from typing import Any
 
 MIB = 1024 * 1024
 # Unsigned "no value" sentinels the C library leaves in fields it could not fill; 6.x passes them through

@@ -11,9 +11,12 @@ import io
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 from ..errors import BackendUnavailable
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from typing import Any
 
 _failed: dict[str, BackendUnavailable] = {}
 

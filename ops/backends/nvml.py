@@ -6,12 +6,15 @@ Handles and static facts are read once at open; each refresh costs a few NVML ca
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
 
 from ..errors import BackendUnavailable
 from ..model import GpuInfo, ProcessUsage
 from ..settings import Settings
 from . import libload
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from typing import Any
 
 _HINT = "install the NVIDIA driver (libnvidia-ml.so.1) or pick another source with --backend"
 

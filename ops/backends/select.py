@@ -6,11 +6,12 @@ When none works the error says, in one line, which were tried and why each faile
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
-
 from ..errors import BackendUnavailable, GpuwardenError
 from ..settings import BACKENDS, Settings
-from .base import Backend
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from .base import Backend
 
 # name -> (module, class)
 _IMPLS = {
@@ -43,7 +44,7 @@ def open_backend(settings: Settings, *, fallback_to_sim: bool = True) -> Backend
                 f"backend {settings.backend} cannot run here: {exc.message}",
                 exc.hint or "leave out --backend/GPUWARDEN_BACKEND to pick one automatically") from None
 
-    captured = settings.sysfs_root != Path("/sys") or settings.replay is not None
+    captured = settings.captured
     order = ["sysfs"] if captured else ["amdsmi", "sysfs", "nvml"]
     reasons = []
     for name in order:

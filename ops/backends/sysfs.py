@@ -7,12 +7,12 @@ address; VRAM per process: /sys/class/kfd/kfd/proc/<pid>/vram_<gpu_id>. Roots ar
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BackendUnavailable
 from ..heldfiles import HeldFiles
 from ..model import GpuInfo, ProcessUsage
+from ..records import record
 
 AMD_VENDOR = 0x1002
 
@@ -60,7 +60,7 @@ def bdf_from_location(domain: int, location_id: int) -> str:
     return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn}"
 
 
-@dataclass(frozen=True)
+@record
 class KfdNode:
     node: int
     gpu_id: int
@@ -91,7 +91,7 @@ def kfd_gpu_nodes(sysfs_root: Path) -> list[KfdNode]:
     return nodes
 
 
-@dataclass(frozen=True)
+@record
 class DrmCard:
     card: str  # "card0"
     device_dir: Path

@@ -68,8 +68,18 @@ def _snapshot(ctx: Context) -> list[Entry]:
     from ..snapshot import take_snapshot
     t0 = time.monotonic()
     snap = take_snapshot(ctx.settings)
-    return [Entry("snapshot", "ops.snapshot.take_snapshot", "python", path="gpuwarden/snapshot.json",
-                  data=snap.to_json().encode(), duration_s=time.monotonic() - t0)]
+    out = [Entry("snapshot", "ops.snapshot.take_snapshot", "python", path="gpuwarden/snapshot.json",
+                 data=snap.to_json().encode(), duration_s=time.monotonic() - t0)]
+    # The agent's last sample, when one runs: on Kubernetes it names each process's namespace, pod and container,
+    # and which pod had which GPU, evidence a bare sample here cannot give.
+    from ..agent.client import get
+    from ..paths import AGENT_SOCKET
+    reply = get(ctx.settings.state_dir / AGENT_SOCKET, "/v1/snapshot",
+                timeout=min(2.0, max(0.1, ctx.deadline - time.monotonic())))
+    if reply is not None and reply.status == 200:
+        out.append(Entry("snapshot", "agent socket GET /v1/snapshot", "python", path="gpuwarden/agent-snapshot.json",
+                         data=reply.body))
+    return out
 
 
 def _sysfs(ctx: Context) -> list[Entry]:

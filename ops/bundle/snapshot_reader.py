@@ -98,7 +98,8 @@ _hint_cache: dict[type, dict[str, Any]] = {}
 
 def _hints(cls: type) -> dict[str, Any]:
     if cls not in _hint_cache:
-        _hint_cache[cls] = typing.get_type_hints(cls)
+        # The model names Any in its annotations without importing typing (it would slow `status` down).
+        _hint_cache[cls] = typing.get_type_hints(cls, localns={"Any": Any})
     return _hint_cache[cls]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from ops import procs, redact, statedir, statefiles
 from ops.errors import GpuwardenError
@@ -15,7 +14,10 @@ from ops.model import EngineInfo, Registration
 from ops.safetext import log_line, printable
 from ops.settings import Settings
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
+    from typing import Any
+
     from ops.sampling.filecache import FileCache
 
 SPEC = "spec.json"  # what to run: written by the launcher, read by the shim
@@ -164,7 +166,7 @@ def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | N
 
 def registrations_of(record: dict[str, Any]) -> tuple[Registration, ...]:
     """The registration records the shim kept (ops.engines.registrations), as model objects."""
-    return tuple(Registration(**{k: raw.get(k) for k in Registration.__dataclass_fields__})
+    return tuple(Registration(**{k: raw.get(k) for k in Registration.__record_fields__})
                  for raw in record.get("registrations") or ()
                  if isinstance(raw, dict) and isinstance(raw.get("kind"), str) and isinstance(raw.get("outcome"), str))
 

@@ -63,6 +63,9 @@ def families(reading: Reading, options: MetricsOptions) -> list[Metric]:
         out.append(_findings(reading, options))
     if options.per_process:
         out.extend(_process_families(snap, options))
+    if snap.kubernetes is not None or snap.pods or any(h.pod for r in snap.residual for h in r.holders):
+        from .kubefamilies import kubernetes_families
+        out.extend(kubernetes_families(snap, {g.index: _gpu_label_values(g) for g in snap.gpus}, GPU_LABELS, options))
     out.extend(_agent_families(reading, options))
     return [f for f in out if f.samples]  # a family with nothing to say (no engines yet) is left out
 
@@ -266,8 +269,7 @@ def _process_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[M
     for b, gi, _, p in keep:
         gi = -gi
         fam.add_metric(lab.of(str(gi), str(p.pid), p.user or "", _program(p.command),
-                              getattr(p, "container_name", None) or p.container or "",
-                              getattr(p, "namespace", None) or "", getattr(p, "pod", None) or ""), b)
+                              p.container_name or p.container or "", p.namespace or "", p.pod or ""), b)
     left: dict[int, int] = {}
     for b, gi, _, _ in pairs:
         left[-gi] = left.get(-gi, 0) + b

@@ -10,13 +10,16 @@ import os
 import time
 from pathlib import Path
 
-from ..backends.base import Backend
 from ..heldfiles import HeldFiles
 from ..model import GpuInfo, GpuProcess, Holder, ProcessUsage, Residual, SnapshotWarning
 from ..pidwatch import PidWatch, usable as pidfds_usable
 from ..procs import ProcInfo, ProcReader
 from ..settings import Settings
 from ..units import fmt_bytes
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from ..backends.base import Backend
 
 # Below these, unexplained VRAM is driver noise, not a tenant's leftovers.
 TOLERANCE_WITH_BASELINE = 256 << 20

@@ -17,7 +17,7 @@ LEVELS = ("info", "ok", "warning", "error")
 KINDS = (
     "watching", "engine-phase", "engine-crashed", "engine-restarted", "engine-removed", "residual-appeared",
     "residual-cleared", "holder-appeared", "holder-gone", "warning", "drained", "undrained", "gpu-gone",
-    "gpu-appeared", "kernel", "playbook", "policy", "agent",
+    "gpu-appeared", "kernel", "playbook", "policy", "agent", "kubernetes",
 )
 
 

@@ -6,16 +6,16 @@ config, the arena scan cadence); a broken state file or config becomes a warning
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from .. import nodestate
 from ..errors import GpuwardenError
 from ..model import ArenaInfo, EngineInfo, SnapshotWarning
+from ..records import record
 from ..settings import Settings
 from .filecache import FileCache
 
 
-@dataclass(frozen=True)
+@record
 class Extras:
     baseline: dict[int, int]
     baseline_problem: bool  # a baseline file is there but corrupt (its warning says so; "none recorded" would mislead)

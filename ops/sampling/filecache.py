@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
 
 from ..errors import GpuwardenError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
 class FileCache:

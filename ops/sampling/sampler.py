@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import time
 
-from ..backends.base import Backend
 from ..backends.select import open_backend
 from ..errors import GpuwardenError
 from ..fdbudget import OutOfDescriptors
@@ -16,6 +15,10 @@ from ..model import NodeSnapshot, SnapshotWarning
 from ..settings import Settings
 from .attribution import Attribution
 from .extras import NodeExtras
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from ..backends.base import Backend
 
 
 class Sampler:

@@ -41,7 +41,7 @@ class AgentOrLocal:
         self.via_agent = False
 
     def _from_agent(self) -> NodeSnapshot | None:
-        if self.settings.sysfs_root != Path("/sys") or self.settings.proc_root != Path("/proc"):
+        if self.settings.captured:
             return None
         from ..agent.client import get
         reply = get(self.socket, "/v1/snapshot")

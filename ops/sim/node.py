@@ -9,16 +9,18 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import time
 from pathlib import Path
-from typing import Iterator
 
 from .. import statedir, statefiles
 from . import platform
 from ..errors import GpuwardenError, NotFound
 from ..procs import identity
 from ..statedir import StateFileError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from typing import Iterator
 
 GPU_ID_BASE = 41000  # KFD gpu_ids are opaque numbers; distinct from indexes on purpose
 RENDER_MINOR_BASE = 128
@@ -65,6 +67,7 @@ class SimNode:
                     f"the simulated node in {self.dir} has live allocations",
                     "stop its tenants first, or pass --force to start over",
                 )
+            import shutil  # here, not at the top: it loads bz2 and lzma, which `status` never needs
             for sub in ("root", "allocs", "dev"):
                 shutil.rmtree(self.dir / sub, ignore_errors=True)  # fd-based: never follows a planted link
             self._dir("allocs", create=True).close()
@@ -293,6 +296,7 @@ class SimNode:
         with self._dir("root/sys/class/kfd/kfd/proc", create=True) as procs:
             for name in procs.listdir():
                 if not name.isdigit() or int(name) not in per_pid:
+                    import shutil
                     shutil.rmtree(proc_dir / name, ignore_errors=True)
             for pid, gpus in per_pid.items():
                 with procs.subdir(str(pid), create=True) as d:

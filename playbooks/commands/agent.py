@@ -99,6 +99,26 @@ def register(app: typer.Typer) -> None:
                                               "default to keep the series bounded)."),
         hostname_label: bool = typer.Option(False, "--hostname-label",
                                             help="Add a hostname label to every metric (Prometheus adds instance)."),
+        kubernetes: bool = typer.Option(
+            False, "--kubernetes",
+            help="Kubernetes mode: name the pod of every GPU process and holder, keep the node condition "
+                 "GPUResidualVRAM and the taint gpuwarden.io/gpu-unhealthy current, post node Events, and (opt-in) "
+                 "serve AMD's device-plugin health; the node config's [kubernetes] table sets it up. In-cluster "
+                 "credentials, else KUBECONFIG."),
+        node_name: Optional[str] = typer.Option(None, "--node-name", metavar="NAME",
+                                                help="Kubernetes: this node's name (default: [kubernetes] node_name, "
+                                                     "NODE_NAME, the host name)."),
+        k8s_policy: Optional[str] = typer.Option(None, "--k8s-policy", metavar="POLICY",
+                                                 help="Kubernetes: taint (condition and taint, the default), "
+                                                      "condition (the condition only) or off."),
+        taint_after: Optional[str] = typer.Option(None, "--taint-after", metavar="DURATION",
+                                                  help="Kubernetes: how long residual VRAM must last before the "
+                                                       "taint, e.g. 2m (default: [kubernetes] taint_after, 2m)."),
+        amd_health: Optional[bool] = typer.Option(None, "--amd-health/--no-amd-health",
+                                                  help="Kubernetes: serve AMD's per-GPU health service for its "
+                                                       "device plugin (default: [kubernetes] health, off)."),
+        amd_health_socket: Optional[str] = typer.Option(None, "--amd-health-socket", metavar="PATH",
+                                                        help="Kubernetes: that service's unix socket."),
         yes: Yes = False,
         json_out: JsonOut = False,
     ) -> None:
@@ -111,6 +131,11 @@ def register(app: typer.Typer) -> None:
         (pass --backend sim for the simulated node) or another agent runs.
         """
         settings: Settings = ctx.obj
+        alias = ctx.info_name == "k8s-agent"  # the DaemonSet's command: Kubernetes mode, never detached
+        kubernetes, foreground = kubernetes or alias, foreground or alias
+        k8s_options = dict(node_name=node_name, policy=k8s_policy, taint_after=taint_after, health=amd_health,
+                           health_socket=amd_health_socket)
+        k8s_cfg = _kubernetes_config(settings, kubernetes, **k8s_options)
         if install_systemd:
             from playbooks.agentinstall import InstallUnitPlaybook
             from playbooks.output import execute, exit_with
@@ -128,16 +153,64 @@ def register(app: typer.Typer) -> None:
         from playbooks.agentpolicies import Policies
         agent = Agent(settings, cfg, socket=listen_unix, sampler=sampler)
         agent.add_observer(Policies(agent, cfg))  # before start: the first snapshot's events count too
+        k8s = _kubernetes_node(settings, k8s_cfg, agent, lambda: _kubernetes_config(settings, True, **k8s_options)) \
+            if k8s_cfg is not None else None
         exporter = _exporter(agent, metrics_listen, tls, per_process, hostname_label)
         url = exporter.start()  # binds before sampling starts: a busy port fails the start in one line
         try:
             agent.start()
         except BaseException:
             exporter.close()
+            if k8s is not None:
+                k8s.close()
             raise
+        if k8s is not None:
+            try:
+                k8s.start()  # a busy AMD health socket fails here, in one line
+            except BaseException:
+                agent.stop()
+                raise
         if url:
             agent.log("info", f"metrics on {url}")
         raise typer.Exit(agent.run())
+
+    app.command("k8s-agent", help="The node agent in Kubernetes mode, in the foreground: `gpuwarden agent "
+                "--kubernetes --foreground` with the same options (what deploy/k8s's DaemonSet runs).")(agent_cmd)
+
+
+_K8S_FLAGS = {"node_name": "--node-name", "policy": "--k8s-policy", "taint_after": "--taint-after",
+              "health": "--amd-health", "health_socket": "--amd-health-socket"}
+
+
+def _kubernetes_config(settings: Settings, on: bool, **overrides):
+    """The [kubernetes] table with the command line's overrides, checked before anything starts; None when off."""
+    given = [_K8S_FLAGS[k] for k, v in overrides.items() if v is not None]
+    if not on:
+        if given:
+            raise GpuwardenError(f"{given[0]} is an option of Kubernetes mode",
+                                 "add --kubernetes (or run `gpuwarden k8s-agent`)")
+        return None
+    from ops.k8s.config import for_settings
+    from ops.k8s.nodesignal import POLICIES
+    from ops.units import parse_duration
+    policy, taint_after = overrides.get("policy"), overrides.get("taint_after")
+    if policy is not None and policy not in POLICIES:
+        raise GpuwardenError(f"unknown --k8s-policy {policy!r}", f"choose one of: {', '.join(POLICIES)}")
+    if taint_after is not None:
+        overrides["taint_after"] = parse_duration(taint_after)
+    return for_settings(settings, **overrides)
+
+
+def _kubernetes_node(settings: Settings, k8s_cfg, agent, reread):
+    """Kubernetes mode attached to the agent: its lines are the agent's events (kind "kubernetes")."""
+    from ops.k8s.node import KubernetesNode
+    from ops.sampling.changes import NodeEvent
+
+    def log(level: str, text: str) -> None:
+        agent.emit(NodeEvent(time.time(), level, text, "kubernetes"))
+    node = KubernetesNode(settings, k8s_cfg, log=log, reread=reread)  # credentials are checked here
+    node.attach(agent)
+    return node
 
 
 def _tls(listen: str | None, cert: Path | None, key: Path | None, client_ca: Path | None):

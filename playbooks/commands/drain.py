@@ -24,6 +24,15 @@ def register(app: typer.Typer) -> None:
         grace: Optional[float] = typer.Option(None, "--grace", help="Seconds each engine gets between its stop "
                                               "signal and SIGKILL (default: the engine's stop_grace)."),
         reason: str = typer.Option("", "--reason", help="Why, for the journal and `status`."),
+        kubernetes: bool = typer.Option(False, "--kubernetes", help="First evict the pods holding the GPU through "
+                                        "the Eviction API (PodDisruptionBudgets respected; --grace is their "
+                                        "termination grace) and cordon the node."),
+        cordon: bool = typer.Option(True, "--cordon/--no-cordon", help="With --kubernetes: cordon the node so "
+                                    "evicted pods are placed elsewhere (undrain lifts only a cordon it set)."),
+        eviction_timeout: float = typer.Option(120.0, "--eviction-timeout", help="With --kubernetes: seconds to "
+                                               "keep retrying an eviction a PodDisruptionBudget refuses."),
+        node_name: Optional[str] = typer.Option(None, "--node-name", help="With --kubernetes: this node's name "
+                                                "(default: [kubernetes] node_name, NODE_NAME, the host name)."),
         dry_run: DryRun = False,
         yes: Yes = False,
         json_out: JsonOut = False,
@@ -43,8 +52,18 @@ def register(app: typer.Typer) -> None:
         from playbooks.output import execute, exit_with
         settings: Settings = ctx.obj
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
-        exit_with(execute(DrainPlaybook(gpu, timeout_s=timeout, grace_s=grace, reason=reason), settings,
-                          dry_run=dry_run, yes=yes, json_out=json_out, wait_s=wait))
+        if kubernetes:
+            from ops.k8s.config import for_settings
+            from ops.k8s.kube import connect
+            from playbooks.k8s_drain import KubernetesDrainPlaybook
+            cfg = for_settings(settings, node_name=node_name)
+            pb = KubernetesDrainPlaybook(gpu, node_name=cfg.resolved_node_name(), kube_factory=lambda: connect(cfg.kubeconfig),
+                                         cordon=cordon, eviction_timeout_s=eviction_timeout,
+                                         pod_resources_socket=cfg.pod_resources_socket,
+                                         timeout_s=timeout, grace_s=grace, reason=reason)
+        else:
+            pb = DrainPlaybook(gpu, timeout_s=timeout, grace_s=grace, reason=reason)
+        exit_with(execute(pb, settings, dry_run=dry_run, yes=yes, json_out=json_out, wait_s=wait))
 
     @app.command("undrain")
     def undrain_cmd(
@@ -52,6 +71,9 @@ def register(app: typer.Typer) -> None:
         gpu: int = typer.Argument(..., help="GPU index.", autocompletion=completion.gpus),
         dry_run: DryRun = False,
         yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for symmetry; undrain asks nothing."),
+        kubernetes: bool = typer.Option(False, "--kubernetes", help="Also uncordon the node, only if "
+                                        "`drain --kubernetes` cordoned it and no other GPU is drained."),
+        node_name: Optional[str] = typer.Option(None, "--node-name", help="With --kubernetes: this node's name."),
         json_out: JsonOut = False,
         wait: Wait = 0.0,
     ) -> None:
@@ -61,4 +83,12 @@ def register(app: typer.Typer) -> None:
         from playbooks.output import execute, exit_with
         settings: Settings = ctx.obj
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
-        exit_with(execute(UndrainPlaybook(gpu), settings, dry_run=dry_run, yes=yes, json_out=json_out, wait_s=wait))
+        pb = UndrainPlaybook(gpu)
+        if kubernetes:
+            from ops.k8s.config import for_settings
+            from ops.k8s.kube import connect
+            from playbooks.k8s_drain import KubernetesUndrainPlaybook
+            cfg = for_settings(settings, node_name=node_name)
+            pb = KubernetesUndrainPlaybook(gpu, node_name=cfg.resolved_node_name(),
+                                           kube_factory=lambda: connect(cfg.kubeconfig))
+        exit_with(execute(pb, settings, dry_run=dry_run, yes=yes, json_out=json_out, wait_s=wait))

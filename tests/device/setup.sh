@@ -12,6 +12,9 @@ python3 -c 'import nvitop' 2>/dev/null || need+=(nvitop)
 python3 -c 'import jsonschema' 2>/dev/null || need+=(jsonschema jsonschema_specifications referencing rpds_py attrs)
 python3 -c 'import prometheus_client' 2>/dev/null || need+=(prometheus_client)
 python3 -c 'import nvitop_exporter' 2>/dev/null || need+=(nvitop_exporter)
+python3 -c 'import xxhash' 2>/dev/null || need+=(xxhash)
+python3 -c 'import re2' 2>/dev/null || need+=(google_re2)
+python3 -c 'import rich' 2>/dev/null || need+=(rich pygments)
 if [ ${#need[@]} -gt 0 ] && [ -d .device/wheels ]; then
     files=()
     for n in "${need[@]}"; do files+=($(ls .device/wheels/${n}-*.whl 2>/dev/null)); done

@@ -45,7 +45,8 @@ def gpu_summary(snap: NodeSnapshot, index: int) -> Text:
         for h in r.holders:
             t.append(f"\nholder pid {h.pid if h.pid is not None else '-'}: ", style=S["residual"])
             t.append(f"{h.reason}, {text.size(h.vram_bytes) if h.vram_bytes is not None else 'size unknown'} — "
-                     f"{h.detail}" + (f" [{text.clip(h.command, 40)}]" if h.command else ""))
+                     f"{h.detail}" + (f" [{text.clip(h.command, 40)}]" if h.command else "")
+                     + (f" — pod {h.namespace}/{h.pod}" + (" (deleted)" if h.pod_deleted_at else "") if h.pod else ""))
     return t
 
 
@@ -84,4 +85,5 @@ class GpuDetailScreen(Screen[None]):
             vram = p.vram.get(self.index)
             table.add_row(str(p.pid), p.user or "?", Text(p.state, style="" if p.alive else S["phase.bad"]),
                           text.size(vram) if vram is not None else "files only", p.sources.get(self.index, "-"),
-                          p.container or "-", text.clip(p.command or "(gone)", 60), key=str(p.pid))
+                          f"{p.namespace}/{p.pod}" if p.pod else (p.container or "-"),  # Kubernetes: the pod
+                          text.clip(p.command or "(gone)", 60), key=str(p.pid))

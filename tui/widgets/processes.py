@@ -30,9 +30,8 @@ class Column:
 
 def workload(p: GpuProcess) -> str:
     """namespace/pod/container when the process record knows them (Kubernetes), else the container id."""
-    parts = [getattr(p, name, None) for name in ("namespace", "pod", "container_name")]
-    if parts[1]:
-        return "/".join(x for x in parts if x)
+    if p.pod:
+        return "/".join(x for x in (p.namespace, p.pod, p.container_name) if x)
     return (p.container or "")[:12] or "-"
 
 

@@ -1,0 +1,90 @@
+"""Run one command on many nodes at once: bounded concurrency, a deadline per node, a result per node.
+
+A node that cannot be reached, or does not answer in time, is a result with its reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from .inventory import Host
+from .ssh import SshSettings, Unreachable, connect
+
+NOT_FOUND = 127  # what a POSIX shell answers for a command it cannot find
+
+
+@dataclass(frozen=True)
+class HostResult:
+    host: Host
+    exit_status: int | None  # None: the command never ran (see error)
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+    hint: str | None = None
+    duration_s: float = 0.0
+
+    @property
+    def reached(self) -> bool:
+        return self.error is None
+
+
+Job = Callable[[Host, object], Awaitable[HostResult]]
+
+
+async def run_command(conn, host: Host, command: str, started: float) -> HostResult:
+    """`command` through the node's shell on an open connection; stdout/stderr kept whole."""
+    done = await conn.run(command, check=False)
+    status = done.exit_status if done.exit_status is not None else 255
+    stderr = done.stderr or ""
+    if status == NOT_FOUND and "not found" in stderr:
+        first = command.split()[0] if command.split() else command
+        return HostResult(host, None, done.stdout or "", stderr, f"{first!r} not found on the node",
+                          "install gpuwarden there, or set command = \"/path/to/gpuwarden\" in the fleet config "
+                          "(--remote-command)", time.monotonic() - started)
+    return HostResult(host, status, done.stdout or "", stderr, duration_s=time.monotonic() - started)
+
+
+async def _one(host: Host, ssh: SshSettings, timeout: float, job: Callable, sem: asyncio.Semaphore) -> HostResult:
+    async with sem:
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(timeout):
+                conn = await connect(host, ssh)
+                async with conn:
+                    return await job(conn, host, started)
+        except Unreachable as exc:
+            return HostResult(host, None, error=exc.message, hint=exc.hint, duration_s=time.monotonic() - started)
+        except TimeoutError:
+            return HostResult(host, None, error=f"no answer within {timeout:g}s (per-host --timeout)",
+                              hint="the node or its sshd may hang; try `ssh` to it by hand",
+                              duration_s=time.monotonic() - started)
+        except OSError as exc:
+            return HostResult(host, None, error=f"connection lost: {exc.strerror or exc}",
+                              duration_s=time.monotonic() - started)
+        except Exception as exc:  # an SSH library error mid-command: that node's result, not the fleet's end
+            return HostResult(host, None, error=f"{type(exc).__name__}: {exc}", duration_s=time.monotonic() - started)
+
+
+async def fan_out(hosts: list[Host], job: Callable, ssh: SshSettings, *, parallel: int, timeout: float,
+                  on_result: Callable[[HostResult], None] | None = None) -> list[HostResult]:
+    """`job(conn, host, started)` on every host, at most `parallel` at once; results in the hosts' order."""
+    sem = asyncio.Semaphore(max(1, parallel))
+
+    async def tracked(host: Host) -> HostResult:
+        result = await _one(host, ssh, timeout, job, sem)
+        if on_result is not None:
+            on_result(result)
+        return result
+
+    return list(await asyncio.gather(*(tracked(h) for h in hosts)))
+
+
+def run_everywhere(hosts: list[Host], command: str | Callable[[Host], str], ssh: SshSettings, *, parallel: int,
+                   timeout: float, on_result: Callable[[HostResult], None] | None = None) -> list[HostResult]:
+    """A shell command (or one per host) on every host; blocks until each has answered or timed out."""
+    def job(conn, host: Host, started: float):
+        return run_command(conn, host, command(host) if callable(command) else command, started)
+    return asyncio.run(fan_out(hosts, job, ssh, parallel=parallel, timeout=timeout, on_result=on_result))

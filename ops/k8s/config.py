@@ -1,0 +1,78 @@
+"""The `[kubernetes]` table of the node config: policy, grace before the taint, sockets, node name.
+
+Parsed with the rest of node.toml (errors name file, line and key); the agent's flags override it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import GpuwardenError
+from ..units import parse_duration
+from .health import DEFAULT_SOCKET as HEALTH_SOCKET
+from .nodesignal import POLICIES
+from .podresources import DEFAULT_SOCKET as PODRESOURCES_SOCKET
+
+KEYS = {"policy", "taint_after", "clear_after", "node_name", "pod_resources_socket", "health", "health_socket",
+        "kubeconfig"}
+
+
+@dataclass(frozen=True)
+class KubernetesConfig:
+    policy: str = "taint"  # taint | condition | off
+    taint_after: float = 120.0  # seconds residual must last before the taint
+    clear_after: float = 10.0  # seconds clean before the taint goes (unless a purge/reset verified it)
+    node_name: str | None = None  # default: NODE_NAME, else the host name
+    pod_resources_socket: str = PODRESOURCES_SOCKET
+    health: bool = False  # serve AMD's per-GPU health service (opt-in)
+    health_socket: str = HEALTH_SOCKET
+    kubeconfig: str | None = None
+
+    def resolved_node_name(self) -> str:
+        return self.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def parse(raw: Any, fail: Callable[[str | None, str, str], Exception]) -> KubernetesConfig:
+    """Validate the table; fail(key, problem, hint) builds the error that names the line."""
+    if not isinstance(raw, dict):
+        raise fail(None, "must be a table", 'write [kubernetes] with policy = "taint" under it')
+    for key in raw:
+        if key not in KEYS:
+            raise fail(key, "unknown key", f"[kubernetes] takes {', '.join(sorted(KEYS))}")
+    out: dict[str, Any] = {}
+    if "policy" in raw:
+        if raw["policy"] not in POLICIES:
+            raise fail("policy", f"must be one of {', '.join(POLICIES)}, got {raw['policy']!r}",
+                       '"taint": condition and taint; "condition": the condition only; "off": neither')
+        out["policy"] = raw["policy"]
+    for key in ("taint_after", "clear_after"):
+        if key in raw:
+            try:
+                out[key] = parse_duration(raw[key])
+            except GpuwardenError:
+                raise fail(key, f"cannot read duration {raw[key]!r}", f'e.g. {key} = "2m" (or "90s", or 120)') from None
+    for key in ("node_name", "pod_resources_socket", "health_socket", "kubeconfig"):
+        if key in raw:
+            if not isinstance(raw[key], str) or not raw[key]:
+                raise fail(key, "must be a non-empty string", f'e.g. {key} = "..."')
+            out[key] = raw[key]
+    if "health" in raw:
+        if not isinstance(raw["health"], bool):
+            raise fail("health", f"must be true or false, got {raw['health']!r}", "health = true serves AMD's "
+                       "device-plugin health socket")
+        out["health"] = raw["health"]
+    return KubernetesConfig(**out)
+
+
+def for_settings(settings, **overrides: Any) -> KubernetesConfig:
+    """The node config's [kubernetes] table (defaults without one), with command-line overrides applied."""
+    from dataclasses import replace
+
+    from ..nodeconfig import load
+    cfg = KubernetesConfig()
+    if settings.config_path.exists():
+        cfg = load(settings).kubernetes or cfg
+    return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,563 @@
+"""A Kubernetes API server stand-in on loopback: the subset gpuwarden uses, with the API's semantics.
+
+Written from the Kubernetes API reference (API concepts: resourceVersion preconditions and 409, watch
+streams with bookmarks and 410 Gone; strategic-merge, JSON-merge and JSON patches; the Eviction
+subresource answering 429 while a PodDisruptionBudget allows no disruption; Status bodies for errors)
+and driven by the official client. A real API server cannot run on these machines; this is the one
+stand-in the k8s tests use. Every request is logged, so tests can count what the agent costs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+# Lists that a strategic merge patch merges by a key instead of replacing (from the API types'
+# patchMergeKey/patchStrategy tags); every other list (spec.taints is listType=atomic) is replaced whole.
+MERGE_KEYS = {("status", "conditions"): "type", ("status", "addresses"): "type",
+              ("metadata", "ownerReferences"): "uid", ("spec", "containers"): "name"}
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+@dataclass
+class Request:
+    ts: float
+    method: str
+    path: str
+    query: dict
+    status: int
+    verb: str
+    resource: str
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details or {}
+
+    def status(self) -> dict:
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": self.reason, "details": self.details, "code": self.code}
+
+
+# --- patches ---------------------------------------------------------------------------------------
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def strategic_merge(target, patch, path=()):
+    """Strategic merge patch for the fields gpuwarden touches: maps merge, null deletes, keyed lists merge."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if k.startswith("$"):
+            continue  # directives ($patch, $retainKeys) are not used by gpuwarden
+        here = path + (k,)
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, list) and here[-2:] in MERGE_KEYS:
+            key = MERGE_KEYS[here[-2:]]
+            merged = [copy.deepcopy(x) for x in (out.get(k) or [])]
+            for item in v:
+                if not isinstance(item, dict) or key not in item:
+                    raise ApiError(400, "BadRequest", f"map: {item} does not contain declared merge key: {key}")
+                at = next((i for i, x in enumerate(merged) if x.get(key) == item[key]), None)
+                if item.get("$patch") == "delete":
+                    if at is not None:
+                        merged.pop(at)
+                elif at is None:
+                    merged.append({a: b for a, b in item.items() if not a.startswith("$")})
+                else:
+                    merged[at] = strategic_merge(merged[at], item, here)
+            out[k] = merged
+        elif isinstance(v, dict):
+            out[k] = strategic_merge(out.get(k), v, here)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _pointer(doc, pointer: str):
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
+    parent = doc
+    for p in parts[:-1]:
+        parent = parent[int(p)] if isinstance(parent, list) else parent[p]
+    return parent, parts[-1] if parts else ""
+
+
+def json_patch(doc, ops):
+    """RFC 6902 add/remove/replace/test (what a client may send to a node)."""
+    if not isinstance(ops, list):
+        raise ApiError(400, "BadRequest", "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        parent, last = _pointer(doc, op["path"])
+        kind = op.get("op")
+        try:
+            if kind == "test":
+                here = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+                if here != op.get("value"):
+                    raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our request: "
+                                                   f"testing value {op['path']} failed")
+            elif kind in ("add", "replace"):
+                if isinstance(parent, list):
+                    if last == "-":
+                        parent.append(op["value"])
+                    elif kind == "add":
+                        parent.insert(int(last), op["value"])
+                    else:
+                        parent[int(last)] = op["value"]
+                else:
+                    if kind == "replace" and last not in parent:
+                        raise ApiError(422, "Invalid", f"replace operation does not apply: doc is missing key: {op['path']}")
+                    parent[last] = op["value"]
+            elif kind == "remove":
+                if isinstance(parent, list):
+                    parent.pop(int(last))
+                else:
+                    del parent[last]
+            else:
+                raise ApiError(400, "BadRequest", f"unsupported JSON patch operation {kind!r}")
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise ApiError(422, "Invalid", f"doc is missing path: {op['path']}") from None
+    return doc
+
+
+# --- the server ------------------------------------------------------------------------------------
+class FakeApiServer:
+    """Holds nodes, pods, events and PDBs; serves them over HTTP on 127.0.0.1 (start()/stop())."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.rv = 1000
+        self.nodes: dict[str, dict] = {}
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.events: list[dict] = []
+        self.pdbs: list[dict] = []
+        self.history: list[tuple[int, str, dict]] = []  # pod watch events (rv, type, object)
+        self.history_floor = self.rv  # a watch from an older resourceVersion gets 410 Gone
+        self.compactions = 0
+        self.denied: set[tuple[str, str]] = set()  # (verb, resource) RBAC does not allow
+        self.allowed: set[tuple[str, str]] | None = None  # when set, only these (a ClusterRole's rules)
+        self.requests: list[Request] = []
+        self.on_delete: list = []  # callables (namespace, name) run when a pod is deleted
+        self.conflict_next: int = 0  # another client writes the node before each of the next N spec patches
+        self._stopping = False
+        self._timers: list[threading.Timer] = []
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "FakeApiServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self.cond:
+            self._stopping = True
+            self.cond.notify_all()
+        for t in self._timers:
+            t.cancel()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def write_kubeconfig(self, path: Path, token: str = "test-token") -> Path:
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "standin",
+            "clusters": [{"name": "standin", "cluster": {"server": self.url}}],
+            "users": [{"name": "agent", "user": {"token": token}}],
+            "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "agent"}}]}))
+        return path
+
+    def kube(self):
+        """A gpuwarden Kube on the official client, talking to this server."""
+        from kubernetes import client
+
+        from ops.k8s.kube import Kube
+        conf = client.Configuration(host=self.url)
+        conf.api_key = {"BearerToken": "test-token"}
+        conf.api_key_prefix = {"BearerToken": "Bearer"}
+        conf.retries = 0
+        return Kube(client.ApiClient(conf), host=self.url)
+
+    # --- objects the tests put in place ------------------------------------------------------------
+    def _bump(self, obj: dict) -> None:
+        self.rv += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
+
+    def add_node(self, name: str, taints: list | None = None, labels: dict | None = None) -> dict:
+        with self.cond:
+            node = {"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": name, "uid": str(uuid.uuid4()), "labels": labels or {},
+                                 "creationTimestamp": "2026-12-01T00:00:00Z"},
+                    "spec": {"taints": list(taints or [])},
+                    "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                               "message": "kubelet is posting ready status"}]}}
+            self._bump(node)
+            self.nodes[name] = node
+            return copy.deepcopy(node)
+
+    def node(self, name: str) -> dict:
+        with self.cond:
+            return copy.deepcopy(self.nodes[name])
+
+    def condition(self, node: str, ctype: str) -> dict | None:
+        return next((c for c in self.node(node)["status"].get("conditions", []) if c["type"] == ctype), None)
+
+    def taints(self, node: str) -> list[dict]:
+        return self.node(node)["spec"].get("taints") or []
+
+    def edit_node(self, name: str, fn) -> None:
+        """Change a node as another client would (bumps its resourceVersion)."""
+        with self.cond:
+            fn(self.nodes[name])
+            self._bump(self.nodes[name])
+
+    def add_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
+                containers: dict[str, str] | None = None, labels: dict | None = None) -> dict:
+        """containers: name -> container id (with its runtime prefix, e.g. containerd://<64 hex>)."""
+        with self.cond:
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4()),
+                                "labels": labels or {}},
+                   "spec": {"nodeName": node, "containers": [{"name": c} for c in (containers or {})]},
+                   "status": {"phase": "Running", "containerStatuses": [
+                       {"name": c, "containerID": cid, "ready": True} for c, cid in (containers or {}).items()]}}
+            self._bump(pod)
+            self.pods[(namespace, name)] = pod
+            self._record("ADDED", pod)
+            return copy.deepcopy(pod)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        with self.cond:
+            pod = self.pods.pop((namespace, name), None)
+            if pod is not None:
+                self._bump(pod)
+                self._record("DELETED", pod)
+        if pod is not None:
+            for hook in self.on_delete:  # the "kubelet" stopping the pod's containers
+                hook(namespace, name)
+
+    def add_pdb(self, namespace: str, name: str, match_labels: dict, disruptions_allowed: int) -> None:
+        with self.cond:
+            self.pdbs.append({"namespace": namespace, "name": name, "matchLabels": match_labels,
+                              "disruptionsAllowed": disruptions_allowed})
+
+    def set_pdb(self, name: str, disruptions_allowed: int) -> None:
+        with self.cond:
+            for p in self.pdbs:
+                if p["name"] == name:
+                    p["disruptionsAllowed"] = disruptions_allowed
+
+    def compact(self) -> None:
+        """Forget watch history (as etcd compaction does): open watches end with 410 Gone, and a watch
+        from any resourceVersion seen so far answers 410 too; clients must list again."""
+        with self.cond:
+            self.history.clear()
+            self.history_floor = self.rv + 1
+            self.compactions += 1
+            self.cond.notify_all()
+
+    def _record(self, kind: str, pod: dict) -> None:
+        self.history.append((self.rv, kind, copy.deepcopy(pod)))
+        self.cond.notify_all()
+
+    def calls(self, since: float = 0.0, *, verbs: tuple[str, ...] | None = None) -> list[Request]:
+        with self.cond:
+            return [r for r in self.requests if r.ts >= since and (verbs is None or r.verb in verbs)]
+
+    # --- request handling ----------------------------------------------------------------------------
+    def handle(self, method: str, path: str, query: dict, body: bytes, ctype: str):
+        """(status, object) for one request, or (200, generator) for a watch."""
+        route = self._route(method, path, query)
+        if route is None:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
+        verb, resource, fn, args = route
+        if (verb, resource) in self.denied or (self.allowed is not None and (verb, resource) not in self.allowed):
+            name = args[-1] if args else ""
+            raise ApiError(403, "Forbidden",
+                           f"{resource.split('/')[0]} \"{name}\" is forbidden: User "
+                           f"\"system:serviceaccount:gpuwarden:gpuwarden-agent\" cannot {verb} resource "
+                           f"\"{resource}\" in API group \"{'policy' if 'eviction' in resource else ''}\" "
+                           f"at the cluster scope",
+                           {"name": name, "kind": resource.split("/")[0]})
+        return fn(*args, query=query, body=body, ctype=ctype)
+
+    def _route(self, method, path, query):
+        watching = query.get("watch", [""])[0] in ("true", "1")
+        table = [
+            ("GET", r"/api/v1/nodes/([^/]+)", "get", "nodes", self._get_node),
+            ("PATCH", r"/api/v1/nodes/([^/]+)", "patch", "nodes", self._patch_node),
+            ("PATCH", r"/api/v1/nodes/([^/]+)/status", "patch", "nodes/status", self._patch_node_status),
+            ("GET", r"/api/v1/pods", "watch" if watching else "list", "pods", self._list_pods),
+            ("GET", r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", "get", "pods", self._get_pod),
+            ("GET", r"/api/v1/namespaces/([^/]+)/pods", "list", "pods", self._list_namespaced_pods),
+            ("POST", r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", "create", "pods/eviction", self._evict),
+            ("POST", r"/api/v1/namespaces/([^/]+)/events", "create", "events", self._create_event),
+        ]
+        for m, pattern, verb, resource, fn in table:
+            found = re.fullmatch(pattern, path)
+            if m == method and found:
+                return verb, resource, fn, found.groups()
+        return None
+
+    def _get_node(self, name, **_):
+        with self.cond:
+            if name not in self.nodes:
+                raise ApiError(404, "NotFound", f"nodes \"{name}\" not found", {"name": name, "kind": "nodes"})
+            return 200, copy.deepcopy(self.nodes[name])
+
+    def _apply(self, obj, body: bytes, ctype: str):
+        try:
+            patch = json.loads(body or b"null")
+        except ValueError:
+            raise ApiError(400, "BadRequest", "the body of the request was in an unknown format") from None
+        kind = ctype.split(";")[0].strip()
+        if kind == "application/strategic-merge-patch+json":
+            if not isinstance(patch, dict):
+                raise ApiError(400, "BadRequest", "json: cannot unmarshal array into Go value of type map[string]interface {}")
+            return strategic_merge(obj, patch)
+        if kind == "application/merge-patch+json":
+            return merge_patch(obj, patch)
+        if kind == "application/json-patch+json":
+            return json_patch(obj, patch)
+        raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted "
+                       f"media types include: application/json-patch+json, application/merge-patch+json, "
+                       f"application/apply-patch+yaml, application/strategic-merge-patch+json (got {kind!r})")
+
+    def _patch(self, name, body, ctype, *, status: bool):
+        with self.cond:
+            if name not in self.nodes:
+                raise ApiError(404, "NotFound", f"nodes \"{name}\" not found")
+            if not status and self.conflict_next > 0:
+                # Another client wrote the node between this client's read and its patch.
+                self.conflict_next -= 1
+                self._bump(self.nodes[name])
+            old = self.nodes[name]
+            new = self._apply(old, body, ctype)
+            want_rv = (new.get("metadata") or {}).get("resourceVersion")
+            if want_rv != old["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on nodes \"{name}\": the object has "
+                               "been modified; please apply your changes to the latest version and try again",
+                               {"name": name, "kind": "nodes"})
+            merged = copy.deepcopy(old)
+            if status:  # the status subresource changes status only
+                merged["status"] = new.get("status", {})
+            else:  # the main resource never changes status
+                merged["metadata"] = {**new.get("metadata", {}), "uid": old["metadata"]["uid"], "name": name}
+                merged["spec"] = new.get("spec", {})
+            _validate_node(merged)
+            self._bump(merged)
+            self.nodes[name] = merged
+            return 200, copy.deepcopy(merged)
+
+    def _patch_node(self, name, body, ctype, **_):
+        return self._patch(name, body, ctype, status=False)
+
+    def _patch_node_status(self, name, body, ctype, **_):
+        return self._patch(name, body, ctype, status=True)
+
+    def _list_pods(self, query, **_):
+        selector = query.get("fieldSelector", [""])[0]
+        node = selector.split("=", 1)[1] if selector.startswith("spec.nodeName=") else None
+        if query.get("watch", [""])[0] in ("true", "1"):
+            return 200, self._watch(node, query)
+        with self.cond:
+            items = [copy.deepcopy(p) for p in self.pods.values() if node is None or p["spec"]["nodeName"] == node]
+            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": str(self.rv)},
+                         "items": items}
+
+    def _watch(self, node, query):
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        timeout = float(query.get("timeoutSeconds", ["300"])[0])
+        bookmarks = query.get("allowWatchBookmarks", [""])[0] in ("true", "1")
+        deadline = time.monotonic() + timeout
+
+        def expired():
+            err = ApiError(410, "Expired", f"too old resource version: {since} ({self.history_floor})")
+            return {"type": "ERROR", "object": err.status()}
+
+        def stream():
+            sent = since
+            with self.cond:
+                generation = self.compactions
+                if since < self.history_floor:
+                    yield expired()
+                    return
+            while True:
+                with self.cond:
+                    if self.compactions != generation:
+                        yield expired()
+                        return
+                    batch = [(rv, k, o) for rv, k, o in self.history if rv > sent]
+                    if not batch:
+                        left = deadline - time.monotonic()
+                        if left <= 0 or self._stopping:
+                            if bookmarks:
+                                yield {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                                                                      "metadata": {"resourceVersion": str(self.rv)}}}
+                            return
+                        self.cond.wait(min(left, 0.5))
+                        continue
+                for rv, kind, obj in batch:
+                    sent = rv
+                    if node is None or obj["spec"]["nodeName"] == node:
+                        yield {"type": kind, "object": obj}
+        return stream()
+
+    def _list_namespaced_pods(self, namespace, query, **_):
+        selector = query.get("fieldSelector", [""])[0]
+        name = selector.split("=", 1)[1] if selector.startswith("metadata.name=") else None
+        with self.cond:
+            items = [copy.deepcopy(p) for (ns, n), p in self.pods.items() if ns == namespace and name in (None, n)]
+            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": str(self.rv)},
+                         "items": items}
+
+    def _get_pod(self, namespace, name, **_):
+        with self.cond:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                raise ApiError(404, "NotFound", f"pods \"{name}\" not found", {"name": name, "kind": "pods"})
+            return 200, copy.deepcopy(pod)
+
+    def _evict(self, namespace, name, body, **_):
+        req = json.loads(body or b"{}")
+        grace = ((req.get("deleteOptions") or {}).get("gracePeriodSeconds"))
+        dry = "All" in ((req.get("deleteOptions") or {}).get("dryRun") or [])
+        with self.cond:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                raise ApiError(404, "NotFound", f"pods \"{name}\" not found", {"name": name, "kind": "pods"})
+            if pod["metadata"].get("deletionTimestamp"):
+                return 201, _status_ok()
+            labels = pod["metadata"].get("labels") or {}
+            for pdb in self.pdbs:
+                if pdb["namespace"] == namespace and all(labels.get(k) == v for k, v in pdb["matchLabels"].items()):
+                    if pdb["disruptionsAllowed"] <= 0:
+                        raise ApiError(429, "TooManyRequests",
+                                       "Cannot evict pod as it would violate the pod's disruption budget.",
+                                       {"causes": [{"reason": "DisruptionBudget", "message":
+                                                    f"The disruption budget {pdb['name']} needs 1 healthy pods "
+                                                    "and has 1 currently"}]})
+                    if not dry:
+                        pdb["disruptionsAllowed"] -= 1
+            if dry:
+                return 201, _status_ok()
+            pod["metadata"]["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            pod["metadata"]["deletionGracePeriodSeconds"] = 30 if grace is None else grace
+            self._bump(pod)
+            self._record("MODIFIED", pod)
+        delay = 0.05 if not grace else min(float(grace), 2.0)  # terminated by the "kubelet"
+        t = threading.Timer(delay, self.delete_pod, (namespace, name))
+        t.daemon = True
+        self._timers.append(t)
+        t.start()
+        return 201, _status_ok()
+
+    def _create_event(self, namespace, body, **_):
+        event = json.loads(body)
+        meta = event.setdefault("metadata", {})
+        if not meta.get("name"):
+            meta["name"] = meta.get("generateName", "event.") + uuid.uuid4().hex[:10]
+        meta["namespace"] = namespace
+        if not event.get("involvedObject", {}).get("kind") or not event.get("reason"):
+            raise ApiError(422, "Invalid", "Event is invalid: involvedObject and reason are required")
+        with self.cond:
+            self._bump(event)
+            self.events.append(event)
+        return 201, event
+
+
+def _status_ok() -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
+def _validate_node(node: dict) -> None:
+    for t in (node.get("spec") or {}).get("taints") or []:
+        if not t.get("key") or t.get("effect") not in TAINT_EFFECTS:
+            raise ApiError(422, "Invalid", f"Node \"{node['metadata']['name']}\" is invalid: spec.taints: "
+                           f"Invalid value: {json.dumps(t)}: a taint needs a key and one of {TAINT_EFFECTS}")
+    keys = [(t.get("key"), t.get("effect")) for t in (node.get("spec") or {}).get("taints") or []]
+    if len(keys) != len(set(keys)):
+        raise ApiError(422, "Invalid", "spec.taints: Duplicate value: taints must be unique by key and effect")
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if not c.get("type") or c.get("status") not in ("True", "False", "Unknown"):
+            raise ApiError(422, "Invalid", f"status.conditions: Invalid value: {json.dumps(c)}")
+
+
+def _handler(api: FakeApiServer):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # the request log is api.requests
+            pass
+
+        def _serve(self, method: str):
+            url = urlparse(self.path)
+            query = parse_qs(url.query)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            route = api._route(method, url.path, query)
+            verb, resource = (route[0], route[1]) if route else ("?", "?")
+            try:
+                code, obj = api.handle(method, url.path, query, body, self.headers.get("Content-Type", ""))
+            except ApiError as exc:
+                code, obj = exc.code, exc.status()
+            with api.cond:
+                api.requests.append(Request(time.time(), method, url.path, query, code, verb, resource))
+            if hasattr(obj, "__next__"):
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for event in obj:
+                        line = (json.dumps(event) + "\n").encode()
+                        self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                self.close_connection = True
+                return
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._serve("GET")
+
+        def do_PATCH(self):
+            self._serve("PATCH")
+
+        def do_POST(self):
+            self._serve("POST")
+
+    return Handler
