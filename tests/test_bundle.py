@@ -405,8 +405,10 @@ def test_triage_reports_residual_vram_and_its_holders(sim, tmp_path):
 
 def test_bundle_playbook_is_what_cli_and_tui_run(cli, sim, tmp_path):
     from ops import journal
-    from playbooks.commands.bundle import BundlePlaybook
+    from playbooks.bundle import BundlePlaybook
     from playbooks.framework import run
+    # The command builds this very playbook (imported where it runs, to keep the CLI's start-up light).
+    assert "from playbooks.bundle import BundlePlaybook" in (REPO / "playbooks/commands/bundle.py").read_text()
     events = []
     res = run(BundlePlaybook(output=tmp_path, timeout_s=5), sim, sink=events.append)
     assert res.ok and Path(res.data["bundle"]).is_file()

@@ -14,8 +14,6 @@ import typer
 from ops.errors import GpuwardenError
 from ops.settings import Settings
 from ops.units import fmt_bytes, parse_size
-from playbooks.bundle import BundlePlaybook
-from playbooks.framework import Event, run
 
 HELP = """Collect an incident bundle: kernel log (dmesg, else journalctl -k, else /dev/kmsg), amd-smi /
 rocm-smi / nvidia-smi output, the gpuwarden snapshot, the raw sysfs/KFD/DRM-fdinfo and /proc files
@@ -92,6 +90,8 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print the result (path, collectors, triage) as JSON."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be collected, collect nothing."),
     ) -> None:
+        from playbooks.bundle import BundlePlaybook  # here, not at import: every gpuwarden command loads this module
+        from playbooks.framework import Event, run
         settings: Settings = ctx.obj
         playbook = BundlePlaybook(output=output, since=since, safe_mode=safe_mode, timeout_s=timeout,
                                   max_bytes=parse_size(max_bytes, bare_bytes=True))
@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(run(playbook, settings, sink=event_printer(json_out, settings.cli_words), dry_run=True).exit_code)
         progress = None if json_out else _progress_printer()
 
-        def sink(event: Event) -> None:
+        def sink(event: "Event") -> None:
             if progress and event.kind == "info" and "collector" in event.data:
                 progress("collected", event.data["collector"], event.data["done"], event.data["total"])
         try:

@@ -10,7 +10,6 @@ import sys
 
 import typer
 
-from ops import nodeconfig, redact
 from ops.safetext import printable
 from ops.settings import Settings
 from ops.units import fmt_bytes
@@ -126,6 +125,7 @@ def check_cmd(ctx: typer.Context,
     Exit 0 with a summary when it is valid; exit 2 when it is not, with one line per error that names the
     file, the line and the key, and says what is expected (every error, not only the first).
     """
+    from ops import nodeconfig, redact  # here, not at import: every gpuwarden command loads this module
     settings: Settings = ctx.obj
     cfg = nodeconfig.load(settings)
     note = None

@@ -15,8 +15,7 @@ import typer
 
 from playbooks.commands import completion
 
-from ops.engines import control, logs, registrations
-from ops.engines import state as st
+from ops.engines import state as st  # control, logs and registrations load in the commands that use them
 from ops.errors import GpuwardenError, NotFound
 from ops.safetext import printable
 from ops.settings import Settings
@@ -60,6 +59,7 @@ def list_cmd(ctx: typer.Context,
     An engine whose shim is gone while it claimed to be running shows as `stale`: its record is not
     to be trusted (the shim was killed, or the node rebooted).
     """
+    from ops.engines import registrations
     settings = _settings(ctx)
     infos = st.list_engines(settings)
     if json_out:
@@ -111,6 +111,7 @@ def logs_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine na
              follow: bool = typer.Option(False, "--follow", "-f",
                                          help="Keep printing new lines until Ctrl-C (or the engine has ended).")) -> None:
     """Print an engine's stdout and stderr (the shim keeps them, size-capped, in the state dir)."""
+    from ops.engines import logs
     settings = _settings(ctx)
     path = st.engine_dir(settings.state_dir, name) / st.LOG
     if not st.engine_dir(settings.state_dir, name).is_dir():
@@ -179,6 +180,7 @@ def restart_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine
                 timeout: Optional[float] = typer.Option(None, "--timeout", min=0,
                                                         help="Grace before SIGKILL when stopping it.")) -> None:
     """Stop an engine (if it runs) and start it again under a new shim, with the spec it was launched with."""
+    from ops.engines import control
     settings = _settings(ctx)
     shim_pid = control.restart(settings, name, timeout_s=timeout)
     control.wait_for_record(settings, name, shim_pid)

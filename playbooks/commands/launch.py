@@ -11,7 +11,6 @@ import typer
 
 from playbooks.commands import completion
 
-from ops import nodeconfig
 from ops.settings import Settings
 
 
@@ -46,6 +45,7 @@ def register(app: typer.Typer) -> None:
         from playbooks.output import execute, exit_with
 
         settings: Settings = ctx.obj
+        from ops import nodeconfig  # here, not at import: every gpuwarden command loads this module
         config = nodeconfig.load(settings)
         playbook = LaunchPlaybook(config=config, engines=select(config, engines or []),
                                   stagger=stagger or config.stagger.slots, sequential=sequential,
