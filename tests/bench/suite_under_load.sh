@@ -19,11 +19,13 @@ summary=()
 for i in $(seq 1 "$runs"); do
     start=$(date +%s)
     load=$(cut -d' ' -f1 /proc/loadavg)
-    nice -n 10 bash tests/run-all.sh -q -p no:cacheprovider "$@" >"$logdir/run$i.log" 2>&1
+    /usr/bin/time -f "%U %S" -o "$logdir/run$i.cpu" \
+        nice -n 10 bash tests/run-all.sh -q -p no:cacheprovider "$@" >"$logdir/run$i.log" 2>&1
     rc=$?
     took=$(( $(date +%s) - start ))
+    cpu=$(awk '{printf "%.0f", $1 + $2}' "$logdir/run$i.cpu")
     outcome=$(grep -E '^[=]* ?[0-9]+ (passed|failed)' "$logdir/run$i.log" | tail -1 | tr -d '=')
-    summary+=("run $i: exit $rc, ${took}s wall, load at start $load:${outcome}")
+    summary+=("run $i: exit $rc, ${took}s wall, ${cpu}s CPU (suite and children), load at start $load:${outcome}")
     echo "${summary[-1]}"
 done
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), hog: stress-ng --cpu $(nproc) at nice 10"
