@@ -67,6 +67,10 @@ class Canary:
         self.out.flush()
 
     def phase(self, name: str, **data: object) -> None:
+        if self.o.hang_at == name:
+            # Before the phase is announced: whoever sees it may send SIGTERM at once.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.status.emit(name, gpu=self.o.gpu, node_gpu=self.node_gpu, runtime=self.o.runtime, **data)
         if self.o.crash_at == name:
             self.say(f"crashing at {name} with SIG{self.o.crash_signal.upper().removeprefix('SIG')} (fault switch)")
@@ -78,8 +82,6 @@ class Canary:
             time.sleep(5)  # a signal the process ignores by default falls through to here
         if self.o.hang_at == name:
             self.say(f"hanging at {name} (fault switch): only SIGKILL ends this process now")
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
             while True:
                 time.sleep(3600)
 

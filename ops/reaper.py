@@ -34,7 +34,7 @@ class Target:
 
     pid: int
     start_ticks: int
-    reason: str  # "zombie", "disk-sleep", "container-orphan", "dead-tenant"
+    reason: str  # "zombie", "disk-sleep", "container-orphan", "dead-tenant", "operator" (asked for by hand)
     command: str = ""
     gpus: tuple[int, ...] = ()
     vram_bytes: int | None = None
@@ -251,8 +251,9 @@ class Reaper:
             return out
         return self.terminate(target)
 
-    def terminate(self, target: Target) -> Outcome:
-        """A live process that should be gone: TERM, grace, KILL; then reap it if it stays a zombie."""
+    def terminate(self, target: Target, *, first: int = signal.SIGTERM) -> Outcome:
+        """A live process that should be gone: TERM, grace, KILL (or KILL at once when `first` is SIGKILL);
+        then reap it if it stays a zombie."""
         refusal = untouchable(target.pid, self.proc_root)
         if refusal:
             journal.write(self.settings.state_dir, "reaper", "reported", pid=target.pid, reason=target.reason,
@@ -260,7 +261,9 @@ class Reaper:
             return Outcome(target.pid, target.reason, "reported", f"not signalled: {refusal}",
                            next_step="stop it by hand if it really is a leftover")
         out = Outcome(target.pid, target.reason, "failed", "")
-        result = self._term_then_kill(target.pid, target.start_ticks, role="holder", target=target.pid, out=out)
+        result = self._term_then_kill(target.pid, target.start_ticks, role="holder", target=target.pid, out=out,
+                                      first=first, why="the operator asked to stop it"
+                                      if target.reason == "operator" else None)
         if result == "denied":
             out.detail = "no permission to signal it"
             out.next_step = "run gpuwarden as root or as its owner"
@@ -278,15 +281,17 @@ class Reaper:
         out.next_step = f"check /proc/{target.pid}/status; a process stuck in the driver needs a GPU reset"
         return out
 
-    def _term_then_kill(self, pid: int, ticks: int, *, role: str, target: int, out: Outcome) -> str:
-        why = f"{role} of residual VRAM" if role == "holder" else "parent does not reap its zombie child"
-        r = self.send(pid, ticks, signal.SIGTERM, role=role, target=target, why=why)
-        if r != "sent":
-            return r
-        out.signals.append(f"SIGTERM->{pid}")
-        self.progress(f"sent SIGTERM to {role} pid {pid}; waiting up to {self.grace_s:g}s")
-        if self._wait(lambda: self._exited(pid, ticks), self.grace_s):
-            return "exited"
+    def _term_then_kill(self, pid: int, ticks: int, *, role: str, target: int, out: Outcome,
+                        first: int = signal.SIGTERM, why: str | None = None) -> str:
+        why = why or (f"{role} of residual VRAM" if role == "holder" else "parent does not reap its zombie child")
+        if first == signal.SIGTERM:
+            r = self.send(pid, ticks, signal.SIGTERM, role=role, target=target, why=why)
+            if r != "sent":
+                return r
+            out.signals.append(f"SIGTERM->{pid}")
+            self.progress(f"sent SIGTERM to {role} pid {pid}; waiting up to {self.grace_s:g}s")
+            if self._wait(lambda: self._exited(pid, ticks), self.grace_s):
+                return "exited"
         r = self.send(pid, ticks, signal.SIGKILL, role=role, target=target, why=why + " (grace over)")
         if r != "sent":
             return r

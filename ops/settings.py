@@ -27,6 +27,9 @@ class Settings:
     opt_root: Path = Path("/opt")
     # Set when reading a captured tree (bundle replay): nothing live may be touched.
     replay: str | None = None
+    # The global options given on the command line (not from variables): a command a hint names
+    # repeats them, so it acts on the same node when pasted.
+    cli_words: tuple[str, ...] = ()
     # The live host's / mounted elsewhere (a DaemonSet's /host): its /sys and /proc are read there, yet the
     # node is live, so the real backends are used. Without it, a non-default root means a captured tree.
     host_root: Path | None = None

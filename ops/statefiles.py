@@ -165,6 +165,10 @@ SIM_NODE = Obj({"gpus": Num(1, 64, integer=True), "vram": COUNT, "gtt": COUNT, "
                 "resets": MapOf(COUNT, key="index")}, ("gpus", "vram", "gtt"))
 SIM_ALLOC = Obj({"pid": PID, "ticks": COUNT, "gpu": Num(0, 63, integer=True), "bytes": COUNT},
                 ("pid", "ticks", "gpu", "bytes"))
+SCENARIO = Obj({"name": Str(64), "ts": TIME, "engines": ListOf(Str(64), 64), "files": ListOf(STR, 64),
+                "config": STR, "processes": ListOf(Obj({"pid": PID, "ticks": COUNT, "what": Str(256),
+                                                        "reaps": ListOf(PID, 64)}, ("pid", "ticks")), 64)},
+               ("name",))
 REGISTRATION = Obj({"pid": PID, "start_ticks": Opt(COUNT), "gpu": Num(0, 1 << 16, integer=True), "bytes": COUNT,
                     "address": STR, "arena": Opt(STR), "chunks": COUNT, "since": TIME},
                    ("pid", "gpu", "bytes"))

@@ -19,8 +19,11 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click import ClickException  # type: ignore
 
 from ops import __version__, interrupts
+from ops.errors import GpuwardenError
 from ops.safetext import printable
 from ops.settings import Settings
+
+from .hints import Invocation
 
 app = typer.Typer(
     name="gpuwarden",
@@ -31,7 +34,7 @@ app = typer.Typer(
     "terminal) or a step failed; 2 error (bad input, missing file, no permission); 130 interrupted "
     "(143 by SIGTERM, 129 by SIGHUP: every command cleans up as it does for Ctrl-C).",
     no_args_is_help=False,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -39,7 +42,7 @@ app = typer.Typer(
 
 # Order is the order of `gpuwarden --help`.
 COMMAND_MODULES = (
-    "status", "doctor", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
+    "status", "doctor", "fix", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
     "baseline", "bundle", "triage", "config", "journal", "agent", "history", "metrics", "sim", "k8s", "fleet",
 )
 
@@ -82,8 +85,11 @@ def _global(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
+    invocation = _note_invocation(ctx, (("state_dir", "--state-dir"), ("config", "--config"),
+                                        ("backend", "--backend"), ("sysfs_root", "--sysfs-root"),
+                                        ("proc_root", "--proc-root")))
     from .globalopts import resolve
-    ctx.obj = resolve(state_dir, config, backend, sysfs_root, proc_root)
+    ctx.obj = resolve(state_dir, config, backend, sysfs_root, proc_root).with_(cli_words=tuple(invocation.words))
     if ctx.invoked_subcommand is None:
         # No command: the console when the program has one (tui.main sets it), else the help.
         if _default_action is None:
@@ -94,6 +100,16 @@ def _global(
             raise typer.Exit(code)
 
 
+def _note_invocation(ctx: typer.Context, options: tuple[tuple[str, str], ...]) -> Invocation:
+    """Record the global options given on the command line, so hints repeat them (playbooks.hints)."""
+    invocation = ctx.obj if isinstance(ctx.obj, Invocation) else Invocation()
+    for name, flag in options:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name == "COMMANDLINE" and ctx.params.get(name) is not None:
+            invocation.words += [flag, str(ctx.params[name])]
+    return invocation
+
+
 for _name in COMMAND_MODULES:
     importlib.import_module(f"playbooks.commands.{_name}").register(app)
 
@@ -102,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turn expected failures into one line and an exit code."""
     args = argv if argv is not None else sys.argv[1:]
     command = typer.main.get_command(app)
+    invocation = Invocation()
     _finite_numbers(command)
     interrupts.install()
     inner = command.invoke
@@ -115,8 +132,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def call() -> int:
         try:
-            rv = command.main(args=args, prog_name="gpuwarden", standalone_mode=False)
+            rv = command.main(args=args, prog_name="gpuwarden", obj=invocation, standalone_mode=False)
             return rv if isinstance(rv, int) else 0
+        except GpuwardenError as exc:
+            exc.hint = invocation.paste_ready(exc.hint)  # the commands it names get this line's global options
+            raise
         except _Interrupted as exc:
             raise exc.interrupt from None
         except typer.Exit as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ops import journal, nodestate
+from ops.units import fmt_bytes
 
 from . import nodecheck
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
@@ -46,7 +47,8 @@ class DrainPlaybook(Playbook):
                  destructive=True),
             Step("stop-engines", f"{stop_what} (stop signal, grace, SIGKILL)", self._stop, destructive=True),
             Step("wait-idle", f"wait up to {self.timeout_s:g}s until no process holds GPU {self.gpu} "
-                              "and its VRAM is back at the baseline", self._wait),
+                              "and its VRAM is back at the baseline (memory no process holds is not "
+                              "waited for: only a reset frees it)", self._wait),
         ]
 
     def _mark(self, ctx: RunContext) -> str:
@@ -68,18 +70,36 @@ class DrainPlaybook(Playbook):
             f"{r.name} ({r.result})" for r in results)
 
     def _wait(self, ctx: RunContext) -> str:
-        _, states = nodecheck.wait_idle(ctx.settings, [self.gpu], self.timeout_s, cancelled=ctx.cancelled)
+        # Right after an engine stopped, its VRAM may take a moment to return: only then is a short
+        # settle worth it before calling what is left ownerless.
+        snap, states = nodecheck.wait_idle_or_ownerless(ctx.settings, [self.gpu], self.timeout_s,
+                                                        settle_s=2.0 if ctx.scratch.get("stopped") else 0.0,
+                                                        cancelled=ctx.cancelled)
         state = states[self.gpu]
         ctx.scratch["remaining"] = list(state.problems)
         stopped = ctx.scratch.get("stopped", [])
         # One structured account for scripts (--json): what drain stopped, what is still there.
         ctx.info(f"GPU {self.gpu}: {len(stopped)} engine(s) stopped, {len(state.problems)} thing(s) remain",
                  gpu=self.gpu, stopped=stopped, remaining=list(state.problems))
-        if not state.ok:
-            raise StepFailed(f"GPU {self.gpu} is drained but not idle after {self.timeout_s:g}s: "
-                             + "; ".join(state.problems),
-                             f"stop those processes, or remove leftovers with `gpuwarden purge {self.gpu}`")
-        return f"GPU {self.gpu} is idle: no holders, VRAM at baseline"
+        if state.ok:
+            return f"GPU {self.gpu} is idle: no holders, VRAM at baseline"
+        ownerless = nodecheck.ownerless_only(snap, self.gpu)
+        if ownerless is not None:
+            # Drained and unused: drain's job is done. The leak is a reset's job, so `drain && reset` works.
+            ctx.scratch["ownerless"] = ownerless
+            return (f"GPU {self.gpu} is drained and unused, but {fmt_bytes(ownerless)} of VRAM is held by no "
+                    f"process: only a reset frees it (`gpuwarden reset {self.gpu}`, or `gpuwarden fix {self.gpu}` "
+                    "to reset and put it back in service)")
+        res = next((r for r in snap.residual if r.gpu_index == self.gpu), None)
+        holders = nodecheck.process_holders(res.holders) if res else []
+        live = nodecheck.live_users(snap, self.gpu)
+        if holders and not live:
+            hint = f"remove them with `gpuwarden purge {self.gpu}` (or `gpuwarden fix {self.gpu}`)"
+        else:
+            hint = (f"stop {'them' if len(live) > 1 else 'it'} (gpuwarden supervises none of them), then run "
+                    f"`gpuwarden drain {self.gpu}` again")
+        raise StepFailed(f"GPU {self.gpu} is drained but not idle after {self.timeout_s:g}s: "
+                         + "; ".join(state.problems), hint)
 
 
 class UndrainPlaybook(Playbook):

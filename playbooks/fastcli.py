@@ -131,7 +131,8 @@ def run(argv: list[str]) -> int | None:
             if code is not None:
                 return code
         from . import globalopts, statusview
-        settings = globalopts.resolve(**glob)  # type: ignore[arg-type]
+        words = tuple(w for name, key in _GLOBAL.items() if key in glob for w in (name, str(glob[key])))
+        settings = globalopts.resolve(**glob).with_(cli_words=words)  # type: ignore[arg-type]
         return statusview.run(settings, **opts)  # type: ignore[arg-type]
     # One shot: what it allocates goes with the process. The cycle collector's passes would cost ~1 ms while it
     # runs and ~4 ms at exit, where the interpreter's last collection walks every object left (of ~40 ms in all);

@@ -175,7 +175,8 @@ def run(
                   failed_step=failed, **playbook.summary())
     if failed:
         return finish(False, f"failed at step {failed}", failed_step=failed)
-    return finish(True, "done")
+    # A playbook may sum up its own success (fix: "GPU 2 is clean and verified"); plain "done" otherwise.
+    return finish(True, str(ctx.scratch.get("outcome") or "done"))
 
 
 def _run_steps(ctx: RunContext, playbook: Playbook, steps: list[Step], emit: Callable[[Event], None]) -> str | None:

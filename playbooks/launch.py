@@ -5,8 +5,11 @@ A crash before an engine registered stops the launch: it names the engine, its s
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ops import nodestate
@@ -60,9 +63,13 @@ class LaunchPlaybook(Playbook):
                 problems.append(f"GPU {e.gpu} (engine {e.name}) is drained"
                                 f"{' by ' + d['who'] if d.get('who') else ''}"
                                 f"{': ' + d['reason'] if d.get('reason') else ''}; "
-                                f"undrain it (gpuwarden undrain {e.gpu}) or leave {e.name} out")
+                                f"undrain it (`gpuwarden undrain {e.gpu}`) or leave {e.name} out")
             if control.supervised(ctx.settings, e.name):
-                problems.append(f"engine {e.name} is already running; stop it first (gpuwarden engines stop {e.name})")
+                problems.append(f"engine {e.name} is already running; stop it first "
+                                f"(`gpuwarden engines stop {e.name}`)")
+            missing = program_problem(e, self.config.path.resolve().parent)
+            if missing:
+                problems.append(f"engine {e.name}: {missing}; fix its argv in {self.config.path}")
         if any(e.progress == "preload" for e in self.engines):
             from ops.engines import preload
             if preload.missing():
@@ -70,8 +77,11 @@ class LaunchPlaybook(Playbook):
         if self.config.arena is not None:
             from pathlib import Path
             if not Path(self.config.arena.path).exists():
+                size = f"{self.config.arena.size}B" if self.config.arena.size else "SIZE"
+                if self.config.arena.size and self.config.arena.size % (1 << 30) == 0:
+                    size = f"{self.config.arena.size >> 30}GiB"
                 problems.append(f"arena {self.config.arena.path} does not exist; create it first "
-                                f"(gpuwarden arena create {self.config.arena.path} --size ...)")
+                                f"(`gpuwarden arena create {self.config.arena.path} --size {size}`)")
         return problems
 
     def plan(self, ctx: RunContext) -> list[Step]:
@@ -116,20 +126,21 @@ class LaunchPlaybook(Playbook):
 
     # --- starting and following ---------------------------------------------------------------
 
-    def _spawn(self, ctx: RunContext, engine: EngineConfig) -> None:
-        shim_pid = control.start(ctx.settings, engine, gate_slots=self.stagger,
+    def _spawn(self, ctx: RunContext, engines: tuple[EngineConfig, ...]) -> None:
+        pids = control.start_all(ctx.settings, engines, gate_slots=self.stagger,
                                  registration_timeout=self.config.stagger.registration_timeout,
                                  workdir=str(self.config.path.resolve().parent), launch_id=self.launch_id)
-        control.wait_for_record(ctx.settings, engine.name, shim_pid)
-        ctx.scratch.setdefault("shims", {})[engine.name] = shim_pid
-        ctx.info(f"{engine.name}: shim {shim_pid} started", engine=engine.name, shim_pid=shim_pid)
+        for engine in engines:
+            shim_pid = pids[engine.name]
+            control.wait_for_record(ctx.settings, engine.name, shim_pid)
+            ctx.scratch.setdefault("shims", {})[engine.name] = shim_pid
+            ctx.info(f"{engine.name}: shim {shim_pid} started", engine=engine.name, shim_pid=shim_pid)
 
     def _start(self, ctx: RunContext) -> str:
         ctx.scratch["launched_at"] = time.time()
         # Sequential launches start each engine only when the one before serves (in _follow).
         first = self.engines[:1] if self.sequential else self.engines
-        for engine in first:
-            self._spawn(ctx, engine)
+        self._spawn(ctx, first)
         return f"{len(first)} shim(s) started" + (", the rest follow one by one" if self.sequential else "")
 
     def _timeout(self) -> float:
@@ -157,7 +168,7 @@ class LaunchPlaybook(Playbook):
             if self.sequential and pending and seen.get(self.engines[len(started) - 1].name) == "serving":
                 nxt = pending.pop(0)
                 started.add(nxt.name)
-                self._spawn(ctx, nxt)
+                self._spawn(ctx, (nxt,))
                 continue
             if not pending and all(seen.get(n) == "serving" for n in started):
                 took = time.time() - t0
@@ -166,9 +177,10 @@ class LaunchPlaybook(Playbook):
                 return f"{len(started)} engine(s) serving after {took:.1f}s"
             if time.monotonic() > deadline:
                 waiting = ", ".join(f"{n} ({seen.get(n, 'starting')})" for n in sorted(started) if seen.get(n) != "serving")
+                first = next(n for n in sorted(started) if seen.get(n) != "serving")
                 raise StepFailed(f"not all engines serve after {self._timeout():.0f}s: {waiting}",
                                  "they keep running under their shims; see `gpuwarden engines list` and "
-                                 "`gpuwarden engines logs NAME`")
+                                 f"`gpuwarden engines logs {first}`")
             if ctx.cancelled.is_set():
                 raise StepFailed("launch cancelled; started engines keep running under their shims")
             time.sleep(self.poll_s)
@@ -220,6 +232,29 @@ class LaunchPlaybook(Playbook):
                 return {**record, **{k: v for k, v in latest.items() if k.startswith("bundle")}}
             time.sleep(0.1)
         return record
+
+
+def program_problem(engine: EngineConfig, config_dir: Path) -> str | None:
+    """Why the shim could not start `engine`'s program (missing, not executable), or None when it can.
+
+    Looked up the way the shim runs it: a path (relative to the engine's workdir, else the config's
+    directory), or a bare name on the PATH of the engine's environment.
+    """
+    program = engine.argv[0] if engine.argv else ""
+    if not program:
+        return "argv is empty"
+    if "/" in program:
+        where = Path(engine.workdir) if engine.workdir else config_dir
+        path = where / program if not program.startswith("/") else Path(program)
+        if not path.exists():
+            return f"program {program} does not exist" + (f" (looked in {where})" if path != Path(program) else "")
+        if path.is_dir() or not os.access(path, os.X_OK):
+            return f"program {program} is not executable"
+        return None
+    search = engine.env.get("PATH", os.environ.get("PATH", os.defpath))
+    if shutil.which(program, path=search) is None:
+        return f"program {program!r} is not on the PATH it runs with ({search})"
+    return None
 
 
 def select(config: NodeConfig, names: list[str]) -> tuple[EngineConfig, ...]:

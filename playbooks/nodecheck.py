@@ -14,6 +14,9 @@ from ops.model import GpuInfo, GpuProcess, NodeSnapshot
 from ops.settings import Settings
 from ops.units import fmt_bytes
 
+# Holder reasons with no process left to signal: only the driver (a reset) frees that memory.
+NO_PROCESS = ("kfd-without-process", "unknown-pid", "ownerless")
+
 
 def snapshot(settings: Settings) -> NodeSnapshot:
     """A fresh full snapshot of the live node (refused on a captured tree: nothing there can change)."""
@@ -88,6 +91,36 @@ def wait_idle(settings: Settings, gpus: list[int], timeout_s: float, *, poll_s: 
     return _poll(settings, look, timeout_s, poll_s, cancelled)
 
 
+def ownerless_only(snap: NodeSnapshot, index: int) -> int | None:
+    """Bytes of residual on GPU `index` when that is all that is wrong with it (no process uses or holds
+    it: only a reset frees that memory); None otherwise."""
+    left, holders = residual_left(snap, index)
+    if left is None or process_holders(holders) or users(snap, index):
+        return None
+    return left
+
+
+def wait_idle_or_ownerless(settings: Settings, gpus: list[int], timeout_s: float, *, settle_s: float = 2.0,
+                           poll_s: float = 0.25, cancelled=None) -> tuple[NodeSnapshot, dict[int, Idle]]:
+    """wait_idle, except that it stops early once the only thing left is residual VRAM no process holds
+    and it has not changed for `settle_s`: that memory never comes back without a reset."""
+    seen: dict = {"sizes": None, "since": 0.0}
+
+    def look(snap: NodeSnapshot):
+        states = {g: idle_state(snap, g) for g in gpus}
+        if all(s.ok for s in states.values()):
+            return (snap, states), True
+        sizes = {g: ownerless_only(snap, g) for g, s in states.items() if not s.ok}
+        if any(v is None for v in sizes.values()):
+            seen["sizes"] = None
+            return (snap, states), False
+        now = time.monotonic()
+        if sizes != seen["sizes"]:
+            seen["sizes"], seen["since"] = sizes, now
+        return (snap, states), now - seen["since"] >= settle_s
+    return _poll(settings, look, timeout_s, poll_s, cancelled)
+
+
 def _poll(settings: Settings, look, timeout_s: float, poll_s: float, cancelled):
     """Take snapshots until look(snap) says done, the timeout passes or the run is cancelled.
 
@@ -141,6 +174,44 @@ def residual_left(snap: NodeSnapshot, index: int) -> tuple[int | None, tuple]:
     if res is None:
         return None, ()
     return (res.residual if res.significant else None), res.holders
+
+
+def process_holders(holders: tuple) -> list:
+    """The holders that are a process something can act on (not a driver entry with no process behind it)."""
+    return [h for h in holders if h.pid is not None and h.reason not in NO_PROCESS]
+
+
+def wait_residual_settled(settings: Settings, gpus: list[int], timeout_s: float, *, settle_s: float = 1.0,
+                          poll_s: float = 0.25, cancelled=None) -> dict[int, tuple[int | None, tuple]]:
+    """Poll until the residual on `gpus` is gone, or only ownerless residual is left and it has stayed the
+    same for `settle_s` (memory no process holds will not come back without a reset: no point waiting
+    out the whole timeout for it). Returns what is left per GPU, as wait_residual_gone does."""
+    seen: dict = {"left": None, "since": 0.0}
+
+    def look(snap: NodeSnapshot):
+        left = {g: residual_left(snap, g) for g in gpus}
+        left = {g: v for g, v in left.items() if v[0] is not None or v[1]}
+        if not left:
+            return left, True
+        if any(process_holders(h) for _, h in left.values()):
+            seen["left"] = None
+            return left, False
+        sizes = {g: v[0] for g, v in left.items()}
+        now = time.monotonic()
+        if sizes != seen["left"]:
+            seen["left"], seen["since"] = sizes, now
+        return left, now - seen["since"] >= settle_s
+    return _poll(settings, look, timeout_s, poll_s, cancelled)
+
+
+def wait_unused(settings: Settings, gpus: list[int], timeout_s: float, *, ignore: set[int] = frozenset(),
+                poll_s: float = 0.25, cancelled=None) -> dict[int, list[GpuProcess]]:
+    """Poll until no live process (other than `ignore`) uses any GPU in `gpus`; returns who still does."""
+    def look(snap: NodeSnapshot):
+        busy = {g: [p for p in live_users(snap, g) if p.pid not in ignore] for g in gpus}
+        busy = {g: ps for g, ps in busy.items() if ps}
+        return busy, not busy
+    return _poll(settings, look, timeout_s, poll_s, cancelled)
 
 
 def wait_residual_gone(settings: Settings, gpus: list[int], timeout_s: float, *, poll_s: float = 0.25,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from typing import Callable
 
 import typer
@@ -14,16 +15,21 @@ import typer
 from ops.settings import Settings
 
 from .framework import Event, Playbook, Result, run
+from .hints import Invocation
 
 _MARK = {"step_ok": "ok", "step_failed": "FAILED", "step_skipped": "skipped"}
 
 
-def event_printer(json_out: bool, prefix: str = "") -> Callable[[Event], None]:
-    """Print events as they come; `prefix` (e.g. a fleet node's name) starts every text line."""
+def event_printer(json_out: bool, cli_words: tuple[str, ...] = (), prefix: str = "") -> Callable[[Event], None]:
+    """Print events as they come; `prefix` (e.g. a fleet node's name) starts every text line. Commands that
+    hints name get `cli_words`, the global options of this command line (playbooks.hints)."""
+    paste_ready = Invocation(list(cli_words)).paste_ready
+
     def echo(text: str, err: bool = False) -> None:
         typer.echo(prefix + text, err=err)
 
     def show(event: Event) -> None:
+        event = replace(event, message=paste_ready(event.message) or "")
         if json_out:
             sys.stdout.write(json.dumps(event.to_dict(), default=str) + "\n")
             sys.stdout.flush()
@@ -75,7 +81,8 @@ def execute(playbook: Playbook, settings: Settings, *, dry_run: bool, yes: bool,
             wait_s: float = 0.0) -> Result:
     """Run a playbook the CLI way and exit with its code."""
     try:
-        result = run(playbook, settings, sink=event_printer(json_out), dry_run=dry_run, assume_yes=yes,
+        result = run(playbook, settings, sink=event_printer(json_out, settings.cli_words), dry_run=dry_run,
+                     assume_yes=yes,
                      confirm=None if json_out else terminal_confirm(), lock_wait_s=wait_s)
     except KeyboardInterrupt:
         typer.echo(f"{playbook.name}: interrupted; the steps already done stay done (see `gpuwarden journal`)",

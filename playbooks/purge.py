@@ -21,8 +21,7 @@ from .report import bracketed
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
 from .reset import reset_step
 
-# Holder reasons with no process left to signal: only the driver (a reset) frees that memory.
-NO_PROCESS = ("kfd-without-process", "unknown-pid", "ownerless")
+NO_PROCESS = nodecheck.NO_PROCESS
 
 
 def _holders_in_scope(snap: NodeSnapshot, gpus: list[int]) -> list[Holder]:
@@ -229,8 +228,8 @@ class PurgePlaybook(Playbook):
         ctx.scratch["ownerless"] = ownerless
         if ownerless and not self.escalate_reset:
             hint = ("no holder is left: only a GPU reset frees it — next step: "
-                    + "; ".join(f"`gpuwarden drain {g} && gpuwarden reset {g}`" for g in ownerless)
-                    + " (or purge again with --escalate-reset)")
+                    + "; ".join(f"`gpuwarden fix {g}`" for g in ownerless)
+                    + " (drains, resets, verifies and undrains)")
         elif len(ownerless) == len(parts):
             ctx.info("; ".join(parts))
             return f"only ownerless residual left on GPU {', '.join(map(str, ownerless))}: escalating to a reset"

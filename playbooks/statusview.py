@@ -50,9 +50,11 @@ def _columns() -> int:
         return 100
 
 
-def _render(snap, width: int | None = None) -> str:
+def _render(settings: Settings, snap, width: int | None = None) -> str:
+    from .hints import Invocation
     from .report import render
-    return render(snap, width or _columns())
+    # Hints in warnings name commands to paste: they get the global options this command was given.
+    return Invocation(list(settings.cli_words)).paste_ready(render(snap, width or _columns())) or ""
 
 
 def run(settings: Settings, *, json_out: bool = False, watch: bool = False, interval: float = 2.0,
@@ -61,7 +63,7 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
     if bundle is not None:
         from ops.bundle.replay import snapshot_from_bundle
         snap = snapshot_from_bundle(bundle, settings)
-        _show(snap, json_out, watch)
+        _show(settings, snap, json_out, watch)
         return 1 if snap.needs_attention() else 0
     reply = agent_reply(settings)
     if reply is not None and not watch:
@@ -72,7 +74,7 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
             sys.stdout.flush()
         else:
             from ops.model import snapshot_from_dict
-            sys.stdout.write(_render(snapshot_from_dict(reply.json())) + "\n")
+            sys.stdout.write(_render(settings, snapshot_from_dict(reply.json())) + "\n")
         return 1 if attention or stale else 0
     if reply is not None:
         return _watch_agent(settings, json_out, interval)
@@ -80,11 +82,11 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
     try:
         snap = sampler.snapshot(deep=True)
         if not watch:
-            _show(snap, json_out, False)
+            _show(settings, snap, json_out, False)
             return 1 if snap.needs_attention() else 0
         try:
             while True:
-                _show(snap, json_out, True, interval)
+                _show(settings, snap, json_out, True, interval)
                 time.sleep(interval)
                 snap = sampler.snapshot()
         except KeyboardInterrupt:
@@ -105,18 +107,18 @@ def _watch_agent(settings: Settings, json_out: bool, interval: float) -> int:
                 raise GpuwardenError("the agent stopped answering", "run `gpuwarden status` again to sample here")
             snap = snapshot_from_dict(reply.json())
             code = 1 if snap.needs_attention() or (snap.agent or {}).get("stale") else 0
-            _show(snap, json_out, True, interval)
+            _show(settings, snap, json_out, True, interval)
             time.sleep(interval)
     except KeyboardInterrupt:
         return code
 
 
-def _show(snap, json_out: bool, watch: bool, interval: float = 0.0) -> None:
+def _show(settings: Settings, snap, json_out: bool, watch: bool, interval: float = 0.0) -> None:
     if json_out:
         sys.stdout.write(snap.to_json() + "\n")  # compact, as the agent serves it: scripts parse, jq pretties
         sys.stdout.flush()
         return
-    text = _render(snap)
+    text = _render(settings, snap)
     if not watch:
         sys.stdout.write(text + "\n")
         return

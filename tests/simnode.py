@@ -6,6 +6,8 @@ A tenant is `gpuwarden sim hold`; a "careless parent" spawns one and never reaps
 from __future__ import annotations
 
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
@@ -68,6 +70,44 @@ def proc_state(pid: int) -> str | None:
     return text[text.rfind(")") + 2]
 
 
+def ignores(pid: int, sig: int) -> bool:
+    """True once process `pid` ignores signal `sig` (its SigIgn mask in /proc/<pid>/status)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        pass
+    return False
+
+
 def kill_and_wait_zombie(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: proc_state(pid) == "Z", what=f"pid {pid} to become a zombie")
+
+
+def on_terminal(argv: list[str], answer: bytes, timeout: float = 30.0) -> tuple[int, str]:
+    """Run argv with stdin/stdout on a pseudo-terminal; answer the first prompt; return (rc, output)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    out, answered = b"", False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+            if not answered and b"Proceed?" in out:
+                os.write(master, answer)
+                answered = True
+        elif proc.poll() is not None:
+            break
+    rc = proc.wait(timeout=10)
+    os.close(master)
+    return rc, out.decode(errors="replace")

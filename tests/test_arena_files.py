@@ -57,7 +57,7 @@ def test_create_verify_inspect_roundtrip(cli, tmp_path):
 @pytest.mark.parametrize("offset", [0, 1 * MiB + 12345, 5 * MiB + 100])
 def test_one_flipped_byte_is_found_at_its_chunk(cli, tmp_path, offset):
     path = tmp_path / "w.arena"
-    make(cli, path, str(5 * MiB + 200), "1MiB")
+    make(cli, path, f"{5 * MiB + 200}B", "1MiB")
     flip(path, 4096 + offset)
     chunk = offset // MiB
     proc = cli("arena", "verify", str(path), "--json")

@@ -264,7 +264,7 @@ def test_triage_inside_bundle_and_cli(cli, sim, bindir, tmp_path, fixtures):
 
 def test_replay_reads_the_captured_tree(cli, sim, tmp_path):
     holder = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir), "sim", "hold",
-                               "--gpu", "1", "--size", "3G"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+                               "--gpu", "1", "--size", "3GiB"], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert "holding" in holder.stdout.readline()
         from ops import nodestate
@@ -384,7 +384,7 @@ def test_full_disk_leaves_no_partial_archive(cli, sim, bindir, tmp_path):
 
 def test_triage_reports_residual_vram_and_its_holders(sim, tmp_path):
     holder = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir), "sim", "hold",
-                               "--gpu", "0", "--size", "2G"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+                               "--gpu", "0", "--size", "2GiB"], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert "holding" in holder.stdout.readline()
         holder.kill()  # not reaped yet: a zombie that still holds its simulated VRAM
@@ -405,8 +405,10 @@ def test_triage_reports_residual_vram_and_its_holders(sim, tmp_path):
 
 def test_bundle_playbook_is_what_cli_and_tui_run(cli, sim, tmp_path):
     from ops import journal
-    from playbooks.commands.bundle import BundlePlaybook
+    from playbooks.bundle import BundlePlaybook
     from playbooks.framework import run
+    # The command builds this very playbook (imported where it runs, to keep the CLI's start-up light).
+    assert "from playbooks.bundle import BundlePlaybook" in (REPO / "playbooks/commands/bundle.py").read_text()
     events = []
     res = run(BundlePlaybook(output=tmp_path, timeout_s=5), sim, sink=events.append)
     assert res.ok and Path(res.data["bundle"]).is_file()

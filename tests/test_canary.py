@@ -91,8 +91,7 @@ def test_hang_at_phase_ignores_sigterm(tmp_path, state_dir):
     status = tmp_path / "c.status"
     proc = spawn(arena, status, state_dir, "--runtime", "host", "--hang-at", "registering")
     try:
-        wait_phase(status, "registering", proc)
-        time.sleep(0.2)
+        wait_phase(status, "registering", proc)  # announced once SIGTERM is ignored
         proc.send_signal(signal.SIGTERM)
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(1.0)

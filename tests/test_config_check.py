@@ -8,7 +8,7 @@ import pytest
 
 from ops.errors import ConfigError
 from ops.nodeconfig import parse
-from playbooks.commands.config import CANARY, FOUR_ENGINES
+from playbooks.commands.config import FOUR_ENGINES, RUNTIMES, canary_example
 
 GOOD = """\
 [stagger]
@@ -56,8 +56,9 @@ def test_examples_parse():
     assert all(e.restart == "on-failure" and e.progress == "preload" and e.gate_release == "ready"
                for e in four.engines)
     assert four.arena.size == 64 << 30 and four.stagger.slots == 1
-    canary = parse(CANARY, Path("canary.toml"))
-    assert all(e.progress == "status" for e in canary.engines)
+    for runtime in RUNTIMES:
+        canary = parse(canary_example(runtime), Path("canary.toml"))
+        assert all(e.progress == "status" and e.argv[-1] == runtime for e in canary.engines)
 
 
 def test_cli_check_one_line_error(tmp_path, cli):

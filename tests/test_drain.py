@@ -7,12 +7,10 @@ import os
 import subprocess
 
 import pytest
-from engines.harness import records, supervised  # noqa: F401
+from engines.harness import records, start_sim_tenant_engine, supervised  # noqa: F401
 
 from ops import nodestate
-from ops.engines import control
 from ops.engines import state as st
-from ops.nodeconfig import EngineConfig
 from ops.settings import Settings
 from simnode import cli_argv, start_tenant, wait_for
 
@@ -30,19 +28,9 @@ def _used(sim) -> dict[int, int]:
     return {g["index"]: g["vram_used"] for g in snap["gpus"]}
 
 
-def _engine(state_dir, name: str, gpu: int, size: str) -> None:
-    """Start `gpuwarden sim hold` as a supervised engine on `gpu` and wait until it serves."""
-    settings = Settings(state_dir=state_dir)
-    argv = tuple(cli_argv(state_dir, "sim", "hold", "--gpu", str(gpu), "--size", size))
-    eng = EngineConfig(name=name, argv=argv, gpu=gpu, progress="log", registered_pattern="^holding",
-                       stop_grace=3.0, gated=False)
-    control.start(settings, eng, gate_slots=1, registration_timeout=20, workdir=None)
-    wait_for(lambda: (st.read_state(state_dir, name) or {}).get("phase") == "serving", 20, f"{name} serving")
-
-
 def test_drain_stops_only_that_gpus_engines(sim, state_dir):
-    _engine(state_dir, "llm-a", 0, "4GiB")
-    _engine(state_dir, "llm-b", 1, "5GiB")
+    start_sim_tenant_engine(state_dir, "llm-a", 0, "4GiB")
+    start_sim_tenant_engine(state_dir, "llm-b", 1, "5GiB")
     assert _used(sim) == {0: 4 << 30, 1: 5 << 30, 2: 0}
     b_pid = records(state_dir)["llm-b"]["pid"]
 
@@ -73,7 +61,7 @@ def test_drain_reports_what_remains(sim, state_dir):
         proc = sim("drain", "2", "--yes", "--timeout", "0.5")
         assert proc.returncode == 1
         err = proc.stderr
-        assert f"used by pid {tenant.pid}" in err and "gpuwarden purge 2" in err
+        assert f"used by pid {tenant.pid}" in err and "stop it" in err and " drain 2` again" in err
         assert "no supervised engine runs on GPU 2" in proc.stdout
         assert tenant.poll() is None
         assert 2 in nodestate.drained(state_dir)

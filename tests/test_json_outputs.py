@@ -71,6 +71,7 @@ def test_playbook_lines_baseline_journal_engines(node):
     lines = check(run("baseline", "record", "--yes", "--json"), "gpuwarden.playbook-event/1")
     assert lines[0]["kind"] == "planned" and lines[-1]["kind"] == "done"
     check(run("drain", "1", "--dry-run", "--json"), "gpuwarden.playbook-event/1")
+    check(run("fix", "1", "--dry-run", "--json"), "gpuwarden.playbook-event/1")
     check(run("baseline", "show", "--json"), "gpuwarden.baseline/1")
     check(run("journal", "--json"), "gpuwarden.journal-entry/1")
     [eng] = check(run("engines", "list", "--json"), "gpuwarden.engines/1")

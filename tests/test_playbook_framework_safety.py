@@ -6,17 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pty
-import select
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from ops import nodestate, procs
-from simnode import cli_argv, start_tenant
+from simnode import cli_argv, on_terminal, start_tenant
 from test_reaper_family import holds_sim_vram, proc_state, start_family, wait_for
 
 
@@ -100,39 +96,12 @@ def test_no_terminal_and_no_yes_runs_nothing(node, state_dir, args):
     assert not any(e["action"] == "reaper-signal" for e in journal)
 
 
-def _on_terminal(argv: list[str], answer: bytes, timeout: float = 30.0) -> tuple[int, str]:
-    """Run argv with stdin/stdout on a pseudo-terminal; answer the first prompt; return (rc, output)."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
-    os.close(slave)
-    out, answered = b"", False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 0.1)
-        if ready:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-            if not answered and b"Proceed?" in out:
-                os.write(master, answer)
-                answered = True
-        elif proc.poll() is not None:
-            break
-    rc = proc.wait(timeout=10)
-    os.close(master)
-    return rc, out.decode(errors="replace")
-
-
 def test_terminal_confirmation_decides(node, state_dir):
     sim, fam, tenant, arena = node
-    rc, out = _on_terminal(cli_argv(state_dir, "drain", "2", "--timeout", "0.2"), b"n\n")
+    rc, out = on_terminal(cli_argv(state_dir, "drain", "2", "--timeout", "0.2"), b"n\n")
     assert "Proceed?" in out and rc == 1 and "cancelled" in out
     assert 2 not in nodestate.drained(state_dir)
-    rc, out = _on_terminal(cli_argv(state_dir, "drain", "2", "--timeout", "0.2"), b"y\n")
+    rc, out = on_terminal(cli_argv(state_dir, "drain", "2", "--timeout", "0.2"), b"y\n")
     assert "Proceed?" in out
     assert 2 in nodestate.drained(state_dir)  # ran (and failed only on the leak it cannot clear)
 

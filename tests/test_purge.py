@@ -92,7 +92,7 @@ def test_ownerless_leak_is_named_then_cleared_by_escalation(sim, state_dir):
     proc = sim("purge", "3", "--yes")
     assert proc.returncode == 1
     out = proc.stdout + proc.stderr
-    assert "held by no process" in out and "gpuwarden reset 3" in out and "--escalate-reset" in out
+    assert "held by no process" in out and "sim fix 3`" in out
     assert _residual(_status(sim), 3) == 4 << 30
 
     proc = sim("purge", "3", "--yes", "--escalate-reset", "--json")
@@ -301,7 +301,7 @@ def test_vram_charged_to_a_pid_that_no_longer_exists_needs_a_reset(cli, tmp_path
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1
     assert f"pid {gone.pid} on GPU 0 (kfd-without-process" in out and "only a GPU reset frees it" in out
-    assert "gpuwarden reset 0" in out
+    assert " fix 0`" in out
 
     proc = cli(*args, "purge", "0", "--yes", "--timeout", "0.5", "--escalate-reset", "--json",
                env={"PATH": str(tmp_path / "no-tools")})

@@ -11,6 +11,7 @@ import time
 
 from ops import procs
 from ops.reaper import Reaper, Target, untouchable
+from simnode import ignores
 from test_reaper_family import proc_state, start_family, wait_for
 
 
@@ -67,8 +68,7 @@ def test_stubborn_tenant_gets_term_then_kill(settings):
     fam = start_family([sys.executable, "-c", code], mode="direct")
     try:
         ticks = procs.identity(fam.tenant)
-        assert wait_for(lambda: proc_state(fam.tenant) == "S", 5)
-        time.sleep(0.2)  # let it install its handler
+        assert wait_for(lambda: ignores(fam.tenant, signal.SIGTERM), 10)
         out = _reaper(settings, grace_s=0.5).handle(Target(fam.tenant, ticks, "dead-tenant"))
         assert out.result == "removed", out
         assert [s.split("->")[0] for s in out.signals] == ["SIGTERM", "SIGKILL"]

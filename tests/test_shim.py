@@ -10,7 +10,7 @@ import sys
 import time
 
 from engines.harness import engine_argv, supervised  # noqa: F401
-from simnode import proc_state, wait_for
+from simnode import ignores, proc_state, wait_for
 
 from ops import procs
 from ops.engines import control
@@ -37,8 +37,9 @@ def test_shim_is_detached_and_ignores_hangup(supervised):
     # Its own session, not ours: closing our terminal cannot reach it.
     assert os.getsid(shim) != os.getsid(0)
     assert os.getsid(shim) != shim  # not a session leader either, so it can never gain a terminal
+    # Ignored signals are dropped when sent, so once the mask says so the hangup cannot end it later.
+    assert ignores(shim, signal.SIGHUP)
     os.kill(shim, signal.SIGHUP)
-    time.sleep(0.2)
     assert st.shim_alive(st.read_state(supervised, "e0"))
     record = st.read_state(supervised, "e0")
     env = procs.ProcReader().visibility(record["pid"])
@@ -88,7 +89,7 @@ def test_stop_escalates_to_sigkill_after_grace(supervised):
     t0 = time.monotonic()
     result = control.stop(settings, "e0")
     assert result.result == "stopped"
-    assert 0.3 <= time.monotonic() - t0 < 5
+    assert 0.3 <= time.monotonic() - t0 < 15  # the grace was kept, and the kill came (a busy machine is slow)
     record = st.read_state(supervised, "e0")
     assert record["signal"] == "SIGKILL" and record["phase"] == "exited" and record["stopped_by_request"]
     actions = [line for line in (supervised / "journal.log").read_text().splitlines() if "engine-signal" in line]
@@ -180,5 +181,8 @@ def test_an_exited_engines_leftover_children_are_killed_and_journalled(supervise
 def test_an_engine_that_leaves_nothing_behind_gets_no_leftover_line(supervised):
     _start(supervised, "--exit-after-register", "0", name="clean")
     wait_for(lambda: _phase(supervised, "clean") == "exited", 10, "exited")
-    journal = (supervised / "journal.log").read_text()
-    assert "engine-exit" in journal and "engine-leftovers" not in journal
+    # The shim saves the phase, then journals the exit; its leftover check comes before both. So the
+    # exit line is the moment to look (the phase alone raced the journal on a loaded machine).
+    journal = wait_for(lambda: "engine-exit" in (text := (supervised / "journal.log").read_text()) and text,
+                       10, "the engine-exit journal line")
+    assert "engine-leftovers" not in journal

@@ -15,6 +15,7 @@ import pytest
 from simnode import proc_state, start_tenant, wait_for
 from test_purge import _spawn_with_pid
 
+from ops import procs
 from ops.backends.sysfs import SysfsBackend
 from ops.pidwatch import PidWatch, usable
 from ops.settings import Settings
@@ -122,16 +123,20 @@ def test_a_reused_pid_is_a_new_process_at_the_next_refresh(tracked):
     if not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):
         pytest.skip("needs root to choose the next PID (ns_last_pid)")
     old = holding(node, children, 0, 64 * MiB)
+    old_ticks = procs.identity(old.pid)
     was = entry(sampler.snapshot(deep=False), old.pid)
     assert was.command == "sleep 60"
     old.kill()
     old.wait()
     node.sync()  # its allocation and its KFD directory go
-    time.sleep(0.03)  # start ticks count in 10 ms: the next process must not share the old one's tick
+    # Start times count in clock ticks: the next process must not share the old one's tick.
+    hz = os.sysconf("SC_CLK_TCK")
+    wait_for(lambda: time.clock_gettime(time.CLOCK_BOOTTIME) * hz > old_ticks + 1, what="the next clock tick")
     new = _spawn_with_pid(old.pid, ["sleep", "61"])
     if new is None:
         pytest.skip("could not get the freed PID back (the machine forks too much right now)")
     children.append(new)
+    wait_for(lambda: proc_state(new.pid) == "S", what="the new process to sleep")  # a fresh exec runs first
     node.allocate(new.pid, 1, 128 * MiB)  # a new KFD directory under the same PID
     now = entry(sampler.snapshot(deep=False), old.pid)
     assert now.command == "sleep 61" and now.start_time > was.start_time

@@ -51,6 +51,16 @@ def _stop(settings: Settings, target: Target) -> Playbook:
     return StopEnginePlaybook(engine=target.engine or "", gpu=target.engine_gpu)
 
 
+def _restart(settings: Settings, target: Target) -> Playbook:
+    from playbooks.restart import RestartEnginePlaybook
+    return RestartEnginePlaybook(target.engine or "", target.engine_gpu)
+
+
+def _fix(settings: Settings, target: Target) -> Playbook:
+    from playbooks.fix import FixPlaybook
+    return FixPlaybook(target.gpu)
+
+
 def _drain(settings: Settings, target: Target) -> Playbook:
     from playbooks.drain import DrainPlaybook
     return DrainPlaybook(target.gpu)
@@ -85,6 +95,10 @@ def _bundle(settings: Settings, target: Target) -> Playbook:
 ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("launch", "l", "Launch engines", "start the node config's engines that are not running", "node", _launch),
     ActionSpec("stop", "s", "Stop engine", "stop the selected engine through its shim", "engine", _stop),
+    ActionSpec("restart", "r", "Restart engine", "start the selected engine again from its spec (a crashed one "
+               "too)", "engine", _restart),
+    ActionSpec("fix", "f", "Fix GPU", "purge the selected GPU's residual holders, reset it only if needed, verify",
+               "gpu", _fix),
     ActionSpec("drain", "d", "Drain GPU", "stop the selected GPU's engines and keep new ones off it", "gpu", _drain),
     ActionSpec("undrain", "u", "Undrain GPU", "put the selected GPU back in service", "gpu", _undrain),
     ActionSpec("reset", "R", "Reset GPU", "reset the selected (drained) GPU and verify it comes back empty", "gpu",

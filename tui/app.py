@@ -32,12 +32,16 @@ from .widgets.events import EventsPanel
 from .widgets.gpus import GpusPanel
 from .widgets.header import NodeHeader
 from .widgets.keystrip import KeyStrip
+from .widgets.processes import ProcessesPanel
 from .widgets.rowtable import RowTable
+from .layout import LayoutMixin
+from .prefs import Prefs
+from .process_actions import FilterInput, ProcessActionsMixin
 
 STALE_FACTOR = 2.0  # no snapshot for this many intervals: the panels are marked stale
 
 
-class GpuwardenApp(App):
+class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
     TITLE = "gpuwarden"
     CSS_PATH = "theme.tcss"
     COMMANDS = App.COMMANDS | {GpuwardenCommands}
@@ -48,12 +52,16 @@ class GpuwardenApp(App):
         Binding("t", "triage", "Triage", show=False),
         Binding("o", "progress", "Progress", show=False),
         Binding("ctrl+r", "refresh_now", "Refresh", show=False),
+        Binding("p", "cycle_layout", "Layout", show=False),
     ]
 
     def __init__(self, settings: Settings, *, source: SnapshotSource, refresh_s: float = 1.0,
                  read_only: bool = False, bundle: Path | None = None,
-                 on_exit: Callable[[], None] | None = None, watch_terminal: bool = False):
+                 on_exit: Callable[[], None] | None = None, watch_terminal: bool = False,
+                 prefs: Prefs | None = None, prefs_path: Path | None = None):
         super().__init__()
+        self.prefs = prefs or Prefs()
+        self.prefs_path = prefs_path  # None: settings changed here are not remembered (tests, replays)
         self.settings = settings
         self.source = source
         self.refresh_s = max(refresh_s, MIN_REFRESH_S)
@@ -75,6 +83,7 @@ class GpuwardenApp(App):
         if not self.read_only:
             for spec in ACTIONS:
                 self.bind(spec.key, f"act('{spec.name}')", description=spec.short)
+            self.bind("k", "stop_process", description="Kill")
 
     # --- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -82,13 +91,15 @@ class GpuwardenApp(App):
                          replay=str(self.bundle) if self.bundle else None, id="header")
         yield GpusPanel(id="gpus")
         yield EnginesPanel(id="engines")
+        yield ProcessesPanel(id="processes")
+        yield FilterInput(placeholder="filter processes (Enter keeps it, Esc clears it)", id="proc-filter")
         with Horizontal(id="bottom"):
             yield ArenaPanel(id="arena")
             yield EventsPanel(id="events")
         keys = [("q", "Quit"), ("?", "Keys")]
         if not self.read_only:
-            keys += [(a.key, a.short) for a in ACTIONS]
-        keys += [("enter", "Details"), ("^p", "Palette")]
+            keys += [(a.key, a.short) for a in ACTIONS] + [("k", "Kill")]
+        keys += [("p", "Procs"), ("enter", "Details"), ("^p", "Palette")]
         yield KeyStrip(keys, id="keys")
 
     def on_mount(self) -> None:
@@ -101,6 +112,12 @@ class GpuwardenApp(App):
             for sig in (signal.SIGHUP, signal.SIGTERM):
                 asyncio.get_running_loop().add_signal_handler(sig, self.exit)
         self.query_one("#gpus").focus()
+        self.apply_layout(self.prefs.layout)
+        if self.prefs.theme and self.prefs.theme in self.available_themes:
+            self.theme = self.prefs.theme
+        self.watch(self, "theme", self.theme_changed, init=False)
+        if self.prefs_note:
+            self.notify(self.prefs_note, severity="warning")
 
     def _start_sampling(self) -> None:
         """Start the sampler thread on self.source (the fleet console starts one per node it opens)."""
@@ -130,6 +147,7 @@ class GpuwardenApp(App):
         events = self.changes.feed(snap)
         self.snapshot = snap
         self.history.add(snap)
+        self.query_one(ProcessesPanel).feed(snap)
         self._draw(events)
 
     def _can_backfill(self, first: NodeSnapshot) -> bool:
@@ -172,6 +190,7 @@ class GpuwardenApp(App):
         width = self.size.width
         self.query_one(GpusPanel).show(snap, self.history, width)
         self.query_one(EnginesPanel).show(snap, width)
+        self.query_one(ProcessesPanel).show(snap, width)
         self.query_one(ArenaPanel).show(snap)
         self.query_one(EventsPanel).add(events)
         self._set_stale(False)
@@ -200,14 +219,14 @@ class GpuwardenApp(App):
 
     def _set_stale(self, stale: bool, age: float | None = None) -> None:
         note = f"stale: {duration(age)} old" if stale and age is not None else ""
-        for panel in self.query("#gpus, #engines, #arena"):
+        for panel in self.query("#gpus, #engines, #processes, #arena"):
             if getattr(panel, "stale_note", "") != note:
                 panel.stale_note = note
                 panel.border_subtitle = " · ".join(x for x in (getattr(panel, "subtitle", ""), note) if x)
         if stale == self._stale_shown:
             return  # restyling three panels twice a second would be most of an idle TUI's work
         self._stale_shown = stale
-        for panel in self.query("#gpus, #engines, #arena"):
+        for panel in self.query("#gpus, #engines, #processes, #arena"):
             panel.set_class(stale, "stale")
 
     def _show_header(self) -> None:
@@ -229,7 +248,7 @@ class GpuwardenApp(App):
                 self.notify("no engine selected")
                 return
             from .screens.engine_log import EngineLogScreen
-            self.push_screen(EngineLogScreen(engine.name, engine.log_path))
+            self.push_screen(EngineLogScreen(engine.name, engine.log_path, engine))
             return
         gpu = self.query_one(GpusPanel).selected_gpu()
         if gpu is None or self.snapshot is None:
@@ -253,10 +272,12 @@ class GpuwardenApp(App):
     def action_help(self) -> None:
         from .screens.help import HelpScreen
         keys = [("↑ ↓", "move in the focused panel"), ("tab", "next panel"), ("enter", "details of the selection"),
+                ("p", "layout: engines, processes, or both"), ("/", "filter the processes"),
+                ("< > I", "processes: sort column, reverse"), ("T", "processes: tree by parent"),
                 ("t", "triage of the last bundle"), ("o", "progress of the last playbook"),
                 ("ctrl+r", "refresh now"), ("ctrl+p", "command palette"), ("?", "this list"), ("q", "quit")]
         if not self.read_only:
-            keys = [(a.key, a.title) for a in ACTIONS] + keys
+            keys = [(a.key, a.title) for a in ACTIONS] + [("k", "Stop the selected process (TERM or KILL)")] + keys
         note = "read-only: no action keys" if self.read_only else "destructive actions ask first; Cancel is the default"
         if not self.is_screen_installed("help"):  # built once: the keys do not change while the app runs
             self.install_screen(HelpScreen(keys, note), name="help")
@@ -292,7 +313,7 @@ class GpuwardenApp(App):
         out = [("Show keys", "list every key", "help"), ("GPU details", "processes and holders of the selected GPU",
                                                           "details"),
                ("Bundle triage", "the triage summary of the last bundle", "triage"),
-               ("Refresh now", "take a snapshot now", "refresh_now")]
+               ("Refresh now", "take a snapshot now", "refresh_now")] + self.layout_palette()
         if not self.read_only:
             out = [(a.title, a.help, f"act('{a.name}')") for a in ACTIONS] + out
         return out

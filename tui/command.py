@@ -30,9 +30,16 @@ def require_terminal(what: str, instead: str) -> None:
                              f"from scripts use {instead}")
 
 
-def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float = 1.0,
+def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | None = None,
              bundle: Path | None = None) -> int:
-    """Run the TUI until the operator quits or the terminal goes away; returns the exit code."""
+    """Run the TUI until the operator quits or the terminal goes away; returns the exit code.
+
+    Without --refresh the remembered one applies (tui/prefs.py), else 1 s.
+    """
+    from . import prefs as console_prefs
+    remembered, note = console_prefs.load()
+    if refresh_s is None:
+        refresh_s = max(remembered.refresh or 1.0, MIN_REFRESH_S)
     if refresh_s < MIN_REFRESH_S:
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
     require_terminal("the console", "`gpuwarden status` (or `status --json`)")
@@ -46,7 +53,9 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float = 
         source, close = viewer_source(settings)
     from .app import GpuwardenApp
     app = GpuwardenApp(settings, source=source, refresh_s=refresh_s, read_only=read_only, bundle=bundle,
-                       on_exit=close, watch_terminal=not in_browser())
+                       on_exit=close, watch_terminal=not in_browser(), prefs=remembered,
+                       prefs_path=console_prefs.path())
+    app.prefs_note = note
     try:
         app.run()
     except OSError:
@@ -61,16 +70,18 @@ def register(app: typer.Typer) -> None:
         read_only: bool = typer.Option(False, "--read-only",
                                        help="Watch only: the action keys (launch, stop, drain, reset, purge, "
                                             "baseline, bundle) are not bound and not in the command palette."),
-        refresh: float = typer.Option(1.0, "--refresh", metavar="SECONDS",
-                                      help="Seconds between snapshots (0.25 or more). A slow backend call delays "
-                                           "the next one; it is never overlapped."),
+        refresh: Optional[float] = typer.Option(None, "--refresh", metavar="SECONDS",
+                                                help="Seconds between snapshots (0.25 or more; default: the one "
+                                                     "chosen in the console last time, else 1). A slow backend "
+                                                     "call delays the next one; it is never overlapped."),
         bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="FILE",
                                               help="Show the node captured in an incident bundle (read-only)."),
     ) -> None:
         """Open the live console: GPUs with residual VRAM, engines, arena, events; keys run the playbooks.
 
         Press ? inside for the keys and ctrl+p for the command palette. Destructive actions ask first,
-        with Cancel as the default button.
+        with Cancel as the default button. Theme, refresh and layout (p) are remembered in
+        $XDG_CONFIG_HOME/gpuwarden/tui.toml (default ~/.config).
         """
         code = open_tui(ctx.obj, read_only=read_only, refresh_s=refresh, bundle=bundle)
         if code:

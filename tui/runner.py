@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 
 class PlaybookRun:
-    def __init__(self, app: "App", playbook: Playbook, settings: "Settings", title: str):
+    def __init__(self, app: "App", playbook: Playbook, settings: "Settings", title: str, *, confirmed: bool = False):
         self.app = app
+        self.confirmed = confirmed  # the operator already said yes in a dialog of the action's own
         self.playbook = playbook
         self.settings = settings
         self.title = title
@@ -45,7 +46,7 @@ class PlaybookRun:
     def _main(self) -> None:
         try:
             self.result = run(self.playbook, self.settings, sink=self._sink, confirm=self._confirm,
-                              cancelled=self.cancelled)
+                              assume_yes=self.confirmed, cancelled=self.cancelled)
         except Exception as exc:  # run() catches expected failures; anything else must still end the run
             event = Event("done", self.playbook.name, None, f"{type(exc).__name__}: {exc}", {"ok": False})
             self._sink(event)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ops.units import fmt_bytes, sparkline  # noqa: F401  (panels call text.sparkline; the fleet table shares it)
+# Panels call text.sparkline; the fleet table shares it from ops.units.
+from ops.units import fmt_bytes, fmt_used_of, sparkline  # noqa: F401
 from .styles import STYLES as S
 
 
@@ -32,23 +33,13 @@ def size(n: int | None) -> str:
 
 
 def short_size(n: int | None) -> str:
-    """"14.0G", "512M": a size in at most six cells."""
-    if n is None:
-        return "-"
-    if n >= 1 << 30:
-        return f"{n / (1 << 30):.1f}G"
-    return f"{n / (1 << 20):.0f}M"
+    """"14.0Gi", "512Mi": a size in at most six cells."""
+    return "-" if n is None else fmt_bytes(n, compact=True)
 
 
 def used_of(used: int | None, total: int | None) -> str:
-    """"12.0/24.0G" in one unit, short enough for a narrow column."""
-    if used is None or total is None:
-        return "-"
-    gib = 1 << 30
-    if total >= gib:
-        return f"{used / gib:.1f}/{total / gib:.0f}G"
-    mib = 1 << 20
-    return f"{used / mib:.0f}/{total / mib:.0f}M"
+    """"12.0/24Gi" in one unit, short enough for a narrow column."""
+    return fmt_used_of(used, total)
 
 
 def num(value: float | None, fmt: str, unit: str = "") -> str:

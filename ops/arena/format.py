@@ -146,6 +146,19 @@ def _pread_exact(fd: int, size: int, offset: int) -> bytes:
     return bytes(out)
 
 
+def _quoted(path: str | Path) -> str:
+    import shlex  # only on the error path: status reads arena headers and keeps its imports few
+    return shlex.quote(str(path))
+
+
+def recreate_hint(path: str | Path, payload: int | None = None) -> str:
+    """The command that makes the arena again: pasteable when its payload size is known."""
+    where = _quoted(path)
+    if not payload:  # a header too damaged to say: the operator must supply the size, so no paste-ready command
+        return f"recreate it: gpuwarden arena create {where} --force --size and the size the weights need"
+    return f"recreate it with `gpuwarden arena create {where} --force --size {payload}B`"
+
+
 def read_header(fd: int, path: str | Path, file_size: int | None = None) -> Header:
     """Parse and check the header of an open arena file; raise ArenaError naming what is wrong."""
     if file_size is None:
@@ -154,12 +167,12 @@ def read_header(fd: int, path: str | Path, file_size: int | None = None) -> Head
     if len(fixed) < 8 or fixed[:8] != MAGIC:
         if len(fixed) < 8 and MAGIC.startswith(fixed):
             raise ArenaError("truncated", f"{path} is truncated: {file_size} bytes, shorter than an arena header",
-                             "recreate it with `gpuwarden arena create`")
+                             recreate_hint(path))
         raise ArenaError("bad-magic", f"{path} is not a gpuwarden arena (bad magic {fixed[:8]!r})",
                          "check the path; create one with `gpuwarden arena create`")
     if len(fixed) < FIXED:
         raise ArenaError("truncated", f"{path} is truncated inside its header ({file_size} bytes)",
-                         "recreate it with `gpuwarden arena create`")
+                         recreate_hint(path))
     (_, version, hsize, payload, chunk, count, algo, flags, created, host, hhash) = _FIXED.unpack(fixed)
     if version > VERSION:
         raise ArenaError("newer-version",
@@ -168,28 +181,28 @@ def read_header(fd: int, path: str | Path, file_size: int | None = None) -> Head
     if (version < 1 or algo != HASH_XXH3_64 or chunk <= 0 or chunk % PAGE or hsize % PAGE
             or count != chunk_count_for(payload, chunk) or count > MAX_CHUNKS or hsize < FIXED + 8 * count):
         raise ArenaError("bad-header", f"{path} has an inconsistent header (version {version}, chunk size {chunk}, "
-                         f"{count} chunks, header size {hsize})", "recreate it with `gpuwarden arena create`")
+                         f"{count} chunks, header size {hsize})", recreate_hint(path))
     if file_size < FIXED + 8 * count:  # say so before allocating a table the file cannot hold
         raise ArenaError("truncated", f"{path} is truncated inside its chunk table ({file_size} bytes)",
-                         "recreate it with `gpuwarden arena create`")
+                         recreate_hint(path, payload))
     table = _pread_exact(fd, 8 * count, FIXED)
     if len(table) < 8 * count:
         raise ArenaError("truncated", f"{path} is truncated inside its chunk table ({file_size} bytes)",
-                         "recreate it with `gpuwarden arena create`")
+                         recreate_hint(path, payload))
     check = bytearray(fixed + table)
     check[_HASH_FIELD] = bytes(8)
     if xxhash.xxh3_64_intdigest(bytes(check)) != hhash:
         raise ArenaError("bad-header", f"{path}: the header's own hash does not match (header corrupted)",
-                         "recreate it with `gpuwarden arena create`")
+                         recreate_hint(path))
     header = Header(version, hsize, payload, chunk, count, algo, flags, created,
                     printable(host.rstrip(b"\0").decode(errors="replace")), hhash, struct.unpack(f"<{count}Q", table))
     if file_size < header.file_size:
         raise ArenaError("truncated", f"{path} is truncated: {file_size} bytes, the header says {header.file_size}",
-                         "recreate it with `gpuwarden arena create`; was it copied while still being written?",
+                         recreate_hint(path, header.payload_size) + "; was it copied while still being written?",
                          expected=header.file_size, actual=file_size)
     if file_size > header.file_size:
         raise ArenaError("size-mismatch", f"{path} is {file_size} bytes, the header says {header.file_size}",
-                         "something appended to it; recreate it with `gpuwarden arena create`",
+                         "something appended to it; " + recreate_hint(path, header.payload_size),
                          expected=header.file_size, actual=file_size)
     return header
 
@@ -211,7 +224,8 @@ def open_arena(path: str | Path, write: bool = False) -> int:
         return fd
     except FileNotFoundError:
         raise ArenaError("missing", f"arena {path} does not exist",
-                         "create it with `gpuwarden arena create PATH --size SIZE`") from None
+                         f"create it: gpuwarden arena create {_quoted(path)} --size and the size the "
+                         "weights need (e.g. 32GiB), or --from the weights file") from None
     except PermissionError:
         raise ArenaError("no-permission", f"no permission to {'write' if write else 'read'} arena {path}",
                          "run as the arena's owner or root, or fix its mode") from None

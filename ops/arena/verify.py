@@ -66,7 +66,7 @@ def verify(path: str | Path, *, expect_size: int | None = None, workers: int | N
                 "hash-mismatch",
                 f"{path}: chunk {first} of {header.chunk_count} is corrupt (payload bytes {start}..{start + length - 1}, "
                 f"file offset {header.header_size + start})",
-                "the arena's content changed after creation; recreate it with `gpuwarden arena create`",
+                "the arena's content changed after creation; " + fmt.recreate_hint(path, header.payload_size),
                 chunk=first, payload_offset=start, file_offset=header.header_size + start, length=length)
         return Verified(str(path), header, clock.seconds, pool.workers, method)
     finally:

@@ -101,7 +101,7 @@ def collect_bundle(settings: Settings, *, output: str | Path | None = None, sinc
     if timeout_s <= 0:
         raise GpuwardenError(f"--timeout must be positive, not {timeout_s:g}")
     if max_bytes < 1024:
-        raise GpuwardenError(f"--max-bytes {max_bytes} is too small", "give at least 1K per output")
+        raise GpuwardenError(f"--max-bytes {max_bytes} is too small", "give at least 1KiB per output")
     sysfs_root, dev_roots, simulated = capture_roots(settings)
 
     # --- run ---------------------------------------------------------------------------------

@@ -82,8 +82,12 @@ def new_launch_id() -> str:
 
 def spawn_shim(settings: Settings, name: str) -> int:
     """Start the detached shim of engine `name` (its spec must exist) and return the shim's pid."""
+    return _shim_pid(settings, name, _fork_shim(settings, name))
+
+
+def _fork_shim(settings: Settings, name: str) -> subprocess.Popen:
+    """Fork the shim of `name` into its own session. From here on it runs whatever becomes of the caller."""
     state_dir = settings.state_dir.resolve()
-    d = st.engine_dir(state_dir, name)
     env = dict(os.environ)
     root = str(Path(ops.__file__).resolve().parent.parent)
     env[ORIG_PYTHONPATH] = env.get("PYTHONPATH", "")
@@ -93,19 +97,24 @@ def spawn_shim(settings: Settings, name: str) -> int:
         folder.unlink(st.STATE)
         shim_log = folder.open(st.SHIM_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "ops.engines.shim", "--name", name, "--state-dir", str(state_dir), "--detach"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=shim_log, cwd="/", env=env,
             start_new_session=True, close_fds=True,
         )
     finally:
         os.close(shim_log)
+
+
+def _shim_pid(settings: Settings, name: str, proc: subprocess.Popen) -> int:
+    """The supervising pid the detaching shim prints (it forks once more before printing it)."""
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     proc.stdout.close()
     proc.wait()
     if not line.isdigit():
-        raise GpuwardenError(f"the shim for engine {name!r} did not start (see {d / st.SHIM_LOG})",
+        raise GpuwardenError(f"the shim for engine {name!r} did not start "
+                             f"(see {st.engine_dir(settings.state_dir, name) / st.SHIM_LOG})",
                              "run `python -m ops.engines.shim --help` to check the installation")
     return int(line)
 
@@ -119,16 +128,39 @@ def supervised(settings: Settings, name: str) -> bool:
 def start(settings: Settings, engine: EngineConfig, *, gate_slots: int, registration_timeout: float,
           workdir: str | None, launch_id: str | None = None) -> int:
     """Write the spec and start the shim; refuse when a live shim already supervises that name."""
-    if supervised(settings, engine.name):
-        raise Refused(f"engine {engine.name!r} is already running under its shim",
-                      f"stop it first: gpuwarden engines stop {engine.name}")
+    return start_all(settings, (engine,), gate_slots=gate_slots, registration_timeout=registration_timeout,
+                     workdir=workdir, launch_id=launch_id)[engine.name]
+
+
+def start_all(settings: Settings, engines: tuple[EngineConfig, ...] | list[EngineConfig], *, gate_slots: int,
+              registration_timeout: float, workdir: str | None, launch_id: str | None = None) -> dict[str, int]:
+    """Start the shims of several engines at once; returns name -> shim pid.
+
+    Every spec is written and every shim forked before any is waited for: a launcher that dies (a dropped
+    SSH session) once the first engine serves has then already started them all, not just the first few.
+    """
+    for engine in engines:
+        if supervised(settings, engine.name):
+            raise Refused(f"engine {engine.name!r} is already running under its shim",
+                          f"stop it first: `gpuwarden engines stop {engine.name}`")
     launch_id = launch_id or new_launch_id()
-    write_spec(settings, engine, gate_slots=gate_slots, registration_timeout=registration_timeout,
-               workdir=workdir, launch_id=launch_id)
-    shim_pid = spawn_shim(settings, engine.name)
-    journal.write(settings.state_dir, "engine-start", "started", engine=engine.name, gpu=engine.gpu,
-                  shim_pid=shim_pid, launch_id=launch_id, argv=list(engine.argv))
-    return shim_pid
+    for engine in engines:
+        write_spec(settings, engine, gate_slots=gate_slots, registration_timeout=registration_timeout,
+                   workdir=workdir, launch_id=launch_id)
+    forked = [(engine, _fork_shim(settings, engine.name)) for engine in engines]
+    pids: dict[str, int] = {}
+    failure: GpuwardenError | None = None
+    for engine, proc in forked:
+        try:
+            pids[engine.name] = _shim_pid(settings, engine.name, proc)
+        except GpuwardenError as exc:
+            failure = failure or exc
+            continue
+        journal.write(settings.state_dir, "engine-start", "started", engine=engine.name, gpu=engine.gpu,
+                      shim_pid=pids[engine.name], launch_id=launch_id, argv=list(engine.argv))
+    if failure is not None:
+        raise failure
+    return pids
 
 
 @dataclass(frozen=True)

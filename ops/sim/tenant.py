@@ -48,3 +48,13 @@ def hold(state_dir: Path, gpus: list[int], nbytes: int, *, ready_fd=None) -> int
         for f in files:
             f.close()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m ops.sim.tenant STATE_DIR GPU BYTES`: a tenant process without the CLI around it."""
+    args = sys.argv[1:] if argv is None else argv
+    return hold(Path(args[0]), [int(args[1])], int(args[2]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

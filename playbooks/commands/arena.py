@@ -106,7 +106,8 @@ def create_cmd(
 @arena_app.command("verify")
 def verify_cmd(
     path: str = typer.Argument(..., help="Arena file."),
-    expect_size: Optional[str] = typer.Option(None, "--size", help="Fail unless the payload is exactly this size."),
+    expect_size: Optional[str] = typer.Option(None, "--size", help="Fail unless the payload is exactly this size "
+                                             "(e.g. 32GiB; a plain number is bytes, as `arena inspect` prints them)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Threads (default: every core)."),
     method: str = typer.Option("pread", "--method", help="pread (default) or mmap."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
@@ -119,7 +120,7 @@ def verify_cmd(
     """
     from ops.arena.verify import verify
     try:
-        done = verify(path, expect_size=parse_size(expect_size) if expect_size else None, workers=workers,
+        done = verify(path, expect_size=parse_size(expect_size, bare_bytes=True) if expect_size else None, workers=workers,
                       method=method, progress=_progress("verifying", not quiet and not json_out))
     except GpuwardenError as exc:
         if json_out:

@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from ops.settings import Settings
+from playbooks.commands import completion
 from playbooks.commands.playbook_options import DryRun, JsonOut, Wait
 
 baseline_app = typer.Typer(name="baseline", no_args_is_help=True, rich_markup_mode=None,
@@ -21,7 +22,8 @@ baseline_app = typer.Typer(name="baseline", no_args_is_help=True, rich_markup_mo
 @baseline_app.command("record")
 def record_cmd(
     ctx: typer.Context,
-    gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out."),
+    gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out.",
+                                        autocompletion=completion.gpus),
     force: bool = typer.Option(False, "--force", help="Record even when idle use looks like a leak."),
     dry_run: DryRun = False,
     yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for symmetry; recording asks nothing."),

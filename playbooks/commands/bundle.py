@@ -14,8 +14,6 @@ import typer
 from ops.errors import GpuwardenError
 from ops.settings import Settings
 from ops.units import fmt_bytes, parse_size
-from playbooks.bundle import BundlePlaybook
-from playbooks.framework import Event, run
 
 HELP = """Collect an incident bundle: kernel log (dmesg, else journalctl -k, else /dev/kmsg), amd-smi /
 rocm-smi / nvidia-smi output, the gpuwarden snapshot, the raw sysfs/KFD/DRM-fdinfo and /proc files
@@ -87,19 +85,22 @@ def register(app: typer.Typer) -> None:
         safe_mode: bool = typer.Option(False, "--safe-mode",
                                        help="Skip the vendor tools that can hang on a wedged GPU (amd-smi, rocm-smi, nvidia-smi)."),
         timeout: float = typer.Option(10.0, "--timeout", help="Seconds each collector may take.", min=0.1),
-        max_bytes: str = typer.Option("16M", "--max-bytes", help="Cap per output file; the tail is kept (e.g. 4M)."),
+        max_bytes: str = typer.Option("16MiB", "--max-bytes", help="Cap per output file; the tail is kept "
+                                      "(e.g. 4MiB; a plain number is bytes)."),
         json_out: bool = typer.Option(False, "--json", help="Print the result (path, collectors, triage) as JSON."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be collected, collect nothing."),
     ) -> None:
+        from playbooks.bundle import BundlePlaybook  # here, not at import: every gpuwarden command loads this module
+        from playbooks.framework import Event, run
         settings: Settings = ctx.obj
         playbook = BundlePlaybook(output=output, since=since, safe_mode=safe_mode, timeout_s=timeout,
-                                  max_bytes=parse_size(max_bytes))
+                                  max_bytes=parse_size(max_bytes, bare_bytes=True))
         if dry_run:
             from playbooks.output import event_printer
-            raise typer.Exit(run(playbook, settings, sink=event_printer(json_out), dry_run=True).exit_code)
+            raise typer.Exit(run(playbook, settings, sink=event_printer(json_out, settings.cli_words), dry_run=True).exit_code)
         progress = None if json_out else _progress_printer()
 
-        def sink(event: Event) -> None:
+        def sink(event: "Event") -> None:
             if progress and event.kind == "info" and "collector" in event.data:
                 progress("collected", event.data["collector"], event.data["done"], event.data["total"])
         try:

@@ -10,7 +10,6 @@ import sys
 
 import typer
 
-from ops import nodeconfig, redact
 from ops.safetext import printable
 from ops.settings import Settings
 from ops.units import fmt_bytes
@@ -71,10 +70,11 @@ argv = ["/opt/engine/bin/serve", "--arena", "/dev/shm/experts.arena", "--dp-rank
 CANARY = '''\
 # A canary per GPU: maps and verifies the arena, registers it, copies it to the GPU, serves until stopped.
 # The canary speaks the status protocol and takes a gate slot around its register call itself.
+# --runtime {runtime}: {runtime_note}
 
 [arena]
 path = "/dev/shm/canary.arena"
-size = "32GiB"
+size = "{size}"
 
 [stagger]
 slots = 1
@@ -86,16 +86,30 @@ stop_grace = 30
 restart = "no"
 
 # Inside an engine its one GPU is device 0 (the shim restricts visibility), hence --gpu 0.
+# The shim runs argv as given: `gpuwarden` must be on its PATH (activate the venv), or give the full path.
 [[engines]]
 name = "canary0"
 gpu = 0
-argv = ["gpuwarden", "canary", "--arena", "/dev/shm/canary.arena", "--gpu", "0", "--runtime", "hip"]
+argv = ["gpuwarden", "canary", "--arena", "/dev/shm/canary.arena", "--gpu", "0", "--runtime", "{runtime}"]
 
 [[engines]]
 name = "canary1"
 gpu = 1
-argv = ["gpuwarden", "canary", "--arena", "/dev/shm/canary.arena", "--gpu", "0", "--runtime", "hip"]
+argv = ["gpuwarden", "canary", "--arena", "/dev/shm/canary.arena", "--gpu", "0", "--runtime", "{runtime}"]
 '''
+
+RUNTIMES = {
+    "hip": ("AMD GPUs through hip-python", "32GiB"),
+    "cuda": ("NVIDIA GPUs through cuda-bindings (pip install -e '.[cuda]')", "32GiB"),
+    "host": ("no GPU: pins the arena with mlock (needs RLIMIT_MEMLOCK)", "1GiB"),
+    "sim": ("the simulated node (no GPU); hip on AMD, cuda on NVIDIA", "256MiB"),
+}
+
+
+def canary_example(runtime: str) -> str:
+    note, size = RUNTIMES[runtime]
+    return CANARY.format(runtime=runtime, runtime_note=note, size=size)
+
 
 config_app = typer.Typer(help="The node config: check it, print examples.", no_args_is_help=True,
                          rich_markup_mode=None)
@@ -111,6 +125,7 @@ def check_cmd(ctx: typer.Context,
     Exit 0 with a summary when it is valid; exit 2 when it is not, with one line per error that names the
     file, the line and the key, and says what is expected (every error, not only the first).
     """
+    from ops import nodeconfig, redact  # here, not at import: every gpuwarden command loads this module
     settings: Settings = ctx.obj
     cfg = nodeconfig.load(settings)
     note = None
@@ -167,9 +182,15 @@ def _node_gpus(settings: Settings) -> tuple[int | None, str | None]:
 
 
 @config_app.command("example")
-def example_cmd(canary: bool = typer.Option(False, "--canary", help="The canary example instead of four engines.")) -> None:
+def example_cmd(canary: bool = typer.Option(False, "--canary", help="The canary example instead of four engines."),
+                runtime: str = typer.Option("hip", "--runtime", metavar="hip|cuda|host|sim",
+                                            help="With --canary: how the canaries register (sim runs anywhere).")) \
+        -> None:
     """Print a complete, commented node config to start from (four engines on four GPUs, or canaries)."""
-    sys.stdout.write(CANARY if canary else FOUR_ENGINES)
+    if runtime not in RUNTIMES:
+        from ops.errors import GpuwardenError
+        raise GpuwardenError(f"unknown runtime {runtime!r}", f"choose one of: {', '.join(RUNTIMES)}")
+    sys.stdout.write(canary_example(runtime) if canary else FOUR_ENGINES)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from ops.settings import Settings
+from playbooks.commands import completion
 from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 
@@ -17,7 +18,8 @@ def register(app: typer.Typer) -> None:
     @app.command("drain")
     def drain_cmd(
         ctx: typer.Context,
-        gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`)."),
+        gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`).",
+                                 autocompletion=completion.gpus),
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait until the GPU is idle."),
         grace: Optional[float] = typer.Option(None, "--grace", help="Seconds each engine gets between its stop "
                                               "signal and SIGKILL (default: the engine's stop_grace)."),
@@ -40,8 +42,10 @@ def register(app: typer.Typer) -> None:
 
         Launch refuses a drained GPU and status shows it. Engines on this GPU only are stopped through
         their shims (stop signal, grace, SIGKILL); then drain waits until no process holds the GPU and its
-        VRAM is back at the baseline, and reports what was stopped and what remains. Exit 1 when something
-        remains (see `gpuwarden purge N`).
+        VRAM is back at the baseline, and reports what was stopped and what remains. Memory that no process
+        holds never comes back by itself: once nothing else is left, drain stops waiting for it, exits 0 and
+        names the reset (`gpuwarden reset N`, or `gpuwarden fix N`). Exit 1 when a process still uses or
+        holds the GPU (purge removes dead holders).
         """
         from playbooks import nodecheck
         from playbooks.drain import DrainPlaybook
@@ -64,7 +68,7 @@ def register(app: typer.Typer) -> None:
     @app.command("undrain")
     def undrain_cmd(
         ctx: typer.Context,
-        gpu: int = typer.Argument(..., help="GPU index."),
+        gpu: int = typer.Argument(..., help="GPU index.", autocompletion=completion.gpus),
         dry_run: DryRun = False,
         yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for symmetry; undrain asks nothing."),
         kubernetes: bool = typer.Option(False, "--kubernetes", help="Also uncordon the node, only if "

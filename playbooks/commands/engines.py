@@ -13,8 +13,9 @@ from typing import Optional
 
 import typer
 
-from ops.engines import control, logs, registrations
-from ops.engines import state as st
+from playbooks.commands import completion
+
+from ops.engines import state as st  # control, logs and registrations load in the commands that use them
 from ops.errors import GpuwardenError, NotFound
 from ops.safetext import printable
 from ops.settings import Settings
@@ -58,6 +59,7 @@ def list_cmd(ctx: typer.Context,
     An engine whose shim is gone while it claimed to be running shows as `stale`: its record is not
     to be trusted (the shim was killed, or the node rebooted).
     """
+    from ops.engines import registrations
     settings = _settings(ctx)
     infos = st.list_engines(settings)
     if json_out:
@@ -93,7 +95,8 @@ def list_cmd(ctx: typer.Context,
         elif record.get("detail") and info.phase in ("crashed", "stopping", "waiting"):
             typer.echo(f"{info.name}: {printable(str(record['detail']))}")
         if info.bundle:
-            typer.echo(f"{info.name}: incident bundle {printable(info.bundle)} (`gpuwarden triage` it)")
+            typer.echo(f"{info.name}: incident bundle {printable(info.bundle)} "
+                       f"(read it with `gpuwarden triage {printable(info.bundle)}`)")
         if record.get("warning"):
             typer.echo(f"{info.name}: {printable(str(record['warning']))}")
         for reg in info.registrations[-3:]:
@@ -103,11 +106,12 @@ def list_cmd(ctx: typer.Context,
 
 
 @engines_app.command("logs")
-def logs_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine name."),
+def logs_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine name.", autocompletion=completion.engines),
              lines: int = typer.Option(50, "--lines", "-n", min=0, help="How many last lines to show."),
              follow: bool = typer.Option(False, "--follow", "-f",
                                          help="Keep printing new lines until Ctrl-C (or the engine has ended).")) -> None:
     """Print an engine's stdout and stderr (the shim keeps them, size-capped, in the state dir)."""
+    from ops.engines import logs
     settings = _settings(ctx)
     path = st.engine_dir(settings.state_dir, name) / st.LOG
     if not st.engine_dir(settings.state_dir, name).is_dir():
@@ -130,7 +134,8 @@ def logs_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine na
 
 
 @engines_app.command("stop")
-def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help="Engine name."),
+def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help="Engine name.",
+                                                  autocompletion=completion.engines),
              all_: bool = typer.Option(False, "--all", help="Stop every running engine."),
              timeout: Optional[float] = typer.Option(None, "--timeout", min=0,
                                                      help="Grace before SIGKILL (default: the engine's stop_grace)."),
@@ -171,10 +176,11 @@ def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help
 
 
 @engines_app.command("restart")
-def restart_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine name."),
+def restart_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine name.", autocompletion=completion.engines),
                 timeout: Optional[float] = typer.Option(None, "--timeout", min=0,
                                                         help="Grace before SIGKILL when stopping it.")) -> None:
     """Stop an engine (if it runs) and start it again under a new shim, with the spec it was launched with."""
+    from ops.engines import control
     settings = _settings(ctx)
     shim_pid = control.restart(settings, name, timeout_s=timeout)
     control.wait_for_record(settings, name, shim_pid)

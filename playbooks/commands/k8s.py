@@ -96,6 +96,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(0)
         code = 0
         for g in targets:
-            result = run(PurgePlaybook(g, grace_s=grace), settings, sink=event_printer(json_out), assume_yes=True)
+            result = run(PurgePlaybook(g, grace_s=grace), settings, sink=event_printer(json_out, settings.cli_words),
+                         assume_yes=True)
             code = max(code, result.exit_code)
         raise typer.Exit(code)

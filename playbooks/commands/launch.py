@@ -9,7 +9,8 @@ from typing import List, Optional
 
 import typer
 
-from ops import nodeconfig
+from playbooks.commands import completion
+
 from ops.settings import Settings
 
 
@@ -17,7 +18,8 @@ def register(app: typer.Typer) -> None:
     @app.command("launch")
     def launch_cmd(
         ctx: typer.Context,
-        engines: Optional[List[str]] = typer.Argument(None, help="Engines to start (default: every engine in the config)."),
+        engines: Optional[List[str]] = typer.Argument(None, help="Engines to start (default: every engine in the config).",
+                                                     autocompletion=completion.config_engines),
         stagger: Optional[int] = typer.Option(
             None, "--stagger", min=1, max=1024,
             help="How many engines may register at once (default: [stagger] slots in the config, else 1)."),
@@ -43,6 +45,7 @@ def register(app: typer.Typer) -> None:
         from playbooks.output import execute, exit_with
 
         settings: Settings = ctx.obj
+        from ops import nodeconfig  # here, not at import: every gpuwarden command loads this module
         config = nodeconfig.load(settings)
         playbook = LaunchPlaybook(config=config, engines=select(config, engines or []),
                                   stagger=stagger or config.stagger.slots, sequential=sequential,

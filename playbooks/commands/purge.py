@@ -11,6 +11,7 @@ from typing import List, Optional
 import typer
 
 from ops.settings import Settings
+from playbooks.commands import completion
 from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 
@@ -18,7 +19,8 @@ def register(app: typer.Typer) -> None:
     @app.command("purge")
     def purge_cmd(
         ctx: typer.Context,
-        gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out."),
+        gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out.",
+                                            autocompletion=completion.gpus),
         arenas: bool = typer.Option(False, "--arenas", help="Also delete arena files that no process maps."),
         arena: List[Path] = typer.Option([], "--arena", help="An arena file to consider with --arenas "
                                           "(repeatable; the configured arena is always considered)."),

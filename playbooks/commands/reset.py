@@ -8,6 +8,7 @@ from __future__ import annotations
 import typer
 
 from ops.settings import Settings
+from playbooks.commands import completion
 from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 
@@ -15,7 +16,8 @@ def register(app: typer.Typer) -> None:
     @app.command("reset")
     def reset_cmd(
         ctx: typer.Context,
-        gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`)."),
+        gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`).",
+                                 autocompletion=completion.gpus),
         force: bool = typer.Option(False, "--force", help="Reset even if the GPU is not drained or processes "
                                    "still use it (they lose their GPU contexts)."),
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for the GPU to come back clean."),

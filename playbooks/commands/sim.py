@@ -10,6 +10,8 @@ from typing import List
 
 import typer
 
+from playbooks.commands import completion
+
 from ops.settings import Settings
 from ops.units import fmt_bytes, parse_size
 
@@ -91,6 +93,50 @@ def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", 
         typer.echo(f"leaked on GPU {g}: {fmt_bytes(b)}")
     for a in info["allocations"]:
         typer.echo(f"pid {a['pid']} GPU {a['gpu']}: {fmt_bytes(a['bytes'])}")
+
+
+@sim_app.command("scenario")
+def scenario_cmd(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="residual, arena or clean.", metavar="NAME",
+                               autocompletion=completion.choices("residual", "arena", "clean")),
+    json_out: bool = typer.Option(False, "--json", help="Print what was set up as JSON."),
+) -> None:
+    """Set the simulated node up as one of the README's incidents, to see and fix it (or clean it).
+
+    residual: a tenant killed while the driver leaked its memory left 14 GiB on GPU 2 that no process
+    owns, and a worker killed under a parent that never reaps it is a zombie holding 2 GiB on GPU 1
+    (then: `gpuwarden status`, `gpuwarden fix 1`, `gpuwarden fix 2`).
+    arena: four canaries share one arena through the real launch playbook; the last dies by SIGSEGV
+    while registering, with its incident bundle (then: `gpuwarden engines list`, `gpuwarden triage`).
+    clean: ends what an earlier scenario started and starts the simulated node over, empty.
+    Every scenario first does what clean does. The sim node must be in use (--backend sim or no GPU).
+    """
+    from ops.errors import GpuwardenError
+    from playbooks import scenarios
+    if name not in scenarios.SCENARIOS:
+        raise GpuwardenError(f"unknown scenario {name!r}", f"choose one of: {', '.join(scenarios.SCENARIOS)}")
+    settings: Settings = ctx.obj
+    if settings.backend not in (None, "sim"):
+        raise GpuwardenError(f"scenarios run on the simulated node, not on --backend {settings.backend}",
+                             "pass --backend sim")
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        if not json_out:
+            typer.echo(f"  {line}")
+
+    extra = getattr(scenarios, name)(settings, say) or {}
+    if json_out:
+        from ops.jsondoc import document, dumps
+        typer.echo(dumps(document("sim-scenario", {"scenario": name, "lines": said, **extra})))
+        return
+    nxt = {"residual": "see it with `gpuwarden status`, fix it with `gpuwarden fix 1` and `gpuwarden fix 2`",
+           "arena": "see it with `gpuwarden engines list` or in the console (`gpuwarden tui`)",
+           "clean": "the simulated node is empty"}[name]
+    from playbooks.hints import Invocation
+    typer.echo(f"scenario {name}: ready; " + (Invocation(list(settings.cli_words)).paste_ready(nxt) or nxt))
 
 
 def register(app: typer.Typer) -> None:

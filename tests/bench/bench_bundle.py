@@ -47,9 +47,9 @@ def main() -> None:
     state, out = work / "state", work / "out"
     out.mkdir()
     env = {**os.environ, "GPUWARDEN_STATE_DIR": str(state)}
-    subprocess.run([*CLI, "sim", "init", "--gpus", "8", "--vram", "192G"], cwd=REPO, env=env, check=True,
+    subprocess.run([*CLI, "sim", "init", "--gpus", "8", "--vram", "192GiB"], cwd=REPO, env=env, check=True,
                    capture_output=True)
-    tenants = [subprocess.Popen([*CLI, "sim", "hold", "--gpu", str(g), "--size", "20G"], cwd=REPO, env=env,
+    tenants = [subprocess.Popen([*CLI, "sim", "hold", "--gpu", str(g), "--size", "20GiB"], cwd=REPO, env=env,
                                 stdout=subprocess.PIPE, text=True) for g in range(4)]
     try:
         for t in tenants:

@@ -5,7 +5,7 @@ Cases: 32 of 2,000 processes use GPUs; all 2,000 do (with pidfds, and with the s
 --repeat N measures the 2,000 case N times with a fresh sampler each and reports the median of the medians:
 one 30-refresh median moves by 2x with what else runs on the machine.
 It also prints what decides which path runs (fd limit, pidfds, the state dir's file system, Python build).
-Run: python tests/bench/bench_snapshot_sim.py [--runs 30] [--repeat 5] [--json-out FILE]
+Run: python tests/bench/bench_snapshot_sim.py [--runs 30] [--repeat 5] [--json-out FILE]   (psutil: pip install -e ".[bench]")
 """
 
 from __future__ import annotations

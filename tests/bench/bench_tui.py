@@ -6,7 +6,7 @@
 2. Key-to-screen latency in tmux while the sim backend's call hangs for 10 s (the bench holds the sim
    driver's lock): time from sending a key until tmux shows its effect, against the same before the hang.
    Target: under 100 ms.
-Run: /tmp/venv/bin/python tests/bench/bench_tui.py   (needs tmux; takes about 2 minutes)
+Run: /tmp/venv/bin/python tests/bench/bench_tui.py   (needs tmux and the bench extra: pip install -e ".[bench]"; about 2 minutes)
 """
 
 from __future__ import annotations

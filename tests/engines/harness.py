@@ -86,6 +86,20 @@ def stop_everything(state_dir: Path) -> None:
                     pass
 
 
+def start_sim_tenant_engine(state_dir: Path, name: str, gpu: int, size: str) -> None:
+    """Start `gpuwarden sim hold` as a supervised engine on `gpu` and wait until it serves."""
+    from ops.engines import control
+    from ops.engines import state as st
+    from ops.nodeconfig import EngineConfig
+    from ops.settings import Settings
+    from simnode import cli_argv, wait_for
+    argv = tuple(cli_argv(state_dir, "sim", "hold", "--gpu", str(gpu), "--size", size))
+    eng = EngineConfig(name=name, argv=argv, gpu=gpu, progress="log", registered_pattern="^holding",
+                       stop_grace=3.0, gated=False)
+    control.start(Settings(state_dir=state_dir), eng, gate_slots=1, registration_timeout=20, workdir=None)
+    wait_for(lambda: (st.read_state(state_dir, name) or {}).get("phase") == "serving", 20, f"{name} serving")
+
+
 @pytest.fixture
 def supervised(state_dir: Path):
     """The test's state dir; every engine started under it is stopped afterwards."""

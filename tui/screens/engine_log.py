@@ -11,8 +11,44 @@ from pathlib import Path
 from textual import work
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Label, RichLog
+from rich.text import Text
+from textual.widgets import Label, RichLog, Static
+
+from ops.model import EngineInfo
+
+from ..styles import STYLES as S
 from ..widgets.keystrip import KeyStrip
+
+
+def how_it_ended(e: EngineInfo) -> Text:
+    """Phase, exit signal or code, core, restarts and the crash bundle, on one or two lines."""
+    t = Text()
+    t.append(f"phase {e.phase}", style=S["phase.bad"] if e.phase in ("crashed", "stale") else "")
+    if e.signal:
+        t.append(f" · killed by {e.signal}" + (" (core dumped)" if e.core_dumped else ""), style=S["phase.bad"])
+    elif e.exit_code is not None and e.phase in ("exited", "crashed"):
+        t.append(f" · exit code {e.exit_code}")
+    t.append(f" · restarts {e.restarts}")
+    if e.bundle:
+        t.append(f"\nincident bundle {e.bundle} (t opens its triage)")
+    return t
+
+
+def triage_headline(bundle: Path) -> str:
+    """The first line of the triage of the bundle's kernel log, through ops.triage's public entry points.
+
+    A narrow call on purpose: analyze_text and render.headline only (the triage package evolves).
+    """
+    try:
+        from ops.bundle.replay import open_bundle, read_member, top_dir
+        from ops.triage import analyze_text
+        from ops.triage.render import headline
+        with open_bundle(bundle) as tar:
+            log = read_member(tar, top_dir(tar), "kernel/kernel.log")
+        report = analyze_text(log.decode(errors="replace") if log else "", source=str(bundle))
+        return headline(report)
+    except Exception as exc:  # evidence that cannot be read must not take the view down
+        return f"unreadable ({exc}); `gpuwarden triage {bundle}` says more"
 
 
 class EngineLogScreen(Screen[None]):
@@ -20,14 +56,17 @@ class EngineLogScreen(Screen[None]):
     BINDINGS = [("escape", "app.pop_screen", "Back"), ("q", "app.pop_screen", "Back"),
                 ("backspace", "app.pop_screen", "Back")]
 
-    def __init__(self, name: str, log_path: str | None):
+    def __init__(self, name: str, log_path: str | None, info: EngineInfo | None = None):
         super().__init__()
         self.engine = name
         self.log_path = log_path
+        self.info = info
         self._stop_follow = threading.Event()
 
     def compose(self) -> ComposeResult:
         yield Label(f"engine {self.engine} — {self.log_path or 'no log recorded'} (following)", id="log-title")
+        if self.info is not None:
+            yield Static(how_it_ended(self.info), id="engine-summary")
         yield RichLog(id="log", max_lines=5000, wrap=False, markup=False, highlight=False)
         yield KeyStrip([("q/esc", "Back")])
 
@@ -36,6 +75,15 @@ class EngineLogScreen(Screen[None]):
             self._follow()
         else:
             self.query_one(RichLog).write("this engine has no log file recorded")
+        if self.info is not None and self.info.bundle:
+            self._headline(self.info.bundle)
+
+    @work(thread=True, exclusive=True, group="engine-headline")
+    def _headline(self, bundle: str) -> None:
+        line = triage_headline(Path(bundle))
+        summary = how_it_ended(self.info) if self.info else Text()
+        summary.append(f"\ntriage: {line}", style=S["phase.bad"] if "no problems" not in line else "")
+        self.app.call_from_thread(self.query_one("#engine-summary", Static).update, summary)
 
     def on_unmount(self) -> None:
         self._stop_follow.set()

@@ -52,6 +52,9 @@ class EnginesPanel(RowTable):
             ]))
         self._engines = {e.name: e for e in snap.engines}
         self.subtitle = "none supervised" if not rows else f"{len(rows)} engine(s)"
+        self.set_empty_text("no engines supervised: `gpuwarden launch` starts the node config's"
+                            + ("\nsimulated node: `gpuwarden sim scenario arena` starts the arena drill"
+                               if snap.simulated else ""))
         shown = " · ".join(x for x in (self.subtitle, self.stale_note) if x)
         if shown != self.border_subtitle:
             self.border_subtitle = shown

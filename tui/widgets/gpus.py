@@ -14,11 +14,10 @@ from ..history import VramHistory
 from .rowtable import RowTable
 from ..styles import STYLES as S
 
-WIDE_AT = 120  # room for GTT, power and a longer bar
-TREND_AT = 140  # room for the sparkline too
+WIDE_AT = 120  # room for GTT, power and the sparkline (short forms)
+ROOMY_AT = 140  # room for the long forms: a longer bar and sparkline, "(1 holder)"
 NARROW = ("GPU", "NAME", "VRAM", "USED", "RESID", "BUSY", "TEMP", "ENG", "")
 NARROW_NAME = 14
-WIDE = ("GPU", "NAME", "VRAM", "USED", "RESIDUAL", "GTT", "BUSY", "TEMP", "POWER", "ENG", "")
 TREND = ("GPU", "NAME", "VRAM", "USED", "RESIDUAL", "GTT", "BUSY", "TEMP", "POWER", "ENG", "VRAM 5 MIN", "")
 
 
@@ -32,10 +31,11 @@ class GpusPanel(RowTable):
         return None if key is None else int(key)
 
     def show(self, snap: NodeSnapshot, history: VramHistory, width: int) -> None:
-        wide = width >= WIDE_AT
-        trend = width >= TREND_AT
-        bar_w = 16 if wide else 10
-        name_w = max(12, min(28, width - (128 if trend else 100))) if wide else NARROW_NAME
+        wide = trend = width >= WIDE_AT
+        roomy = width >= ROOMY_AT
+        bar_w = 16 if roomy else 10
+        trend_w = 20 if roomy else 12
+        name_w = max(12, min(28, width - 128)) if roomy else (12 if wide else NARROW_NAME)
         res_by = {r.gpu_index: r for r in snap.residual}
         engines: dict[int, int] = {}
         for e in snap.engines:
@@ -46,10 +46,13 @@ class GpusPanel(RowTable):
             r = res_by.get(g.index)
             resid = r.residual if r and r.residual and r.residual > 0 else 0
             significant = bool(r and r.significant)
-            res_text = Text((text.size(resid) if wide else text.short_size(resid)) if resid else "-",
+            res_text = Text((text.size(resid) if roomy else text.short_size(resid)) if resid else "-",
                             style=S["residual"] if significant else ("dim" if not resid else ""))
             if r and r.holders:
-                res_text.append(f" {len(r.holders)}h" if not wide else f" ({len(r.holders)} holder{'s' if len(r.holders) > 1 else ''})", style=S["residual"])
+                many = "s" if len(r.holders) > 1 else ""
+                if wide:  # at 80 columns the "!" mark and the detail view (enter) say it
+                    res_text.append(f" ({len(r.holders)} holder{many})" if roomy else f" ({len(r.holders)})",
+                                    style=S["residual"])
             mark = Text()
             if g.index in snap.drained:
                 mark.append("DRAINED" if wide else "DRN", style=S["drained"])
@@ -65,8 +68,8 @@ class GpusPanel(RowTable):
                 row.append(text.num(g.power_w, ".0f", "W"))
             row.append(str(engines.get(g.index, 0)))
             if trend:
-                row.append(Text(text.sparkline(history.series(g.index), 20), style=S["trend"]))
+                row.append(Text(text.sparkline(history.series(g.index), trend_w), style=S["trend"]))
             row.append(mark)
             rows.append((str(g.index), row))
-        self.set_columns(TREND if trend else (WIDE if wide else NARROW))
+        self.set_columns(TREND if trend else NARROW)
         self.set_rows(rows)

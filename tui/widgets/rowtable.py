@@ -58,6 +58,8 @@ class RowTable(Widget, can_focus=True):
         self.rows: list[tuple[str, list[Any]]] = []
         self.cursor_row = 0
         self._offset = 0
+        self.empty_text = ""  # shown under the header when there are no rows: what to do about it
+        self._drawn_widths: list[int] = []
 
     # --- data ---------------------------------------------------------------------------------
     def set_columns(self, columns: Sequence[str]) -> None:
@@ -81,6 +83,11 @@ class RowTable(Widget, can_focus=True):
         self.cursor_row = min(self.cursor_row, max(len(rows) - 1, 0))
         self.refresh(layout=resized)
 
+    def set_empty_text(self, text: str) -> None:
+        if text != self.empty_text:
+            self.empty_text = text
+            self.refresh(layout=True)
+
     def cursor_key(self) -> str | None:
         if not self.rows:
             return None
@@ -100,9 +107,35 @@ class RowTable(Widget, can_focus=True):
         if key is not None:
             self.post_message(self.Selected(self, key))
 
+    def row_at(self, event: Click) -> int | None:
+        """The row under a click: inside the content (border and padding do not count), below the header."""
+        at = event.get_content_offset(self)
+        if at is None:
+            return None
+        row = at.y - 1 + self._offset
+        return row if 0 <= row < len(self.rows) else None
+
+    def column_at(self, x: int) -> int | None:
+        """The column drawn at content x (as last drawn), or None between or past them."""
+        left = 0
+        for i, w in enumerate(self._drawn_widths):
+            if left <= x < left + w:
+                return i
+            left += w + GAP
+        return None
+
+    def header_clicked(self, column: int) -> None:
+        """A click on a column's title; tables that sort override this."""
+
     def on_click(self, event: Click) -> None:
-        row = event.y - 1 + self._offset
-        if 0 <= row < len(self.rows):
+        at = event.get_content_offset(self)
+        if at is not None and at.y == 0:
+            column = self.column_at(at.x)
+            if column is not None:
+                self.header_clicked(column)
+            return
+        row = self.row_at(event)
+        if row is not None:
             self.cursor_row = row
             self.refresh()
             if event.chain == 2:
@@ -116,7 +149,7 @@ class RowTable(Widget, can_focus=True):
 
     # --- drawing ------------------------------------------------------------------------------
     def get_content_height(self, container, viewport, width: int) -> int:
-        return len(self.rows) + 1
+        return max(len(self.rows), len(self.empty_text.splitlines())) + 1
 
     def _widths(self, texts: list[list[Text]], room: int) -> list[int]:
         widths = [cell_len(c) for c in self.columns]
@@ -139,8 +172,13 @@ class RowTable(Widget, can_focus=True):
         self._offset = max(0, min(self._offset, max(len(self.rows) - body, 0)))
         texts = [[_text(c) for c in cells] for _, cells in self.rows]
         widths = self._widths(texts, width)
+        self._drawn_widths = widths
         out = Text(no_wrap=True, overflow="crop")
         out.append_text(self._line([Text(c) for c in self.columns], widths, S["table.header"]))
+        if not texts and self.empty_text:
+            for line in self.empty_text.splitlines()[:body]:
+                out.append("\n")
+                out.append(line[:width], style=S["dim"])
         for i in range(self._offset, min(len(texts), self._offset + body)):
             out.append("\n")
             style = ""

@@ -18,7 +18,7 @@ from ...arena import budget as kfd_budget
 from ...arena.format import DEFAULT_CHUNK, chunk_count_for, header_size_for
 from ...engines import state as engine_state
 from ...errors import GpuwardenError
-from ...units import fmt_bytes, parse_size
+from ...units import fmt_bytes, parse_kernel_size
 from ..model import Result, fail, passed, skip, unknown, warn
 from ..node import is_live_proc, meminfo, node_config
 from ..probe import CheckIO
@@ -66,7 +66,7 @@ def _tmpfs_size(opts: dict[str, str], ram: int | None) -> int | None:
     if raw.endswith("%"):
         return ram * int(raw[:-1]) // 100 if ram else None
     try:
-        return parse_size(raw)  # /proc/mounts writes it as size=1048576k
+        return parse_kernel_size(raw)  # /proc/mounts writes it as size=1048576k (KiB)
     except GpuwardenError:
         return None
 

@@ -1,0 +1,147 @@
+"""`gpuwarden fix N` end to end on the simulated node: from residual to clean and verified, in seconds.
+
+Real tenants, zombies and supervised engines; the reset path runs the simulated driver's reset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+from engines.harness import records, start_sim_tenant_engine, supervised  # noqa: F401
+
+from ops import jsondoc, nodestate
+from ops.engines import state as st
+from simnode import cli_argv, start_tenant, wait_for
+from test_reaper_family import holds_sim_vram, proc_state, start_family
+
+
+@pytest.fixture
+def sim(cli):
+    def run(*args, **kw):
+        return cli("--backend", "sim", *args, **kw)
+    return run
+
+
+def _events(proc) -> list[dict]:
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    for e in events:
+        jsondoc.validate(e)
+    return events
+
+
+def _residual(sim, gpu: int) -> int:
+    snap = json.loads(sim("status", "--json").stdout)
+    return next(r for r in snap["residual"] if r["gpu_index"] == gpu)["residual"]
+
+
+def _resets(sim) -> dict:
+    return json.loads(sim("sim", "show", "--json").stdout)["resets"]
+
+
+def test_ownerless_leak_is_reset_verified_and_undrained_in_seconds(sim, state_dir):
+    sim("sim", "init", "--gpus", "4", check=True)
+    sim("sim", "leak", "--gpu", "2", "--size", "14GiB", check=True)
+    plan = sim("fix", "2", "--dry-run")
+    assert plan.returncode == 0 and "only if needed" in plan.stdout and "reset GPU 2" in plan.stdout
+    assert _resets(sim) == {} and _residual(sim, 2) == 14 << 30
+
+    t0 = time.monotonic()
+    proc = sim("fix", "2", "--yes", "--json", "--timeout", "30")
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = _events(proc)
+    assert [e["step"] for e in events if e["kind"] == "step_ok"] == ["settle", "drain", "reset", "verify", "undrain"]
+    assert events[-1]["message"] == "GPU 2 is clean and verified after a reset"
+    # Memory no process holds never comes back: fix must not sit out its 30 s timeout waiting for it.
+    assert took < 20, took
+    assert _residual(sim, 2) == 0 and _resets(sim) == {"2": 1}
+    assert nodestate.drained(state_dir) == {}
+    journal = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+    assert ("gpu-reset", "ok") in [(e["action"], e["result"]) for e in journal]
+    assert ("fix", "ok") in [(e["action"], e["result"]) for e in journal]
+
+
+def test_a_clean_gpu_is_checked_and_left_alone_without_asking(sim):
+    sim("sim", "init", "--gpus", "2", check=True)
+    proc = sim("fix", "1")  # no terminal, no --yes: nothing destructive is planned, so nothing to refuse
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "GPU 1 was clean: nothing changed" in proc.stdout
+    assert _resets(sim) == {}
+
+
+def test_a_dirty_gpu_without_a_terminal_needs_yes(sim):
+    sim("sim", "init", "--gpus", "2", check=True)
+    sim("sim", "leak", "--gpu", "1", "--size", "2GiB", check=True)
+    proc = sim("fix", "1")
+    assert proc.returncode == 1 and "pass --yes" in proc.stdout + proc.stderr
+    assert _resets(sim) == {} and _residual(sim, 1) == 2 << 30
+
+
+def test_a_zombie_is_purged_and_no_reset_is_needed(sim, state_dir):
+    sim("sim", "init", "--gpus", "2", check=True)
+    fam = start_family(cli_argv(state_dir, "sim", "hold", "--gpu", "1", "--size", "2GiB"))
+    try:
+        assert wait_for(lambda: holds_sim_vram(state_dir, fam.tenant), 20)
+        os.kill(fam.tenant, signal.SIGKILL)
+        assert wait_for(lambda: proc_state(fam.tenant) == "Z", 5)
+        proc = sim("fix", "1", "--yes", "--json", "--grace", "1")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        events = _events(proc)
+        ok = [e["step"] for e in events if e["kind"] == "step_ok"]
+        assert ok == [f"pid-{fam.tenant}", "settle"], ok
+        assert {e["step"] for e in events if e["kind"] == "step_skipped"} == {"drain", "reset", "verify", "undrain"}
+        assert events[-1]["message"] == "GPU 1 is clean and verified (no reset needed)"
+        assert _resets(sim) == {} and proc_state(fam.tenant) is None
+    finally:
+        fam.stop()
+
+
+def test_the_whole_xgmi_hive_is_drained_reset_and_undrained(sim, state_dir):
+    sim("sim", "init", "--gpus", "3", "--hive", check=True)
+    sim("sim", "leak", "--gpu", "1", "--size", "3GiB", check=True)
+    sim("drain", "2", "--yes", check=True)  # already drained by the operator: fix must leave it drained
+    proc = sim("fix", "1", "--yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "shares an XGMI hive with GPU 0, 2" in proc.stdout and "mark GPU 1, 0, 2 drained" in proc.stdout
+    assert "GPU 2 stay drained as before" in proc.stdout
+    assert _resets(sim) == {"1": 1} and set(nodestate.drained(state_dir)) == {2}
+    locked = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()
+              if '"action": "fix"' in line]
+    assert locked[-1]["gpus_locked"] == [0, 1, 2]
+
+
+def test_a_live_tenant_on_the_hive_forbids_the_reset(sim, state_dir):
+    sim("sim", "init", "--gpus", "2", "--hive", check=True)
+    sim("sim", "leak", "--gpu", "0", "--size", "2GiB", check=True)
+    tenant = start_tenant(state_dir, 1, "1GiB")
+    try:
+        proc = sim("fix", "0", "--yes")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1
+        assert f"GPU 1 is in use by pid {tenant.pid}" in out and "fix 0` again" in out
+        assert tenant.poll() is None and _resets(sim) == {} and nodestate.drained(state_dir) == {}
+    finally:
+        tenant.terminate()
+        tenant.wait(10)
+
+
+def test_engines_are_stopped_only_with_stop_engines(sim, supervised):  # noqa: F811
+    state_dir = supervised
+    sim("sim", "init", "--gpus", "2", check=True)
+    start_sim_tenant_engine(state_dir, "llm", 1, "1GiB")
+    sim("sim", "leak", "--gpu", "1", "--size", "2GiB", check=True)
+    proc = sim("fix", "1", "--yes")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "sim fix 1 --stop-engines`" in out, out
+    assert records(state_dir)["llm"]["phase"] == "serving" and _resets(sim) == {}
+
+    proc = sim("fix", "1", "--yes", "--stop-engines")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "sim engines restart llm`" in out
+    assert records(state_dir)["llm"]["phase"] in st.FINAL_PHASES
+    assert _resets(sim) == {"1": 1} and _residual(sim, 1) == 0 and nodestate.drained(state_dir) == {}

@@ -1,0 +1,75 @@
+"""The Processes panel's actions: / filters it, k stops the selected process (signal chosen in a dialog).
+
+Mixed into the app. Stopping runs the stop-process playbook in a worker, like every other action.
+"""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+from textual.widgets import Input
+
+from .widgets.processes import ProcessesPanel
+
+GRACE_S = 5.0
+
+
+class FilterInput(Input):
+    """The processes filter: narrows as you type; Enter keeps it, Escape clears it."""
+
+    BINDINGS = [Binding("escape", "clear", "Clear filter", show=False)]
+    DEFAULT_CSS = "FilterInput { display: none; height: 3; }"
+
+    def action_clear(self) -> None:
+        self.value = ""
+        self.app.query_one(ProcessesPanel).set_filter("")
+        self.display = False
+        self.app.query_one(ProcessesPanel).focus()
+
+
+class ProcessActionsMixin:
+    def action_filter_processes(self) -> None:
+        panel = self.query_one(ProcessesPanel)  # type: ignore[attr-defined]
+        if not panel.display:
+            self.apply_layout("processes")  # type: ignore[attr-defined]
+        box = self.query_one(FilterInput)  # type: ignore[attr-defined]
+        box.display = True
+        box.value = panel.filter_text
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if isinstance(event.input, FilterInput):
+            self.query_one(ProcessesPanel).set_filter(event.value)  # type: ignore[attr-defined]
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if isinstance(event.input, FilterInput):
+            event.input.display = False
+            self.query_one(ProcessesPanel).focus()  # type: ignore[attr-defined]
+
+    def action_stop_process(self) -> None:
+        if self.read_only:  # type: ignore[attr-defined]
+            self.notify("read-only: actions are disabled", severity="warning")  # type: ignore[attr-defined]
+            return
+        run = self.current_run  # type: ignore[attr-defined]
+        if run is not None and run.running:
+            self.notify(f"{run.title} is still running (o shows it)", severity="warning")  # type: ignore
+            return
+        panel = self.query_one(ProcessesPanel)  # type: ignore[attr-defined]
+        process = panel.selected() if panel.display else None
+        if process is None:
+            self.notify("select a process first (p shows the Processes panel)", severity="warning")  # type: ignore
+            return
+        from .screens.stop_process import StopProcessScreen
+
+        def chosen(how: str | None) -> None:
+            if how is None:
+                return
+            from playbooks.stopproc import StopProcessPlaybook
+            from .runner import PlaybookRun
+            from .screens.progress import ProgressScreen
+            pb = StopProcessPlaybook(process, kill_now=how == "KILL", grace_s=GRACE_S)
+            # The dialog was the confirmation: the runner must not ask a second time.
+            run = PlaybookRun(self, pb, self.settings, f"Stop pid {process.pid}", confirmed=True)  # type: ignore
+            self.current_run = run  # type: ignore[attr-defined]
+            self.push_screen(ProgressScreen(run))  # type: ignore[attr-defined]
+            run.start()
+        self.push_screen(StopProcessScreen(process, GRACE_S), chosen)  # type: ignore[attr-defined]

@@ -1,0 +1,201 @@
+"""The Processes panel: every GPU process with user, pod/container, GPUs, VRAM, state, age and VRAM trend.
+
+Sort by any column (< > pick it, I reverses, or click its title), filter with /, T shows the tree by parent
+(a tenant's workers under it). The selected process is what k stops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rich.text import Text
+from textual.binding import Binding
+
+from ops.model import GpuProcess, NodeSnapshot
+
+from .. import text
+from ..history import ProcessVramHistory
+from ..styles import STYLES as S
+from .rowtable import RowTable
+
+TREND_AT = 120  # room for the sparkline
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    key: Callable[[GpuProcess, float], Any]  # sort key from (process, snapshot time)
+
+
+def workload(p: GpuProcess) -> str:
+    """namespace/pod/container when the process record knows them (Kubernetes), else the container id."""
+    if p.pod:
+        return "/".join(x for x in (p.namespace, p.pod, p.container_name) if x)
+    return (p.container or "")[:12] or "-"
+
+
+def _age(p: GpuProcess, now: float) -> float:
+    return now - p.start_time if p.start_time else -1.0
+
+
+COLUMNS = (
+    Column("PID", lambda p, now: p.pid),
+    Column("USER", lambda p, now: p.user or ""),
+    Column("POD/CONTAINER", lambda p, now: workload(p)),
+    Column("GPU", lambda p, now: sorted(p.vram) or [-1]),
+    Column("VRAM", lambda p, now: sum(p.vram.values())),
+    Column("STATE", lambda p, now: p.state),
+    Column("AGE", _age),
+    Column("COMMAND", lambda p, now: p.command),
+)
+TREND_TITLE = "VRAM 5 MIN"
+
+
+class ProcessesPanel(RowTable):
+    BINDINGS = [
+        Binding("less_than_sign", "sort(-1)", "Sort ←", show=False),
+        Binding("greater_than_sign", "sort(1)", "Sort →", show=False),
+        Binding("I", "reverse", "Reverse sort", show=False),
+        Binding("T", "tree", "Tree", show=False),
+        Binding("slash", "app.filter_processes", "Filter", show=False),
+    ]
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.border_title = "Processes"
+        self.subtitle = ""
+        self.stale_note = ""
+        self.sort_col = 4  # VRAM, biggest first: who holds the memory is the first question
+        self.reverse = True
+        self.tree_view = False
+        self.filter_text = ""
+        self.history = ProcessVramHistory()
+        self._procs: dict[str, GpuProcess] = {}
+        self._snap: NodeSnapshot | None = None
+        self._width = 80
+
+    def selected(self) -> GpuProcess | None:
+        key = self.cursor_key()
+        return None if key is None else self._procs.get(key)
+
+    # --- keys and mouse ---------------------------------------------------------------------------
+    def action_sort(self, delta: int) -> None:
+        self.sort_col = (self.sort_col + int(delta)) % len(COLUMNS)
+        self._redraw()
+
+    def action_reverse(self) -> None:
+        self.reverse = not self.reverse
+        self._redraw()
+
+    def action_tree(self) -> None:
+        self.tree_view = not self.tree_view
+        self._redraw()
+
+    def header_clicked(self, column: int) -> None:
+        index = self._column_index(column)
+        if index is None:
+            return
+        if index == self.sort_col:
+            self.reverse = not self.reverse
+        else:
+            self.sort_col, self.reverse = index, index in (4, 6)  # sizes and ages: largest first
+        self._redraw()
+
+    def set_filter(self, value: str) -> None:
+        self.filter_text = value.strip()
+        self._redraw()
+
+    def _column_index(self, drawn: int) -> int | None:
+        """COLUMNS index of a drawn column (the trend column sits before COMMAND when shown)."""
+        if self._width >= TREND_AT:
+            if drawn == len(COLUMNS) - 1:
+                return None  # the trend: not sortable
+            if drawn == len(COLUMNS):
+                return len(COLUMNS) - 1
+        return drawn if drawn < len(COLUMNS) else None
+
+    # --- data -------------------------------------------------------------------------------------
+    def feed(self, snap: NodeSnapshot) -> None:
+        """Every snapshot, shown or not: the trend needs them all."""
+        self.history.add(snap)
+
+    def show(self, snap: NodeSnapshot, width: int) -> None:
+        self._snap, self._width = snap, width
+        self._redraw()
+
+    def _redraw(self) -> None:
+        snap = self._snap
+        if snap is None:
+            return
+        col = COLUMNS[self.sort_col]
+        procs = sorted(snap.processes, key=lambda p: (col.key(p, snap.taken_at), p.pid), reverse=self.reverse)
+        depth: dict[int, int] = {}
+        if self.tree_view:
+            procs, depth = _tree_order(procs)
+        rows = []
+        needle = self.filter_text.lower()
+        trend = self._width >= TREND_AT
+        for p in procs:
+            cells = self._cells(p, snap, depth.get(p.pid, 0), trend)
+            if needle and needle not in " ".join(c.plain if isinstance(c, Text) else str(c) for c in cells).lower():
+                continue
+            rows.append((f"{p.pid}:{p.start_time}", cells))
+        self._procs = {f"{p.pid}:{p.start_time}": p for p in procs}
+        titles = [c.title + (("▼" if self.reverse else "▲") if i == self.sort_col else "")
+                  for i, c in enumerate(COLUMNS)]
+        if trend:
+            titles.insert(len(COLUMNS) - 1, TREND_TITLE)
+        self.set_columns(titles)
+        hidden = len(snap.processes) - len(rows)
+        if not snap.processes:
+            self.set_empty_text("no GPU processes" + ("\nsimulated node: `gpuwarden sim scenario residual` sets up "
+                                                        "the residual drill" if snap.simulated else ""))
+        else:
+            self.set_empty_text(f"nothing matches /{self.filter_text} (/ then Esc clears it)" if hidden else "")
+        self.subtitle = " · ".join(x for x in (
+            f"{len(rows)} process(es)" + (f", {hidden} filtered out" if hidden else ""),
+            f"/{self.filter_text}" if self.filter_text else "", "tree" if self.tree_view else "") if x)
+        shown = " · ".join(x for x in (self.subtitle, self.stale_note) if x)
+        if shown != self.border_subtitle:
+            self.border_subtitle = shown
+        self.set_rows(rows)
+
+    def _cells(self, p: GpuProcess, snap: NodeSnapshot, depth: int, trend: bool) -> list:
+        vram = sum(p.vram.values())
+        state = Text(p.state, style="" if p.alive else S["phase.bad"])
+        command = ("  " * (depth - 1) + "└ " if depth else "") + (p.command or "(gone)")
+        cells: list = [str(p.pid), text.clip(p.user or "?", 10), text.clip(workload(p), 28),
+                       ",".join(map(str, sorted(p.vram))) or "files", text.short_size(vram) if p.vram else "-",
+                       state, text.duration(_age(p, snap.taken_at) if p.start_time else None)]
+        if trend:
+            cells.append(Text(text.sparkline(self.history.series((p.pid, p.start_time)), 12), style=S["trend"]))
+        cells.append(text.clip(command, 200))
+        return cells
+
+
+def _tree_order(procs: list[GpuProcess]) -> tuple[list[GpuProcess], dict[int, int]]:
+    """Parents first with their children right under them (in the current sort order); pid -> depth."""
+    by_pid = {p.pid: p for p in procs}
+    children: dict[int, list[GpuProcess]] = {}
+    roots = []
+    for p in procs:
+        if p.ppid in by_pid and p.ppid != p.pid:
+            children.setdefault(p.ppid, []).append(p)
+        else:
+            roots.append(p)
+    out: list[GpuProcess] = []
+    depth: dict[int, int] = {}
+
+    def walk(p: GpuProcess, d: int) -> None:
+        if p.pid in depth:
+            return  # a cycle in bad data must not loop
+        depth[p.pid] = d
+        out.append(p)
+        for c in children.get(p.pid, []):
+            walk(c, d + 1)
+    for r in roots:
+        walk(r, 0)
+    for p in procs:  # anything only reachable through a cycle
+        walk(p, 0)
+    return out, depth
