@@ -16,6 +16,8 @@ fi
 # unit-test the alert rules with promtool and run a real Prometheus against the agent (Debian's prometheus
 # package brings both), as does the fleet's --prometheus path.
 missing=""
+# The install builds the registration interposer (native/) and the preload tests build stand-in runtimes: a C compiler.
+{ command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; } || missing="$missing gcc libc6-dev"
 [ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
 command -v ssh-keygen >/dev/null 2>&1 || missing="$missing openssh-client"
 [ -x /usr/bin/chromium ] || missing="$missing chromium"
