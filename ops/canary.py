@@ -108,17 +108,19 @@ class Canary:
                 self.say(f"verified {fmt_bytes(arena.payload_size)} in {v.seconds:.2f}s")
             if self.stop.requested:
                 return self._finish(runtime, arena, reg)
-            self.phase("registering", bytes=arena.payload_size)
+            # The protocol's "registering" means "about to call register" and "registered" that the call is done:
+            # both are written while the slot is held, so no two engines' windows overlap under a 1-slot gate.
             slot = gate.acquire_from_env(who=f"canary gpu{self.o.gpu} pid{os.getpid()}", timeout_s=self.o.gate_timeout)
             try:
+                self.phase("registering", bytes=arena.payload_size)
                 reg = runtime.register(arena.payload_address, arena.payload_size,
                                        chunk_size=self.o.register_chunk, path=self.o.arena)
+                self.phase("registered", bytes=reg.size, seconds=round(reg.seconds, 4), chunks=len(reg.chunks),
+                           arena=self.o.arena, slot=slot.index if slot else None)
             finally:
                 if slot is not None:
                     slot.release()
             self.say(f"registered {fmt_bytes(reg.size)} in {reg.seconds:.3f}s ({len(reg.chunks)} chunk(s))")
-            self.phase("registered", bytes=reg.size, seconds=round(reg.seconds, 4), chunks=len(reg.chunks),
-                       arena=self.o.arena, slot=slot.index if slot else None)
             copy = None
             if self.o.copy_buffer > 0 and not self.stop.requested:
                 copy = runtime.copy_to_device(reg, self.o.copy_buffer)
