@@ -134,8 +134,10 @@ def test_leak_on_kill_to_taint_to_purge_and_all_clear(state_dir, tmp_path):
         wait_for(lambda: not api.taints(NODE), timeout=15, what="the taint to go")
         assert api.condition(NODE, CONDITION)["status"] == "False"
         wait_for(lambda: health(health_sock).get("2") == "healthy", timeout=10, what="GPU 2 healthy again")
-        reasons = [e["reason"] for e in api.events]
-        assert {"GPUResidualVRAM", "GPUTainted", "GPUPurge", "GPUUntainted"} <= set(reasons), reasons
+        # The Event for the untaint is posted after the node patch that removed the taint: wait for it too.
+        wait_for(lambda: {"GPUResidualVRAM", "GPUTainted", "GPUPurge", "GPUUntainted"}
+                 <= {e["reason"] for e in api.events}, timeout=10,
+                 what="Events for the residual, the taint, the purge and the untaint")
         assert all(e["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE}
                    for e in api.events)
         assert not [r for r in api.calls() if r.status == 403], "the agent needed a verb rbac.yaml does not grant"
