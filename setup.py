@@ -12,12 +12,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.errors import PlatformError
 
 NATIVE = Path("native")
-LIBRARY = "ops.engines.libgwpreload"
+LIBRARY = "gpuwarden.ops.engines.libgwpreload"
 
 
 class BuildPreload(build_ext):
@@ -49,6 +49,8 @@ class BuildPreload(build_ext):
 
 
 setup(
+    # find_packages sees ops, playbooks and tui as the folders name them; installed they are gpuwarden's.
+    packages=[f"gpuwarden.{name}" for name in find_packages(include=["ops*", "playbooks*", "tui*"])],
     ext_modules=[Extension(
         LIBRARY,
         sources=sorted(str(p) for p in NATIVE.glob("*.c")),

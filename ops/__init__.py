@@ -3,4 +3,5 @@
 Nothing here imports Textual or Typer; `playbooks` and `tui` build on top of it.
 """
 
-__version__ = "0.1.0"
+# The one place the version is written: the wheel, `gpuwarden --version`, the image tag and /healthz read it.
+__version__ = "0.3.0"

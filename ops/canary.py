@@ -1,7 +1,7 @@
 """The canary engine: map the arena, verify it, register it with one GPU, copy it to the device, serve until SIGTERM.
 
 Speaks the status protocol at each phase and takes a registration-gate slot around the register call only.
-Fault switches (--crash-at/--crash-signal, --hang-at) make it a drill target. Run: python -m ops.canary --help.
+Fault switches (--crash-at/--crash-signal, --hang-at) make it a drill target. Run: python -m gpuwarden.ops.canary --help.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ops import gate
-from ops.errors import GpuwardenError
-from ops.status_protocol import PHASES, StatusWriter
-from ops.units import fmt_bytes, parse_size
+from gpuwarden.ops import gate
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.status_protocol import PHASES, StatusWriter
+from gpuwarden.ops.units import fmt_bytes, parse_size
 
 VERIFY_MODES = ("full", "header", "none")
 FAULT_PHASES = tuple(p for p in PHASES if p != "exited")
@@ -58,7 +58,7 @@ class Canary:
         self.out = out
         self.status = StatusWriter()
         self.stop = _Stop()
-        from ops.register.base import physical_gpu
+        from gpuwarden.ops.register.base import physical_gpu
         # The node's number for the GPU, which differs from --gpu when *_VISIBLE_DEVICES narrow the view.
         self.node_gpu = physical_gpu(opts.gpu)
 
@@ -86,9 +86,9 @@ class Canary:
                 time.sleep(3600)
 
     def run(self) -> int:
-        from ops.arena import verify as verifier
-        from ops.arena.mapping import MappedArena
-        from ops.register import get
+        from gpuwarden.ops.arena import verify as verifier
+        from gpuwarden.ops.arena.mapping import MappedArena
+        from gpuwarden.ops.register import get
 
         def on_term(signum, frame):
             self.stop.requested = True
@@ -154,7 +154,7 @@ class Canary:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ops.canary", description=(
+    p = argparse.ArgumentParser(prog="python -m gpuwarden.ops.canary", description=(
         "The canary engine: maps the arena, verifies it, registers it with one GPU, copies it to the device and "
         "reports GB/s, then serves until SIGTERM, unregisters and exits 0. Phases go to the status protocol "
         "(GPUWARDEN_STATUS_FILE / GPUWARDEN_STATUS_FD); a registration gate (GPUWARDEN_GATE_DIR/_SLOTS) is "

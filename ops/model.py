@@ -189,7 +189,7 @@ class ArenaMapper:
 class ArenaInfo:
     path: str
     size: int | None
-    header_state: str  # one of ops.arena.format.STATES: "ok", "missing", "bad-magic", "truncated", ...
+    header_state: str  # one of gpuwarden.ops.arena.format.STATES: "ok", "missing", "bad-magic", "truncated", ...
     mappers: tuple[ArenaMapper, ...] = ()
 
 
@@ -254,7 +254,7 @@ class NodeSnapshot:
     source: str = "live"  # "live", or "bundle:<path>" for a replay
     duration_s: float | None = None
     pods: tuple[PodGpus, ...] = ()  # Kubernetes mode only
-    # Kubernetes mode: what the agent last told the API server about this node (ops.k8s.node.KubernetesNode.status).
+    # Kubernetes mode: what the agent last told the API server about this node (gpuwarden.ops.k8s.node.KubernetesNode.status).
     kubernetes: dict[str, Any] | None = None
     # Set when the node agent served this snapshot: {"pid", "interval_s", "age_s", "stale", "socket"}.
     agent: dict[str, Any] | None = None

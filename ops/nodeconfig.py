@@ -102,8 +102,8 @@ class NodeConfig:
     arena: ArenaConfig | None = None
     stagger: StaggerConfig = StaggerConfig()
     state_dir: Path | None = None
-    agent: AgentConfig = AGENT_DEFAULTS  # the [agent] table (ops.agent.config)
-    kubernetes: Any = None  # ops.k8s.config.KubernetesConfig when the file has a [kubernetes] table
+    agent: AgentConfig = AGENT_DEFAULTS  # the [agent] table (gpuwarden.ops.agent.config)
+    kubernetes: Any = None  # gpuwarden.ops.k8s.config.KubernetesConfig when the file has a [kubernetes] table
 
     def engine(self, name: str) -> EngineConfig | None:
         return next((e for e in self.engines if e.name == name), None)

@@ -1,6 +1,6 @@
 """Small per-node facts kept in the state dir: drained GPUs and the idle VRAM baseline.
 
-Both are JSON files replaced atomically and read through the validating loader (ops.statefiles).
+Both are JSON files replaced atomically and read through the validating loader (gpuwarden.ops.statefiles).
 """
 
 from __future__ import annotations

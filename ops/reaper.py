@@ -22,7 +22,7 @@ PROTECTED_COMMS = frozenset({
     "runc", "crun", "kubelet", "tini", "dumb-init", "s6-svscan", "supervisord",
 })
 # The command line of a gpuwarden shim: killing one orphans the engine it supervises.
-SHIM_MARKER = "ops.engines.shim"
+SHIM_MARKER = "gpuwarden.ops.engines.shim"
 # Container runtimes' per-container supervisors (comm is cut at 15 characters, so prefixes).
 RUNTIME_SHIMS = ("containerd-shim", "conmon", "docker-containe")
 PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread

@@ -1,6 +1,6 @@
-"""Where older code finds the Sampler: it lives in ops.sampling now (attribution | node extras | thread).
+"""Where older code finds the Sampler: it lives in gpuwarden.ops.sampling now (attribution | node extras | thread).
 
-Kept so that `from ops.snapshot import Sampler, take_snapshot` and the tolerance constants keep working.
+Kept so that `from gpuwarden.ops.snapshot import Sampler, take_snapshot` and the tolerance constants keep working.
 """
 
 from .sampling.attribution import (  # noqa: F401

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ops import journal
+from gpuwarden.ops import journal
 
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
 
@@ -117,7 +117,7 @@ class InstallUnitPlaybook(Playbook):
         return steps
 
     def _write(self, ctx: RunContext) -> str:
-        from ops.statedir import atomic_write
+        from gpuwarden.ops.statedir import atomic_write
         text = unit_text(self.program)
         try:
             if self.path.exists() and self.path.read_text() == text:

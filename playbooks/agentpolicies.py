@@ -14,10 +14,10 @@ import threading
 import time
 from typing import Any
 
-from ops.agent.config import AgentConfig
-from ops.agent.kernelwatch import FAULT_CATEGORIES
-from ops.model import NodeSnapshot
-from ops.sampling.changes import NodeEvent
+from gpuwarden.ops.agent.config import AgentConfig
+from gpuwarden.ops.agent.kernelwatch import FAULT_CATEGORIES
+from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.sampling.changes import NodeEvent
 
 from .framework import Event, Playbook, run
 

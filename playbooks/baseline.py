@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ops import nodestate
-from ops.snapshot import TOLERANCE_FRACTION, TOLERANCE_NO_BASELINE
-from ops.units import fmt_bytes
+from gpuwarden.ops import nodestate
+from gpuwarden.ops.snapshot import TOLERANCE_FRACTION, TOLERANCE_NO_BASELINE
+from gpuwarden.ops.units import fmt_bytes
 
 from . import nodecheck
 from .framework import Playbook, RunContext, Step, StepFailed

@@ -1,6 +1,6 @@
 """The bundle playbook: collect an incident bundle as one step, the same object for CLI and TUI.
 
-It touches nothing on the node; collection itself lives in ops.bundle.
+It touches nothing on the node; collection itself lives in gpuwarden.ops.bundle.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ops.errors import GpuwardenError
-from ops.units import fmt_bytes
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.units import fmt_bytes
 
 from .framework import Playbook, RunContext, Step
 
@@ -36,7 +36,7 @@ class BundlePlaybook(Playbook):
                                 "redact, triage and write the archive", self._collect)]
 
     def _collect(self, ctx: RunContext) -> str:
-        from ops.bundle.collect import collect_bundle
+        from gpuwarden.ops.bundle.collect import collect_bundle
 
         def progress(event: str, name: str, done: int, total: int) -> None:
             if event == "collected":

@@ -18,10 +18,10 @@ try:  # newer typer vendors click; older releases depend on it
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import ClickException  # type: ignore
 
-from ops import __version__, interrupts
-from ops.errors import GpuwardenError
-from ops.safetext import printable
-from ops.settings import Settings
+from gpuwarden.ops import __version__, interrupts
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.safetext import printable
+from gpuwarden.ops.settings import Settings
 
 from .hints import Invocation
 
@@ -91,7 +91,7 @@ def _global(
     from .globalopts import resolve
     ctx.obj = resolve(state_dir, config, backend, sysfs_root, proc_root).with_(cli_words=tuple(invocation.words))
     if ctx.invoked_subcommand is None:
-        # No command: the console when the program has one (tui.main sets it), else the help.
+        # No command: the console when the program has one (gpuwarden.tui.main sets it), else the help.
         if _default_action is None:
             typer.echo(ctx.get_help())
             raise typer.Exit(0)
@@ -101,7 +101,7 @@ def _global(
 
 
 def _note_invocation(ctx: typer.Context, options: tuple[tuple[str, str], ...]) -> Invocation:
-    """Record the global options given on the command line, so hints repeat them (playbooks.hints)."""
+    """Record the global options given on the command line, so hints repeat them (gpuwarden.playbooks.hints)."""
     invocation = ctx.obj if isinstance(ctx.obj, Invocation) else Invocation()
     for name, flag in options:
         source = ctx.get_parameter_source(name)
@@ -111,7 +111,7 @@ def _note_invocation(ctx: typer.Context, options: tuple[tuple[str, str], ...]) -
 
 
 for _name in COMMAND_MODULES:
-    importlib.import_module(f"playbooks.commands.{_name}").register(app)
+    importlib.import_module(f"gpuwarden.playbooks.commands.{_name}").register(app)
 
 
 def main(argv: list[str] | None = None) -> int:

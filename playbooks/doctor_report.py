@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import textwrap
 
-from ops.doctor.model import FAIL, PASS, SKIP, UNKNOWN, WARN
-from ops.doctor.runner import Report
+from gpuwarden.ops.doctor.model import FAIL, PASS, SKIP, UNKNOWN, WARN
+from gpuwarden.ops.doctor.runner import Report
 
 LABEL = {FAIL: "FAIL", WARN: "WARN", UNKNOWN: "????", PASS: "ok", SKIP: "--"}
 COLOUR = {FAIL: "\x1b[1;31m", WARN: "\x1b[33m", UNKNOWN: "\x1b[36m", PASS: "\x1b[32m", SKIP: "\x1b[2m"}

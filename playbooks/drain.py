@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ops import journal, nodestate
-from ops.units import fmt_bytes
+from gpuwarden.ops import journal, nodestate
+from gpuwarden.ops.units import fmt_bytes
 
 from . import nodecheck
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
@@ -57,7 +57,7 @@ class DrainPlaybook(Playbook):
         return f"GPU {self.gpu} {'was already' if already else 'is now'} drained"
 
     def _stop(self, ctx: RunContext) -> str:
-        from ops.engines.control import stop_gpu
+        from gpuwarden.ops.engines.control import stop_gpu
         results = stop_gpu(ctx.settings, self.gpu, timeout_s=self.grace_s)
         stopped = [{"engine": r.name, "result": r.result, "detail": r.detail} for r in results]
         ctx.scratch["stopped"] = stopped

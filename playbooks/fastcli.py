@@ -48,14 +48,14 @@ def _parse(argv: list[str]) -> tuple[dict, dict] | None:
 
 def print_error(exc, json_requested: bool) -> None:
     """A GpuwardenError as the CLI shows it: one line and a hint on stderr; the error document under --json."""
-    from ops.safetext import printable  # messages quote files and process names: no escapes reach a terminal
+    from gpuwarden.ops.safetext import printable  # messages quote files and process names: no escapes reach a terminal
     for each in getattr(exc, "errors", None) or [exc]:  # a config with several errors lists them all
         print(f"gpuwarden: error: {printable(each.message)}", file=sys.stderr)
         if each.hint:
             print(f"  hint: {printable(each.hint)}", file=sys.stderr)
     if json_requested:
         # A script reading stdout gets the failure in the shape it parses (the exit code stays).
-        from ops.jsondoc import dumps, error_document
+        from gpuwarden.ops.jsondoc import dumps, error_document
         doc = error_document(exc.message, exc.hint, exc.exit_code)
         if getattr(exc, "errors", None):
             doc["errors"] = [{"error": e.message, "hint": e.hint} for e in exc.errors]
@@ -78,7 +78,7 @@ def _state_dir(glob: dict) -> Path | None:
     explicit = glob.get("state_dir") or os.environ.get("GPUWARDEN_STATE_DIR")
     if explicit:
         return Path(explicit)
-    from ops.paths import DEFAULT_CONFIG, default_state_dir
+    from gpuwarden.ops.paths import DEFAULT_CONFIG, default_state_dir
     config = Path(glob.get("config") or os.environ.get("GPUWARDEN_CONFIG") or DEFAULT_CONFIG)
     try:
         raw = config.read_bytes()
@@ -103,9 +103,9 @@ def _via_agent(glob: dict) -> int | None:
     state_dir = _state_dir(glob)
     if state_dir is None:
         return None
-    from ops.paths import AGENT_SOCKET, refuse_squatted
+    from gpuwarden.ops.paths import AGENT_SOCKET, refuse_squatted
     refuse_squatted(state_dir)  # a socket in a dir someone else made could serve anything
-    from ops.agent.client import get
+    from gpuwarden.ops.agent.client import get
     reply = get(state_dir / AGENT_SOCKET, "/v1/snapshot")
     if reply is None or reply.status != 200:
         return None
@@ -147,15 +147,15 @@ def run(argv: list[str]) -> int | None:
 
 def guarded(call, json_requested: bool) -> int:
     """call()'s exit status, with the expected failures as one line each (the full CLI uses this too)."""
-    from ops.errors import GpuwardenError
+    from gpuwarden.ops.errors import GpuwardenError
     try:
         return call()
     except GpuwardenError as exc:
         print_error(exc, json_requested)
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        # Ctrl-C, or SIGTERM/SIGHUP once ops.interrupts is installed: one line, 128 + the signal's number.
-        from ops import interrupts
+        # Ctrl-C, or SIGTERM/SIGHUP once gpuwarden.ops.interrupts is installed: one line, 128 + the signal's number.
+        from gpuwarden.ops import interrupts
         print(f"gpuwarden: {interrupts.describe(exc)}", file=sys.stderr)
         return 128 + interrupts.signal_of(exc)
     except BrokenPipeError:

@@ -10,10 +10,10 @@ import os
 import shutil
 from typing import Any, Callable
 
-from ops import gpureset, journal, nodestate
-from ops.errors import GpuwardenError
-from ops.model import NodeSnapshot
-from ops.units import fmt_bytes
+from gpuwarden.ops import gpureset, journal, nodestate
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.units import fmt_bytes
 
 from . import nodecheck
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
@@ -183,7 +183,7 @@ class FixPlaybook(Playbook):
         ctx.scratch["drained_by_fix"] = marked
         stopped = []
         if self.stop_engines:
-            from ops.engines.control import stop_gpu
+            from gpuwarden.ops.engines.control import stop_gpu
             for g in self._hive:
                 for r in stop_gpu(ctx.settings, g, timeout_s=self.grace_s):
                     ctx.info(f"engine {r.name}: {r.result}", engine=r.name, result=r.result)

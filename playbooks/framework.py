@@ -10,11 +10,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ops import journal
-from ops.errors import GpuwardenError, Refused
-from ops.gpulock import hold
-from ops.jsondoc import document, iso
-from ops.settings import Settings
+from gpuwarden.ops import journal
+from gpuwarden.ops.errors import GpuwardenError, Refused
+from gpuwarden.ops.gpulock import hold
+from gpuwarden.ops.jsondoc import document, iso
+from gpuwarden.ops.settings import Settings
 
 @dataclass(frozen=True)
 class Event:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ops.errors import GpuwardenError
-from ops.settings import BACKENDS, Settings
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.settings import BACKENDS, Settings
 
 
 def resolve(state_dir: Path | None = None, config: Path | None = None, backend: str | None = None,
@@ -27,8 +27,8 @@ def resolve(state_dir: Path | None = None, config: Path | None = None, backend: 
     if settings.backend and settings.backend not in BACKENDS:  # from GPUWARDEN_BACKEND
         raise GpuwardenError(f"unknown backend {settings.backend!r}", f"choose one of: {', '.join(BACKENDS)}")
     if state_dir is None and not os.environ.get("GPUWARDEN_STATE_DIR") and settings.config_path.exists():
-        from ops.nodeconfig import effective_settings  # the config may name the state dir
+        from gpuwarden.ops.nodeconfig import effective_settings  # the config may name the state dir
         settings = effective_settings(settings)
-    from ops import statedir
+    from gpuwarden.ops import statedir
     statedir.check(settings.state_dir)  # not ours, shared with other users, unreadable: one line, now
     return settings

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ops import nodestate
-from ops.engines import control
-from ops.engines import state as st
-from ops.errors import GpuwardenError
-from ops.nodeconfig import EngineConfig, NodeConfig
-from ops.units import fmt_bytes
+from gpuwarden.ops import nodestate
+from gpuwarden.ops.engines import control
+from gpuwarden.ops.engines import state as st
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.nodeconfig import EngineConfig, NodeConfig
+from gpuwarden.ops.units import fmt_bytes
 
 from .framework import Playbook, RunContext, Step, StepFailed
 
@@ -71,7 +71,7 @@ class LaunchPlaybook(Playbook):
             if missing:
                 problems.append(f"engine {e.name}: {missing}; fix its argv in {self.config.path}")
         if any(e.progress == "preload" for e in self.engines):
-            from ops.engines import preload
+            from gpuwarden.ops.engines import preload
             if preload.missing():
                 problems.append(preload.missing())
         if self.config.arena is not None:
@@ -97,9 +97,9 @@ class LaunchPlaybook(Playbook):
     def _check_arena(self, ctx: RunContext) -> str:
         arena = self.config.arena
         assert arena is not None
-        from ops.arena.verify import verify
+        from gpuwarden.ops.arena.verify import verify
         if self.skip_verify:
-            from ops.arena.format import load_header
+            from gpuwarden.ops.arena.format import load_header
             header = load_header(arena.path)
             return f"{arena.path}: header ok, {fmt_bytes(header.payload_size)} (chunks not hashed: --skip-verify)"
         result = verify(arena.path, expect_size=arena.size)
@@ -109,8 +109,8 @@ class LaunchPlaybook(Playbook):
     def _check_budget(self, ctx: RunContext) -> str:
         arena = self.config.arena
         assert arena is not None
-        from ops.arena import budget
-        from ops.arena.format import load_header
+        from gpuwarden.ops.arena import budget
+        from gpuwarden.ops.arena.format import load_header
         vendor = control.detect_vendor(ctx.settings)
         size = arena.size or load_header(arena.path).payload_size
         all_gpus = budget.count_gpus(ctx.settings.sysfs_root) or 1

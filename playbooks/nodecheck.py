@@ -9,10 +9,10 @@ import os
 import time
 from dataclasses import dataclass
 
-from ops.errors import NotFound, Refused
-from ops.model import GpuInfo, GpuProcess, NodeSnapshot
-from ops.settings import Settings
-from ops.units import fmt_bytes
+from gpuwarden.ops.errors import NotFound, Refused
+from gpuwarden.ops.model import GpuInfo, GpuProcess, NodeSnapshot
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.units import fmt_bytes
 
 # Holder reasons with no process left to signal: only the driver (a reset) frees that memory.
 NO_PROCESS = ("kfd-without-process", "unknown-pid", "ownerless")
@@ -23,7 +23,7 @@ def snapshot(settings: Settings) -> NodeSnapshot:
     if settings.replay is not None:
         raise Refused(f"this is a replay of {settings.replay}: nothing on it can be changed",
                       "run the playbook on the node itself")
-    from ops.snapshot import take_snapshot
+    from gpuwarden.ops.snapshot import take_snapshot
     return take_snapshot(settings)
 
 
@@ -127,8 +127,8 @@ def _poll(settings: Settings, look, timeout_s: float, poll_s: float, cancelled):
     Right after a reset the GPU can vanish for a while and a backend call fail: that is retried with a
     fresh backend (old handles may be stale) until the deadline, then reported.
     """
-    from ops.errors import GpuwardenError
-    from ops.snapshot import Sampler
+    from gpuwarden.ops.errors import GpuwardenError
+    from gpuwarden.ops.snapshot import Sampler
     deadline = time.monotonic() + timeout_s
     sampler = None
     try:

@@ -12,7 +12,7 @@ from typing import Callable
 
 import typer
 
-from ops.settings import Settings
+from gpuwarden.ops.settings import Settings
 
 from .framework import Event, Playbook, Result, run
 from .hints import Invocation
@@ -22,7 +22,7 @@ _MARK = {"step_ok": "ok", "step_failed": "FAILED", "step_skipped": "skipped"}
 
 def event_printer(json_out: bool, cli_words: tuple[str, ...] = (), prefix: str = "") -> Callable[[Event], None]:
     """Print events as they come; `prefix` (e.g. a fleet node's name) starts every text line. Commands that
-    hints name get `cli_words`, the global options of this command line (playbooks.hints)."""
+    hints name get `cli_words`, the global options of this command line (gpuwarden.playbooks.hints)."""
     paste_ready = Invocation(list(cli_words)).paste_ready
 
     def echo(text: str, err: bool = False) -> None:

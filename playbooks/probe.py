@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ops import journal
-from ops.errors import GpuwardenError
-from ops.settings import Settings
-from ops.status_protocol import ENV_FILE, StatusFollower
-from ops.units import fmt_bytes
+from gpuwarden.ops import journal
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.status_protocol import ENV_FILE, StatusFollower
+from gpuwarden.ops.units import fmt_bytes
 
 # Variables that narrow which GPUs a canary sees. ROCR_ acts at the ROCr level, so a HIP registration is
 # mapped (and charged by KFD) for that one GPU only; HIP then numbers it 0.
@@ -131,7 +131,7 @@ class Probe:
 
     # Steps.
     def _arena(self, work: Path) -> None:
-        from ops.arena import create, format as fmt
+        from gpuwarden.ops.arena import create, format as fmt
         if self.o.arena:
             self.arena_path = self.o.arena
             self._arena_bytes = fmt.load_header(self.o.arena).payload_size
@@ -167,7 +167,7 @@ class Probe:
                 gpu_arg = 0
             else:
                 gpu_arg = i
-            argv = [sys.executable, "-m", "ops.canary", "--arena", str(self.arena_path), "--gpu", str(gpu_arg),
+            argv = [sys.executable, "-m", "gpuwarden.ops.canary", "--arena", str(self.arena_path), "--gpu", str(gpu_arg),
                     "--runtime", o.runtime, "--verify", o.verify, "--copy-buffer", o.copy_buffer, *o.extra]
             if o.register_chunk:
                 argv += ["--register-chunk", o.register_chunk]

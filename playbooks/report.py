@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
-from ops.model import NodeSnapshot
-from ops.units import fmt_bytes
+from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.units import fmt_bytes
 
 
 def _pct(used: int | None, total: int | None) -> str:

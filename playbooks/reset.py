@@ -9,10 +9,10 @@ import os
 import shutil
 from typing import Any, Callable
 
-from ops import gpureset, nodestate
-from ops.gpureset import ResetPath
-from ops.model import NodeSnapshot
-from ops.settings import Settings
+from gpuwarden.ops import gpureset, nodestate
+from gpuwarden.ops.gpureset import ResetPath
+from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.settings import Settings
 
 from . import nodecheck
 from .framework import Playbook, RunContext, Step, StepFailed

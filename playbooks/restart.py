@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ops import nodestate
-from ops.engines import control
-from ops.engines import state as st
+from gpuwarden.ops import nodestate
+from gpuwarden.ops.engines import control
+from gpuwarden.ops.engines import state as st
 
 from .framework import Playbook, RunContext, Step
 

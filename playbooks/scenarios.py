@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ops import journal, procs, statedir, statefiles
-from ops.errors import GpuwardenError
-from ops.settings import Settings
-from ops.sim.node import SimNode
+from gpuwarden.ops import journal, procs, statedir, statefiles
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.sim.node import SimNode
 
 SCENARIOS = ("residual", "arena", "clean")
 GIB = 1 << 30
@@ -44,14 +44,14 @@ def clean(settings: Settings, say: Callable[[str], None], *, gpus: int | None = 
     """End what an earlier scenario started (its engines, its process families), then a fresh sim node."""
     node = SimNode(settings.state_dir)
     record = _read_record(node, say) if node.exists else {}
-    from ops.engines import control
-    from ops.engines import state as st
+    from gpuwarden.ops.engines import control
+    from gpuwarden.ops.engines import state as st
     for name in record.get("engines", []):
         if st.read_state(settings.state_dir, name) or st.read_spec(settings.state_dir, name):
             result = control.stop(settings, name, timeout_s=2.0)
             say(f"engine {name}: {result.result}")
         shutil.rmtree(st.engine_dir(settings.state_dir, name), ignore_errors=True)
-    from ops.reaper import Reaper
+    from gpuwarden.ops.reaper import Reaper
     reaper = Reaper(settings)
     # Its own processes only, checked by PID and start time like every signal gpuwarden sends; the
     # careless parent before its subreaper, which then reaps it and the zombie it leaves to it.
@@ -69,7 +69,7 @@ def clean(settings: Settings, say: Callable[[str], None], *, gpus: int | None = 
             pass  # not a file a scenario made: those all live in the state dir
     cfg = node.config() if node.exists else {}
     node.init(gpus=gpus or cfg.get("gpus", 4), vram=vram or cfg.get("vram", 24 * GIB), force=True)
-    from ops import nodestate
+    from gpuwarden.ops import nodestate
     for g in list(nodestate.drained(settings.state_dir)):
         nodestate.set_drained(settings.state_dir, g, False)
     _write_record(node, {"name": "clean"})
@@ -106,7 +106,7 @@ def residual(settings: Settings, say: Callable[[str], None]) -> None:
     started: list[dict] = []
     # 1. A tenant killed while the driver leaks its memory: 14 GiB that no process owns on GPU 2.
     node.set_fault("leak-on-kill", True)
-    tenant = _spawn([sys.executable, "-m", "ops.sim.tenant", str(settings.state_dir), "2", str(14 * GIB)])
+    tenant = _spawn([sys.executable, "-m", "gpuwarden.ops.sim.tenant", str(settings.state_dir), "2", str(14 * GIB)])
     assert tenant.stdout is not None
     tenant.stdout.readline()
     tenant.kill()
@@ -115,7 +115,7 @@ def residual(settings: Settings, say: Callable[[str], None]) -> None:
     node.set_fault("leak-on-kill", False)
     say("GPU 2: a tenant holding 14 GiB was killed; the driver kept its memory (an ownerless leak)")
     # 2. A worker killed under a parent that never reaps it: a zombie that keeps 2 GiB on GPU 1.
-    keeper = _spawn([sys.executable, "-m", "ops.sim.family", str(settings.state_dir), "1", str(2 * GIB)])
+    keeper = _spawn([sys.executable, "-m", "gpuwarden.ops.sim.family", str(settings.state_dir), "1", str(2 * GIB)])
     assert keeper.stdout is not None
     parent, child = (int(x) for x in keeper.stdout.readline().split())
     keeper.stdout.close()
@@ -136,11 +136,11 @@ def arena(settings: Settings, say: Callable[[str], None]) -> dict:
     """Four canaries on one arena through the real launch playbook; the last crashes while registering."""
     clean(settings, say)
     node = SimNode(settings.state_dir)
-    from ops.arena.create import create
+    from gpuwarden.ops.arena.create import create
     path = node.dir / "scenario.arena"
     create(path, size=ARENA_BYTES, force=True)
     config = node.dir / "scenario-arena.toml"
-    canary = [sys.executable, "-m", "ops.canary", "--arena", str(path), "--gpu", "0", "--runtime", "sim"]
+    canary = [sys.executable, "-m", "gpuwarden.ops.canary", "--arena", str(path), "--gpu", "0", "--runtime", "sim"]
     lines = [f"# written by `gpuwarden sim scenario arena`: {CANARIES} canaries share one arena; the last",
              "# crashes (SIGSEGV) while registering, as the engines of the README's first incident did.",
              "", "[arena]", f"path = {json.dumps(str(path))}", f'size = "{ARENA_BYTES >> 20}MiB"', "",
@@ -152,9 +152,9 @@ def arena(settings: Settings, say: Callable[[str], None]) -> dict:
         lines += ["[[engines]]", f'name = "{name}"', f"gpu = {i}", f"argv = {json.dumps(argv)}", ""]
     statedir.atomic_write(config, "\n".join(lines), root=settings.state_dir)
     _write_record(node, {"name": "arena", "engines": names, "files": [str(path)], "config": str(config)})
-    from ops import nodeconfig
-    from playbooks.framework import run
-    from playbooks.launch import LaunchPlaybook
+    from gpuwarden.ops import nodeconfig
+    from gpuwarden.playbooks.framework import run
+    from gpuwarden.playbooks.launch import LaunchPlaybook
     cfg = nodeconfig.load(settings.with_(config_path=config))
     # One after the other, so the first three serve before the last one registers and dies.
     result = run(LaunchPlaybook(config=cfg, engines=cfg.engines, stagger=1, sequential=True),

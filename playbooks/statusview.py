@@ -12,16 +12,16 @@ import sys
 import time
 from pathlib import Path
 
-from ops.errors import GpuwardenError
-from ops.settings import Settings
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.settings import Settings
 
 
 def agent_reply(settings: Settings):
     """The agent's latest snapshot reply, when an agent serves this node as this command would read it."""
     if settings.captured:
         return None  # a captured tree: the agent samples the live node (the host's roots under a mount are live)
-    from ops.agent.client import get
-    from ops.paths import AGENT_SOCKET
+    from gpuwarden.ops.agent.client import get
+    from gpuwarden.ops.paths import AGENT_SOCKET
     reply = get(settings.state_dir / AGENT_SOCKET, "/v1/snapshot")
     if reply is None or reply.status != 200:
         return None
@@ -31,8 +31,8 @@ def agent_reply(settings: Settings):
 
 
 def _sampler(settings: Settings, use_pidfds: bool):
-    from ops.backends.select import open_backend
-    from ops.sampling.sampler import Sampler
+    from gpuwarden.ops.backends.select import open_backend
+    from gpuwarden.ops.sampling.sampler import Sampler
     # The automatic fallback to the simulated node is for the console's demos; status says no backend works.
     backend = open_backend(settings, fallback_to_sim=False)
     return Sampler(settings, backend, use_pidfds=use_pidfds)
@@ -61,7 +61,7 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
         bundle: Path | None = None) -> int:
     """Show the node once (or until Ctrl-C with watch); the exit status of the last report."""
     if bundle is not None:
-        from ops.bundle.replay import snapshot_from_bundle
+        from gpuwarden.ops.bundle.replay import snapshot_from_bundle
         snap = snapshot_from_bundle(bundle, settings)
         _show(settings, snap, json_out, watch)
         return 1 if snap.needs_attention() else 0
@@ -73,7 +73,7 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
             sys.stdout.buffer.write(reply.body + b"\n")
             sys.stdout.flush()
         else:
-            from ops.model import snapshot_from_dict
+            from gpuwarden.ops.model import snapshot_from_dict
             sys.stdout.write(_render(settings, snapshot_from_dict(reply.json())) + "\n")
         return 1 if attention or stale else 0
     if reply is not None:
@@ -96,9 +96,9 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
 
 
 def _watch_agent(settings: Settings, json_out: bool, interval: float) -> int:
-    from ops.agent.client import get
-    from ops.model import snapshot_from_dict
-    from ops.paths import AGENT_SOCKET
+    from gpuwarden.ops.agent.client import get
+    from gpuwarden.ops.model import snapshot_from_dict
+    from gpuwarden.ops.paths import AGENT_SOCKET
     code = 0
     try:
         while True:

@@ -1,4 +1,4 @@
-"""The stop playbook: stop supervised engines through ops.engines.control (its checks and journal).
+"""The stop playbook: stop supervised engines through gpuwarden.ops.engines.control (its checks and journal).
 
 `gpuwarden engines stop` and the TUI's stop key run this object, so both get the runner's GPU locks,
 journal lines and events.
@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ops.engines import control
-from ops.engines import state as st
-from playbooks.framework import Playbook, RunContext, SkipStep, Step
+from gpuwarden.ops.engines import control
+from gpuwarden.ops.engines import state as st
+from gpuwarden.playbooks.framework import Playbook, RunContext, SkipStep, Step
 
 
 @dataclass

@@ -9,9 +9,9 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from ops.model import GpuProcess
-from ops.reaper import Reaper, Target, target_ticks, untouchable
-from ops.units import fmt_bytes
+from gpuwarden.ops.model import GpuProcess
+from gpuwarden.ops.reaper import Reaper, Target, target_ticks, untouchable
+from gpuwarden.ops.units import fmt_bytes
 
 from .framework import Playbook, RunContext, Step, StepFailed
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-from ops.agent.client import get
+from gpuwarden.ops.agent.client import get
 
 
 class RunningAgent:
@@ -56,7 +56,7 @@ def start_agent(state_dir: Path, *args: str, backend_args: tuple[str, ...] = ("-
     notify.bind(str(notify_path))
     notify.settimeout(timeout)
     log = state_dir.parent / f"agent-{time.monotonic_ns()}.log"
-    cmd = [sys.executable, "-m", "tui.main", "--state-dir", str(state_dir), *backend_args, *args,
+    cmd = [sys.executable, "-m", "gpuwarden.tui.main", "--state-dir", str(state_dir), *backend_args, *args,
            "agent", "--foreground", "--interval", interval, *agent_args]
     full_env = {**os.environ, "NOTIFY_SOCKET": str(notify_path), **(env or {})}
     full_env.pop("GPUWARDEN_BACKEND", None)

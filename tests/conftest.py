@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO.parent / "shared" / "fixtures"
+FIXTURES = REPO / "tests" / "fixtures"  # captured public outputs; provenance in its SOURCES.md
 
 
 @pytest.fixture
 def fixtures() -> Path:
     if not FIXTURES.is_dir():
-        pytest.fail(f"captured fixtures not found at {FIXTURES}: the shared/ folder must sit beside the repo")
+        pytest.fail(f"captured fixtures not found at {FIXTURES}: the checkout is incomplete")
     return FIXTURES
 
 
@@ -32,7 +32,7 @@ def state_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def settings(state_dir: Path):
-    from ops.settings import Settings
+    from gpuwarden.ops.settings import Settings
     return Settings(state_dir=state_dir, config_path=state_dir / "node.toml")
 
 
@@ -41,7 +41,7 @@ def gpuwarden(*args: str, env: dict[str, str] | None = None, timeout: float = 60
     """Run the real CLI in a child process (stdin not a terminal), return the completed process."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("GPUWARDEN_BACKEND", None) if env is not None and "GPUWARDEN_BACKEND" not in env else None
-    proc = subprocess.run([sys.executable, "-m", "tui.main", *args], env=full_env, cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", *args], env=full_env, cwd=REPO,
                           capture_output=True, text=True, timeout=timeout,
                           input=input if input is not None else "")
     if check and proc.returncode != 0:

@@ -10,8 +10,8 @@ import gzip
 import re
 from pathlib import Path
 
-from ops.settings import Settings
-from ops.sim import platform
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.sim import platform
 from sysfs_tree import add_card, add_kfd_node, write
 
 RELEASE = "6.8.0-52-generic"

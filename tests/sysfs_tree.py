@@ -1,4 +1,4 @@
-"""Builds amdgpu/KFD sysfs trees for tests out of the captured files in shared/fixtures.
+"""Builds amdgpu/KFD sysfs trees for tests out of the captured files in tests/fixtures.
 
 Only the layout is synthesised; every file's content is a captured real one unless a test says so.
 """

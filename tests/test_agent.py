@@ -15,7 +15,7 @@ import pytest
 from agentnode import snapshot_of, start_agent
 from simnode import kill_and_wait_zombie, start_careless_parent, start_tenant, wait_for
 
-from ops import jsondoc
+from gpuwarden.ops import jsondoc
 
 GiB = 1 << 30
 
@@ -135,7 +135,7 @@ def test_events_stream_follows_new_events(agent, sim):
         # A killed tenant's allocation goes with it: no residual; the leak drill leaves one.
     finally:
         pass
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.sim.node import SimNode
     SimNode(sim).leak(3, 2 * GiB)
     body = buf.split(b"\r\n\r\n", 1)[1]
     deadline = time.monotonic() + 20
@@ -151,12 +151,12 @@ def test_events_stream_follows_new_events(agent, sim):
 def test_the_console_reads_the_agent_and_backfills_its_sparklines(sim):
     import asyncio
 
-    from ops.settings import Settings
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.sim.node import SimNode
     from test_tui_support import screen_text
     from test_tui_support import wait_for as pilot_wait
-    from tui.app import GpuwardenApp
-    from tui.sampling import viewer_source
+    from gpuwarden.tui.app import GpuwardenApp
+    from gpuwarden.tui.sampling import viewer_source
 
     agent = start_agent(sim)
     try:

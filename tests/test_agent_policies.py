@@ -13,9 +13,9 @@ import pytest
 from agentnode import start_agent
 from simnode import kill_and_wait_zombie, start_careless_parent, wait_for
 
-from ops import journal
-from ops.agent.kernelwatch import TriageAdapter, useful
-from ops.agent.notify import notify
+from gpuwarden.ops import journal
+from gpuwarden.ops.agent.kernelwatch import TriageAdapter, useful
+from gpuwarden.ops.agent.notify import notify
 
 GiB = 1 << 30
 

@@ -24,8 +24,8 @@ from agentnode import snapshot_of, start_agent
 from conftest import REPO
 from simnode import wait_for
 
-from ops import jsondoc
-from ops.agent.client import get
+from gpuwarden.ops import jsondoc
+from gpuwarden.ops.agent.client import get
 
 GiB = 1 << 30
 
@@ -41,7 +41,7 @@ def lines_of(path: Path) -> list[dict]:
 
 
 def test_kill_9_leaves_files_a_restarted_agent_reads_and_repairs(sim):
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.sim.node import SimNode
     agent = start_agent(sim)
     wait_for(lambda: agent.json("/healthz")["ok"], what="first snapshot")
     SimNode(sim).leak(1, 1 * GiB)
@@ -96,7 +96,7 @@ def test_a_hung_backend_call_marks_the_snapshot_stale_and_the_api_keeps_answerin
 
 
 def test_silent_and_never_reading_clients_cannot_block_the_agent(sim):
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.sim.node import SimNode
     agent = start_agent(sim)
     wait_for(lambda: agent.json("/healthz")["ok"], what="first snapshot")
     stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -141,7 +141,7 @@ def test_the_socket_refuses_other_users_unless_the_config_grants_their_group(cli
         state = base / "s"
         assert cli("--state-dir", str(state), "sim", "init", "--gpus", "1").returncode == 0
         os.chmod(state, 0o711)  # even with a traversable state dir, the socket's own mode refuses
-        code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from ops.agent.client import get; "
+        code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from gpuwarden.ops.agent.client import get; "
                 f"r = get({str(state / 'agent.sock')!r}, '/healthz'); print(r.status if r else 'refused')")
         agent = start_agent(state)
         try:

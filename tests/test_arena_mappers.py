@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import signal
 
-from ops.settings import Settings
+from gpuwarden.ops.settings import Settings
 from test_canary import make_arena, spawn, wait_phase
 
 MiB = 1 << 20
@@ -29,7 +29,7 @@ def test_two_canaries_share_the_pages_and_inspect_shows_both(cli, tmp_path, stat
         assert set(by_pid) == {p1.pid, p2.pid}
         for pid, gpu in ((p1.pid, 0), (p2.pid, 1)):
             m = by_pid[pid]
-            assert m["registered"] is True and m["gpu"] == gpu and "ops.canary" in m["command"]
+            assert m["registered"] is True and m["gpu"] == gpu and "gpuwarden.ops.canary" in m["command"]
             # Both copied the whole payload, so all of it is resident in each; the pages are the same
             # ones, so each process's proportional share is about half.
             assert m["rss_bytes"] >= 8 * MiB
@@ -49,7 +49,7 @@ def test_two_canaries_share_the_pages_and_inspect_shows_both(cli, tmp_path, stat
 def test_mapper_without_status_file_is_unknown(tmp_path):
     import subprocess
     import sys
-    from ops.arena.mappers import find_mappers
+    from gpuwarden.ops.arena.mappers import find_mappers
     arena = make_arena(tmp_path / "a.arena", 2 * MiB)
     code = ("import mmap,sys,time; f=open(sys.argv[1],'rb'); m=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ); "
             "m[:]; print('up', flush=True); time.sleep(60)")
@@ -69,8 +69,8 @@ def test_mapper_without_status_file_is_unknown(tmp_path):
 
 def test_list_arenas_reads_the_node_config(tmp_path, state_dir):
     import pytest
-    pytest.importorskip("ops.nodeconfig")
-    from ops.arena.watch import list_arenas
+    pytest.importorskip("gpuwarden.ops.nodeconfig")
+    from gpuwarden.ops.arena.watch import list_arenas
     arena = make_arena(tmp_path / "a.arena", 2 * MiB)
     config = tmp_path / "node.toml"
     config.write_text(f'[arena]\npath = "{arena}"\n')
@@ -90,7 +90,7 @@ def test_sim_registration_counts_without_a_status_file(cli, tmp_path, state_dir)
     arena = make_arena(tmp_path / "a.arena", 2 * MiB)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_STATUS")}
     env["GPUWARDEN_STATE_DIR"] = str(state_dir)
-    proc = subprocess.Popen([sys.executable, "-m", "ops.canary", "--arena", str(arena), "--runtime", "sim",
+    proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.ops.canary", "--arena", str(arena), "--runtime", "sim",
                              "--gpu", "2"], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:
@@ -107,8 +107,8 @@ def test_list_arenas_rescans_proc_only_now_and_then(tmp_path, state_dir, monkeyp
     import subprocess
     import sys
     import pytest
-    pytest.importorskip("ops.nodeconfig")
-    from ops.arena import watch
+    pytest.importorskip("gpuwarden.ops.nodeconfig")
+    from gpuwarden.ops.arena import watch
     arena = make_arena(tmp_path / "a.arena", 1 * MiB)
     config = tmp_path / "node.toml"
     config.write_text(f'[arena]\npath = "{arena}"\n')

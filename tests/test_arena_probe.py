@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from ops.settings import Settings
-from playbooks.probe import Probe, ProbeOptions, table
+from gpuwarden.ops.settings import Settings
+from gpuwarden.playbooks.probe import Probe, ProbeOptions, table
 
 
 def test_probe_cli_three_sim_canaries_one_at_a_time(cli, tmp_path):
@@ -27,7 +27,7 @@ def test_probe_cli_three_sim_canaries_one_at_a_time(cli, tmp_path):
 
 
 def test_probe_reports_a_crash_by_signal_name(tmp_path, state_dir):
-    from ops.arena.create import create
+    from gpuwarden.ops.arena.create import create
     arena = tmp_path / "a.arena"
     create(arena, size=2 << 20, chunk_size=1 << 20)
     lines: list[str] = []
@@ -54,7 +54,7 @@ def test_probe_table_on_a_terminal_free_run(cli, tmp_path):
 
 def test_probe_reproduces_a_budget_failure_on_the_sim_node(tmp_path, state_dir, monkeypatch):
     """With a simulated KFD limit of 10 MiB, three 4 MiB registrations fit two: the third canary fails."""
-    from ops.arena.create import create
+    from gpuwarden.ops.arena.create import create
     arena = tmp_path / "a.arena"
     create(arena, size=4 << 20, chunk_size=1 << 20)
     monkeypatch.setenv("GPUWARDEN_SIM_KFD_LIMIT", "10MiB")

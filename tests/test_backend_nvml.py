@@ -16,10 +16,10 @@ import pynvml
 
 import pytest
 
-from ops.backends import libload
-from ops.backends.nvml import SOURCE_UNKNOWN, NvmlBackend, bus_id
-from ops.errors import BackendUnavailable
-from ops.snapshot import take_snapshot
+from gpuwarden.ops.backends import libload
+from gpuwarden.ops.backends.nvml import SOURCE_UNKNOWN, NvmlBackend, bus_id
+from gpuwarden.ops.errors import BackendUnavailable
+from gpuwarden.ops.snapshot import take_snapshot
 from standins import pynvml_standin as standin
 from standins.nvsmi_capture import MIB, parse_q, parse_query_csv
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ops import nodestate
+from gpuwarden.ops import nodestate
 from simnode import start_tenant
 
 

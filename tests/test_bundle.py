@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from ops.bundle import auto
-from ops.bundle.collect import GRACE_S, collect_bundle
-from ops.bundle.collectors import Collector
-from ops.bundle.entries import Entry
-from ops.bundle.replay import snapshot_from_bundle
-from ops.settings import Settings
-from ops.sim.node import SimNode
+from gpuwarden.ops.bundle import auto
+from gpuwarden.ops.bundle.collect import GRACE_S, collect_bundle
+from gpuwarden.ops.bundle.collectors import Collector
+from gpuwarden.ops.bundle.entries import Entry
+from gpuwarden.ops.bundle.replay import snapshot_from_bundle
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.sim.node import SimNode
 
 
 def stub(bindir: Path, name: str, body: str) -> Path:
@@ -263,12 +263,12 @@ def test_triage_inside_bundle_and_cli(cli, sim, bindir, tmp_path, fixtures):
 
 
 def test_replay_reads_the_captured_tree(cli, sim, tmp_path):
-    holder = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir), "sim", "hold",
+    holder = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(sim.state_dir), "sim", "hold",
                                "--gpu", "1", "--size", "3GiB"], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert "holding" in holder.stdout.readline()
-        from ops import nodestate
-        from ops.snapshot import take_snapshot
+        from gpuwarden.ops import nodestate
+        from gpuwarden.ops.snapshot import take_snapshot
         nodestate.set_baseline(sim.state_dir, {0: 1 << 20, 1: 2 << 20}, backend="sim")
         live = take_snapshot(sim)
         result = collect_bundle(sim, output=tmp_path, timeout_s=5)
@@ -301,7 +301,7 @@ def test_auto_bundles_are_rate_limited_across_threads(sim):
     assert made[0].startswith(str(sim.state_dir / "bundles"))
     m = manifest_of(Path(made[0]))
     assert m["options"]["safe_mode"] is True and collector(m, "rocm-smi-pids")["status"] == "skipped"
-    from ops import journal
+    from gpuwarden.ops import journal
     entries = [e for e in journal.read(sim.state_dir) if e["action"] == "bundle.auto"]
     assert sorted(e["result"] for e in entries) == ["ok", "skipped", "skipped"]
     assert next(e for e in entries if e["result"] == "ok")["path"] == made[0]
@@ -318,7 +318,7 @@ def _nobody_can_run() -> str | None:
 def as_nobody(base: Path, *args: str) -> subprocess.CompletedProcess:
     """The real CLI as uid/gid 65534 (nobody), with a state dir under `base`."""
     cmd = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m",
-           "playbooks.cli", "--state-dir", str(base / "state"), "--backend", "sim", *args]
+           "gpuwarden.playbooks.cli", "--state-dir", str(base / "state"), "--backend", "sim", *args]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "HOME": str(base)})
 
@@ -370,7 +370,7 @@ def test_full_disk_leaves_no_partial_archive(cli, sim, bindir, tmp_path):
             def limit():
                 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
                 resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
-            proc = subprocess.run([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir),
+            proc = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(sim.state_dir),
                                    "--backend", "sim", "bundle", "--output", str(target)], cwd=REPO,
                                   capture_output=True, text=True, preexec_fn=limit, timeout=60)
         assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -383,7 +383,7 @@ def test_full_disk_leaves_no_partial_archive(cli, sim, bindir, tmp_path):
 
 
 def test_triage_reports_residual_vram_and_its_holders(sim, tmp_path):
-    holder = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir), "sim", "hold",
+    holder = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(sim.state_dir), "sim", "hold",
                                "--gpu", "0", "--size", "2GiB"], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert "holding" in holder.stdout.readline()
@@ -404,15 +404,15 @@ def test_triage_reports_residual_vram_and_its_holders(sim, tmp_path):
 
 
 def test_bundle_playbook_is_what_cli_and_tui_run(cli, sim, tmp_path):
-    from ops import journal
-    from playbooks.bundle import BundlePlaybook
-    from playbooks.framework import run
+    from gpuwarden.ops import journal
+    from gpuwarden.playbooks.bundle import BundlePlaybook
+    from gpuwarden.playbooks.framework import run
     # The command builds this very playbook (imported where it runs, to keep the CLI's start-up light).
-    assert "from playbooks.bundle import BundlePlaybook" in (REPO / "playbooks/commands/bundle.py").read_text()
+    assert "from gpuwarden.playbooks.bundle import BundlePlaybook" in (REPO / "playbooks/commands/bundle.py").read_text()
     events = []
     res = run(BundlePlaybook(output=tmp_path, timeout_s=5), sim, sink=events.append)
     assert res.ok and Path(res.data["bundle"]).is_file()
-    from ops.bundle.collectors import COLLECTORS
+    from gpuwarden.ops.bundle.collectors import COLLECTORS
     assert sum(1 for e in events if e.kind == "info" and e.message.startswith("collected ")) == len(COLLECTORS)
     assert [e["result"] for e in journal.read(sim.state_dir) if e["action"] == "bundle"] == ["started", "ok"]
     proc = cli("--backend", "sim", "bundle", "--dry-run")
@@ -424,7 +424,7 @@ def test_progress_shows_on_a_terminal_only(sim, tmp_path):
     import pty
     master, slave = pty.openpty()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "--state-dir", str(sim.state_dir), "--backend",
+        proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(sim.state_dir), "--backend",
                                  "sim", "bundle", "--output", str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
                                 stderr=slave, stdin=subprocess.DEVNULL, text=True)
         os.close(slave)
@@ -441,7 +441,7 @@ def test_progress_shows_on_a_terminal_only(sim, tmp_path):
     finally:
         os.close(master)
     assert proc.returncode == 0
-    from ops.bundle.collectors import COLLECTORS
+    from gpuwarden.ops.bundle.collectors import COLLECTORS
     n = len(COLLECTORS)
     assert f"collecting {n}/{n}: {COLLECTORS[-1].name}".encode() in seen and b"\x1b[2K" in seen
     assert "collecting" not in out  # stdout stays clean for scripts

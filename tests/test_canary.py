@@ -16,18 +16,18 @@ import pytest
 
 from conftest import REPO
 
-from ops.status_protocol import read_events
+from gpuwarden.ops.status_protocol import read_events
 
 
 def make_arena(path: Path, size: int = 4 << 20) -> Path:
-    from ops.arena.create import create
+    from gpuwarden.ops.arena.create import create
     create(path, size=size, chunk_size=1 << 20)
     return path
 
 
 def spawn(arena: Path, status: Path, state_dir: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
     full = {**os.environ, "GPUWARDEN_STATUS_FILE": str(status), "GPUWARDEN_STATE_DIR": str(state_dir), **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "ops.canary", "--arena", str(arena), *args], cwd=REPO, env=full,
+    return subprocess.Popen([sys.executable, "-m", "gpuwarden.ops.canary", "--arena", str(arena), *args], cwd=REPO, env=full,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -80,7 +80,7 @@ def test_crash_at_phase_dies_by_that_signal(tmp_path, state_dir):
     assert proc.wait(20) == -signal.SIGSEGV
     phases = [e.phase for e in read_events(status)]
     assert phases[-1] == "registered"
-    from ops.sim import registrations
+    from gpuwarden.ops.sim import registrations
     recs = registrations.list_all(state_dir)
     # The crash skipped the unregister: the sim node keeps the registration, now owned by a dead process.
     assert len(recs) == 1 and recs[0]["stale"] and recs[0]["gpu"] == 1 and recs[0]["bytes"] == 4 << 20
@@ -128,7 +128,7 @@ def test_memlock_too_low_reports_the_numbers(tmp_path, state_dir):
     if not shutil.which("prlimit") or (os.geteuid() == 0 and not shutil.which("setpriv")):
         pytest.skip("needs prlimit and, as root, setpriv (util-linux)")
     arena = make_arena(tmp_path / "a.arena")
-    argv = [sys.executable, "-m", "ops.canary", "--arena", str(arena), "--runtime", "host", "--verify", "none"]
+    argv = [sys.executable, "-m", "gpuwarden.ops.canary", "--arena", str(arena), "--runtime", "host", "--verify", "none"]
     if os.geteuid() == 0:  # root has CAP_IPC_LOCK, which ignores the limit: drop it
         argv = ["setpriv", "--inh-caps=-all", "--bounding-set=-ipc_lock", "--", *argv]
     proc = subprocess.run(["prlimit", "--memlock=65536:65536", "--", *argv], cwd=REPO, capture_output=True, text=True,
@@ -146,7 +146,7 @@ def test_chunked_registration_and_sim_visibility(tmp_path, state_dir):
     try:
         events = wait_phase(status, "serving", proc)
         assert next(e for e in events if e.phase == "registered").data["chunks"] == 4
-        from ops.sim import registrations
+        from gpuwarden.ops.sim import registrations
         recs = registrations.list_all(state_dir)
         assert len(recs) == 4 and {r["gpu"] for r in recs} == {3} and not any(r["stale"] for r in recs)
         assert registrations.charged(state_dir, gpu=3) == 4 << 20
@@ -158,7 +158,7 @@ def test_chunked_registration_and_sim_visibility(tmp_path, state_dir):
 
 
 def test_gate_slot_is_held_only_around_register(tmp_path, state_dir):
-    from ops import gate
+    from gpuwarden.ops import gate
     arena = make_arena(tmp_path / "a.arena")
     gate_dir = tmp_path / "gate"
     env = {"GPUWARDEN_GATE_DIR": str(gate_dir), "GPUWARDEN_GATE_SLOTS": "1"}
@@ -184,7 +184,7 @@ def test_gate_slot_is_held_only_around_register(tmp_path, state_dir):
 
 
 def test_help_explains_both_entries(cli):
-    mod = subprocess.run([sys.executable, "-m", "ops.canary", "--help"], cwd=REPO, capture_output=True, text=True)
+    mod = subprocess.run([sys.executable, "-m", "gpuwarden.ops.canary", "--help"], cwd=REPO, capture_output=True, text=True)
     assert mod.returncode == 0 and "--crash-at" in mod.stdout and "status protocol" in mod.stdout
     typer_help = cli("canary", "--help")
     assert typer_help.returncode == 0 and "--hang-at" in typer_help.stdout and "SIGTERM" in typer_help.stdout

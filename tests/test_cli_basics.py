@@ -10,7 +10,7 @@ def test_help_lists_commands():
 
 
 def test_version():
-    from ops import __version__
+    from gpuwarden.ops import __version__
     proc = gpuwarden("--version", check=True)
     assert proc.stdout.strip() == f"gpuwarden {__version__}"
 

@@ -18,21 +18,21 @@ from agentnode import start_agent
 from conftest import REPO
 from simnode import wait_for
 
-FORBIDDEN = ("typer", "click", "textual", "rich", "pydantic", "jsonschema", "tui.app", "tui.command",
-             "playbooks.cli", "playbooks.commands", "playbooks.framework", "playbooks.output", "ops.bundle",
-             "ops.triage", "ops.arena.inspect", "http", "email", "asyncio")
+FORBIDDEN = ("typer", "click", "textual", "rich", "pydantic", "jsonschema", "gpuwarden.tui.app", "gpuwarden.tui.command",
+             "gpuwarden.playbooks.cli", "gpuwarden.playbooks.commands", "gpuwarden.playbooks.framework", "gpuwarden.playbooks.output", "gpuwarden.ops.bundle",
+             "gpuwarden.ops.triage", "gpuwarden.ops.arena.inspect", "http", "email", "asyncio")
 
 
 def imported(state_dir: Path, *args: str) -> tuple[set[str], subprocess.CompletedProcess]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tui.main", "--state-dir", str(state_dir),
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "gpuwarden.tui.main", "--state-dir", str(state_dir),
                            *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=60)
     names = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     return names, proc
 
 
 # Standard-library modules a sampling `status` does without (CPU ms to import on the 2-core dev box): dataclasses
-# with inspect, ast and dis (~8; ops.records stands in), typing (~3), shutil with bz2 and lzma (~2.5), threading
+# with inspect, ast and dis (~8; gpuwarden.ops.records stands in), typing (~3), shutil with bz2 and lzma (~2.5), threading
 # (~1), socket and ssl (the agent's client loads socket only when an agent's socket is there), tomllib (no config).
 HEAVY_STDLIB = ("dataclasses", "inspect", "ast", "dis", "typing", "shutil", "bz2", "lzma", "threading", "socket",
                 "ssl", "tomllib")
@@ -59,15 +59,15 @@ def test_status_loads_no_framework_and_no_other_command(sim):
     for args in (("--backend", "sim", "status", "--json"), ("--backend", "sim", "status")):
         names, proc = imported(sim, *args)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        assert "ops.sampling.sampler" in names  # it did sample
+        assert "gpuwarden.ops.sampling.sampler" in names  # it did sample
         assert over_budget(names) == [], args
         assert over_budget(names - bare_python(), HEAVY_STDLIB) == [], args
 
 
 def test_status_of_a_node_with_an_engine_stays_in_budget(sim):
     """An engine record with a live shim and engine: status reads its state and looks for arena mappers too."""
-    from ops import procs, statedir
-    from ops.engines import state as st
+    from gpuwarden.ops import procs, statedir
+    from gpuwarden.ops.engines import state as st
     live = subprocess.Popen(["sleep", "60"])
     try:
         ticks = procs.identity(live.pid)
@@ -80,7 +80,7 @@ def test_status_of_a_node_with_an_engine_stays_in_budget(sim):
             root=sim)
         names, proc = imported(sim, "--backend", "sim", "status", "--json")
         assert proc.returncode == 0 and '"name":"e0"' in proc.stdout and '"registrations":[{' in proc.stdout
-        assert {"ops.engines.state", "ops.arena.watch"} <= names  # it did read the engine and look for mappers
+        assert {"gpuwarden.ops.engines.state", "gpuwarden.ops.arena.watch"} <= names  # it did read the engine and look for mappers
         assert over_budget(names) == [] and over_budget(names - bare_python(), HEAVY_STDLIB) == []
     finally:
         live.kill()
@@ -94,7 +94,7 @@ def test_status_json_via_the_agent_loads_only_the_socket_client(sim):
         names, proc = imported(sim, "--backend", "sim", "status", "--json")
         assert proc.returncode == 0 and '"agent"' in proc.stdout
         assert over_budget(names) == []
-        assert not any(n.startswith(("ops.sampling", "ops.model", "dataclasses", "ops.backends")) for n in names), \
+        assert not any(n.startswith(("gpuwarden.ops.sampling", "gpuwarden.ops.model", "dataclasses", "gpuwarden.ops.backends")) for n in names), \
             sorted(n for n in names if n.startswith("ops"))
     finally:
         agent.stop()

@@ -9,7 +9,7 @@ import sys
 
 from conftest import REPO
 
-GPUWARDEN = [sys.executable, "-m", "tui.main"]
+GPUWARDEN = [sys.executable, "-m", "gpuwarden.tui.main"]
 
 
 def complete(words: str, env: dict | None = None) -> list[str]:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ops.errors import ConfigError
-from ops.nodeconfig import parse
-from playbooks.commands.config import FOUR_ENGINES, RUNTIMES, canary_example
+from gpuwarden.ops.errors import ConfigError
+from gpuwarden.ops.nodeconfig import parse
+from gpuwarden.playbooks.commands.config import FOUR_ENGINES, RUNTIMES, canary_example
 
 GOOD = """\
 [stagger]

@@ -12,18 +12,18 @@ import time
 import pytest
 
 from doctor_tree import RELEASE, from_rocm_smi, gzip_config, healthy_node
-from ops import jsondoc
-from ops.doctor import compat
-from ops.doctor.checks import REGISTRY
-from ops.doctor.checks.health import parse_ras
-from ops.doctor.checks.nvidia import parse_smi_xml
-from ops.doctor.checks.params import parse_lockup_timeout
-from ops.doctor.checks.pcie import acs_control, dpm_level, parse_speed
-from ops.doctor.diagnose import diagnose, document
-from ops.doctor.model import Check, passed
-from ops.doctor.probe import Probe, Roots
-from ops.doctor.runner import run_checks, select
-from ops.errors import GpuwardenError
+from gpuwarden.ops import jsondoc
+from gpuwarden.ops.doctor import compat
+from gpuwarden.ops.doctor.checks import REGISTRY
+from gpuwarden.ops.doctor.checks.health import parse_ras
+from gpuwarden.ops.doctor.checks.nvidia import parse_smi_xml
+from gpuwarden.ops.doctor.checks.params import parse_lockup_timeout
+from gpuwarden.ops.doctor.checks.pcie import acs_control, dpm_level, parse_speed
+from gpuwarden.ops.doctor.diagnose import diagnose, document
+from gpuwarden.ops.doctor.model import Check, passed
+from gpuwarden.ops.doctor.probe import Probe, Roots
+from gpuwarden.ops.doctor.runner import run_checks, select
+from gpuwarden.ops.errors import GpuwardenError
 from standins import nvsmi_capture, pynvml_standin
 from sysfs_tree import write
 
@@ -90,7 +90,7 @@ def test_compat_table_reads_versions_as_amd_writes_them():
 
 
 def test_mi300x_rebuilt_from_a_captured_rocm_smi_report(tmp_path, fixtures):
-    """shared/fixtures/rocm-smi/rocm_smi_showallinfo_a_4x_mi300x.txt: 4 MI300X, driver 6.7.0, equal firmware."""
+    """tests/fixtures/rocm-smi/rocm_smi_showallinfo_a_4x_mi300x.txt: 4 MI300X, driver 6.7.0, equal firmware."""
     root = tmp_path / "sys"
     found = from_rocm_smi(root, fixtures / "rocm-smi" / "rocm_smi_showallinfo_a_4x_mi300x.txt")
     assert found["driver"] == "6.7.0" and len(found["cards"]) == 4

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from ops import jsondoc
+from gpuwarden.ops import jsondoc
 
 GPU_CHECKS = "firmware,xgmi-hive,ras,pcie-link,large-bar,gpu-recovery,lockup-timeout,kfd-limit,gtt"
 ARENA_CHECKS = "arena-fs,memlock,kfd-budget"
@@ -29,7 +29,7 @@ def run(state_dir: Path, *args: str, memlock: int | None = None, timeout: float 
             fits = hard == resource.RLIM_INFINITY or (memlock != resource.RLIM_INFINITY and memlock <= hard)
             resource.setrlimit(resource.RLIMIT_MEMLOCK, (memlock if fits else hard, hard))
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
-    return subprocess.run([sys.executable, "-m", "tui.main", "--state-dir", str(state_dir), "--backend", "sim",
+    return subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", "--state-dir", str(state_dir), "--backend", "sim",
                            "--config", str(state_dir / "node.toml"), *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout, preexec_fn=limit)
 
@@ -44,7 +44,7 @@ def doctor_json(state_dir: Path, *args: str, memlock: int | None = None) -> tupl
 
 def write_config(state_dir: Path, arena: str, size: int) -> None:
     (state_dir / "node.toml").write_text(
-        f'[arena]\npath = "{arena}"\nsize = "{size}B"\n\n'  # sizes name their unit (ops.units)
+        f'[arena]\npath = "{arena}"\nsize = "{size}B"\n\n'  # sizes name their unit (gpuwarden.ops.units)
         '[[engines]]\nname = "dp0"\ngpu = 0\nargv = ["/bin/sleep", "600"]\n\n'
         '[[engines]]\nname = "dp1"\ngpu = 1\nargv = ["/bin/sleep", "600"]\n')
 

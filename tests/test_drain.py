@@ -9,9 +9,9 @@ import subprocess
 import pytest
 from engines.harness import records, start_sim_tenant_engine, supervised  # noqa: F401
 
-from ops import nodestate
-from ops.engines import state as st
-from ops.settings import Settings
+from gpuwarden.ops import nodestate
+from gpuwarden.ops.engines import state as st
+from gpuwarden.ops.settings import Settings
 from simnode import cli_argv, start_tenant, wait_for
 
 
@@ -101,8 +101,8 @@ def test_two_playbooks_on_one_gpu_do_not_interleave(sim, state_dir):
 
 def test_gpuwarden_itself_is_never_a_gpu_user(sim, state_dir):
     # NVML and amdsmi open the GPUs' device files in gpuwarden's own process; that must not block a drain.
-    from playbooks import nodecheck
-    from ops.snapshot import take_snapshot
+    from gpuwarden.playbooks import nodecheck
+    from gpuwarden.ops.snapshot import take_snapshot
     settings = Settings(state_dir=state_dir, backend="sim")
     with open(state_dir / "sim" / "dev" / "dri" / "renderD129", "rb"):
         snap = take_snapshot(settings)

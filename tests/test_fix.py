@@ -13,8 +13,8 @@ import time
 import pytest
 from engines.harness import records, start_sim_tenant_engine, supervised  # noqa: F401
 
-from ops import jsondoc, nodestate
-from ops.engines import state as st
+from gpuwarden.ops import jsondoc, nodestate
+from gpuwarden.ops.engines import state as st
 from simnode import cli_argv, start_tenant, wait_for
 from test_reaper_family import holds_sim_vram, proc_state, start_family
 

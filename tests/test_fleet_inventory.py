@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ops.errors import ConfigError, GpuwardenError, NotFound
-from ops.fleet.ansible import expand_range, read_group
-from ops.fleet.inventory import Host, expand_nodelist, load_fleet_config, parse_target, read_hosts_file
+from gpuwarden.ops.errors import ConfigError, GpuwardenError, NotFound
+from gpuwarden.ops.fleet.ansible import expand_range, read_group
+from gpuwarden.ops.fleet.inventory import Host, expand_nodelist, load_fleet_config, parse_target, read_hosts_file
 
 
 def test_slurm_hostlist_expands_ranges_and_lists():
@@ -68,8 +68,8 @@ def test_fleet_config(tmp_path):
 
 
 def test_fleet_triage_groups_the_same_fault_across_nodes():
-    from playbooks.fleet.bundles import PulledBundle, fleet_triage
-    from ops.triage import analyze_text
+    from gpuwarden.playbooks.fleet.bundles import PulledBundle, fleet_triage
+    from gpuwarden.ops.triage import analyze_text
 
     def node(name: str, bus: str, lines: list[str]) -> PulledBundle:
         text = "".join(f"Dec  1 09:00:0{i} {name} kernel: {line}\n" for i, line in enumerate(lines))
@@ -88,8 +88,8 @@ def test_fleet_triage_groups_the_same_fault_across_nodes():
 
 
 def test_rows_read_old_and_agent_era_snapshots():
-    from ops.fleet.fanout import HostResult
-    from ops.fleet.summary import from_snapshot
+    from gpuwarden.ops.fleet.fanout import HostResult
+    from gpuwarden.ops.fleet.summary import from_snapshot
     result = HostResult(Host("gpu01"), 0)
     old = {"gpus": [{}], "residual": [], "engines": [], "warnings": ["SIMULATED node"], "backend": "sim"}
     assert from_snapshot(result, old).agent is None and from_snapshot(result, old).warnings == ("SIMULATED node",)

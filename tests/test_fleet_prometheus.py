@@ -112,12 +112,12 @@ def test_prometheus_that_does_not_answer_means_ssh_for_every_node(ssh_fleet):
 
 
 async def test_fleet_console_reads_prometheus_and_streams_only_the_rest(prom_fleet, tmp_path, monkeypatch):
-    from ops.fleet.promfleet import PromSettings
-    from ops.fleet.promwatch import PromFleetMonitor
-    from ops.settings import Settings
+    from gpuwarden.ops.fleet.promfleet import PromSettings
+    from gpuwarden.ops.fleet.promwatch import PromFleetMonitor
+    from gpuwarden.ops.settings import Settings
     from test_fleet_tui import fleet_target, until
-    from tui.fleet.app import FleetApp
-    from tui.fleet.screen import FleetScreen
+    from gpuwarden.tui.fleet.app import FleetApp
+    from gpuwarden.tui.fleet.screen import FleetScreen
 
     ssh_fleet, prom, _ = prom_fleet
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))

@@ -11,7 +11,7 @@ import pytest
 from conftest import gpuwarden
 from sshfleet import black_hole, client_env, node_cli
 
-from ops import jsondoc
+from gpuwarden.ops import jsondoc
 
 ALL = "gpu[01-09]"
 
@@ -215,7 +215,7 @@ def test_status_watch_refreshes(ssh_fleet):
     import subprocess
     import sys
     from conftest import REPO
-    proc = subprocess.Popen([sys.executable, "-m", "tui.main", "fleet", "status", "--nodelist", "gpu01", "--watch",
+    proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.tui.main", "fleet", "status", "--nodelist", "gpu01", "--watch",
                              "--json", "--interval", "1"], cwd=REPO, env={**os.environ, **client_env(ssh_fleet)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -14,7 +14,7 @@ import pytest
 from sshfleet import client_env, node_cli
 from test_tui_terminal import Tmux
 
-from ops.settings import Settings
+from gpuwarden.ops.settings import Settings
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,7 +30,7 @@ async def until(pilot, predicate, timeout: float = 30.0, what: str = "condition"
 
 
 def fleet_target(ssh_fleet, nodelist: str):
-    from playbooks.fleet.target import resolve
+    from gpuwarden.playbooks.fleet.target import resolve
     return resolve(hosts_file=None, hosts_from=None, group=None, nodelist=nodelist,
                    fleet_config=None, ssh_config=ssh_fleet.ssh_config,
                    accept_new=False, parallel=None, timeout=10, remote_command=None)
@@ -42,10 +42,10 @@ def drained(node) -> list[int]:
 
 @pytest.mark.slow
 async def test_fleet_console_rows_filter_open_node_and_remote_keys(ssh_fleet, tmp_path, monkeypatch):
-    from ops.fleet.monitor import FleetMonitor
-    from tui.fleet.app import FleetApp
-    from tui.fleet.screen import FleetScreen, FleetTable
-    from tui.widgets.gpus import GpusPanel
+    from gpuwarden.ops.fleet.monitor import FleetMonitor
+    from gpuwarden.tui.fleet.app import FleetApp
+    from gpuwarden.tui.fleet.screen import FleetScreen, FleetTable
+    from gpuwarden.tui.widgets.gpus import GpusPanel
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # no operator fleet config leaks in
     target = fleet_target(ssh_fleet, "gpu[01-04],gpu09")

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ops.errors import GpuwardenError
+from gpuwarden.ops.errors import GpuwardenError
 
 EXAMPLES = int(os.environ.get("GPUWARDEN_FUZZ_EXAMPLES") or 0)
 CASE_LIMIT_S = 10.0
@@ -69,7 +69,7 @@ def one_line_error(exc: GpuwardenError) -> None:
 
 def run_cli(*args: str) -> tuple[int, str, str]:
     """The real CLI, in this process (a subprocess per case would cost more than the case)."""
-    from playbooks import cli
+    from gpuwarden.playbooks import cli
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(list(args))
@@ -107,7 +107,7 @@ JSON = st.recursive(
 
 @st.composite
 def toml_texts(draw):
-    from playbooks.commands.config import CANARY, FOUR_ENGINES
+    from gpuwarden.playbooks.commands.config import CANARY, FOUR_ENGINES
     base = draw(st.sampled_from([FOUR_ENGINES, CANARY, ""]))
     lines = base.splitlines()
     for _ in range(draw(st.integers(0, 6))):
@@ -134,7 +134,7 @@ def toml_texts(draw):
 @fuzz(150)
 @given(text=toml_texts())
 def test_fuzz_node_config(text):
-    from ops import nodeconfig
+    from gpuwarden.ops import nodeconfig
     with case("node config (parse)") as result:
         try:
             cfg = nodeconfig.parse(text, Path("fuzz.toml"))
@@ -168,8 +168,8 @@ def test_fuzz_config_check_cli(tmp_path_factory, text):
 @fuzz(40)
 @given(raw=st.binary(max_size=400))
 def test_fuzz_node_config_bytes(tmp_path_factory, raw):
-    from ops import nodeconfig
-    from ops.settings import Settings
+    from gpuwarden.ops import nodeconfig
+    from gpuwarden.ops.settings import Settings
     d = tmp_path_factory.mktemp("cfgb")
     (d / "node.toml").write_bytes(raw)
     with case("node config (raw bytes)") as result:
@@ -185,7 +185,7 @@ def test_fuzz_node_config_bytes(tmp_path_factory, raw):
 
 @st.composite
 def arena_files(draw):
-    from ops.arena import format as fmt
+    from gpuwarden.ops.arena import format as fmt
     payload = draw(st.sampled_from([4096, 5000, 3 * 4096]))
     chunk = 4096
     data = bytes(random.Random(payload).randbytes(payload))
@@ -219,8 +219,8 @@ def _arena_file(tmp_path_factory, body: bytes) -> Path:
 @fuzz(100)
 @given(body=arena_files())
 def test_fuzz_arena_header(tmp_path_factory, body):
-    from ops.arena import format as fmt
-    from ops.arena.verify import verify
+    from gpuwarden.ops.arena import format as fmt
+    from gpuwarden.ops.arena.verify import verify
     path = _arena_file(tmp_path_factory, body)
     with case("arena header (load + verify)") as result:
         state, header = fmt.header_state(path)
@@ -249,9 +249,9 @@ def test_fuzz_arena_cli(tmp_path_factory, body):
 
 @pytest.fixture(scope="module")
 def real_bundle(tmp_path_factory) -> bytes:
-    from ops.bundle.collect import collect_bundle
-    from ops.settings import Settings
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.bundle.collect import collect_bundle
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.sim.node import SimNode
     state = tmp_path_factory.mktemp("bundle-state")
     SimNode(state).init(gpus=2, vram=4 << 30)
     result = collect_bundle(Settings(state_dir=state, config_path=state / "none.toml", backend="sim"),
@@ -333,9 +333,9 @@ def bundle_variant(raw: bytes, draw) -> bytes:
 @fuzz(15)
 @given(data=st.data())
 def test_fuzz_bundle_replay(tmp_path_factory, real_bundle, data):
-    from ops.bundle.replay import snapshot_from_bundle
-    from ops.settings import Settings
-    from playbooks.report import render
+    from gpuwarden.ops.bundle.replay import snapshot_from_bundle
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.playbooks.report import render
     body = bundle_variant(real_bundle, data.draw)
     d = tmp_path_factory.mktemp("replay")
     path = d / "b.tar.gz"
@@ -383,7 +383,7 @@ def state_contents(draw):
 
 @pytest.fixture(scope="module")
 def sim_state(tmp_path_factory) -> Path:
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.sim.node import SimNode
     state = tmp_path_factory.mktemp("fuzz-state") / "state"
     state.mkdir()
     SimNode(state).init(gpus=2, vram=4 << 30)
@@ -407,11 +407,11 @@ def planted(path: Path, content: bytes):
 
 def _readers(state: Path) -> None:
     """Every in-process reader of the state files; each must answer or raise one GpuwardenError."""
-    from ops import gate, gpulock, journal, nodestate
-    from ops.engines import state as st_
-    from ops.settings import Settings
-    from ops.sim import registrations
-    from ops.sim.node import SimNode
+    from gpuwarden.ops import gate, gpulock, journal, nodestate
+    from gpuwarden.ops.engines import state as st_
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.sim import registrations
+    from gpuwarden.ops.sim.node import SimNode
     settings = Settings(state_dir=state)
     calls = [
         lambda: nodestate.drained_or_warning(state), lambda: nodestate.baseline_or_warning(state),

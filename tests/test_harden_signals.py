@@ -58,7 +58,7 @@ def journal(state_dir: Path) -> list[dict]:
 @pytest.mark.parametrize("sig", TERM_HUP, ids=["TERM", "HUP"])
 def test_arena_create_leaves_no_partial_file(tmp_path, sig):
     target = tmp_path / "big.arena"
-    proc = start([sys.executable, "-m", "playbooks.cli", "arena", "create", str(target), "--size", "2GiB",
+    proc = start([sys.executable, "-m", "gpuwarden.playbooks.cli", "arena", "create", str(target), "--size", "2GiB",
                   "--workers", "1"])
     wait_for(lambda: list(tmp_path.glob(".big.arena.partial-*")) or proc.poll() is not None, 30, "the partial file")
     assert proc.poll() is None, "create finished before it could be interrupted"
@@ -68,11 +68,11 @@ def test_arena_create_leaves_no_partial_file(tmp_path, sig):
 
 
 def test_arena_verify_stops_at_once(tmp_path):
-    from ops.arena import create
+    from gpuwarden.ops.arena import create
     path = Path("/dev/shm") / f"gw-verify-signal-{os.getpid()}.arena"
     create.create(path, size=1 << 30, workers=2)
     try:
-        proc = start([sys.executable, "-m", "playbooks.cli", "arena", "verify", str(path), "--workers", "1"])
+        proc = start([sys.executable, "-m", "gpuwarden.playbooks.cli", "arena", "verify", str(path), "--workers", "1"])
 
         def opened() -> bool:
             try:
@@ -124,7 +124,7 @@ def test_purge_journals_where_sigterm_stopped_it(cli, state_dir):
 def test_launch_says_it_was_ended_and_leaves_engines_supervised(tmp_path, supervised):
     from engines.harness import write_config
     cfg = write_config(tmp_path / "node.toml", 3, register_s=1.5)
-    proc = start([sys.executable, "-m", "playbooks.cli", "--state-dir", str(supervised), "--config", str(cfg),
+    proc = start([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(supervised), "--config", str(cfg),
                   "launch", "--stagger", "1"])
     wait_for(lambda: (supervised / "engines" / "e0" / "state.json").exists() or proc.poll() is not None, 30,
              "the first engine's record")
@@ -175,16 +175,16 @@ SH_ENGINE = "sleep 300 & sleep 300 & echo up; wait"
 
 
 def _group(pgid: int) -> list[int]:
-    from ops import procs
+    from gpuwarden.ops import procs
     return [p for p in procs.group_members(pgid) if procs.state_of(p) not in ("zombie", "gone")]
 
 
 @pytest.mark.parametrize("shim_alive", [True, False], ids=["through-shim", "shim-gone"])
 def test_engines_stop_ends_a_sh_engines_children(supervised, shim_alive):
-    from ops.engines import control
-    from ops.engines import state as st
-    from ops.nodeconfig import EngineConfig
-    from ops.settings import Settings
+    from gpuwarden.ops.engines import control
+    from gpuwarden.ops.engines import state as st
+    from gpuwarden.ops.nodeconfig import EngineConfig
+    from gpuwarden.ops.settings import Settings
     settings = Settings(state_dir=supervised)
     engine = EngineConfig(name="sh0", argv=("sh", "-c", SH_ENGINE), stop_grace=5.0, gated=False)
     shim = control.start(settings, engine, gate_slots=1, registration_timeout=5, workdir=None)
@@ -207,7 +207,7 @@ def test_the_console_leaves_on_sigterm(state_dir):
     assert subprocess.run(cli_argv(state_dir, "sim", "init", "--gpus", "2"), cwd=REPO,
                           capture_output=True).returncode == 0
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "tui.main", "--state-dir", str(state_dir), "--backend", "sim"],
+    proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.tui.main", "--state-dir", str(state_dir), "--backend", "sim"],
                             cwd=REPO, stdin=follower, stdout=follower, stderr=follower, preexec_fn=_default_signals,
                             env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"})
     os.close(follower)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, gpuwarden
-from ops import gate, gpulock, journal, nodestate, statedir
-from ops.errors import GpuwardenError
-from ops.settings import Settings
+from gpuwarden.ops import gate, gpulock, journal, nodestate, statedir
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.settings import Settings
 
 VICTIM_TEXT = b"precious: must survive\n"
 
@@ -40,19 +40,19 @@ def plant(link: Path, victim: Path) -> None:
 
 
 def _sim(state: Path) -> None:
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.sim.node import SimNode
     SimNode(state).init(gpus=2, vram=1 << 30)
 
 
 def _engine_spec(state: Path) -> None:
-    from ops.engines import control
-    from ops.nodeconfig import EngineConfig
+    from gpuwarden.ops.engines import control
+    from gpuwarden.ops.nodeconfig import EngineConfig
     control.write_spec(Settings(state_dir=state), EngineConfig(name="e0", argv=("/bin/true",)), gate_slots=1,
                        registration_timeout=5, workdir=None, launch_id="t", vendor="amd")
 
 
 def _engine_log(state: Path) -> None:
-    from ops.engines.logs import CappedLog
+    from gpuwarden.ops.engines.logs import CappedLog
     (state / "engines" / "e0").mkdir(parents=True, exist_ok=True)
     log = CappedLog(state / "engines" / "e0" / "engine.log", 1 << 20)
     try:
@@ -66,12 +66,12 @@ def _engine_state(state: Path) -> None:
 
 
 def _auto_claim(state: Path) -> None:
-    from ops.bundle import auto
+    from gpuwarden.ops.bundle import auto
     auto._claim(Settings(state_dir=state), 0)
 
 
 def _registration(state: Path) -> None:
-    from ops.sim import registrations
+    from gpuwarden.ops.sim import registrations
     registrations.add(state, gpu=0, size=4096, address=0x1000, path=None)
 
 
@@ -85,12 +85,12 @@ def _slot(state: Path) -> None:
 
 
 def _sim_sync(state: Path) -> None:
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.sim.node import SimNode
     SimNode(state).sync()
 
 
 def _sim_allocate(state: Path) -> None:
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.sim.node import SimNode
     SimNode(state).allocate(os.getpid(), 0, 4096)
 
 
@@ -127,7 +127,7 @@ WRITERS = [
 def test_a_symlinked_state_file_never_redirects_a_write(state_dir, victim, rel, write):
     if getattr(write, "needs_sim", False):
         _sim(state_dir)
-        from ops.procs import identity
+        from gpuwarden.ops.procs import identity
         rel = rel % (os.getpid(), identity(os.getpid())) if "%d" in rel else rel
         (state_dir / rel).unlink(missing_ok=True)
     plant(state_dir / rel, victim)
@@ -207,7 +207,7 @@ def test_a_subdir_of_another_user_is_refused(state_dir):
 
 
 def test_engine_names_cannot_climb_out(cli, state_dir):
-    from ops.engines import state as st
+    from gpuwarden.ops.engines import state as st
     with pytest.raises(GpuwardenError, match="cannot name a file in the state dir"):
         st.read_state(state_dir, "../../etc")
     proc = cli("engines", "stop", "../../etc")
@@ -231,11 +231,11 @@ def test_shim_status_file_link_is_replaced_not_followed(tmp_path, victim):
     cfg = write_config(tmp_path / "node.toml", 1, register_s=0.1)
     plant(state / "engines" / "e0" / "status.jsonl", victim)
     plant(state / "engines" / "e0" / "shim.log", victim)
-    proc = subprocess.run([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state), "--config", str(cfg),
+    proc = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state), "--config", str(cfg),
                            "launch"], cwd=REPO, capture_output=True, text=True, timeout=60)
     try:
         assert untouched(victim)
         assert "Traceback" not in proc.stderr
     finally:
-        subprocess.run([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state), "engines", "stop",
+        subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state), "engines", "stop",
                         "--all"], cwd=REPO, capture_output=True, timeout=60)

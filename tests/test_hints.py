@@ -1,7 +1,7 @@
 """Every command a hint names works when pasted: each is run, as printed, in the state that produced it.
 
 The commands under test get --state-dir and --backend on their command line, so the hints must repeat
-them (playbooks.hints); a pasted command runs on a real terminal, where destructive playbooks ask.
+them (gpuwarden.playbooks.hints); a pasted command runs on a real terminal, where destructive playbooks ask.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 from engines.harness import start_sim_tenant_engine, stop_everything
 from test_reaper_family import holds_sim_vram, proc_state, start_family
 
-from ops import nodestate
-from ops.sim.node import SimNode
-from playbooks.hints import commands_in
+from gpuwarden.ops import nodestate
+from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.playbooks.hints import commands_in
 from simnode import cli_argv, on_terminal, start_tenant, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -94,7 +94,7 @@ def _reset_fails(n: Node) -> None:
 
 
 def _corrupt_arena(n: Node) -> None:
-    from ops.arena.create import create
+    from gpuwarden.ops.arena.create import create
     path = n.state_dir / "w.arena"
     create(path, size=5 << 20, chunk_size=1 << 20)
     with open(path, "r+b") as f:
@@ -137,7 +137,7 @@ CASES = [
 def _pasted(hint: str) -> list[str]:
     words = shlex.split(hint)
     assert words[0] == "gpuwarden", f"cannot paste {hint!r} here"
-    return [sys.executable, "-m", "tui.main", *words[1:]]
+    return [sys.executable, "-m", "gpuwarden.tui.main", *words[1:]]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

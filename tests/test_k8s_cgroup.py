@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.k8s.cgroup import PodCgroup, parse
+from gpuwarden.ops.k8s.cgroup import PodCgroup, parse
 
 CASES_FILE = Path(__file__).parent / "k8s_fixtures" / "cgroups.txt"
 

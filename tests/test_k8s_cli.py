@@ -13,7 +13,7 @@ import pytest
 
 from conftest import gpuwarden
 from k8s_helpers import NODE, PodCgroup
-from ops.jsondoc import validate
+from gpuwarden.ops.jsondoc import validate
 from simnode import start_tenant, wait_for
 from standins.kube_apiserver import FakeApiServer
 from standins.podresources_server import PodResourcesServer
@@ -81,7 +81,7 @@ def test_drain_evicts_through_the_eviction_api_respecting_the_pdb(k8s_node, stat
 
 
 def test_undrain_lifts_no_cordon_it_did_not_set():
-    from ops.k8s.evict import cordon, uncordon_if_ours
+    from gpuwarden.ops.k8s.evict import cordon, uncordon_if_ours
     api = FakeApiServer().start()
     try:
         api.add_node(NODE)
@@ -129,7 +129,7 @@ def test_post_clean_waits_for_the_pods_processes_then_purges(state_dir, cli):
     from conftest import REPO
     try:
         assert cg.add(tenant.pid)
-        hook = subprocess.Popen([sys.executable, "-m", "tui.main", "--state-dir", str(state_dir), "--backend", "sim",
+        hook = subprocess.Popen([sys.executable, "-m", "gpuwarden.tui.main", "--state-dir", str(state_dir), "--backend", "sim",
                                  "post-clean", "0", "--pod-uid", UID, "--timeout", "30"], cwd=REPO,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # It waits while the pod's process still runs on the GPU...
@@ -167,8 +167,8 @@ def test_post_clean_outside_a_pod_says_what_to_do(state_dir, cli, tmp_path):
 
 
 def test_kubernetes_config_errors_name_the_line(tmp_path):
-    from ops.errors import ConfigError
-    from ops.nodeconfig import parse
+    from gpuwarden.ops.errors import ConfigError
+    from gpuwarden.ops.nodeconfig import parse
     path = tmp_path / "node.toml"
     with pytest.raises(ConfigError) as err:
         parse('[kubernetes]\npolicy = "taint"\ntaint_after = "soon"\n', path)
@@ -180,9 +180,9 @@ def test_kubernetes_config_errors_name_the_line(tmp_path):
 
 
 def test_host_roots_are_the_live_node_not_a_captured_tree(tmp_path, monkeypatch):
-    from ops.backends.select import open_backend
-    from ops.errors import BackendUnavailable
-    from ops.settings import Settings
+    from gpuwarden.ops.backends.select import open_backend
+    from gpuwarden.ops.errors import BackendUnavailable
+    from gpuwarden.ops.settings import Settings
     host = tmp_path / "host"
     (host / "sys").mkdir(parents=True)
     (host / "proc").symlink_to("/proc")
@@ -200,8 +200,8 @@ def test_host_roots_are_the_live_node_not_a_captured_tree(tmp_path, monkeypatch)
 
 
 def test_status_names_pods_on_processes_holders_and_the_last_tenant():
-    from ops.model import GpuProcess, Holder, NodeSnapshot, PodGpus
-    from playbooks.report import render
+    from gpuwarden.ops.model import GpuProcess, Holder, NodeSnapshot, PodGpus
+    from gpuwarden.playbooks.report import render
     from k8s_helpers import snapshot
     import dataclasses
     h = Holder(pid=77, start_time=1.0, reason="zombie", gpus=(0,), vram_bytes=1 << 30, namespace="team-a",

@@ -12,9 +12,9 @@ import yaml
 
 from conftest import REPO
 from k8s_helpers import cluster_role_rules
-from ops.k8s.health import DEFAULT_SOCKET as HEALTH_SOCKET
-from ops.k8s.nodesignal import TAINT_KEY
-from ops.k8s.podresources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
+from gpuwarden.ops.k8s.health import DEFAULT_SOCKET as HEALTH_SOCKET
+from gpuwarden.ops.k8s.nodesignal import TAINT_KEY
+from gpuwarden.ops.k8s.podresources import DEFAULT_SOCKET as POD_RESOURCES_SOCKET
 
 K8S_VERSION = "1.30.0"
 DOCS = [(f.name, i, d) for f in sorted((REPO / "deploy/k8s").glob("*.yaml"))
@@ -85,7 +85,7 @@ def test_the_daemonset_gives_the_agent_what_it_uses():
     assert vols[mounts["/host/proc"]["name"]]["hostPath"]["path"] == "/proc"
     assert vols[mounts["/host/sys"]["name"]]["hostPath"]["path"] == "/sys"
     cfg = by_kind("ConfigMap")["data"]["node.toml"]
-    from ops.k8s.config import parse
+    from gpuwarden.ops.k8s.config import parse
     import tomllib
     parse(tomllib.loads(cfg)["kubernetes"], lambda k, p, h: AssertionError(f"{k}: {p}"))
 
@@ -93,8 +93,8 @@ def test_the_daemonset_gives_the_agent_what_it_uses():
 def test_the_daemonset_runs_the_agent_as_the_cli_parses_it_and_scrapes_where_it_listens():
     import typer
 
-    from ops.metrics.server import parse_listen
-    from playbooks.cli import app
+    from gpuwarden.ops.metrics.server import parse_listen
+    from gpuwarden.playbooks.cli import app
     (c,) = by_kind("DaemonSet")["spec"]["template"]["spec"]["containers"]
     group = typer.main.get_command(app)
     ctx = group.make_context("gpuwarden", [])

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from k8s_helpers import NODE, Clock, GiB, api, snapshot  # noqa: F401  (api is a fixture)
-from ops.k8s.nodesignal import CONDITION, OWNER_ANNOTATION, TAINT_KEY, NodeSignal
-from ops.model import Holder
+from gpuwarden.ops.k8s.nodesignal import CONDITION, OWNER_ANNOTATION, TAINT_KEY, NodeSignal
+from gpuwarden.ops.model import Holder
 
 
 def make(api, clock, **kw):
@@ -217,9 +217,9 @@ def test_the_standin_applies_json_patch_with_its_test_operation(api):
 def test_sighup_applies_a_new_grace_and_policy_off_lifts_our_taint(api, tmp_path):
     from dataclasses import replace
 
-    from ops.k8s.config import KubernetesConfig
-    from ops.k8s.node import KubernetesNode
-    from ops.settings import Settings
+    from gpuwarden.ops.k8s.config import KubernetesConfig
+    from gpuwarden.ops.k8s.node import KubernetesNode
+    from gpuwarden.ops.settings import Settings
     cfg = KubernetesConfig(node_name=NODE, taint_after=120.0, pod_resources_socket=str(tmp_path / "none.sock"))
     table = {"cfg": cfg}
     node = KubernetesNode(Settings(state_dir=tmp_path), cfg, kube=api.kube(), log=lambda level, text: None,

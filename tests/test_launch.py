@@ -13,7 +13,7 @@ from conftest import REPO
 from engines.harness import registration_windows, records, supervised, write_config  # noqa: F401
 from simnode import wait_for
 
-from ops import nodestate
+from gpuwarden.ops import nodestate
 
 
 def test_stagger_1_never_overlaps(tmp_path, supervised, cli):
@@ -75,13 +75,13 @@ def test_killing_the_launcher_leaves_engines_serving(tmp_path, supervised, cli):
     # The test holds the registration gate, so nothing can serve yet, and kills the launcher once every shim
     # reports: a launcher that started its shims one by one (waiting for each to serve) never got past the
     # first here, and a loaded machine turned that into "3 of 4 serving" when SSH dropped (issue 16).
-    from ops import gate
-    from ops.engines.control import gate_dir
-    from ops.settings import Settings
+    from gpuwarden.ops import gate
+    from gpuwarden.ops.engines.control import gate_dir
+    from gpuwarden.ops.settings import Settings
     cfg = write_config(tmp_path / "node.toml", 4, register_s=0.1)
     held = gate.acquire(gate_dir(Settings(state_dir=supervised)), 1, who="test", timeout_s=5)
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "playbooks.cli", "--state-dir", str(supervised), "--config", str(cfg),
+        [sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(supervised), "--config", str(cfg),
          "launch", "--stagger", "1"],
         cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
@@ -146,7 +146,7 @@ def test_four_canaries_stagger_1_register_one_at_a_time(tmp_path, supervised, cl
     assert made.returncode == 0, made.stderr
     lines = ["[arena]", f'path = "{arena}"', "", "[stagger]", "slots = 4", ""]
     for i in range(4):
-        argv = [sys.executable, "-m", "ops.canary", "--arena", str(arena), "--gpu", "0", "--runtime", "host"]
+        argv = [sys.executable, "-m", "gpuwarden.ops.canary", "--arena", str(arena), "--gpu", "0", "--runtime", "host"]
         lines += ["[[engines]]", f'name = "c{i}"', f"gpu = {i}", f"argv = {json.dumps(argv)}", ""]
     cfg = tmp_path / "node.toml"
     cfg.write_text("\n".join(lines))

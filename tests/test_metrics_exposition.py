@@ -18,10 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from simnode import start_tenant
 
-from ops.errors import GpuwardenError
-from ops.metrics.collector import SnapshotCollector, registry_for, render
-from ops.metrics.reading import MetricsOptions, PlanBudget, Reading
-from ops.model import ArenaInfo, ArenaMapper, EngineInfo, GpuInfo, GpuProcess, Holder, NodeSnapshot, Residual
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.metrics.collector import SnapshotCollector, registry_for, render
+from gpuwarden.ops.metrics.reading import MetricsOptions, PlanBudget, Reading
+from gpuwarden.ops.model import ArenaInfo, ArenaMapper, EngineInfo, GpuInfo, GpuProcess, Holder, NodeSnapshot, Residual
 
 GiB = 1 << 30
 NOW = 1_800_000_000.0
@@ -196,7 +196,7 @@ def test_metrics_command_on_the_sim_node_and_its_textfile(cli, state_dir, tmp_pa
 def listener():
     from prometheus_client import make_wsgi_app
 
-    from ops.metrics.server import Listener
+    from gpuwarden.ops.metrics.server import Listener
     started = []
 
     def start(tls=None, listen="127.0.0.1:0"):
@@ -228,7 +228,7 @@ def test_listener_serves_plain_and_gzip(listener):
 
 
 def test_listener_tls_with_client_certificates_and_a_stalled_handshake(listener, tmp_path):
-    from ops.metrics.server import TlsFiles
+    from gpuwarden.ops.metrics.server import TlsFiles
 
     def make(name: str, *extra: str) -> None:
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
@@ -256,7 +256,7 @@ def test_listener_tls_with_client_certificates_and_a_stalled_handshake(listener,
 
 
 def test_listener_errors_name_the_address(listener, tmp_path):
-    from ops.metrics.server import Listener, TlsFiles, parse_listen
+    from gpuwarden.ops.metrics.server import Listener, TlsFiles, parse_listen
     lst = listener()
     with pytest.raises(GpuwardenError, match="cannot listen for metrics on 127.0.0.1:"):
         Listener(f"127.0.0.1:{_port(lst)}", lst.app).start()
@@ -268,7 +268,7 @@ def test_listener_errors_name_the_address(listener, tmp_path):
 
 
 def test_registration_figures_of_the_last_run():
-    from ops import model
+    from gpuwarden.ops import model
     if not hasattr(model, "Registration"):
         pytest.skip("engine registration records arrive with the preload interposer (issue 14)")
     R = model.Registration

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ops import nodestate, procs
+from gpuwarden.ops import nodestate, procs
 from simnode import cli_argv, on_terminal, start_tenant
 from test_reaper_family import holds_sim_vram, proc_state, start_family, wait_for
 
@@ -31,7 +31,7 @@ def node(cli, state_dir, tmp_path):
     nodestate.set_drained(state_dir, 0, True, who="test")
     tenant = start_tenant(state_dir, 3, "1GiB")
     arena = tmp_path / "old.arena"
-    from ops.arena import format as fmt
+    from gpuwarden.ops.arena import format as fmt
     arena.write_bytes(fmt.MAGIC + bytes(4088))
     yield sim, fam, tenant, arena
     tenant.terminate()
@@ -108,9 +108,9 @@ def test_terminal_confirmation_decides(node, state_dir):
 
 def test_one_playbook_object_can_be_planned_twice(node, state_dir):
     # The TUI shows a dry run first and then runs the same object: the plan must not double up.
-    from ops.settings import Settings
-    from playbooks.framework import run
-    from playbooks.purge import PurgePlaybook
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.playbooks.framework import run
+    from gpuwarden.playbooks.purge import PurgePlaybook
     sim, fam, tenant, arena = node
     pb = PurgePlaybook(1, grace_s=1)
     settings = Settings(state_dir=state_dir, backend="sim")

@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 
-from ops import procs
-from ops.reaper import Reaper, Target, untouchable
+from gpuwarden.ops import procs
+from gpuwarden.ops.reaper import Reaper, Target, untouchable
 from simnode import ignores
 from test_reaper_family import proc_state, start_family, wait_for
 

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from ops.errors import GpuwardenError
-from ops.register import get
-from ops.register.base import physical_gpu, split
-from ops.register.host import locked_bytes
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.register import get
+from gpuwarden.ops.register.base import physical_gpu, split
+from gpuwarden.ops.register.host import locked_bytes
 
 MiB = 1 << 20
 
 
 @pytest.fixture
 def arena(tmp_path):
-    from ops.arena.create import create
-    from ops.arena.mapping import MappedArena
+    from gpuwarden.ops.arena.create import create
+    from gpuwarden.ops.arena.mapping import MappedArena
     create(tmp_path / "a.arena", size=4 * MiB, chunk_size=MiB)
     with MappedArena(tmp_path / "a.arena") as m:
         yield m
@@ -39,7 +39,7 @@ def test_host_pins_then_unpins(arena):
 
 
 def test_sim_records_registration_with_a_device_address(arena, state_dir, monkeypatch):
-    from ops.sim import registrations
+    from gpuwarden.ops.sim import registrations
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     rt = get("sim", state_dir=state_dir)
     rt.open(0)

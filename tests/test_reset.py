@@ -8,7 +8,7 @@ import pytest
 
 from simnode import start_tenant
 
-from ops import nodestate
+from gpuwarden.ops import nodestate
 
 
 @pytest.fixture
@@ -103,10 +103,10 @@ def test_unknown_gpu_lists_the_gpus(sim):
 def test_verify_rides_out_a_gpu_that_vanishes_for_a_moment(sim, state_dir, monkeypatch):
     # A real GPU drops off the bus for seconds during a reset; that cannot happen here, so the first
     # two backend opens fail the way a vanished device makes them fail, then the sim node answers.
-    from ops import snapshot
-    from ops.errors import BackendUnavailable
-    from ops.settings import Settings
-    from playbooks import nodecheck
+    from gpuwarden.ops import snapshot
+    from gpuwarden.ops.errors import BackendUnavailable
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.playbooks import nodecheck
     sim("sim", "init", "--gpus", "2", check=True)
     real, opened = snapshot.Sampler, []
 
@@ -131,9 +131,9 @@ def test_undrained_between_plan_and_action_is_not_reset(sim, state_dir):
     # Plan under a drained GPU, then someone undrains it before the step runs: the step looks again.
     import threading
 
-    from ops.settings import Settings
-    from playbooks.framework import RunContext, StepFailed
-    from playbooks.reset import ResetPlaybook
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.playbooks.framework import RunContext, StepFailed
+    from gpuwarden.playbooks.reset import ResetPlaybook
     sim("sim", "init", "--gpus", "2", check=True)
     nodestate.set_drained(state_dir, 1, True)
     pb = ResetPlaybook(1)

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from ops import gpureset
-from ops.errors import BackendUnavailable, GpuwardenError
-from ops.gpureset import Ran
-from ops.model import GpuInfo
+from gpuwarden.ops import gpureset
+from gpuwarden.ops.errors import BackendUnavailable, GpuwardenError
+from gpuwarden.ops.gpureset import Ran
+from gpuwarden.ops.model import GpuInfo
 
 AMD = GpuInfo(index=1, name="AMD Instinct MI300X", vendor="amd", bus_id="0000:c1:00.0", hive_id="0x1234")
 NV = GpuInfo(index=3, name="NVIDIA H200", vendor="nvidia", bus_id="00000000:19:00.0")

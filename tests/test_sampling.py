@@ -12,14 +12,14 @@ import time
 
 from simnode import wait_for
 
-from ops.backends.sysfs import SysfsBackend
-from ops.fdbudget import FdBudget
-from ops.heldfiles import HeldFiles
-from ops.model import NodeSnapshot, SnapshotWarning, snapshot_from_dict
-from ops.sampling.filecache import FileCache
-from ops.sampling.sampler import Sampler
-from ops.settings import Settings
-from ops.sim.node import SimNode
+from gpuwarden.ops.backends.sysfs import SysfsBackend
+from gpuwarden.ops.fdbudget import FdBudget
+from gpuwarden.ops.heldfiles import HeldFiles
+from gpuwarden.ops.model import NodeSnapshot, SnapshotWarning, snapshot_from_dict
+from gpuwarden.ops.sampling.filecache import FileCache
+from gpuwarden.ops.sampling.sampler import Sampler
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.sim.node import SimNode
 
 MiB = 1 << 20
 HOLD = "import sys, time; f = open(sys.argv[1]); print('up', flush=True); time.sleep(60)"
@@ -156,7 +156,7 @@ def test_an_unchanged_kfd_refresh_repeats_itself_and_any_change_is_seen(state_di
 
 
 def test_an_unchanged_engine_is_the_same_engine_info_until_its_record_or_shim_changes(state_dir):
-    from ops.engines.state import list_engines
+    from gpuwarden.ops.engines.state import list_engines
     shim = subprocess.Popen(["sleep", "60"])
     try:
         d = state_dir / "engines" / "e0"
@@ -185,7 +185,7 @@ def test_waiting_on_a_descriptor_above_select_s_limit():
     """The agent holds thousands of files on a busy node: its waits must work on descriptor 2000 and up."""
     import os
     import resource
-    from ops.waitfd import readable
+    from gpuwarden.ops.waitfd import readable
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 2100:
         import pytest

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from ops import jsondoc, procs
+from gpuwarden.ops import jsondoc, procs
 
 
 def test_residual_is_the_incident_and_clean_ends_it(cli):

@@ -47,10 +47,10 @@ def served(tmp_path):
     def start(*extra: str) -> str:
         state = tmp_path / "state"
         if not state.exists():
-            subprocess.run([sys.executable, "-m", "tui.main", "--state-dir", str(state), "--backend", "sim", "sim",
+            subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", "--state-dir", str(state), "--backend", "sim", "sim",
                             "init", "--gpus", "2", "--vram", "8GiB"], check=True, capture_output=True, cwd=REPO)
         port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "tui.main", "--state-dir", str(state), "--backend", "sim",
+        proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.tui.main", "--state-dir", str(state), "--backend", "sim",
                                  "serve", "--listen", f"127.0.0.1:{port}", *extra], cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"serve-{port}.log", "wb"),
                                 start_new_session=True)
@@ -177,11 +177,11 @@ def test_token_is_required_when_given_and_off_loopback(served):
 
 
 def test_listen_beyond_loopback_makes_a_token_and_actions_need_a_flag():
-    from tui.serve import is_loopback, parse_listen, served_command
+    from gpuwarden.tui.serve import is_loopback, parse_listen, served_command
     assert is_loopback("127.0.0.1") and is_loopback("::1") and not is_loopback("0.0.0.0")
     assert parse_listen("0.0.0.0:9000") == ("0.0.0.0", 9000)
     assert served_command([], fleet_args=None, allow_actions=False).endswith("tui --read-only")
     assert "--read-only" not in served_command([], fleet_args=["--nodelist", "gpu1"], allow_actions=True)
-    proc = subprocess.run([sys.executable, "-m", "tui.main", "serve", "--listen", "nowhere"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", "serve", "--listen", "nowhere"], capture_output=True,
                           text=True, cwd=REPO)
     assert proc.returncode == 2 and "HOST:PORT" in proc.stderr

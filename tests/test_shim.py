@@ -12,11 +12,11 @@ import time
 from engines.harness import engine_argv, supervised  # noqa: F401
 from simnode import ignores, proc_state, wait_for
 
-from ops import procs
-from ops.engines import control
-from ops.engines import state as st
-from ops.nodeconfig import EngineConfig
-from ops.settings import Settings
+from gpuwarden.ops import procs
+from gpuwarden.ops.engines import control
+from gpuwarden.ops.engines import state as st
+from gpuwarden.ops.nodeconfig import EngineConfig
+from gpuwarden.ops.settings import Settings
 
 
 def _start(state_dir, *args, name="e0", gpu=2, **keys):
@@ -118,7 +118,7 @@ def test_reused_pid_is_never_signalled(supervised):
         real = procs.identity(bystander.pid)
         d = st.engine_dir(supervised, "ghost")
         d.mkdir(parents=True)
-        from ops import statedir
+        from gpuwarden.ops import statedir
         # A record whose pids now name another process (other start time): what a reboot or pid wrap leaves.
         statedir.write_json(d / st.STATE, {"name": "ghost", "phase": "serving", "shim_pid": bystander.pid,
                                            "shim_start": real - 1, "pid": bystander.pid, "pid_start": real - 1},

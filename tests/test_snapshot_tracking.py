@@ -15,12 +15,12 @@ import pytest
 from simnode import proc_state, start_tenant, wait_for
 from test_purge import _spawn_with_pid
 
-from ops import procs
-from ops.backends.sysfs import SysfsBackend
-from ops.pidwatch import PidWatch, usable
-from ops.settings import Settings
-from ops.sim.node import SimNode
-from ops.snapshot import Sampler
+from gpuwarden.ops import procs
+from gpuwarden.ops.backends.sysfs import SysfsBackend
+from gpuwarden.ops.pidwatch import PidWatch, usable
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.ops.snapshot import Sampler
 
 MiB = 1 << 20
 

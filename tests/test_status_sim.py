@@ -98,7 +98,7 @@ def test_leak_fault_leaves_ownerless_residual(sim, cli):
 
 
 def test_baseline_is_subtracted(sim, cli, state_dir):
-    from ops.nodestate import set_baseline
+    from gpuwarden.ops.nodestate import set_baseline
     cli("sim", "leak", "--gpu", "0", "--size", "300MiB")  # idle driver use, say
     set_baseline(state_dir, {0: 300 << 20}, backend="sim")
     rc, snap = status_json(cli)
@@ -164,7 +164,7 @@ def test_status_never_calls_the_automatic_sim_fallback_healthy(cli, sim):
 
 
 def test_pci_bus_names_gpus_and_their_drivers(tmp_path):
-    from ops.backends.pci import describe
+    from gpuwarden.ops.backends.pci import describe
     base = tmp_path / "sys/bus/pci/devices"
     for addr, vendor, cls, driver in (("0000:65:00.0", "0x1002", "0x038000", None),
                                       ("0000:66:00.0", "0x1002", "0x038000", None),

@@ -1,6 +1,6 @@
 """Triage on the captured kernel logs: every fixture yields the findings it contains, signatures group.
 
-Logs come from ../shared/fixtures/dmesg (real pastes, see SOURCES.md); the CLI runs as a subprocess.
+Logs come from tests/fixtures/dmesg (real pastes, see SOURCES.md); the CLI runs as a subprocess.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from ops.triage import analyze_file, analyze_text
-from ops.triage.logline import parse
-from ops.triage.render import markdown
+from gpuwarden.ops.triage import analyze_file, analyze_text
+from gpuwarden.ops.triage.logline import parse
+from gpuwarden.ops.triage.render import markdown
 
 # fixture -> rule ids that must be found (each a real event in that log)
 EXPECTED = {

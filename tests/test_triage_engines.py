@@ -18,8 +18,8 @@ import pytest
 from engines.harness import records, supervised  # noqa: F401
 from simnode import wait_for
 
-from ops.triage import analyze_text
-from ops.triage.engine import TRACEBACK_RULE
+from gpuwarden.ops.triage import analyze_text
+from gpuwarden.ops.triage.engine import TRACEBACK_RULE
 
 HERE = Path(__file__).resolve().parent / "engines"
 
@@ -71,7 +71,7 @@ def test_four_engines_dying_together_are_one_headline(tmp_path, supervised, cli)
     proc = cli("triage", str(out), "--json")
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
-    from ops import jsondoc
+    from gpuwarden.ops import jsondoc
     jsondoc.validate(doc)
     # what the issue asks of the storm's first line, with this stand-in's library and offset
     headline = doc["headline"]

@@ -14,15 +14,15 @@ import pytest
 
 from conftest import REPO
 
-from ops import jsondoc
-from ops.triage import explain
+from gpuwarden.ops import jsondoc
+from gpuwarden.ops.triage import explain
 
 CORPUS = REPO / "tests" / "triage_corpus"
 ONE = CORPUS / "c01_amdgpu202_gfx12_ring_timeout_new_process_wording.log"
 
 
 def _run(args: list[str], stdin=None, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tui.main", "triage", *args], cwd=REPO, stdin=stdin,
+    return subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", "triage", *args], cwd=REPO, stdin=stdin,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -46,7 +46,7 @@ def test_devices_are_refused_as_path_and_as_stdin():
 
 def test_stdin_pipe_is_streamed_and_judged_like_the_file(tmp_path):
     with open(ONE, "rb") as f:
-        piped = subprocess.run([sys.executable, "-m", "tui.main", "triage", "-"], cwd=REPO, stdin=f,
+        piped = subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", "triage", "-"], cwd=REPO, stdin=f,
                                capture_output=True, text=True, timeout=30)
     direct = _run([str(ONE)])
     assert piped.returncode == direct.returncode == 1
@@ -54,7 +54,7 @@ def test_stdin_pipe_is_streamed_and_judged_like_the_file(tmp_path):
     garbage = tmp_path / "garbage.txt"
     garbage.write_text("hello\nthis is not a log\n")
     with open(garbage, "rb") as f:
-        from_pipe = subprocess.run([sys.executable, "-m", "tui.main", "triage", "-"], cwd=REPO, stdin=f,
+        from_pipe = subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", "triage", "-"], cwd=REPO, stdin=f,
                                    capture_output=True, text=True, timeout=30)
     _one_line_error(from_pipe, "does not look like a kernel log")
     _one_line_error(_run([str(garbage)]), "does not look like a kernel log")
@@ -126,7 +126,7 @@ def test_every_rule_id_a_report_can_carry_is_explained(rule_id):
 
 
 def test_findings_only_carry_explained_rules():
-    from ops.triage import analyze_file
+    from gpuwarden.ops.triage import analyze_file
     known = {e.id for e in explain.entries()}
     for log in sorted(CORPUS.glob("*.log")):
         for f in analyze_file(log).findings:

@@ -6,7 +6,7 @@ events the shared fixtures do not contain: PCIe AER, userptr failures, init fail
 
 from __future__ import annotations
 
-from ops.triage import analyze_text
+from gpuwarden.ops.triage import analyze_text
 
 # github.com/ROCm/legacy-rocm-build/issues/32 (description, 2016-09-25)
 AER_FATAL = """\
@@ -146,7 +146,7 @@ def test_kernel_oops():
 
 
 # One line per event class that AMD node-scraper's dmesg analyzer checks (its ERROR_REGEX messages, as
-# listed in ../shared/fixtures/node_scraper_dmesg_patterns.md), written in the kernel's wording: our
+# listed in tests/fixtures/node_scraper_dmesg_patterns.md), written in the kernel's wording: our
 # library must name each of them too.
 NODE_SCRAPER_PARITY = {
     "Out of memory error": ("Out of memory: Killed process 4242 (python3) total-vm:1024kB, anon-rss:512kB, "

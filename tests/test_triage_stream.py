@@ -11,12 +11,12 @@ from pathlib import Path
 
 from conftest import REPO
 
-from ops.triage import analyze_file
-from ops.triage.analyze import MAX_FINDINGS, Analyzer
-from ops.triage.live import LiveTriage
-from ops.triage.logline import MAX_LINE
-from ops.triage.patterns import RULES
-from ops.triage.stream import HEAD_LINES, analyze_stream
+from gpuwarden.ops.triage import analyze_file
+from gpuwarden.ops.triage.analyze import MAX_FINDINGS, Analyzer
+from gpuwarden.ops.triage.live import LiveTriage
+from gpuwarden.ops.triage.logline import MAX_LINE
+from gpuwarden.ops.triage.patterns import RULES
+from gpuwarden.ops.triage.stream import HEAD_LINES, analyze_stream
 
 CORPUS = REPO / "tests" / "triage_corpus"
 QUIET = "[    1.000000] usb 1-1: new high-speed USB device number 2 using xhci_hcd\n"
@@ -47,7 +47,7 @@ def test_prefiltered_stream_reports_what_reading_every_line_reports(fixtures):
     streamed = analyze_stream(io.BytesIO(text.encode()), source="log")
     assert streamed.to_dict() == expected
     # fed in odd-sized pushes (lines, and headers and their continuations, split across chunks): the same
-    from ops.triage.stream import StreamFeeder
+    from gpuwarden.ops.triage.stream import StreamFeeder
     a = Analyzer("log")
     feeder = StreamFeeder(a)
     data = text.encode()

@@ -17,8 +17,8 @@ from test_reaper_family import wait_for as wait_until
 from test_tui_app import live_app, sim_settings
 from test_tui_support import screen_text, wait_for
 
-from ops import nodestate
-from ops.sim.node import SimNode
+from gpuwarden.ops import nodestate
+from gpuwarden.ops.sim.node import SimNode
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -107,10 +107,10 @@ def test_purge_drain_reset_undrain_baseline_bundle(state_dir):
 
 
 def test_a_collected_bundle_opens_read_only_with_its_triage(state_dir, tmp_path):
-    from playbooks.bundle import BundlePlaybook
-    from playbooks.framework import run
-    from tui.app import GpuwardenApp
-    from tui.sampling import bundle_source
+    from gpuwarden.playbooks.bundle import BundlePlaybook
+    from gpuwarden.playbooks.framework import run
+    from gpuwarden.tui.app import GpuwardenApp
+    from gpuwarden.tui.sampling import bundle_source
     settings = sim_settings(state_dir)
     SimNode(state_dir).leak(3, 2 << 30)
     result = run(BundlePlaybook(output=tmp_path / "incident.tar.gz"), settings)

@@ -15,8 +15,8 @@ import pytest
 from engines.harness import records, supervised, write_config  # noqa: F401
 from test_tui_support import fixed_snapshot, make_app, screen_text, wait_for
 
-from ops import journal
-from ops.settings import Settings
+from gpuwarden.ops import journal
+from gpuwarden.ops.settings import Settings
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -26,14 +26,14 @@ def run(coro):
 
 
 def sim_settings(state_dir: Path, config: Path | None = None) -> Settings:
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.sim.node import SimNode
     SimNode(state_dir).init(gpus=4, vram=24 << 30)
     return Settings(state_dir=state_dir, backend="sim", config_path=config or state_dir / "node.toml")
 
 
 def live_app(settings: Settings, **kw):
-    from tui.app import GpuwardenApp
-    from tui.sampling import live_source
+    from gpuwarden.tui.app import GpuwardenApp
+    from gpuwarden.tui.sampling import live_source
     source, close = live_source(settings)
     return GpuwardenApp(settings, source=source, on_exit=close, refresh_s=0.25, **kw)
 
@@ -52,7 +52,7 @@ def test_header_and_panels_show_the_snapshot(settings):
 
 
 def test_read_only_removes_action_bindings_and_palette_entries(settings):
-    from tui.actions import ACTIONS
+    from gpuwarden.tui.actions import ACTIONS
 
     async def go():
         app = make_app(settings, read_only=True)
@@ -64,7 +64,7 @@ def test_read_only_removes_action_bindings_and_palette_entries(settings):
             assert footer.startswith(" q Quit  ? Keys") and " d " not in footer and " P " not in footer
             assert all("act(" not in action for _, _, action in app.palette_commands())
             # The palette's provider offers no action either.
-            from tui.palette import GpuwardenCommands
+            from gpuwarden.tui.palette import GpuwardenCommands
             provider = GpuwardenCommands(app.screen)
             titles = [hit.text async for hit in provider.search("drain")] + \
                      [hit.text async for hit in provider.discover()]
@@ -83,7 +83,7 @@ def test_read_only_removes_action_bindings_and_palette_entries(settings):
             assert " d " in footer and " P " in footer  # the same check can fail
             keys = {b.key for _, b in app._bindings}
             assert {a.key for a in ACTIONS} <= keys
-            from tui.palette import GpuwardenCommands
+            from gpuwarden.tui.palette import GpuwardenCommands
             provider = GpuwardenCommands(app.screen)
             titles = [str(hit.text) async for hit in provider.search("drain")]
             assert any("Drain GPU" in t for t in titles)
@@ -91,7 +91,7 @@ def test_read_only_removes_action_bindings_and_palette_entries(settings):
 
 
 def test_confirm_dialog_focuses_cancel_and_enter_cancels():
-    from tui.screens.confirm import ConfirmScreen
+    from gpuwarden.tui.screens.confirm import ConfirmScreen
     from textual.app import App
 
     answers = []
@@ -188,7 +188,7 @@ def test_gpu_detail_names_the_holder(settings):
 
 
 def test_engine_log_follows_new_lines(settings, tmp_path):
-    from ops.model import EngineInfo
+    from gpuwarden.ops.model import EngineInfo
     log = tmp_path / "engine.log"
     log.write_text("first line\n")
     base = fixed_snapshot()
@@ -278,8 +278,8 @@ def test_launch_then_stop_engine_with_confirm(tmp_path, supervised):  # noqa: F8
 
 
 def test_quit_while_a_playbook_runs_asks_for_a_second_q(settings):
-    from playbooks.framework import Playbook, Step
-    from tui.runner import PlaybookRun
+    from gpuwarden.playbooks.framework import Playbook, Step
+    from gpuwarden.tui.runner import PlaybookRun
     started = threading.Event()
 
     class Slow(Playbook):

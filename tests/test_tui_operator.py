@@ -17,7 +17,7 @@ import pytest
 from engines.harness import supervised  # noqa: F401  (fixture)
 from test_tui_support import TAKEN_AT, fixed_snapshot, make_app, screen_text, wait_for
 
-from ops.model import EngineInfo, GpuProcess
+from gpuwarden.ops.model import EngineInfo, GpuProcess
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -108,7 +108,7 @@ def test_processes_sort_filter_and_tree(settings):
 
 
 def test_layout_and_theme_are_remembered(settings, tmp_path):
-    from tui import prefs
+    from gpuwarden.tui import prefs
     where = tmp_path / "config" / "gpuwarden" / "tui.toml"
 
     async def go():
@@ -189,8 +189,8 @@ def _bundle_with_log(path: Path, log: str) -> Path:
 
 
 def test_engine_detail_shows_the_exit_signal_and_the_triage_headline(settings, tmp_path, fixtures):
-    from ops.triage import analyze_text
-    from ops.triage.render import headline as triage_headline
+    from gpuwarden.ops.triage import analyze_text
+    from gpuwarden.ops.triage.render import headline as triage_headline
     log = (fixtures / "dmesg" / "oom_killer_dmesg_time_format_iso_perl.log").read_text()
     headline = triage_headline(analyze_text(log))
     bundle = _bundle_with_log(tmp_path / "crash.tar.gz", log)
@@ -214,12 +214,12 @@ def test_engine_detail_shows_the_exit_signal_and_the_triage_headline(settings, t
 # --- against real processes ----------------------------------------------------------------------
 
 def test_k_stops_a_real_process_after_the_dialog(tmp_path, state_dir):
-    from ops.settings import Settings
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.sim.node import SimNode
     from simnode import cli_argv, proc_state
     from test_reaper_family import holds_sim_vram, start_family
-    from tui.app import GpuwardenApp
-    from tui.sampling import live_source
+    from gpuwarden.tui.app import GpuwardenApp
+    from gpuwarden.tui.sampling import live_source
     SimNode(state_dir).init(gpus=2, vram=8 << 30)
     settings = Settings(state_dir=state_dir, backend="sim", config_path=state_dir / "node.toml")
     # Its parent is a subreaper that reaps it (a test's own child would stay a zombie under pytest).
@@ -263,13 +263,13 @@ def test_k_stops_a_real_process_after_the_dialog(tmp_path, state_dir):
 
 def test_r_restarts_a_crashed_engine(supervised):  # noqa: F811
     from engines.harness import engine_argv, records
-    from ops.engines import control
-    from ops.nodeconfig import EngineConfig
-    from ops.settings import Settings
-    from playbooks.framework import run as run_playbook
-    from playbooks.restart import RestartEnginePlaybook
+    from gpuwarden.ops.engines import control
+    from gpuwarden.ops.nodeconfig import EngineConfig
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.playbooks.framework import run as run_playbook
+    from gpuwarden.playbooks.restart import RestartEnginePlaybook
     from simnode import wait_for as wait
-    from tui.actions import Target, by_name
+    from gpuwarden.tui.actions import Target, by_name
     settings = Settings(state_dir=supervised)
     engine = EngineConfig(name="bad", argv=tuple(engine_argv("--register-s", "0.05", "--exit-after-register", "3")),
                           gpu=0)
@@ -285,7 +285,7 @@ def test_r_restarts_a_crashed_engine(supervised):  # noqa: F811
 
 
 def test_a_fifo_where_the_settings_file_goes_is_ignored_not_waited_on(tmp_path):
-    from tui import prefs
+    from gpuwarden.tui import prefs
     where = tmp_path / "tui.toml"
     os.mkfifo(where)
     loaded, note = prefs.load(where)  # a blocking open would hang the console's start here

@@ -6,9 +6,9 @@ import dataclasses
 
 from test_tui_support import GIB, TAKEN_AT, fixed_snapshot
 
-from ops.model import EngineInfo, Residual
-from tui import node_events, text
-from tui.history import VramHistory
+from gpuwarden.ops.model import EngineInfo, Residual
+from gpuwarden.tui import node_events, text
+from gpuwarden.tui.history import VramHistory
 
 
 def test_bar_fills_in_proportion_and_marks_the_residual_part():
@@ -83,7 +83,7 @@ def test_new_engine_and_removed_engine():
 
 
 def test_playbook_events_become_panel_lines():
-    from playbooks.framework import Event
+    from gpuwarden.playbooks.framework import Event
     assert node_events.from_playbook(Event("step_started", "drain", "mark")) is None
     line = node_events.from_playbook(Event("step_failed", "reset", "verify", "GPU 0 still holds 2 GiB"))
     assert line.level == "error" and line.text == "reset/verify: GPU 0 still holds 2 GiB"

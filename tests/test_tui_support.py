@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from ops.model import (ArenaInfo, ArenaMapper, EngineInfo, GpuInfo, GpuProcess, Holder, NodeSnapshot,
+from gpuwarden.ops.model import (ArenaInfo, ArenaMapper, EngineInfo, GpuInfo, GpuProcess, Holder, NodeSnapshot,
                        Residual)
 
 GIB = 1 << 30
@@ -60,7 +60,7 @@ def fixed_snapshot(gpus: int = 4, *, taken_at: float = TAKEN_AT) -> NodeSnapshot
 
 
 def make_app(settings, source=None, **kw):
-    from tui.app import GpuwardenApp
+    from gpuwarden.tui.app import GpuwardenApp
     snap = fixed_snapshot()
     return GpuwardenApp(settings, source=source or (lambda: snap), **kw)
 

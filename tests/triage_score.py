@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "triage_corpus"
-SHARED = Path(os.environ.get("GPUWARDEN_SHARED", ROOT.parent / "shared")) / "fixtures" / "dmesg"
+SHARED = ROOT / "tests" / "fixtures" / "dmesg"
 COUNTED = ("critical", "error", "warning")
 
 
@@ -107,9 +107,9 @@ def holdout_cases() -> list[tuple[str, Path, dict]]:
 
 
 def shared_cases() -> list[tuple[str, Path, dict]]:
-    """The shared fixtures, with the rule sets test_triage.py expects of them (rules only, no facts)."""
+    """The captured fixtures (tests/fixtures/dmesg), with the rule sets test_triage.py expects of them (rules only, no facts)."""
     if not SHARED.is_dir():
-        return []
+        raise FileNotFoundError(f"the captured fixtures are missing ({SHARED}): the checkout is incomplete")
     sys.path.insert(0, str(ROOT / "tests"))
     from test_triage import EXPECTED  # one list of expectations for those fixtures
     return [(f"shared/{n}", SHARED / n, {"find": [{"rule": r} for r in sorted(rules)]})
@@ -117,7 +117,7 @@ def shared_cases() -> list[tuple[str, Path, dict]]:
 
 
 def run(verbose: bool = False, out=sys.stdout) -> dict:
-    from ops.triage import analyze_file
+    from gpuwarden.ops.triage import analyze_file
     scores = []
     for name, path, expect in corpus_cases() + holdout_cases() + shared_cases():
         scores.append(score_case(name, expect, analyze_file(path)))

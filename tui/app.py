@@ -14,9 +14,9 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 
-from ops.errors import GpuwardenError
-from ops.model import NodeSnapshot
-from ops.settings import Settings
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.settings import Settings
 
 from . import node_events
 from .actions import ACTIONS, Target, by_name

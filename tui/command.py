@@ -12,8 +12,8 @@ from typing import Optional
 
 import typer
 
-from ops.errors import GpuwardenError
-from ops.settings import Settings
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.settings import Settings
 
 MIN_REFRESH_S = 0.25
 

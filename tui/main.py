@@ -1,7 +1,7 @@
 """The `gpuwarden` program: the playbooks' CLI plus the console, which opens when no command is given.
 
-`status` takes a fast path that loads neither Typer nor Textual (playbooks.fastcli); everything else loads the
-full CLI. It lives in tui so that imports point down only (tui -> playbooks -> ops); `python -m playbooks.cli`
+`status` takes a fast path that loads neither Typer nor Textual (gpuwarden.playbooks.fastcli); everything else loads the
+full CLI. It lives in tui so that imports point down only (tui -> playbooks -> ops); `python -m gpuwarden.playbooks.cli`
 is the same CLI without the console.
 """
 
@@ -12,7 +12,7 @@ import sys
 
 def full_cli():
     """The Typer app with the console, the fleet console and `serve` registered (and the no-command default)."""
-    from playbooks import cli
+    from gpuwarden.playbooks import cli
 
     from . import command, serve
     from .fleet import command as fleet_command
@@ -27,7 +27,7 @@ def full_cli():
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
-    from playbooks import fastcli
+    from gpuwarden.playbooks import fastcli
     code = fastcli.run(args)
     if code is not None:
         return code

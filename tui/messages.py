@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from ops.model import NodeSnapshot
+from gpuwarden.ops.model import NodeSnapshot
 
 
 class SnapshotArrived(Message):

@@ -1,10 +1,10 @@
-"""Events for the Events panel: what changed between two snapshots (ops.sampling.changes, shared with the
+"""Events for the Events panel: what changed between two snapshots (gpuwarden.ops.sampling.changes, shared with the
 agent's event log), and playbook progress lines.
 """
 
 from __future__ import annotations
 
-from ops.sampling.changes import LEVELS, ChangeTracker, NodeEvent, diff  # noqa: F401 (the panel's vocabulary)
+from gpuwarden.ops.sampling.changes import LEVELS, ChangeTracker, NodeEvent, diff  # noqa: F401 (the panel's vocabulary)
 
 
 _PLAYBOOK_LEVEL = {"step_ok": "ok", "step_failed": "error", "step_skipped": "warning"}

@@ -63,7 +63,7 @@ class ProcessActionsMixin:
         def chosen(how: str | None) -> None:
             if how is None:
                 return
-            from playbooks.stopproc import StopProcessPlaybook
+            from gpuwarden.playbooks.stopproc import StopProcessPlaybook
             from .runner import PlaybookRun
             from .screens.progress import ProgressScreen
             pb = StopProcessPlaybook(process, kill_now=how == "KILL", grace_s=GRACE_S)

@@ -8,14 +8,14 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from playbooks.framework import Event, Playbook, Result, run
+from gpuwarden.playbooks.framework import Event, Playbook, Result, run
 
 from .messages import PlaybookFinished, PlaybookProgress
 
 if TYPE_CHECKING:
     from textual.app import App
 
-    from ops.settings import Settings
+    from gpuwarden.ops.settings import Settings
 
 
 class PlaybookRun:

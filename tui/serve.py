@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from ops.errors import GpuwardenError
+from gpuwarden.ops.errors import GpuwardenError
 
 COOKIE = "gpuwarden_token"
 TOKEN_ENV = "GPUWARDEN_SERVE_TOKEN"
@@ -41,7 +41,7 @@ def is_loopback(host: str) -> bool:
 
 def served_command(settings_args: list[str], *, fleet_args: list[str] | None, allow_actions: bool) -> str:
     """The command each browser session runs: this program's console, read-only unless actions are allowed."""
-    argv = [sys.executable, "-m", "tui.main", *settings_args]
+    argv = [sys.executable, "-m", "gpuwarden.tui.main", *settings_args]
     argv += ["fleet", "tui", *fleet_args] if fleet_args is not None else ["tui"]
     if not allow_actions:
         argv.append("--read-only")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-# Panels call text.sparkline; the fleet table shares it from ops.units.
-from ops.units import fmt_bytes, fmt_used_of, sparkline  # noqa: F401
+# Panels call text.sparkline; the fleet table shares it from gpuwarden.ops.units.
+from gpuwarden.ops.units import fmt_bytes, fmt_used_of, sparkline  # noqa: F401
 from .styles import STYLES as S
 
 

@@ -74,7 +74,7 @@ class Agent:
         self._journal_prefix = bool(os.environ.get("JOURNAL_STREAM"))
         self.observers: list[Observer] = []
         self.annotators: list[Callable[[NodeSnapshot], NodeSnapshot]] = []
-        self.metrics = None  # the MetricsExporter (ops.metrics) when one is attached: the API's /metrics
+        self.metrics = None  # the MetricsExporter (gpuwarden.ops.metrics) when one is attached: the API's /metrics
         self.started_at = time.time()
         self.stopping = False
         self._done = threading.Event()

@@ -1,7 +1,7 @@
 """The agent's kernel-log watch: follow /dev/kmsg (else `journalctl -k -f`, or a file/FIFO named in the config),
 run new lines through the triage rules in small batches, and turn each new finding into a node event.
 
-Triage is called in one place, TriageAdapter.feed(), through the streaming ops.triage.live.LiveTriage.
+Triage is called in one place, TriageAdapter.feed(), through the streaming gpuwarden.ops.triage.live.LiveTriage.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class _Seen:
 
 
 class TriageAdapter:
-    """Lines in, new kernel findings out (as plain dicts): the one caller of ops.triage in the agent.
+    """Lines in, new kernel findings out (as plain dicts): the one caller of gpuwarden.ops.triage in the agent.
 
     One LiveTriage is kept across batches, so a multi-line report split between two reads stays one finding."""
 

@@ -1,4 +1,4 @@
 """The shared weight arena: file format, create/verify/inspect, mappers, budget preflight.
 
-Registration runtimes live in ops.register; the canary engine in ops.canary.
+Registration runtimes live in gpuwarden.ops.register; the canary engine in gpuwarden.ops.canary.
 """

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ops.errors import GpuwardenError
-from ops.settings import Settings
-from ops.units import fmt_bytes
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.units import fmt_bytes
 
 RESERVE = 3 << 29  # AMDGPU_RESERVE_MEM_LIMIT
 
@@ -159,7 +159,7 @@ def from_config(settings: Settings, size: int | None = None) -> tuple[int, list[
     An engine with a `gpu` sees only that GPU (its shim narrows the visibility variables to it); others see
     what their env allows, or every GPU KFD knows.
     """
-    from ops import nodeconfig
+    from gpuwarden.ops import nodeconfig
     from .format import load_header
 
     cfg = nodeconfig.load(settings)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import xxhash
 
-from ops import inputs
-from ops.errors import GpuwardenError
-from ops.units import fmt_bytes
+from gpuwarden.ops import inputs
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.units import fmt_bytes
 
 from . import format as fmt
 from .parallel import ChunkPool, Progress, Stopwatch, fmt_rate

@@ -37,10 +37,10 @@ from pathlib import Path
 
 import xxhash
 
-from ops.errors import GpuwardenError
-from ops.inputs import kind_of
-from ops.records import record
-from ops.safetext import printable
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.inputs import kind_of
+from gpuwarden.ops.records import record
+from gpuwarden.ops.safetext import printable
 
 MAGIC = b"GWARENA\0"
 VERSION = 1

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import xxhash
 
-from ops.units import fmt_bytes
+from gpuwarden.ops.units import fmt_bytes
 
 from . import format as fmt
 from .parallel import ChunkPool, Progress, Stopwatch, fmt_rate

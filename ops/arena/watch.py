@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ops.errors import GpuwardenError
-from ops.model import ArenaInfo
-from ops.settings import Settings
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.model import ArenaInfo
+from gpuwarden.ops.settings import Settings
 
 from . import format as fmt
 from .mappers import find_mappers, shared_files
@@ -26,7 +26,7 @@ QUICK_S = 2.0
 
 
 def _config_arena(settings: Settings) -> str | None:
-    from ops import nodeconfig
+    from gpuwarden.ops import nodeconfig
     if not settings.config_path.exists():
         return None
     try:
@@ -39,7 +39,7 @@ def _config_arena(settings: Settings) -> str | None:
 def _engine_pids(settings: Settings, engines=None) -> list[int]:
     try:
         if engines is None:
-            from ops.engines.state import list_engines
+            from gpuwarden.ops.engines.state import list_engines
             engines = list_engines(settings)
         return [e.pid for e in engines if e.pid and e.phase not in ("exited", "crashed")]
     except GpuwardenError:

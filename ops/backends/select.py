@@ -15,10 +15,10 @@ if TYPE_CHECKING:
 
 # name -> (module, class)
 _IMPLS = {
-    "amdsmi": ("ops.backends.amdsmi_backend", "AmdSmiBackend"),
-    "sysfs": ("ops.backends.sysfs", "SysfsBackend"),
-    "nvml": ("ops.backends.nvml", "NvmlBackend"),
-    "sim": ("ops.backends.sim", "SimBackend"),
+    "amdsmi": ("gpuwarden.ops.backends.amdsmi_backend", "AmdSmiBackend"),
+    "sysfs": ("gpuwarden.ops.backends.sysfs", "SysfsBackend"),
+    "nvml": ("gpuwarden.ops.backends.nvml", "NvmlBackend"),
+    "sim": ("gpuwarden.ops.backends.sim", "SimBackend"),
 }
 
 

@@ -147,7 +147,7 @@ def collect_bundle(settings: Settings, *, output: str | Path | None = None, sinc
     report = _triage(entries)
     report.findings.extend(collector_findings(summaries))
     for path, data in (("triage.md", markdown(report).encode()), ("triage.json", as_json(report).encode())):
-        e = Entry("triage", "ops.triage", "generated", path=path, data=data)
+        e = Entry("triage", "gpuwarden.ops.triage", "generated", path=path, data=data)
         archive.pack(e, max_bytes)
         entries.append(e)
     if progress:

@@ -68,7 +68,7 @@ def _snapshot(ctx: Context) -> list[Entry]:
     from ..snapshot import take_snapshot
     t0 = time.monotonic()
     snap = take_snapshot(ctx.settings)
-    out = [Entry("snapshot", "ops.snapshot.take_snapshot", "python", path="gpuwarden/snapshot.json",
+    out = [Entry("snapshot", "gpuwarden.ops.snapshot.take_snapshot", "python", path="gpuwarden/snapshot.json",
                  data=snap.to_json().encode(), duration_s=time.monotonic() - t0)]
     # The agent's last sample, when one runs: on Kubernetes it names each process's namespace, pod and container,
     # and which pod had which GPU, evidence a bare sample here cannot give.
@@ -243,7 +243,7 @@ def _arena(ctx: Context) -> list[Entry]:
     from ..arena.watch import list_arenas
     from ..model import _plain
     arenas = list_arenas(ctx.settings)
-    return [Entry("arena", "ops.arena.watch.list_arenas", "python", path="gpuwarden/arenas.json",
+    return [Entry("arena", "gpuwarden.ops.arena.watch.list_arenas", "python", path="gpuwarden/arenas.json",
                   data=json.dumps([_plain(a) for a in arenas], indent=2).encode())]
 
 

@@ -1,6 +1,6 @@
 """Read a bundle back as the NodeSnapshot it recorded: through the sysfs backend when it holds a tree.
 
-The tree is re-read by the same code that reads a live node (ops.snapshot over tree/sys and
+The tree is re-read by the same code that reads a live node (gpuwarden.ops.snapshot over tree/sys and
 tree/proc), so replay checks the parsers too; without a tree the stored snapshot.json is used.
 A bundle may come from anywhere: the archive's members, its manifest (against the published schema)
 and its snapshot (strictly, field by field) are checked first, and any fault is one line, exit 2.
@@ -167,7 +167,7 @@ def read_stored_snapshot(data: Any, path: Path) -> NodeSnapshot:
     """The bundle's gpuwarden/snapshot.json as a NodeSnapshot.
 
     The one call site to switch to jsondoc.validate(...) against ops/schemas/snapshot.v1.json once that
-    schema is published; until then the model's own types are the schema (ops.bundle.snapshot_reader)."""
+    schema is published; until then the model's own types are the schema (gpuwarden.ops.bundle.snapshot_reader)."""
     try:
         return snapshot_reader.read_snapshot(data)
     except ValueError as exc:

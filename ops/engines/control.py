@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ops
-from ops import journal, nodestate, procs, statedir
-from ops.errors import GpuwardenError, NotFound, Refused
-from ops.nodeconfig import EngineConfig, signal_number
-from ops.settings import Settings
+import gpuwarden.ops
+from gpuwarden.ops import journal, nodestate, procs, statedir
+from gpuwarden.ops.errors import GpuwardenError, NotFound, Refused
+from gpuwarden.ops.nodeconfig import EngineConfig, signal_number
+from gpuwarden.ops.settings import Settings
 
 from . import state as st
 from .shim import ORIG_PYTHONPATH
@@ -89,7 +89,7 @@ def _fork_shim(settings: Settings, name: str) -> subprocess.Popen:
     """Fork the shim of `name` into its own session. From here on it runs whatever becomes of the caller."""
     state_dir = settings.state_dir.resolve()
     env = dict(os.environ)
-    root = str(Path(ops.__file__).resolve().parent.parent)
+    root = str(Path(gpuwarden.ops.__file__).resolve().parent.parent)
     env[ORIG_PYTHONPATH] = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = root + (os.pathsep + env[ORIG_PYTHONPATH] if env[ORIG_PYTHONPATH] else "")
     with statedir.open_dir(state_dir, statedir.ENGINES, name) as folder:
@@ -98,7 +98,7 @@ def _fork_shim(settings: Settings, name: str) -> subprocess.Popen:
         shim_log = folder.open(st.SHIM_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "ops.engines.shim", "--name", name, "--state-dir", str(state_dir), "--detach"],
+            [sys.executable, "-m", "gpuwarden.ops.engines.shim", "--name", name, "--state-dir", str(state_dir), "--detach"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=shim_log, cwd="/", env=env,
             start_new_session=True, close_fds=True,
         )
@@ -115,7 +115,7 @@ def _shim_pid(settings: Settings, name: str, proc: subprocess.Popen) -> int:
     if not line.isdigit():
         raise GpuwardenError(f"the shim for engine {name!r} did not start "
                              f"(see {st.engine_dir(settings.state_dir, name) / st.SHIM_LOG})",
-                             "run `python -m ops.engines.shim --help` to check the installation")
+                             "run `python -m gpuwarden.ops.engines.shim --help` to check the installation")
     return int(line)
 
 

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
-from ops import redact, statedir
-from ops.safetext import log_line
+from gpuwarden.ops import redact, statedir
+from gpuwarden.ops.safetext import log_line
 
 MAX_LINE = 1 << 20  # a longer "line" is shown in pieces, never held whole
 

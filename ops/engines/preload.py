@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ops.errors import GpuwardenError
-from ops.nodeconfig import EngineConfig
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.nodeconfig import EngineConfig
 
 # Built by `pip install` (setup.py) next to this module.
 LIBRARY = Path(__file__).resolve().with_name("libgwpreload.so")

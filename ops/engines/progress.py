@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import time
 
-from ops.status_protocol import PHASES, StatusEvent
+from gpuwarden.ops.status_protocol import PHASES, StatusEvent
 
 # Phases an engine may report that mean it finished registering.
 REGISTERED_OR_LATER = ("registered", "serving")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ops.model import Registration
-from ops.status_protocol import StatusEvent
-from ops.units import fmt_bytes
+from gpuwarden.ops.model import Registration
+from gpuwarden.ops.status_protocol import StatusEvent
+from gpuwarden.ops.units import fmt_bytes
 
 # The newest records kept per engine (restarts included).
 KEEP = 32

@@ -1,6 +1,6 @@
 """The shim: a detached supervisor for one engine (like conmon): starts it, logs it, follows and records it.
 
-Run as `python -m ops.engines.shim --name NAME --state-dir DIR`; reads spec.json, is the only writer of state.json.
+Run as `python -m gpuwarden.ops.engines.shim --name NAME --state-dir DIR`; reads spec.json, is the only writer of state.json.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ops import gate, journal, procs, statedir
-from ops.errors import GpuwardenError
-from ops.nodeconfig import EngineConfig, signal_number
-from ops.status_protocol import ENV_FILE, StatusFollower
-from ops.units import fmt_bytes
-from ops.waitfd import readable
+from gpuwarden.ops import gate, journal, procs, statedir
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.nodeconfig import EngineConfig, signal_number
+from gpuwarden.ops.status_protocol import ENV_FILE, StatusFollower
+from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.waitfd import readable
 
 from . import preload
 from . import state as st
@@ -394,8 +394,8 @@ class Shim:
     def _collect_bundle(self, reason: str) -> None:
         def work() -> None:
             try:
-                from ops.bundle import auto  # only when needed: the shim stays small while the engine runs
-                from ops.settings import Settings
+                from gpuwarden.ops.bundle import auto  # only when needed: the shim stays small while the engine runs
+                from gpuwarden.ops.settings import Settings
                 path = auto.maybe_collect(Settings.from_env(state_dir=str(self.state_dir)),
                                           engine=self.name, reason=reason)
                 if path:
@@ -432,7 +432,7 @@ def _killpg(pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ops.engines.shim", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m gpuwarden.ops.engines.shim", description=__doc__)
     parser.add_argument("--name", required=True)
     parser.add_argument("--state-dir", required=True, type=Path)
     parser.add_argument("--detach", action="store_true",

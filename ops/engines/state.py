@@ -8,17 +8,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ops import procs, redact, statedir, statefiles
-from ops.errors import GpuwardenError
-from ops.model import EngineInfo, Registration
-from ops.safetext import log_line, printable
-from ops.settings import Settings
+from gpuwarden.ops import procs, redact, statedir, statefiles
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.model import EngineInfo, Registration
+from gpuwarden.ops.safetext import log_line, printable
+from gpuwarden.ops.settings import Settings
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
     from typing import Any
 
-    from ops.sampling.filecache import FileCache
+    from gpuwarden.ops.sampling.filecache import FileCache
 
 SPEC = "spec.json"  # what to run: written by the launcher, read by the shim
 STATE = "state.json"  # what happened: written by the shim only
@@ -182,7 +182,7 @@ def _info(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | None,
 
 
 def registrations_of(record: dict[str, Any]) -> tuple[Registration, ...]:
-    """The registration records the shim kept (ops.engines.registrations), as model objects."""
+    """The registration records the shim kept (gpuwarden.ops.engines.registrations), as model objects."""
     return tuple(Registration(**{k: raw.get(k) for k in Registration.__record_fields__})
                  for raw in record.get("registrations") or ()
                  if isinstance(raw, dict) and isinstance(raw.get("kind"), str) and isinstance(raw.get("outcome"), str))

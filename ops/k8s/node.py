@@ -63,7 +63,7 @@ class KubernetesNode:
 
     # --- life cycle -----------------------------------------------------------------------------
     def attach(self, agent) -> None:
-        """Wire into an ops.agent Agent before its start(): pods on every snapshot, the reconciler after it."""
+        """Wire into an gpuwarden.ops.agent Agent before its start(): pods on every snapshot, the reconciler after it."""
         agent.add_annotator(self.annotate)
         agent.add_observer(self)
 

@@ -1,4 +1,4 @@
-"""The launch plan's KFD registration budget for the metrics: ops.arena.budget over the node config, recomputed
+"""The launch plan's KFD registration budget for the metrics: gpuwarden.ops.arena.budget over the node config, recomputed
 at most once a minute (RAM and the config rarely change; a scrape must stay cheap).
 """
 

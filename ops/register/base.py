@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ops.errors import GpuwardenError
+from gpuwarden.ops.errors import GpuwardenError
 
 RUNTIMES = ("hip", "cuda", "host", "sim")
 DEFAULT_COPY_BUFFER = 1 << 30

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ops.units import fmt_bytes
+from gpuwarden.ops.units import fmt_bytes
 
 from .base import DEFAULT_COPY_BUFFER, CopyResult, RegisterFailed, Registration, Runtime, RuntimeUnavailable
 

@@ -10,7 +10,7 @@ import errno
 import os
 import resource
 
-from ops.units import fmt_bytes
+from gpuwarden.ops.units import fmt_bytes
 
 from .base import DEFAULT_COPY_BUFFER, CopyResult, RegisterFailed, Registration, Runtime, host_copy
 

@@ -1,6 +1,6 @@
 """Choosing a registration runtime by name: a registry of (module, class), imported only when asked for.
 
-Like ops.backends.select: base.py defines the interface, the implementations import base, and only
+Like gpuwarden.ops.backends.select: base.py defines the interface, the implementations import base, and only
 this module names them, so nothing imports in a circle and `host` never pays for hip-python.
 """
 
@@ -13,10 +13,10 @@ from .base import RUNTIMES, Runtime
 
 # name -> (module, class); options (e.g. the sim runtime's state dir) go to the class.
 _IMPLS = {
-    "hip": ("ops.register.hip", "HipRuntime"),
-    "cuda": ("ops.register.cuda", "CudaRuntime"),
-    "host": ("ops.register.host", "HostRuntime"),
-    "sim": ("ops.register.sim", "SimRuntime"),
+    "hip": ("gpuwarden.ops.register.hip", "HipRuntime"),
+    "cuda": ("gpuwarden.ops.register.cuda", "CudaRuntime"),
+    "host": ("gpuwarden.ops.register.host", "HostRuntime"),
+    "sim": ("gpuwarden.ops.register.sim", "SimRuntime"),
 }
 assert tuple(sorted(_IMPLS)) == tuple(sorted(RUNTIMES))
 

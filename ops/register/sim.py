@@ -1,4 +1,4 @@
-"""The sim runtime: records each registration in the sim node (ops.sim.registrations), copies on the host.
+"""The sim runtime: records each registration in the sim node (gpuwarden.ops.sim.registrations), copies on the host.
 
 The GPU number recorded is the node's, translated through *_VISIBLE_DEVICES; GPUWARDEN_SIM_KFD_LIMIT (bytes or
 a size such as 24GiB) makes registrations past that node-wide sum fail, as KFD's system-memory limit does.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ops.settings import Settings
-from ops.units import fmt_bytes, parse_size
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.units import fmt_bytes, parse_size
 
 from .base import DEFAULT_COPY_BUFFER, CopyResult, RegisterFailed, Registration, Runtime, host_copy, physical_gpu
 
@@ -31,7 +31,7 @@ class SimRuntime(Runtime):
         return super().register(address, size, chunk_size=chunk_size, path=path)
 
     def _register_one(self, address: int, size: int, reg: Registration) -> None:
-        from ops.sim import registrations
+        from gpuwarden.ops.sim import registrations
         limit = os.environ.get(ENV_LIMIT)
         if limit:
             # Like KFD: one node-wide counter, checked per allocation (racy between processes, as a drill allows).
@@ -44,7 +44,7 @@ class SimRuntime(Runtime):
         registrations.add(self.state_dir, gpu=self.gpu, size=size, address=address, path=getattr(self, "_path", None))
 
     def _unregister_one(self, address: int, size: int, reg: Registration) -> None:
-        from ops.sim import registrations
+        from gpuwarden.ops.sim import registrations
         registrations.remove(self.state_dir, gpu=self.gpu, address=address)
 
     def _device_address(self, reg: Registration) -> int | None:

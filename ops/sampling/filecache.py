@@ -50,7 +50,7 @@ class FileCache:
         return hit[2]
 
     def state(self, path: Path | str, shape: Any, default: Any = None, *, root: Path) -> Any:
-        """ops.statefiles.load through the cache (callers must not change what they get: it is shared)."""
+        """gpuwarden.ops.statefiles.load through the cache (callers must not change what they get: it is shared)."""
         from ..statefiles import load
         return self.get(path, lambda p: load(p, shape, default, root=root), f"state:{id(shape)}", missing=default)
 

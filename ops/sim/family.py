@@ -17,7 +17,7 @@ PR_SET_CHILD_SUBREAPER = 36
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m ops.sim.family STATE_DIR GPU BYTES`: prints "<parent pid> <tenant pid>" once the tenant
+    """`python -m gpuwarden.ops.sim.family STATE_DIR GPU BYTES`: prints "<parent pid> <tenant pid>" once the tenant
     holds its VRAM, then reaps whatever is orphaned to it until SIGTERM."""
     state_dir, gpu, nbytes = (sys.argv[1:] if argv is None else argv)[:3]
     # Orphans come to us, not to PID 1 (which in a container may never reap them).
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     r, w = os.pipe()
     if os.fork() == 0:  # the careless parent
         os.close(r)
-        tenant = subprocess.Popen([sys.executable, "-m", "ops.sim.tenant", state_dir, gpu, nbytes],
+        tenant = subprocess.Popen([sys.executable, "-m", "gpuwarden.ops.sim.tenant", state_dir, gpu, nbytes],
                                   stdout=subprocess.PIPE, text=True)
         assert tenant.stdout is not None
         tenant.stdout.readline()  # "holding ...": the VRAM is charged

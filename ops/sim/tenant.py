@@ -51,7 +51,7 @@ def hold(state_dir: Path, gpus: list[int], nbytes: int, *, ready_fd=None) -> int
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m ops.sim.tenant STATE_DIR GPU BYTES`: a tenant process without the CLI around it."""
+    """`python -m gpuwarden.ops.sim.tenant STATE_DIR GPU BYTES`: a tenant process without the CLI around it."""
     args = sys.argv[1:] if argv is None else argv
     return hold(Path(args[0]), [int(args[1])], int(args[2]))
 

@@ -14,8 +14,8 @@ from typing import Optional
 
 import typer
 
-from ops.errors import GpuwardenError
-from ops.settings import Settings
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.settings import Settings
 
 from .playbook_options import JsonOut, Yes
 
@@ -23,8 +23,8 @@ from .playbook_options import JsonOut, Yes
 def _config(settings: Settings, interval: float | None):
     from dataclasses import replace
 
-    from ops import nodeconfig
-    from ops.agent.config import AgentConfig
+    from gpuwarden.ops import nodeconfig
+    from gpuwarden.ops.agent.config import AgentConfig
     cfg = nodeconfig.load(settings).agent if settings.config_path.exists() else AgentConfig()
     if interval is not None:
         cfg = replace(cfg, interval=interval)
@@ -34,8 +34,8 @@ def _config(settings: Settings, interval: float | None):
 def _sampler(settings: Settings):
     """The agent's sampler. An agent on the automatic sim fallback would serve a fake node as if it were this
     one: without a real backend (or --backend sim) it refuses, exit 2."""
-    from ops.backends.select import open_backend
-    from ops.sampling.sampler import Sampler
+    from gpuwarden.ops.backends.select import open_backend
+    from gpuwarden.ops.sampling.sampler import Sampler
     return Sampler(settings, open_backend(settings, fallback_to_sim=False))
 
 
@@ -43,13 +43,13 @@ def _detach(settings: Settings, argv: list[str]) -> int:
     """Start the agent as a daemon (its log in the state dir) and wait until it answers or fails."""
     import subprocess
 
-    from ops.agent.client import get
-    from ops.agent.daemon import agent_dir, socket_path
-    from ops.statedir import ensure
+    from gpuwarden.ops.agent.client import get
+    from gpuwarden.ops.agent.daemon import agent_dir, socket_path
+    from gpuwarden.ops.statedir import ensure
     ensure(settings.state_dir, "agent")
     log = agent_dir(settings.state_dir) / "agent.log"
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tui.main", *argv, "--foreground"], stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.tui.main", *argv, "--foreground"], stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=out, start_new_session=True, close_fds=True)
     deadline = time.monotonic() + 15.0
     while time.monotonic() < deadline:
@@ -137,20 +137,20 @@ def register(app: typer.Typer) -> None:
                            health_socket=amd_health_socket)
         k8s_cfg = _kubernetes_config(settings, kubernetes, **k8s_options)
         if install_systemd:
-            from playbooks.agentinstall import InstallUnitPlaybook
-            from playbooks.output import execute, exit_with
+            from gpuwarden.playbooks.agentinstall import InstallUnitPlaybook
+            from gpuwarden.playbooks.output import execute, exit_with
             exit_with(execute(InstallUnitPlaybook(unit_dir), settings, dry_run=not yes, yes=yes, json_out=json_out))
         cfg = _config(settings, interval)
         tls = _tls(metrics_listen, metrics_tls_cert, metrics_tls_key, metrics_client_ca)
         if metrics_listen:
-            from ops.metrics.server import parse_listen
+            from gpuwarden.ops.metrics.server import parse_listen
             parse_listen(metrics_listen)  # a typo fails here, before anything starts or detaches
         sampler = _sampler(settings)
         if not foreground and sys.stdin.isatty() and not os.environ.get("NOTIFY_SOCKET"):
             sampler.close()
             raise typer.Exit(_detach(settings, sys.argv[1:]))
-        from ops.agent.daemon import Agent
-        from playbooks.agentpolicies import Policies
+        from gpuwarden.ops.agent.daemon import Agent
+        from gpuwarden.playbooks.agentpolicies import Policies
         agent = Agent(settings, cfg, socket=listen_unix, sampler=sampler)
         agent.add_observer(Policies(agent, cfg))  # before start: the first snapshot's events count too
         k8s = _kubernetes_node(settings, k8s_cfg, agent, lambda: _kubernetes_config(settings, True, **k8s_options)) \
@@ -190,9 +190,9 @@ def _kubernetes_config(settings: Settings, on: bool, **overrides):
             raise GpuwardenError(f"{given[0]} is an option of Kubernetes mode",
                                  "add --kubernetes (or run `gpuwarden k8s-agent`)")
         return None
-    from ops.k8s.config import for_settings
-    from ops.k8s.nodesignal import POLICIES
-    from ops.units import parse_duration
+    from gpuwarden.ops.k8s.config import for_settings
+    from gpuwarden.ops.k8s.nodesignal import POLICIES
+    from gpuwarden.ops.units import parse_duration
     policy, taint_after = overrides.get("policy"), overrides.get("taint_after")
     if policy is not None and policy not in POLICIES:
         raise GpuwardenError(f"unknown --k8s-policy {policy!r}", f"choose one of: {', '.join(POLICIES)}")
@@ -203,8 +203,8 @@ def _kubernetes_config(settings: Settings, on: bool, **overrides):
 
 def _kubernetes_node(settings: Settings, k8s_cfg, agent, reread):
     """Kubernetes mode attached to the agent: its lines are the agent's events (kind "kubernetes")."""
-    from ops.k8s.node import KubernetesNode
-    from ops.sampling.changes import NodeEvent
+    from gpuwarden.ops.k8s.node import KubernetesNode
+    from gpuwarden.ops.sampling.changes import NodeEvent
 
     def log(level: str, text: str) -> None:
         agent.emit(NodeEvent(time.time(), level, text, "kubernetes"))
@@ -222,7 +222,7 @@ def _tls(listen: str | None, cert: Path | None, key: Path | None, client_ca: Pat
     if cert is None or key is None:
         raise GpuwardenError("HTTPS for /metrics needs both --metrics-tls-cert and --metrics-tls-key",
                              "give the PEM certificate chain and its key")
-    from ops.metrics.server import TlsFiles
+    from gpuwarden.ops.metrics.server import TlsFiles
     files = TlsFiles(cert, key, client_ca)
     files.context()  # an unreadable certificate fails here, with its name
     return files
@@ -230,8 +230,8 @@ def _tls(listen: str | None, cert: Path | None, key: Path | None, client_ca: Pat
 
 def _exporter(agent, listen: str | None, tls, per_process: bool, hostname_label: bool):
     """The exporter is always attached: `gpuwarden metrics` asks it over the API socket."""
-    from ops.metrics.exporter import MetricsExporter
-    from ops.metrics.reading import MetricsOptions
+    from gpuwarden.ops.metrics.exporter import MetricsExporter
+    from gpuwarden.ops.metrics.reading import MetricsOptions
     options = MetricsOptions(per_process=per_process, hostname=os.uname().nodename if hostname_label else None)
     exporter = MetricsExporter(agent, options, listen, tls)
     agent.metrics = exporter

@@ -12,11 +12,11 @@ from typing import Optional
 
 import typer
 
-from ops.errors import GpuwardenError
-from ops.jsondoc import document, iso
-from ops.safetext import printable
-from ops.settings import Settings
-from ops.units import fmt_bytes, parse_size
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.jsondoc import document, iso
+from gpuwarden.ops.safetext import printable
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.units import fmt_bytes, parse_size
 
 arena_app = typer.Typer(
     name="arena", no_args_is_help=True, rich_markup_mode=None,
@@ -82,8 +82,8 @@ def create_cmd(
 
     Written under a temporary name and renamed at the end: a failure (e.g. a full tmpfs) leaves nothing behind.
     """
-    from ops import journal
-    from ops.arena.create import create
+    from gpuwarden.ops import journal
+    from gpuwarden.ops.arena.create import create
     settings: Settings = ctx.find_root().obj
     try:
         made = create(path, size=parse_size(size) if size else None, source=source,
@@ -118,7 +118,7 @@ def verify_cmd(
     Exit status: 0 good; 1 the arena is damaged (truncated, bad magic, newer version, size or hash mismatch);
     2 it cannot be read (missing, no permission).
     """
-    from ops.arena.verify import verify
+    from gpuwarden.ops.arena.verify import verify
     try:
         done = verify(path, expect_size=parse_size(expect_size, bare_bytes=True) if expect_size else None, workers=workers,
                       method=method, progress=_progress("verifying", not quiet and not json_out))
@@ -145,7 +145,7 @@ def inspect_cmd(
     For each mapper: resident (Rss) and proportional (Pss) share of the arena from /proc/<pid>/smaps, and
     whether it registered the arena, when its status-protocol file says so. Exit 1 when the header is bad.
     """
-    from ops.arena.inspect import inspect
+    from gpuwarden.ops.arena.inspect import inspect
     settings: Settings = ctx.find_root().obj
     info = inspect(path, settings.proc_root, settings.state_dir)
     code = 0 if info["header_state"] == "ok" else (2 if info["header_state"] in ("missing", "no-permission", "unreadable") else 1)
@@ -189,7 +189,7 @@ def budget_cmd(
     global limit of about RAM - RAM/64 - 1.5 GiB, unless amdgpu.no_system_mem_limit=1. Without flags the
     arena and engines come from the node config.
     """
-    from ops.arena.budget import compute, from_config
+    from gpuwarden.ops.arena.budget import compute, from_config
     settings: Settings = ctx.find_root().obj
     if size is None or engines is None or visible_gpus is None:
         if not settings.config_path.exists():
@@ -235,7 +235,7 @@ def probe_cmd(
     Reports per canary the register seconds, copy GB/s and how it ended (the signal's name if it crashed),
     then stops them all. Exit 0 when every canary registered, served and stopped cleanly, 1 otherwise.
     """
-    from playbooks.probe import Probe, ProbeOptions, table
+    from gpuwarden.playbooks.probe import Probe, ProbeOptions, table
     settings: Settings = ctx.find_root().obj
     if runtime not in ("hip", "cuda", "host", "sim"):
         raise GpuwardenError(f"unknown runtime {runtime!r}", "choose one of: hip, cuda, host, sim")

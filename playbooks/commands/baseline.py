@@ -11,9 +11,9 @@ from typing import Optional
 
 import typer
 
-from ops.settings import Settings
-from playbooks.commands import completion
-from playbooks.commands.playbook_options import DryRun, JsonOut, Wait
+from gpuwarden.ops.settings import Settings
+from gpuwarden.playbooks.commands import completion
+from gpuwarden.playbooks.commands.playbook_options import DryRun, JsonOut, Wait
 
 baseline_app = typer.Typer(name="baseline", no_args_is_help=True, rich_markup_mode=None,
                            help="The idle VRAM baseline per GPU: record it on an idle node, show it.")
@@ -34,9 +34,9 @@ def record_cmd(
 
     Refuses a GPU that any process uses or holds, and one whose idle use is large enough to be a leak.
     """
-    from playbooks import nodecheck
-    from playbooks.baseline import BaselinePlaybook
-    from playbooks.output import execute, exit_with
+    from gpuwarden.playbooks import nodecheck
+    from gpuwarden.playbooks.baseline import BaselinePlaybook
+    from gpuwarden.playbooks.output import execute, exit_with
     settings: Settings = ctx.obj
     if gpu is not None:
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
@@ -47,15 +47,15 @@ def record_cmd(
 @baseline_app.command("show")
 def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show the recorded baseline per GPU (when and from which backend)."""
-    from ops import statedir, statefiles
-    from ops.safetext import printable
-    from ops.units import fmt_bytes
+    from gpuwarden.ops import statedir, statefiles
+    from gpuwarden.ops.safetext import printable
+    from gpuwarden.ops.units import fmt_bytes
     settings: Settings = ctx.obj
     data = statefiles.load(settings.state_dir / statedir.BASELINE, statefiles.BASELINE, {"gpus": {}},
                            root=settings.state_dir)
     gpus = {int(k): v for k, v in data["gpus"].items()}
     if json_out:
-        from ops.jsondoc import document, iso
+        from gpuwarden.ops.jsondoc import document, iso
         body = {str(k): {**v, "recorded_at_iso": iso(v.get("recorded_at"))} for k, v in sorted(gpus.items())}
         typer.echo(json.dumps(document("baseline", {"gpus": body}), indent=2))
         return

@@ -1,6 +1,6 @@
-"""CLI: `gpuwarden canary` — run the canary engine in the foreground (same as `python -m ops.canary`).
+"""CLI: `gpuwarden canary` — run the canary engine in the foreground (same as `python -m gpuwarden.ops.canary`).
 
-The engine itself lives in ops.canary so the shim can spawn it without Typer.
+The engine itself lives in gpuwarden.ops.canary so the shim can spawn it without Typer.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Optional
 
 import typer
 
-from ops.errors import GpuwardenError
-from ops.units import parse_size
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.units import parse_size
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         (GPUWARDEN_STATUS_FILE or GPUWARDEN_STATUS_FD) and holds a registration-gate slot
         (GPUWARDEN_GATE_DIR, GPUWARDEN_GATE_SLOTS) only around the register call.
         """
-        from ops.canary import FAULT_PHASES, VERIFY_MODES, Options, run
+        from gpuwarden.ops.canary import FAULT_PHASES, VERIFY_MODES, Options, run
         for name, value, allowed in (("--runtime", runtime, ("hip", "cuda", "host", "sim")),
                                      ("--verify", verify, VERIFY_MODES),
                                      ("--crash-at", crash_at, FAULT_PHASES), ("--hang-at", hang_at, FAULT_PHASES)):

@@ -16,8 +16,8 @@ LOOKUP_S = 1.0
 
 def _settings(ctx: typer.Context):
     """Settings from the global options typed so far (completion never runs the global callback)."""
-    from ops.nodeconfig import effective_settings
-    from ops.settings import Settings
+    from gpuwarden.ops.nodeconfig import effective_settings
+    from gpuwarden.ops.settings import Settings
     params = ctx.find_root().params
     paths = {k: params.get(k) for k in ("state_dir", "sysfs_root", "proc_root")}
     settings = Settings.from_env(state_dir=paths["state_dir"], config_path=params.get("config"),
@@ -30,7 +30,7 @@ def _gpu_list(ctx: typer.Context) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
 
     def look() -> None:
-        from ops.backends.select import open_backend
+        from gpuwarden.ops.backends.select import open_backend
         backend = open_backend(_settings(ctx))
         try:
             found.extend((str(g.index), g.name) for g in backend.gpus())
@@ -53,7 +53,7 @@ def gpus(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
 def engines(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
     """(name, "GPU n: phase") of every engine in the state dir whose name starts with what was typed."""
     try:
-        from ops.engines import state as st
+        from gpuwarden.ops.engines import state as st
         settings = _settings(ctx)
         out = []
         for name in st.names(Path(settings.state_dir)):
@@ -68,7 +68,7 @@ def engines(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
 def config_engines(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
     """Engines the node config lists (what `launch` can start)."""
     try:
-        from ops import nodeconfig
+        from gpuwarden.ops import nodeconfig
         config = nodeconfig.load(_settings(ctx))
         return [(e.name, f"GPU {e.gpu}") for e in config.engines if e.name.startswith(incomplete)]
     except Exception:

@@ -10,9 +10,9 @@ import sys
 
 import typer
 
-from ops.safetext import printable
-from ops.settings import Settings
-from ops.units import fmt_bytes
+from gpuwarden.ops.safetext import printable
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.units import fmt_bytes
 
 FOUR_ENGINES = '''\
 # /etc/gpuwarden/node.toml — four data-parallel engines, one GPU each, sharing one weight arena.
@@ -125,7 +125,7 @@ def check_cmd(ctx: typer.Context,
     Exit 0 with a summary when it is valid; exit 2 when it is not, with one line per error that names the
     file, the line and the key, and says what is expected (every error, not only the first).
     """
-    from ops import nodeconfig, redact  # here, not at import: every gpuwarden command loads this module
+    from gpuwarden.ops import nodeconfig, redact  # here, not at import: every gpuwarden command loads this module
     settings: Settings = ctx.obj
     cfg = nodeconfig.load(settings)
     note = None
@@ -136,7 +136,7 @@ def check_cmd(ctx: typer.Context,
             if errors:
                 raise errors[0] if len(errors) == 1 else nodeconfig.ConfigErrors(errors)
     if json_out:
-        from ops.jsondoc import document
+        from gpuwarden.ops.jsondoc import document
         sys.stdout.write(json.dumps(document("config", {
             "path": str(cfg.path), "state_dir": str(cfg.state_dir) if cfg.state_dir else None,
             "arena": cfg.arena.__dict__ if cfg.arena else None, "stagger": cfg.stagger.__dict__,
@@ -161,14 +161,14 @@ def check_cmd(ctx: typer.Context,
 def _node_gpus(settings: Settings) -> tuple[int | None, str | None]:
     """How many GPUs this node has (None and why when no backend can tell; the simulated node counts
     only when chosen with --backend sim)."""
-    from ops.errors import GpuwardenError
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.errors import GpuwardenError
+    from gpuwarden.ops.sim.node import SimNode
     if settings.backend == "sim":
         sim = SimNode(settings.state_dir)
         if not sim.exists:
             return None, "GPU indexes not checked: no simulated node in the state dir (`gpuwarden sim init`)"
         return sim.config()["gpus"], None
-    from ops.backends.select import open_backend
+    from gpuwarden.ops.backends.select import open_backend
     try:
         backend = open_backend(settings, fallback_to_sim=False)
     except GpuwardenError as exc:
@@ -188,7 +188,7 @@ def example_cmd(canary: bool = typer.Option(False, "--canary", help="The canary 
         -> None:
     """Print a complete, commented node config to start from (four engines on four GPUs, or canaries)."""
     if runtime not in RUNTIMES:
-        from ops.errors import GpuwardenError
+        from gpuwarden.ops.errors import GpuwardenError
         raise GpuwardenError(f"unknown runtime {runtime!r}", f"choose one of: {', '.join(RUNTIMES)}")
     sys.stdout.write(canary_example(runtime) if canary else FOUR_ENGINES)
 

@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from ops.settings import Settings
+from gpuwarden.ops.settings import Settings
 
 
 def _progress_printer():
@@ -52,14 +52,14 @@ def register(app: typer.Typer) -> None:
         and the fix. Exit status: 0 nothing to fix, 1 a warning or failure, 2 the doctor could not run.
         """
         settings: Settings = ctx.obj
-        from ops.doctor.checks import REGISTRY
+        from gpuwarden.ops.doctor.checks import REGISTRY
         if list_checks:
             width = max(len(c.id) for c in REGISTRY)
             for c in REGISTRY:
                 typer.echo(f"{c.id:<{width}}  {c.group:<7}  {c.title}")
             raise typer.Exit(0)
         names = [n for n in (only or "").split(",") if n.strip()] or None
-        from ops.doctor.diagnose import diagnose, diagnose_bundle, document
+        from gpuwarden.ops.doctor.diagnose import diagnose, diagnose_bundle, document
         progress = _progress_printer()
         try:
             if bundle is not None:
@@ -71,10 +71,10 @@ def register(app: typer.Typer) -> None:
                 sys.stderr.write("\r\x1b[2K")
                 sys.stderr.flush()
         if json_out:
-            from ops.jsondoc import dumps
+            from gpuwarden.ops.jsondoc import dumps
             sys.stdout.write(dumps(document(report)) + "\n")
         else:
-            from playbooks.doctor_report import render, use_colour
+            from gpuwarden.playbooks.doctor_report import render, use_colour
             typer.echo(render(report, shutil.get_terminal_size((100, 24)).columns, verbose=verbose,
                               colour=use_colour(sys.stdout)))
         raise typer.Exit(report.exit_code)

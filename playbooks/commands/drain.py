@@ -9,9 +9,9 @@ from typing import Optional
 
 import typer
 
-from ops.settings import Settings
-from playbooks.commands import completion
-from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
+from gpuwarden.ops.settings import Settings
+from gpuwarden.playbooks.commands import completion
+from gpuwarden.playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 
 def register(app: typer.Typer) -> None:
@@ -47,15 +47,15 @@ def register(app: typer.Typer) -> None:
         names the reset (`gpuwarden reset N`, or `gpuwarden fix N`). Exit 1 when a process still uses or
         holds the GPU (purge removes dead holders).
         """
-        from playbooks import nodecheck
-        from playbooks.drain import DrainPlaybook
-        from playbooks.output import execute, exit_with
+        from gpuwarden.playbooks import nodecheck
+        from gpuwarden.playbooks.drain import DrainPlaybook
+        from gpuwarden.playbooks.output import execute, exit_with
         settings: Settings = ctx.obj
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
         if kubernetes:
-            from ops.k8s.config import for_settings
-            from ops.k8s.kube import connect
-            from playbooks.k8s_drain import KubernetesDrainPlaybook
+            from gpuwarden.ops.k8s.config import for_settings
+            from gpuwarden.ops.k8s.kube import connect
+            from gpuwarden.playbooks.k8s_drain import KubernetesDrainPlaybook
             cfg = for_settings(settings, node_name=node_name)
             pb = KubernetesDrainPlaybook(gpu, node_name=cfg.resolved_node_name(), kube_factory=lambda: connect(cfg.kubeconfig),
                                          cordon=cordon, eviction_timeout_s=eviction_timeout,
@@ -78,16 +78,16 @@ def register(app: typer.Typer) -> None:
         wait: Wait = 0.0,
     ) -> None:
         """Undrain GPU N: clear its drained mark so launch may use it again."""
-        from playbooks import nodecheck
-        from playbooks.drain import UndrainPlaybook
-        from playbooks.output import execute, exit_with
+        from gpuwarden.playbooks import nodecheck
+        from gpuwarden.playbooks.drain import UndrainPlaybook
+        from gpuwarden.playbooks.output import execute, exit_with
         settings: Settings = ctx.obj
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
         pb = UndrainPlaybook(gpu)
         if kubernetes:
-            from ops.k8s.config import for_settings
-            from ops.k8s.kube import connect
-            from playbooks.k8s_drain import KubernetesUndrainPlaybook
+            from gpuwarden.ops.k8s.config import for_settings
+            from gpuwarden.ops.k8s.kube import connect
+            from gpuwarden.playbooks.k8s_drain import KubernetesUndrainPlaybook
             cfg = for_settings(settings, node_name=node_name)
             pb = KubernetesUndrainPlaybook(gpu, node_name=cfg.resolved_node_name(),
                                            kube_factory=lambda: connect(cfg.kubeconfig))

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import typer
 
-from ops.settings import Settings
-from playbooks.commands import completion
-from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
+from gpuwarden.ops.settings import Settings
+from gpuwarden.playbooks.commands import completion
+from gpuwarden.playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 
 def register(app: typer.Typer) -> None:
@@ -47,9 +47,9 @@ def register(app: typer.Typer) -> None:
         A clean GPU is checked and left alone (exit 0, no question asked). Exit 1 when the GPU is not
         clean at the end; the last line says why and what to run next.
         """
-        from playbooks import nodecheck
-        from playbooks.fix import FixPlaybook
-        from playbooks.output import execute, exit_with
+        from gpuwarden.playbooks import nodecheck
+        from gpuwarden.playbooks.fix import FixPlaybook
+        from gpuwarden.playbooks.output import execute, exit_with
         settings: Settings = ctx.obj
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
         pb = FixPlaybook(gpu, allow_reset=not no_reset, stop_engines=stop_engines, grace_s=grace,

@@ -83,7 +83,7 @@ def _fleet_target_decorator(options_spec: tuple, reads_prometheus: bool):
 
         @functools.wraps(func)
         def command(*args, **kwargs):
-            from playbooks.fleet.target import resolve
+            from gpuwarden.playbooks.fleet.target import resolve
             options = {name: kwargs.pop(name) for name, _, _ in options_spec}
             kwargs["fleet_target"] = resolve(hosts_file=options.pop("hosts"), reads_prometheus=reads_prometheus,
                                              **options)
@@ -140,9 +140,9 @@ def status_cmd(
 
     Exit status: the worst node's — 0 all healthy, 1 some need attention, 2 some could not be seen.
     """
-    from ops.fleet import summary
-    from ops.jsondoc import dumps
-    from playbooks.fleet.status import collect
+    from gpuwarden.ops.fleet import summary
+    from gpuwarden.ops.jsondoc import dumps
+    from gpuwarden.playbooks.fleet.status import collect
     t = fleet_target
     history_s = _history_window(history, t)
     try:
@@ -171,8 +171,8 @@ def status_cmd(
 
 
 def _history_window(text: str | None, t) -> float | None:
-    from ops.errors import GpuwardenError
-    from ops.units import parse_duration
+    from gpuwarden.ops.errors import GpuwardenError
+    from gpuwarden.ops.units import parse_duration
     if text is None:
         return None
     if t.prometheus is None:
@@ -195,9 +195,9 @@ JsonOut = Annotated[bool, typer.Option("--json", help="One JSON line per node ev
 
 def run_playbook(t, rp, *, dry_run: bool, yes: bool, json_out: bool) -> int:
     """Plan or run `rp` on every node: ask once for the whole set when it is destructive; exit the worst node's."""
-    from ops.jsondoc import dumps
-    from playbooks.fleet import actions
-    from playbooks.output import event_printer
+    from gpuwarden.ops.jsondoc import dumps
+    from gpuwarden.playbooks.fleet import actions
+    from gpuwarden.playbooks.output import event_printer
     names = [h.name for h in t.hosts]
     if rp.destructive and not dry_run and not yes:
         if json_out or not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -249,7 +249,7 @@ def purge_cmd(
 ) -> None:
     """Run each node's own `gpuwarden purge [GPU]`: remove what holds residual VRAM, with the node's checks,
     locks and journal (which records you and that it came from the fleet). Asks once for the whole set."""
-    from playbooks.fleet import actions
+    from gpuwarden.playbooks.fleet import actions
     t = fleet_target
     raise typer.Exit(run_playbook(t, actions.purge(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
 
@@ -264,7 +264,7 @@ def drain_cmd(
 ) -> None:
     """Run each node's own `gpuwarden drain GPU`: mark it drained, stop its engines, wait until it is idle.
     Asks once for the whole set."""
-    from playbooks.fleet import actions
+    from gpuwarden.playbooks.fleet import actions
     t = fleet_target
     raise typer.Exit(run_playbook(t, actions.drain(gpu, reason), dry_run=dry_run, yes=yes, json_out=json_out))
 
@@ -277,7 +277,7 @@ def undrain_cmd(
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:
     """Run each node's own `gpuwarden undrain GPU`."""
-    from playbooks.fleet import actions
+    from gpuwarden.playbooks.fleet import actions
     t = fleet_target
     raise typer.Exit(run_playbook(t, actions.undrain(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
 
@@ -290,7 +290,7 @@ def baseline_cmd(
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:
     """Run each node's own `gpuwarden baseline record [GPU]` (on idle nodes: the idle VRAM per GPU)."""
-    from playbooks.fleet import actions
+    from gpuwarden.playbooks.fleet import actions
     t = fleet_target
     raise typer.Exit(run_playbook(t, actions.baseline(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
 
@@ -311,8 +311,8 @@ def bundle_cmd(
 
     Exit status: 0 every node's bundle pulled, 2 some could not be collected.
     """
-    from ops.jsondoc import dumps
-    from playbooks.fleet import bundles
+    from gpuwarden.ops.jsondoc import dumps
+    from gpuwarden.playbooks.fleet import bundles
     t = fleet_target
     out_dir = bundles.make_output_dir(output)
     args = (("--safe-mode",) if safe_mode else ()) + (("--since", since) if since else ())

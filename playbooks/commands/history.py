@@ -13,8 +13,8 @@ from typing import Optional
 
 import typer
 
-from ops.errors import GpuwardenError
-from ops.settings import Settings
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.settings import Settings
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -41,15 +41,15 @@ def _sample(values: list, width: int) -> list:
 
 
 def _document(settings: Settings, gpu: int | None, since: float, resolution: str) -> tuple[dict, str]:
-    from ops.agent.client import get
-    from ops.paths import AGENT_SOCKET
+    from gpuwarden.ops.agent.client import get
+    from gpuwarden.ops.paths import AGENT_SOCKET
     q = f"/v1/history?since={since:.3f}&resolution={resolution}&events=1" + (f"&gpu={gpu}" if gpu is not None else "")
     reply = get(settings.state_dir / AGENT_SOCKET, q)
     if reply is not None and reply.status == 200:
         return reply.json(), "agent"
-    from ops.agent.daemon import agent_dir
-    from ops.agent.events import read_files
-    from ops.agent.history import read_trend
+    from gpuwarden.ops.agent.daemon import agent_dir
+    from gpuwarden.ops.agent.events import read_files
+    from gpuwarden.ops.agent.history import read_trend
     directory = agent_dir(settings.state_dir)
     if not directory.is_dir():
         raise GpuwardenError(f"no agent history in {settings.state_dir} and no agent answers",
@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show VRAM used, residual VRAM and holders per GPU over time, and the node's events (residual
         appeared/cleared, holders, engine phases, crashes, drains, playbook steps, kernel-log findings)."""
-        from ops.units import fmt_bytes, parse_duration
+        from gpuwarden.ops.units import fmt_bytes, parse_duration
         settings: Settings = ctx.obj
         if resolution not in ("auto", "fine", "minute"):
             raise GpuwardenError(f"unknown resolution {resolution!r}", "choose auto, fine or minute")

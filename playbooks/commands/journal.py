@@ -10,8 +10,8 @@ import sys
 
 import typer
 
-from ops.safetext import printable
-from ops.settings import Settings
+from gpuwarden.ops.safetext import printable
+from gpuwarden.ops.settings import Settings
 
 _BASE = ("ts", "time", "host", "who", "pid", "action", "result")
 
@@ -32,14 +32,14 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON object per line, as stored."),
     ) -> None:
         """Show the journal of every change gpuwarden made: playbook steps, signals sent, resets, removed files."""
-        from ops import journal
+        from gpuwarden.ops import journal
         settings: Settings = ctx.obj
         got = journal.read_checked(settings.state_dir, limit=tail or None)
         if got.skipped:
             typer.echo(f"journal: skipped {got.skipped} line(s) that are not journal entries "
                        f"(corrupt or not written by gpuwarden) in {settings.state_dir / 'journal.log'}", err=True)
         if json_out:
-            from ops.jsondoc import document, iso
+            from gpuwarden.ops.jsondoc import document, iso
             for e in got.entries:
                 ts = e.get("ts")
                 doc = document("journal-entry", {**e, "ts_iso": iso(ts) if isinstance(ts, (int, float)) else None})

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from ops.settings import Settings
+from gpuwarden.ops.settings import Settings
 
 
 def register(app: typer.Typer) -> None:
@@ -27,16 +27,16 @@ def register(app: typer.Typer) -> None:
         falls back to sampling the node itself. A GPU is not clean when it holds residual VRAM, a
         dead holder keeps it, or it is drained.
         """
-        from ops.jsondoc import document, dumps
-        from ops.k8s.gpucheck import check, choose_gpus, own_pod_uid
-        from playbooks.statusview import agent_reply
+        from gpuwarden.ops.jsondoc import document, dumps
+        from gpuwarden.ops.k8s.gpucheck import check, choose_gpus, own_pod_uid
+        from gpuwarden.playbooks.statusview import agent_reply
         settings: Settings = ctx.obj
         reply = None if no_agent else agent_reply(settings)
         if reply is not None:
-            from ops.model import snapshot_from_dict
+            from gpuwarden.ops.model import snapshot_from_dict
             snap, source = snapshot_from_dict(reply.json()), "agent"
         else:
-            from ops.sampling.sampler import take_snapshot
+            from gpuwarden.ops.sampling.sampler import take_snapshot
             snap, source = take_snapshot(settings), "sampled here"
         chosen, why = choose_gpus(snap, list(gpus or []), pod_uid=own_pod_uid(settings.proc_root))
         verdicts = check(snap, chosen)
@@ -71,13 +71,13 @@ def register(app: typer.Typer) -> None:
         journal. Needs the host's PID namespace and root, as the agent's DaemonSet has. Exit 0 clean, 1 when
         something stays (named), 2 on error.
         """
-        from ops.errors import GpuwardenError
-        from ops.k8s.gpucheck import own_pod_uid
-        from ops.k8s.postclean import wait_pod_gone
-        from ops.sampling.sampler import take_snapshot
-        from playbooks.output import event_printer
-        from playbooks.framework import run
-        from playbooks.purge import PurgePlaybook
+        from gpuwarden.ops.errors import GpuwardenError
+        from gpuwarden.ops.k8s.gpucheck import own_pod_uid
+        from gpuwarden.ops.k8s.postclean import wait_pod_gone
+        from gpuwarden.ops.sampling.sampler import take_snapshot
+        from gpuwarden.playbooks.output import event_printer
+        from gpuwarden.playbooks.framework import run
+        from gpuwarden.playbooks.purge import PurgePlaybook
         settings: Settings = ctx.obj
         uid = pod_uid or own_pod_uid(settings.proc_root)
         if not uid:

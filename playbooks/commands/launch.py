@@ -9,9 +9,9 @@ from typing import List, Optional
 
 import typer
 
-from playbooks.commands import completion
+from gpuwarden.playbooks.commands import completion
 
-from ops.settings import Settings
+from gpuwarden.ops.settings import Settings
 
 
 def register(app: typer.Typer) -> None:
@@ -41,11 +41,11 @@ def register(app: typer.Typer) -> None:
         had not begun registering, leaves the others, prints the dead engine's signal and last log lines,
         and exits 1.
         """
-        from playbooks.launch import LaunchPlaybook, select
-        from playbooks.output import execute, exit_with
+        from gpuwarden.playbooks.launch import LaunchPlaybook, select
+        from gpuwarden.playbooks.output import execute, exit_with
 
         settings: Settings = ctx.obj
-        from ops import nodeconfig  # here, not at import: every gpuwarden command loads this module
+        from gpuwarden.ops import nodeconfig  # here, not at import: every gpuwarden command loads this module
         config = nodeconfig.load(settings)
         playbook = LaunchPlaybook(config=config, engines=select(config, engines or []),
                                   stagger=stagger or config.stagger.slots, sequential=sequential,

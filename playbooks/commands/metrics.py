@@ -9,14 +9,14 @@ from typing import Optional
 
 import typer
 
-from ops.settings import Settings
+from gpuwarden.ops.settings import Settings
 
 
 def _from_agent(settings: Settings, per_process: bool, hostname: bool) -> bytes | None:
     """The running agent's exposition over its socket (with its kernel-log counts and residual ages); None
     when no agent answers, or it samples another backend than the one asked for."""
-    from ops.agent.client import get
-    from ops.paths import AGENT_SOCKET
+    from gpuwarden.ops.agent.client import get
+    from gpuwarden.ops.paths import AGENT_SOCKET
     query = "&".join(f"{k}=1" for k, on in (("per_process", per_process), ("hostname", hostname)) if on)
     reply = get(settings.state_dir / AGENT_SOCKET, "/metrics" + (f"?{query}" if query else ""))
     if reply is None or reply.status != 200:
@@ -29,10 +29,10 @@ def _from_agent(settings: Settings, per_process: bool, hostname: bool) -> bytes 
 def _exposition(settings: Settings, per_process: bool, hostname: str | None) -> bytes:
     import time
 
-    from ops.metrics.collector import render
-    from ops.metrics.plan import PlanCache
-    from ops.metrics.reading import MetricsOptions, Reading
-    from ops.snapshot import take_snapshot
+    from gpuwarden.ops.metrics.collector import render
+    from gpuwarden.ops.metrics.plan import PlanCache
+    from gpuwarden.ops.metrics.reading import MetricsOptions, Reading
+    from gpuwarden.ops.snapshot import take_snapshot
     reading = Reading(take_snapshot(settings), "oneshot", now=time.time(), plan=PlanCache(settings).current())
     return render(reading, MetricsOptions(per_process=per_process, hostname=hostname))
 
@@ -63,6 +63,6 @@ def register(app: typer.Typer) -> None:
         if textfile is None:
             typer.echo(body.decode(), nl=False)
             return
-        from ops.metrics.textfile import write
+        from gpuwarden.ops.metrics.textfile import write
         path = write(textfile, body)
         typer.echo(f"wrote {path} ({len(body)} bytes)", err=True)

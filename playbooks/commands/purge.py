@@ -10,9 +10,9 @@ from typing import List, Optional
 
 import typer
 
-from ops.settings import Settings
-from playbooks.commands import completion
-from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
+from gpuwarden.ops.settings import Settings
+from gpuwarden.playbooks.commands import completion
+from gpuwarden.playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 
 def register(app: typer.Typer) -> None:
@@ -43,9 +43,9 @@ def register(app: typer.Typer) -> None:
         signal re-checks PID + start time first and is journalled. When residual stays with no holder,
         purge names the next step (reset), or resets with --escalate-reset.
         """
-        from playbooks import nodecheck
-        from playbooks.output import execute, exit_with
-        from playbooks.purge import PurgePlaybook
+        from gpuwarden.playbooks import nodecheck
+        from gpuwarden.playbooks.output import execute, exit_with
+        from gpuwarden.playbooks.purge import PurgePlaybook
         settings: Settings = ctx.obj
         if gpu is not None:
             nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)

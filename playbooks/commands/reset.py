@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import typer
 
-from ops.settings import Settings
-from playbooks.commands import completion
-from playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
+from gpuwarden.ops.settings import Settings
+from gpuwarden.playbooks.commands import completion
+from gpuwarden.playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
 
 
 def register(app: typer.Typer) -> None:
@@ -33,9 +33,9 @@ def register(app: typer.Typer) -> None:
         way (amdsmi library, amd-smi, rocm-smi; nvidia-smi -r; the simulated driver), then verifies that the
         GPU enumerates again, its VRAM is back at the baseline and no residual is left. Needs root on real GPUs.
         """
-        from playbooks import nodecheck
-        from playbooks.output import execute, exit_with
-        from playbooks.reset import ResetPlaybook
+        from gpuwarden.playbooks import nodecheck
+        from gpuwarden.playbooks.output import execute, exit_with
+        from gpuwarden.playbooks.reset import ResetPlaybook
         settings: Settings = ctx.obj
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
         exit_with(execute(ResetPlaybook(gpu, force=force, timeout_s=timeout), settings,

@@ -10,10 +10,10 @@ from typing import List
 
 import typer
 
-from playbooks.commands import completion
+from gpuwarden.playbooks.commands import completion
 
-from ops.settings import Settings
-from ops.units import fmt_bytes, parse_size
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.units import fmt_bytes, parse_size
 
 sim_app = typer.Typer(help="The simulated node: a fake amdgpu/KFD node in the state dir for demos, tests and drills.",
                       no_args_is_help=True)
@@ -28,7 +28,7 @@ def init_cmd(
     force: bool = typer.Option(False, "--force", help="Start over even if simulated tenants hold memory."),
 ) -> None:
     """Create (or recreate) the simulated node in the state dir."""
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.sim.node import SimNode
     settings: Settings = ctx.obj
     node = SimNode(settings.state_dir)
     node.init(gpus=gpus, vram=parse_size(vram), hive=hive, force=force)
@@ -43,7 +43,7 @@ def hold_cmd(
     size: str = typer.Option("1GiB", "--size", help="VRAM to hold on each GPU."),
 ) -> None:
     """Run a simulated tenant: hold VRAM and the GPU device files until SIGTERM/Ctrl-C."""
-    from ops.sim.tenant import hold
+    from gpuwarden.ops.sim.tenant import hold
     settings: Settings = ctx.obj
     raise typer.Exit(hold(settings.state_dir, list(gpu), parse_size(size)))
 
@@ -57,8 +57,8 @@ def fault_cmd(
     state: str = typer.Argument("on", help="on or off"),
 ) -> None:
     """Switch a fault of the simulated driver on or off."""
-    from ops.errors import GpuwardenError
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.errors import GpuwardenError
+    from gpuwarden.ops.sim.node import SimNode
     if state not in ("on", "off"):
         raise GpuwardenError(f"fault state must be on or off, not {state!r}")
     SimNode(ctx.obj.state_dir).set_fault(name, state == "on")
@@ -72,7 +72,7 @@ def leak_cmd(
     size: str = typer.Option(..., "--size", help="Ownerless VRAM to leave behind, e.g. 14GiB."),
 ) -> None:
     """Leave ownerless residual VRAM on a simulated GPU (only a reset clears it)."""
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.sim.node import SimNode
     SimNode(ctx.obj.state_dir).leak(gpu, parse_size(size))
     typer.echo(f"GPU {gpu}: {size} leaked")
 
@@ -80,10 +80,10 @@ def leak_cmd(
 @sim_app.command("show")
 def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show the simulated node's configuration, faults, leaks and allocations."""
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.sim.node import SimNode
     info = SimNode(ctx.obj.state_dir).describe()
     if json_out:
-        from ops.jsondoc import document
+        from gpuwarden.ops.jsondoc import document
         typer.echo(json.dumps(document("sim-node", info), indent=2))
         return
     typer.echo(f"{info['gpus']} GPU(s) x {fmt_bytes(info['vram'])} in {info['dir']}"
@@ -112,8 +112,8 @@ def scenario_cmd(
     clean: ends what an earlier scenario started and starts the simulated node over, empty.
     Every scenario first does what clean does. The sim node must be in use (--backend sim or no GPU).
     """
-    from ops.errors import GpuwardenError
-    from playbooks import scenarios
+    from gpuwarden.ops.errors import GpuwardenError
+    from gpuwarden.playbooks import scenarios
     if name not in scenarios.SCENARIOS:
         raise GpuwardenError(f"unknown scenario {name!r}", f"choose one of: {', '.join(scenarios.SCENARIOS)}")
     settings: Settings = ctx.obj
@@ -129,13 +129,13 @@ def scenario_cmd(
 
     extra = getattr(scenarios, name)(settings, say) or {}
     if json_out:
-        from ops.jsondoc import document, dumps
+        from gpuwarden.ops.jsondoc import document, dumps
         typer.echo(dumps(document("sim-scenario", {"scenario": name, "lines": said, **extra})))
         return
     nxt = {"residual": "see it with `gpuwarden status`, fix it with `gpuwarden fix 1` and `gpuwarden fix 2`",
            "arena": "see it with `gpuwarden engines list` or in the console (`gpuwarden tui`)",
            "clean": "the simulated node is empty"}[name]
-    from playbooks.hints import Invocation
+    from gpuwarden.playbooks.hints import Invocation
     typer.echo(f"scenario {name}: ready; " + (Invocation(list(settings.cli_words)).paste_ready(nxt) or nxt))
 
 

@@ -1,7 +1,7 @@
 """CLI: `gpuwarden status` — the node at a glance, or the whole snapshot as JSON for scripts.
 
 Exit 0 healthy, 1 needs attention (residual VRAM, dead holders, crashed engines), 2 error. The work is in
-playbooks.statusview, which the program's fast path also calls without loading this CLI.
+gpuwarden.playbooks.statusview, which the program's fast path also calls without loading this CLI.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from ops.settings import Settings
+from gpuwarden.ops.settings import Settings
 
 
 def register(app: typer.Typer) -> None:
@@ -31,6 +31,6 @@ def register(app: typer.Typer) -> None:
         holder, a crashed engine, or the agent's data is stale), 2 error, including "no GPU backend works
         here" (use --backend sim for the simulated node).
         """
-        from playbooks import statusview
+        from gpuwarden.playbooks import statusview
         settings: Settings = ctx.obj
         raise typer.Exit(statusview.run(settings, json_out=json_out, watch=watch, interval=interval, bundle=bundle))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from ops.errors import GpuwardenError, NotFound
+from gpuwarden.ops.errors import GpuwardenError, NotFound
 
 _WHAT_TO_GIVE = ("give `dmesg` / `journalctl -k` output, a syslog file, an engine log, or a bundle from "
                  "`gpuwarden bundle`")
@@ -77,8 +77,8 @@ def _progress(size: int | None):
 
 def _analyze_fd(fd: int, name: str, size: int | None):
     """Stream the log behind fd; refuse binary data and text that is no log at all (exit 2)."""
-    from ops.triage.analyze import Analyzer
-    from ops.triage.stream import StreamFeeder
+    from gpuwarden.ops.triage.analyze import Analyzer
+    from gpuwarden.ops.triage.stream import StreamFeeder
     a = Analyzer(name)
     feeder = StreamFeeder(a)
     first = True
@@ -122,14 +122,14 @@ def _report_for(path: str):
     if head[:2] == b"\x1f\x8b" or (len(head) >= 262 and head[257:262] == b"ustar"):
         os.close(fd)
         if tarfile.is_tarfile(p):
-            from ops.triage.bundle import triage_bundle
+            from gpuwarden.ops.triage.bundle import triage_bundle
             return triage_bundle(p)
         raise GpuwardenError(f"{p} is compressed or archived but is not a bundle", _WHAT_TO_GIVE)
     return _analyze_fd(fd, str(p), size)
 
 
 def _explain(name: str) -> None:
-    from ops.triage import explain
+    from gpuwarden.ops.triage import explain
     if name in ("list", "all"):
         sys.stdout.write(explain.listing())
         return
@@ -169,7 +169,7 @@ def register(app: typer.Typer) -> None:
             return
         if path is None:
             raise GpuwardenError("give a bundle, a log file or - (stdin)", "or --explain RULE to read about a rule")
-        from ops.triage.render import as_json, markdown
+        from gpuwarden.ops.triage.render import as_json, markdown
         report = _report_for(path)
         sys.stdout.write(as_json(report) + "\n" if json_out else markdown(report))
         raise typer.Exit(report.exit_code())

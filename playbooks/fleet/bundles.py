@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ops import jsondoc
-from ops.errors import GpuwardenError
-from ops.fleet.fanout import HostResult, fan_out
-from ops.fleet.inventory import Host
+from gpuwarden.ops import jsondoc
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.fleet.fanout import HostResult, fan_out
+from gpuwarden.ops.fleet.inventory import Host
 
 from .actions import ACTION_DEADLINE_S, ORIGIN_ENV
 from .target import FleetTarget, fleet_origin
@@ -34,7 +34,7 @@ class PulledBundle:
     sha256: str | None = None
     error: str | None = None
     hint: str | None = None
-    findings: list[Any] = field(default_factory=list)  # ops.triage Finding objects of this node
+    findings: list[Any] = field(default_factory=list)  # gpuwarden.ops.triage Finding objects of this node
 
     def to_dict(self, root: Path) -> dict[str, Any]:
         return {"node": self.host.name, "ok": self.error is None, "remote_path": self.remote_path,
@@ -109,10 +109,10 @@ def pull_all(target: FleetTarget, out_dir: Path, bundle_args: tuple[str, ...] = 
 
 
 def node_findings(bundle: Path, node: str) -> list[Any]:
-    """One node's kernel-log findings, by the same triage as `gpuwarden triage` (ops.triage.analyze_text)."""
-    from ops.bundle.kernellog import PATH
-    from ops.bundle.replay import open_bundle, read_member, top_dir
-    from ops.triage import analyze_text
+    """One node's kernel-log findings, by the same triage as `gpuwarden triage` (gpuwarden.ops.triage.analyze_text)."""
+    from gpuwarden.ops.bundle.kernellog import PATH
+    from gpuwarden.ops.bundle.replay import open_bundle, read_member, top_dir
+    from gpuwarden.ops.triage import analyze_text
     try:
         with open_bundle(bundle) as tar:
             text = read_member(tar, top_dir(tar), PATH)

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable
 
-from ops.errors import GpuwardenError
-from ops.fleet.fanout import HostResult, run_everywhere
-from ops.fleet.inventory import Host
-from ops.fleet.summary import NodeHistory, NodeRow, from_result
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.fleet.fanout import HostResult, run_everywhere
+from gpuwarden.ops.fleet.inventory import Host
+from gpuwarden.ops.fleet.summary import NodeHistory, NodeRow, from_result
 
 from .target import FleetTarget
 
@@ -24,8 +24,8 @@ def collect(target: FleetTarget, on_row: Callable[[NodeRow], None] | None = None
     hist: dict[str, NodeHistory] = {}
     prom = None
     if target.prometheus is not None:
-        from ops.fleet import promfleet
-        from ops.fleet.promapi import PrometheusError
+        from gpuwarden.ops.fleet import promfleet
+        from gpuwarden.ops.fleet.promapi import PrometheusError
         p = target.prometheus
         api = p.api()
         prom = {"url": api.url, "selector": p.selector or None, "max_age_s": p.max_age_s, "error": None}

@@ -10,10 +10,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from ops.errors import GpuwardenError
-from ops.fleet.inventory import FleetConfig, Host, load_fleet_config, read_hosts_file, unique
-from ops.fleet.promfleet import DEFAULT_MAX_AGE_S, PromSettings
-from ops.fleet.ssh import SshSettings
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.fleet.inventory import FleetConfig, Host, load_fleet_config, read_hosts_file, unique
+from gpuwarden.ops.fleet.promfleet import DEFAULT_MAX_AGE_S, PromSettings
+from gpuwarden.ops.fleet.ssh import SshSettings
 
 
 def default_fleet_config() -> Path:
@@ -54,12 +54,12 @@ def resolve(*, hosts_file: Path | None, hosts_from: Path | None, group: str | No
     if hosts_file is not None:
         hosts += read_hosts_file(hosts_file)
     if hosts_from is not None:
-        from ops.fleet.ansible import read_group
+        from gpuwarden.ops.fleet.ansible import read_group
         hosts += read_group(hosts_from, group)
     elif group is not None:
         raise GpuwardenError("--group needs --hosts-from", "give the Ansible inventory: --hosts-from inventory.ini")
     if nodelist:
-        from ops.fleet.inventory import expand_nodelist
+        from gpuwarden.ops.fleet.inventory import expand_nodelist
         hosts += [Host(n) for n in expand_nodelist(nodelist)]
     if not hosts:
         hosts = list(config.hosts)
@@ -98,5 +98,5 @@ def _prometheus(config: FleetConfig, url: str | None, selector: str | None,
 def fleet_origin() -> str:
     """Who is asking, as the nodes' journals record it: operator@console-host."""
     import socket
-    from ops.journal import who
+    from gpuwarden.ops.journal import who
     return f"{who()}@{socket.gethostname()}"

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def poll(sock: str, seconds: float, hz: float = 10.0) -> list[float]:
     """One client: GET /v1/snapshot every 1/hz s; ms per answer, -1 for a failed one."""
     sys.path.insert(0, str(REPO))
-    from ops.agent.client import get
+    from gpuwarden.ops.agent.client import get
     out: list[float] = []
     end = time.monotonic() + seconds
     nxt = time.monotonic()

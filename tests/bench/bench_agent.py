@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 from agentclients import latency  # noqa: E402
 from benchlib import export_tree, machine, machine_line  # noqa: E402
-from ops.procs import identity  # noqa: E402
-from ops.sim.node import SimNode  # noqa: E402
+from gpuwarden.ops.procs import identity  # noqa: E402
+from gpuwarden.ops.sim.node import SimNode  # noqa: E402
 
 PY = sys.executable
 N_GPUS, N_ENGINES, N_PROCS = 8, 32, 2000
@@ -82,7 +82,7 @@ def hold_tenants(state: Path, gpus: int) -> list[subprocess.Popen]:
     """One simulated tenant per GPU (real processes holding VRAM and device files), ready when this returns."""
     tenants = []
     for g in range(gpus):
-        p = subprocess.Popen([PY, "-m", "tui.main", "--state-dir", str(state), "sim", "hold", "--gpu", str(g),
+        p = subprocess.Popen([PY, "-m", "gpuwarden.tui.main", "--state-dir", str(state), "sim", "hold", "--gpu", str(g),
                               "--size", "1GiB"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                              env=child_env(), cwd=REPO)
         tenants.append(p)
@@ -93,10 +93,10 @@ def hold_tenants(state: Path, gpus: int) -> list[subprocess.Popen]:
 
 def start_agent(state: Path, interval: float = 1.0) -> subprocess.Popen:
     log = open(state.parent / f"agent-{state.name}.log", "ab")
-    p = subprocess.Popen([PY, "-m", "tui.main", "--state-dir", str(state), "--backend", "sim", "agent", "--foreground",
+    p = subprocess.Popen([PY, "-m", "gpuwarden.tui.main", "--state-dir", str(state), "--backend", "sim", "agent", "--foreground",
                           "--interval", str(interval)], stdout=log, stderr=log, env=child_env(), cwd=REPO)
     sock = state / "agent.sock"
-    from ops.agent.client import get
+    from gpuwarden.ops.agent.client import get
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         r = get(sock, "/healthz", timeout=2)
@@ -127,10 +127,10 @@ def startup(runs: int, before: str | None = None) -> dict[str, dict]:
     SimNode(busy).init(gpus=4, vram=24 << 30)
     subprocess.run([PY, "-m", "compileall", "-q", "ops", "playbooks", "tui"], cwd=REPO, env=child_env(),
                    stdout=subprocess.DEVNULL)
-    status = [PY, "-m", "tui.main", "--state-dir", str(state), "--backend", "sim", "status", "--json"]
+    status = [PY, "-m", "gpuwarden.tui.main", "--state-dir", str(state), "--backend", "sim", "status", "--json"]
     cmds = {"python -c pass": [PY, "-c", "pass"], "status --json, no agent": status,
             "status --json, no agent, 4 tenants + 1 engine": [
-                PY, "-m", "tui.main", "--state-dir", str(busy), "--backend", "sim", "status", "--json"]}
+                PY, "-m", "gpuwarden.tui.main", "--state-dir", str(busy), "--backend", "sim", "status", "--json"]}
     cwd = {}
     if before:  # the same command from another commit's tree (python -m finds the current directory's first)
         peer = export_tree(REPO, before, base)
@@ -158,8 +158,8 @@ def startup(runs: int, before: str | None = None) -> dict[str, dict]:
             p.wait(10)
     out.update({f"{k} (full-CLI block)": v for k, v in run_cpu({
         "python -c pass": [PY, "-c", "pass"],
-        "full CLI (python -m playbooks.cli status --json)": [
-            PY, "-m", "playbooks.cli", "--state-dir", str(state), "--backend", "sim", "status", "--json"]},
+        "full CLI (python -m gpuwarden.playbooks.cli status --json)": [
+            PY, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state), "--backend", "sim", "status", "--json"]},
         max(5, runs // 3)).items()})
     agent = start_agent(state)
     try:
@@ -229,7 +229,7 @@ def big_node(window: float) -> dict[str, object]:
             a0, t0, top0 = proc_cpu_s(agent.pid), time.monotonic(), proc_cpu_s(top.pid)
             time.sleep(window)
             a1, t1, top1 = proc_cpu_s(agent.pid), time.monotonic(), proc_cpu_s(top.pid)
-            from ops.agent.client import get
+            from gpuwarden.ops.agent.client import get
             health = get(state / "agent.sock", "/healthz").json()
             snap_bytes = len(get(state / "agent.sock", "/v1/snapshot").body)
             lat = latency(state / "agent.sock", 20.0, env=child_env())

@@ -26,11 +26,11 @@ sys.path.insert(0, str(REPO))
 
 from benchlib import cpu_model  # noqa: E402
 
-from ops.bundle.collect import collect_bundle  # noqa: E402
-from ops.settings import Settings  # noqa: E402
-from ops.triage import analyze_text  # noqa: E402
+from gpuwarden.ops.bundle.collect import collect_bundle  # noqa: E402
+from gpuwarden.ops.settings import Settings  # noqa: E402
+from gpuwarden.ops.triage import analyze_text  # noqa: E402
 
-CLI = [sys.executable, "-m", "playbooks.cli"]
+CLI = [sys.executable, "-m", "gpuwarden.playbooks.cli"]
 
 
 def timed(fn) -> float:
@@ -77,7 +77,7 @@ def main() -> None:
         script = f"(dmesg; xargs -d '\\n' cat < {listing}) > {work / 'peer.txt'} 2>/dev/null; true"
         cat_times = [timed(lambda: subprocess.run(["sh", "-c", script], check=True)) for _ in range(args.runs)]
 
-        log = (REPO.parent / "shared/fixtures/dmesg/rocm5745_gfx1151_gfxhub_pagefault_mes_sq_intr_gpu_reset_mode2.log")
+        log = (REPO / "tests/fixtures/dmesg/rocm5745_gfx1151_gfxhub_pagefault_mes_sq_intr_gpu_reset_mode2.log")
         big = log.read_text() * 300 if log.exists() else ""
         tri = timed(lambda: analyze_text(big)) if big else float("nan")
     finally:

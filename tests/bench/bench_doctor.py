@@ -28,13 +28,13 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from benchlib import machine_line  # noqa: E402
 
-from ops.doctor.checks import REGISTRY  # noqa: E402
-from ops.doctor.diagnose import diagnose  # noqa: E402
-from ops.doctor.probe import CheckIO, Probe  # noqa: E402
-from ops.doctor.runner import run_checks  # noqa: E402
-from ops.settings import Settings  # noqa: E402
+from gpuwarden.ops.doctor.checks import REGISTRY  # noqa: E402
+from gpuwarden.ops.doctor.diagnose import diagnose  # noqa: E402
+from gpuwarden.ops.doctor.probe import CheckIO, Probe  # noqa: E402
+from gpuwarden.ops.doctor.runner import run_checks  # noqa: E402
+from gpuwarden.ops.settings import Settings  # noqa: E402
 
-CLI = [sys.executable, "-m", "tui.main"]
+CLI = [sys.executable, "-m", "gpuwarden.tui.main"]
 
 
 def timed(fn) -> float:
@@ -74,7 +74,7 @@ def shell_reads(report, settings: Settings) -> list[str]:
 def hung_nvml(settings: Settings, timeout_s: float | None) -> float:
     """diagnose() with the NVIDIA driver present and an NVML whose nvmlInit never returns."""
     from standins import nvsmi_capture, pynvml_standin
-    fixtures = REPO.parent / "shared" / "fixtures" / "nvidia"
+    fixtures = REPO / "tests" / "fixtures" / "nvidia"
     module = pynvml_standin.build(nvsmi_capture.parse_q(fixtures / "nvidia_smi_q_text_8x_h100_sxm_565.txt"))
     stuck = threading.Event()
     module.nvmlInit = lambda: stuck.wait(120)

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 import benchlib  # noqa: E402
-from ops.sim.node import SimNode  # noqa: E402
+from gpuwarden.ops.sim.node import SimNode  # noqa: E402
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
     state = Path(tempfile.mkdtemp(prefix="gw-bench-fix-")) / "state"
     node = SimNode(state)
     node.init(gpus=4, vram=24 << 30)
-    cli = [sys.executable, "-m", "tui.main", "--state-dir", str(state), "--backend", "sim"]
+    cli = [sys.executable, "-m", "gpuwarden.tui.main", "--state-dir", str(state), "--backend", "sim"]
 
     def sh(*words: str) -> None:
         subprocess.run([*cli, *words], cwd=REPO, check=True, capture_output=True, stdin=subprocess.DEVNULL)

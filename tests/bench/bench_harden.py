@@ -45,7 +45,7 @@ class Tree:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
         try:
-            p = subprocess.run([sys.executable, "-m", "playbooks.cli", "--state-dir", str(work / "state"), *args],
+            p = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(work / "state"), *args],
                                cwd=self.root, capture_output=True, text=True, timeout=self.timeout, input=stdin,
                                preexec_fn=limits, env={**os.environ, **(env or {}), "PYTHONPATH": str(self.root)},
                                start_new_session=True)
@@ -241,7 +241,7 @@ def sigterm_create(tree: Tree, work: Path) -> str:
     def limits() -> None:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-    p = subprocess.Popen([sys.executable, "-m", "playbooks.cli", "arena", "create", str(work / "a.arena"), "--size",
+    p = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "arena", "create", str(work / "a.arena"), "--size",
                           "2GiB", "--workers", "1"], cwd=tree.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, preexec_fn=limits, env={**os.environ, "PYTHONPATH": str(tree.root)})
     deadline = time.monotonic() + 30
@@ -273,7 +273,7 @@ def sh_engine_stop(tree: Tree, work: Path) -> str:
 
 def escape_in_header(tree: Tree, work: Path) -> str:
     sys.path.insert(0, str(REPO))
-    from ops.arena import format as fmt  # this tree's builder: the bytes are the same for both
+    from gpuwarden.ops.arena import format as fmt  # this tree's builder: the bytes are the same for both
     body = fmt.build(4096, 4096, [0], host="\x1b]0;owned\x07")
     (work / "a.arena").write_bytes(body + bytes(4096))
     outcome, code, out, err = tree.run(work, "arena", "inspect", str(work / "a.arena"))
@@ -330,7 +330,7 @@ def main() -> int:
                 except Exception as exc:  # noqa: BLE001 - a broken case is reported, the run goes on
                     outcome = f"case error: {type(exc).__name__}"
                 finally:
-                    subprocess.run([sys.executable, "-m", "playbooks.cli", "--state-dir", str(work / "state"),
+                    subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(work / "state"),
                                     "engines", "stop", "--all"], cwd=tree.root, capture_output=True, timeout=60,
                                    env={**os.environ, "PYTHONPATH": str(tree.root)})
                     shutil.rmtree(work, ignore_errors=True)

@@ -31,9 +31,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from benchlib import machine, machine_line, times_ms  # noqa: E402
 
-from ops.k8s.attribution import PodAttributor  # noqa: E402
-from ops.k8s.cgroup import parse  # noqa: E402
-from ops.model import GpuProcess, NodeSnapshot  # noqa: E402
+from gpuwarden.ops.k8s.attribution import PodAttributor  # noqa: E402
+from gpuwarden.ops.k8s.cgroup import parse  # noqa: E402
+from gpuwarden.ops.model import GpuProcess, NodeSnapshot  # noqa: E402
 
 N = 2000
 
@@ -98,9 +98,9 @@ def k8s_agent(settings, cfg, api, interval: float = 1.0):
     """The node agent with Kubernetes mode attached, in this process (as `agent --kubernetes` wires it)."""
     import io
 
-    from ops.agent.config import AgentConfig
-    from ops.agent.daemon import Agent
-    from ops.k8s.node import KubernetesNode
+    from gpuwarden.ops.agent.config import AgentConfig
+    from gpuwarden.ops.agent.daemon import Agent
+    from gpuwarden.ops.k8s.node import KubernetesNode
     agent = Agent(settings, AgentConfig(interval=interval, kmsg="off"), log_stream=io.StringIO())
     node = KubernetesNode(settings, cfg, kube=api.kube(), log=lambda level, text: None)
     node.attach(agent)
@@ -111,9 +111,9 @@ def k8s_agent(settings, cfg, api, interval: float = 1.0):
 
 def leak_to_taint(grace: float, rounds: int) -> dict:
     from k8s_helpers import NODE
-    from ops.k8s.config import KubernetesConfig
-    from ops.settings import Settings
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.k8s.config import KubernetesConfig
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.sim.node import SimNode
     from simnode import start_tenant, wait_for
     from standins.kube_apiserver import FakeApiServer
     times = []
@@ -141,10 +141,10 @@ def leak_to_taint(grace: float, rounds: int) -> dict:
 
 def quiet_calls(seconds: float) -> dict:
     from k8s_helpers import NODE, Clock, snapshot
-    from ops.k8s.config import KubernetesConfig
-    from ops.k8s.nodesignal import NodeSignal
-    from ops.settings import Settings
-    from ops.sim.node import SimNode
+    from gpuwarden.ops.k8s.config import KubernetesConfig
+    from gpuwarden.ops.k8s.nodesignal import NodeSignal
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.sim.node import SimNode
     from standins.kube_apiserver import FakeApiServer
     state = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     SimNode(state).init(gpus=8)

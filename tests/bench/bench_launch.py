@@ -24,8 +24,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from benchlib import machine  # noqa: E402
 
-from ops.engines import state as st  # noqa: E402
-from ops.status_protocol import read_events  # noqa: E402
+from gpuwarden.ops.engines import state as st  # noqa: E402
+from gpuwarden.ops.status_protocol import read_events  # noqa: E402
 
 
 TORCH_ENGINE = REPO / "tests" / "device" / "torch_engine.py"
@@ -35,7 +35,7 @@ def engine_argv(args: argparse.Namespace) -> list[str]:
     if args.torch:
         return [sys.executable, str(TORCH_ENGINE), args.arena]
     if args.runtime:
-        return [sys.executable, "-m", "ops.canary", "--arena", args.arena, "--gpu", "0", "--runtime", args.runtime,
+        return [sys.executable, "-m", "gpuwarden.ops.canary", "--arena", args.arena, "--gpu", "0", "--runtime", args.runtime,
                 "--verify", "header"]
     return [sys.executable, str(REPO / "tests" / "engines" / "fake_engine.py"), "--register-s", str(args.register_s),
             "--startup-s", str(args.startup_s)]
@@ -54,7 +54,7 @@ def write_config(path: Path, args: argparse.Namespace) -> None:
 
 
 def gw(state: Path, config: Path, *rest: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "playbooks.cli", "--state-dir", str(state), "--config", str(config),
+    return subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state), "--config", str(config),
                            *rest], cwd=REPO, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
@@ -103,9 +103,9 @@ def run_mode(label: str, flags: list[str], args: argparse.Namespace, work: Path)
 
 def shim_overhead(args: argparse.Namespace, work: Path, rounds: int = 5) -> tuple[float, float]:
     """Median seconds to 'serving' for one engine: plain Popen reading its status file, against under a shim."""
-    from ops.engines import control
-    from ops.nodeconfig import EngineConfig
-    from ops.settings import Settings
+    from gpuwarden.ops.engines import control
+    from gpuwarden.ops.nodeconfig import EngineConfig
+    from gpuwarden.ops.settings import Settings
     argv = [sys.executable, str(REPO / "tests" / "engines" / "fake_engine.py"), "--register-s", "0"]
     plain, shimmed = [], []
     for r in range(rounds):

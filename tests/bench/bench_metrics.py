@@ -26,13 +26,13 @@ from benchlib import machine, machine_line, times_ms  # noqa: E402
 
 import itertools  # noqa: E402
 
-from ops.metrics.collector import SnapshotCollector, render  # noqa: E402
-from ops.metrics.exposition import Exposition  # noqa: E402
-from ops.metrics.reading import MetricsOptions, Reading  # noqa: E402
-from ops.model import EngineInfo, GpuProcess  # noqa: E402
-from ops.settings import Settings  # noqa: E402
-from ops.sim.node import SimNode  # noqa: E402
-from ops.snapshot import take_snapshot  # noqa: E402
+from gpuwarden.ops.metrics.collector import SnapshotCollector, render  # noqa: E402
+from gpuwarden.ops.metrics.exposition import Exposition  # noqa: E402
+from gpuwarden.ops.metrics.reading import MetricsOptions, Reading  # noqa: E402
+from gpuwarden.ops.model import EngineInfo, GpuProcess  # noqa: E402
+from gpuwarden.ops.settings import Settings  # noqa: E402
+from gpuwarden.ops.sim.node import SimNode  # noqa: E402
+from gpuwarden.ops.snapshot import take_snapshot  # noqa: E402
 
 N_GPUS, N_ENGINES, N_PROCS = 8, 32, 2000
 RENDER_P99_MS = 5.0
@@ -102,7 +102,7 @@ def main() -> int:
               f"({peer:.2f} ms)")
 
     # Serving: the listener in this process, scraped by curl (its CPU is the client's, not ours).
-    from ops.metrics.server import Listener
+    from gpuwarden.ops.metrics.server import Listener
     exposition = Exposition()
     collector = SnapshotCollector(lambda: replace(reading, now=time.time()))
     lst = Listener("127.0.0.1:0", exposition.wsgi_app(collector.collect))

@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import psutil  # noqa: E402
 from benchlib import machine, machine_line, median_ms, times_ms  # noqa: E402
 
-from ops.backends.sysfs import SysfsBackend  # noqa: E402
-from ops.pidwatch import usable as pidfds_usable  # noqa: E402
-from ops.settings import Settings  # noqa: E402
-from ops.sim.node import SimNode  # noqa: E402
-from ops.snapshot import Sampler  # noqa: E402
+from gpuwarden.ops.backends.sysfs import SysfsBackend  # noqa: E402
+from gpuwarden.ops.pidwatch import usable as pidfds_usable  # noqa: E402
+from gpuwarden.ops.settings import Settings  # noqa: E402
+from gpuwarden.ops.sim.node import SimNode  # noqa: E402
+from gpuwarden.ops.snapshot import Sampler  # noqa: E402
 
 N_PROCS = 2000
 N_GPUS = 8

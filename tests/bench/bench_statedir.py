@@ -27,10 +27,10 @@ REPO = Path(__file__).resolve().parents[2]
 WORK = r'''
 import json, os, sys, time, tempfile
 from pathlib import Path
-from ops import journal, nodestate
-from ops.settings import Settings
-from ops.sim.node import SimNode
-from ops.engines import state as st
+from gpuwarden.ops import journal, nodestate
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.ops.engines import state as st
 op, n = sys.argv[1], int(sys.argv[2])
 state = Path(tempfile.mkdtemp()) / "state"
 state.mkdir()

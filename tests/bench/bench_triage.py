@@ -40,7 +40,7 @@ import benchlib  # noqa: E402
 from benchlib import machine_line  # noqa: E402
 
 CORPUS = REPO / "tests" / "triage_corpus"
-SHARED = REPO.parent / "shared" / "fixtures" / "dmesg"
+SHARED = REPO / "tests" / "fixtures" / "dmesg"
 QUIET = (  # ordinary kernel chatter of a busy node
     "usb 1-1: new high-speed USB device number {n} using xhci_hcd",
     "IPv6: ADDRCONF(NETDEV_CHANGE): veth{n:07x}: link becomes ready",
@@ -111,16 +111,16 @@ def child(code: str, *args: str, root: Path = REPO) -> tuple[float, float, int, 
     return wall, cpu, rss, "\n".join(out)
 
 
-TRIAGE = ("import sys; from ops.triage import analyze_file; r = analyze_file(sys.argv[1]); "
+TRIAGE = ("import sys; from gpuwarden.ops.triage import analyze_file; r = analyze_file(sys.argv[1]); "
           "print(len(r.findings), r.lines, r.headline())")
-NAIVE = ("import sys, itertools; from ops.triage.patterns import RULES; from ops.triage.engine import RULES as E; "
+NAIVE = ("import sys, itertools; from gpuwarden.ops.triage.patterns import RULES; from gpuwarden.ops.triage.engine import RULES as E; "
          "rules = RULES + E; n = 0\n"
          "with open(sys.argv[1], errors='replace') as f:\n"
          "    for line in itertools.islice(f, int(sys.argv[2])):\n"
          "        n += sum(1 for r in rules if r.regex.search(line))\n"
          "print(n)")
 # The floors: every line split out and decoded; then its prefix parsed and its message looked up and counted.
-FLOOR = ("import sys; from ops.triage.logline import LineParser\n"
+FLOOR = ("import sys; from gpuwarden.ops.triage.logline import LineParser\n"
          "parse = LineParser().parse if sys.argv[2] == 'parse' else None; seen = {}; n = 0\n"
          "with open(sys.argv[1], 'rb') as f:\n"
          "    while chunk := f.read(4 << 20):\n"
@@ -133,8 +133,8 @@ FLOOR = ("import sys; from ops.triage.logline import LineParser\n"
 
 
 def grep_peer(path: Path, tmp: Path) -> tuple[float, int]:
-    from ops.triage.analyze import Analyzer
-    from ops.triage.stream import trigger_literals
+    from gpuwarden.ops.triage.analyze import Analyzer
+    from gpuwarden.ops.triage.stream import trigger_literals
     pats = tmp / "literals.txt"
     pats.write_text("\n".join(trigger_literals(Analyzer())) + "\n")
     t0 = time.perf_counter()
@@ -143,10 +143,10 @@ def grep_peer(path: Path, tmp: Path) -> tuple[float, int]:
 
 
 def bundle_times(tmp: Path) -> dict:
-    from ops.bundle.collect import collect_bundle
-    from ops.settings import Settings
-    from ops.sim.node import SimNode
-    from ops.triage.bundle import triage_bundle
+    from gpuwarden.ops.bundle.collect import collect_bundle
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.triage.bundle import triage_bundle
     state = tmp / "state"
     state.mkdir()
     SimNode(state).init(gpus=8, vram=24 << 30)
@@ -158,7 +158,7 @@ def bundle_times(tmp: Path) -> dict:
         report = triage_bundle(result.path)
         runs.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "tui.main", "triage", str(result.path)], cwd=REPO, capture_output=True)
+    subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", "triage", str(result.path)], cwd=REPO, capture_output=True)
     cli = time.perf_counter() - t0
     return {"bundle_bytes": result.bytes, "kernel_lines": report.lines, "in_process_s": statistics.median(runs),
             "cli_s": cli}

@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import xxhash  # noqa: E402
 from benchlib import cpu_model  # noqa: E402
 
-from ops.arena.create import create  # noqa: E402
-from ops.arena.parallel import default_workers  # noqa: E402
-from ops.arena.verify import verify  # noqa: E402
-from ops.units import parse_size  # noqa: E402
+from gpuwarden.ops.arena.create import create  # noqa: E402
+from gpuwarden.ops.arena.parallel import default_workers  # noqa: E402
+from gpuwarden.ops.arena.verify import verify  # noqa: E402
+from gpuwarden.ops.units import parse_size  # noqa: E402
 
 
 def best_of(fn, runs: int) -> float:

@@ -68,7 +68,7 @@ def costs(args):
                 us, _, name = line[len("import time:"):].split("|")
                 best[name.strip()] = min(int(us), best.get(name.strip(), 1 << 62))
     return best
-status = costs(["-m", "tui.main", "--backend", "nvml", "status", "--json"])
+status = costs(["-m", "gpuwarden.tui.main", "--backend", "nvml", "status", "--json"])
 peer = costs(["-c", "import pynvml; pynvml.nvmlInit()"])
 extra = sorted(((us, n) for n, us in status.items() if n not in peer), reverse=True)
 print(f"status --json imports {len(extra)} modules beyond the nvmlInit process: {sum(u for u, _ in extra) / 1e3:.1f} ms")
@@ -134,7 +134,7 @@ echo "== 4. checks and summary"
 nvidia-smi --query-gpu=index --format=csv,noheader | wc -l > "$OUT/smi_gpu_count.txt"
 python3 - "$OUT" <<'PY'
 import json, sys
-from ops import jsondoc
+from gpuwarden.ops import jsondoc
 out = sys.argv[1]
 ok = True
 snap = json.load(open(f"{out}/status_via_agent.json"))

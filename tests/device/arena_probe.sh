@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 ARENA=/dev/shm/gpuwarden-probe.arena
 SIZE=${SIZE:-32GiB}
 ENGINES=${ENGINES:-4}
-if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m playbooks.cli); fi
+if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli); fi
 trap 'rm -f "$ARENA"' EXIT
 
 echo "== node"
@@ -28,7 +28,7 @@ timeout 120 "${GW[@]}" arena verify "$ARENA" -q --json --workers 1 | tee "$OUT/a
 
 echo "== one canary alone (runtime cuda, GPU 0)"
 GPUWARDEN_STATUS_FILE="$OUT/sanity_status.jsonl" CUDA_VISIBLE_DEVICES=0 timeout 180 \
-    python3 -m ops.canary --arena "$ARENA" --gpu 0 --runtime cuda --verify header --serve-seconds 0.5 \
+    python3 -m gpuwarden.ops.canary --arena "$ARENA" --gpu 0 --runtime cuda --verify header --serve-seconds 0.5 \
     > "$OUT/sanity.log" 2>&1
 echo "exit $?"; cat "$OUT/sanity.log"
 
@@ -39,7 +39,7 @@ for K in 1 4; do
     echo "exit $?"
     python3 - "$OUT/probe_k$K.json" <<'PY'
 import json, sys
-from playbooks.probe import table
+from gpuwarden.playbooks.probe import table
 try:
     report = json.load(open(sys.argv[1]))
 except Exception as exc:  # the probe died before printing: show why
@@ -55,7 +55,7 @@ done
 echo "== registering in 4 GiB pieces, K=4"
 timeout 300 "${GW[@]}" arena probe --engines "$ENGINES" --concurrency 4 --runtime cuda --arena "$ARENA" \
     --register-chunk 4GiB --json > "$OUT/probe_k4_chunk4g.json" 2> "$OUT/probe_k4_chunk4g.stderr"
-python3 -c 'import json,sys; from playbooks.probe import table; print("\n".join(table(json.load(open(sys.argv[1])))))' \
+python3 -c 'import json,sys; from gpuwarden.playbooks.probe import table; print("\n".join(table(json.load(open(sys.argv[1])))))' \
     "$OUT/probe_k4_chunk4g.json" 2>&1 | tail -6
 
 rm -f "$ARENA"

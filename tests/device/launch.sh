@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 ARENA=/dev/shm/gpuwarden-launch-bench.arena
 SIZE=${SIZE:-32GiB}
 ENGINES=${ENGINES:-4}
-if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m playbooks.cli); fi
+if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli); fi
 cleanup() {
     stop_bench_launches
     rm -f "$ARENA"
@@ -29,7 +29,7 @@ echo "== arena $SIZE in /dev/shm"
 
 echo "== one canary alone (sanity)"
 GPUWARDEN_STATUS_FILE="$OUT/sanity_status.jsonl" CUDA_VISIBLE_DEVICES=0 timeout 120 \
-    python3 -m ops.canary --arena "$ARENA" --gpu 0 --runtime cuda --verify header --serve-seconds 0.5 \
+    python3 -m gpuwarden.ops.canary --arena "$ARENA" --gpu 0 --runtime cuda --verify header --serve-seconds 0.5 \
     > "$OUT/sanity.log" 2>&1
 echo "exit $?; $(tail -3 "$OUT/sanity.log" | tr '\n' ' ')"
 

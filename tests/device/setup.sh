@@ -22,7 +22,7 @@ if [ ${#need[@]} -gt 0 ] && [ -d .device/wheels ]; then
 fi
 cat > /usr/local/bin/gpuwarden <<WRAP
 #!/bin/sh
-PYTHONPATH="$PWD" exec python3 -m tui.main "\$@"
+PYTHONPATH="$PWD" exec python3 -m gpuwarden.tui.main "\$@"
 WRAP
 chmod +x /usr/local/bin/gpuwarden
 # Lent machines start with a small MemTotal that grows with use, so tmpfs sized at boot can be
@@ -35,7 +35,7 @@ export GPUWARDEN_STATE_DIR="${GPUWARDEN_STATE_DIR:-/tmp/gw-state}"
 echo "setup: $(python3 --version), $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs), gpuwarden $(gpuwarden --version 2>&1)"
 # Stop every engine that bench_launch.py left in its work folders (device scripts call it on exit).
 stop_bench_launches() {
-    local gw=(python3 -m playbooks.cli)
+    local gw=(python3 -m gpuwarden.playbooks.cli)
     command -v gpuwarden >/dev/null 2>&1 && gw=(gpuwarden)
     for d in /tmp/bench-launch-*; do
         [ -d "$d" ] || continue

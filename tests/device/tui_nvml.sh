@@ -14,7 +14,7 @@ export GPUWARDEN_STATE_DIR=$STATE
 ARENA=/dev/shm/gpuwarden-tui.arena
 SIZE=${SIZE:-4GiB}
 CFG=$STATE/node.toml
-if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m playbooks.cli); fi
+if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli); fi
 SOCK=$STATE/tmux.sock
 HOLDERS=()
 cleanup() {
@@ -42,13 +42,13 @@ registration_timeout = 120
 [[engines]]
 name = "canary0"
 gpu = 0
-argv = ["python3", "-m", "ops.canary", "--arena", "$ARENA", "--gpu", "0", "--runtime", "cuda", "--verify", "header"]
+argv = ["python3", "-m", "gpuwarden.ops.canary", "--arena", "$ARENA", "--gpu", "0", "--runtime", "cuda", "--verify", "header"]
 workdir = "$PWD"
 
 [[engines]]
 name = "canary1"
 gpu = 1
-argv = ["python3", "-m", "ops.canary", "--arena", "$ARENA", "--gpu", "0", "--runtime", "cuda", "--verify", "header"]
+argv = ["python3", "-m", "gpuwarden.ops.canary", "--arena", "$ARENA", "--gpu", "0", "--runtime", "cuda", "--verify", "header"]
 workdir = "$PWD"
 TOML
 timeout 300 "${GW[@]}" --config "$CFG" launch > "$OUT/launch.txt" 2>&1
@@ -93,9 +93,9 @@ else
     python3 - "$CFG" "$OUT" <<'PY'
 import asyncio, sys
 from pathlib import Path
-from ops.settings import Settings
-from tui.app import GpuwardenApp
-from tui.sampling import live_source
+from gpuwarden.ops.settings import Settings
+from gpuwarden.tui.app import GpuwardenApp
+from gpuwarden.tui.sampling import live_source
 
 cfg, out = Path(sys.argv[1]), Path(sys.argv[2])
 

@@ -49,14 +49,14 @@ def write_config(path: Path, count: int, *, slots: int = 1, register_s: float = 
 
 
 def records(state_dir: Path) -> dict[str, dict]:
-    from ops.engines import state as st
+    from gpuwarden.ops.engines import state as st
     return {n: st.read_state(state_dir, n) or {} for n in st.names(state_dir)}
 
 
 def registration_windows(state_dir: Path) -> dict[str, tuple[float, float]]:
     """Each engine's [registering, registered] interval from its own status protocol lines."""
-    from ops.engines import state as st
-    from ops.status_protocol import read_events
+    from gpuwarden.ops.engines import state as st
+    from gpuwarden.ops.status_protocol import read_events
     out = {}
     for name in st.names(state_dir):
         events = read_events(st.engine_dir(state_dir, name) / st.STATUS)
@@ -68,9 +68,9 @@ def registration_windows(state_dir: Path) -> dict[str, tuple[float, float]]:
 
 def stop_everything(state_dir: Path) -> None:
     """Stop every engine and shim of this state dir, politely then not."""
-    from ops.engines import control
-    from ops.engines import state as st
-    from ops.settings import Settings
+    from gpuwarden.ops.engines import control
+    from gpuwarden.ops.engines import state as st
+    from gpuwarden.ops.settings import Settings
     settings = Settings(state_dir=state_dir)
     for name in st.names(state_dir):
         try:
@@ -88,10 +88,10 @@ def stop_everything(state_dir: Path) -> None:
 
 def start_sim_tenant_engine(state_dir: Path, name: str, gpu: int, size: str) -> None:
     """Start `gpuwarden sim hold` as a supervised engine on `gpu` and wait until it serves."""
-    from ops.engines import control
-    from ops.engines import state as st
-    from ops.nodeconfig import EngineConfig
-    from ops.settings import Settings
+    from gpuwarden.ops.engines import control
+    from gpuwarden.ops.engines import state as st
+    from gpuwarden.ops.nodeconfig import EngineConfig
+    from gpuwarden.ops.settings import Settings
     from simnode import cli_argv, wait_for
     argv = tuple(cli_argv(state_dir, "sim", "hold", "--gpu", str(gpu), "--size", size))
     eng = EngineConfig(name=name, argv=argv, gpu=gpu, progress="log", registered_pattern="^holding",

@@ -1,4 +1,4 @@
-"""Turns captured amd-smi / rocm-smi output (shared/fixtures) into the readings a stand-in amdsmi replays;
+"""Turns captured amd-smi / rocm-smi output (tests/fixtures) into the readings a stand-in amdsmi replays;
 what a capture does not show stays None, and the stand-in answers as the library does for it.
 """
 

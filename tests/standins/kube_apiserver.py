@@ -197,7 +197,7 @@ class FakeApiServer:
         """A gpuwarden Kube on the official client, talking to this server."""
         from kubernetes import client
 
-        from ops.k8s.kube import Kube
+        from gpuwarden.ops.k8s.kube import Kube
         conf = client.Configuration(host=self.url)
         conf.api_key = {"BearerToken": "test-token"}
         conf.api_key_prefix = {"BearerToken": "Bearer"}

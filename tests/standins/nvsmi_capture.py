@@ -1,4 +1,4 @@
-"""Reads captured `nvidia-smi -q` text or `--query-gpu` CSV (shared/fixtures/nvidia) into the per-GPU
+"""Reads captured `nvidia-smi -q` text or `--query-gpu` CSV (tests/fixtures/nvidia) into the per-GPU
 readings a stand-in pynvml replays, whichever driver's key spellings the capture uses.
 """
 

@@ -11,8 +11,8 @@ from concurrent import futures
 
 import grpc
 
-from ops.k8s.proto import podresources_pb2 as pb
-from ops.k8s.proto import podresources_pb2_grpc as pb_grpc
+from gpuwarden.ops.k8s.proto import podresources_pb2 as pb
+from gpuwarden.ops.k8s.proto import podresources_pb2_grpc as pb_grpc
 
 
 class PodResourcesServer(pb_grpc.PodResourcesListerServicer):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from textual.binding import Binding
 
-from ops.errors import GpuwardenError
-from ops.model import NodeSnapshot, snapshot_from_dict
-from ops.settings import Settings
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.model import NodeSnapshot, snapshot_from_dict
+from gpuwarden.ops.settings import Settings
 
 from ..app import GpuwardenApp
 from ..history import VramHistory
@@ -112,7 +112,7 @@ class FleetApp(GpuwardenApp):
 
     # --- keys act on the open node, remotely -----------------------------------------------------
     def _new_run(self, spec, target, title: str):
-        from playbooks.fleet import actions
+        from gpuwarden.playbooks.fleet import actions
 
         from .remote_run import RemotePlaybookRun
         if self.node is None:

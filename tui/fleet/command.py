@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import typer
 
-from ops.errors import GpuwardenError
-from playbooks.commands import fleet as fleet_cli
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.playbooks.commands import fleet as fleet_cli
 
 MIN_REFRESH_S = 0.5
 
@@ -34,10 +34,10 @@ def _monitor(target, refresh_s: float, history_s: float | None):
     """SSH streams for every node, or Prometheus first with streams only where its series fall short."""
     hosts = list(target.hosts)
     if target.prometheus is None:
-        from ops.fleet.monitor import FleetMonitor
+        from gpuwarden.ops.fleet.monitor import FleetMonitor
         return FleetMonitor(hosts, target.ssh, target.remote, interval=refresh_s, parallel=target.parallel)
-    from ops.fleet.promfleet import read_fleet
-    from ops.fleet.promwatch import PromFleetMonitor
+    from gpuwarden.ops.fleet.promfleet import read_fleet
+    from gpuwarden.ops.fleet.promwatch import PromFleetMonitor
     if not hosts:  # the fleet is every node Prometheus knows now (one that appears later needs a restart)
         hosts = list(read_fleet(target.prometheus, None).hosts)
         if not hosts:
@@ -67,7 +67,7 @@ def register() -> None:
         With --prometheus the rows come from Prometheus (with each node's trend over --history) and only nodes
         whose series are missing or stale, and the node you open, are streamed over SSH.
         """
-        from ops.units import parse_duration
+        from gpuwarden.ops.units import parse_duration
         history_s = parse_duration(history) or None
         code = open_fleet_tui(ctx.obj, fleet_target, refresh_s=refresh, read_only=read_only, history_s=history_s)
         if code:

@@ -10,9 +10,9 @@ import json
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from ops.errors import GpuwardenError
-from playbooks.fleet.actions import RemotePlaybook, command_line, event_from_dict
-from playbooks.framework import Event, Result
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.playbooks.fleet.actions import RemotePlaybook, command_line, event_from_dict
+from gpuwarden.playbooks.framework import Event, Result
 
 from ..messages import PlaybookFinished
 from ..runner import PlaybookRun

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
-from ops.fleet.summary import PRIORITY, NodeRow, columns, fallback_notes, worst_first
+from gpuwarden.ops.fleet.summary import PRIORITY, NodeRow, columns, fallback_notes, worst_first
 
 from ..styles import STYLES as S
 from ..widgets.keystrip import KeyStrip

@@ -14,7 +14,7 @@ from textual.screen import Screen
 from rich.text import Text
 from textual.widgets import Label, RichLog, Static
 
-from ops.model import EngineInfo
+from gpuwarden.ops.model import EngineInfo
 
 from ..styles import STYLES as S
 from ..widgets.keystrip import KeyStrip
@@ -35,14 +35,14 @@ def how_it_ended(e: EngineInfo) -> Text:
 
 
 def triage_headline(bundle: Path) -> str:
-    """The first line of the triage of the bundle's kernel log, through ops.triage's public entry points.
+    """The first line of the triage of the bundle's kernel log, through gpuwarden.ops.triage's public entry points.
 
     A narrow call on purpose: analyze_text and render.headline only (the triage package evolves).
     """
     try:
-        from ops.bundle.replay import open_bundle, read_member, top_dir
-        from ops.triage import analyze_text
-        from ops.triage.render import headline
+        from gpuwarden.ops.bundle.replay import open_bundle, read_member, top_dir
+        from gpuwarden.ops.triage import analyze_text
+        from gpuwarden.ops.triage.render import headline
         with open_bundle(bundle) as tar:
             log = read_member(tar, top_dir(tar), "kernel/kernel.log")
         report = analyze_text(log.decode(errors="replace") if log else "", source=str(bundle))
@@ -90,7 +90,7 @@ class EngineLogScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="engine-log")
     def _follow(self) -> None:
-        from ops.engines.logs import follow
+        from gpuwarden.ops.engines.logs import follow
         log = self.query_one(RichLog)
         for line in follow(Path(self.log_path), from_end_lines=200, poll_s=0.2,
                            keep_going=lambda: not self._stop_follow.is_set()):

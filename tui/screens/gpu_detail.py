@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from ops.model import NodeSnapshot
+from gpuwarden.ops.model import NodeSnapshot
 
 from .. import text
 from ..styles import STYLES as S

@@ -11,7 +11,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from playbooks.framework import Event
+from gpuwarden.playbooks.framework import Event
 from ..styles import STYLES as S
 from ..widgets.keystrip import KeyStrip
 

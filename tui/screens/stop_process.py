@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label
 
-from ops.model import GpuProcess
+from gpuwarden.ops.model import GpuProcess
 
 from .. import text
 

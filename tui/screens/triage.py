@@ -9,9 +9,9 @@ import tarfile
 import zlib
 from pathlib import Path
 
-from ops.bundle.replay import open_stream
-from ops.errors import GpuwardenError
-from ops.safetext import printable
+from gpuwarden.ops.bundle.replay import open_stream
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.safetext import printable
 
 from textual import work
 from textual.app import ComposeResult

@@ -8,8 +8,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ops.engines import registrations
-from ops.model import NodeSnapshot
+from gpuwarden.ops.engines import registrations
+from gpuwarden.ops.model import NodeSnapshot
 
 from .. import text
 from ..styles import STYLES as S

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ops.model import EngineInfo, NodeSnapshot
+from gpuwarden.ops.model import EngineInfo, NodeSnapshot
 
 from .. import text
 from .rowtable import RowTable

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ops.model import NodeSnapshot
+from gpuwarden.ops.model import NodeSnapshot
 
 from .. import text
 from ..history import VramHistory

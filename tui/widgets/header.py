@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.text import Text
 from textual.widget import Widget
 
-from ops.model import NodeSnapshot
+from gpuwarden.ops.model import NodeSnapshot
 
 from ..text import duration
 from ..styles import STYLES as S

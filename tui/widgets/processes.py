@@ -12,7 +12,7 @@ from typing import Any, Callable
 from rich.text import Text
 from textual.binding import Binding
 
-from ops.model import GpuProcess, NodeSnapshot
+from gpuwarden.ops.model import GpuProcess, NodeSnapshot
 
 from .. import text
 from ..history import ProcessVramHistory

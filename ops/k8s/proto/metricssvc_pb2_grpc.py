@@ -4,7 +4,7 @@ import grpc
 import warnings
 
 from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
-from ops.k8s.proto import metricssvc_pb2 as ops_dot_k8s_dot_proto_dot_metricssvc__pb2
+from gpuwarden.ops.k8s.proto import metricssvc_pb2 as ops_dot_k8s_dot_proto_dot_metricssvc__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from ops.k8s.proto import podresources_pb2 as ops_dot_k8s_dot_proto_dot_podresources__pb2
+from gpuwarden.ops.k8s.proto import podresources_pb2 as ops_dot_k8s_dot_proto_dot_podresources__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
