@@ -85,7 +85,7 @@ def test_the_daemonset_gives_the_agent_what_it_uses():
     assert vols[mounts["/host/proc"]["name"]]["hostPath"]["path"] == "/proc"
     assert vols[mounts["/host/sys"]["name"]]["hostPath"]["path"] == "/sys"
     cfg = by_kind("ConfigMap")["data"]["node.toml"]
-    from gpuwarden.ops.k8s.config import parse
+    from gpuwarden.ops.config.kubernetes import parse
     import tomllib
     parse(tomllib.loads(cfg)["kubernetes"], lambda k, p, h: AssertionError(f"{k}: {p}"))
 

@@ -219,7 +219,7 @@ def test_k_stops_a_real_process_after_the_dialog(tmp_path, state_dir):
     from simnode import cli_argv, proc_state
     from test_reaper_family import holds_sim_vram, start_family
     from gpuwarden.tui.app import GpuwardenApp
-    from gpuwarden.tui.sampling import live_source
+    from gpuwarden.ops.sources import live_source
     SimNode(state_dir).init(gpus=2, vram=8 << 30)
     settings = Settings(state_dir=state_dir, backend="sim", config_path=state_dir / "node.toml")
     # Its parent is a subreaper that reaps it (a test's own child would stay a zombie under pytest).

@@ -30,7 +30,7 @@ from ..paths import AGENT_SOCKET
 from ..sampling.changes import ChangeTracker, NodeEvent
 from ..sampling.thread import SamplingThread
 from ..settings import Settings
-from .config import AgentConfig
+from ..config.agent import AgentConfig
 from .events import EventLog
 from .history import History
 from .notify import notify

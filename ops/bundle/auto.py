@@ -1,6 +1,6 @@
 """Automatic bundles when a supervised engine dies of a signal: at most one per few minutes per node.
 
-The engine shim calls maybe_collect(); a timestamp file under flock in <state dir>/bundles keeps
+The engine shim runs `python -m gpuwarden.ops.bundle.auto` (main() below), which calls maybe_collect(); a timestamp file under flock in <state dir>/bundles keeps
 concurrent crashes (four engines dying together) to one safe-mode bundle, and every decision is journaled.
 """
 
@@ -88,3 +88,20 @@ def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_
         except Exception:  # an unwritable journal is no reason to take the shim down either
             pass
         return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gpuwarden.ops.bundle.auto --state-dir D --engine E --reason R`: the bundle's path, or nothing."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m gpuwarden.ops.bundle.auto", description=main.__doc__)
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--engine", required=True)
+    parser.add_argument("--reason", required=True)
+    args = parser.parse_args(argv)
+    path = maybe_collect(Settings.from_env(state_dir=args.state_dir), engine=args.engine, reason=args.reason)
+    print(path or "")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

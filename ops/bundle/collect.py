@@ -19,6 +19,7 @@ from .. import __version__, jsondoc, statedir
 from ..errors import GpuwardenError
 from ..settings import Settings
 from ..units import parse_duration  # noqa: F401 (bundle callers find it here too)
+from ..triage.bundle import engine_names, triage_members
 from ..triage.findings import Finding, Report
 from ..triage.render import as_json, markdown
 from . import archive
@@ -207,7 +208,6 @@ def collector_findings(collectors: list[dict[str, Any]]) -> list[Finding]:
 
 def _triage(entries: list[Entry]) -> Report:
     """The kernel log, the snapshot's residual VRAM and what any crashed engine died of, from the entries."""
-    from ..triage.bundle import engine_names, triage_members
     stored = {e.path: e.data for e in entries if e.path and e.data is not None}
     return triage_members(stored.get, engine_names(list(stored)), "")
 

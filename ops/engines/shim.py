@@ -32,6 +32,8 @@ from .registrations import RegistrationLog
 # Variables that carry the shim's own import path; the engine gets the operator's value back.
 ORIG_PYTHONPATH = "GPUWARDEN_ORIG_PYTHONPATH"
 POLL_S = 0.05
+# The automatic bundle (gpuwarden.ops.bundle.auto) collects in safe mode within seconds; past this it is abandoned.
+AUTO_BUNDLE_DEADLINE_S = 120.0
 
 
 class Shim:
@@ -394,10 +396,15 @@ class Shim:
     def _collect_bundle(self, reason: str) -> None:
         def work() -> None:
             try:
-                from gpuwarden.ops.bundle import auto  # only when needed: the shim stays small while the engine runs
-                from gpuwarden.ops.settings import Settings
-                path = auto.maybe_collect(Settings.from_env(state_dir=str(self.state_dir)),
-                                          engine=self.name, reason=reason)
+                # A child process: the bundle machinery sits above engines, and a collector that misbehaves
+                # can take only that child down, never the shim that supervises the engine.
+                done = subprocess.run(
+                    [sys.executable, "-m", "gpuwarden.ops.bundle.auto", "--state-dir", str(self.state_dir),
+                     "--engine", self.name, "--reason", reason],
+                    stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=AUTO_BUNDLE_DEADLINE_S)
+                path = done.stdout.strip()
+                if done.returncode != 0:
+                    raise RuntimeError(done.stderr.strip()[-300:] or f"exit code {done.returncode}")
                 if path:
                     self.save(bundle=str(path))
                 else:

@@ -18,7 +18,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status`
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpuwarden.ops.sampling.filecache import FileCache
+    from gpuwarden.ops.filecache import FileCache
 
 SPEC = "spec.json"  # what to run: written by the launcher, read by the shim
 STATE = "state.json"  # what happened: written by the shim only

@@ -566,16 +566,6 @@ def analyze_text(text: str, source: str = "", snapshot: dict[str, Any] | None = 
     return report
 
 
-def analyze_file(path: Path, snapshot: dict[str, Any] | None = None) -> Report:
-    """Stream a log file (bounded memory, long lines cut); see stream.py."""
-    from .stream import analyze_stream
-    with open(path, "rb") as f:
-        report = analyze_stream(f, source=str(path))
-    if snapshot:
-        add_snapshot(report, snapshot, str(path))
-    return report
-
-
 def add_snapshot(report: Report, snapshot: dict[str, Any], source: str = "") -> None:
     _name_engines(report, snapshot)
     report.findings.extend(residual_findings(snapshot, source))

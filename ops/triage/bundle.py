@@ -1,7 +1,7 @@
 """Triage of an incident bundle: its kernel log, the residual VRAM it recorded, and what its engines died of.
 
-Used by `gpuwarden triage BUNDLE` (read from the archive) and by `gpuwarden bundle` itself (from the
-entries in memory), through one function that takes a reader of bundle members.
+Used by `gpuwarden triage BUNDLE` (ops.bundle.triage_file reads the archive) and by `gpuwarden bundle` itself
+(from the entries in memory), through one function that takes a reader of bundle members.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ SNAPSHOT = "gpuwarden/snapshot.json"
 ARENAS = "gpuwarden/arenas.json"
 
 
-def _json(data: bytes | None) -> Any:
+def json_or_none(data: bytes | None) -> Any:
+    """A bundle member's JSON, or None when it is missing or unreadable."""
     if not data:
         return None
     try:
@@ -39,10 +40,10 @@ def triage_members(read: Callable[[str], bytes | None], names: list[str], source
                                "triage covers the snapshot and the engines only")
     else:
         report = analyze_stream(io.BytesIO(log), source=f"{source}:{KERNEL_LOG}" if source else KERNEL_LOG)
-    snapshot = _json(read(SNAPSHOT))
+    snapshot = json_or_none(read(SNAPSHOT))
     if isinstance(snapshot, dict):
         add_snapshot(report, snapshot, SNAPSHOT)
-    arenas = _json(read(ARENAS))
+    arenas = json_or_none(read(ARENAS))
     arena_paths = [a.get("path") for a in arenas if isinstance(a, dict) and isinstance(a.get("path"), str)] \
         if isinstance(arenas, list) else []
     evidence = evidence_from(read, names)
@@ -59,22 +60,3 @@ def engine_names(paths: list[str]) -> list[str]:
     """Engine names from member paths relative to the bundle's top (engines/<name>/<file>)."""
     names = {p.split("/")[1] for p in paths if p.startswith("engines/") and p.count("/") >= 2}
     return sorted(names)
-
-
-def triage_bundle(path: Path) -> Report:
-    """Open a bundle (.tar.gz) and triage it."""
-    from ..bundle.replay import open_bundle, read_member, top_dir
-    with open_bundle(path) as tar:
-        top = top_dir(tar)
-        rel = [m.name[len(top) + 1:] for m in tar.getmembers() if m.name.startswith(top + "/")]
-
-        def read(member: str) -> bytes | None:
-            return read_member(tar, top, member)
-        report = triage_members(read, engine_names(rel), str(path))
-        manifest = _json(read("manifest.json"))
-    if isinstance(manifest, dict):
-        from ..bundle.collect import collector_findings
-        report.findings.extend(collector_findings([c for c in manifest.get("collectors", []) if isinstance(c, dict)]))
-    else:
-        report.notes.append("the bundle's manifest.json is unreadable")
-    return report

@@ -32,7 +32,7 @@ def _exposition(settings: Settings, per_process: bool, hostname: str | None) -> 
     from gpuwarden.ops.metrics.collector import render
     from gpuwarden.ops.metrics.plan import PlanCache
     from gpuwarden.ops.metrics.reading import MetricsOptions, Reading
-    from gpuwarden.ops.snapshot import take_snapshot
+    from gpuwarden.ops.sampling.sampler import take_snapshot
     reading = Reading(take_snapshot(settings), "oneshot", now=time.time(), plan=PlanCache(settings).current())
     return render(reading, MetricsOptions(per_process=per_process, hostname=hostname))
 

@@ -98,7 +98,7 @@ def k8s_agent(settings, cfg, api, interval: float = 1.0):
     """The node agent with Kubernetes mode attached, in this process (as `agent --kubernetes` wires it)."""
     import io
 
-    from gpuwarden.ops.agent.config import AgentConfig
+    from gpuwarden.ops.config.agent import AgentConfig
     from gpuwarden.ops.agent.daemon import Agent
     from gpuwarden.ops.k8s.node import KubernetesNode
     agent = Agent(settings, AgentConfig(interval=interval, kmsg="off"), log_stream=io.StringIO())
@@ -111,7 +111,7 @@ def k8s_agent(settings, cfg, api, interval: float = 1.0):
 
 def leak_to_taint(grace: float, rounds: int) -> dict:
     from k8s_helpers import NODE
-    from gpuwarden.ops.k8s.config import KubernetesConfig
+    from gpuwarden.ops.config.kubernetes import KubernetesConfig
     from gpuwarden.ops.settings import Settings
     from gpuwarden.ops.sim.node import SimNode
     from simnode import start_tenant, wait_for
@@ -141,7 +141,7 @@ def leak_to_taint(grace: float, rounds: int) -> dict:
 
 def quiet_calls(seconds: float) -> dict:
     from k8s_helpers import NODE, Clock, snapshot
-    from gpuwarden.ops.k8s.config import KubernetesConfig
+    from gpuwarden.ops.config.kubernetes import KubernetesConfig
     from gpuwarden.ops.k8s.nodesignal import NodeSignal
     from gpuwarden.ops.settings import Settings
     from gpuwarden.ops.sim.node import SimNode
