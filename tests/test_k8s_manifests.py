@@ -94,9 +94,9 @@ def test_the_daemonset_runs_the_agent_as_the_cli_parses_it_and_scrapes_where_it_
     import typer
 
     from gpuwarden.ops.metrics.server import parse_listen
-    from gpuwarden.playbooks.cli import app
+    from gpuwarden.playbooks.cli import build_app
     (c,) = by_kind("DaemonSet")["spec"]["template"]["spec"]["containers"]
-    group = typer.main.get_command(app)
+    group = typer.main.get_command(build_app())
     ctx = group.make_context("gpuwarden", [])
     name, *rest = c["command"][1:]  # no global options: the environment sets them
     params = group.get_command(ctx, name).make_context(name, rest, parent=ctx).params  # unknown options fail here
