@@ -7,7 +7,6 @@ carry on (a corrupt baseline is no baseline) turn it into a warning instead of a
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from . import statedir
 from .records import record

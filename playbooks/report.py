@@ -111,7 +111,7 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
         lines.append("")
         lines.append("RESIDUAL VRAM HOLDERS")
         seen = set()
-        for gi, h in holders:
+        for _gi, h in holders:
             key = (h.pid, h.reason)
             if key in seen:
                 continue

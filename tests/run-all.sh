@@ -34,4 +34,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test]'
+# Lint and types first: a finding fails the run before the suite spends its minutes.
+.venv/bin/ruff check --quiet .
+.venv/bin/python tests/typecheck.py
 exec .venv/bin/python -m pytest "$@"

@@ -157,7 +157,7 @@ def test_gpu_sparkline_from_120_columns(settings):
         for width, shown in ((119, False), (120, True)):
             app = make_app(settings)
             async with app.run_test(size=(width, 30)) as pilot:
-                await wait_for(pilot, lambda: app.snapshot is not None)
+                await wait_for(pilot, lambda app=app: app.snapshot is not None)
                 assert ("VRAM 5 MIN" in app.query_one("#gpus").columns) == shown
     run(go())
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 from ..units import fmt_bytes

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 from typing import Any, Callable
 
 from .analyze import Analyzer, add_snapshot
