@@ -152,3 +152,41 @@ def test_launch_against_the_real_runtime_fails_at_once_and_says_why(ready, real_
     assert "returned hipErrorInvalidDevice (101)" in status.stdout
     assert json.loads(cli("--backend", "sim", "status", "--json").stdout)["needs_attention"] is True
     assert '"action": "engine-register-failed"' in (supervised / "journal.log").read_text()
+
+
+def test_a_crash_after_a_failed_registration_leads_its_bundles_triage(real_engines, real_hip, supervised, cli,
+                                                                       tmp_path):
+    # The arena incident's sequence on the real runtime: the registration fails, the engine ignores it and faults
+    # 0.4 s later writing through the pointer it never got. The shim's automatic bundle is taken for that crash:
+    # its triage, the CLI's and the TUI's engine view, must lead with the failed call, then the crash.
+    import re
+    from simnode import wait_for
+    assert cli("sim", "init", "--gpus", "1", "--vram", "8GiB").returncode == 0
+    cfg = tmp_path / "node.toml"
+    cfg.write_text('[[engines]]\nname = "dp3"\ngpu = 0\nprogress = "preload"\n'
+                   f'argv = {json.dumps([str(real_engines / "unchecked_engine"), str(SIZE), "400"])}\n')
+    proc = cli("--config", str(cfg), "launch")
+    assert proc.returncode == 1 and "returned hipErrorInvalidDevice (101)" in proc.stdout + proc.stderr
+    wait_for(lambda: records(supervised)["dp3"].get("bundle") or records(supervised)["dp3"].get("bundle_note"), 60,
+             "the automatic bundle of dp3's crash")
+    record = records(supervised)["dp3"]
+    assert record["phase"] == "crashed" and record["signal"] == "SIGSEGV", record
+    assert record["detail"] == "killed by SIGSEGV after its registration failed", record["detail"]
+    bundle = record["bundle"]
+    assert bundle, record
+    doc = json.loads(cli("triage", bundle, "--json").stdout)
+    headline = doc["headline"]
+    want = re.compile(r"^dp3: hipHostRegister of 300\.0 MiB returned hipErrorInvalidDevice at \d\d:\d\d:\d\d\.\d; "
+                      r"SIGSEGV( in unchecked_engine at 0x[0-9a-f]+)? 0\.[4-7] s later: "
+                      r"the engine used a buffer it failed to register$")
+    assert want.match(headline), headline
+    assert doc["subject"]["engine"] == "dp3" and doc["findings"][0]["scope"] == "subject"
+    # Other processes' faults in the host's kernel log (this machine runs other tests' crashing stand-ins) stay
+    # listed, as theirs, after everything about dp3.
+    scopes = [f.get("scope") for f in doc["findings"]]
+    others = [f for f in doc["findings"] if f.get("scope") == "other-process"]
+    assert scopes[-len(others):] == ["other-process"] * len(others) if others else True
+    assert all(f["title"].startswith(("another process on this host", "other processes on this host"))
+               for f in others)
+    from gpuwarden.tui.screens.engine_log import triage_headline
+    assert triage_headline(Path(bundle), "dp3") == headline

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from . import focus
 from .analyze import Analyzer, add_snapshot
 from .enginecrash import engine_findings, evidence_from
 from .findings import Report
@@ -30,8 +31,10 @@ def _json(data: bytes | None) -> Any:
         return None
 
 
-def triage_members(read: Callable[[str], bytes | None], names: list[str], source: str) -> Report:
-    """The report for a bundle whose members `read(relative path)` returns (None when absent)."""
+def triage_members(read: Callable[[str], bytes | None], names: list[str], source: str,
+                   subject: dict[str, Any] | None = None) -> Report:
+    """The report for a bundle whose members `read(relative path)` returns (None when absent). `subject`:
+    {"engine": name, "reason": why} when the bundle was taken for that engine's crash (ops/triage/focus.py)."""
     log = read(KERNEL_LOG)
     if log is None:
         report = Analyzer("no kernel log").finish(lines=0)
@@ -49,6 +52,8 @@ def triage_members(read: Callable[[str], bytes | None], names: list[str], source
     findings, engines = engine_findings(evidence, report, arena_paths)
     report.findings.extend(findings)
     report.engines = engines
+    if subject and isinstance(subject.get("engine"), str):
+        focus.apply(report, subject["engine"], subject.get("reason"), evidence)
     if any(e.get("backtrace_note") for e in engines):
         report.notes.append("a crashed engine dumped core but no backtrace was stored (gdb/eu-stack missing on the "
                             "node, or the core was not found): see manifest.json")
@@ -61,8 +66,14 @@ def engine_names(paths: list[str]) -> list[str]:
     return sorted(names)
 
 
-def triage_bundle(path: Path) -> Report:
-    """Open a bundle (.tar.gz) and triage it."""
+def subject_of(manifest: Any) -> dict[str, Any] | None:
+    """The engine an automatic bundle was taken for, from its manifest; None for an operator's bundle."""
+    subject = manifest.get("subject") if isinstance(manifest, dict) else None
+    return subject if isinstance(subject, dict) and isinstance(subject.get("engine"), str) else None
+
+
+def triage_bundle(path: Path, engine: str | None = None) -> Report:
+    """Open a bundle (.tar.gz) and triage it; about `engine` when given, else about the engine it was taken for."""
     from ..bundle.replay import open_bundle, read_member, top_dir
     with open_bundle(path) as tar:
         top = top_dir(tar)
@@ -70,8 +81,11 @@ def triage_bundle(path: Path) -> Report:
 
         def read(member: str) -> bytes | None:
             return read_member(tar, top, member)
-        report = triage_members(read, engine_names(rel), str(path))
         manifest = _json(read("manifest.json"))
+        subject = subject_of(manifest)
+        if engine is not None and (subject is None or subject["engine"] != engine):
+            subject = {"engine": engine, "reason": None}
+        report = triage_members(read, engine_names(rel), str(path), subject)
     if isinstance(manifest, dict):
         from ..bundle.collect import collector_findings
         report.findings.extend(collector_findings([c for c in manifest.get("collectors", []) if isinstance(c, dict)]))
