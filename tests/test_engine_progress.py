@@ -43,6 +43,7 @@ def test_a_serving_engine_whose_next_registration_fails_needs_attention_and_stop
     assert p.phase == FAILED_REGISTRATION
     assert p.on_event(ev("stopping", 3.0))
     assert p.phase == "stopping"
+    assert not p.on_event(ev("register-failed", 4.0)) and p.phase == "stopping"
 
 
 def test_an_unregistration_failure_is_not_a_failed_registration():

@@ -52,6 +52,8 @@ class Progress:
         if event.phase == "waiting" and self.phase == "starting":
             return self._move("waiting", event.ts)  # the interposer is held at the gate
         if event.phase == "register-failed":
+            if self.phase == "stopping":
+                return False  # an engine on its way out is not put back in need of attention
             self.since[FAILED_REGISTRATION] = event.ts  # the latest failure, not the first
             moved = self.phase != FAILED_REGISTRATION
             self.phase = FAILED_REGISTRATION
