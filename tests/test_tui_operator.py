@@ -290,3 +290,16 @@ def test_a_fifo_where_the_settings_file_goes_is_ignored_not_waited_on(tmp_path):
     os.mkfifo(where)
     loaded, note = prefs.load(where)  # a blocking open would hang the console's start here
     assert loaded == prefs.Prefs() and "not a regular file" in note
+
+
+def test_the_health_line_needs_attention_while_a_registration_has_failed(settings):
+    # The header reads NodeSnapshot.needs_attention, as `status` does: an engine in failed-registration is enough.
+    healthy = dataclasses.replace(fixed_snapshot(), residual=(), engines=())
+    assert not healthy.needs_attention()
+    snap = dataclasses.replace(healthy, engines=(EngineInfo(name="dp3", gpu=3, phase="failed-registration", pid=4321),))
+
+    async def go():
+        app = make_app(settings, source=lambda: snap)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await wait_for(pilot, lambda: "NEEDS ATTENTION" in screen_text(app), what="the health line")
+    run(go())

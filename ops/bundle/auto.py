@@ -75,7 +75,8 @@ def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_
         from .collect import collect_bundle
         safe_engine = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in engine)[:40] or "engine"
         name = f"gpuwarden-bundle-{socket.gethostname()}-auto-{time.strftime('%Y%m%d-%H%M%S')}-{safe_engine}.tar.gz"
-        result = collect_bundle(settings, output=directory / name, safe_mode=True, timeout_s=timeout_s)
+        result = collect_bundle(settings, output=directory / name, safe_mode=True, timeout_s=timeout_s,
+                                subject={"engine": engine, "reason": reason})
         journal.write(settings.state_dir, "bundle.auto", "ok", engine=engine, reason=reason, path=str(result.path),
                       bytes=result.bytes, seconds=round(result.duration_s, 2), headline=result.report.headline(),
                       triage=result.report.summary()[:5])

@@ -10,6 +10,7 @@ import io
 import json
 from typing import Any, Callable
 
+from . import focus
 from .analyze import Analyzer, add_snapshot
 from .enginecrash import engine_findings, evidence_from
 from .findings import Report
@@ -30,8 +31,10 @@ def json_or_none(data: bytes | None) -> Any:
         return None
 
 
-def triage_members(read: Callable[[str], bytes | None], names: list[str], source: str) -> Report:
-    """The report for a bundle whose members `read(relative path)` returns (None when absent)."""
+def triage_members(read: Callable[[str], bytes | None], names: list[str], source: str,
+                   subject: dict[str, Any] | None = None) -> Report:
+    """The report for a bundle whose members `read(relative path)` returns (None when absent). `subject`:
+    {"engine": name, "reason": why} when the bundle was taken for that engine's crash (ops/triage/focus.py)."""
     log = read(KERNEL_LOG)
     if log is None:
         report = Analyzer("no kernel log").finish(lines=0)
@@ -49,6 +52,8 @@ def triage_members(read: Callable[[str], bytes | None], names: list[str], source
     findings, engines = engine_findings(evidence, report, arena_paths)
     report.findings.extend(findings)
     report.engines = engines
+    if subject and isinstance(subject.get("engine"), str):
+        focus.apply(report, subject["engine"], subject.get("reason"), evidence)
     if any(e.get("backtrace_note") for e in engines):
         report.notes.append("a crashed engine dumped core but no backtrace was stored (gdb/eu-stack missing on the "
                             "node, or the core was not found): see manifest.json")
@@ -59,3 +64,10 @@ def engine_names(paths: list[str]) -> list[str]:
     """Engine names from member paths relative to the bundle's top (engines/<name>/<file>)."""
     names = {p.split("/")[1] for p in paths if p.startswith("engines/") and p.count("/") >= 2}
     return sorted(names)
+
+
+def subject_of(manifest: Any) -> dict[str, Any] | None:
+    """The engine an automatic bundle was taken for, from its manifest; None for an operator's bundle."""
+    subject = manifest.get("subject") if isinstance(manifest, dict) else None
+    return subject if isinstance(subject, dict) and isinstance(subject.get("engine"), str) else None
+
