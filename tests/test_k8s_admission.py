@@ -168,3 +168,66 @@ def test_a_misspelt_field_fails_validation():
     bad["spec"]["mutations"][0]["jsonpatch"] = bad["spec"]["mutations"][0].pop("jsonPatch")
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad, "1.36.0", strict=True)
+
+
+# --- the Kyverno ClusterPolicy: the same pods out of the same pods ------------------------------------
+KYVERNO = yaml.safe_load((ADMISSION / "kyverno-clusterpolicy.yaml").read_text())
+
+
+def kyverno(params: dict = PARAMS):
+    from kyverno_mutate import ClusterPolicy
+    return ClusterPolicy(KYVERNO, {(params["metadata"]["namespace"], params["metadata"]["name"]): params})
+
+
+@pytest.mark.parametrize("name", sorted(PODS))
+def test_kyverno_makes_the_same_pod_as_the_admission_policy(shipped, name):
+    want = shipped.admit(PODS[name])
+    got = kyverno().admit(as_admitted(PODS[name]))
+    assert got == want
+    assert kyverno().admit(got) == got  # and applied twice is applied once
+
+
+def test_kyverno_leaves_the_tenant_example_and_the_agents_namespace_alone():
+    assert kyverno().admit(as_admitted(TENANT_EXAMPLE)) == as_admitted(TENANT_EXAMPLE)
+    pod = as_admitted(PODS["vllm-llama-70b"])
+    pod["metadata"]["namespace"] = "gpuwarden"
+    assert kyverno().admit(pod) == pod
+
+
+def test_kyverno_takes_the_same_params():
+    p = copy.deepcopy(PARAMS)
+    p["data"].update(postClean="false", gpuResources="nvidia.com/gpu")
+    assert kyverno(p).admit(as_admitted(PODS["rlhf-0"])) == policy(**p["data"]).admit(PODS["rlhf-0"])
+    assert kyverno(p).admit(as_admitted(PODS["vllm-llama-70b"])) == as_admitted(PODS["vllm-llama-70b"])
+
+
+def _pruned(given, kept, where="") -> list[str]:
+    """Fields of `given` that the schema's model dropped: unknown to the CRD, so Kyverno would never see them."""
+    if isinstance(given, dict):
+        return [p for k, v in given.items()
+                for p in ([f"{where}.{k}"] if k not in kept else _pruned(v, kept[k], f"{where}.{k}"))]
+    if isinstance(given, list):
+        return [p for i, (a, b) in enumerate(zip(given, kept)) for p in _pruned(a, b, f"{where}[{i}]")]
+    return [] if given == kept else [f"{where} (changed)"]
+
+
+def _kyverno_schema_check(doc: dict) -> list[str]:
+    # Kyverno's CRD openAPIV3 schema as generated models (cloudcoil-models-kyverno, Kyverno 1.13's CRDs).
+    from cloudcoil.models.kyverno.v1 import ClusterPolicy
+    model = ClusterPolicy.model_validate(doc)
+    return _pruned(doc, model.model_dump(by_alias=True, exclude_unset=True, mode="json"))
+
+
+def test_the_kyverno_policy_fits_kyvernos_crd_schema():
+    assert _kyverno_schema_check(KYVERNO) == []
+
+
+def test_a_misspelt_kyverno_field_is_caught():
+    import pydantic
+    bad = copy.deepcopy(KYVERNO)
+    bad["spec"]["rules"][0]["mutate"]["patchesJSON6902"] = bad["spec"]["rules"][0]["mutate"].pop("patchesJson6902")
+    assert _kyverno_schema_check(bad) == [".spec.rules[0].mutate.patchesJSON6902"]
+    bad = copy.deepcopy(KYVERNO)
+    bad["spec"]["rules"][0]["match"]["any"][0]["resources"]["kinds"] = "Pod"  # a list in the schema
+    with pytest.raises(pydantic.ValidationError):
+        _kyverno_schema_check(bad)
