@@ -81,6 +81,7 @@ class Kube:
         client, _ = _load_client()
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
         self.host = host
         self.timeout_s = timeout_s
         self.calls = 0
@@ -188,6 +189,22 @@ class Kube:
     # --- events --------------------------------------------------------------------------------
     def create_event(self, namespace: str, body: dict) -> dict:
         return self._call(f"create an event in {namespace}", self.core.create_namespaced_event, namespace, body)
+
+
+    # --- leases (coordination.k8s.io/v1) ------------------------------------------------------------
+    def lease(self, namespace: str, name: str) -> dict:
+        return self._call(f"get lease {namespace}/{name}", self.coordination.read_namespaced_lease, name, namespace)
+
+    def create_lease(self, namespace: str, body: dict) -> dict:
+        """409 (Conflict) when a lease of that name exists already."""
+        return self._call(f"create lease {namespace}/{body['metadata']['name']}",
+                          self.coordination.create_namespaced_lease, namespace, body)
+
+    def update_lease(self, namespace: str, body: dict) -> dict:
+        """PUT with the resourceVersion it was read at: 409 (Conflict) when anyone wrote it since."""
+        name = body["metadata"]["name"]
+        return self._call(f"update lease {namespace}/{name}", self.coordination.replace_namespaced_lease, name,
+                          namespace, body)
 
 
 class WatchStream:

@@ -68,6 +68,15 @@ def assess(snap: NodeSnapshot, reset_needed: frozenset[int] = frozenset()) -> di
     return out
 
 
+def condition_for(trouble: dict[int, GpuTrouble], gpu_count: int) -> tuple[str, str, str]:
+    """(status, reason, message) of the GPUResidualVRAM condition for these troubles: the agent writes it,
+    and `gpu-check --node` (node-problem-detector's plugin) says the same."""
+    if not trouble:
+        return "False", "NoResidualVRAM", f"no residual VRAM on the node's {gpu_count} GPU(s)"
+    reason = "ResetNeeded" if any(t.reason == "reset-needed" for t in trouble.values()) else "ResidualVRAM"
+    return "True", reason, "; ".join(trouble[g].describe() for g in sorted(trouble))
+
+
 class NodeSignal:
     """Keeps the condition and the taint of one node in step with the snapshots it is fed."""
 
@@ -173,12 +182,7 @@ class NodeSignal:
         return taints
 
     def _reconcile_condition(self, trouble: dict[int, GpuTrouble], now: float, gpu_count: int) -> None:
-        status = "True" if trouble else "False"
-        if not trouble:
-            reason, message = "NoResidualVRAM", f"no residual VRAM on the node's {gpu_count} GPU(s)"
-        else:
-            reason = "ResetNeeded" if any(t.reason == "reset-needed" for t in trouble.values()) else "ResidualVRAM"
-            message = "; ".join(trouble[g].describe() for g in sorted(trouble))
+        status, reason, message = condition_for(trouble, gpu_count)
         old = self.condition or {}
         same = (old.get("status"), old.get("reason"), old.get("message")) == (status, reason, message)
         if same and now - self._written_at < self.heartbeat_s:

@@ -20,6 +20,8 @@ def register(app: typer.Typer) -> None:
                                                    "ROCR/CUDA/HIP_VISIBLE_DEVICES name, else every GPU)."),
         json_out: bool = typer.Option(False, "--json", help="Print the verdict as JSON (gpuwarden.gpu-check/1)."),
         no_agent: bool = typer.Option(False, "--no-agent", help="Sample the node here instead of asking the agent."),
+        node: bool = typer.Option(False, "--node", help="The whole node, as node-problem-detector's custom plugin: "
+                                  "one line (at most 80 bytes), exit 0 clean, 1 a GPU is not, 2 unknown."),
     ) -> None:
         """Are these GPUs fit for a new tenant? For an init container: exit 0 clean, 1 not (with the reason).
 
@@ -31,6 +33,13 @@ def register(app: typer.Typer) -> None:
         from gpuwarden.ops.k8s.gpucheck import check, choose_gpus, own_pod_uid
         from gpuwarden.playbooks.statusview import agent_reply
         settings: Settings = ctx.obj
+        if node:
+            from gpuwarden.playbooks.nodecheck_npd import node_check
+            if gpus:
+                raise typer.BadParameter("--node checks every GPU of the node: name no GPU with it")
+            code, line = node_check(settings, use_agent=not no_agent)
+            typer.echo(line)
+            raise typer.Exit(code)
         reply = None if no_agent else agent_reply(settings)
         if reply is not None:
             from gpuwarden.ops.model import snapshot_from_dict

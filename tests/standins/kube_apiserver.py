@@ -152,6 +152,7 @@ class FakeApiServer:
         self.pods: dict[tuple[str, str], dict] = {}
         self.events: list[dict] = []
         self.pdbs: list[dict] = []
+        self.leases: dict[tuple[str, str], dict] = {}  # coordination.k8s.io/v1 Leases by (namespace, name)
         self.history: list[tuple[int, str, dict]] = []  # pod watch events (rv, type, object)
         self.history_floor = self.rv  # a watch from an older resourceVersion gets 410 Gone
         self.compactions = 0
@@ -318,6 +319,11 @@ class FakeApiServer:
             ("GET", r"/api/v1/namespaces/([^/]+)/pods", "list", "pods", self._list_namespaced_pods),
             ("POST", r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", "create", "pods/eviction", self._evict),
             ("POST", r"/api/v1/namespaces/([^/]+)/events", "create", "events", self._create_event),
+            ("GET", r"/apis/coordination.k8s.io/v1/namespaces/([^/]+)/leases/([^/]+)", "get", "leases",
+             self._get_lease),
+            ("POST", r"/apis/coordination.k8s.io/v1/namespaces/([^/]+)/leases", "create", "leases", self._create_lease),
+            ("PUT", r"/apis/coordination.k8s.io/v1/namespaces/([^/]+)/leases/([^/]+)", "update", "leases",
+             self._update_lease),
         ]
         for m, pattern, verb, resource, fn in table:
             found = re.fullmatch(pattern, path)
@@ -478,6 +484,47 @@ class FakeApiServer:
         t.start()
         return 201, _status_ok()
 
+    # Leases: create fails with 409 AlreadyExists when the name is taken; an update (PUT) must carry the
+    # resourceVersion it was read at, else 409 Conflict; every write bumps it (optimistic concurrency).
+    def _get_lease(self, namespace, name, **_):
+        with self.cond:
+            lease = self.leases.get((namespace, name))
+            if lease is None:
+                raise _lease_not_found(name)
+            return 200, copy.deepcopy(lease)
+
+    def _create_lease(self, namespace, body, **_):
+        lease = json.loads(body or b"{}")
+        name = (lease.get("metadata") or {}).get("name")
+        if not name:
+            raise ApiError(422, "Invalid", "Lease.coordination.k8s.io is invalid: metadata.name: Required value")
+        with self.cond:
+            if (namespace, name) in self.leases:
+                raise ApiError(409, "AlreadyExists", f"leases.coordination.k8s.io \"{name}\" already exists",
+                               {"name": name, "group": "coordination.k8s.io", "kind": "leases"})
+            lease["metadata"] = {**lease["metadata"], "namespace": namespace, "uid": str(uuid.uuid4())}
+            lease.update(apiVersion="coordination.k8s.io/v1", kind="Lease")
+            self._bump(lease)
+            self.leases[(namespace, name)] = lease
+            return 201, copy.deepcopy(lease)
+
+    def _update_lease(self, namespace, name, body, **_):
+        lease = json.loads(body or b"{}")
+        with self.cond:
+            old = self.leases.get((namespace, name))
+            if old is None:
+                raise _lease_not_found(name)
+            if (lease.get("metadata") or {}).get("resourceVersion") != old["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on leases.coordination.k8s.io "
+                               f"\"{name}\": the object has been modified; please apply your changes to the "
+                               "latest version and try again", {"name": name, "kind": "leases"})
+            lease["metadata"] = {**lease["metadata"], "namespace": namespace, "name": name,
+                                 "uid": old["metadata"]["uid"]}
+            lease.update(apiVersion="coordination.k8s.io/v1", kind="Lease")
+            self._bump(lease)
+            self.leases[(namespace, name)] = lease
+            return 200, copy.deepcopy(lease)
+
     def _create_event(self, namespace, body, **_):
         event = json.loads(body)
         meta = event.setdefault("metadata", {})
@@ -490,6 +537,11 @@ class FakeApiServer:
             self._bump(event)
             self.events.append(event)
         return 201, event
+
+
+def _lease_not_found(name: str) -> ApiError:
+    return ApiError(404, "NotFound", f"leases.coordination.k8s.io \"{name}\" not found",
+                    {"name": name, "group": "coordination.k8s.io", "kind": "leases"})
 
 
 def _status_ok() -> dict:
@@ -559,5 +611,8 @@ def _handler(api: FakeApiServer):
 
         def do_POST(self):
             self._serve("POST")
+
+        def do_PUT(self):
+            self._serve("PUT")
 
     return Handler
