@@ -91,6 +91,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # e.g. "no timestamps", residual VRAM lines
     engines: list[dict[str, Any]] = field(default_factory=list)  # bundles: what each dead engine died of
+    known: list[dict[str, Any]] = field(default_factory=list)  # catalog entries the findings match (ops/knowledge)
 
     def ordered(self) -> list[Finding]:
         return sorted(self.findings, key=lambda f: f.rank)
@@ -129,6 +130,8 @@ class Report:
                "summary": self.summary(), "notes": list(self.notes)}
         if self.engines:
             out["engines"] = list(self.engines)
+        if self.known:
+            out["known_issues"] = list(self.known)
         out["findings"] = [f.to_dict() for f in self.ordered()]
         return out
 
