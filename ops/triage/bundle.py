@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
+from ..knowledge import cite
 from .analyze import Analyzer, add_snapshot
 from .enginecrash import engine_findings, evidence_from
 from .findings import Report
@@ -19,6 +21,8 @@ from .stream import analyze_stream
 KERNEL_LOG = "kernel/kernel.log"
 SNAPSHOT = "gpuwarden/snapshot.json"
 ARENAS = "gpuwarden/arenas.json"
+VERSIONS = "node/versions.json"
+_HIP_VERSION = re.compile(r"libamdhip64\.so\.(\d+\.\d+(?:\.\d+)?)")
 
 
 def _json(data: bytes | None) -> Any:
@@ -28,6 +32,21 @@ def _json(data: bytes | None) -> Any:
         return json.loads(data)
     except ValueError:
         return None
+
+
+def environment(versions: Any) -> dict[str, str | None]:
+    """The versions the catalog's ranges are about, from a bundle's node/versions.json (None where absent)."""
+    if not isinstance(versions, dict):
+        return {}
+    kernel = versions.get("kernel")
+    hip = None
+    libs = versions.get("gpu_libraries_by_pid")
+    for paths in (libs.values() if isinstance(libs, dict) else ()):
+        for lib in paths if isinstance(paths, list) else ():
+            m = _HIP_VERSION.search(str(lib))
+            hip = hip or (m.group(1) if m else None)
+    return {"kernel": kernel.get("release") if isinstance(kernel, dict) else None,
+            "amdgpu": versions.get("amdgpu_module"), "nvidia": versions.get("nvidia_module"), "rocm": hip}
 
 
 def triage_members(read: Callable[[str], bytes | None], names: list[str], source: str) -> Report:
@@ -52,6 +71,8 @@ def triage_members(read: Callable[[str], bytes | None], names: list[str], source
     if any(e.get("backtrace_note") for e in engines):
         report.notes.append("a crashed engine dumped core but no backtrace was stored (gdb/eu-stack missing on the "
                             "node, or the core was not found): see manifest.json")
+    report.environment = environment(_json(read(VERSIONS)))
+    cite(report, report.environment)
     return report
 
 
@@ -75,6 +96,7 @@ def triage_bundle(path: Path) -> Report:
     if isinstance(manifest, dict):
         from ..bundle.collect import collector_findings
         report.findings.extend(collector_findings([c for c in manifest.get("collectors", []) if isinstance(c, dict)]))
+        cite(report, report.environment)  # the collectors' findings can match entries too
     else:
         report.notes.append("the bundle's manifest.json is unreadable")
     return report

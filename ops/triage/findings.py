@@ -92,6 +92,7 @@ class Report:
     notes: list[str] = field(default_factory=list)  # e.g. "no timestamps", residual VRAM lines
     engines: list[dict[str, Any]] = field(default_factory=list)  # bundles: what each dead engine died of
     known: list[dict[str, Any]] = field(default_factory=list)  # catalog entries the findings match (ops/knowledge)
+    environment: dict[str, Any] = field(default_factory=dict)  # versions the matches were judged against
 
     def ordered(self) -> list[Finding]:
         return sorted(self.findings, key=lambda f: f.rank)
@@ -130,6 +131,8 @@ class Report:
                "summary": self.summary(), "notes": list(self.notes)}
         if self.engines:
             out["engines"] = list(self.engines)
+        if self.environment:
+            out["environment"] = dict(self.environment)
         if self.known:
             out["known_issues"] = list(self.known)
         out["findings"] = [f.to_dict() for f in self.ordered()]
