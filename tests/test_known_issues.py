@@ -256,3 +256,25 @@ def test_bundle_triage_judges_versions_from_the_bundle(state_dir, tmp_path, monk
     assert tri["environment"]["kernel"] == os.uname().release
     (k,) = [k for k in tri["known_issues"] if k["id"] == "nvidia-gsp-heartbeat-timeout-open595"]
     assert k["versions"] == "not known (nvidia version not recorded)"  # no NVIDIA module on this machine
+
+
+def test_doctor_checks_that_did_not_pass_cite_their_entries():
+    from gpuwarden.ops.doctor.model import FAIL, PASS, Finding
+    from gpuwarden.ops.doctor.runner import cite_known
+    budget = Finding("kfd-budget", "KFD registration budget", "memory", FAIL, "does not fit", None, [], {}, 0.01)
+    fine = Finding("kfd-limit", "no_system_mem_limit", "driver", PASS, "ok", None, [], {}, 0.01)
+    cite_known([budget, fine])
+    ids = [k["id"] for k in budget.known]
+    assert {"kfd-system-mem-limit-shared-registration", "arena-alt-one-gpu-visible", "arena-alt-stagger",
+            "arena-alt-no-system-mem-limit", "arena-alt-chunked-registration-no-help", "arena-alt-vmm-host-fd",
+            "arena-alt-xnack-svm"} <= set(ids)
+    assert fine.known == [] and "known" not in fine.to_dict()
+
+
+def test_every_doctor_topic_names_a_real_check():
+    from gpuwarden.ops.doctor.checks import REGISTRY
+    ids = {c.id for c in REGISTRY}
+    for e in load().entries:
+        for t in e.topics:
+            if t.startswith("doctor:"):
+                assert t[len("doctor:"):] in ids, (e.id, t)
