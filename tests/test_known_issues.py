@@ -278,3 +278,25 @@ def test_every_doctor_topic_names_a_real_check():
         for t in e.topics:
             if t.startswith("doctor:"):
                 assert t[len("doctor:"):] in ids, (e.id, t)
+
+
+def test_the_compiled_json_is_current_and_loads_like_the_toml():
+    from gpuwarden.ops.knowledge import build
+    shipped = (catalog._here() / catalog.COMPILED).read_text(encoding="utf-8")
+    assert shipped == build.build(), "known_issues.json is stale: run python -m gpuwarden.ops.knowledge.build"
+    from_toml = catalog.parse((catalog._here() / catalog.DATA).read_text(encoding="utf-8"))
+    assert [e.to_dict() for e in load().entries] == [e.to_dict() for e in from_toml.entries]
+
+
+def test_an_edited_toml_is_read_as_toml(tmp_path, monkeypatch):
+    import shutil
+    shutil.copy(catalog._here() / catalog.COMPILED, tmp_path / catalog.COMPILED)
+    text = (catalog._here() / catalog.DATA).read_text(encoding="utf-8").replace(
+        'title = "NVIDIA Xid 94:', 'title = "EDITED Xid 94:')
+    (tmp_path / catalog.DATA).write_text(text, encoding="utf-8")
+    monkeypatch.setattr(catalog, "_here", lambda: tmp_path)
+    catalog.load.cache_clear()
+    try:
+        assert catalog.load().get("nvidia-xid94-contained-ecc").title.startswith("EDITED")
+    finally:
+        catalog.load.cache_clear()

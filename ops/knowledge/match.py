@@ -68,8 +68,7 @@ def match_findings(findings: Iterable[Any], env: dict[str, str | None] | None = 
         if not candidates:
             continue
         text = None
-        # an entry with a pattern says more about this finding than one matching on the rule alone
-        for e in sorted(candidates, key=lambda c: c.pattern is None):
+        for e in candidates:  # pattern-specific entries first (Catalog orders them)
             if e.id in out:
                 continue
             if e.pattern is not None:

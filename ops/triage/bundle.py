@@ -49,8 +49,10 @@ def environment(versions: Any) -> dict[str, str | None]:
             "amdgpu": versions.get("amdgpu_module"), "nvidia": versions.get("nvidia_module"), "rocm": hip}
 
 
-def triage_members(read: Callable[[str], bytes | None], names: list[str], source: str) -> Report:
-    """The report for a bundle whose members `read(relative path)` returns (None when absent)."""
+def triage_members(read: Callable[[str], bytes | None], names: list[str], source: str,
+                   known: bool = True) -> Report:
+    """The report for a bundle whose members `read(relative path)` returns (None when absent); `known`: cite the
+    catalog's matching entries (a caller adding findings afterwards cites once, at its end)."""
     log = read(KERNEL_LOG)
     if log is None:
         report = Analyzer("no kernel log").finish(lines=0)
@@ -72,7 +74,8 @@ def triage_members(read: Callable[[str], bytes | None], names: list[str], source
         report.notes.append("a crashed engine dumped core but no backtrace was stored (gdb/eu-stack missing on the "
                             "node, or the core was not found): see manifest.json")
     report.environment = environment(_json(read(VERSIONS)))
-    cite(report, report.environment)
+    if known:
+        cite(report, report.environment)
     return report
 
 
@@ -91,12 +94,12 @@ def triage_bundle(path: Path) -> Report:
 
         def read(member: str) -> bytes | None:
             return read_member(tar, top, member)
-        report = triage_members(read, engine_names(rel), str(path))
+        report = triage_members(read, engine_names(rel), str(path), known=False)
         manifest = _json(read("manifest.json"))
     if isinstance(manifest, dict):
         from ..bundle.collect import collector_findings
         report.findings.extend(collector_findings([c for c in manifest.get("collectors", []) if isinstance(c, dict)]))
-        cite(report, report.environment)  # the collectors' findings can match entries too
     else:
         report.notes.append("the bundle's manifest.json is unreadable")
+    cite(report, report.environment)  # after the collectors' findings: they can match entries too
     return report
