@@ -34,6 +34,7 @@ class Sampler:
         self.attribution = Attribution(settings, self.backend, use_pidfds=use_pidfds)
         self.extras = NodeExtras(settings)
         self._hostname = os.uname().nodename  # what socket.gethostname() returns, without importing socket
+        self._debugfs = None  # the allow-listed debugfs reader, made at the first AMD refresh
 
     @property
     def _watch(self):  # the pidfd watch, for tests that check what is tracked
@@ -80,14 +81,27 @@ class Sampler:
                 "pid-namespace", "running inside a PID namespace: the driver reports host PIDs, so process "
                 "details may be missing; run gpuwarden on the host (or with the host's PID namespace)"))
         warnings.extend(extras.warnings)
+        driver = self._driver_books(gpus)
         return NodeSnapshot(
             taken_at=time.time(), hostname=self._hostname, backend=self.backend.name,
             simulated=self.backend.simulated, gpus=gpus, processes=processes, residual=residual,
             engines=extras.engines, arenas=extras.arenas, drained=extras.drained, warnings=tuple(warnings),
             baseline_recorded=bool(extras.baseline),
             source=f"bundle:{self.settings.replay}" if self.settings.replay else "live",
-            duration_s=round(time.perf_counter() - t0, 6),
+            duration_s=round(time.perf_counter() - t0, 6), driver=driver,
         )
+
+    def _driver_books(self, gpus) -> dict | None:
+        """KFD system memory and VRAM free space from debugfs, for AMD backends on a live node (root only)."""
+        if self.settings.replay or self.backend.name not in ("sysfs", "amdsmi", "sim") or not gpus:
+            return None
+        if self._debugfs is None:
+            from ..debugfs.reader import DebugfsReader
+            # the backend's own tree: the sim node's root, a --sysfs-root, or /sys (debugfs is <sys>/kernel/debug)
+            sysfs = getattr(self.backend, "sysfs_root", None) or self.settings.sysfs_root
+            self._debugfs = DebugfsReader(sysfs / "kernel" / "debug")
+        from ..debugfs import books
+        return books.read(self._debugfs, [g.index for g in gpus])
 
 
 def take_snapshot(settings: Settings, backend: Backend | None = None, *, deep: bool = True) -> NodeSnapshot:

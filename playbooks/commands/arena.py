@@ -189,14 +189,16 @@ def budget_cmd(
     global limit of about RAM - RAM/64 - 1.5 GiB, unless amdgpu.no_system_mem_limit=1. Without flags the
     arena and engines come from the node config.
     """
-    from gpuwarden.ops.arena.budget import compute, from_config
+    from gpuwarden.ops.arena.budget import compute, engine_names, from_config
     settings: Settings = ctx.find_root().obj
+    names: list[str] = []
     if size is None or engines is None or visible_gpus is None:
         if not settings.config_path.exists():
             raise GpuwardenError(f"no node config at {settings.config_path} to take the arena and engines from",
                                  "pass all of --size, --engines and --visible-gpus (e.g. --size 64GiB --engines 4 "
                                  "--visible-gpus 4), or --config PATH")
         size_b, visible = from_config(settings, parse_size(size) if size else None)
+        names = engine_names(settings)
         if engines is not None:
             visible = (visible * engines)[:engines] if visible else []
         if visible_gpus is not None:
@@ -204,7 +206,7 @@ def budget_cmd(
     else:
         size_b = parse_size(size)
         visible = [visible_gpus] * engines
-    result = compute(settings, size_b, visible)
+    result = compute(settings, size_b, visible, names)
     if json_out:
         sys.stdout.write(json.dumps(_doc("arena-budget", result.to_dict())) + "\n")
     else:
