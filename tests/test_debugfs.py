@@ -212,3 +212,28 @@ def test_status_json_carries_the_drivers_books(cli, state_dir):
     assert d["kfd_mem_limit"]["system_used"] == 0 and d["kfd_mem_limit"]["system_limit"] > 0
     assert [v["gpu"] for v in d["vram_free"]] == [0, 1]
     assert d["vram_free"][0]["largest_free_block"] == 2 * MIB and d["vram_free"][0]["fragmentation"] > 0.99
+
+
+def test_budget_doctor_and_launch_use_kfds_own_limit_and_name_the_crossing_registration(cli, state_dir, tmp_path):
+    from gpuwarden.ops import jsondoc
+    assert cli("sim", "init", "--gpus", "4", "--vram", "8GiB").returncode == 0
+    limit_line = (state_dir / "sim/root/sys/kernel/debug/kfd/mem_limit").read_text().splitlines()[0]
+    limit = int(limit_line.split("out of ")[1].rstrip("M")) * MIB
+    size = (limit // 3) & ~((1 << 30) - 1) or (1 << 30)  # three engines fit, the fourth crosses
+    cfg = state_dir / "node.toml"
+    cfg.write_text(f'[arena]\npath = "/dev/shm/gw-dbg-none.arena"\nsize = "{size}B"\n\n' + "".join(
+        f'[[engines]]\nname = "dp{i}"\ngpu = {i}\nargv = ["/bin/sleep", "600"]\n\n' for i in range(4)))
+    proc = cli("--backend", "sim", "--config", str(cfg), "arena", "budget", "--json")
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    jsondoc.validate(doc)
+    assert doc["limit_source"] == "debugfs" and doc["limit"] == limit and doc["kfd_used"] == 0
+    assert doc["crossing"].startswith("engine dp3's ") and "set amdgpu.no_system_mem_limit=1 (runtime-writable)" \
+        in doc["crossing"]
+    assert "arena-alt-vmm-host-fd" in [k["id"] for k in doc["known"]]
+    text = cli("--backend", "sim", "--config", str(cfg), "arena", "budget").stdout
+    assert "read from debugfs" in text and "warning: engine dp3's" in text
+    d = json.loads(cli("--backend", "sim", "--config", str(cfg), "doctor", "--json", "--only", "kfd-limit").stdout)
+    (check,) = d["checks"]
+    assert check["verdict"] == "warn" and "engine dp3's" in check["reason"]
+    assert "no_system_mem_limit" in check["fix"] and check["known"]
