@@ -43,7 +43,7 @@ app = typer.Typer(
 # Order is the order of `gpuwarden --help`.
 COMMAND_MODULES = (
     "status", "doctor", "fix", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
-    "baseline", "bundle", "triage", "known", "config", "journal", "agent", "history", "metrics", "sim", "k8s", "fleet",
+    "baseline", "bundle", "triage", "report", "known", "config", "journal", "agent", "history", "metrics", "sim", "k8s", "fleet",
 )
 
 

@@ -118,7 +118,7 @@ def main() -> int:
               f"({100 * statistics.median(warm) / wo:.1f}%)")
 
         try:
-            from gpuwarden.ops.report import build as report_build
+            from gpuwarden.ops.bugreport import build as report_build
         except ImportError:
             report_build = None
         if report_build is not None:
