@@ -61,9 +61,14 @@ def build(path: Path | str, settings=None) -> dict[str, Any]:
         snapshot = json.loads(read("gpuwarden/snapshot.json") or b"{}")
         arenas = json.loads(read("gpuwarden/arenas.json") or b"[]")
         probe = json.loads(read("gpuwarden/probe.json") or b"null")
-    report = triage_bundle(path)
+    from concurrent.futures import ThreadPoolExecutor
+
     from ..doctor.diagnose import diagnose_bundle
-    doctor = diagnose_bundle(path, settings or Settings.from_env())
+    # doctor unpacks the bundle to a temporary tree (zlib and file writes release the GIL) while triage reads it
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="report-doctor") as pool:
+        doctor_job = pool.submit(diagnose_bundle, path, settings or Settings.from_env())
+        report = triage_bundle(path)
+        doctor = doctor_job.result()
     crashes = [{"title": f.title, "count": f.count, "library": f.details.get("library"),
                 "offset": f.details.get("offset"), "processes": sorted({v.get("process") for v in f.victims
                                                                         if v.get("process")})}
