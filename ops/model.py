@@ -93,7 +93,7 @@ class Holder:
 
     pid: int | None
     start_time: float | None
-    reason: str  # "zombie", "disk-sleep", "dead", "kfd-without-process", "ownerless"
+    reason: str  # "zombie", "disk-sleep", "dead", "kfd-without-process", "ownerless", "gem-buffers" (debugfs)
     gpus: tuple[int, ...]
     vram_bytes: int | None
     command: str | None = None

@@ -237,3 +237,20 @@ def test_budget_doctor_and_launch_use_kfds_own_limit_and_name_the_crossing_regis
     (check,) = d["checks"]
     assert check["verdict"] == "warn" and "engine dp3's" in check["reason"]
     assert "no_system_mem_limit" in check["fix"] and check["known"]
+
+
+def test_gem_info_names_the_holders_of_residual_vram_kfd_cannot(tmp_path):
+    from gpuwarden.ops.model import GpuProcess, Residual, SnapshotWarning
+    from gpuwarden.ops.sampling.sampler import Sampler
+    tree(tmp_path, {"dri/1/amdgpu_gem_info": GEM_OLD})
+    s = Sampler.__new__(Sampler)  # only the debugfs half of a sampler: no backend needed
+    s._debugfs = DebugfsReader(tmp_path)
+    leak = Residual(gpu_index=1, device_used=8 * MIB, accounted=MIB, baseline=None, residual=7 * MIB, significant=True)
+    fine = Residual(gpu_index=0, device_used=MIB, accounted=MIB, baseline=None, residual=0)
+    live = GpuProcess(pid=4243, start_time=1.0, user="u", command="x", state="sleeping", vram={1: MIB})
+    warn = [SnapshotWarning("ownerless-leak", "GPU 1: ...", 1), SnapshotWarning("no-baseline", "x")]
+    residual, warnings = s._gem_holders((fine, leak), (live,), warn)
+    assert residual[0] is fine
+    (h,) = residual[1].holders  # 4243 is a live process KFD already accounts for: not a holder
+    assert (h.pid, h.reason, h.vram_bytes, h.command) == (4242, "gem-buffers", 3 * MIB, "python3")
+    assert "amdgpu_gem_info" in h.detail and [w.code for w in warnings] == ["no-baseline"]
