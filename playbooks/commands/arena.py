@@ -231,6 +231,9 @@ def probe_cmd(
     hold: float = typer.Option(0.0, "--hold", help="Seconds to keep every canary serving before stopping them."),
     timeout: float = typer.Option(600.0, "--timeout", help="Give up waiting for canaries to serve after this long."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+    trace: bool = typer.Option(False, "--trace", help="Run each canary with HIP/ROCr/thunk logging (AMD_LOG_LEVEL=3, "
+                               "HSAKMT_DEBUG_LEVEL=5, serialized kernels/copies) and under rocprofv3 --hip-trace "
+                               "--hsa-trace when installed; the capped, redacted logs are kept and triaged."),
 ) -> None:
     """Reproduce N concurrent arena registrations: N canaries, one per GPU, at most K registering at once.
 
@@ -247,11 +250,18 @@ def probe_cmd(
     opts = ProbeOptions(engines=engines, concurrency=concurrency, runtime=runtime,
                         arena=str(arena) if arena else None, size=parse_size(size) if size else None,
                         verify=verify, register_chunk=register_chunk, copy_buffer=copy_buffer,
-                        visibility=visibility, timeout_s=timeout, hold_s=hold)
+                        visibility=visibility, timeout_s=timeout, hold_s=hold, trace=trace)
     report = Probe(settings, opts, say).run()
     if json_out:
         sys.stdout.write(json.dumps(_doc("arena-probe", report)) + "\n")
     else:
         for line in table(report):
             typer.echo(line)
+        if "trace" in report:
+            t = report["trace"]
+            typer.echo(f"trace: {len(t['files'])} log(s) in {t['dir']}" + (f"; {t['note']}" if t["note"] else ""))
+            if t["rocprofv3_missing"]:
+                typer.echo("trace: rocprofv3 is not installed: HIP/HSA API traces were not recorded (install rocprofiler-sdk)")
+            for line in t["findings"]:
+                typer.echo(f"trace finding: {line}")
     raise typer.Exit(0 if report["ok"] else 1)
