@@ -248,6 +248,19 @@ def test_triage_view_cites_the_known_issues_a_bundle_matches(tmp_path, monkeypat
     run(go())
 
 
+def test_arena_panel_shows_the_drivers_books(tmp_path):
+    from gpuwarden.ops.sim.node import SimNode
+    settings = sim_settings(tmp_path / "state")
+    SimNode(settings.state_dir).set_fault("vram-fragmented", True)
+
+    async def go():
+        app = live_app(settings)
+        async with app.run_test(size=(200, 60)) as pilot:
+            await wait_for(pilot, lambda: "KFD system memory" in screen_text(app)
+                           and "VRAM fragmented" in screen_text(app), timeout=30, what="KFD and fragmentation lines")
+    run(go())
+
+
 # --- actions against real supervised engines -----------------------------------------------------
 
 def test_launch_then_stop_engine_with_confirm(tmp_path, supervised):  # noqa: F811
