@@ -254,3 +254,29 @@ def test_gem_info_names_the_holders_of_residual_vram_kfd_cannot(tmp_path):
     (h,) = residual[1].holders  # 4243 is a live process KFD already accounts for: not a holder
     assert (h.pid, h.reason, h.vram_bytes, h.command) == (4242, "gem-buffers", 3 * MIB, "python3")
     assert "amdgpu_gem_info" in h.detail and [w.code for w in warnings] == ["no-baseline"]
+
+
+def test_history_keeps_fragmentation_and_reads_old_trend_lines(tmp_path):
+    import time as _time
+
+    from gpuwarden.ops.agent.history import History
+    from gpuwarden.ops.model import GpuInfo, NodeSnapshot, Residual
+    h = History(tmp_path, interval_s=1.0)
+    t0 = (_time.time() // 60) * 60 - 120
+    for k in range(3):  # two minutes closed: persisted with the fifth value
+        for j in range(2):
+            snap = NodeSnapshot(taken_at=t0 + 60 * k + j, hostname="n", backend="sim", simulated=True,
+                                gpus=(GpuInfo(0, "g", "sim", vram_total=8 * MIB, vram_used=MIB),),
+                                processes=(), residual=(Residual(0, MIB, MIB, None, 0),),
+                                driver={"vram_free": [{"gpu": 0, "fragmentation": 0.25 + 0.5 * j}]})
+            h.add(snap)
+    fine = h.series(0, resolution="fine")["fine"]
+    assert fine["fragmentation_permille"][:2] == [250, 750]
+    h.close()
+    old = (tmp_path / "trend.jsonl")
+    lines = old.read_text().splitlines()
+    assert json.loads(lines[0])["gpus"]["0"][4] == 750
+    old.write_text(lines[0].replace(",750]", "]") + "\n" + "\n".join(lines[1:]) + "\n")  # a line from before
+    again = History(tmp_path, interval_s=1.0, writable=False)
+    minute = again.series(0, since=0, resolution="minute")["minute"]
+    assert minute["fragmentation_permille_max"][:2] == [None, 750]
