@@ -20,7 +20,6 @@ import argparse
 import json
 import mmap
 import multiprocessing as mp
-import os
 import socket
 import sys
 import time
@@ -78,11 +77,10 @@ def copy_gbps(src, size: int) -> float:
     return size / s / 1e9
 
 
-def importer(sock_fd: int, gpu: int, size: int, q) -> None:
+def importer(s: socket.socket, gpu: int, size: int, q) -> None:
     d = drv()
     try:
         dev = context(gpu)
-        s = socket.socket(fileno=sock_fd)
         _msg, fds, _flags, _addr = socket.recv_fds(s, 16, 1)
         t = time.perf_counter()
         handle = ok(d.cuMemImportFromShareableHandle(
@@ -148,8 +146,8 @@ def main() -> int:
     kids, ends = [], []
     for i in range(args.procs):
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        p = ctx.Process(target=importer, args=(os.dup(b.fileno()), i % max(1, ok(d.cuDeviceGetCount(), "count")),
-                                               size, q))
+        # a spawned child (CUDA must not be forked) gets the socket through multiprocessing's fd passing
+        p = ctx.Process(target=importer, args=(b, i % max(1, ok(d.cuDeviceGetCount(), "count")), size, q))
         p.start()
         socket.send_fds(a, [b"fd"], [int(fd)])
         kids.append(p)
