@@ -93,7 +93,7 @@ class Holder:
 
     pid: int | None
     start_time: float | None
-    reason: str  # "zombie", "disk-sleep", "dead", "kfd-without-process", "ownerless"
+    reason: str  # "zombie", "disk-sleep", "dead", "kfd-without-process", "ownerless", "gem-buffers" (debugfs)
     gpus: tuple[int, ...]
     vram_bytes: int | None
     command: str | None = None
@@ -264,6 +264,9 @@ class NodeSnapshot:
     kubernetes: dict[str, Any] | None = None
     # Set when the node agent served this snapshot: {"pid", "interval_s", "age_s", "stale", "socket"}.
     agent: dict[str, Any] | None = None
+    # AMD: the driver's own books from debugfs (ops/debugfs/books.py): KFD system memory used/limit, VRAM free
+    # space per GPU; None where not read (NVIDIA, a replay, no debugfs).
+    driver: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if any(not isinstance(w, SnapshotWarning) for w in self.warnings):
@@ -285,7 +288,7 @@ class NodeSnapshot:
     def to_dict(self) -> dict[str, Any]:
         """The gpuwarden.snapshot/1 document: every field, an ISO-8601 twin beside each time, needs_attention."""
         body = _plain(self)
-        for optional in ("agent", "kubernetes"):
+        for optional in ("agent", "kubernetes", "driver"):
             if body.get(optional) is None:
                 body.pop(optional, None)
         body["needs_attention"] = self.needs_attention()

@@ -28,7 +28,7 @@ from .hints import Invocation
 # Order is the order of `gpuwarden --help`.
 COMMAND_MODULES = (
     "status", "doctor", "fix", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
-    "baseline", "bundle", "triage", "config", "journal", "agent", "history", "metrics", "sim", "k8s", "fleet",
+    "baseline", "bundle", "triage", "report", "known", "config", "journal", "agent", "history", "metrics", "sim", "k8s", "fleet",
 )
 
 

@@ -38,6 +38,9 @@ def render(report: Report, width: int = 100, *, verbose: bool = False, colour: b
         lines += textwrap.wrap(f.reason, width, initial_indent=INDENT, subsequent_indent=INDENT)
         if f.fix:
             lines += textwrap.wrap(f"fix: {f.fix}", width, initial_indent=INDENT, subsequent_indent=INDENT + "     ")
+        if f.known:
+            lines += textwrap.wrap("known issues: " + "; ".join(f"{k['id']} ({k['title']})" for k in f.known), width,
+                                   initial_indent=INDENT, subsequent_indent=INDENT + "     ")
         if f.read and (verbose or f.verdict in (FAIL, WARN, UNKNOWN)):
             lines += textwrap.wrap("read: " + ", ".join(f.read), width, initial_indent=INDENT,
                                    subsequent_indent=INDENT + "      ")

@@ -117,13 +117,18 @@ class LaunchPlaybook(Playbook):
         all_gpus = budget.count_gpus(ctx.settings.sysfs_root) or 1
         # The shim restricts an engine with a gpu to that one GPU; others see what their env allows.
         visible = [1 if e.gpu is not None else (budget.visible_count(e.env) or all_gpus) for e in self.engines]
-        verdict = budget.compute(ctx.settings, size, visible)
+        verdict = budget.compute(ctx.settings, size, visible, [e.name for e in self.engines])
         if vendor != "amd":
             return f"no KFD on this node, so no system-memory limit applies ({len(visible)} x {fmt_bytes(size)})"
         if not verdict.fits:
-            raise StepFailed("registration budget exceeded: " + "; ".join(verdict.lines()[1:]),
-                             "see `gpuwarden arena budget` for the details")
-        return f"fits: KFD charges {fmt_bytes(verdict.charged)} of {fmt_bytes(verdict.limit)}"
+            # the registration that will fail comes first: that is the line an operator acts on
+            raise StepFailed((verdict.crossing + "; " if verdict.crossing else "") + "registration budget exceeded: "
+                             + "; ".join(verdict.lines()[1:4]),
+                             "see `gpuwarden arena budget` for the details and `gpuwarden known arena` for the "
+                             "other ways to share one host buffer")
+        now = (f", {fmt_bytes(verdict.kfd_used)} already in use (debugfs kfd/mem_limit)"
+               if verdict.kfd_used is not None else " (limit computed from RAM: debugfs not readable)")
+        return f"fits: KFD charges {fmt_bytes(verdict.charged)} of {fmt_bytes(verdict.limit)}{now}"
 
     # --- starting and following ---------------------------------------------------------------
 

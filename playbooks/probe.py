@@ -65,6 +65,7 @@ class ProbeOptions:
     hold_s: float = 0.0
     workdir: str | None = None
     extra: tuple[str, ...] = ()  # more canary flags (fault switches for drills)
+    trace: bool = False  # HIP/ROCr/thunk logging (and rocprofv3) around every canary: playbooks/probetrace.py
 
 
 def _ended(code: int | None) -> str:
@@ -87,6 +88,7 @@ class Probe:
         self.arena_path: str | None = None
         self.created_arena = False
         self._arena_bytes: int | None = None
+        self.trace = None  # a probetrace.Trace with --trace
 
     def run(self) -> dict:
         o = self.o
@@ -95,6 +97,12 @@ class Probe:
         if (o.arena is None) == (o.size is None):
             raise GpuwardenError("give exactly one of --arena PATH and --size SIZE", "e.g. --size 32GiB")
         work = Path(tempfile.mkdtemp(prefix="gpuwarden-probe-", dir=o.workdir))
+        if o.trace:
+            from .probetrace import Trace
+            self.trace = Trace(o.runtime, work)
+            self.trace.dir.mkdir()
+            if self.trace.plan()["note"]:
+                self.say(f"trace: {self.trace.plan()['note']}")
         t0 = time.time()
         journal.write(self.settings.state_dir, "arena probe", "started", engines=o.engines,
                       concurrency=o.concurrency, runtime=o.runtime)
@@ -124,6 +132,8 @@ class Probe:
             "seconds": round(time.time() - t0, 3), "workdir": str(work),
             "canaries": [r.to_dict() for r in self.runs],
         }
+        if self.trace is not None:
+            report["trace"] = self.trace.collect([r.log_path for r in self.runs])
         journal.write(self.settings.state_dir, "arena probe", "ok" if ok else "failed",
                       engines=o.engines, concurrency=o.concurrency, runtime=o.runtime,
                       ended=[r.ended for r in self.runs])
@@ -171,6 +181,9 @@ class Probe:
                     "--runtime", o.runtime, "--verify", o.verify, "--copy-buffer", o.copy_buffer, *o.extra]
             if o.register_chunk:
                 argv += ["--register-chunk", o.register_chunk]
+            if self.trace is not None:
+                env.update(self.trace.env())
+                argv = self.trace.wrap(argv, i)
             with open(log, "wb") as logf:
                 proc = subprocess.Popen(argv, env=env, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         cwd=str(work), start_new_session=True)

@@ -89,7 +89,7 @@ class PurgePlaybook(Playbook):
             if ticks is None:
                 self._reported.append(f"pid {h.pid} on GPU {gpus}: gone, or its PID now names another process")
                 continue
-            if self.dead_only and h.reason != "zombie":
+            if (self.dead_only and h.reason != "zombie") or h.reason == "gem-buffers":  # a live DRM client: ask
                 self._reported.append(f"pid {h.pid} on GPU {gpus} ({h.reason}): left to an operator")
                 continue
             self._targets.append(Target(h.pid, ticks, h.reason, h.command or "", h.gpus, h.vram_bytes))

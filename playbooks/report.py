@@ -64,6 +64,21 @@ def kubernetes_line(k8s: dict) -> str:
     return f"kubernetes: node {k8s.get('node')} (policy {k8s.get('policy')}): {said}, {taint}"
 
 
+def driver_lines(d: dict) -> list[str]:
+    """The driver's own books (debugfs): KFD system memory against its limit, VRAM fragmentation per GPU."""
+    k = d.get("kfd_mem_limit")
+    out = [f"KFD system memory {fmt_bytes(k['system_used'])} of {fmt_bytes(k['system_limit'])} "
+           f"({100 * k['system_used'] / max(k['system_limit'], 1):.0f}%, debugfs kfd/mem_limit)" if k else
+           f"KFD system memory: not read ({d.get('kfd_mem_limit_unavailable')}); `gpuwarden arena budget` computes "
+           "the limit from RAM"]
+    frees = d.get("vram_free") or []
+    if frees:
+        out.append("VRAM free (largest block, fragmentation): " + "; ".join(
+            f"GPU {v['gpu']} {fmt_bytes(v['free'])} ({fmt_bytes(v['largest_free_block'])}, "
+            f"{v['fragmentation'] if v['fragmentation'] is not None else '-'})" for v in frees))
+    return out
+
+
 def render(snap: NodeSnapshot, width: int = 100) -> str:
     lines: list[str] = []
     label = "  ** SIMULATED **" if snap.simulated else ""
@@ -149,6 +164,9 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
             regs = sum(1 for m in a.mappers if m.registered)
             lines.append(f"arena {a.path}: {fmt_bytes(a.size)}, header {a.header_state}, "
                          f"{len(a.mappers)} mapper(s), {regs} registered")
+    if snap.driver:
+        lines.append("")
+        lines += driver_lines(snap.driver)
     if snap.kubernetes:
         lines.append("")
         lines.append(kubernetes_line(snap.kubernetes))

@@ -65,3 +65,47 @@ def test_probe_reproduces_a_budget_failure_on_the_sim_node(tmp_path, state_dir, 
     assert ended == ["exit 0", "exit 0", "exit 2"]
     failed = next(c for c in report["canaries"] if c["ended"] == "exit 2")
     assert "simulated KFD system limit 10.0 MiB" in failed["error"] and failed["register_seconds"] is None
+
+
+def test_probe_trace_keeps_capped_redacted_logs_and_says_what_it_would_capture(tmp_path, state_dir):
+    import os
+    import stat
+
+    from gpuwarden.ops import jsondoc
+    from gpuwarden.ops.jsondoc import document
+    from gpuwarden.playbooks import probetrace
+    settings = Settings(state_dir=state_dir, config_path=state_dir / "node.toml")
+    opts = ProbeOptions(engines=1, concurrency=1, runtime="hip", size=4 << 20, copy_buffer="0", trace=True,
+                        workdir=str(tmp_path), timeout_s=60)
+    report = Probe(settings, opts).run()  # no ROCm here: the hip canary fails, the trace says what it would do
+    jsondoc.validate(document("arena-probe", report))
+    t = report["trace"]
+    assert not report["ok"] and t["runtime_traced"] is False
+    assert "AMD_LOG_LEVEL=3" in t["note"] and "HSAKMT_DEBUG_LEVEL=5" in t["note"] and "rocprofv3" in t["note"]
+    assert t["env"]["AMD_LOG_MASK"] == "0xc01" and t["rocprofv3_missing"] == (probetrace.shutil.which("rocprofv3") is None)
+    (f,) = t["files"]
+    assert stat.S_IMODE(os.stat(f["path"]).st_mode) == 0o600 and "libamdhip64" in open(f["path"]).read()
+    # the trace's own pieces: the env reaches the canary, rocprofv3 (when present) wraps its argv
+    tr = probetrace.Trace("hip", tmp_path)
+    tr.rocprof = "/opt/rocm/bin/rocprofv3"
+    assert tr.wrap(["python", "-m", "x"], 2)[:4] == ["/opt/rocm/bin/rocprofv3", "--hip-trace", "--hsa-trace",
+                                                     "--memory-copy-trace"]
+    assert probetrace.Trace("sim", tmp_path).env() == {}
+
+
+def test_trace_caps_and_redacts_a_log(tmp_path):
+    from gpuwarden.playbooks import probetrace
+    log = tmp_path / "canary-0.log"
+    token = "hf_" + "Sekrit9" * 5
+    log.write_text(f"loading with HF_TOKEN={token}\n" + "x" * 200 + "\n:1:hip_memory.cpp: hipHostRegister "
+                   "failed: hipErrorOutOfMemory\n")
+    old = probetrace.LOG_CAP
+    probetrace.LOG_CAP = 128
+    try:
+        out = probetrace.Trace("sim", tmp_path).collect([log])
+    finally:
+        probetrace.LOG_CAP = old
+    (f,) = out["files"]
+    kept = open(f["path"]).read()
+    assert f["truncated"] and token not in kept and "cut by gpuwarden" in kept
+    assert any("out of GPU memory" in x for x in out["findings"])

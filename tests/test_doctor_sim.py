@@ -86,6 +86,10 @@ def test_planted_faults_are_found_and_survive_a_bundle(node, state_dir, tmp_path
     assert faulty["firmware"]["verdict"] == "warn" and "sos_fw_version differs" in faulty["firmware"]["reason"]
     assert "GPU 2" in faulty["firmware"]["reason"]
     assert faulty["ras"]["verdict"] == "fail" and "GPU 3 umc ue=1" in faulty["ras"]["reason"]
+    # a check that did not pass names the known issues about its subject (ops/knowledge, topic doctor:<id>)
+    assert "mes-firmware-0x83-strix-halo" in [k["id"] for k in faulty["firmware"]["known"]]
+    assert "mi50-athub-uncorrectable-ras" in [k["id"] for k in faulty["ras"]["known"]]
+    assert "known" not in healthy["firmware"]
     assert faulty["arena-fs"]["verdict"] == "fail" and "/dev/shm" in faulty["arena-fs"]["reason"]
     assert faulty["memlock"]["verdict"] == "warn" and "64.0 KiB" in faulty["memlock"]["reason"]
     for check in ("xgmi-hive", "large-bar", "gpu-recovery"):

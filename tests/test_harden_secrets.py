@@ -72,7 +72,8 @@ def test_planted_secrets_reach_no_sink(tmp_path, supervised):
     bundle = gw(state, cfg, "bundle", "--safe-mode", "--output", str(tmp_path / "b.tar.gz"), "--timeout", "5")
     assert bundle.returncode == 0, bundle.stderr
     sinks["bundle (every member)"] = gzip.decompress((tmp_path / "b.tar.gz").read_bytes())
-    for args in (("triage", str(tmp_path / "b.tar.gz")), ("triage", str(tmp_path / "b.tar.gz"), "--json")):
+    for args in (("triage", str(tmp_path / "b.tar.gz")), ("triage", str(tmp_path / "b.tar.gz"), "--json"),
+                 ("report", str(tmp_path / "b.tar.gz")), ("report", str(tmp_path / "b.tar.gz"), "--json")):
         proc = gw(state, cfg, *args)
         sinks[" ".join(args[:1] + args[2:])] = proc.stdout + proc.stderr
     # What the sinks above must show, or the test proves nothing: the engine and its line made it there.

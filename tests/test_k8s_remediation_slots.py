@@ -54,7 +54,7 @@ def test_agents_racing_never_exceed_the_cluster_limit(api, slots):  # noqa: F811
         start = threading.Barrier(len(agents))
         got: list[str | None] = [None] * len(agents)
 
-        def race(i: int) -> None:
+        def race(i: int, start=start, got=got, agents=agents) -> None:
             start.wait()
             got[i] = agents[i].acquire()
         threads = [threading.Thread(target=race, args=(i,)) for i in range(len(agents))]

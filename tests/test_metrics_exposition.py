@@ -52,7 +52,14 @@ def _snapshot(gpus=(0, 1, 2), engines=True, processes=()) -> NodeSnapshot:
     return NodeSnapshot(taken_at=NOW, hostname="n1", backend="amdsmi", simulated=False,
                         gpus=tuple(_gpu(i) for i in gpus), processes=tuple(processes),
                         residual=tuple(residual[i] for i in gpus), engines=eng, arenas=(arena,),
-                        drained=(2,), duration_s=0.012)
+                        drained=(2,), duration_s=0.012,
+                        driver={"debugfs": "/sys/kernel/debug", "kfd_mem_limit_unavailable": None,
+                                "kfd_mem_limit": {"system_used": 200 * GiB, "system_limit": 251 * GiB,
+                                                  "ttm_used": 0, "ttm_limit": 0, "source": "kfd/mem_limit"},
+                                "vram_free": [{"gpu": i, "allocator": "drm_buddy", "total": 192 * GiB,
+                                               "free": 8 * GiB, "largest_free_block": 2 << 20,
+                                               "free_blocks": 4096, "fragmentation": 0.9998} for i in gpus],
+                                "vram_free_unavailable": None})
 
 
 def _reading(snap: NodeSnapshot, **kw) -> Reading:

@@ -225,6 +225,42 @@ def test_triage_view_reads_the_bundle(settings, tmp_path):
     run(go())
 
 
+def test_triage_view_cites_the_known_issues_a_bundle_matches(tmp_path, monkeypatch, fixtures):
+    import os
+
+    from gpuwarden.ops.bundle.collect import collect_bundle
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = fixtures.parent / "triage_corpus/c32_ogkm446_ctime_xid119_gsp_rpc_timeout_nvidia_smi.log"
+    (bindir / "dmesg").write_text(f"#!/bin/sh\ncat {log}\n")
+    (bindir / "dmesg").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    settings = sim_settings(tmp_path / "state")
+    bundle = collect_bundle(settings, output=tmp_path, timeout_s=5).path
+
+    async def go():
+        app = make_app(settings, bundle=bundle)
+        async with app.run_test(size=(200, 60)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            await pilot.press("t")
+            await wait_for(pilot, lambda: "Known issues that match" in screen_text(app)
+                           and "nvidia-gsp-rpc-timeout-xid119" in screen_text(app), what="known issues in triage")
+    run(go())
+
+
+def test_arena_panel_shows_the_drivers_books(tmp_path):
+    from gpuwarden.ops.sim.node import SimNode
+    settings = sim_settings(tmp_path / "state")
+    SimNode(settings.state_dir).set_fault("vram-fragmented", True)
+
+    async def go():
+        app = live_app(settings)
+        async with app.run_test(size=(200, 60)) as pilot:
+            await wait_for(pilot, lambda: "KFD system memory" in screen_text(app)
+                           and "VRAM fragmented" in screen_text(app), timeout=30, what="KFD and fragmentation lines")
+    run(go())
+
+
 # --- actions against real supervised engines -----------------------------------------------------
 
 def test_launch_then_stop_engine_with_confirm(tmp_path, supervised):  # noqa: F811

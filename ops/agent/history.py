@@ -1,5 +1,6 @@
-"""Per-GPU history: used, residual and holder count at every refresh for the last hour, and per minute for
-seven days; the minute trend is appended to the state dir, so it survives a restart.
+"""Per-GPU history: used, residual, holder count and VRAM fragmentation (per mille, from the driver's books) at
+every refresh for the last hour, and per minute for seven days; the minute trend is appended to the state dir,
+so it survives a restart.
 
 Memory is bounded by fixed rings (array module, no per-sample objects): for 8 GPUs at 1 s, about 3.7 MiB.
 """
@@ -24,6 +25,7 @@ MINUTE_S = 60.0
 MINUTES = 7 * 24 * 60  # the minute series covers seven days
 TREND = "trend.jsonl"
 UNKNOWN = -(1 << 63)  # a residual the backend could not compute
+NO_FRAG = -1  # no fragmentation reading (no debugfs, NVIDIA, not root)
 
 
 class Ring:
@@ -59,17 +61,18 @@ class Ring:
 
 
 def _fine_ring(capacity: int) -> Ring:
-    return Ring(capacity, {"t": "d", "used": "q", "residual": "q", "holders": "i"})
+    return Ring(capacity, {"t": "d", "used": "q", "residual": "q", "holders": "i", "fragmentation_permille": "i"})
 
 
 def _minute_ring() -> Ring:
-    return Ring(MINUTES, {"t": "d", "used_avg": "q", "used_max": "q", "residual_max": "q", "holders_max": "i"})
+    return Ring(MINUTES, {"t": "d", "used_avg": "q", "used_max": "q", "residual_max": "q", "holders_max": "i",
+                          "fragmentation_permille_max": "i"})
 
 
 class _Minute:
     """The minute being accumulated for one GPU."""
 
-    __slots__ = ("start", "n", "used_sum", "used_max", "residual_max", "holders_max")
+    __slots__ = ("start", "n", "used_sum", "used_max", "residual_max", "holders_max", "frag_max")
 
     def __init__(self, start: float):
         self.start = start
@@ -78,17 +81,20 @@ class _Minute:
         self.used_max = 0
         self.residual_max = UNKNOWN
         self.holders_max = 0
+        self.frag_max = NO_FRAG
 
-    def add(self, used: int, residual: int, holders: int) -> None:
+    def add(self, used: int, residual: int, holders: int, frag: int = NO_FRAG) -> None:
         self.n += 1
         self.used_sum += used
         self.used_max = max(self.used_max, used)
         self.residual_max = max(self.residual_max, residual)
         self.holders_max = max(self.holders_max, holders)
+        self.frag_max = max(self.frag_max, frag)
 
     def row(self) -> dict[str, float]:
         return {"t": self.start, "used_avg": self.used_sum // max(1, self.n), "used_max": self.used_max,
-                "residual_max": self.residual_max, "holders_max": self.holders_max}
+                "residual_max": self.residual_max, "holders_max": self.holders_max,
+                "fragmentation_permille_max": self.frag_max}
 
 
 class History:
@@ -126,6 +132,8 @@ class History:
         t = snap.taken_at + self.skew_s
         minute = math.floor(t / MINUTE_S) * MINUTE_S
         res_by_gpu = {r.gpu_index: r for r in snap.residual}
+        frag_by_gpu = {v["gpu"]: round(1000 * v["fragmentation"]) for v in (snap.driver or {}).get("vram_free") or ()
+                       if isinstance(v, dict) and isinstance(v.get("fragmentation"), (int, float))}
         closed: dict[int, dict[str, float]] = {}
         with self._lock:
             for g in snap.gpus:
@@ -136,7 +144,8 @@ class History:
                 ring = self._fine.get(g.index)
                 if ring is None:
                     ring = self._fine[g.index] = _fine_ring(self._fine_capacity)
-                ring.append(t=t, used=used, residual=residual, holders=holders)
+                frag = frag_by_gpu.get(g.index, NO_FRAG)
+                ring.append(t=t, used=used, residual=residual, holders=holders, fragmentation_permille=frag)
                 cur = self._open.get(g.index)
                 if cur is not None and cur.start != minute:
                     closed[g.index] = cur.row()
@@ -144,7 +153,7 @@ class History:
                     cur = None
                 if cur is None:
                     cur = self._open[g.index] = _Minute(minute)
-                cur.add(used, residual, holders)
+                cur.add(used, residual, holders, frag)
         if closed:
             self._persist(closed)
         return stepped
@@ -169,8 +178,8 @@ class History:
         if self._trend is None:
             return
         t = next(iter(rows.values()))["t"]
-        line = {"t": t, "gpus": {str(g): [r["used_avg"], r["used_max"], r["residual_max"], r["holders_max"]]
-                                 for g, r in rows.items()}}
+        line = {"t": t, "gpus": {str(g): [r["used_avg"], r["used_max"], r["residual_max"], r["holders_max"],
+                                          r["fragmentation_permille_max"]] for g, r in rows.items()}}
         try:
             self._trend.append(line)
         except OSError as exc:  # a full disk must not stop sampling; the in-memory trend goes on
@@ -191,11 +200,13 @@ class History:
             if not isinstance(t, (int, float)) or t < cutoff or not isinstance(gpus, dict):
                 continue
             for g, vals in gpus.items():
-                if not (str(g).isdigit() and isinstance(vals, list) and len(vals) == 4
+                # 4 values before fragmentation was recorded, 5 since
+                if not (str(g).isdigit() and isinstance(vals, list) and len(vals) in (4, 5)
                         and all(isinstance(v, int) for v in vals)):
                     continue
                 self._minute_ring(int(g)).append(t=t, used_avg=vals[0], used_max=vals[1], residual_max=vals[2],
-                                                 holders_max=vals[3])
+                                                 holders_max=vals[3],
+                                                 fragmentation_permille_max=vals[4] if len(vals) == 5 else NO_FRAG)
             self._trend_lines += 1
 
     def _compact(self) -> None:
@@ -208,7 +219,8 @@ class History:
                 c = ring.cols
                 for i in ring.rows_since(float("-inf")):
                     by_t.setdefault(c["t"][i], {})[str(g)] = [c["used_avg"][i], c["used_max"][i],
-                                                             c["residual_max"][i], c["holders_max"][i]]
+                                                             c["residual_max"][i], c["holders_max"][i],
+                                                             c["fragmentation_permille_max"][i]]
         text = "".join(json.dumps({"t": t, "gpus": gpus}, separators=(",", ":")) + "\n"
                        for t, gpus in sorted(by_t.items()))
         try:
@@ -280,6 +292,9 @@ def _columns(ring: Ring, since: float, extra: dict[str, float] | None = None) ->
     for n in ("residual", "residual_max"):
         if n in data:
             data[n] = [None if v == UNKNOWN else v for v in data[n]]
+    for n in ("fragmentation_permille", "fragmentation_permille_max"):
+        if n in data:
+            data[n] = [None if v == NO_FRAG else v for v in data[n]]
     t0 = ts[0] if ts else None
     return {"t0": t0, "t0_iso": iso(t0), "t": [round(t - t0, 3) for t in ts] if t0 is not None else [],
             "points": len(ts), **data}

@@ -70,22 +70,39 @@ class Budget:
     charged_own_gpu: int
     fits: bool
     advice: list[str] = field(default_factory=list)
+    # From debugfs kfd/mem_limit when readable: what KFD charges now, and where the limit came from.
+    kfd_used: int | None = None
+    limit_source: str = "computed"
+    limit_note: str | None = None  # why the computed limit was used (debugfs unreadable), or where it was read
+    crossing: str | None = None  # the registration that crosses the limit, in one sentence
+    known: list[dict] = field(default_factory=list)  # catalog entries: the alternatives (gpuwarden known arena)
 
     def to_dict(self) -> dict:
         return {**self.__dict__, "visible_gpus": list(self.visible_gpus), "advice": list(self.advice)}
 
     def lines(self) -> list[str]:
         lim = "none (amdgpu.no_system_mem_limit=1)" if self.no_limit else fmt_bytes(self.limit)
+        where = (f"read from debugfs: {self.limit_note}" if self.limit_source == "debugfs" else
+                 f"computed: RAM {fmt_bytes(self.mem_total)} - 1/64 - 1.5 GiB"
+                 + (f"; {self.limit_note}" if self.limit_note else ""))
         out = [
             f"arena {fmt_bytes(self.size)} x {self.engines} engine(s) seeing {_seen(self.visible_gpus)} GPU(s) each",
             f"KFD charges      {fmt_bytes(self.charged)}",
-            f"KFD system limit {lim}  (RAM {fmt_bytes(self.mem_total)} - 1/64 - 1.5 GiB)",
+            f"KFD system limit {lim}  ({where})",
         ]
+        if self.kfd_used is not None:
+            out.append(f"KFD system memory in use now {fmt_bytes(self.kfd_used)} (every process's registrations): "
+                       f"these would take it to {fmt_bytes(self.kfd_used + self.charged)}")
         if self.no_limit is None:
             out.append("amdgpu is not loaded here: the limit shown is what it would enforce")
         out.append("verdict: fits" if self.fits else "verdict: DOES NOT FIT — registrations past the limit fail "
                    "(or crash the runtime) once the sum is reached")
+        if self.crossing:
+            out.append(f"warning: {self.crossing}")
         out += [f"advice: {a}" for a in self.advice]
+        if self.known and not self.fits:
+            out.append("other ways to share one host buffer (`gpuwarden known ID`): "
+                       + "; ".join(f"{k['id']} ({k['title']})" for k in self.known))
         return out
 
 
@@ -93,8 +110,42 @@ def _seen(visible: tuple[int, ...]) -> str:
     return str(visible[0]) if len(set(visible)) == 1 else "/".join(map(str, visible))
 
 
-def compute(settings: Settings, size: int, visible_per_engine: list[int]) -> Budget:
-    """The verdict for `len(visible_per_engine)` engines registering `size` bytes, each seeing that many GPUs."""
+def live_limit(settings: Settings) -> tuple[dict | None, str]:
+    """KFD's own numbers from debugfs kfd/mem_limit ({system_used, system_limit, source}), or (None, why not)."""
+    from gpuwarden.ops.debugfs import parse
+    from gpuwarden.ops.debugfs.reader import DebugfsReader
+    from gpuwarden.ops.sim.node import active_sim_root
+    # The sim node's tree when one stands in for this node's GPUs, else <sysfs root>/kernel/debug.
+    sim = active_sim_root(settings) if settings.backend in (None, "sim") else None
+    r = DebugfsReader(Path(sim or settings.sysfs_root) / "kernel" / "debug").read("kfd_mem_limit")
+    limit = parse.mem_limit(r.data) if r.ok and r.data is not None else None
+    if limit is None:
+        return None, (r.why() if not r.ok else f"{r.path} is not in kfd_debugfs_kfd_mem_limits' format")
+    return {**limit.to_dict(), "source": r.path}, r.path
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.0f}"
+
+
+def crossing_message(size: int, visible: list[int], names: list[str], used: int, limit: int) -> str | None:
+    """The first registration, in launch order, that takes KFD system memory over its limit."""
+    total = used
+    for name, seen in zip(names, visible):
+        total += size * seen
+        if total > limit:
+            gpus = f" (seeing {seen} GPUs: {fmt_bytes(size * seen)} charged)" if seen > 1 else ""
+            return (f"engine {name}'s {fmt_bytes(size)} registration{gpus} would take KFD system memory to "
+                    f"{_gib(total)}/{_gib(limit)} GiB: it will fail with out of memory; set "
+                    f"amdgpu.no_system_mem_limit=1 (runtime-writable) or register less")
+    return None
+
+
+def compute(settings: Settings, size: int, visible_per_engine: list[int], names: list[str] | None = None) -> Budget:
+    """The verdict for `len(visible_per_engine)` engines registering `size` bytes, each seeing that many GPUs.
+
+    KFD's own limit and current use come from debugfs kfd/mem_limit when it can be read (root, amdgpu loaded);
+    otherwise the limit is computed from RAM the way the driver does, and the result says so."""
     engines = len(visible_per_engine)
     if size <= 0 or engines <= 0 or min(visible_per_engine) <= 0:
         raise GpuwardenError("size, engines and visible GPUs must all be positive",
@@ -102,13 +153,19 @@ def compute(settings: Settings, size: int, visible_per_engine: list[int]) -> Bud
     total = mem_total(settings.proc_root)
     limit = kfd_system_limit(total)
     nolimit = no_system_mem_limit(settings.sysfs_root)
+    live, note = live_limit(settings)
+    used = live["system_used"] if live else None
+    if live:
+        limit = live["system_limit"]
     charged = size * sum(visible_per_engine)
     own = size * engines
     visible_gpus = max(visible_per_engine)
-    fits = bool(nolimit) or charged <= limit
+    fits = bool(nolimit) or (used or 0) + charged <= limit
+    names = list(names or [])[:engines] + [str(i) for i in range(len(names or []), engines)]
+    crossing = None if nolimit else crossing_message(size, list(visible_per_engine), names, used or 0, limit)
     advice: list[str] = []
     if not fits:
-        if visible_gpus > 1 and own <= limit:
+        if visible_gpus > 1 and (used or 0) + own <= limit:
             advice.append(f"restrict each engine to its own GPU with ROCR_VISIBLE_DEVICES=<its GPU> (or "
                           f"HIP_VISIBLE_DEVICES; ROCR_ acts below HIP, on every agent ROCr enumerates, so it is the "
                           f"sure one): the charge drops to {fmt_bytes(own)}, which fits")
@@ -121,8 +178,12 @@ def compute(settings: Settings, size: int, visible_per_engine: list[int]) -> Bud
     if size > total:
         fits = False
         advice.append(f"the arena alone ({fmt_bytes(size)}) is larger than RAM ({fmt_bytes(total)})")
+    from gpuwarden.ops.knowledge import load
+    known = [{"id": e.id, "title": e.title, "url": e.url} for e in load().topic("arena-budget")]
     return Budget(size=size, engines=engines, visible_gpus=tuple(visible_per_engine), mem_total=total, limit=limit,
-                  no_limit=nolimit, charged=charged, charged_own_gpu=own, fits=fits, advice=advice)
+                  no_limit=nolimit, charged=charged, charged_own_gpu=own, fits=fits, advice=advice, kfd_used=used,
+                  limit_source="debugfs" if live else "computed", limit_note=note if live else note,
+                  crossing=crossing, known=known)
 
 
 def count_gpus(sysfs_root: Path) -> int | None:
@@ -151,6 +212,12 @@ def visible_count(env: dict[str, str]) -> int | None:
         if var in env:
             return len([x for x in env[var].split(",") if x.strip()])
     return None
+
+
+def engine_names(settings: Settings) -> list[str]:
+    """The engines' names in the node config, in launch order (for the crossing warning)."""
+    from gpuwarden.ops import nodeconfig
+    return [e.name for e in nodeconfig.load(settings).engines]
 
 
 def from_config(settings: Settings, size: int | None = None) -> tuple[int, list[int]]:

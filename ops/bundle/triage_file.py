@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..knowledge import cite
 from ..triage.bundle import engine_names, json_or_none, subject_of, triage_members
 from ..triage.findings import Report
 from .collect import collector_findings
@@ -25,9 +26,10 @@ def triage_bundle(path: Path, engine: str | None = None) -> Report:
         subject = subject_of(manifest)
         if engine is not None and (subject is None or subject["engine"] != engine):
             subject = {"engine": engine, "reason": None}
-        report = triage_members(read, engine_names(rel), str(path), subject)
+        report = triage_members(read, engine_names(rel), str(path), subject, known=False)
     if isinstance(manifest, dict):
         report.findings.extend(collector_findings([c for c in manifest.get("collectors", []) if isinstance(c, dict)]))
     else:
         report.notes.append("the bundle's manifest.json is unreadable")
+    cite(report, report.environment)  # after the collectors' findings: they can match entries too
     return report

@@ -71,8 +71,12 @@ class Finding:
     details: dict[str, Any]
     duration_s: float
     timed_out: bool = False
+    known: list[dict[str, str]] = field(default_factory=list)  # catalog entries about this check's subject
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "group": self.group, "verdict": self.verdict,
-                "reason": self.reason, "fix": self.fix, "read": list(self.read), "details": self.details,
-                "duration_s": round(self.duration_s, 4), "timed_out": self.timed_out}
+        out = {"id": self.id, "title": self.title, "group": self.group, "verdict": self.verdict,
+               "reason": self.reason, "fix": self.fix, "read": list(self.read), "details": self.details,
+               "duration_s": round(self.duration_s, 4), "timed_out": self.timed_out}
+        if self.known:
+            out["known"] = list(self.known)
+        return out

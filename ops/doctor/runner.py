@@ -94,8 +94,18 @@ def run_checks(checks: list[Check], probe: Probe, *, timeout_s: float | None = N
             progress(s.check.id, i, len(slots))
         s.done.wait(max(0.0, s.deadline - time.monotonic()))
         findings.append(s.finding())
+    cite_known(findings)
     return Report(findings, started_at, time.monotonic() - t0, probe.roots.where(), source,
                   simulated=probe.roots.simulated)
+
+
+def cite_known(findings: list[Finding]) -> None:
+    """A check that did not pass names the catalog entries about its subject (topic `doctor:<check id>`)."""
+    from ..knowledge import load
+    cat = load()
+    for f in findings:
+        if f.verdict in (FAIL, WARN, UNKNOWN):
+            f.known = [{"id": e.id, "title": e.title, "url": e.url} for e in cat.topic(f"doctor:{f.id}")]
 
 
 def select(checks: list[Check], only: list[str] | None) -> list[Check]:

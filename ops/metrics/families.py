@@ -59,6 +59,8 @@ def families(reading: Reading, options: MetricsOptions) -> list[Metric]:
     out.extend(_gpu_families(reading, options))
     out.extend(_engine_families(snap, reading.now, options))
     out.extend(_arena_families(reading, options))
+    if snap.driver:
+        out.extend(_driver_families(snap, options))
     if reading.findings is not None:
         out.append(_findings(reading, options))
     if options.per_process:
@@ -237,6 +239,35 @@ def _arena_families(reading: Reading, options: MetricsOptions) -> Iterator[Metri
         fits.add_metric(lab.of(plan.arena), 1 if plan.fits else 0)
         fams += [limit, charge, fits]
     return iter(fams)
+
+
+# --- the driver's own books (debugfs) ---------------------------------------------------------------------------
+def _driver_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[Metric]:
+    none = _Labels((), options.hostname)
+    lab = _Labels(GPU_LABELS, options.hostname)
+    used = _gauge("kfd_system_mem_used_bytes", "KFD system memory charged now by every process's registrations "
+                  "(debugfs kfd/mem_limit, MiB resolution).", none.names)
+    limit = _gauge("kfd_system_mem_limit_bytes", "KFD's node-wide system-memory limit as the driver reports it "
+                   "(debugfs kfd/mem_limit).", none.names)
+    free = _gauge("vram_allocator_free_bytes", "Free VRAM in the driver's VRAM allocator (debugfs amdgpu_vram_mm).",
+                  lab.names)
+    largest = _gauge("vram_largest_free_block_bytes", "The largest free VRAM block: the biggest one allocation can "
+                     "get (debugfs amdgpu_vram_mm).", lab.names)
+    frag = _gauge("vram_fragmentation_ratio", "1 - largest free block / free VRAM: 0 all free VRAM is one block, "
+                  "near 1 it is in crumbs.", lab.names)
+    d = snap.driver or {}
+    k = d.get("kfd_mem_limit")
+    if k:
+        used.add_metric(none.of(), k["system_used"])
+        limit.add_metric(none.of(), k["system_limit"])
+    labels = {g.index: _gpu_label_values(g) for g in snap.gpus}
+    for v in d.get("vram_free") or ():
+        values = lab.of(*labels.get(v["gpu"], (str(v["gpu"]), "", "", "")))
+        free.add_metric(values, v["free"])
+        largest.add_metric(values, v["largest_free_block"])
+        if v.get("fragmentation") is not None:
+            frag.add_metric(values, v["fragmentation"])
+    return iter((used, limit, free, largest, frag))
 
 
 # --- kernel log ------------------------------------------------------------------------------------------------

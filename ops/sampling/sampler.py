@@ -34,6 +34,7 @@ class Sampler:
         self.attribution = Attribution(settings, self.backend, use_pidfds=use_pidfds)
         self.extras = NodeExtras(settings)
         self._hostname = os.uname().nodename  # what socket.gethostname() returns, without importing socket
+        self._debugfs = None  # the allow-listed debugfs reader, made at the first AMD refresh
 
     @property
     def _watch(self):  # the pidfd watch, for tests that check what is tracked
@@ -80,14 +81,54 @@ class Sampler:
                 "pid-namespace", "running inside a PID namespace: the driver reports host PIDs, so process "
                 "details may be missing; run gpuwarden on the host (or with the host's PID namespace)"))
         warnings.extend(extras.warnings)
+        driver = self._driver_books(gpus)
+        if driver is not None and any(r.significant and not r.holders for r in residual):
+            residual, warnings = self._gem_holders(residual, processes, warnings)
         return NodeSnapshot(
             taken_at=time.time(), hostname=self._hostname, backend=self.backend.name,
             simulated=self.backend.simulated, gpus=gpus, processes=processes, residual=residual,
             engines=extras.engines, arenas=extras.arenas, drained=extras.drained, warnings=tuple(warnings),
             baseline_recorded=bool(extras.baseline),
             source=f"bundle:{self.settings.replay}" if self.settings.replay else "live",
-            duration_s=round(time.perf_counter() - t0, 6),
+            duration_s=round(time.perf_counter() - t0, 6), driver=driver,
         )
+
+    def _gem_holders(self, residual, processes, warnings):
+        """Residual VRAM no live process and no holder explains: amdgpu_gem_info's per-client buffer lists name
+        who holds buffers there (a DRM client KFD has no per-process entry for). Read only for such a GPU."""
+        from ..debugfs import books
+        from ..model import Holder, Residual
+        out, named = [], set()
+        for r in residual:
+            if not (r.significant and not r.holders):
+                out.append(r)
+                continue
+            by_pid, _why = books.holders(self._debugfs, r.gpu_index)
+            accounted = {p.pid for p in processes if p.vram.get(r.gpu_index)}
+            found = tuple(Holder(pid=h["pid"], start_time=None, reason="gem-buffers", gpus=(r.gpu_index,),
+                                 vram_bytes=h["vram_bytes"], command=h["command"],
+                                 detail=f"amdgpu_gem_info: {h['objects']} buffer(s) in {h['clients']} DRM client(s); "
+                                        "KFD has no entry for it")
+                          for h in sorted(by_pid.values(), key=lambda h: -h["vram_bytes"])
+                          if h["vram_bytes"] and h["pid"] not in accounted)
+            if found:
+                named.add(r.gpu_index)
+            out.append(Residual(gpu_index=r.gpu_index, device_used=r.device_used, accounted=r.accounted,
+                                baseline=r.baseline, residual=r.residual, holders=found, significant=r.significant))
+        warnings = [w for w in warnings if not (w.code == "ownerless-leak" and w.gpu in named)]
+        return tuple(out), warnings
+
+    def _driver_books(self, gpus) -> dict | None:
+        """KFD system memory and VRAM free space from debugfs, for AMD backends on a live node (root only)."""
+        if self.settings.replay or self.backend.name not in ("sysfs", "amdsmi", "sim") or not gpus:
+            return None
+        if self._debugfs is None:
+            from ..debugfs.reader import DebugfsReader
+            # the backend's own tree: the sim node's root, a --sysfs-root, or /sys (debugfs is <sys>/kernel/debug)
+            sysfs = getattr(self.backend, "sysfs_root", None) or self.settings.sysfs_root
+            self._debugfs = DebugfsReader(sysfs / "kernel" / "debug")
+        from ..debugfs import books
+        return books.read(self._debugfs, [g.index for g in gpus])
 
 
 def take_snapshot(settings: Settings, backend: Backend | None = None, *, deep: bool = True) -> NodeSnapshot:

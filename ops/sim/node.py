@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 
 GPU_ID_BASE = 41000  # KFD gpu_ids are opaque numbers; distinct from indexes on purpose
 RENDER_MINOR_BASE = 128
-FAULTS = ("leak-on-kill", "reset-fails", "hang")
+FAULTS = ("leak-on-kill", "reset-fails", "hang", "vram-fragmented")
+# debugfs files that ACT when read on a real node (reset, evict, ring tests, scheduler hang): the sim has them
+# as inert files so the tests can prove gpuwarden never opens them (ops/debugfs/allowlist.py).
+TRIGGER_TEXT = "on a real node, reading this file acts on the GPU: gpuwarden must never open it\n"
 
 
 def _has_gpu_tree(sysfs_root: Path) -> bool:
@@ -270,6 +273,15 @@ class SimNode:
                                   f"device_id 29857\nlocation_id {bus << 8}\ndomain 0\n"
                                   f"drm_render_minor {RENDER_MINOR_BASE + i}\nhive_id {hive}\n", 0o644)
         platform.write(self.sysfs_root, cfg["gpus"], cfg["vram"], bool(cfg.get("hive")))
+        from ..debugfs.allowlist import TRIGGERS
+        for i in range(cfg["gpus"]):
+            self._dir(f"root/sys/kernel/debug/dri/{i}", create=True).close()
+        self._dir("root/sys/kernel/debug/kfd", create=True).close()
+        for template in TRIGGERS:
+            for i in (range(cfg["gpus"]) if "{minor}" in template else [None]):
+                rel = template.format(minor=i)
+                with self._dir("root/sys/kernel/debug", *rel.split("/")[:-1]) as d:
+                    d.write_atomic(rel.split("/")[-1], TRIGGER_TEXT, 0o400)
 
     def _write_dynamic_tree(self, cfg: dict | None = None) -> None:
         """Used VRAM per GPU and the KFD per-process files, rewritten only where they changed."""
@@ -288,6 +300,7 @@ class SimNode:
                     with dev.subdir("hwmon") as hw, hw.subdir("hwmon0") as mon:
                         _put_in_place(mon, "temp1_input", (34 + busy // 3) * 1000)
                         _put_in_place(mon, "power1_average", (90 + 5 * busy) * 1_000_000)
+        self._write_debugfs(cfg, allocs)
         per_pid: dict[int, dict[int, int]] = {}
         for a in allocs:
             gpus = per_pid.setdefault(a["pid"], {})
@@ -306,6 +319,101 @@ class SimNode:
                             _put_in_place(d, name, 0)
                     for g, b in gpus.items():
                         _put_in_place(d, f"vram_{self.gpu_id(g)}", b)
+
+
+    def _write_debugfs(self, cfg: dict, allocs: list[dict]) -> None:
+        """kfd/mem_limit and dri/N/amdgpu_{gem_info,vm_info,vram_mm}, in the kernel's own print formats."""
+        from . import registrations
+        try:
+            charged = registrations.charged(self.state_dir)
+        except (OSError, GpuwardenError):
+            charged = 0
+        limit = _kfd_limit()
+        mib = 1 << 20
+        try:
+            with self._dir("root/sys/kernel/debug/kfd") as kfd:
+                _put_text(kfd, "mem_limit", f"System mem used {charged // mib}M out of {limit // mib}M\n"
+                                            f"TTM mem used 0M out of {cfg['gtt'] * cfg['gpus'] // mib}M\n")
+        except GpuwardenError:
+            return  # a node made before the sim had a debugfs tree: `sim init` again to get one
+        fragmented = "vram-fragmented" in cfg.get("faults", [])
+        for i in range(cfg["gpus"]):
+            mine = [a for a in allocs if a["gpu"] == i]
+            gem, vm = [], []
+            for pid in sorted({a["pid"] for a in mine}):
+                comm = _comm(pid)
+                bos = [a["bytes"] for a in mine if a["pid"] == pid]
+                gem.append(f"pid {pid:8d} command {comm}:\n")
+                gem += [f"\t\t0x{n + 1:08x}: {b:12d} byte VRAM NO_CPU_ACCESS\n" for n, b in enumerate(bos)]
+                vm.append(f"pid:{pid}\tProcess:{comm} ----------\n\tIdle BOs:\n")
+                vm += [f"\t\t0x{n:08x}: {b:12d} byte VRAM NO_CPU_ACCESS\n" for n, b in enumerate(bos)]
+                vm.append("\tEvicted BOs:\n\tRelocated BOs:\n\tMoved BOs:\n\tInvalidated BOs:\n\tDone BOs:\n")
+                vm.append(f"\tTotal idle size:        {sum(bos):12d}\tobjs:\t{len(bos)}\n")
+                vm += [f"\tTotal {k} size:{' ' * (16 - len(k))}{0:12d}\tobjs:\t0\n"
+                       for k in ("evicted", "relocated", "moved", "invalidated", "done")]
+            free = max(0, cfg["vram"] - self._used(cfg, i, allocs))
+            with self._dir(f"root/sys/kernel/debug/dri/{i}") as d:
+                _put_text(d, "amdgpu_gem_info", "".join(gem))
+                _put_text(d, "amdgpu_vm_info", "".join(vm))
+                _put_text(d, "amdgpu_vram_mm", _buddy_print(cfg["vram"], free, fragmented))
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()[:15] or "<unknown>"
+    except OSError:
+        return "<unknown>"
+
+
+def _kfd_limit() -> int:
+    """KFD's max_system_mem_limit for this host's RAM (RAM - RAM/64 - 1.5 GiB), as the driver computes it."""
+    total = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    limit = total - (total >> 6)
+    return limit >> 1 if limit < 2 * (3 << 29) else limit - (3 << 29)
+
+
+def _buddy_print(total: int, free: int, fragmented: bool) -> str:
+    """What drm_buddy_print writes for a 4 KiB-chunk manager with `free` bytes free: whole power-of-two blocks,
+    or (fault vram-fragmented) the same bytes in 2 MiB crumbs."""
+    chunk = 4096
+    counts: dict[int, int] = {}
+    pages = free // chunk
+    if fragmented:
+        counts[9] = pages >> 9
+        counts[0] = pages & 511
+    else:
+        for order in range(40, -1, -1):
+            if pages >> order & 1:
+                counts[order] = 1
+    top = max(total // chunk, 1).bit_length() - 1
+    lines = [f"chunk_size: {chunk >> 10}KiB, total: {total >> 20}MiB, free: {free >> 20}MiB, clear_free: 0MiB\n"]
+    for order in range(top, -1, -1):
+        n = counts.get(order, 0)
+        size = n * (chunk << order)
+        amount = f"{size >> 10:8d} KiB" if size < (1 << 20) else f"{size >> 20:8d} MiB"
+        lines.append(f"order-{order:2d} free: {amount}, blocks: {n}\n")
+    return "".join(lines)
+
+
+def _put_text(d: statedir.Dir, name: str, text: str) -> None:
+    """Rewrite a small text file in place when it changed (no fsync, no new inode: it is a stand-in for debugfs)."""
+    data = text.encode()
+    fd = d.open(name, os.O_RDWR | os.O_CREAT, 0o444)
+    try:
+        if os.pread(fd, len(data) + 1, 0) != data:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+    finally:
+        os.close(fd)
 
 
 def _put_in_place(d: statedir.Dir, name: str, value: int) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Any, Callable
 
+from ..knowledge import cite
 from . import focus
 from .analyze import Analyzer, add_snapshot
 from .enginecrash import engine_findings, evidence_from
@@ -19,6 +21,8 @@ from .stream import analyze_stream
 KERNEL_LOG = "kernel/kernel.log"
 SNAPSHOT = "gpuwarden/snapshot.json"
 ARENAS = "gpuwarden/arenas.json"
+VERSIONS = "node/versions.json"
+_HIP_VERSION = re.compile(r"libamdhip64\.so\.(\d+\.\d+(?:\.\d+)?)")
 
 
 def json_or_none(data: bytes | None) -> Any:
@@ -31,10 +35,26 @@ def json_or_none(data: bytes | None) -> Any:
         return None
 
 
+def environment(versions: Any) -> dict[str, str | None]:
+    """The versions the catalog's ranges are about, from a bundle's node/versions.json (None where absent)."""
+    if not isinstance(versions, dict):
+        return {}
+    kernel = versions.get("kernel")
+    hip = None
+    libs = versions.get("gpu_libraries_by_pid")
+    for paths in (libs.values() if isinstance(libs, dict) else ()):
+        for lib in paths if isinstance(paths, list) else ():
+            m = _HIP_VERSION.search(str(lib))
+            hip = hip or (m.group(1) if m else None)
+    return {"kernel": kernel.get("release") if isinstance(kernel, dict) else None,
+            "amdgpu": versions.get("amdgpu_module"), "nvidia": versions.get("nvidia_module"), "rocm": hip}
+
+
 def triage_members(read: Callable[[str], bytes | None], names: list[str], source: str,
-                   subject: dict[str, Any] | None = None) -> Report:
+                   subject: dict[str, Any] | None = None, known: bool = True) -> Report:
     """The report for a bundle whose members `read(relative path)` returns (None when absent). `subject`:
-    {"engine": name, "reason": why} when the bundle was taken for that engine's crash (ops/triage/focus.py)."""
+    {"engine": name, "reason": why} when the bundle was taken for that engine's crash (ops/triage/focus.py);
+    `known`: cite the catalog's matching entries (a caller adding findings afterwards cites once, at its end)."""
     log = read(KERNEL_LOG)
     if log is None:
         report = Analyzer("no kernel log").finish(lines=0)
@@ -57,6 +77,9 @@ def triage_members(read: Callable[[str], bytes | None], names: list[str], source
     if any(e.get("backtrace_note") for e in engines):
         report.notes.append("a crashed engine dumped core but no backtrace was stored (gdb/eu-stack missing on the "
                             "node, or the core was not found): see manifest.json")
+    report.environment = environment(json_or_none(read(VERSIONS)))
+    if known:
+        cite(report, report.environment)
     return report
 
 

@@ -102,6 +102,8 @@ class Report:
     engines: list[dict[str, Any]] = field(default_factory=list)  # bundles: what each dead engine died of
     # bundles taken for one engine's crash: {"engine", "reason", "window": [from, to] (epoch s) or None}
     subject: dict[str, Any] | None = None
+    known: list[dict[str, Any]] = field(default_factory=list)  # catalog entries the findings match (ops/knowledge)
+    environment: dict[str, Any] = field(default_factory=dict)  # versions the matches were judged against
 
     def ordered(self) -> list[Finding]:
         return sorted(self.findings, key=lambda f: f.rank)
@@ -142,6 +144,10 @@ class Report:
             out["engines"] = list(self.engines)
         if self.subject:
             out["subject"] = dict(self.subject)
+        if self.environment:
+            out["environment"] = dict(self.environment)
+        if self.known:
+            out["known_issues"] = list(self.known)
         out["findings"] = [f.to_dict() for f in self.ordered()]
         return out
 

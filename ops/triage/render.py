@@ -75,6 +75,20 @@ def _details(f: Finding) -> str:
     return sanitize("; ".join(f"{k}={', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in shown.items()))
 
 
+def known_lines(report: Report, limit: int = 12) -> list[str]:
+    """One bullet per matching catalog entry: what it is, which finding, versions, what to do, where upstream."""
+    out = []
+    for k in report.known[:limit]:
+        text = f"- `{k['id']}`: {k['title']} (matches `{k['rule']}`; versions: {k['versions']})"
+        if k.get("workaround"):
+            text += f"; workaround: {k['workaround'].rstrip('.')}"
+        if k.get("fixed_in"):
+            text += f"; fixed in: {k['fixed_in'].rstrip('.')}"
+        out.append(sanitize(text + f"; {k['url']}"))
+    more = len(report.known) - limit
+    return out + ([f"- ... and {more} more (`triage --json`: known_issues)"] if more > 0 else [])
+
+
 def markdown(report: Report) -> str:
     counts = report.counts()
     found = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
@@ -85,6 +99,9 @@ def markdown(report: Report) -> str:
     timeline = timeline_lines(report)
     if len(timeline) > 1:
         out += ["", "## Timeline (first occurrence of each problem, in log order)", ""] + [f"- {t}" for t in timeline]
+    if report.known:
+        out += ["", "## Known issues that match (`gpuwarden known ID` for the whole entry)", ""]
+        out += known_lines(report)
     if report.notes:
         out += ["", "## Notes", ""] + [f"- {sanitize(n)}" for n in report.notes]
     if report.findings:

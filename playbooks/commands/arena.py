@@ -189,14 +189,16 @@ def budget_cmd(
     global limit of about RAM - RAM/64 - 1.5 GiB, unless amdgpu.no_system_mem_limit=1. Without flags the
     arena and engines come from the node config.
     """
-    from gpuwarden.ops.arena.budget import compute, from_config
+    from gpuwarden.ops.arena.budget import compute, engine_names, from_config
     settings: Settings = ctx.find_root().obj
+    names: list[str] = []
     if size is None or engines is None or visible_gpus is None:
         if not settings.config_path.exists():
             raise GpuwardenError(f"no node config at {settings.config_path} to take the arena and engines from",
                                  "pass all of --size, --engines and --visible-gpus (e.g. --size 64GiB --engines 4 "
                                  "--visible-gpus 4), or --config PATH")
         size_b, visible = from_config(settings, parse_size(size) if size else None)
+        names = engine_names(settings)
         if engines is not None:
             visible = (visible * engines)[:engines] if visible else []
         if visible_gpus is not None:
@@ -204,7 +206,7 @@ def budget_cmd(
     else:
         size_b = parse_size(size)
         visible = [visible_gpus] * engines
-    result = compute(settings, size_b, visible)
+    result = compute(settings, size_b, visible, names)
     if json_out:
         sys.stdout.write(json.dumps(_doc("arena-budget", result.to_dict())) + "\n")
     else:
@@ -229,6 +231,9 @@ def probe_cmd(
     hold: float = typer.Option(0.0, "--hold", help="Seconds to keep every canary serving before stopping them."),
     timeout: float = typer.Option(600.0, "--timeout", help="Give up waiting for canaries to serve after this long."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+    trace: bool = typer.Option(False, "--trace", help="Run each canary with HIP/ROCr/thunk logging (AMD_LOG_LEVEL=3, "
+                               "HSAKMT_DEBUG_LEVEL=5, serialized kernels/copies) and under rocprofv3 --hip-trace "
+                               "--hsa-trace when installed; the capped, redacted logs are kept and triaged."),
 ) -> None:
     """Reproduce N concurrent arena registrations: N canaries, one per GPU, at most K registering at once.
 
@@ -245,11 +250,18 @@ def probe_cmd(
     opts = ProbeOptions(engines=engines, concurrency=concurrency, runtime=runtime,
                         arena=str(arena) if arena else None, size=parse_size(size) if size else None,
                         verify=verify, register_chunk=register_chunk, copy_buffer=copy_buffer,
-                        visibility=visibility, timeout_s=timeout, hold_s=hold)
+                        visibility=visibility, timeout_s=timeout, hold_s=hold, trace=trace)
     report = Probe(settings, opts, say).run()
     if json_out:
         sys.stdout.write(json.dumps(_doc("arena-probe", report)) + "\n")
     else:
         for line in table(report):
             typer.echo(line)
+        if "trace" in report:
+            t = report["trace"]
+            typer.echo(f"trace: {len(t['files'])} log(s) in {t['dir']}" + (f"; {t['note']}" if t["note"] else ""))
+            if t["rocprofv3_missing"]:
+                typer.echo("trace: rocprofv3 is not installed: HIP/HSA API traces were not recorded (install rocprofiler-sdk)")
+            for line in t["findings"]:
+                typer.echo(f"trace finding: {line}")
     raise typer.Exit(0 if report["ok"] else 1)

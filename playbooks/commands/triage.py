@@ -112,6 +112,14 @@ def _analyze_fd(fd: int, name: str, size: int | None):
 
 
 def _report_for(path: str):
+    report = _read_report(path)
+    if not report.known:  # a bundle's triage cited already, with the bundle's versions
+        from gpuwarden.ops.knowledge import cite
+        cite(report)  # a bare log says nothing of the node's versions: matches say "not known"
+    return report
+
+
+def _read_report(path: str):
     if path == "-":
         return _analyze_fd(os.dup(_stdin_fd()), "stdin", None)
     p = Path(path)
@@ -135,11 +143,25 @@ def _explain(name: str) -> None:
         return
     entry = explain.lookup(name)
     if entry is None:
+        from gpuwarden.ops.knowledge import load
+        known = load().get(name)
+        if known is not None:
+            from gpuwarden.ops.knowledge.render import entry_text
+            sys.stdout.write(entry_text(known))
+            return
         close = explain.suggestions(name)
         raise GpuwardenError(f"no triage rule is called {name!r}",
                              (f"did you mean {', '.join(close)}? " if close else "")
                              + "`gpuwarden triage --explain list` lists every rule")
     sys.stdout.write(explain.text(entry))
+    from gpuwarden.ops.knowledge import load
+    cited = load().by_rule.get(entry.id, [])
+    if entry.id.startswith("xid"):  # an Xid number: the nvidia.xid entries whose pattern names that number
+        cited = [e for e in load().by_rule.get("nvidia.xid", [])
+                 if e.pattern is None or e.pattern.search(f"NVIDIA Xid {entry.id[3:]}: ")]
+    if cited:
+        sys.stdout.write("\nKnown issues with this signature (`gpuwarden known ID`):\n")
+        sys.stdout.write("".join(f"  {e.id:44} {e.title}\n" for e in cited))
 
 
 def register(app: typer.Typer) -> None:
@@ -150,8 +172,9 @@ def register(app: typer.Typer) -> None:
                                         "journalctl -k, syslog), an engine's log, or - to read a pipe."),
         json_out: bool = typer.Option(False, "--json", help="Print the report as a gpuwarden.triage/1 document."),
         explain_rule: str = typer.Option(None, "--explain", metavar="RULE",
-                                         help="Say what a finding's rule means and the first thing to check "
-                                              "(a rule id from the report, xidN for an NVIDIA Xid, or `list`)."),
+                                         help="Say what a finding's rule means, the first thing to check and the known "
+                                              "issues with that signature (a rule id from the report, xidN for an "
+                                              "NVIDIA Xid, a known-issue id, or `list`)."),
     ) -> None:
         """Find what went wrong on a GPU node, most important first: the headline names the cause and what it led to.
 

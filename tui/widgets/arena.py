@@ -40,10 +40,29 @@ class ArenaPanel(Static):
                 t.append(f"\n {m.pid} {gpu}")
                 t.append(mark[0], style=mark[1])
         self._registrations(t, snap)
+        self._driver(t, snap)
         key = t.markup
         if key != self._last:
             self._last = key
             self.update(t)
+
+    def _driver(self, t: Text, snap: NodeSnapshot) -> None:
+        """The driver's own books (debugfs): KFD system memory against its limit, VRAM fragmentation."""
+        d = snap.driver
+        if not d:
+            return
+        k = d.get("kfd_mem_limit")
+        t.append("\nKFD system memory ", style="bold")
+        if k:
+            share = k["system_used"] / max(k["system_limit"], 1)
+            t.append(f"{text.size(k['system_used'])} / {text.size(k['system_limit'])}",
+                     style=S["phase.bad"] if share > 0.9 else S["phase.good"])
+        else:
+            t.append("not readable (root, debugfs): `arena budget` computes it", style="dim")
+        frag = [v for v in d.get("vram_free") or () if (v.get("fragmentation") or 0) > 0.5]
+        for v in frag:
+            t.append(f"\n GPU{v['gpu']} VRAM fragmented: largest free {text.size(v['largest_free_block'])} "
+                     f"of {text.size(v['free'])} free", style=S["phase.busy"])
 
     def _registrations(self, t: Text, snap: NodeSnapshot) -> None:
         """Each engine's latest registration: size, time in the call, time waiting at the gate."""

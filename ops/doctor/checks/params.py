@@ -9,9 +9,10 @@ system-memory limit, see ops/arena/budget.py), drivers/gpu/drm/ttm (ttm.pages_li
 from __future__ import annotations
 
 from ...arena.budget import kfd_system_limit
+from ...errors import GpuwardenError
 from ...units import fmt_bytes
 from ..model import Result, passed, skip, unknown, warn
-from ..node import amd_gpus, mem_total
+from ..node import amd_gpus, mem_total, node_config
 from ..probe import CheckIO
 
 PARAMS = "module/amdgpu/parameters"
@@ -88,6 +89,20 @@ def check_lockup_timeout(io: CheckIO) -> Result:
                   value=raw, engines=per)
 
 
+def _plan_budget(io: CheckIO):
+    """The node config's arena plan against KFD's limit (ops/arena/budget), or None without a plan."""
+    cfg = node_config(io)
+    if cfg is None or cfg.arena is None or not cfg.engines:
+        return None
+    from ...arena import budget
+    settings = io.settings.with_(sysfs_root=io.roots.gpu, proc_root=io.roots.proc)
+    try:
+        size, visible = budget.from_config(settings)
+        return budget.compute(settings, size, visible, [e.name for e in cfg.engines])
+    except GpuwardenError:
+        return None
+
+
 def check_kfd_limit(io: CheckIO) -> Result:
     raw, early = _param(io, "no_system_mem_limit")
     if early:
@@ -96,9 +111,22 @@ def check_kfd_limit(io: CheckIO) -> Result:
     limit = kfd_system_limit(total) if total else None
     shown = fmt_bytes(limit) if limit else "RAM - RAM/64 - 1.5 GiB"
     off = raw in ("Y", "y", "1")
+    plan = _plan_budget(io)
     if off:
+        needed = "" if plan is None else (
+            "; the arena plan would not fit without it" if plan.charged + (plan.kfd_used or 0) > plan.limit
+            else "; the arena plan fits even without it")
         return passed("no_system_mem_limit=Y: KFD does not count host-memory registrations against a node-wide limit; "
-                      "pinned pages are still real RAM", value=raw, limit=None)
+                      f"pinned pages are still real RAM{needed}", value=raw, limit=None)
+    if plan is not None and not plan.fits:
+        source = "KFD's own limit (debugfs kfd/mem_limit)" if plan.limit_source == "debugfs" else \
+            "the limit computed from RAM"
+        return warn(f"no_system_mem_limit=N, and the arena plan charges {fmt_bytes(plan.charged)} against "
+                    f"{source} of {fmt_bytes(plan.limit)}: " + (plan.crossing or "registrations past it fail"),
+                    "echo 1 > /sys/module/amdgpu/parameters/no_system_mem_limit (takes effect at once; keep it with "
+                    "`options amdgpu no_system_mem_limit=1` in /etc/modprobe.d/amdgpu.conf), or one GPU per engine "
+                    "(ROCR_VISIBLE_DEVICES)", value=raw, limit=plan.limit, charged=plan.charged,
+                    limit_source=plan.limit_source)
     return passed(f"no_system_mem_limit=N: every hipHostRegister (userptr) registration, once per GPU the process "
                   f"sees, counts against one node-wide limit of {shown}; kfd-budget checks the arena against it",
                   value=raw, limit=limit)
