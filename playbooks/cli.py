@@ -82,14 +82,20 @@ def _global(
     proc_root: Optional[Path] = typer.Option(
         None, "--proc-root", envvar="GPUWARDEN_PROC_ROOT",
         help="Read this tree instead of /proc (a captured node).", show_default=False),
+    read_timeout: Optional[float] = typer.Option(
+        None, "--read-timeout", envvar="GPUWARDEN_READ_TIMEOUT", metavar="SECONDS",
+        help="How long one read of a GPU source (a sysfs file, an amdsmi or NVML call) may take before that GPU "
+             "is shown as STALE and named, and the command goes on without it (default 3; 0.05 to 600). A "
+             "hung driver blocks such reads in the kernel.", show_default=False),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
     invocation = _note_invocation(ctx, (("state_dir", "--state-dir"), ("config", "--config"),
                                         ("backend", "--backend"), ("sysfs_root", "--sysfs-root"),
-                                        ("proc_root", "--proc-root")))
+                                        ("proc_root", "--proc-root"), ("read_timeout", "--read-timeout")))
     from .globalopts import resolve
-    ctx.obj = resolve(state_dir, config, backend, sysfs_root, proc_root).with_(cli_words=tuple(invocation.words))
+    ctx.obj = resolve(state_dir, config, backend, sysfs_root, proc_root,
+                      read_timeout).with_(cli_words=tuple(invocation.words))
     if ctx.invoked_subcommand is None:
         # No command: the console when the program has one (gpuwarden.tui.main sets it), else the help.
         if _default_action is None:
