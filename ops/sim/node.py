@@ -240,6 +240,11 @@ class SimNode:
                 if a["gpu"] == gpu:
                     statedir.unlink(self.allocs_dir / a["_file"], root=self.state_dir)
             cfg.setdefault("leaked", {}).pop(str(gpu), None)
+            hung = self.hung_gpus(cfg)
+            if gpu in hung:  # a reset recovers a wedged GPU, as amdgpu's does a hung SMU
+                cfg["hang_gpus"] = sorted(hung - {gpu})
+                if not cfg["hang_gpus"]:
+                    cfg["faults"] = [f for f in cfg.get("faults", []) if f != "hang"]
             resets = cfg.setdefault("resets", {})
             resets[str(gpu)] = int(resets.get(str(gpu), 0)) + 1
             self._save(cfg)
