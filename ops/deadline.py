@@ -59,6 +59,14 @@ class Lane:
         self.path: str | None = None
         self.late: LateRead | None = None  # set while a read that overran is still in the kernel
 
+    def poll(self) -> LateRead | None:
+        """The late read this lane is still blocked in; None when it is free (a late read that came back frees it)."""
+        late = self.late
+        if late is not None and self._done.acquire(False):
+            self._answer = None
+            self.late = late = None
+        return late
+
     def mark(self, what: str, path: str | None = None) -> None:
         """Called by a job before each read, so a late answer can say which file or call it was."""
         self.what, self.path = what, path
@@ -76,6 +84,11 @@ class Lane:
 
     def run(self, job, deadline_s: float):
         """job(mark)'s value, or LateRead when it takes longer than `deadline_s` (the job keeps running)."""
+        began = self.begin(job, deadline_s)
+        return self.end(time.monotonic() + deadline_s, began, deadline_s)
+
+    def begin(self, job, deadline_s: float) -> float:
+        """Hand `job` to the worker (end() must follow); LateRead at once when the lane is still blocked."""
         if not self._use.acquire(timeout=deadline_s):
             # Another caller waits on this lane's job, which has been running all this while.
             raise self.late.again() if self.late is not None else self._late(deadline_s, time.time() - deadline_s)
@@ -87,7 +100,6 @@ class Lane:
                 self.late = None
             self.what = self.path = None
             self._job = job
-            began = time.time()
             if not self._started:
                 try:
                     _thread.start_new_thread(self._loop, ())
@@ -97,7 +109,15 @@ class Lane:
                                          "raise the process/thread limit for gpuwarden (ulimit -u, TasksMax=)") from None
                 self._started = True
             self._go.release()
-            if self._done.acquire(timeout=deadline_s):
+            return time.time()
+        except BaseException:
+            self._use.release()
+            raise
+
+    def end(self, deadline_at: float, began: float, deadline_s: float):
+        """The job's value once it answers, by `deadline_at` (monotonic); else LateRead (the lane stays blocked)."""
+        try:
+            if self._done.acquire(timeout=max(0.0, deadline_at - time.monotonic())):
                 ok, value = self._answer  # type: ignore[misc]
                 self._answer = None
                 if ok:
@@ -121,11 +141,42 @@ class Lanes:
 
     def run(self, key: object, job, deadline_s: float, *, source: str, gpu: int | None = None):
         """job(mark) on the lane `key` (made at first use) under `deadline_s`; LateRead when it does not answer."""
+        return self._lane(key, source, gpu).run(job, deadline_s)
+
+    def _lane(self, key: object, source: str, gpu: int | None) -> Lane:
         lane = self._lanes.get(key)
         if lane is None:
             with self._lock:
                 lane = self._lanes.setdefault(key, Lane(key, source, gpu))
-        return lane.run(job, deadline_s)
+        return lane
+
+    def run_all(self, jobs: list, deadline_s: float) -> list:
+        """Each (key, job, source, gpu) started at once and waited for under one deadline: a refresh of eight hung
+        GPUs costs one deadline, not eight. Returns, in order, each job's value or the exception it ended with
+        (a LateRead when late)."""
+        started = []
+        for key, job, source, gpu in jobs:
+            lane = self._lane(key, source, gpu)
+            try:
+                started.append((lane, lane.begin(job, deadline_s), None))
+            except LateRead as late:
+                started.append((lane, 0.0, late))
+        deadline_at = time.monotonic() + deadline_s
+        out = []
+        for lane, began, late in started:
+            if late is not None:
+                out.append(late)
+                continue
+            try:
+                out.append(lane.end(deadline_at, began, deadline_s))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def poll(self, key: object) -> LateRead | None:
+        """The late read the lane `key` is still blocked in, None when it is free or was never used."""
+        lane = self._lanes.get(key)
+        return None if lane is None else lane.poll()
 
     def blocked(self) -> list[LateRead]:
         """The reads still blocked past their deadline, one per lane (each holds one thread)."""

@@ -262,15 +262,16 @@ class SysfsBackend:
 
     _SCALE = {"temperature_c": 1000.0, "power_w": 1e6}  # millidegrees, microwatts
 
-    def _read_gpu(self, index: int, values: dict, mark) -> dict:
-        """One GPU's fields, read in its lane; `values` fills as each file answers (what a late GPU still shows)."""
+    def _read_gpu(self, index: int, values: dict, skip: set, mark) -> dict:
+        """One GPU's fields, read in its lane; `values` fills as each file answers (what a late GPU still shows).
+        Files in `skip` are blocked in another lane: they read as None."""
         described = self._described.get(index)
         if described is None:
             described = self._described[index] = self._describe_one(index, mark)
         static, paths = described
         held = self._gpu_held[index]
         for key, path in paths.items():
-            if path is None:
+            if path is None or path in skip:
                 values[key] = None
                 continue
             mark(path.rpartition("/")[2], path)
@@ -286,19 +287,44 @@ class SysfsBackend:
         return static
 
     def gpus(self) -> list[GpuInfo]:
-        out = []
+        """Every GPU, each read in a lane of its own, all at once under one deadline. While a lane is blocked in a
+        file, the next lane of that GPU reads the others (so a GPU whose busy file hangs still shows its VRAM):
+        at most one lane per file a GPU has, each holding at most one thread; one handoff per GPU while all answer."""
         root_s = str(self.sysfs_root)
+        jobs, plans = [], []
         for index in range(len(self._layout)):
+            blocked: list[LateRead] = []
             values: dict = {}
-            try:
-                static = self._lanes.run(("sysfs-gpu", root_s, index),
-                                         lambda mark, i=index, v=values: self._read_gpu(i, v, mark),
-                                         self.deadline_s, source="sysfs", gpu=index)
-                out.append(GpuInfo(**static, **values))
-            except LateRead as late:
+            described = self._described.get(index)
+            for k in range(1 + (len(described[1]) if described is not None else 5)):
+                key = ("sysfs-gpu", root_s, index, k)
+                late = self._lanes.poll(key)
+                if late is not None:
+                    blocked.append(late)
+                    continue
+                skip = {b.path for b in blocked}
+                jobs.append((key, lambda mark, i=index, v=values, s=skip: self._read_gpu(i, v, s, mark), "sysfs", index))
+                break
+            else:
+                jobs.append(None)  # every file of this GPU is blocked somewhere: nothing left to read
+            plans.append((blocked, values))
+        answers = iter(self._lanes.run_all([j for j in jobs if j is not None], self.deadline_s))
+        out = []
+        for index, (job, (blocked, values)) in enumerate(zip(jobs, plans)):
+            static = None
+            if job is not None:
+                answer = next(answers)
+                if isinstance(answer, LateRead):
+                    blocked.append(answer)
+                elif isinstance(answer, BaseException):
+                    raise answer
+                else:
+                    static = answer
+            if static is None:
                 described = self._described.get(index)
                 static = described[0] if described is not None else self._identity(index)
-                out.append(GpuInfo(**static, **dict(values), stale=stale_read(late)))
+            stale = stale_read(min(blocked, key=lambda b: b.since)) if blocked else None
+            out.append(GpuInfo(**static, **dict(values), stale=stale))
         return out
 
     def process_usage(self) -> list[ProcessUsage]:
