@@ -50,9 +50,9 @@ class SimBackend(SysfsBackend):
         # The "hang" drill puts FIFOs where some attributes were: a file held open from before would keep reading
         # the old file, where a real driver's held attribute blocks too, so held files are opened anew.
         hung = self.node.hung_gpus()
-        if hung != getattr(self, "_hung", set()) and hasattr(self, "_held"):
-            self._held.close()
-            self._repeat = None
+        for g in hung - getattr(self, "_hung", set()):
+            if g < len(getattr(self, "_gpu_held", ())):
+                self._gpu_held[g].close()  # its lanes are idle: only a healthy GPU becomes hung
         self._hung = hung
         self._last_sync = time.monotonic()
         self._seen = self._state()
