@@ -195,7 +195,7 @@ class SysfsBackend:
         self._layout = self._join()
         self._proc_dir = self.sysfs_root / "class/kfd/kfd/proc"
         self._gpu_id_to_index = {gid: i for i, (_, gid, _) in enumerate(self._layout) if gid}
-        self._held = HeldFiles()  # the KFD per-process files, read in the KFD lane only
+        self._held = HeldFiles(blocking_open=True)  # the KFD per-process files, read in the KFD lane only
         # Per GPU: its held attribute files (touched by that GPU's lane only, so a read still blocked there shares
         # nothing with the others) and what _describe_one found.
         self._gpu_held = [HeldFiles(blocking_open=True) for _ in self._layout]
