@@ -57,6 +57,7 @@ class Lane:
         self._started = False
         self.what: str | None = None  # what the job in flight is reading now (the job says, through mark)
         self.path: str | None = None
+        self.at_gpu: int | None = None
         self.late: LateRead | None = None  # set while a read that overran is still in the kernel
 
     def poll(self) -> LateRead | None:
@@ -67,9 +68,10 @@ class Lane:
             self.late = late = None
         return late
 
-    def mark(self, what: str, path: str | None = None) -> None:
-        """Called by a job before each read, so a late answer can say which file or call it was."""
-        self.what, self.path = what, path
+    def mark(self, what: str, path: str | None = None, gpu: int | None = None) -> None:
+        """Called by a job before each read, so a late answer can say which file or call it was (and, on a lane
+        that reads several GPUs, whose)."""
+        self.what, self.path, self.at_gpu = what, path, gpu
 
     def _loop(self) -> None:
         while True:
@@ -98,7 +100,7 @@ class Lane:
                     raise self.late.again()  # still blocked: say so at once, start nothing
                 self._answer = None  # the overrun read came back at last: its answer is too old to use
                 self.late = None
-            self.what = self.path = None
+            self.what = self.path = self.at_gpu = None
             self._job = job
             if not self._started:
                 try:
@@ -129,7 +131,8 @@ class Lane:
             self._use.release()
 
     def _late(self, deadline_s: float, since: float) -> LateRead:
-        return LateRead(self.source, self.what or "(starting)", self.path, self.gpu, deadline_s, since)
+        gpu = self.at_gpu if self.at_gpu is not None else self.gpu
+        return LateRead(self.source, self.what or "(starting)", self.path, gpu, deadline_s, since)
 
 
 class Lanes:

@@ -158,6 +158,17 @@ def _hwmon(dev: Path) -> Path | None:
     return dev / "hwmon" / names[0] if names else None
 
 
+class _Pass:
+    """One reading pass of a job: what it read so far, the files it must leave alone, whether its caller gave up."""
+
+    __slots__ = ("values", "skip", "cancelled")
+
+    def __init__(self, skip: set | None = None):
+        self.values: dict[int, dict] = {}
+        self.skip = skip or set()
+        self.cancelled = False
+
+
 class SysfsBackend:
     """The sysfs/KFD backend. `sysfs_root`/`proc_root` point at /sys and /proc or a captured tree."""
 
@@ -200,6 +211,7 @@ class SysfsBackend:
         # nothing with the others) and what _describe_one found.
         self._gpu_held = [HeldFiles(blocking_open=True) for _ in self._layout]
         self._described: dict[int, tuple[dict, dict[str, str | None]]] = {}
+        self._gpu_lanes: set[tuple] = set()  # per-GPU lanes in use since a read was late (see gpus)
         self._last_usage: list[ProcessUsage] = []
         self._proc_dir_s = str(self._proc_dir)
         self._entries: dict[str, tuple[int, list[list]]] = {}  # pid -> (its directory's inode, see _list_pid)
@@ -262,19 +274,23 @@ class SysfsBackend:
 
     _SCALE = {"temperature_c": 1000.0, "power_w": 1e6}  # millidegrees, microwatts
 
-    def _read_gpu(self, index: int, values: dict, skip: set, mark) -> dict:
-        """One GPU's fields, read in its lane; `values` fills as each file answers (what a late GPU still shows).
-        Files in `skip` are blocked in another lane: they read as None."""
+    def _read_gpu(self, index: int, work: _Pass, mark) -> dict | None:
+        """One GPU's fields into work.values[index] as each file answers (what a late GPU still shows); files in
+        work.skip are blocked in another lane and read as None. Stops once the caller gave up on this pass."""
         described = self._described.get(index)
         if described is None:
-            described = self._described[index] = self._describe_one(index, mark)
+            described = self._described[index] = self._describe_one(index, lambda w, p=None: mark(w, p, index))
         static, paths = described
         held = self._gpu_held[index]
+        values = work.values.setdefault(index, {})
+        skip = work.skip
         for key, path in paths.items():
+            if work.cancelled:
+                return None  # a read of this pass came back after its deadline: the files are another lane's now
             if path is None or path in skip:
                 values[key] = None
                 continue
-            mark(path.rpartition("/")[2], path)
+            mark(path.rpartition("/")[2], path, index)
             raw = held.read(path, 64)
             value = None
             if raw:
@@ -286,46 +302,78 @@ class SysfsBackend:
             values[key] = value / scale if value is not None and scale else value
         return static
 
+    def _read_all(self, work: _Pass, mark) -> list[dict | None]:
+        return [self._read_gpu(i, work, mark) for i in range(len(self._layout))]
+
     def gpus(self) -> list[GpuInfo]:
-        """Every GPU, each read in a lane of its own, all at once under one deadline. While a lane is blocked in a
-        file, the next lane of that GPU reads the others (so a GPU whose busy file hangs still shows its VRAM):
-        at most one lane per file a GPU has, each holding at most one thread; one handoff per GPU while all answer."""
+        """Every GPU. While every read answers, one job reads them all (one thread handoff a refresh). When one is
+        late, each GPU gets lanes of its own, all waited for at once under one deadline, and while a lane is
+        blocked in a file the next lane of that GPU reads the others (so a GPU whose busy file hangs still shows
+        its VRAM): at most one lane per file, each holding at most one thread, until every lane is free again."""
         root_s = str(self.sysfs_root)
-        jobs, plans = [], []
-        for index in range(len(self._layout)):
-            blocked: list[LateRead] = []
-            values: dict = {}
+        n = len(self._layout)
+        statics: list[dict | None] = [None] * n
+        blocked: list[list[LateRead]] = [[] for _ in range(n)]
+        values: dict[int, dict] = {}
+        together = ("sysfs-all", root_s)
+        shared_late = self._lanes.poll(together)
+        todo = list(range(n))
+        if shared_late is None and not any(self._lanes.poll(k) for k in self._gpu_lanes):
+            self._gpu_lanes.clear()
+            work = _Pass()
+            values = work.values
+            try:
+                statics = self._lanes.run(together, lambda mark: self._read_all(work, mark), self.deadline_s,
+                                          source="sysfs")
+                todo = []
+            except LateRead as late:
+                work.cancelled = True
+                statics = [None] * n
+                stuck = late.gpu if late.gpu is not None else 0
+                blocked[stuck].append(late)
+                for i in range(stuck):
+                    statics[i] = self._described[i][0]  # read whole before the late file
+                todo = list(range(stuck, n))
+        elif shared_late is not None and shared_late.gpu is not None:
+            blocked[shared_late.gpu].append(shared_late)
+        if todo:
+            self._each_in_lanes(todo, root_s, statics, blocked, values)
+        out = []
+        for index in range(n):
+            static = statics[index]
+            if static is None:
+                described = self._described.get(index)
+                static = described[0] if described is not None else self._identity(index)
+            late = blocked[index]
+            stale = stale_read(min(late, key=lambda b: b.since)) if late else None
+            out.append(GpuInfo(**static, **dict(values.get(index, {})), stale=stale))
+        return out
+
+    def _each_in_lanes(self, todo: list[int], root_s: str, statics: list, blocked: list, values: dict) -> None:
+        """The GPUs in `todo`, each in the first of its lanes that is free, at once under one deadline."""
+        jobs, passes = [], []
+        for index in todo:
             described = self._described.get(index)
             for k in range(1 + (len(described[1]) if described is not None else 5)):
                 key = ("sysfs-gpu", root_s, index, k)
                 late = self._lanes.poll(key)
                 if late is not None:
-                    blocked.append(late)
+                    blocked[index].append(late)
                     continue
-                skip = {b.path for b in blocked}
-                jobs.append((key, lambda mark, i=index, v=values, s=skip: self._read_gpu(i, v, s, mark), "sysfs", index))
+                work = _Pass({b.path for b in blocked[index]})
+                jobs.append((key, lambda mark, i=index, w=work: self._read_gpu(i, w, mark), "sysfs", index))
+                passes.append((index, work))
+                self._gpu_lanes.add(key)
                 break
+        for (index, work), answer in zip(passes, self._lanes.run_all(jobs, self.deadline_s)):
+            values[index] = work.values.get(index, {})
+            if isinstance(answer, LateRead):
+                work.cancelled = True
+                blocked[index].append(answer)
+            elif isinstance(answer, BaseException):
+                raise answer
             else:
-                jobs.append(None)  # every file of this GPU is blocked somewhere: nothing left to read
-            plans.append((blocked, values))
-        answers = iter(self._lanes.run_all([j for j in jobs if j is not None], self.deadline_s))
-        out = []
-        for index, (job, (blocked, values)) in enumerate(zip(jobs, plans)):
-            static = None
-            if job is not None:
-                answer = next(answers)
-                if isinstance(answer, LateRead):
-                    blocked.append(answer)
-                elif isinstance(answer, BaseException):
-                    raise answer
-                else:
-                    static = answer
-            if static is None:
-                described = self._described.get(index)
-                static = described[0] if described is not None else self._identity(index)
-            stale = stale_read(min(blocked, key=lambda b: b.since)) if blocked else None
-            out.append(GpuInfo(**static, **dict(values), stale=stale))
-        return out
+                statics[index] = answer
 
     def process_usage(self) -> list[ProcessUsage]:
         """KFD's per-process VRAM, under the deadline: when a file is late, the last complete answer (and
