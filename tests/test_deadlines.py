@@ -25,11 +25,16 @@ from gpuwarden.ops import jsondoc
 from gpuwarden.ops.deadline import LateRead, Lanes
 
 GPUWARDEN = Path(sys.executable).parent / "gpuwarden"
-HANG_LIMIT_S = 20  # a command that takes this long hangs (its deadline is 1 s)
+HANG_LIMIT_S = 20  # a command that takes this long hangs (its deadline is 0.5 s)
 
 
 def threads(pid: int | str = "self") -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def resident_threads(pid: int) -> int:
+    """The fewest threads seen over a burst of looks: the agent's per-connection handler threads come and go."""
+    return min(threads(pid) for _ in range(300))
 
 
 def blocking_read(path: Path):
@@ -223,7 +228,7 @@ def hung_cli(cli, state_dir):
 
     def run(*args, **kw):
         t0 = time.monotonic()
-        proc = cli("--backend", "sim", "--read-timeout", "1", *args, timeout=HANG_LIMIT_S, **kw)
+        proc = cli("--backend", "sim", "--read-timeout", "0.5", *args, timeout=HANG_LIMIT_S, **kw)
         proc.seconds = time.monotonic() - t0
         return proc
     yield run
@@ -233,7 +238,7 @@ def hung_cli(cli, state_dir):
 def test_status_answers_names_the_gpu_and_exits_1(hung_cli):
     proc = hung_cli("status")
     assert proc.returncode == 1 and proc.seconds < 8, (proc.seconds, proc.stdout, proc.stderr)
-    assert "GPU 2: sysfs read of gpu_busy_percent did not answer in 1 s: the GPU may be hung" in proc.stdout
+    assert "GPU 2: sysfs read of gpu_busy_percent did not answer in 0.5 s: the GPU may be hung" in proc.stdout
     assert "SIMULATED" in proc.stdout and "NEEDS ATTENTION" in proc.stdout
     row = next(line for line in proc.stdout.splitlines() if line.startswith("  2 "))
     assert "STALE (gpu_busy_percent" in row and "8.0 GiB" in row  # what it has: VRAM still reads
@@ -243,7 +248,7 @@ def test_status_answers_names_the_gpu_and_exits_1(hung_cli):
     jsondoc.validate(doc)
     assert [g["index"] for g in doc["gpus"] if g["stale"]] == [2]
     assert {"code": "stale", "gpu": 2,
-            "message": "GPU 2: sysfs read of gpu_busy_percent did not answer in 1 s: the GPU may be hung"} \
+            "message": "GPU 2: sysfs read of gpu_busy_percent did not answer in 0.5 s: the GPU may be hung"} \
         in doc["warnings"]
 
 
@@ -257,7 +262,7 @@ def test_status_of_a_hung_node_stays_in_the_import_budget(hung_cli, state_dir):
 def test_metrics_exports_what_answers_and_names_the_stale_gpu(hung_cli):
     proc = hung_cli("metrics")
     assert proc.returncode == 1 and proc.seconds < 8, proc.stderr
-    assert "gpuwarden: GPU 2: sysfs read of gpu_busy_percent did not answer in 1 s" in proc.stderr
+    assert "gpuwarden: GPU 2: sysfs read of gpu_busy_percent did not answer in 0.5 s" in proc.stderr
     lines = proc.stdout.splitlines()
     assert any(line.startswith("gpuwarden_gpu_stale{") and 'gpu="2"' in line and line.endswith(" 1.0") for line in lines)
     assert any(line.startswith("gpuwarden_gpu_busy_ratio{") and 'gpu="0"' in line for line in lines)
@@ -270,18 +275,17 @@ def test_doctor_names_the_gpu_that_does_not_answer(hung_cli):
     assert proc.returncode == 1 and proc.seconds < 10, proc.stderr
     [check] = json.loads(proc.stdout)["checks"]
     assert check["verdict"] == "fail"
-    assert check["reason"] == "GPU 2: sysfs read of gpu_busy_percent did not answer in 1 s: the GPU may be hung"
+    assert check["reason"] == "GPU 2: sysfs read of gpu_busy_percent did not answer in 0.5 s: the GPU may be hung"
     assert "gpuwarden reset 2 --force" in check["fix"]
 
 
 def test_fix_and_reset_refuse_a_gpu_whose_state_could_not_be_read(hung_cli, state_dir):
     proc = hung_cli("fix", "2", "--yes")
     assert proc.returncode == 1 and proc.seconds < 10
-    assert "GPU 2's state could not be read: sysfs read of gpu_busy_percent did not answer in 1 s" in proc.stdout
+    assert "GPU 2's state could not be read: sysfs read of gpu_busy_percent did not answer in 0.5 s" in proc.stdout
     proc = hung_cli("reset", "2", "--yes")
     assert proc.returncode == 1 and "(pass --force to reset it all the same)" in proc.stdout
-    assert "resets" not in json.loads(hung_cli("sim", "show", "--json").stdout) or \
-        not json.loads(hung_cli("sim", "show", "--json").stdout)["resets"]
+    assert json.loads(hung_cli("sim", "show", "--json").stdout)["resets"] == {}  # nothing was reset
     assert hung_cli("fix", "1", "--dry-run").returncode == 0  # the GPUs that answer are not held hostage
     # The operator who knows: a forced reset goes ahead, and the reset brings the GPU back.
     proc = hung_cli("reset", "2", "--force", "--yes")
@@ -315,10 +319,10 @@ def test_the_agent_keeps_sampling_names_the_late_gpu_and_holds_its_threads(cli, 
         assert agent.get("/healthz").status == 200  # the agent is healthy; the GPU is not (a restart cures nothing)
         taken = snapshot_of(agent)["taken_at"]
         # By then each of GPU 1's three wedged files holds its lane's thread (one new wait per refresh).
-        wait_for(lambda: snapshot_of(agent)["taken_at"] > taken + 4, what="fresh snapshots while GPU 1 hangs")
-        count = threads(agent.proc.pid)
-        wait_for(lambda: snapshot_of(agent)["taken_at"] > taken + 8, what="more refreshes")
-        assert threads(agent.proc.pid) <= count  # no new thread per refresh for the same files
+        wait_for(lambda: snapshot_of(agent)["taken_at"] > taken + 3, what="fresh snapshots while GPU 1 hangs")
+        count = resident_threads(agent.proc.pid)
+        wait_for(lambda: snapshot_of(agent)["taken_at"] > taken + 6, what="more refreshes")
+        assert resident_threads(agent.proc.pid) <= count  # no new thread per refresh for the same files
         proc = cli("--backend", "sim", "status", timeout=HANG_LIMIT_S)
         assert proc.returncode == 1 and "via agent" in proc.stdout
         assert "GPU 1: sysfs read of gpu_busy_percent did not answer in 0.5 s" in proc.stdout
