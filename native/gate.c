@@ -245,18 +245,24 @@ void gw_gate_enter(struct gw_ticket *t, const char *call, size_t bytes) {
     pthread_mutex_unlock(&G.acquire_mu);
 }
 
-int gw_gate_leave(const struct gw_ticket *t, int hold) {
+int gw_gate_settle(const struct gw_ticket *t) {
     if (t->slot < 0)
         return 0;
     pthread_mutex_lock(&G.mu);
+    return G.fd < 0 || G.gen != t->gen;  /* the watchdog let the slot go while this call hung */
+}
+
+void gw_gate_leave(const struct gw_ticket *t, int hold) {
+    if (t->slot < 0)
+        return;
     if (G.fd < 0 || G.gen != t->gen) {
         pthread_mutex_unlock(&G.mu);
-        return 1;  /* the watchdog let the slot go while this call hung */
+        return;
     }
     if (--G.calls == 0) {
         switch (hold ? gw_cfg.release : GW_RELEASE_REGISTERED) {
         case GW_RELEASE_REGISTERED:
-            release_locked(NULL);  /* the "registered" line says it */
+            release_locked(NULL);  /* the "registered" line, written under the slot, says it */
             break;
         case GW_RELEASE_AFTER:
             G.hold_until = gw_mono() + gw_cfg.release_after;
@@ -268,5 +274,4 @@ int gw_gate_leave(const struct gw_ticket *t, int hold) {
         pthread_cond_broadcast(&G.cv);
     }
     pthread_mutex_unlock(&G.mu);
-    return 0;
 }

@@ -110,8 +110,12 @@ struct gw_ticket {
 GW_HIDDEN void gw_gate_init(void);
 /* Take (or share this process's) slot before a registration call of `bytes` through `call`. */
 GW_HIDDEN void gw_gate_enter(struct gw_ticket *t, const char *call, size_t bytes);
-/* After the call: release the slot, or hold it as configured when `hold`; 1 when the watchdog already let it go. */
-GW_HIDDEN int gw_gate_leave(const struct gw_ticket *t, int hold);
+/* After the call, before its result line is written: 1 when the watchdog already let the slot go. Keeps the
+ * gate locked until gw_gate_leave, so the result line is written while the slot is still this call's: under a
+ * 1-slot gate no other engine's "registering" can come before it (the protocol's windows never overlap). */
+GW_HIDDEN int gw_gate_settle(const struct gw_ticket *t);
+/* Then: release the slot, or hold it as configured when `hold`, and unlock. */
+GW_HIDDEN void gw_gate_leave(const struct gw_ticket *t, int hold);
 
 /* ---- RTLD_DEEPBIND (deepbind.c) -------------------------------------------------------------- */
 

@@ -125,13 +125,14 @@ static int do_register(struct binding *b, const void *caller, void *p, size_t n,
     double t0 = gw_mono();
     int r = real(p, n, flags);
     double took = gw_mono() - t0;
-    int late = gw_gate_leave(&t, r == 0);  /* a failed call has nothing to hold the slot for */
     if (r == 0)
         remember(p, n);
+    int late = gw_gate_settle(&t);
     gw_emit(r == 0 ? "registered" : "register-failed",
             ",\"call\":\"%s\",\"bytes\":%zu,\"seconds\":%.6f,\"wait_s\":%.6f,\"result\":%d,\"slot\":%s,"
             "\"via\":\"%s\"%s",
             call, n, took, t.wait_s, r, slot_text(t.slot, s, sizeof s), b->via, late ? ",\"late\":true" : "");
+    gw_gate_leave(&t, r == 0);  /* after the line: a failed call has nothing to hold the slot for */
     depth--;
     return r;
 }
@@ -153,12 +154,13 @@ static int do_unregister(struct binding *b, const void *caller, void *p) {
     double t0 = gw_mono();
     int r = real(p);
     double took = gw_mono() - t0;
-    gw_gate_leave(&t, 0);
     if (r != 0)
         remember(p, n);
+    gw_gate_settle(&t);
     gw_emit(r == 0 ? "unregistered" : "unregister-failed",
             ",\"call\":\"%s\",\"bytes\":%zu,\"seconds\":%.6f,\"result\":%d,\"via\":\"%s\"",
             call, n, took, r, b->via);
+    gw_gate_leave(&t, 0);
     depth--;
     return r;
 }

@@ -169,6 +169,12 @@ class PodGpus:
     deleted_at: float | None = None  # the pod is gone (watch), its GPUs may still hold its memory
 
 
+# The phase of an engine whose host-registration call returned an error (ops/engines/progress.py keeps it there until
+# a registration succeeds or the engine stops); it and "crashed" put the node in NEEDS ATTENTION.
+FAILED_REGISTRATION = "failed-registration"
+ATTENTION_PHASES = ("crashed", FAILED_REGISTRATION)
+
+
 @record
 class EngineInfo:
     """A supervised engine as its shim last recorded it."""
@@ -293,10 +299,11 @@ class NodeSnapshot:
         return [g for g in self.gpus if g.stale is not None]
 
     def needs_attention(self) -> bool:
-        """True when the operator should look: residual VRAM, dead holders, crashed engines, a GPU that does not answer."""
+        """True when the operator should look: residual VRAM, dead holders, crashed engines, engines whose
+        registration failed (until one succeeds or the engine is stopped), a GPU that does not answer."""
         if any(r.significant or r.holders for r in self.residual) or any(g.stale is not None for g in self.gpus):
             return True
-        return any(e.phase == "crashed" for e in self.engines)
+        return any(e.phase in ATTENTION_PHASES for e in self.engines)
 
     def warning_codes(self) -> set[str]:
         return {w.code for w in self.warnings}

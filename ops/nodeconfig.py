@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from . import inputs, tomlpos
-from .agent.config import DEFAULT as AGENT_DEFAULTS
-from .agent.config import AgentConfig
-from .agent.config import parse as parse_agent
+from .config.agent import DEFAULT as AGENT_DEFAULTS
+from .config.agent import AgentConfig
+from .config.agent import parse as parse_agent
 from .errors import ConfigError, GpuwardenError
 from .safetext import printable
 from .settings import Settings
@@ -102,8 +102,8 @@ class NodeConfig:
     arena: ArenaConfig | None = None
     stagger: StaggerConfig = StaggerConfig()
     state_dir: Path | None = None
-    agent: AgentConfig = AGENT_DEFAULTS  # the [agent] table (gpuwarden.ops.agent.config)
-    kubernetes: Any = None  # gpuwarden.ops.k8s.config.KubernetesConfig when the file has a [kubernetes] table
+    agent: AgentConfig = AGENT_DEFAULTS  # the [agent] table (gpuwarden.ops.config.agent)
+    kubernetes: Any = None  # gpuwarden.ops.config.kubernetes.KubernetesConfig when the file has a [kubernetes] table
 
     def engine(self, name: str) -> EngineConfig | None:
         return next((e for e in self.engines if e.name == name), None)
@@ -325,7 +325,7 @@ class _Validator:
         kubernetes = None
         if "kubernetes" in data:
             with self.check():
-                from .k8s import config as k8s_config  # only a node that has the table pays for the import
+                from .config import kubernetes as k8s_config  # only a node that has the table pays for the import
                 kubernetes = k8s_config.parse(data["kubernetes"], lambda key, problem, hint: self.fail(
                     "kubernetes", None, key, problem, hint))
         self.done()
@@ -660,3 +660,14 @@ def effective_settings(settings: Settings, config: NodeConfig | None = None) -> 
     if config.state_dir is None:
         return settings
     return settings.with_(state_dir=config.state_dir)
+
+
+def kubernetes_config(settings: Settings, **overrides: Any) -> Any:
+    """The node config's [kubernetes] table (defaults without one), with command-line overrides applied."""
+    from dataclasses import replace
+
+    from .config.kubernetes import KubernetesConfig
+    cfg = KubernetesConfig()
+    if settings.config_path.exists():
+        cfg = load(settings).kubernetes or cfg
+    return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})

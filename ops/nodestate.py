@@ -13,7 +13,7 @@ from .statedir import StateFileError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
-    from .sampling.filecache import FileCache
+    from .filecache import FileCache
 
 
 def drained(state_dir: Path, cache: "FileCache | None" = None) -> dict[int, dict]:

@@ -7,7 +7,6 @@ carry on (a corrupt baseline is no baseline) turn it into a warning instead of a
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from . import statedir
 from .records import record
@@ -17,7 +16,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status`
 if TYPE_CHECKING:
     from typing import Any
 
-    from .sampling.filecache import FileCache
+    from .filecache import FileCache
 
 
 # --- shapes ------------------------------------------------------------------------------------
@@ -203,5 +202,6 @@ def parse(data: bytes, shape: Any, path: Path | str) -> Any:
 def load_cached(path: Path, shape: Any, default: Any = None, *, root: Path, cache: "FileCache | None" = None) -> Any:
     """`load`, through a sampler's FileCache when there is one (a refresh parses a file only when it changed)."""
     if cache is not None:
-        return cache.state(path, shape, default, root=root)
+        # Cached values are shared between callers: they must not change what they get.
+        return cache.get(path, lambda p: load(p, shape, default, root=root), f"state:{id(shape)}", missing=default)
     return load(path, shape, default, root=root)

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from gpuwarden.ops.agent.config import AgentConfig
+from gpuwarden.ops.config.agent import AgentConfig
 from gpuwarden.ops.agent.kernelwatch import FAULT_CATEGORIES
 from gpuwarden.ops.model import NodeSnapshot
 from gpuwarden.ops.sampling.changes import NodeEvent

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuwarden.ops import nodestate
-from gpuwarden.ops.snapshot import TOLERANCE_FRACTION, TOLERANCE_NO_BASELINE
+from gpuwarden.ops.sampling.attribution import TOLERANCE_FRACTION, TOLERANCE_NO_BASELINE
 from gpuwarden.ops.units import fmt_bytes
 
 from . import nodecheck

@@ -9,7 +9,7 @@ import importlib
 import math
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 
@@ -25,35 +25,11 @@ from gpuwarden.ops.settings import Settings
 
 from .hints import Invocation
 
-app = typer.Typer(
-    name="gpuwarden",
-    help="Operations console for multi-GPU LLM inference nodes: see every GPU's memory and "
-    "residual VRAM, supervise engines sharing a weight arena, and run playbooks "
-    "(launch, drain, reset, purge, bundle). Run with no command to open the TUI.\n\n"
-    "Exit status: 0 done or healthy; 1 needs attention, refused (a safety check, no --yes without a "
-    "terminal) or a step failed; 2 error (bad input, missing file, no permission); 130 interrupted "
-    "(143 by SIGTERM, 129 by SIGHUP: every command cleans up as it does for Ctrl-C).",
-    no_args_is_help=False,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
 # Order is the order of `gpuwarden --help`.
 COMMAND_MODULES = (
     "status", "doctor", "fix", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
     "baseline", "bundle", "triage", "config", "journal", "agent", "history", "metrics", "sim", "k8s", "fleet",
 )
-
-
-_default_action: Callable[[Settings], int | None] | None = None
-
-
-def set_default_action(action: Callable[[Settings], int | None]) -> None:
-    """What plain `gpuwarden` (no command) does; the tui package sets the console here."""
-    global _default_action
-    _default_action = action
 
 
 def _version(value: bool) -> None:
@@ -62,48 +38,81 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback(invoke_without_command=True)
-def _global(
-    ctx: typer.Context,
-    state_dir: Optional[Path] = typer.Option(
-        None, "--state-dir", envvar="GPUWARDEN_STATE_DIR", readable=False,  # statedir.check says it in one line
-        help="Where gpuwarden keeps state (default /run/gpuwarden as root, $XDG_RUNTIME_DIR/gpuwarden otherwise).",
-        show_default=False),
-    config: Optional[Path] = typer.Option(
-        None, "--config", envvar="GPUWARDEN_CONFIG", readable=False,  # nodeconfig says it in one line
-        help="Node config TOML (default /etc/gpuwarden/node.toml).", show_default=False),
-    backend: Optional[str] = typer.Option(
-        None, "--backend", envvar="GPUWARDEN_BACKEND",
-        help="GPU backend: amdsmi, sysfs, nvml or sim (default: the first that works, in that order).",
-        show_default=False),
-    sysfs_root: Optional[Path] = typer.Option(
-        None, "--sysfs-root", envvar="GPUWARDEN_SYSFS_ROOT",
-        help="Read this tree instead of /sys (a captured node).", show_default=False),
-    proc_root: Optional[Path] = typer.Option(
-        None, "--proc-root", envvar="GPUWARDEN_PROC_ROOT",
-        help="Read this tree instead of /proc (a captured node).", show_default=False),
-    read_timeout: Optional[float] = typer.Option(
-        None, "--read-timeout", envvar="GPUWARDEN_READ_TIMEOUT", metavar="SECONDS",
-        help="How long one read of a GPU source (a sysfs file, an amdsmi or NVML call) may take before that GPU "
-             "is shown as STALE and named, and the command goes on without it (default 3; 0.05 to 600). A "
-             "hung driver blocks such reads in the kernel.", show_default=False),
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
-) -> None:
-    invocation = _note_invocation(ctx, (("state_dir", "--state-dir"), ("config", "--config"),
-                                        ("backend", "--backend"), ("sysfs_root", "--sysfs-root"),
-                                        ("proc_root", "--proc-root"), ("read_timeout", "--read-timeout")))
-    from .globalopts import resolve
-    ctx.obj = resolve(state_dir, config, backend, sysfs_root, proc_root,
-                      read_timeout).with_(cli_words=tuple(invocation.words))
-    if ctx.invoked_subcommand is None:
-        # No command: the console when the program has one (gpuwarden.tui.main sets it), else the help.
-        if _default_action is None:
-            typer.echo(ctx.get_help())
-            raise typer.Exit(0)
-        code = _default_action(ctx.obj)
-        if code:
-            raise typer.Exit(code)
+StateDirOpt = Annotated[Optional[Path], typer.Option(
+    "--state-dir", envvar="GPUWARDEN_STATE_DIR", readable=False,  # statedir.check says it in one line
+    help="Where gpuwarden keeps state (default /run/gpuwarden as root, $XDG_RUNTIME_DIR/gpuwarden otherwise).",
+    show_default=False)]
+ConfigOpt = Annotated[Optional[Path], typer.Option(
+    "--config", envvar="GPUWARDEN_CONFIG", readable=False,  # nodeconfig says it in one line
+    help="Node config TOML (default /etc/gpuwarden/node.toml).", show_default=False)]
+BackendOpt = Annotated[Optional[str], typer.Option(
+    "--backend", envvar="GPUWARDEN_BACKEND",
+    help="GPU backend: amdsmi, sysfs, nvml or sim (default: the first that works, in that order).",
+    show_default=False)]
+SysfsRootOpt = Annotated[Optional[Path], typer.Option(
+    "--sysfs-root", envvar="GPUWARDEN_SYSFS_ROOT", help="Read this tree instead of /sys (a captured node).",
+    show_default=False)]
+ProcRootOpt = Annotated[Optional[Path], typer.Option(
+    "--proc-root", envvar="GPUWARDEN_PROC_ROOT", help="Read this tree instead of /proc (a captured node).",
+    show_default=False)]
+ReadTimeoutOpt = Annotated[Optional[float], typer.Option(
+    "--read-timeout", envvar="GPUWARDEN_READ_TIMEOUT", metavar="SECONDS",
+    help="How long one read of a GPU source (a sysfs file, an amdsmi or NVML call) may take before that GPU "
+         "is shown as STALE and named, and the command goes on without it (default 3; 0.05 to 600). A "
+         "hung driver blocks such reads in the kernel.", show_default=False)]
+VersionOpt = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")]
+
+Adds = Callable[[typer.Typer], None]
+
+
+def build_app(*, console: Callable[[Settings], int | None] | None = None, commands: tuple[Adds, ...] = (),
+              fleet_commands: tuple[Adds, ...] = ()) -> typer.Typer:
+    """The whole command line, built anew on each call: the playbooks' commands, then what the caller adds
+    (gpuwarden.tui.main adds the console as `tui` and as what plain `gpuwarden` does, `serve`, `fleet tui`).
+    Without a console, plain `gpuwarden` prints the help."""
+    app = typer.Typer(
+        name="gpuwarden",
+        help="Operations console for multi-GPU LLM inference nodes: see every GPU's memory and "
+        "residual VRAM, supervise engines sharing a weight arena, and run playbooks "
+        "(launch, drain, reset, purge, bundle). Run with no command to open the TUI.\n\n"
+        "Exit status: 0 done or healthy; 1 needs attention, refused (a safety check, no --yes without a "
+        "terminal) or a step failed; 2 error (bad input, missing file, no permission); 130 interrupted "
+        "(143 by SIGTERM, 129 by SIGHUP: every command cleans up as it does for Ctrl-C).",
+        no_args_is_help=False,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    @app.callback(invoke_without_command=True)
+    def _global(ctx: typer.Context, state_dir: StateDirOpt = None, config: ConfigOpt = None,
+                backend: BackendOpt = None, sysfs_root: SysfsRootOpt = None, proc_root: ProcRootOpt = None,
+                read_timeout: ReadTimeoutOpt = None, version: VersionOpt = False) -> None:
+        invocation = _note_invocation(ctx, (("state_dir", "--state-dir"), ("config", "--config"),
+                                            ("backend", "--backend"), ("sysfs_root", "--sysfs-root"),
+                                            ("proc_root", "--proc-root"), ("read_timeout", "--read-timeout")))
+        from .globalopts import resolve
+        ctx.obj = resolve(state_dir, config, backend, sysfs_root, proc_root,
+                          read_timeout).with_(cli_words=tuple(invocation.words))
+        if ctx.invoked_subcommand is None:
+            if console is None:
+                typer.echo(ctx.get_help())
+                raise typer.Exit(0)
+            code = console(ctx.obj)
+            if code:
+                raise typer.Exit(code)
+
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"gpuwarden.playbooks.commands.{name}")
+        if name == "fleet":
+            module.register(app, fleet_commands)
+        else:
+            module.register(app)
+    for add in commands:
+        add(app)
+    return app
 
 
 def _note_invocation(ctx: typer.Context, options: tuple[tuple[str, str], ...]) -> Invocation:
@@ -116,14 +125,11 @@ def _note_invocation(ctx: typer.Context, options: tuple[tuple[str, str], ...]) -
     return invocation
 
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(f"gpuwarden.playbooks.commands.{_name}").register(app)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the app, turn expected failures into one line and an exit code."""
+def main(argv: list[str] | None = None, app: typer.Typer | None = None) -> int:
+    """Entry point: run the app (the playbooks' own without one), turn expected failures into one line and an
+    exit code."""
     args = argv if argv is not None else sys.argv[1:]
-    command = typer.main.get_command(app)
+    command = typer.main.get_command(app if app is not None else build_app())
     invocation = Invocation()
     _finite_numbers(command)
     interrupts.install()

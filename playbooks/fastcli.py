@@ -103,15 +103,12 @@ def _via_agent(glob: dict) -> int | None:
     state_dir = _state_dir(glob)
     if state_dir is None:
         return None
-    from gpuwarden.ops.paths import AGENT_SOCKET, refuse_squatted
+    from gpuwarden.ops.paths import refuse_squatted
     refuse_squatted(state_dir)  # a socket in a dir someone else made could serve anything
-    from gpuwarden.ops.agent.client import get
-    reply = get(state_dir / AGENT_SOCKET, "/v1/snapshot")
-    if reply is None or reply.status != 200:
-        return None
-    backend = glob.get("backend") or os.environ.get("GPUWARDEN_BACKEND")
-    if backend and backend != "auto" and reply.headers.get("x-gpuwarden-backend") != backend:
-        return None  # --backend names another source than the agent's: sample it here
+    from gpuwarden.ops.agent import client
+    reply = client.snapshot(state_dir, glob.get("backend") or os.environ.get("GPUWARDEN_BACKEND"))
+    if reply is None:
+        return None  # no agent, or --backend names another source than the agent's: sample it here
     sys.stdout.buffer.write(reply.body + b"\n")
     sys.stdout.flush()
     attention = reply.headers.get("x-gpuwarden-needs-attention") == "1"

@@ -8,7 +8,6 @@ from typing import Any
 
 from gpuwarden.ops import nodestate
 
-from . import nodecheck
 from .drain import DrainPlaybook, UndrainPlaybook
 from .framework import RunContext, SkipStep, Step, StepFailed
 

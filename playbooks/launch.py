@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.ops import nodestate
-from gpuwarden.ops.engines import control
+from gpuwarden.ops.engines import control, runtime_errors
 from gpuwarden.ops.engines import state as st
+from gpuwarden.ops.engines.progress import FAILED_REGISTRATION
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.nodeconfig import EngineConfig, NodeConfig
 from gpuwarden.ops.units import fmt_bytes
@@ -165,6 +166,8 @@ class LaunchPlaybook(Playbook):
                              elapsed=round(time.time() - t0, 3))
                 if phase in ("crashed", "stale") or (phase == "exited" and not record.get("stopped_by_request")):
                     self._abort(ctx, name, record, records, started)
+                if phase == FAILED_REGISTRATION:
+                    self._registration_failed(ctx, name, record, started)
             if self.sequential and pending and seen.get(self.engines[len(started) - 1].name) == "serving":
                 nxt = pending.pop(0)
                 started.add(nxt.name)
@@ -185,6 +188,42 @@ class LaunchPlaybook(Playbook):
                 raise StepFailed("launch cancelled; started engines keep running under their shims")
             time.sleep(self.poll_s)
 
+    def _hold_back(self, ctx: RunContext, name: str, started: set[str]) -> list[str]:
+        """Stop the engines that had not begun registering (they would meet what `name` met)."""
+        held_back = []
+        for other in sorted(started - {name}):
+            phase = (st.read_state(ctx.settings.state_dir, other) or {}).get("phase", "starting")
+            if phase in ("waiting", "starting", "mapping", "verifying"):
+                control.stop(ctx.settings, other, timeout_s=5.0)
+                held_back.append(other)
+        return held_back
+
+    def _registration_failed(self, ctx: RunContext, name: str, record: dict[str, Any], started: set[str]) -> None:
+        """A registration call returned an error: the launch has failed, now, whatever the engine says next."""
+        failed = next((r for r in reversed(record.get("registrations") or [])
+                       if isinstance(r, dict) and r.get("kind") == "register" and r.get("outcome") == "failed"), {})
+        call = failed.get("call") or "the registration"
+        error = runtime_errors.describe(failed.get("call"), failed.get("result"))
+        seconds = failed.get("seconds")
+        took = f" after {seconds:.3f}s" if isinstance(seconds, (int, float)) else ""
+        held_back = self._hold_back(ctx, name, started)
+        ctx.scratch["register_failed"] = {"engine": name, "call": failed.get("call"), "bytes": failed.get("bytes"),
+                                          "result": failed.get("result"),
+                                          "error": runtime_errors.name(failed.get("call"), failed.get("result")),
+                                          "stopped_unregistered": held_back}
+        for line in st.run_tail(st.engine_dir(ctx.settings.state_dir, name) / st.LOG, LAST_LINES):
+            ctx.info(f"{name} | {line}", engine=name, log=line)
+        parts = [f"engine {name}: {call} of {fmt_bytes(failed.get('bytes'))} returned {error}{took}"]
+        if held_back:
+            parts.append(f"stopped {', '.join(held_back)} (not yet registering)")
+        left = sorted(started - {name} - set(held_back))
+        if left:
+            parts.append(f"left {', '.join(left)} as they are")
+        raise StepFailed("; ".join(parts),
+                         f"{name} keeps running without that memory registered and may crash when it uses it: stop it (`gpuwarden engines stop {name}`), see `gpuwarden engines logs "
+                         f"{name}`, and check the registration budget (`gpuwarden arena budget`) before launching "
+                         "again")
+
     def _abort(self, ctx: RunContext, name: str, record: dict[str, Any], records: dict[str, dict[str, Any]],
                started: set[str]) -> None:
         """An engine died: stop those that had not begun registering, leave the rest, and fail loudly."""
@@ -195,12 +234,7 @@ class LaunchPlaybook(Playbook):
             how = "lost its shim"
         else:
             how = f"exited with code {record.get('exit_code')}"
-        held_back = []
-        for other in sorted(started - {name}):
-            phase = (st.read_state(ctx.settings.state_dir, other) or {}).get("phase", "starting")
-            if phase in ("waiting", "starting", "mapping", "verifying"):
-                control.stop(ctx.settings, other, timeout_s=5.0)
-                held_back.append(other)
+        held_back = self._hold_back(ctx, name, started)
         if record.get("signal") and not record.get("bundle"):
             record = self._await_bundle(ctx, name, record)
         lines = st.run_tail(st.engine_dir(ctx.settings.state_dir, name) / st.LOG, LAST_LINES)
@@ -210,7 +244,8 @@ class LaunchPlaybook(Playbook):
                                   "core_dumped": record.get("core_dumped"), "while": while_phase,
                                   "last_lines": lines, "stopped_unregistered": held_back}
         left = sorted(started - {name} - set(held_back))
-        parts = [f"engine {name} {how} while {while_phase}"]
+        parts = [f"engine {name} {how} " + ("after its registration failed" if while_phase == FAILED_REGISTRATION
+                                             else f"while {while_phase}")]
         if held_back:
             parts.append(f"stopped {', '.join(held_back)} (not yet registering)")
         if left:

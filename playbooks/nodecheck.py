@@ -23,7 +23,7 @@ def snapshot(settings: Settings) -> NodeSnapshot:
     if settings.replay is not None:
         raise Refused(f"this is a replay of {settings.replay}: nothing on it can be changed",
                       "run the playbook on the node itself")
-    from gpuwarden.ops.snapshot import take_snapshot
+    from gpuwarden.ops.sampling.sampler import take_snapshot
     return take_snapshot(settings)
 
 
@@ -141,7 +141,7 @@ def _poll(settings: Settings, look, timeout_s: float, poll_s: float, cancelled):
     fresh backend (old handles may be stale) until the deadline, then reported.
     """
     from gpuwarden.ops.errors import GpuwardenError
-    from gpuwarden.ops.snapshot import Sampler
+    from gpuwarden.ops.sampling.sampler import Sampler
     deadline = time.monotonic() + timeout_s
     sampler = None
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.model import FAILED_REGISTRATION, EngineInfo, NodeSnapshot
 from gpuwarden.ops.units import fmt_bytes
 
 
@@ -118,7 +118,7 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
         lines.append("")
         lines.append("RESIDUAL VRAM HOLDERS")
         seen = set()
-        for gi, h in holders:
+        for _gi, h in holders:
             key = (h.pid, h.reason)
             if key in seen:
                 continue
@@ -140,11 +140,16 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
                          f"{pod_ref(p.namespace, p.pod, p.container_name)}, deleted {ago(snap.taken_at - p.deleted_at)} ago")
     if snap.engines:
         lines.append("")
-        lines.append(f"{'ENGINE':<16} {'GPU':>3} {'PID':>8} {'PHASE':<12} EXIT")
-        for e in snap.engines:
+        shown = [e.phase + (" (stale)" if e.stale else "") for e in snap.engines]
+        width = max(12, *(len(p) for p in shown))  # failed-registration is longer than the others
+        lines.append(f"{'ENGINE':<16} {'GPU':>3} {'PID':>8} {'PHASE':<{width}} EXIT")
+        for e, phase in zip(snap.engines, shown):
             exit_s = e.signal or ("" if e.exit_code is None else f"code {e.exit_code}")
             lines.append(f"{e.name[:16]:<16} {'-' if e.gpu is None else e.gpu:>3} {e.pid or '-':>8} "
-                         f"{e.phase + (' (stale)' if e.stale else ''):<12} {exit_s}")
+                         f"{phase:<{width}} {exit_s}")
+        for e in snap.engines:
+            if e.phase == FAILED_REGISTRATION:
+                lines.append(registration_failure_line(e, snap.taken_at))
     if snap.arenas:
         lines.append("")
         for a in snap.arenas:
@@ -162,3 +167,18 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
     stale = bool(snap.agent and snap.agent.get("stale"))
     lines.append("status: NEEDS ATTENTION" if snap.needs_attention() or stale else "status: healthy")
     return "\n".join(lines)
+
+
+def registration_failure_line(e: EngineInfo, now: float) -> str:
+    """Why an engine in failed-registration needs attention, and what to do, on one line."""
+    from gpuwarden.ops.engines import runtime_errors
+    failed = next((r for r in reversed(e.registrations) if r.kind == "register" and r.outcome == "failed"), None)
+    what = "a registration"
+    if failed is not None:
+        what = (f"{failed.call or 'registration'} of {fmt_bytes(failed.bytes)} returned "
+                f"{runtime_errors.describe(failed.call, failed.result)}")
+        if failed.started_at:
+            what += f" {ago(now - failed.started_at)} ago"
+    return (f"engine {e.name}: {what}; it runs without that memory registered. "
+            f"Stop it (`gpuwarden engines stop {e.name}`) or fix the cause and restart it")
+

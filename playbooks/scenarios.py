@@ -59,9 +59,9 @@ def clean(settings: Settings, say: Callable[[str], None], *, gpus: int | None = 
         if reaper.send(proc["pid"], proc["ticks"], signal.SIGKILL, role="scenario", target=proc["pid"],
                        why="sim scenario clean") == "sent":
             say(f"ended {proc['what']} pid {proc['pid']}")
-            _wait(f"pid {proc['pid']} to be reaped", lambda: procs.state_of(proc["pid"]) in ("gone", "zombie"))
+            _wait(f"pid {proc['pid']} to be reaped", lambda pid=proc["pid"]: procs.state_of(pid) in ("gone", "zombie"))
         for orphan in proc.get("reaps", []):
-            _wait(f"zombie pid {orphan} to be reaped", lambda: procs.state_of(orphan) == "gone")
+            _wait(f"zombie pid {orphan} to be reaped", lambda orphan=orphan: procs.state_of(orphan) == "gone")
     for path in record.get("files", []):
         try:
             statedir.unlink(Path(path), root=settings.state_dir)

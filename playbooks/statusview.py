@@ -20,14 +20,8 @@ def agent_reply(settings: Settings):
     """The agent's latest snapshot reply, when an agent serves this node as this command would read it."""
     if settings.captured:
         return None  # a captured tree: the agent samples the live node (the host's roots under a mount are live)
-    from gpuwarden.ops.agent.client import get
-    from gpuwarden.ops.paths import AGENT_SOCKET
-    reply = get(settings.state_dir / AGENT_SOCKET, "/v1/snapshot")
-    if reply is None or reply.status != 200:
-        return None
-    if settings.backend and reply.headers.get("x-gpuwarden-backend") != settings.backend:
-        return None  # --backend names another source than the agent's: sample it here
-    return reply
+    from gpuwarden.ops.agent import client
+    return client.snapshot(settings.state_dir, settings.backend)  # None too when --backend names another source
 
 
 def _sampler(settings: Settings, use_pidfds: bool):

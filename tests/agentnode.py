@@ -69,7 +69,7 @@ def start_agent(state_dir: Path, *args: str, backend_args: tuple[str, ...] = ("-
                 message = notify.recv(4096).decode()
             except TimeoutError:
                 proc.kill()
-                raise AssertionError(f"no READY=1 from the agent within {timeout}s; log:\n{agent.log_text()}")
+                raise AssertionError(f"no READY=1 from the agent within {timeout}s; log:\n{agent.log_text()}") from None
             if "READY=1" in message.split("\n"):
                 agent.ready_message = message
                 return agent

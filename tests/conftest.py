@@ -57,6 +57,53 @@ def cli(state_dir: Path):
     return call
 
 
+# --- the simulated node, one fixture per meaning --------------------------------------------------------
+# A test module says which node it runs on with SIM_NODE = {"gpus": N, "vram": "SIZE"} (None: the tests make
+# their own); without one, two GPUs of 8 GiB.
+DEFAULT_SIM_NODE = {"gpus": 2, "vram": "8GiB"}
+
+
+def _sim_node(request) -> dict | None:
+    return getattr(request.module, "SIM_NODE", DEFAULT_SIM_NODE)
+
+
+def _init_args(shape: dict) -> list[str]:
+    args = ["sim", "init", "--gpus", str(shape.get("gpus", 2))]
+    return args + (["--vram", shape["vram"]] if "vram" in shape else [])
+
+
+@pytest.fixture
+def sim_state(cli, state_dir: Path, request) -> Path:
+    """The state dir of a simulated node made by `gpuwarden sim init`."""
+    shape = _sim_node(request)
+    if shape is not None:
+        proc = cli(*_init_args(shape))
+        assert proc.returncode == 0, proc.stderr
+    return state_dir
+
+
+@pytest.fixture
+def sim_cli(cli, state_dir: Path, request):
+    """The CLI against a simulated node: sim_cli("status", "--json") runs `gpuwarden --backend sim status --json`."""
+    def run(*args: str, **kw) -> subprocess.CompletedProcess:
+        return cli("--backend", "sim", *args, **kw)
+    shape = _sim_node(request)
+    if shape is not None:
+        run(*_init_args(shape), check=True)
+    return run
+
+
+@pytest.fixture
+def sim_settings(state_dir: Path, request):
+    """Settings for a simulated node made in-process (no CLI), for tests that call ops directly."""
+    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.units import parse_size
+    shape = _sim_node(request) or DEFAULT_SIM_NODE
+    SimNode(state_dir).init(gpus=shape.get("gpus", 2), vram=parse_size(shape.get("vram", "8GiB")))
+    return Settings(state_dir=state_dir, config_path=state_dir / "node.toml", backend="sim")
+
+
 @pytest.fixture(scope="session")
 def standins(tmp_path_factory) -> Path:
     """The interposer tests' stand-in runtimes and unmodified engines (tests/standins/preload), built once."""

@@ -34,4 +34,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test]'
+# Lint and types first: a finding fails the run before the suite spends its minutes.
+.venv/bin/ruff check --quiet .
+.venv/bin/python tests/typecheck.py
+# The preload tests also run unmodified engines against ROCm 5.4's real HIP runtime (PyPI's pytorch-triton-rocm
+# wheel, fetched once into .cache/rocm-5.4; tests/realhip.py says how and why).
+.venv/bin/python tests/realhip.py fetch
 exec .venv/bin/python -m pytest "$@"

@@ -156,7 +156,7 @@ def test_the_console_reads_the_agent_and_backfills_its_sparklines(sim):
     from test_tui_support import screen_text
     from test_tui_support import wait_for as pilot_wait
     from gpuwarden.tui.app import GpuwardenApp
-    from gpuwarden.tui.sampling import viewer_source
+    from gpuwarden.ops.sources import viewer_source
 
     agent = start_agent(sim)
     try:

@@ -178,7 +178,7 @@ def test_fuzzed_query_parameters_get_clear_400s(sim):
     try:
         wait_for(lambda: agent.json("/healthz")["ok"], what="first snapshot")
         seen = {200: 0, 400: 0}
-        for i in range(300):
+        for _i in range(300):
             path = rng.choice(["/v1/history", "/v1/events", "/v1/snapshot", "/healthz"])
             params = []
             for _ in range(rng.randint(0, 4)):

@@ -19,7 +19,7 @@ import pytest
 from gpuwarden.ops.backends import amdsmi_backend, libload
 from gpuwarden.ops.backends.amdsmi_backend import AmdSmiBackend, known, number
 from gpuwarden.ops.errors import BackendUnavailable
-from gpuwarden.ops.snapshot import take_snapshot
+from gpuwarden.ops.sampling.sampler import take_snapshot
 from standins import amd_smi_capture as capture
 from standins import amdsmi_standin as standin
 from standins.extract_amdsmi_api import extract

@@ -19,7 +19,7 @@ import pytest
 from gpuwarden.ops.backends import libload
 from gpuwarden.ops.backends.nvml import SOURCE_UNKNOWN, NvmlBackend, bus_id
 from gpuwarden.ops.errors import BackendUnavailable
-from gpuwarden.ops.snapshot import take_snapshot
+from gpuwarden.ops.sampling.sampler import take_snapshot
 from standins import pynvml_standin as standin
 from standins.nvsmi_capture import MIB, parse_q, parse_query_csv
 

@@ -49,7 +49,7 @@ def test_old_kernel_node_without_render_minor_joins_by_bus(tmp_path, fixtures):
 
 
 def test_kfd_order_decides_indexes(tmp_path):
-    for card, (minor, gid) in enumerate([(129, 2002), (128, 1001)]):
+    for card, (minor, _gid) in enumerate([(129, 2002), (128, 1001)]):
         add_card(tmp_path, card, vram_total=f"{(card + 1) << 30}\n", vram_used="0\n", render_minor=minor)
     add_kfd_node(tmp_path, 1, 1001, "drm_render_minor 128\n")
     add_kfd_node(tmp_path, 2, 2002, "drm_render_minor 129\n")

@@ -268,7 +268,7 @@ def test_replay_reads_the_captured_tree(cli, sim, tmp_path):
     try:
         assert "holding" in holder.stdout.readline()
         from gpuwarden.ops import nodestate
-        from gpuwarden.ops.snapshot import take_snapshot
+        from gpuwarden.ops.sampling.sampler import take_snapshot
         nodestate.set_baseline(sim.state_dir, {0: 1 << 20, 1: 2 << 20}, backend="sim")
         live = take_snapshot(sim)
         result = collect_bundle(sim, output=tmp_path, timeout_s=5)

@@ -102,7 +102,7 @@ def test_two_playbooks_on_one_gpu_do_not_interleave(sim, state_dir):
 def test_gpuwarden_itself_is_never_a_gpu_user(sim, state_dir):
     # NVML and amdsmi open the GPUs' device files in gpuwarden's own process; that must not block a drain.
     from gpuwarden.playbooks import nodecheck
-    from gpuwarden.ops.snapshot import take_snapshot
+    from gpuwarden.ops.sampling.sampler import take_snapshot
     settings = Settings(state_dir=state_dir, backend="sim")
     with open(state_dir / "sim" / "dev" / "dri" / "renderD129", "rb"):
         snap = take_snapshot(settings)

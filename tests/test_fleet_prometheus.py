@@ -11,7 +11,7 @@ import pytest
 
 from agentnode import start_agent
 from simnode import wait_for
-from sshfleet import free_port
+from helpers.net import free_port
 from test_fleet_ssh import fleet, rows
 from test_metrics_e2e import Prom
 

@@ -8,7 +8,6 @@ busy machine too, then sends the signal and lets it run on.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.journal import read_journal
 
 from conftest import REPO
 from engines.harness import supervised  # noqa: F401  (fixture)
@@ -50,9 +50,7 @@ def ended_by(proc: subprocess.Popen, err: str, sig: int) -> None:
     assert f"gpuwarden: ended by {signal.Signals(sig).name}" in err, err
 
 
-def journal(state_dir: Path) -> list[dict]:
-    path = state_dir / "journal.log"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+journal = read_journal
 
 
 @pytest.mark.parametrize("sig", TERM_HUP, ids=["TERM", "HUP"])

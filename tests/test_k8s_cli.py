@@ -4,17 +4,14 @@ gpu-check, post-clean, the [kubernetes] config table, host roots, and pods in `s
 from __future__ import annotations
 
 import json
-import os
 import signal
-import time
-from pathlib import Path
 
 import pytest
 
 from conftest import gpuwarden
 from k8s_helpers import NODE, PodCgroup
 from gpuwarden.ops.jsondoc import validate
-from simnode import start_tenant, wait_for
+from simnode import start_tenant
 from standins.kube_apiserver import FakeApiServer
 from standins.podresources_server import PodResourcesServer
 
@@ -200,7 +197,7 @@ def test_host_roots_are_the_live_node_not_a_captured_tree(tmp_path, monkeypatch)
 
 
 def test_status_names_pods_on_processes_holders_and_the_last_tenant():
-    from gpuwarden.ops.model import GpuProcess, Holder, NodeSnapshot, PodGpus
+    from gpuwarden.ops.model import GpuProcess, Holder, PodGpus
     from gpuwarden.playbooks.report import render
     from k8s_helpers import snapshot
     import dataclasses

@@ -85,7 +85,7 @@ def test_the_daemonset_gives_the_agent_what_it_uses():
     assert vols[mounts["/host/proc"]["name"]]["hostPath"]["path"] == "/proc"
     assert vols[mounts["/host/sys"]["name"]]["hostPath"]["path"] == "/sys"
     cfg = by_kind("ConfigMap")["data"]["node.toml"]
-    from gpuwarden.ops.k8s.config import parse
+    from gpuwarden.ops.config.kubernetes import parse
     import tomllib
     parse(tomllib.loads(cfg)["kubernetes"], lambda k, p, h: AssertionError(f"{k}: {p}"))
 
@@ -94,9 +94,9 @@ def test_the_daemonset_runs_the_agent_as_the_cli_parses_it_and_scrapes_where_it_
     import typer
 
     from gpuwarden.ops.metrics.server import parse_listen
-    from gpuwarden.playbooks.cli import app
+    from gpuwarden.playbooks.cli import build_app
     (c,) = by_kind("DaemonSet")["spec"]["template"]["spec"]["containers"]
-    group = typer.main.get_command(app)
+    group = typer.main.get_command(build_app())
     ctx = group.make_context("gpuwarden", [])
     name, *rest = c["command"][1:]  # no global options: the environment sets them
     params = group.get_command(ctx, name).make_context(name, rest, parent=ctx).params  # unknown options fail here

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -217,7 +216,7 @@ def test_the_standin_applies_json_patch_with_its_test_operation(api):
 def test_sighup_applies_a_new_grace_and_policy_off_lifts_our_taint(api, tmp_path):
     from dataclasses import replace
 
-    from gpuwarden.ops.k8s.config import KubernetesConfig
+    from gpuwarden.ops.config.kubernetes import KubernetesConfig
     from gpuwarden.ops.k8s.node import KubernetesNode
     from gpuwarden.ops.settings import Settings
     cfg = KubernetesConfig(node_name=NODE, taint_after=120.0, pod_resources_socket=str(tmp_path / "none.sock"))

@@ -10,12 +10,12 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import urllib.parse
 import urllib.request
 
 import pytest
+from helpers.net import free_port
 
 from agentnode import start_agent
 from simnode import start_tenant, wait_for
@@ -26,10 +26,6 @@ GiB = 1 << 30
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Prom:
@@ -48,7 +44,7 @@ class Prom:
         config.write_text(f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: 1s\n"
                           f"rule_files: [{rules}]\n"
                           "scrape_configs:\n  - job_name: gpuwarden\n" + static)
-        self.url = f"http://127.0.0.1:{_free_port()}"
+        self.url = f"http://127.0.0.1:{free_port()}"
         self.log = tmp_path / "prometheus.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(

@@ -120,3 +120,69 @@ def test_a_broken_gate_never_stops_the_engine(standins, tmp_path):
         assert _event(tmp_path, "registered").data["slot"] is None
     finally:
         engine.stop()
+
+
+WRITE_SYSCALL = {"x86_64": 1, "aarch64": 64}
+
+
+@pytest.mark.parametrize("result", ["0", "2"])
+def test_the_result_line_is_written_while_the_slot_is_still_held(result, standins, tmp_path):
+    # The engine writes its status lines into a pipe the test fills up once the call is under way, so the result
+    # line's write() blocks: while it blocks, the slot must still be held. Released before the line (the old
+    # order), another engine's "registering" could be written before this one's "registered" under a 1-slot
+    # gate: windows that never overlapped would look as if they did.
+    machine = os.uname().machine
+    if machine not in WRITE_SYSCALL:
+        pytest.skip(f"no write() syscall number known for {machine}")
+    read_end, write_end = os.pipe()
+    env = {**standin_env(tmp_path, register_ms=1500, fault_at=0),
+           **{k: v for k, v in preload_env(tmp_path).items() if k != "GPUWARDEN_STATUS_FILE"},
+           "GPUWARDEN_STATUS_FD": str(write_end), "STANDIN_RESULT": result}
+    import subprocess
+    proc = subprocess.Popen(engine_argv(standins, "linked"), env={**os.environ, **env}, pass_fds=(write_end,),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(write_end)
+    filler = os.open(f"/proc/{proc.pid}/fd/{write_end}", os.O_WRONLY | os.O_NONBLOCK)  # its own O_NONBLOCK
+    try:
+        got = _Reader(read_end)
+        wait_for(lambda: b'"registering"' in got.more(), 20, "the registering line")
+        # The call sleeps 1.5 s inside the stand-in: fill the pipe to the last byte now.
+        try:
+            while True:
+                os.write(filler, b"\n")
+        except BlockingIOError:
+            pass
+        assert calls(tmp_path / "standin") == [], "the register call ended before the pipe was full"
+
+        def blocked_in_write() -> bool:
+            fields = open(f"/proc/{proc.pid}/syscall").read().split()
+            return bool(fields) and fields[0] == str(WRITE_SYSCALL[machine])
+        wait_for(blocked_in_write, 20, "the engine to block writing its result line")
+        assert len(calls(tmp_path / "standin")) == 1  # the call is over: this write is its result line
+        with pytest.raises(gate.GateTimeout):
+            gate.acquire(tmp_path / "gate", 1, timeout_s=0.2)
+        want = b'"phase":"registered"' if result == "0" else b'"phase":"register-failed"'
+        wait_for(lambda: want in got.more(), 20, "the result line")
+        gate.acquire(tmp_path / "gate", 1, timeout_s=5).release()  # and then it went
+    finally:
+        os.close(filler)
+        proc.kill()
+        proc.wait(10)
+        os.close(read_end)
+
+
+class _Reader:
+    """What a pipe has given so far, complete lines only (filler lines are empty)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.data = b""
+
+    def more(self) -> bytes:
+        import select
+        while select.select([self.fd], [], [], 0.05)[0]:
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                break
+            self.data += chunk
+        return self.data[:self.data.rfind(b"\n") + 1]

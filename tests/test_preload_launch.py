@@ -17,13 +17,14 @@ from engines.preload_harness import SIZE, calls, engine_argv
 
 
 def write_config(path: Path, standins: Path, mode: str, *, count: int = 4, register_ms: int = 200,
-                 engine_keys: str = "", gather: bool = True) -> Path:
+                 engine_keys: str = "", gather: bool = True, env_extra: dict | None = None) -> Path:
     """Engines that all call register at the same moment (STANDIN_GATHER), however slowly they were started."""
     work = path.parent / "standin"
     work.mkdir(exist_ok=True)
     env = {"STANDIN_DIR": str(work), "STANDIN_REGISTER_MS": str(register_ms), "STANDIN_FAULT_AT": "3"}
     if gather:
         env["STANDIN_GATHER"] = str(count)
+    env.update(env_extra or {})
     lines = ["[stagger]", "slots = 4", "registration_timeout = 30", "",
              "[defaults]", 'progress = "preload"', "stop_grace = 3",
              "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }", engine_keys, ""]
@@ -133,3 +134,38 @@ def test_gate_release_seconds_for_log_engines_holds_the_shims_slot(supervised, c
     first, second = sorted(records(supervised).values(), key=lambda r: r["started_at"])
     # The second engine was started only once the first's slot came back, 1 s after it registered.
     assert second["started_at"] >= first["phases"]["registered"] + 1.0
+
+
+@pytest.mark.parametrize("ready", [False, True], ids=["no-ready-pattern", "ready-pattern"])
+def test_a_failed_registration_fails_the_launch_at_once(ready, standins, supervised, cli, tmp_path):
+    # The stand-in returns hipErrorOutOfMemory; the engine ignores it, prints "serving" and serves. The launch must
+    # not wait out its timeout (30 s x 2 + 60 here) nor call the engines serving.
+    import time
+    assert cli("sim", "init", "--gpus", "2", "--vram", "8GiB").returncode == 0
+    keys = 'ready_pattern = "^serving"' if ready else ""
+    cfg = write_config(tmp_path / "node.toml", standins, "linked", count=2, register_ms=50, engine_keys=keys,
+                       gather=False, env_extra={"STANDIN_FAULT_AT": "0", "STANDIN_RESULT": "2"})
+    t0 = time.monotonic()
+    proc = cli("--config", str(cfg), "launch", "--stagger", "1")
+    took = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert took < 20, f"the launch took {took:.1f}s"
+    assert "hipHostRegister of 512.0 MiB returned hipErrorOutOfMemory (2)" in out, out
+    assert "engine(s) serving" not in out and "Traceback" not in out
+    failed = [n for n, r in records(supervised).items() if r.get("phase") == "failed-registration"]
+    named = [n for n in failed if f"engine {n}: hipHostRegister" in out]
+    assert named, (failed, out)
+    table = cli("engines", "list").stdout
+    assert "failed-registration" in table and "512.0 MiB FAILED" in table, table
+    assert f"{named[0]}: hipHostRegister of 512.0 MiB returned hipErrorOutOfMemory (2)" in table, table
+    status = cli("--backend", "sim", "status")
+    assert status.returncode == 1 and "status: NEEDS ATTENTION" in status.stdout, status.stdout
+    assert f"engine {named[0]}: hipHostRegister of 512.0 MiB returned hipErrorOutOfMemory (2)" in status.stdout
+    doc = json.loads(cli("--backend", "sim", "status", "--json").stdout)
+    assert doc["needs_attention"] is True
+    assert {e["name"]: e["phase"] for e in doc["engines"]}[named[0]] == "failed-registration"
+    # Stopped, it no longer needs attention.
+    assert cli("engines", "stop", "--all").returncode == 0
+    status = cli("--backend", "sim", "status")
+    assert status.returncode == 0 and "status: healthy" in status.stdout, status.stdout

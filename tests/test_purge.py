@@ -35,7 +35,7 @@ def _residual(snap: dict, gpu: int) -> int:
 def _zombie_tenant(state_dir, gpu: int, size: str):
     """A tenant holding VRAM, SIGKILLed, whose parent never reaps it: a zombie that keeps its VRAM."""
     fam = start_family(cli_argv(state_dir, "sim", "hold", "--gpu", str(gpu), "--size", size))
-    assert wait_for(lambda: holds_sim_vram(state_dir, fam.tenant), 20)
+    assert wait_for(lambda fam=fam: holds_sim_vram(state_dir, fam.tenant), 20)
     os.kill(fam.tenant, signal.SIGKILL)
     assert wait_for(lambda: proc_state(fam.tenant) == "Z", 5)
     return fam
@@ -82,7 +82,7 @@ def test_ownerless_leak_is_named_then_cleared_by_escalation(sim, state_dir):
     sim("sim", "fault", "leak-on-kill", "on", check=True)
     fam = start_family(cli_argv(state_dir, "sim", "hold", "--gpu", "3", "--size", "4GiB"), mode="direct")
     try:
-        assert wait_for(lambda: holds_sim_vram(state_dir, fam.tenant), 20)
+        assert wait_for(lambda fam=fam: holds_sim_vram(state_dir, fam.tenant), 20)
         os.kill(fam.tenant, signal.SIGKILL)  # its keeper reaps it: no process is left to blame
         assert wait_for(lambda: proc_state(fam.tenant) is None, 5)
     finally:
@@ -196,7 +196,7 @@ def test_tenant_of_a_gone_container_is_ended_but_a_managed_one_is_not(sim, state
     managed = start_family(in_container(1, "1GiB"), mode="direct", env={"FAMILY_COMM": "containerd-shim"})
     try:
         for fam in (orphan, managed):
-            assert wait_for(lambda: holds_sim_vram(state_dir, fam.tenant), 20)
+            assert wait_for(lambda fam=fam: holds_sim_vram(state_dir, fam.tenant), 20)
         snap = _status(sim)
         assert {p["pid"]: p["container"] for p in snap["processes"]}[orphan.tenant] == cid
         plan = sim("purge", "--dry-run").stdout

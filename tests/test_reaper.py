@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -11,13 +10,12 @@ import time
 
 from gpuwarden.ops import procs
 from gpuwarden.ops.reaper import Reaper, Target, untouchable
+from helpers.journal import read_journal
 from simnode import ignores
 from test_reaper_family import proc_state, start_family, wait_for
 
 
-def _journal(state_dir):
-    path = state_dir / "journal.log"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+_journal = read_journal
 
 
 def _reaper(settings, **kw):

@@ -16,7 +16,7 @@ from gpuwarden.ops.backends.sysfs import SysfsBackend
 from gpuwarden.ops.fdbudget import FdBudget
 from gpuwarden.ops.heldfiles import HeldFiles
 from gpuwarden.ops.model import NodeSnapshot, SnapshotWarning, snapshot_from_dict
-from gpuwarden.ops.sampling.filecache import FileCache
+from gpuwarden.ops.filecache import FileCache
 from gpuwarden.ops.sampling.sampler import Sampler
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.sim.node import SimNode

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from sshfleet import free_port
+from helpers.net import free_port
 from simnode import wait_for
 
 CHROMIUM = "/usr/bin/chromium"

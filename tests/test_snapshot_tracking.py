@@ -20,7 +20,7 @@ from gpuwarden.ops.backends.sysfs import SysfsBackend
 from gpuwarden.ops.pidwatch import PidWatch, usable
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.sim.node import SimNode
-from gpuwarden.ops.snapshot import Sampler
+from gpuwarden.ops.sampling.sampler import Sampler
 
 MiB = 1 << 20
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import time
 import tracemalloc
-from pathlib import Path
 
 from conftest import REPO
 

@@ -110,7 +110,7 @@ def test_a_collected_bundle_opens_read_only_with_its_triage(state_dir, tmp_path)
     from gpuwarden.playbooks.bundle import BundlePlaybook
     from gpuwarden.playbooks.framework import run
     from gpuwarden.tui.app import GpuwardenApp
-    from gpuwarden.tui.sampling import bundle_source
+    from gpuwarden.ops.sources import bundle_source
     settings = sim_settings(state_dir)
     SimNode(state_dir).leak(3, 2 << 30)
     result = run(BundlePlaybook(output=tmp_path / "incident.tar.gz"), settings)

@@ -33,7 +33,7 @@ def sim_settings(state_dir: Path, config: Path | None = None) -> Settings:
 
 def live_app(settings: Settings, **kw):
     from gpuwarden.tui.app import GpuwardenApp
-    from gpuwarden.tui.sampling import live_source
+    from gpuwarden.ops.sources import live_source
     source, close = live_source(settings)
     return GpuwardenApp(settings, source=source, on_exit=close, refresh_s=0.25, **kw)
 

@@ -157,7 +157,7 @@ def test_gpu_sparkline_from_120_columns(settings):
         for width, shown in ((119, False), (120, True)):
             app = make_app(settings)
             async with app.run_test(size=(width, 30)) as pilot:
-                await wait_for(pilot, lambda: app.snapshot is not None)
+                await wait_for(pilot, lambda app=app: app.snapshot is not None)
                 assert ("VRAM 5 MIN" in app.query_one("#gpus").columns) == shown
     run(go())
 
@@ -219,7 +219,7 @@ def test_k_stops_a_real_process_after_the_dialog(tmp_path, state_dir):
     from simnode import cli_argv, proc_state
     from test_reaper_family import holds_sim_vram, start_family
     from gpuwarden.tui.app import GpuwardenApp
-    from gpuwarden.tui.sampling import live_source
+    from gpuwarden.ops.sources import live_source
     SimNode(state_dir).init(gpus=2, vram=8 << 30)
     settings = Settings(state_dir=state_dir, backend="sim", config_path=state_dir / "node.toml")
     # Its parent is a subreaper that reaps it (a test's own child would stay a zombie under pytest).
@@ -290,3 +290,16 @@ def test_a_fifo_where_the_settings_file_goes_is_ignored_not_waited_on(tmp_path):
     os.mkfifo(where)
     loaded, note = prefs.load(where)  # a blocking open would hang the console's start here
     assert loaded == prefs.Prefs() and "not a regular file" in note
+
+
+def test_the_health_line_needs_attention_while_a_registration_has_failed(settings):
+    # The header reads NodeSnapshot.needs_attention, as `status` does: an engine in failed-registration is enough.
+    healthy = dataclasses.replace(fixed_snapshot(), residual=(), engines=())
+    assert not healthy.needs_attention()
+    snap = dataclasses.replace(healthy, engines=(EngineInfo(name="dp3", gpu=3, phase="failed-registration", pid=4321),))
+
+    async def go():
+        app = make_app(settings, source=lambda: snap)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await wait_for(pilot, lambda: "NEEDS ATTENTION" in screen_text(app), what="the health line")
+    run(go())

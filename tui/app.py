@@ -24,7 +24,7 @@ from .history import VramHistory
 from .messages import PlaybookFinished, PlaybookProgress, SamplingFailed, SnapshotArrived
 from .palette import GpuwardenCommands
 from .runner import PlaybookRun
-from .sampling import MIN_REFRESH_S, SamplingThread, SnapshotSource
+from gpuwarden.ops.sampling.thread import MIN_REFRESH_S, SamplingThread, SnapshotSource
 from .text import duration
 from .widgets.arena import ArenaPanel
 from .widgets.engines import EnginesPanel

@@ -43,7 +43,7 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
     if refresh_s < MIN_REFRESH_S:
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
     require_terminal("the console", "`gpuwarden status` (or `status --json`)")
-    from .sampling import bundle_source, viewer_source
+    from gpuwarden.ops.sources import bundle_source, viewer_source
     close = None
     if bundle is not None:
         source = bundle_source(bundle, settings)

@@ -10,19 +10,15 @@ from __future__ import annotations
 import sys
 
 
-def full_cli():
-    """The Typer app with the console, the fleet console and `serve` registered (and the no-command default)."""
+def build_cli():
+    """The whole command line: the playbooks' commands, with the console (`tui`, and plain `gpuwarden`),
+    `serve` and `fleet tui` added."""
     from gpuwarden.playbooks import cli
 
     from . import command, serve
     from .fleet import command as fleet_command
-    if not getattr(cli.app, "_gpuwarden_tui", False):
-        command.register(cli.app)
-        fleet_command.register()
-        serve.register(cli.app)
-        cli.set_default_action(command.open_tui)
-        cli.app._gpuwarden_tui = True  # type: ignore[attr-defined]
-    return cli
+    return cli.build_app(console=command.open_tui, commands=(command.register, serve.register),
+                         fleet_commands=(fleet_command.register,))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     code = fastcli.run(args)
     if code is not None:
         return code
-    return full_cli().main(args)
+    from gpuwarden.playbooks import cli
+    return cli.main(args, build_cli())
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import struct
 import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..connlimit import ConnectionCap
 from ..jsondoc import document, iso
@@ -24,8 +24,20 @@ from ..waitfd import readable
 from . import query
 from .query import BadRequest
 
-if TYPE_CHECKING:
-    from .daemon import Agent
+
+
+class Served(Protocol):
+    """What the API reads of the agent it serves (daemon.Agent); the daemon imports this module, not the reverse."""
+
+    stopping: bool
+    events: Any  # events.EventLog
+    history: Any  # history.History
+    metrics: Any  # the MetricsExporter, or None
+
+    def health(self) -> dict[str, Any]: ...
+    def snapshot_document(self) -> tuple[bytes, bool, bool] | None: ...
+    def backend_name(self) -> str: ...
+    def log(self, level: str, text: str) -> None: ...
 
 MAX_CLIENTS = 64
 # A client that sends no request (or stops reading a small answer) for this long is dropped, so a crowd of
@@ -71,7 +83,7 @@ class ApiServer(ConnectionCap, socketserver.ThreadingMixIn, socketserver.UnixStr
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, path: Path, agent: "Agent", access: Access, max_clients: int = MAX_CLIENTS):
+    def __init__(self, path: Path, agent: Served, access: Access, max_clients: int = MAX_CLIENTS):
         self.agent = agent
         self.access = access
         self.init_cap(max_clients)
@@ -259,7 +271,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def bind(path: Path, agent: "Agent", group: str | None) -> ApiServer:
+def bind(path: Path, agent: Served, group: str | None) -> ApiServer:
     """Listen on `path` (mode 0660, the configured group): a stale socket file is replaced, a live one refused."""
     from ..errors import GpuwardenError
     try:

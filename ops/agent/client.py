@@ -1,7 +1,8 @@
 """Asking the local agent over its unix socket, with nothing heavier than `socket` imported.
 
 get() returns None when no agent answers (no socket, nobody listening, no permission, no answer in time),
-so callers fall back to sampling themselves; status uses it on its fast path.
+so callers fall back to sampling themselves; snapshot() is the one way status, the consoles and bundles ask
+for the agent's latest snapshot. Nothing here imports the rest of the agent: any layer may use it.
 """
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..paths import AGENT_SOCKET
+
 TIMEOUT_S = 2.0
+SNAPSHOT = "/v1/snapshot"
 
 
 class Reply:
@@ -60,3 +64,14 @@ def get(sock_path: Path | str, target: str, timeout: float = TIMEOUT_S) -> Reply
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     return Reply(int(parts[1]), headers, body)
+
+
+def snapshot(state_dir: Path, backend: str | None = None, timeout: float = TIMEOUT_S) -> Reply | None:
+    """The agent's latest snapshot reply for this state dir; None when no agent answers it with 200, or when
+    `backend` names another source than the one the agent samples (the caller then samples that one itself)."""
+    reply = get(Path(state_dir) / AGENT_SOCKET, SNAPSHOT, timeout)
+    if reply is None or reply.status != 200:
+        return None
+    if backend and backend != "auto" and reply.headers.get("x-gpuwarden-backend") != backend:
+        return None
+    return reply

@@ -30,10 +30,11 @@ from ..paths import AGENT_SOCKET
 from ..sampling.changes import ChangeTracker, NodeEvent
 from ..sampling.thread import SamplingThread
 from ..settings import Settings
-from .config import AgentConfig
+from ..config.agent import AgentConfig
 from .events import EventLog
 from .history import History
 from .notify import notify
+from .writewatch import WriteWatch
 
 AGENT_DIR = "agent"
 STALE_INTERVALS = 3.0  # no snapshot for this many intervals (plus STALE_GRACE_S): the API says stale
@@ -77,6 +78,7 @@ class Agent:
         self.metrics = None  # the MetricsExporter (gpuwarden.ops.metrics) when one is attached: the API's /metrics
         self.started_at = time.time()
         self.stopping = False
+        self.writes = WriteWatch(self.log)  # which of the state dir's files cannot be written right now
         self._done = threading.Event()
         self._reload = threading.Event()
         self._latest: Latest | None = None
@@ -103,8 +105,8 @@ class Agent:
         from . import api
         ensure(self.settings.state_dir, AGENT_DIR)
         self._lock()
-        self.history = History(self.dir, self.config.interval)
-        self.events = EventLog(self.dir, self.config.events_max)
+        self.history = History(self.dir, self.config.interval, watch=self.writes)
+        self.events = EventLog(self.dir, self.config.events_max, watch=self.writes)
         if self._sampler is None:
             self._sampler = Sampler(self.settings, deep_every_s=self.config.deep_scan_interval)
         self._sampler.deep_every_s = self.config.deep_scan_interval
@@ -257,7 +259,10 @@ class Agent:
                 self._served = made
         self._latest = Latest(snap, time.monotonic())
         records = [self.emit(e) for e in self.changes.feed(snap)]
-        self.history.add(snap)
+        stepped = self.history.add(snap)
+        if stepped > self.config.interval:
+            self.emit(NodeEvent(snap.taken_at, "warning", f"the wall clock went back {stepped:.0f}s: the history "
+                                f"keeps its own time line, {self.history.skew_s:.0f}s ahead of the clock", "agent"))
         for obs in list(self.observers):
             try:
                 obs.on_snapshot(snap, records)
@@ -344,6 +349,7 @@ class Agent:
             "kernel_watch": self._kernel.describe if self._kernel is not None else "off",
             "clients": self._server.active if self._server is not None else 0,
             "history_bytes": self.history.nbytes(),
+            "writes_failing": self.writes.failing(),
         })
 
     # --- events and logging ----------------------------------------------------------------------

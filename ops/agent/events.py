@@ -15,6 +15,7 @@ from typing import Any
 from ..jsondoc import iso
 from ..sampling.changes import NodeEvent
 from . import jsonlines
+from .writewatch import WriteWatch, ignore
 
 FILE = "events.jsonl"
 OLD = "events.1.jsonl"
@@ -28,8 +29,10 @@ def record(seq: int, event: NodeEvent) -> dict[str, Any]:
 
 
 class EventLog:
-    def __init__(self, directory: Path | None, max_bytes: int = 16 << 20, keep: int = KEEP_IN_MEMORY):
+    def __init__(self, directory: Path | None, max_bytes: int = 16 << 20, keep: int = KEEP_IN_MEMORY,
+                 watch: WriteWatch | None = None):
         self.dir = directory
+        self.watch = watch or ignore()
         self.max_bytes = max_bytes
         self._recent: deque[dict[str, Any]] = deque(maxlen=keep)
         self._cond = threading.Condition()
@@ -63,8 +66,10 @@ class EventLog:
             self._file.append(rec)
             if self._file.size() > self.max_bytes:
                 self._rotate()
-        except OSError:
-            pass  # a full disk loses the file copy, never the in-memory log or the sampling
+        except OSError as exc:  # a full disk loses the file copy, never the in-memory log or the sampling
+            self.watch.failed("event log", self._file.path, exc)
+            return
+        self.watch.ok("event log")
 
     def _rotate(self) -> None:
         assert self.dir is not None and self._file is not None

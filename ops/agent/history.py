@@ -17,6 +17,7 @@ from typing import Any
 from ..jsondoc import document, iso
 from ..model import NodeSnapshot
 from . import jsonlines
+from .writewatch import WriteWatch, ignore
 
 FINE_SPAN_S = 3600.0  # the refresh-resolution series covers the last hour
 MINUTE_S = 60.0
@@ -95,9 +96,15 @@ class History:
 
     Thread-safe: the agent's sampling thread writes while API threads read."""
 
-    def __init__(self, directory: Path | None, interval_s: float = 1.0, *, writable: bool = True):
+    def __init__(self, directory: Path | None, interval_s: float = 1.0, *, writable: bool = True,
+                 watch: WriteWatch | None = None):
         self.dir = directory
         self.interval_s = interval_s
+        self.watch = watch or ignore()
+        # The history's own time line: wall-clock time, except that it never runs backwards. A clock stepped
+        # back (NTP, an operator) shifts later rows by the step, so every series stays ordered.
+        self._last_t = float("-inf")
+        self.skew_s = 0.0
         self._fine_capacity = max(60, math.ceil(FINE_SPAN_S / max(interval_s, 0.25)))
         self._fine: dict[int, Ring] = {}
         self._minutes: dict[int, Ring] = {}
@@ -113,8 +120,10 @@ class History:
                 self._trend = jsonlines.Appender(directory / TREND)
 
     # --- feeding --------------------------------------------------------------------------------
-    def add(self, snap: NodeSnapshot) -> None:
-        t = snap.taken_at
+    def add(self, snap: NodeSnapshot) -> float:
+        """Record a snapshot; returns how far the wall clock was found stepped back (0.0 almost always)."""
+        stepped = self._stamp(snap.taken_at)
+        t = snap.taken_at + self.skew_s
         minute = math.floor(t / MINUTE_S) * MINUTE_S
         res_by_gpu = {r.gpu_index: r for r in snap.residual}
         closed: dict[int, dict[str, float]] = {}
@@ -138,6 +147,16 @@ class History:
                 cur.add(used, residual, holders)
         if closed:
             self._persist(closed)
+        return stepped
+
+    def _stamp(self, wall: float) -> float:
+        t = wall + self.skew_s
+        stepped = 0.0
+        if t < self._last_t:
+            stepped = self._last_t - t
+            self.skew_s += stepped + 1e-3
+        self._last_t = wall + self.skew_s
+        return stepped
 
     def _minute_ring(self, gpu: int) -> Ring:
         ring = self._minutes.get(gpu)
@@ -154,8 +173,10 @@ class History:
                                  for g, r in rows.items()}}
         try:
             self._trend.append(line)
-        except OSError:
-            return  # a full disk must not stop sampling; the in-memory trend goes on
+        except OSError as exc:  # a full disk must not stop sampling; the in-memory trend goes on
+            self.watch.failed("history", self._trend.path, exc)
+            return
+        self.watch.ok("history")
         self._trend_lines += 1
         if self._trend_lines > 2 * MINUTES:
             self._compact()
@@ -190,8 +211,12 @@ class History:
                                                              c["residual_max"][i], c["holders_max"][i]]
         text = "".join(json.dumps({"t": t, "gpus": gpus}, separators=(",", ":")) + "\n"
                        for t, gpus in sorted(by_t.items()))
+        try:
+            atomic_write(self.dir / TREND, text, 0o640, root=self.dir)
+        except OSError as exc:  # the old file stays whole (atomic): keep appending to it and compact later
+            self.watch.failed("history", self.dir / TREND, exc)
+            return
         self._trend.close()
-        atomic_write(self.dir / TREND, text, 0o640, root=self.dir)
         self._trend = jsonlines.Appender(self.dir / TREND)
         self._trend_lines = len(by_t)
 

@@ -63,9 +63,25 @@ class Appender:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
 
     def append(self, obj: dict[str, Any]) -> int:
+        """Write one whole line, or nothing: a write the disk cut short (ENOSPC) is taken back, so the lines
+        after it, once there is room again, are not glued to a torn one."""
         line = (json.dumps(obj, separators=(",", ":"), default=str) + "\n").encode()
-        os.write(self._fd, line)
+        before = os.fstat(self._fd).st_size
+        try:
+            written = os.write(self._fd, line)
+        except OSError:
+            self._take_back(before)
+            raise
+        if written != len(line):
+            self._take_back(before)
+            raise OSError(28, "No space left on device (short write)")
         return len(line)
+
+    def _take_back(self, size: int) -> None:
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError:
+            pass  # a read-only file system wrote nothing to take back
 
     def size(self) -> int:
         return os.fstat(self._fd).st_size

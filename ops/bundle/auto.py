@@ -1,6 +1,6 @@
 """Automatic bundles when a supervised engine dies of a signal: at most one per few minutes per node.
 
-The engine shim calls maybe_collect(); a timestamp file under flock in <state dir>/bundles keeps
+The engine shim runs `python -m gpuwarden.ops.bundle.auto` (main() below), which calls maybe_collect(); a timestamp file under flock in <state dir>/bundles keeps
 concurrent crashes (four engines dying together) to one safe-mode bundle, and every decision is journaled.
 """
 
@@ -75,7 +75,8 @@ def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_
         from .collect import collect_bundle
         safe_engine = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in engine)[:40] or "engine"
         name = f"gpuwarden-bundle-{socket.gethostname()}-auto-{time.strftime('%Y%m%d-%H%M%S')}-{safe_engine}.tar.gz"
-        result = collect_bundle(settings, output=directory / name, safe_mode=True, timeout_s=timeout_s)
+        result = collect_bundle(settings, output=directory / name, safe_mode=True, timeout_s=timeout_s,
+                                subject={"engine": engine, "reason": reason})
         journal.write(settings.state_dir, "bundle.auto", "ok", engine=engine, reason=reason, path=str(result.path),
                       bytes=result.bytes, seconds=round(result.duration_s, 2), headline=result.report.headline(),
                       triage=result.report.summary()[:5])
@@ -88,3 +89,20 @@ def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_
         except Exception:  # an unwritable journal is no reason to take the shim down either
             pass
         return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gpuwarden.ops.bundle.auto --state-dir D --engine E --reason R`: the bundle's path, or nothing."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m gpuwarden.ops.bundle.auto", description=main.__doc__)
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--engine", required=True)
+    parser.add_argument("--reason", required=True)
+    args = parser.parse_args(argv)
+    path = maybe_collect(Settings.from_env(state_dir=args.state_dir), engine=args.engine, reason=args.reason)
+    print(path or "")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

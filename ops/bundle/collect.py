@@ -19,6 +19,7 @@ from .. import __version__, jsondoc, statedir
 from ..errors import GpuwardenError
 from ..settings import Settings
 from ..units import parse_duration  # noqa: F401 (bundle callers find it here too)
+from ..triage.bundle import engine_names, triage_members
 from ..triage.findings import Finding, Report
 from ..triage.render import as_json, markdown
 from . import archive
@@ -89,7 +90,10 @@ def resolve_output(settings: Settings, output: str | Path | None, stamp: str) ->
 def collect_bundle(settings: Settings, *, output: str | Path | None = None, since: str | float | None = None,
                    safe_mode: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S,
                    max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
-                   collectors: tuple[Collector, ...] = COLLECTORS) -> BundleResult:
+                   collectors: tuple[Collector, ...] = COLLECTORS,
+                   subject: dict[str, Any] | None = None) -> BundleResult:
+    """`subject`: {"engine": name, "reason": why} for a bundle taken for that engine's crash (the automatic one):
+    recorded in the manifest, and its triage leads with that engine (ops/triage/focus.py)."""
     t0 = time.monotonic()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     final = resolve_output(settings, output, stamp)
@@ -144,7 +148,7 @@ def collect_bundle(settings: Settings, *, output: str | Path | None = None, sinc
     # --- pack + triage -----------------------------------------------------------------------
     for e in entries:
         archive.pack(e, max_bytes)
-    report = _triage(entries)
+    report = _triage(entries, subject)
     report.findings.extend(collector_findings(summaries))
     for path, data in (("triage.md", markdown(report).encode()), ("triage.json", as_json(report).encode())):
         e = Entry("triage", "gpuwarden.ops.triage", "generated", path=path, data=data)
@@ -155,7 +159,7 @@ def collect_bundle(settings: Settings, *, output: str | Path | None = None, sinc
 
     manifest = _manifest(settings, entries, summaries, report, since_s=since_s, safe_mode=safe_mode,
                          timeout_s=timeout_s, max_bytes=max_bytes, sysfs_root=sysfs_root, dev_roots=dev_roots,
-                         simulated=simulated, started=t0)
+                         simulated=simulated, started=t0, subject=subject)
     top = final.name[:-len(".tar.gz")] if final.name.endswith(".tar.gz") else final.stem
     size = archive.write(final, top, entries, [(MANIFEST, json.dumps(manifest, indent=2).encode())])
     return BundleResult(final, size, time.monotonic() - t0, manifest, report)
@@ -205,11 +209,10 @@ def collector_findings(collectors: list[dict[str, Any]]) -> list[Finding]:
     return out
 
 
-def _triage(entries: list[Entry]) -> Report:
+def _triage(entries: list[Entry], subject: dict[str, Any] | None = None) -> Report:
     """The kernel log, the snapshot's residual VRAM and what any crashed engine died of, from the entries."""
-    from ..triage.bundle import engine_names, triage_members
     stored = {e.path: e.data for e in entries if e.path and e.data is not None}
-    return triage_members(stored.get, engine_names(list(stored)), "")
+    return triage_members(stored.get, engine_names(list(stored)), "", subject)
 
 
 def _manifest(settings: Settings, entries: list[Entry], summaries: list[dict[str, Any]], report: Report,
@@ -249,6 +252,7 @@ def _manifest(settings: Settings, entries: list[Entry], summaries: list[dict[str
                  "dev_roots": [str(d) for d in opts["dev_roots"]], "simulated": opts["simulated"],
                  "backend": settings.backend},
         "duration_s": round(time.monotonic() - opts["started"], 3),
+        **({"subject": opts["subject"]} if opts.get("subject") else {}),
         "collectors": summaries,
         "items": [e.manifest() for e in stored],
         "not_collected": [e.manifest() for e in missing],

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__, redact, statedir
+from ..agent import client
+from ..sampling import take_snapshot
+from . import doctor_inputs
 from ..errors import GpuwardenError
 from ..settings import Settings
 from . import kernellog, trees
@@ -65,18 +68,14 @@ def _vendor(name: str, argv: list[str], path: str) -> Callable[[Context], list[E
 
 
 def _snapshot(ctx: Context) -> list[Entry]:
-    from ..snapshot import take_snapshot
     t0 = time.monotonic()
     snap = take_snapshot(ctx.settings)
-    out = [Entry("snapshot", "gpuwarden.ops.snapshot.take_snapshot", "python", path="gpuwarden/snapshot.json",
+    out = [Entry("snapshot", "gpuwarden.ops.sampling.take_snapshot", "python", path="gpuwarden/snapshot.json",
                  data=snap.to_json().encode(), duration_s=time.monotonic() - t0)]
     # The agent's last sample, when one runs: on Kubernetes it names each process's namespace, pod and container,
     # and which pod had which GPU, evidence a bare sample here cannot give.
-    from ..agent.client import get
-    from ..paths import AGENT_SOCKET
-    reply = get(ctx.settings.state_dir / AGENT_SOCKET, "/v1/snapshot",
-                timeout=min(2.0, max(0.1, ctx.deadline - time.monotonic())))
-    if reply is not None and reply.status == 200:
+    reply = client.snapshot(ctx.settings.state_dir, timeout=min(2.0, max(0.1, ctx.deadline - time.monotonic())))
+    if reply is not None:
         out.append(Entry("snapshot", "agent socket GET /v1/snapshot", "python", path="gpuwarden/agent-snapshot.json",
                          data=reply.body))
     return out
@@ -290,11 +289,10 @@ def _journal(ctx: Context) -> list[Entry]:
 
 def _doctor_inputs(ctx: Context) -> list[Entry]:
     """What `gpuwarden doctor --bundle` reads beyond the trees above (kernel config, limits, firmware, THP, ...)."""
-    from ..doctor import inputs
     s = ctx.settings
     roots = {"sys": s.sysfs_root, "gpu": ctx.sysfs_root, "proc": s.proc_root, "etc": s.etc_root,
              "boot": s.boot_root, "opt": s.opt_root}
-    return inputs.collect(roots, s.config_path)
+    return doctor_inputs.collect(roots, s.config_path)
 
 
 def _kernel(ctx: Context) -> list[Entry]:

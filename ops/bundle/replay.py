@@ -1,6 +1,6 @@
 """Read a bundle back as the NodeSnapshot it recorded: through the sysfs backend when it holds a tree.
 
-The tree is re-read by the same code that reads a live node (gpuwarden.ops.snapshot over tree/sys and
+The tree is re-read by the same code that reads a live node (gpuwarden.ops.sampling over tree/sys and
 tree/proc), so replay checks the parsers too; without a tree the stored snapshot.json is used.
 A bundle may come from anywhere: the archive's members, its manifest (against the published schema)
 and its snapshot (strictly, field by field) are checked first, and any fault is one line, exit 2.
@@ -207,7 +207,7 @@ def snapshot_from_bundle(path: Path | str, settings: Settings) -> NodeSnapshot:
 
 def _from_tree(settings: Settings, path: Path, sys_tree: Path, proc_tree: Path, manifest: dict) -> NodeSnapshot:
     from ..backends.sysfs import SysfsBackend
-    from ..snapshot import take_snapshot
+    from ..sampling import take_snapshot
     tree = manifest.get("tree", {})
     dev_roots = tree.get("dev_roots") or ["/dev"]
     # Device globs must match the fd link targets as recorded; dev_root is only matched, never opened.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gpuwarden.ops
+import gpuwarden
 from gpuwarden.ops import journal, nodestate, procs, statedir
 from gpuwarden.ops.errors import GpuwardenError, NotFound, Refused
 from gpuwarden.ops.nodeconfig import EngineConfig, signal_number
@@ -89,9 +89,13 @@ def _fork_shim(settings: Settings, name: str) -> subprocess.Popen:
     """Fork the shim of `name` into its own session. From here on it runs whatever becomes of the caller."""
     state_dir = settings.state_dir.resolve()
     env = dict(os.environ)
-    root = str(Path(gpuwarden.ops.__file__).resolve().parent.parent)
     env[ORIG_PYTHONPATH] = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = root + (os.pathsep + env[ORIG_PYTHONPATH] if env[ORIG_PYTHONPATH] else "")
+    # The shim must import this very gpuwarden: the folder that holds the package goes first on its path (an
+    # editable install's finder needs nothing: the same interpreter's site-packages hold it).
+    package = Path(gpuwarden.__file__).parent
+    if package.name == "gpuwarden":
+        root = str(package.parent)
+        env["PYTHONPATH"] = root + (os.pathsep + env[ORIG_PYTHONPATH] if env[ORIG_PYTHONPATH] else "")
     with statedir.open_dir(state_dir, statedir.ENGINES, name) as folder:
         # The old state would be read as this run's until the shim writes its own.
         folder.unlink(st.STATE)

@@ -12,6 +12,8 @@ from gpuwarden.ops.model import Registration
 from gpuwarden.ops.status_protocol import StatusEvent
 from gpuwarden.ops.units import fmt_bytes
 
+from . import runtime_errors
+
 # The newest records kept per engine (restarts included).
 KEEP = 32
 
@@ -93,7 +95,7 @@ def _int(value: Any) -> int | None:
 
 
 def describe(reg: Registration, *, short: bool = False) -> str:
-    """One registration in words: '64.0 GiB in 12.3s, waited 3.1s', '64.0 GiB FAILED (error 2) after 0.1s'."""
+    """One registration in words: '64.0 GiB in 12.3s, waited 3.1s', '64.0 GiB FAILED: hipErrorOutOfMemory (2) after 0.1s'."""
     size = fmt_bytes(reg.bytes)
     secs = reg.seconds or 0.0
     if reg.outcome == "registered":
@@ -102,7 +104,7 @@ def describe(reg: Registration, *, short: bool = False) -> str:
             text += f", waited {reg.wait_s:.1f}s"
         return text
     if reg.outcome == "failed":
-        return f"{size} FAILED" + ("" if short else f" (error {reg.result}) after {secs:.1f}s")
+        return f"{size} FAILED" + ("" if short else f": {runtime_errors.describe(reg.call, reg.result)} after {secs:.1f}s")
     if reg.outcome == "hung":
         return f"{size} HUNG {secs:.0f}s"
     if reg.outcome == "died":

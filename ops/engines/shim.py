@@ -18,12 +18,13 @@ from typing import Any
 
 from gpuwarden.ops import gate, journal, procs, statedir
 from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.model import FAILED_REGISTRATION
 from gpuwarden.ops.nodeconfig import EngineConfig, signal_number
 from gpuwarden.ops.status_protocol import ENV_FILE, StatusFollower
 from gpuwarden.ops.units import fmt_bytes
 from gpuwarden.ops.waitfd import readable
 
-from . import preload
+from . import preload, runtime_errors
 from . import state as st
 from .logs import CappedLog
 from .progress import Progress
@@ -32,6 +33,8 @@ from .registrations import RegistrationLog
 # Variables that carry the shim's own import path; the engine gets the operator's value back.
 ORIG_PYTHONPATH = "GPUWARDEN_ORIG_PYTHONPATH"
 POLL_S = 0.05
+# The automatic bundle (gpuwarden.ops.bundle.auto) collects in safe mode within seconds; past this it is abandoned.
+AUTO_BUNDLE_DEADLINE_S = 120.0
 
 
 class Shim:
@@ -319,7 +322,16 @@ class Shim:
         changes: dict[str, Any] = {"registrations": self.registrations.records}
         what = f"{record.get('call') or 'registration'} of {fmt_bytes(record.get('bytes'))}"
         if event.phase in ("register-failed", "unregister-failed"):
-            changes["detail"] = f"{what} failed with error {record.get('result')} after {record['seconds'] or 0:.1f}s"
+            error = runtime_errors.describe(record.get("call"), record.get("result"))
+            changes["detail"] = f"{what} returned {error} after {record['seconds'] or 0:.3f}s"
+            if event.phase == "register-failed":
+                changes["detail"] += ": the engine goes on without that memory registered"
+                journal.write(self.state_dir, "engine-register-failed", "failed", engine=self.name,
+                              pid=record.get("pid"), call=record.get("call"), bytes=record.get("bytes"),
+                              code=record.get("result"), error=runtime_errors.name(record.get("call"),
+                                                                                     record.get("result")))
+        elif event.phase == "registered" and self.record.get("phase") == FAILED_REGISTRATION:
+            changes["detail"] = f"{what} registered after an earlier registration failed"
         elif event.phase == "register-hung":
             changes["detail"] = (f"{what} hung: still running after {record['seconds'] or 0:.0f}s (registration "
                                  "timeout); its gate slot was let go so the other engines go on")
@@ -384,20 +396,26 @@ class Shim:
         journal.write(self.state_dir, "engine-exit", "crashed" if crashed else "ok", engine=self.name,
                       pid=self.record.get("pid"), exit_code=code, signal=sig, core_dumped=core, phase=was,
                       requested=bool(requested))
+        while_ = "after its registration failed" if was == FAILED_REGISTRATION else f"while {was}"
         self.save(phase="crashed" if crashed else "exited", exit_code=code, signal=sig, core_dumped=core,
-                  phases=phases, gate_slot=None, detail=f"{how} while {was}" if crashed else how,
+                  phases=phases, gate_slot=None, detail=f"{how} {while_}" if crashed else how,
                   died_while=was, crashes=crashes)
         if crashed and sig:
-            self._collect_bundle(f"engine {self.name} {how} while {was}")
+            self._collect_bundle(f"engine {self.name} {how} {while_}")
         return "crashed" if crashed else ("stopped" if requested else "exited")
 
     def _collect_bundle(self, reason: str) -> None:
         def work() -> None:
             try:
-                from gpuwarden.ops.bundle import auto  # only when needed: the shim stays small while the engine runs
-                from gpuwarden.ops.settings import Settings
-                path = auto.maybe_collect(Settings.from_env(state_dir=str(self.state_dir)),
-                                          engine=self.name, reason=reason)
+                # A child process: the bundle machinery sits above engines, and a collector that misbehaves
+                # can take only that child down, never the shim that supervises the engine.
+                done = subprocess.run(
+                    [sys.executable, "-m", "gpuwarden.ops.bundle.auto", "--state-dir", str(self.state_dir),
+                     "--engine", self.name, "--reason", reason],
+                    stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=AUTO_BUNDLE_DEADLINE_S)
+                path = done.stdout.strip()
+                if done.returncode != 0:
+                    raise RuntimeError(done.stderr.strip()[-300:] or f"exit code {done.returncode}")
                 if path:
                     self.save(bundle=str(path))
                 else:

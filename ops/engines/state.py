@@ -18,7 +18,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status`
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpuwarden.ops.sampling.filecache import FileCache
+    from gpuwarden.ops.filecache import FileCache
 
 SPEC = "spec.json"  # what to run: written by the launcher, read by the shim
 STATE = "state.json"  # what happened: written by the shim only
@@ -159,7 +159,8 @@ def _info(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | None,
     phase = "stale" if stale else printable(str(record.get("phase", "starting")))
     phases = record.get("phases") if isinstance(record.get("phases"), dict) else {}
     crashes = record.get("crashes") if isinstance(record.get("crashes"), dict) else {}
-    text = (lambda v: None if v is None else printable(str(v)))  # records are files: no escapes reach a terminal
+    def text(v):
+        return (None if v is None else printable(str(v)))  # records are files: no escapes reach a terminal
     return EngineInfo(
         name=printable(name),
         gpu=record.get("gpu", gpu),

@@ -13,10 +13,10 @@ import threading
 from concurrent import futures
 from pathlib import Path
 
+from ..config.kubernetes import HEALTH_SOCKET as DEFAULT_SOCKET
 from ..errors import GpuwardenError
 from ..model import NodeSnapshot
 
-DEFAULT_SOCKET = "/var/lib/amd-metrics-exporter/amdgpu_device_metrics_exporter_grpc.socket"
 HEALTHY, UNHEALTHY = "healthy", "unhealthy"
 
 

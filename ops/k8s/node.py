@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ..model import NodeSnapshot, SnapshotWarning
 from ..settings import Settings
 from .attribution import PodAttributor
-from .config import KubernetesConfig
+from ..config.kubernetes import KubernetesConfig
 from .events import JournalFollower, NodeEvents
 from .health import HealthService
 from .kube import Kube, connect

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from ..config.kubernetes import POLICIES
 from ..jsondoc import iso
 from ..model import NodeSnapshot
 from ..units import fmt_bytes
@@ -21,7 +22,6 @@ TAINT_KEY = "gpuwarden.io/gpu-unhealthy"
 # Set with our taint, removed with it: a taint with our key but without this annotation is someone else's.
 OWNER_ANNOTATION = "gpuwarden.io/taint-set-by"
 OWNER = "gpuwarden-agent"
-POLICIES = ("taint", "condition", "off")
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ..config.kubernetes import PODRESOURCES_SOCKET as DEFAULT_SOCKET
 from ..errors import GpuwardenError
 from ..model import GpuInfo, PodGpus
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 GPU_RESOURCES = ("amd.com/gpu", "nvidia.com/gpu")
 RETAIN_GONE_S = 3600.0
 

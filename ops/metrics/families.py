@@ -14,7 +14,7 @@ from typing import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
 from .. import __version__
-from ..model import EngineInfo, GpuInfo, NodeSnapshot, Residual
+from ..model import FAILED_REGISTRATION, EngineInfo, GpuInfo, NodeSnapshot, Residual
 from ..status_protocol import PHASES
 from .reading import MetricsOptions, Reading
 
@@ -25,7 +25,7 @@ ENGINE_LABELS = ("engine", "gpu")
 HOLDER_KINDS = ("zombie", "disk-sleep", "dead-pid", "unknown-pid", "device-file")
 _KIND_OF_REASON = {"zombie": "zombie", "disk-sleep": "disk-sleep", "kfd-without-process": "dead-pid",
                    "dead": "dead-pid", "unknown-pid": "unknown-pid"}
-ENGINE_PHASES = ("waiting", *PHASES, "crashed", "stale")
+ENGINE_PHASES = ("waiting", *PHASES, FAILED_REGISTRATION, "crashed", "stale")
 NOT_UP = ("exited", "crashed", "stale")
 # Crash signals exported at 0 for every engine before any crash, so increase() counts the first one (a series
 # that is born at 1 shows no increase): the arena storm is a burst of first SIGSEGVs.

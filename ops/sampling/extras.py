@@ -12,7 +12,7 @@ from ..errors import GpuwardenError
 from ..model import ArenaInfo, EngineInfo, SnapshotWarning
 from ..records import record
 from ..settings import Settings
-from .filecache import FileCache
+from ..filecache import FileCache
 
 
 @record

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 from ..units import fmt_bytes
@@ -563,16 +562,6 @@ def analyze_text(text: str, source: str = "", snapshot: dict[str, Any] | None = 
     report = a.finish()
     if snapshot:
         add_snapshot(report, snapshot, source)
-    return report
-
-
-def analyze_file(path: Path, snapshot: dict[str, Any] | None = None) -> Report:
-    """Stream a log file (bounded memory, long lines cut); see stream.py."""
-    from .stream import analyze_stream
-    with open(path, "rb") as f:
-        report = analyze_stream(f, source=str(path))
-    if snapshot:
-        add_snapshot(report, snapshot, str(path))
     return report
 
 

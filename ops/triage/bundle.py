@@ -1,16 +1,16 @@
 """Triage of an incident bundle: its kernel log, the residual VRAM it recorded, and what its engines died of.
 
-Used by `gpuwarden triage BUNDLE` (read from the archive) and by `gpuwarden bundle` itself (from the
-entries in memory), through one function that takes a reader of bundle members.
+Used by `gpuwarden triage BUNDLE` (ops.bundle.triage_file reads the archive) and by `gpuwarden bundle` itself
+(from the entries in memory), through one function that takes a reader of bundle members.
 """
 
 from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 from typing import Any, Callable
 
+from . import focus
 from .analyze import Analyzer, add_snapshot
 from .enginecrash import engine_findings, evidence_from
 from .findings import Report
@@ -21,7 +21,8 @@ SNAPSHOT = "gpuwarden/snapshot.json"
 ARENAS = "gpuwarden/arenas.json"
 
 
-def _json(data: bytes | None) -> Any:
+def json_or_none(data: bytes | None) -> Any:
+    """A bundle member's JSON, or None when it is missing or unreadable."""
     if not data:
         return None
     try:
@@ -30,8 +31,10 @@ def _json(data: bytes | None) -> Any:
         return None
 
 
-def triage_members(read: Callable[[str], bytes | None], names: list[str], source: str) -> Report:
-    """The report for a bundle whose members `read(relative path)` returns (None when absent)."""
+def triage_members(read: Callable[[str], bytes | None], names: list[str], source: str,
+                   subject: dict[str, Any] | None = None) -> Report:
+    """The report for a bundle whose members `read(relative path)` returns (None when absent). `subject`:
+    {"engine": name, "reason": why} when the bundle was taken for that engine's crash (ops/triage/focus.py)."""
     log = read(KERNEL_LOG)
     if log is None:
         report = Analyzer("no kernel log").finish(lines=0)
@@ -39,16 +42,18 @@ def triage_members(read: Callable[[str], bytes | None], names: list[str], source
                                "triage covers the snapshot and the engines only")
     else:
         report = analyze_stream(io.BytesIO(log), source=f"{source}:{KERNEL_LOG}" if source else KERNEL_LOG)
-    snapshot = _json(read(SNAPSHOT))
+    snapshot = json_or_none(read(SNAPSHOT))
     if isinstance(snapshot, dict):
         add_snapshot(report, snapshot, SNAPSHOT)
-    arenas = _json(read(ARENAS))
+    arenas = json_or_none(read(ARENAS))
     arena_paths = [a.get("path") for a in arenas if isinstance(a, dict) and isinstance(a.get("path"), str)] \
         if isinstance(arenas, list) else []
     evidence = evidence_from(read, names)
     findings, engines = engine_findings(evidence, report, arena_paths)
     report.findings.extend(findings)
     report.engines = engines
+    if subject and isinstance(subject.get("engine"), str):
+        focus.apply(report, subject["engine"], subject.get("reason"), evidence)
     if any(e.get("backtrace_note") for e in engines):
         report.notes.append("a crashed engine dumped core but no backtrace was stored (gdb/eu-stack missing on the "
                             "node, or the core was not found): see manifest.json")
@@ -61,20 +66,8 @@ def engine_names(paths: list[str]) -> list[str]:
     return sorted(names)
 
 
-def triage_bundle(path: Path) -> Report:
-    """Open a bundle (.tar.gz) and triage it."""
-    from ..bundle.replay import open_bundle, read_member, top_dir
-    with open_bundle(path) as tar:
-        top = top_dir(tar)
-        rel = [m.name[len(top) + 1:] for m in tar.getmembers() if m.name.startswith(top + "/")]
+def subject_of(manifest: Any) -> dict[str, Any] | None:
+    """The engine an automatic bundle was taken for, from its manifest; None for an operator's bundle."""
+    subject = manifest.get("subject") if isinstance(manifest, dict) else None
+    return subject if isinstance(subject, dict) and isinstance(subject.get("engine"), str) else None
 
-        def read(member: str) -> bytes | None:
-            return read_member(tar, top, member)
-        report = triage_members(read, engine_names(rel), str(path))
-        manifest = _json(read("manifest.json"))
-    if isinstance(manifest, dict):
-        from ..bundle.collect import collector_findings
-        report.findings.extend(collector_findings([c for c in manifest.get("collectors", []) if isinstance(c, dict)]))
-    else:
-        report.notes.append("the bundle's manifest.json is unreadable")
-    return report

@@ -12,7 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import backtrace
+from ..model import FAILED_REGISTRATION
+from . import backtrace, registration
 from .analyze import Analyzer
 from .findings import CAUSE, SHARED_CRASH, Finding, Report
 
@@ -83,6 +84,8 @@ def _phase_phrase(state: dict[str, Any]) -> str:
     was = state.get("died_while") or ""
     if was == "registering":
         return "while registering"
+    if was == FAILED_REGISTRATION:
+        return "after its registration failed"
     if was in _REGISTERED or any(p in phases for p in _REGISTERED):
         return "after registering"
     return f"while {was}" if was else ""
@@ -129,8 +132,21 @@ def engine_findings(evidence: list[EngineEvidence], kernel: Report | None = None
         title = f"engine {e.name} died of {how}{where}" + (f" {phrase}" if phrase else "")
         if not where and err is not None:
             title += f": {err.title}"
-        info["died_of"] = title
         crashed_at = (s.get("phases") or {}).get("crashed")
+        if not isinstance(crashed_at, (int, float)) and fault and fault[0].time_base == "epoch" \
+                and isinstance(fault[1].get("time"), (int, float)):
+            # The shim's stamp is on the interposer's clock (both CLOCK_REALTIME, within its 50 ms poll); the
+            # kernel's wall time is boot time + uptime, which drifts from it by up to seconds (dmesg -T's caveat).
+            crashed_at = fault[1]["time"]
+        failed = registration.last_failed(s, crashed_at if isinstance(crashed_at, (int, float)) else None)
+        if failed is not None:
+            at = f" in {info['library']}" + (f" at {info['offset']}" if info.get("offset") else "") \
+                if info.get("library") else ""
+            title = registration.crash_after(e.name, failed, how, at,
+                                             crashed_at if isinstance(crashed_at, (int, float)) else None,
+                                             signalled=bool(sig))
+            info["registration_failed"] = failed
+        info["died_of"] = title
         f = Finding(rule="engine.died", category="engine", severity="error", title=title, signature=e.name,
                     tier=CAUSE, count=1, source=f"engines/{e.name}",
                     meaning="a supervised engine ended by a signal or a failing exit code",
@@ -142,7 +158,31 @@ def engine_findings(evidence: list[EngineEvidence], kernel: Report | None = None
         findings.append(f)
         summaries.append(info)
     findings += _storms(summaries, evidence, kernel, arenas)
+    findings += _failed_alive(evidence)
     return findings, summaries
+
+
+def _failed_alive(evidence: list[EngineEvidence]) -> list[Finding]:
+    """Engines still running after a registration of theirs failed: the crash that may come is not there yet."""
+    out = []
+    for e in evidence:
+        if e.died or e.state.get("phase") != FAILED_REGISTRATION:
+            continue
+        failed = registration.last_failed(e.state)
+        if failed is None:
+            continue
+        out.append(Finding(
+            rule="engine.register_failed", category="engine", severity="error", signature=e.name, tier=CAUSE, count=1,
+            title=f"{registration.what_failed(e.name, failed)}; the engine runs on without that memory registered",
+            source=f"engines/{e.name}",
+            meaning="a host-registration call of a supervised engine returned an error and the engine went on: "
+                    "its first use of that memory as registered can crash it",
+            check="the error: out of memory from KFD means its system-memory limit (`gpuwarden arena budget`); "
+                  "stop the engine or restart it once the cause is fixed",
+            first_time=failed.get("at"), time_base="epoch" if failed.get("at") is not None else None,
+            victims=[{"process": e.name, "pid": e.state.get("pid"), "engine": e.name}],
+            details={"registration_failed": failed}))
+    return out
 
 
 def _storms(summaries: list[dict[str, Any]], evidence: list[EngineEvidence], kernel: Report | None,

@@ -57,7 +57,18 @@ _SPECIAL = (
           "(signal, phase), the kernel's fault line (library + offset), its core dump's backtrace and the last "
           "error in its log",
           "the library and function named, and the engine's log tail in the bundle (engines/NAME/engine.log)",
-          "engine dp0 died of SIGSEGV in libamdhip64.so.7 at offset 0xb71c9 after registering"),
+          "engine dp0 died of SIGSEGV in libamdhip64.so.7 at offset 0xb71c9 after registering; when a registration "
+          "of the engine had failed just before, the failed call leads: dp3: hipHostRegister of 64.0 GiB returned "
+          "hipErrorOutOfMemory at 12:00:03.1; SIGSEGV in libamdhip64.so.7 at 0xb71c9 0.4 s later: the engine used "
+          "a buffer it failed to register"),
+    Entry("engine.register_failed", "engine", "error", CAUSE,
+          "a supervised engine's host-registration call (hipHostRegister, cudaHostRegister, cuMemHostRegister) "
+          "returned an error and the engine went on running (phase failed-registration): most engines ignore the "
+          "result and crash when they use that memory",
+          "the error named: out of memory means KFD's system-memory limit (`gpuwarden arena budget`); stop the "
+          "engine or restart it once the cause is fixed",
+          "dp3: hipHostRegister of 64.0 GiB returned hipErrorOutOfMemory at 12:00:03.1; the engine runs on "
+          "without that memory registered"),
     Entry("engine.crash_storm", "engine", "critical", SHARED_CRASH,
           "several engines died of the same signal at the same place within seconds: one shared cause (for "
           "example every engine registering the same shared arena), not independent crashes",

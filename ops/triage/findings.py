@@ -20,6 +20,11 @@ TIER_NAMES = ("hardware", "init", "shared-crash", "cause", "firmware", "conseque
 TIME_ORDERED = frozenset({INIT, SHARED_CRASH, FIRMWARE})
 MAX_EXAMPLES = 3
 MAX_VICTIMS = 64
+# Where a finding stands relative to the engine a bundle was taken for (Report.subject); None: no subject, or
+# inside its run. The order is the order of the report: that engine's own findings, what happened during its
+# run, what happened on the host outside it, and other processes' crashes last.
+SCOPES = ("subject", "window", "outside", "other-process")
+_SCOPE_RANK = {"subject": 0, None: 2, "window": 2, "outside": 3, "other-process": 4}
 
 
 @dataclass
@@ -47,6 +52,7 @@ class Finding:
     details: dict[str, Any] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
     source: str = ""
+    scope: str | None = None  # one of SCOPES, set by ops/triage/focus.py for a bundle taken for one engine
 
     def add(self, line_no: int, stamp: str | None, raw: str, device: str | None, when: float | None = None,
             base: str | None = None) -> None:
@@ -76,7 +82,10 @@ class Finding:
     @property
     def rank(self) -> tuple:
         severity = 0 if self.tier in TIME_ORDERED else _RANK.get(self.severity, 9)
-        return (self.severity == "info", self.tier, severity, self.first_line or 0)
+        lead = _SCOPE_RANK.get(self.scope, 2)
+        if lead == 2 and self.details.get("registration_failed"):
+            lead = 1  # a crash after a failed registration: the failed call is the first fact of the incident
+        return (self.severity == "info", lead, self.tier, severity, self.first_line or 0)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -91,6 +100,8 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # e.g. "no timestamps", residual VRAM lines
     engines: list[dict[str, Any]] = field(default_factory=list)  # bundles: what each dead engine died of
+    # bundles taken for one engine's crash: {"engine", "reason", "window": [from, to] (epoch s) or None}
+    subject: dict[str, Any] | None = None
 
     def ordered(self) -> list[Finding]:
         return sorted(self.findings, key=lambda f: f.rank)
@@ -118,7 +129,7 @@ class Report:
         text = line_of(top)
         if top.tier < CONSEQUENCE:
             after = [f for f in self.ordered() if f.tier == CONSEQUENCE and f.severity in ("critical", "error")
-                     and f is not top and (not top.devices or not f.devices or set(f.devices) & set(top.devices))
+                     and f is not top and f.scope not in ("outside", "other-process") and (not top.devices or not f.devices or set(f.devices) & set(top.devices))
                      and (f.first_line or 0) >= (top.first_line or 0)]
             if after:
                 text += "; then " + ", ".join(dict.fromkeys(_short(f) for f in after[:3]))
@@ -129,6 +140,8 @@ class Report:
                "summary": self.summary(), "notes": list(self.notes)}
         if self.engines:
             out["engines"] = list(self.engines)
+        if self.subject:
+            out["subject"] = dict(self.subject)
         out["findings"] = [f.to_dict() for f in self.ordered()]
         return out
 

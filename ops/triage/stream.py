@@ -12,9 +12,10 @@ no newline at all is read in pieces and cut, so neither time nor memory depends 
 from __future__ import annotations
 
 import re
-from typing import BinaryIO, Iterable
+from pathlib import Path
+from typing import Any, BinaryIO, Iterable
 
-from .analyze import DEVICE_CARRY, SPECIALS, Analyzer
+from .analyze import DEVICE_CARRY, SPECIALS, Analyzer, add_snapshot
 from .findings import Report
 from .logline import HUMAN_HINT_BYTES, MAX_LINE
 from .patterns import PF_DETAIL  # noqa: F401  (their literals are listed below)
@@ -280,3 +281,12 @@ class StreamFeeder:
             return False
         hits = sum(1 for _ in self.prefilter.finditer(block, 0, probe_end))
         return hits > DENSE * lines
+
+
+def analyze_file(path: Path, snapshot: dict[str, Any] | None = None) -> Report:
+    """Stream a log file (bounded memory, long lines cut), with the snapshot's findings when one is given."""
+    with open(path, "rb") as f:
+        report = analyze_stream(f, source=str(path))
+    if snapshot:
+        add_snapshot(report, snapshot, str(path))
+    return report

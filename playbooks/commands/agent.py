@@ -24,7 +24,7 @@ def _config(settings: Settings, interval: float | None):
     from dataclasses import replace
 
     from gpuwarden.ops import nodeconfig
-    from gpuwarden.ops.agent.config import AgentConfig
+    from gpuwarden.ops.config.agent import AgentConfig
     cfg = nodeconfig.load(settings).agent if settings.config_path.exists() else AgentConfig()
     if interval is not None:
         cfg = replace(cfg, interval=interval)
@@ -190,7 +190,7 @@ def _kubernetes_config(settings: Settings, on: bool, **overrides):
             raise GpuwardenError(f"{given[0]} is an option of Kubernetes mode",
                                  "add --kubernetes (or run `gpuwarden k8s-agent`)")
         return None
-    from gpuwarden.ops.k8s.config import for_settings
+    from gpuwarden.ops.nodeconfig import kubernetes_config as for_settings
     from gpuwarden.ops.k8s.nodesignal import POLICIES
     from gpuwarden.ops.units import parse_duration
     policy, taint_after = overrides.get("policy"), overrides.get("taint_after")

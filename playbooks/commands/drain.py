@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         settings: Settings = ctx.obj
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
         if kubernetes:
-            from gpuwarden.ops.k8s.config import for_settings
+            from gpuwarden.ops.nodeconfig import kubernetes_config as for_settings
             from gpuwarden.ops.k8s.kube import connect
             from gpuwarden.playbooks.k8s_drain import KubernetesDrainPlaybook
             cfg = for_settings(settings, node_name=node_name)
@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
         pb = UndrainPlaybook(gpu)
         if kubernetes:
-            from gpuwarden.ops.k8s.config import for_settings
+            from gpuwarden.ops.nodeconfig import kubernetes_config as for_settings
             from gpuwarden.ops.k8s.kube import connect
             from gpuwarden.playbooks.k8s_drain import KubernetesUndrainPlaybook
             cfg = for_settings(settings, node_name=node_name)

@@ -17,6 +17,7 @@ from gpuwarden.playbooks.commands import completion
 
 from gpuwarden.ops.engines import state as st  # control, logs and registrations load in the commands that use them
 from gpuwarden.ops.errors import GpuwardenError, NotFound
+from gpuwarden.ops.model import FAILED_REGISTRATION
 from gpuwarden.ops.safetext import printable
 from gpuwarden.ops.settings import Settings
 
@@ -92,7 +93,7 @@ def list_cmd(ctx: typer.Context,
                        f"{st.engine_dir(settings.state_dir, info.name) / st.STATE} aside")
         elif info.stale:
             typer.echo(f"{info.name}: stale — its shim (pid {info.shim_pid}) is gone; the record is not trusted")
-        elif record.get("detail") and info.phase in ("crashed", "stopping", "waiting"):
+        elif record.get("detail") and info.phase in ("crashed", "stopping", "waiting", FAILED_REGISTRATION):
             typer.echo(f"{info.name}: {printable(str(record['detail']))}")
         if info.bundle:
             typer.echo(f"{info.name}: incident bundle {printable(info.bundle)} "

@@ -183,8 +183,15 @@ def _history_window(text: str | None, t) -> float | None:
     return seconds
 
 
-def register(app: typer.Typer) -> None:
-    app.add_typer(fleet_app, name="fleet")
+def register(app: typer.Typer, extra: tuple = ()) -> None:
+    """`gpuwarden fleet`: the commands declared on fleet_app above, plus `extra` (the console adds `fleet
+    tui`), on a group made for this app, so that building the command line twice never adds a command twice."""
+    group = typer.Typer(name=fleet_app.info.name, help=fleet_app.info.help, no_args_is_help=True,
+                        rich_markup_mode=None)
+    group.registered_commands = list(fleet_app.registered_commands)
+    for add in extra:
+        add(group)
+    app.add_typer(group, name="fleet")
 
 
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Show each node's plan; change nothing anywhere.")]

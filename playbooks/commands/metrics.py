@@ -33,7 +33,7 @@ def _exposition(settings: Settings, per_process: bool, hostname: str | None) -> 
     from gpuwarden.ops.metrics.collector import render
     from gpuwarden.ops.metrics.plan import PlanCache
     from gpuwarden.ops.metrics.reading import MetricsOptions, Reading
-    from gpuwarden.ops.snapshot import take_snapshot
+    from gpuwarden.ops.sampling.sampler import take_snapshot
     snap = take_snapshot(settings)
     reading = Reading(snap, "oneshot", now=time.time(), plan=PlanCache(settings).current())
     late = [w.message for w in snap.warnings if w.code == "stale"]

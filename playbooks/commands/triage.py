@@ -122,7 +122,7 @@ def _report_for(path: str):
     if head[:2] == b"\x1f\x8b" or (len(head) >= 262 and head[257:262] == b"ustar"):
         os.close(fd)
         if tarfile.is_tarfile(p):
-            from gpuwarden.ops.triage.bundle import triage_bundle
+            from gpuwarden.ops.bundle.triage_file import triage_bundle
             return triage_bundle(p)
         raise GpuwardenError(f"{p} is compressed or archived but is not a bundle", _WHAT_TO_GIVE)
     return _analyze_fd(fd, str(p), size)

@@ -133,7 +133,7 @@ def main() -> None:
         for name, argv in (("nvidia-smi -q", ["nvidia-smi", "-q"]), ("amd-smi static", ["amd-smi", "static"]),
                            ("rocm-smi -a", ["rocm-smi", "-a"])):
             if shutil.which(argv[0]):
-                peers[name] = [timed(lambda: subprocess.run(argv, capture_output=True)) for _ in range(5)]
+                peers[name] = [timed(lambda argv=argv: subprocess.run(argv, capture_output=True)) for _ in range(5)]
                 print(f"  {name:<30}  {stats(peers[name])}")
             else:
                 print(f"  {name:<30}  not installed here")

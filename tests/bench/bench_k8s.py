@@ -98,7 +98,7 @@ def k8s_agent(settings, cfg, api, interval: float = 1.0):
     """The node agent with Kubernetes mode attached, in this process (as `agent --kubernetes` wires it)."""
     import io
 
-    from gpuwarden.ops.agent.config import AgentConfig
+    from gpuwarden.ops.config.agent import AgentConfig
     from gpuwarden.ops.agent.daemon import Agent
     from gpuwarden.ops.k8s.node import KubernetesNode
     agent = Agent(settings, AgentConfig(interval=interval, kmsg="off"), log_stream=io.StringIO())
@@ -111,7 +111,7 @@ def k8s_agent(settings, cfg, api, interval: float = 1.0):
 
 def leak_to_taint(grace: float, rounds: int) -> dict:
     from k8s_helpers import NODE
-    from gpuwarden.ops.k8s.config import KubernetesConfig
+    from gpuwarden.ops.config.kubernetes import KubernetesConfig
     from gpuwarden.ops.settings import Settings
     from gpuwarden.ops.sim.node import SimNode
     from simnode import start_tenant, wait_for
@@ -128,11 +128,11 @@ def leak_to_taint(grace: float, rounds: int) -> dict:
         cfg = KubernetesConfig(taint_after=grace, node_name=NODE, pod_resources_socket=str(state / "none.sock"))
         tenant = start_tenant(state, 2, "14GiB")
         agent, _ = k8s_agent(settings, cfg, api)
-        wait_for(lambda: api.condition(NODE, "GPUResidualVRAM"), timeout=30, what="start")
+        wait_for(lambda api=api: api.condition(NODE, "GPUResidualVRAM"), timeout=30, what="start")
         tenant.send_signal(signal.SIGKILL)
         tenant.wait()
         t0 = time.monotonic()
-        wait_for(lambda: api.taints(NODE), timeout=grace + 30, poll=0.01, what="taint")
+        wait_for(lambda api=api: api.taints(NODE), timeout=grace + 30, poll=0.01, what="taint")
         times.append(time.monotonic() - t0)
         agent.stop()
         api.stop()
@@ -141,7 +141,7 @@ def leak_to_taint(grace: float, rounds: int) -> dict:
 
 def quiet_calls(seconds: float) -> dict:
     from k8s_helpers import NODE, Clock, snapshot
-    from gpuwarden.ops.k8s.config import KubernetesConfig
+    from gpuwarden.ops.config.kubernetes import KubernetesConfig
     from gpuwarden.ops.k8s.nodesignal import NodeSignal
     from gpuwarden.ops.settings import Settings
     from gpuwarden.ops.sim.node import SimNode
@@ -154,7 +154,7 @@ def quiet_calls(seconds: float) -> dict:
     cfg = KubernetesConfig(node_name=NODE, pod_resources_socket=str(state / "none.sock"))
     agent, node = k8s_agent(settings, cfg, api)
     from simnode import wait_for
-    wait_for(lambda: api.condition(NODE, "GPUResidualVRAM"), timeout=30, what="start")
+    wait_for(lambda api=api: api.condition(NODE, "GPUResidualVRAM"), timeout=30, what="start")
     time.sleep(5)  # let the start-up calls (GET node, status patch, list, watch) pass: they are counted apart
     t0 = time.time()
     time.sleep(seconds)

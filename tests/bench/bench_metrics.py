@@ -32,7 +32,7 @@ from gpuwarden.ops.metrics.reading import MetricsOptions, Reading  # noqa: E402
 from gpuwarden.ops.model import EngineInfo, GpuProcess  # noqa: E402
 from gpuwarden.ops.settings import Settings  # noqa: E402
 from gpuwarden.ops.sim.node import SimNode  # noqa: E402
-from gpuwarden.ops.snapshot import take_snapshot  # noqa: E402
+from gpuwarden.ops.sampling.sampler import take_snapshot  # noqa: E402
 
 N_GPUS, N_ENGINES, N_PROCS = 8, 32, 2000
 RENDER_P99_MS = 5.0

@@ -17,7 +17,7 @@ from benchlib import machine, median_ms  # noqa: E402
 
 from gpuwarden.ops.backends.nvml import NvmlBackend  # noqa: E402
 from gpuwarden.ops.settings import Settings  # noqa: E402
-from gpuwarden.ops.snapshot import Sampler, take_snapshot  # noqa: E402
+from gpuwarden.ops.sampling.sampler import Sampler, take_snapshot  # noqa: E402
 
 # Needs an NVIDIA GPU; tests/device/status_nvml.sh runs it.
 # python3 tests/bench/bench_snapshot_nvml.py [--runs 30] [--out results.json]

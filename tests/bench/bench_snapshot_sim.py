@@ -29,7 +29,7 @@ from gpuwarden.ops.backends.sysfs import SysfsBackend  # noqa: E402
 from gpuwarden.ops.pidwatch import usable as pidfds_usable  # noqa: E402
 from gpuwarden.ops.settings import Settings  # noqa: E402
 from gpuwarden.ops.sim.node import SimNode  # noqa: E402
-from gpuwarden.ops.snapshot import Sampler  # noqa: E402
+from gpuwarden.ops.sampling.sampler import Sampler  # noqa: E402
 
 N_PROCS = 2000
 N_GPUS = 8

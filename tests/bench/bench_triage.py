@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import shutil
@@ -146,7 +145,7 @@ def bundle_times(tmp: Path) -> dict:
     from gpuwarden.ops.bundle.collect import collect_bundle
     from gpuwarden.ops.settings import Settings
     from gpuwarden.ops.sim.node import SimNode
-    from gpuwarden.ops.triage.bundle import triage_bundle
+    from gpuwarden.ops.bundle.triage_file import triage_bundle
     state = tmp / "state"
     state.mkdir()
     SimNode(state).init(gpus=8, vram=24 << 30)

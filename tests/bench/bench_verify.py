@@ -77,7 +77,7 @@ def main() -> None:
         for _ in range(args.runs):
             times["peer"].append(best_of(peer_fn, 1))
             for m, w in configs:
-                times[(m, w)].append(best_of(lambda: verify(path, workers=w, method=m), 1))
+                times[(m, w)].append(best_of(lambda w=w, m=m: verify(path, workers=w, method=m), 1))
         peer_gbps = size / min(times["peer"]) / 1e9
         print(f"load average before: {before_load}, after: {os.getloadavg()[0]:.2f}")
         print(f"peer  {name}: {peer_gbps:6.2f} GB/s ({min(times['peer']):.2f}s)")

@@ -3,7 +3,13 @@
 # The machine has no network: missing pure-Python wheels come carried in .device/wheels.
 set -u
 export GPUWARDEN_REPO="$PWD"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# The checkout is the gpuwarden package (pyproject maps it): a link named gpuwarden makes it importable as such.
+GW_ROOT=/tmp/gw-pkgroot
+mkdir -p "$GW_ROOT" && ln -sfn "$PWD" "$GW_ROOT/gpuwarden"
+export PYTHONPATH="$GW_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+# The interposer is prebuilt in wheels; from a checkout, build it here (the image has a C compiler).
+[ -f ops/engines/libgwpreload.so ] || cc -std=gnu11 -O2 -fPIC -fvisibility=hidden -shared -Wl,-z,now -Inative \
+    -o ops/engines/libgwpreload.so native/*.c -ldl -lpthread 2>/dev/null || echo "setup: could not build native/"
 export OUT="${OUT:-/tmp/gw-out}"
 mkdir -p "$OUT"
 need=()
@@ -22,7 +28,7 @@ if [ ${#need[@]} -gt 0 ] && [ -d .device/wheels ]; then
 fi
 cat > /usr/local/bin/gpuwarden <<WRAP
 #!/bin/sh
-PYTHONPATH="$PWD" exec python3 -m gpuwarden.tui.main "\$@"
+PYTHONPATH="$GW_ROOT" exec python3 -m gpuwarden "\$@"
 WRAP
 chmod +x /usr/local/bin/gpuwarden
 # Lent machines start with a small MemTotal that grows with use, so tmpfs sized at boot can be

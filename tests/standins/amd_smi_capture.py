@@ -155,7 +155,7 @@ def rocm_smi_all_node(path: Path) -> ReplayNode:
             fields.setdefault(int(match.group(1)), {}).setdefault(match.group(2).strip(), match.group(3).strip())
     gpus = []
     for _, f in sorted(fields.items()):
-        def reading(key: str) -> int | None:
+        def reading(key: str, f=f) -> int | None:
             value = f.get(key)
             return None if value is None else round(float(value))
         gpus.append(ReplayGpu(

@@ -17,7 +17,7 @@ from gpuwarden.ops.settings import Settings
 
 from ..app import GpuwardenApp
 from ..history import VramHistory
-from ..sampling import SamplingThread
+from gpuwarden.ops.sampling.thread import SamplingThread
 from .screen import FleetScreen
 
 # Which remote playbook each console key runs on the node.

@@ -47,8 +47,8 @@ def _monitor(target, refresh_s: float, history_s: float | None):
                             parallel=target.parallel, history_s=history_s)
 
 
-def register() -> None:
-    @fleet_cli.fleet_app.command("tui")
+def register(fleet_group: typer.Typer) -> None:
+    @fleet_group.command("tui")
     @fleet_cli.with_fleet_view
     def fleet_tui_cmd(
         ctx: typer.Context,

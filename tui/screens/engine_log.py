@@ -34,19 +34,16 @@ def how_it_ended(e: EngineInfo) -> Text:
     return t
 
 
-def triage_headline(bundle: Path) -> str:
-    """The first line of the triage of the bundle's kernel log, through gpuwarden.ops.triage's public entry points.
+def triage_headline(bundle: Path, engine: str | None = None) -> str:
+    """The first line of the bundle's triage about `engine` (its crash, its failed registration, then its run's
+    findings; other processes' crashes last), as `gpuwarden triage BUNDLE` says it.
 
-    A narrow call on purpose: analyze_text and render.headline only (the triage package evolves).
+    A narrow call on purpose: triage_bundle and render.headline only (the triage package evolves).
     """
     try:
-        from gpuwarden.ops.bundle.replay import open_bundle, read_member, top_dir
-        from gpuwarden.ops.triage import analyze_text
+        from gpuwarden.ops.bundle.triage_file import triage_bundle
         from gpuwarden.ops.triage.render import headline
-        with open_bundle(bundle) as tar:
-            log = read_member(tar, top_dir(tar), "kernel/kernel.log")
-        report = analyze_text(log.decode(errors="replace") if log else "", source=str(bundle))
-        return headline(report)
+        return headline(triage_bundle(bundle, engine))
     except Exception as exc:  # evidence that cannot be read must not take the view down
         return f"unreadable ({exc}); `gpuwarden triage {bundle}` says more"
 
@@ -80,7 +77,7 @@ class EngineLogScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="engine-headline")
     def _headline(self, bundle: str) -> None:
-        line = triage_headline(Path(bundle))
+        line = triage_headline(Path(bundle), self.engine)
         summary = how_it_ended(self.info) if self.info else Text()
         summary.append(f"\ntriage: {line}", style=S["phase.bad"] if "no problems" not in line else "")
         self.app.call_from_thread(self.query_one("#engine-summary", Static).update, summary)

@@ -83,7 +83,7 @@ def parse_smi_xml(text: str) -> list[dict[str, Any]]:
     root = ET.fromstring(text.strip())
     gpus = []
     for i, g in enumerate(root.findall("gpu")):
-        def get(path: str) -> str | None:
+        def get(path: str, g=g) -> str | None:
             node = g.find(path)
             return node.text if node is not None else None
         cur_mig, pend_mig = _flag(get("mig_mode/current_mig")), _flag(get("mig_mode/pending_mig"))

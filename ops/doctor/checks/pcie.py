@@ -131,7 +131,7 @@ def parse_speed(text: str | None) -> float | None:
 
 def dpm_level(text: str | None) -> tuple[int, int] | None:
     """pp_dpm_pcie ('0: 2.5GT/s, x1 310Mhz\\n1: 16.0GT/s, x16 619Mhz *') -> (active level, number of levels)."""
-    lines = [l for l in (text or "").splitlines() if re.match(r"\s*\d+:", l)]
+    lines = [ln for ln in (text or "").splitlines() if re.match(r"\s*\d+:", ln)]
     for i, line in enumerate(lines):
         if line.rstrip().endswith("*"):
             return i, len(lines)
@@ -143,7 +143,7 @@ def check_link(io: CheckIO) -> Result:
     if not cards:
         return skip("no GPU under /sys/class/drm")
     narrow, slow, idle, seen = [], [], [], {}
-    for card, vendor in cards:
+    for card, _vendor in cards:
         dev = f"class/drm/{card}/device"
         places = [(dev, card)]
         for bdf in upstream_bridges(io, card) or []:

@@ -7,22 +7,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ..model import NodeSnapshot
-from ..settings import Settings
+from .agent import client
+from .model import NodeSnapshot
+from .settings import Settings
 
 SnapshotSource = Callable[[], NodeSnapshot]
 
 
 def live_source(settings: Settings) -> tuple[SnapshotSource, Callable[[], None]]:
     """The live node through a Sampler (opened here, so a missing GPU library fails before the screen)."""
-    from .sampler import Sampler
+    from .sampling.sampler import Sampler
     sampler = Sampler(settings)
     return sampler.snapshot, sampler.close
 
 
 def bundle_source(path: Path, settings: Settings) -> SnapshotSource:
     """A captured node from an incident bundle; the same snapshot every time."""
-    from ..bundle.replay import snapshot_from_bundle
+    from .bundle.replay import snapshot_from_bundle
     snap = snapshot_from_bundle(path, settings)
     return lambda: snap
 
@@ -34,7 +35,7 @@ class AgentOrLocal:
     """
 
     def __init__(self, settings: Settings):
-        from ..paths import AGENT_SOCKET
+        from .paths import AGENT_SOCKET
         self.settings = settings
         self.socket = settings.state_dir / AGENT_SOCKET
         self._sampler = None
@@ -43,14 +44,10 @@ class AgentOrLocal:
     def _from_agent(self) -> NodeSnapshot | None:
         if self.settings.captured:
             return None
-        from ..agent.client import get
-        reply = get(self.socket, "/v1/snapshot")
-        if reply is None or reply.status != 200:
+        reply = client.snapshot(self.settings.state_dir, self.settings.backend)
+        if reply is None:
             return None
-        backend = self.settings.backend
-        if backend and reply.headers.get("x-gpuwarden-backend") != backend:
-            return None
-        from ..model import snapshot_from_dict
+        from .model import snapshot_from_dict
         return snapshot_from_dict(reply.json())
 
     def __call__(self) -> NodeSnapshot:
@@ -59,14 +56,13 @@ class AgentOrLocal:
         if snap is not None:
             return snap
         if self._sampler is None:
-            from .sampler import Sampler
+            from .sampling.sampler import Sampler
             self._sampler = Sampler(self.settings)
         return self._sampler.snapshot()
 
     def agent_json(self, target: str) -> dict | None:
         """Another document from the agent (history, events), for a viewer's backfill; None without one."""
-        from ..agent.client import get
-        reply = get(self.socket, target)
+        reply = client.get(self.socket, target)
         return reply.json() if reply is not None and reply.status == 200 else None
 
     def close(self) -> None:
@@ -79,6 +75,6 @@ def viewer_source(settings: Settings) -> tuple[SnapshotSource, Callable[[], None
     """The agent's snapshots when one answers, else the live node sampled here (which must open now)."""
     source = AgentOrLocal(settings)
     if source._from_agent() is None:
-        from .sampler import Sampler
+        from .sampling.sampler import Sampler
         source._sampler = Sampler(settings)  # a missing GPU library fails here, before the screen
     return source, source.close

@@ -12,9 +12,11 @@ from typing import Any, Callable
 
 from ..errors import GpuwardenError
 from ..units import parse_duration
-from .health import DEFAULT_SOCKET as HEALTH_SOCKET
-from .nodesignal import POLICIES
-from .podresources import DEFAULT_SOCKET as PODRESOURCES_SOCKET
+
+# Where AMD's metrics exporter serves device health and the kubelet its pod-resources API, by default.
+HEALTH_SOCKET = "/var/lib/amd-metrics-exporter/amdgpu_device_metrics_exporter_grpc.socket"
+PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+POLICIES = ("taint", "condition", "off")  # how the agent tells the API server about a bad GPU
 
 KEYS = {"policy", "taint_after", "clear_after", "node_name", "pod_resources_socket", "health", "health_socket",
         "kubeconfig"}
@@ -65,14 +67,3 @@ def parse(raw: Any, fail: Callable[[str | None, str, str], Exception]) -> Kubern
                        "device-plugin health socket")
         out["health"] = raw["health"]
     return KubernetesConfig(**out)
-
-
-def for_settings(settings, **overrides: Any) -> KubernetesConfig:
-    """The node config's [kubernetes] table (defaults without one), with command-line overrides applied."""
-    from dataclasses import replace
-
-    from ..nodeconfig import load
-    cfg = KubernetesConfig()
-    if settings.config_path.exists():
-        cfg = load(settings).kubernetes or cfg
-    return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import GpuwardenError
+from .errors import GpuwardenError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
@@ -48,11 +48,6 @@ class FileCache:
         if hit[3] is not None:
             raise hit[3]
         return hit[2]
-
-    def state(self, path: Path | str, shape: Any, default: Any = None, *, root: Path) -> Any:
-        """gpuwarden.ops.statefiles.load through the cache (callers must not change what they get: it is shared)."""
-        from ..statefiles import load
-        return self.get(path, lambda p: load(p, shape, default, root=root), f"state:{id(shape)}", missing=default)
 
     def sweep(self) -> None:
         """Forget files not asked for since the last sweep (engines removed, logs rotated away)."""

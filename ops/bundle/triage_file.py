@@ -1,0 +1,33 @@
+"""`gpuwarden triage BUNDLE`: the triage of a bundle archive on disk, members read from the tar.
+
+Triage itself (gpuwarden.ops.triage.bundle) knows nothing of archives; the manifest's collectors add theirs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..triage.bundle import engine_names, json_or_none, subject_of, triage_members
+from ..triage.findings import Report
+from .collect import collector_findings
+from .replay import open_bundle, read_member, top_dir
+
+
+def triage_bundle(path: Path, engine: str | None = None) -> Report:
+    """Open a bundle (.tar.gz) and triage it; about `engine` when given, else about the engine it was taken for."""
+    with open_bundle(path) as tar:
+        top = top_dir(tar)
+        rel = [m.name[len(top) + 1:] for m in tar.getmembers() if m.name.startswith(top + "/")]
+
+        def read(member: str) -> bytes | None:
+            return read_member(tar, top, member)
+        manifest = json_or_none(read("manifest.json"))
+        subject = subject_of(manifest)
+        if engine is not None and (subject is None or subject["engine"] != engine):
+            subject = {"engine": engine, "reason": None}
+        report = triage_members(read, engine_names(rel), str(path), subject)
+    if isinstance(manifest, dict):
+        report.findings.extend(collector_findings([c for c in manifest.get("collectors", []) if isinstance(c, dict)]))
+    else:
+        report.notes.append("the bundle's manifest.json is unreadable")
+    return report
