@@ -11,10 +11,13 @@ import os
 from .fdbudget import EXHAUSTED, PROCESS, FdBudget, OutOfDescriptors, raise_fd_limit  # noqa: F401 (re-export)
 
 
-def open_or_none(path: str) -> int | None:
-    """os.open for reading; None when the file is not there (or not readable), OutOfDescriptors when no fd is left."""
+def open_or_none(path: str, blocking: bool = False) -> int | None:
+    """os.open for reading; None when the file is not there (or not readable), OutOfDescriptors when no fd is left.
+
+    Not `blocking`, a FIFO in a captured tree opens at once (and reads nothing); blocking, it waits for a writer,
+    as a wedged driver's attribute does: only for reads that run under a deadline (gpuwarden.ops.deadline)."""
     try:
-        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a captured tree may hold a FIFO
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if blocking else os.O_NONBLOCK))
     except OSError as exc:
         if exc.errno in EXHAUSTED:
             raise OutOfDescriptors(exc.errno, f"no file descriptor left to read {path}") from None
@@ -26,15 +29,16 @@ class HeldFiles:
 
     `limit` caps this map on its own as well (tests); the budget is shared with every other holder."""
 
-    def __init__(self, limit: int | None = None, budget: FdBudget = PROCESS):
+    def __init__(self, limit: int | None = None, budget: FdBudget = PROCESS, *, blocking_open: bool = False):
         self.limit = limit if limit is not None else 1 << 30
         self.budget = budget
+        self.blocking_open = blocking_open
         self._fds: dict[str, int] = {}
 
     def read(self, path: str, size: int = 4096) -> bytes | None:
         fd = self._fds.get(path)
         if fd is None:
-            fd = open_or_none(path)
+            fd = open_or_none(path, self.blocking_open)
             if fd is None:
                 return None
             if len(self._fds) >= self.limit or not self.budget.take():

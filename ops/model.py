@@ -24,6 +24,25 @@ PROC_STATES = {
 
 
 @record
+class StaleRead:
+    """A read of a GPU source that did not answer within its deadline (gpuwarden.ops.deadline): the GPU is STALE."""
+
+    source: str  # "sysfs", "kfd", "amdsmi", "nvml"
+    what: str  # the file's name (gpu_busy_percent) or the library call (nvmlDeviceGetUtilizationRates)
+    path: str | None  # the file read, when it is one
+    deadline_s: float
+    since: float  # seconds since the epoch: when the read that has not answered began
+    message: str  # "GPU 2: sysfs read of gpu_busy_percent did not answer in 3 s: the GPU may be hung"
+    gpu: int | None = None
+
+
+def stale_read(late: Any) -> StaleRead:
+    """The record of a gpuwarden.ops.deadline.LateRead."""
+    return StaleRead(source=late.source, what=late.what, path=late.path, deadline_s=late.deadline_s,
+                     since=late.since, message=late.message, gpu=late.gpu)
+
+
+@record
 class GpuInfo:
     """One GPU as a backend sees it. Sizes in bytes; None where the vendor gives nothing."""
 
@@ -45,6 +64,8 @@ class GpuInfo:
     hive_id: str | None = None
     # Device files a process holds to use this GPU (render node, /dev/nvidiaN).
     device_files: tuple[str, ...] = ()
+    # Set when a read of this GPU did not answer in time: the fields it would have given are None (STALE).
+    stale: StaleRead | None = None
 
 
 @record
@@ -210,7 +231,8 @@ WARNING_CODES = {
     "arena-state-unreadable": "the arena could not be inspected",
     "config-unusable": "the node config exists but does not load",
     "state-file-corrupt": "the idle baseline or the drained-GPU file is corrupt and was ignored",
-    "stale": "the snapshot is older than its sampling interval says it should be (a backend call hangs)",
+    "stale": "the snapshot is older than its sampling interval says it should be (a backend call hangs), or a "
+             "read of a GPU source did not answer within its deadline (the warning's gpu names the GPU)",
     "kubernetes": "Kubernetes mode: the API server, the pod watch or the kubelet's pod-resources socket is not "
                   "answering as it should (or RBAC refuses a verb)",
     "other": "a warning without a code of its own",
@@ -275,10 +297,14 @@ class NodeSnapshot:
     def gpu(self, index: int) -> GpuInfo | None:
         return next((g for g in self.gpus if g.index == index), None)
 
+    def stale_gpus(self) -> list[GpuInfo]:
+        """The GPUs whose driver did not answer a read in time."""
+        return [g for g in self.gpus if g.stale is not None]
+
     def needs_attention(self) -> bool:
         """True when the operator should look: residual VRAM, dead holders, crashed engines, engines whose
-        registration failed (until one succeeds or the engine is stopped)."""
-        if any(r.significant or r.holders for r in self.residual):
+        registration failed (until one succeeds or the engine is stopped), a GPU that does not answer."""
+        if any(r.significant or r.holders for r in self.residual) or any(g.stale is not None for g in self.gpus):
             return True
         return any(e.phase in ATTENTION_PHASES for e in self.engines)
 
@@ -324,7 +350,8 @@ def _process_json(p: "GpuProcess") -> str:
 
 
 # Fields holding seconds since the epoch: JSON gets `<name>_iso` beside each.
-TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at", "phase_since", "deleted_at", "pod_deleted_at"})
+TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at", "phase_since", "deleted_at", "pod_deleted_at",
+                         "since"})
 
 
 def _plain(obj: Any) -> Any:
@@ -361,7 +388,8 @@ def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
     def int_keys(d: dict) -> dict[int, Any]:
         return {int(k): v for k, v in (d or {}).items()}
 
-    gpus = tuple(_build(GpuInfo, {**g, "device_files": tuple(g.get("device_files", ()))})
+    gpus = tuple(_build(GpuInfo, {**g, "device_files": tuple(g.get("device_files", ())),
+                                  "stale": _build(StaleRead, g["stale"]) if g.get("stale") else None})
                  for g in data.get("gpus", []))
     procs = tuple(
         _build(GpuProcess, {**p, "vram": int_keys(p.get("vram")), "sources": int_keys(p.get("sources")),

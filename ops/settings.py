@@ -33,6 +33,9 @@ class Settings:
     # The live host's / mounted elsewhere (a DaemonSet's /host): its /sys and /proc are read there, yet the
     # node is live, so the real backends are used. Without it, a non-default root means a captured tree.
     host_root: Path | None = None
+    # Seconds a read of a GPU source (a sysfs file, an amdsmi or NVML call) may take before the GPU counts as
+    # STALE and the refresh goes on without it (gpuwarden.ops.deadline); --read-timeout / GPUWARDEN_READ_TIMEOUT.
+    read_timeout_s: float = 3.0
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
@@ -58,7 +61,16 @@ class Settings:
         else:
             roots = {"sysfs_root": Path(str(pick("sysfs_root", "GPUWARDEN_SYSFS_ROOT", "/sys"))),
                      "proc_root": Path(str(pick("proc_root", "GPUWARDEN_PROC_ROOT", "/proc")))}
+        timeout = pick("read_timeout_s", "GPUWARDEN_READ_TIMEOUT", 3.0)
+        try:
+            timeout = float(timeout)  # type: ignore[arg-type]
+        except ValueError:
+            from .errors import GpuwardenError
+            raise GpuwardenError(f"GPUWARDEN_READ_TIMEOUT={timeout!r} is not a number of seconds",
+                                 "e.g. GPUWARDEN_READ_TIMEOUT=3 (the default)") from None
+        from .deadline import check_seconds
         return cls(
+            read_timeout_s=check_seconds(timeout, "--read-timeout/GPUWARDEN_READ_TIMEOUT"),
             state_dir=Path(str(pick("state_dir", "GPUWARDEN_STATE_DIR", default_state_dir()))),
             config_path=Path(str(pick("config_path", "GPUWARDEN_CONFIG", DEFAULT_CONFIG))),
             backend=str(backend) if backend else None,

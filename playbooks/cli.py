@@ -55,6 +55,11 @@ SysfsRootOpt = Annotated[Optional[Path], typer.Option(
 ProcRootOpt = Annotated[Optional[Path], typer.Option(
     "--proc-root", envvar="GPUWARDEN_PROC_ROOT", help="Read this tree instead of /proc (a captured node).",
     show_default=False)]
+ReadTimeoutOpt = Annotated[Optional[float], typer.Option(
+    "--read-timeout", envvar="GPUWARDEN_READ_TIMEOUT", metavar="SECONDS",
+    help="How long one read of a GPU source (a sysfs file, an amdsmi or NVML call) may take before that GPU "
+         "is shown as STALE and named, and the command goes on without it (default 3; 0.05 to 600). A "
+         "hung driver blocks such reads in the kernel.", show_default=False)]
 VersionOpt = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")]
 
@@ -84,12 +89,13 @@ def build_app(*, console: Callable[[Settings], int | None] | None = None, comman
     @app.callback(invoke_without_command=True)
     def _global(ctx: typer.Context, state_dir: StateDirOpt = None, config: ConfigOpt = None,
                 backend: BackendOpt = None, sysfs_root: SysfsRootOpt = None, proc_root: ProcRootOpt = None,
-                version: VersionOpt = False) -> None:
+                read_timeout: ReadTimeoutOpt = None, version: VersionOpt = False) -> None:
         invocation = _note_invocation(ctx, (("state_dir", "--state-dir"), ("config", "--config"),
                                             ("backend", "--backend"), ("sysfs_root", "--sysfs-root"),
-                                            ("proc_root", "--proc-root")))
+                                            ("proc_root", "--proc-root"), ("read_timeout", "--read-timeout")))
         from .globalopts import resolve
-        ctx.obj = resolve(state_dir, config, backend, sysfs_root, proc_root).with_(cli_words=tuple(invocation.words))
+        ctx.obj = resolve(state_dir, config, backend, sysfs_root, proc_root,
+                          read_timeout).with_(cli_words=tuple(invocation.words))
         if ctx.invoked_subcommand is None:
             if console is None:
                 typer.echo(ctx.get_help())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 # Global options that take a value, as the full CLI spells them.
 _GLOBAL = {"--state-dir": "state_dir", "--config": "config", "--backend": "backend", "--sysfs-root": "sysfs_root",
-           "--proc-root": "proc_root"}
+           "--proc-root": "proc_root", "--read-timeout": "read_timeout"}
 _PATHS = {"state_dir", "config", "sysfs_root", "proc_root"}
 
 

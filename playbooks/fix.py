@@ -55,6 +55,12 @@ class FixPlaybook(Playbook):
     def preconditions(self, ctx: RunContext) -> list[str]:
         snap = nodecheck.snapshot(ctx.settings)
         info = nodecheck.require_gpu(snap, self.gpu)
+        why = nodecheck.unreadable(snap, self.gpu)
+        if why:
+            # fix decides between purge and reset from what it reads: it does not guess.
+            self._hive, self._purge = [self.gpu], None
+            return [f"{why}; see `gpuwarden status`, then `gpuwarden reset {self.gpu} --force` once you know "
+                    "what runs there"]
         left, holders = nodecheck.residual_left(snap, self.gpu)
         self._clean = left is None and not holders
         ctx.scratch["diagnosis"] = self._diagnose(snap, left, holders)

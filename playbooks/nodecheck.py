@@ -36,6 +36,19 @@ def require_gpu(snap: NodeSnapshot, index: int) -> GpuInfo:
     return gpu
 
 
+def unreadable(snap: NodeSnapshot, index: int) -> str | None:
+    """Why what a snapshot says about GPU `index` cannot be acted on (a read of it, or of the driver's per-process
+    files, did not answer in time); None when it can."""
+    gpu = snap.gpu(index)
+    if gpu is not None and gpu.stale is not None:
+        return (f"GPU {index}'s state could not be read: {gpu.stale.source} read of {gpu.stale.what} did not answer "
+                f"in {gpu.stale.deadline_s:g} s (the GPU may be hung), so who uses it is not known")
+    for w in snap.warnings:
+        if w.code == "stale" and w.gpu is None:
+            return f"who uses GPU {index} is not known: {w.message}"
+    return None
+
+
 def users(snap: NodeSnapshot, index: int) -> list[GpuProcess]:
     """Processes that use GPU `index`: VRAM charged to them there, or its device file held open.
 

@@ -21,6 +21,10 @@ def _num(v: float | None, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
+def _unit(v: float | None, fmt: str, unit: str) -> str:
+    return "-" if v is None else format(v, fmt) + unit
+
+
 def short_command(command: str) -> str:
     """Drop directories from the program (and from the script an interpreter runs): the name is what
     an operator scans for in a narrow column; `status --json` keeps the whole command line."""
@@ -98,6 +102,8 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
         r = res_by_gpu.get(g.index)
         residual = "-" if r is None or r.residual is None else fmt_bytes(max(r.residual, 0))
         notes = []
+        if g.stale is not None:
+            notes.append(f"STALE ({g.stale.what}: no answer for {ago(snap.taken_at - g.stale.since)})")
         if g.index in snap.drained:
             notes.append("DRAINED")
         if r and r.significant:
@@ -107,7 +113,8 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
         mem = f"{fmt_bytes(g.vram_used)} / {fmt_bytes(g.vram_total)}"
         lines.append(
             f"{g.index:>3}  {g.name[:24]:<24} {mem:>23} {_pct(g.vram_used, g.vram_total)}  {residual:>10}  "
-            f"{_num(g.busy_percent, '3.0f'):>3}% {_num(g.temperature_c, '4.0f'):>4}C {_num(g.power_w, '5.0f'):>5}W  "
+            f"{_unit(g.busy_percent, '3.0f', '%'):>4} {_unit(g.temperature_c, '4.0f', 'C'):>5} "
+            f"{_unit(g.power_w, '5.0f', 'W'):>6}  "
             f"{' '.join(notes)}")
     lines.append("")
     if snap.processes:

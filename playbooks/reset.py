@@ -23,6 +23,11 @@ def blockers(snap: NodeSnapshot, gpu: int, *, require_drained: bool, drained: di
     problems = []
     for g in [gpu, *nodecheck.hive_peers(snap, gpu)]:
         label = f"GPU {g}" if g == gpu else f"GPU {g} (same XGMI hive as GPU {gpu}: the reset reaches it)"
+        why = nodecheck.unreadable(snap, g)
+        if why:
+            # A hung GPU is what a reset is for, but not blindly: --force says the operator knows who is on it.
+            problems.append(f"{why} (pass --force to reset it all the same)")
+            continue
         if require_drained and g not in drained:
             problems.append(f"{label} is not drained (run `gpuwarden drain {g}` first)")
         live = nodecheck.live_users(snap, g)

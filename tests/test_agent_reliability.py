@@ -70,7 +70,9 @@ def test_kill_9_leaves_files_a_restarted_agent_reads_and_repairs(sim):
 
 
 def test_a_hung_backend_call_marks_the_snapshot_stale_and_the_api_keeps_answering(sim, cli):
-    agent = start_agent(sim)
+    # A read deadline longer than the test: the driver read blocks the sampler itself, which the agent's own
+    # staleness must then show (with the default deadline the GPU is named STALE instead: test_deadlines.py).
+    agent = start_agent(sim, "--read-timeout", "600")
     hung = False
     try:
         wait_for(lambda: agent.json("/healthz")["ok"], what="first snapshot")

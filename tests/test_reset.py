@@ -103,7 +103,7 @@ def test_unknown_gpu_lists_the_gpus(sim):
 def test_verify_rides_out_a_gpu_that_vanishes_for_a_moment(sim, state_dir, monkeypatch):
     # A real GPU drops off the bus for seconds during a reset; that cannot happen here, so the first
     # two backend opens fail the way a vanished device makes them fail, then the sim node answers.
-    from gpuwarden.ops import snapshot
+    from gpuwarden.ops.sampling import sampler as snapshot  # nodecheck imports Sampler from it at each call
     from gpuwarden.ops.errors import BackendUnavailable
     from gpuwarden.ops.settings import Settings
     from gpuwarden.playbooks import nodecheck

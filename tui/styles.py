@@ -19,6 +19,7 @@ STYLES = {
     "header.ro": "bold reverse blue",
     "header.stale": "bold reverse red",
     "header.warn": "bold yellow",
+    "stale": "bold reverse red",
     "key": "bold reverse",
     "table.header": "bold underline",
     "cursor.focus": "reverse",

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from types import ModuleType
 
 from ..errors import BackendUnavailable
-from ..model import GpuInfo, ProcessUsage
+from ..model import GpuInfo, ProcessUsage, stale_read
 from ..settings import Settings
 from . import libload, sysfs
 
@@ -58,9 +58,15 @@ class AmdSmiBackend(libload.LibraryBackend):
 
     def __init__(self, settings: Settings, module: ModuleType | Any = None):
         self._settings = settings
+        self._deadlines(settings)
         m = module if module is not None else libload.import_vendor(
             "amdsmi", "amdsmi", "libamd_smi.so not found", _HINT)
         self._m = m
+        self._opening(self._open)
+
+    def _open(self) -> None:
+        """amdsmi_init, the handles and the static facts: in a lane, since a wedged GPU can hang any of them."""
+        m = self._m
         self._errors: tuple[type[BaseException], ...] = (getattr(m, "AmdSmiException", RuntimeError),)
         missing = _missing_api(m)
         if missing:
@@ -89,9 +95,16 @@ class AmdSmiBackend(libload.LibraryBackend):
     # ----------------------------------------------------------------- protocol
 
     def gpus(self) -> list[GpuInfo]:
-        return [self._gpu(i, h) for i, h in enumerate(self._handles)]
+        return self._gpus_in_lanes(list(enumerate(self._handles)), self._gpu, self._stale_gpu)
+
+    def _stale_gpu(self, index: int, late) -> GpuInfo:
+        static = self._static[index]
+        return GpuInfo(index=index, vendor="amd", vram_used=None, stale=stale_read(late), **static)
 
     def process_usage(self) -> list[ProcessUsage]:
+        return self._usage_in_lane(self._process_usage)
+
+    def _process_usage(self) -> list[ProcessUsage]:
         usage: list[ProcessUsage] = []
         for index, handle in enumerate(self._handles):
             entries = self._try(self._m.amdsmi_get_gpu_process_list, handle)

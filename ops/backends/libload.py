@@ -1,10 +1,13 @@
 """Vendor GPU libraries (amdsmi, NVML): a lazy import that fails in one short clause, and guarded calls.
 
-A failed import is remembered, so `--watch` does not try it again on every frame.
+A failed import is remembered, so `--watch` does not try it again on every frame. Every call runs under the
+settings' read deadline (gpuwarden.ops.deadline): one lane per GPU for its readings, one for the process lists,
+one for opening; a call that does not answer leaves that GPU STALE, named by the call.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import importlib
 import io
@@ -12,6 +15,7 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
+from ..deadline import DEFAULT_S, LANES, LateRead, Lanes
 from ..errors import BackendUnavailable
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
@@ -54,23 +58,94 @@ def forget_failures() -> None:
 
 
 class LibraryBackend:
-    """What the library backends share: calls whose library errors read as None, and one shutdown."""
+    """What the library backends share: calls whose library errors read as None, calls under the read deadline,
+    and one shutdown."""
 
+    name = "library"
     _errors: tuple[type[BaseException], ...] = ()
     _shutdown: Callable[[], Any] | None = None  # set once the library is initialised
+    deadline_s: float = DEFAULT_S
+    _lanes: Lanes = LANES
+    late: tuple[LateRead, ...] = ()  # late reads of the last refresh that belong to no one GPU
+    _marks: dict[int, Callable[..., None]] = {}  # worker thread -> its lane's mark (set per instance when used)
+    _last_usage: list = []
+
+    def _deadlines(self, settings: Any) -> None:
+        self.deadline_s = getattr(settings, "read_timeout_s", DEFAULT_S)
+        self._marks = {}
+        self._last_usage = []
 
     def _try(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
         """One library call; an unsupported or failing query (the library's own errors) reads as None."""
         if fn is None:
             return None
+        mark = self._marks.get(_thread.get_ident()) if self._marks else None
+        if mark is not None:
+            mark(getattr(fn, "__name__", None) or "a library call")  # what a late answer names
         try:
             return fn(*args)
         except self._errors:
             return None
 
+    def _in_lane(self, read: Callable[[], Any]) -> Callable[[Callable[..., None]], Any]:
+        """`read` as a lane's job: the calls it makes through _try say their names to the lane."""
+        def job(mark):
+            me = _thread.get_ident()
+            self._marks[me] = mark
+            try:
+                return read()
+            finally:
+                self._marks.pop(me, None)
+        return job
+
+    def _opening(self, read: Callable[[], Any]) -> Any:
+        """read() (the library's init and static facts) under the deadline; BackendUnavailable when it is late."""
+        try:
+            return self._lanes.run((self.name, "open"), self._in_lane(read), self.deadline_s, source=self.name)
+        except LateRead as late:
+            raise BackendUnavailable(f"{self.name}: {late.message}",
+                                     "look for driver errors in `dmesg`; --read-timeout gives slow calls longer") from None
+
+    def _gpus_in_lanes(self, items: list[tuple[int, Any]], read_one: Callable[[int, Any], Any],
+                       stale_one: Callable[[int, LateRead], Any]) -> list:
+        """read_one(index, handle) for every GPU at once, each in its lane, under one deadline; a late GPU is
+        stale_one(index, late) (its static facts and the late call)."""
+        jobs = [((self.name, "gpu", i), self._in_lane(lambda i=i, h=h: read_one(i, h)), self.name, i)
+                for i, h in items]
+        out = []
+        for (i, _), answer in zip(items, self._lanes.run_all(jobs, self.deadline_s)):
+            if isinstance(answer, LateRead):
+                out.append(stale_one(i, answer))
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                out.append(answer)
+        return out
+
+    def _usage_in_lane(self, read: Callable[[], list]) -> list:
+        """The process lists under the deadline; when late, the last complete answer (and `late` names the call)."""
+        try:
+            usage = self._lanes.run((self.name, "processes"), self._in_lane(read), self.deadline_s,
+                                    source=self.name)
+        except LateRead as late:
+            self.late = (late,)
+            return self._last_usage
+        self.late = ()
+        self._last_usage = usage
+        return usage
+
     def close(self) -> None:
         shutdown, self._shutdown = self._shutdown, None
-        self._try(shutdown)
+        if shutdown is None:
+            return
+        if _thread.get_ident() in self._marks:  # a failed open, in its own lane already
+            self._try(shutdown)
+            return
+        try:  # a shutdown that hangs on a wedged GPU is left behind, like any late call
+            self._lanes.run((self.name, "open"), self._in_lane(lambda: self._try(shutdown)), self.deadline_s,
+                            source=self.name)
+        except LateRead:
+            pass
 
     def __enter__(self) -> "LibraryBackend":
         return self

@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..errors import BackendUnavailable
-from ..model import GpuInfo, ProcessUsage
+from ..model import GpuInfo, ProcessUsage, stale_read
 from ..settings import Settings
 from . import libload
 
@@ -43,9 +43,15 @@ class NvmlBackend(libload.LibraryBackend):
 
     def __init__(self, settings: Settings, module: ModuleType | Any = None):
         self._settings = settings
+        self._deadlines(settings)
         nv = module if module is not None else libload.import_vendor(
             "pynvml", "nvml", "nvidia-ml-py cannot load", _HINT)
         self._nv = nv
+        self._opening(self._open)
+
+    def _open(self) -> None:
+        """nvmlInit, the handles and the static facts: in a lane, since a wedged GPU can hang any of them."""
+        nv = self._nv
         self._errors: tuple[type[BaseException], ...] = tuple(
             e for e in (getattr(nv, "NVMLError", None), getattr(nv, "NVMLLibraryMismatchError", None)) if e)
         try:
@@ -89,9 +95,17 @@ class NvmlBackend(libload.LibraryBackend):
     # ----------------------------------------------------------------- protocol
 
     def gpus(self) -> list[GpuInfo]:
-        return [self._gpu(i, h) for i, h in self._handles.items()]
+        return self._gpus_in_lanes(list(self._handles.items()), self._gpu, self._stale_gpu)
+
+    def _stale_gpu(self, index: int, late) -> GpuInfo:
+        static = self._static[index]
+        return GpuInfo(index=index, name=static["name"], vendor="nvidia", bus_id=static["bus_id"],
+                       uuid=static["uuid"], device_files=static["device_files"], stale=stale_read(late))
 
     def process_usage(self) -> list[ProcessUsage]:
+        return self._usage_in_lane(self._process_usage)
+
+    def _process_usage(self) -> list[ProcessUsage]:
         usage: list[ProcessUsage] = []
         for index, handle in self._handles.items():
             # A process can sit in both lists (type C+G) with the same figure: count it once.

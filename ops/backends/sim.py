@@ -34,7 +34,8 @@ class SimBackend(SysfsBackend):
         self._untracked = True
         self._watch = PidWatch() if pidfds_usable(settings.proc_root) else None
         self._full_sync()
-        super().__init__(sysfs_root=self.node.sysfs_root, dev_root=self.node.dev_root, name="sim", simulated=True)
+        super().__init__(sysfs_root=self.node.sysfs_root, dev_root=self.node.dev_root, name="sim", simulated=True,
+                         deadline_s=settings.read_timeout_s)
 
     def _state(self) -> tuple:
         """Stamps of node.json and of the allocations directory (a file added or removed changes its mtime)."""
@@ -46,8 +47,13 @@ class SimBackend(SysfsBackend):
 
     def _full_sync(self) -> None:
         self.node.sync()
-        # The "hang" drill: every read of the driver blocks until the fault is turned off, like a wedged GPU.
-        self._hang = "hang" in self.node.config().get("faults", [])
+        # The "hang" drill puts FIFOs where some attributes were: a file held open from before would keep reading
+        # the old file, where a real driver's held attribute blocks too, so held files are opened anew.
+        hung = self.node.hung_gpus()
+        for g in hung - getattr(self, "_hung", set()):
+            if g < len(getattr(self, "_gpu_held", ())):
+                self._gpu_held[g].close()  # its lanes are idle: only a healthy GPU becomes hung
+        self._hung = hung
         self._last_sync = time.monotonic()
         self._seen = self._state()
         if self._watch is None or not self._seen:
@@ -92,9 +98,6 @@ class SimBackend(SysfsBackend):
 
     def gpus(self):
         self.sync()
-        while self._hang:
-            time.sleep(0.05)  # the drill's hung driver call; `gpuwarden sim fault hang off` ends it
-            self._full_sync()
         return super().gpus()
 
     def close(self) -> None:

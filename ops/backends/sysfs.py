@@ -2,6 +2,8 @@
 
 GPUs: KFD topology nodes (HIP's order) joined to /sys/class/drm/cardN by render minor or PCI
 address; VRAM per process: /sys/class/kfd/kfd/proc/<pid>/vram_<gpu_id>. Roots are parameters.
+Every read runs under the settings' deadline (gpuwarden.ops.deadline): one lane per GPU, one for the KFD
+per-process files, one for discovery; a GPU whose read is late comes back STALE with what was read before it.
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..deadline import DEFAULT_S, LANES, LateRead, Lanes
 from ..errors import BackendUnavailable
 from ..heldfiles import HeldFiles
-from ..model import GpuInfo, ProcessUsage
+from ..model import GpuInfo, ProcessUsage, stale_read
 from ..records import record
 
 AMD_VENDOR = 0x1002
@@ -155,6 +158,17 @@ def _hwmon(dev: Path) -> Path | None:
     return dev / "hwmon" / names[0] if names else None
 
 
+class _Pass:
+    """One reading pass of a job: what it read so far, the files it must leave alone, whether its caller gave up."""
+
+    __slots__ = ("values", "skip", "cancelled")
+
+    def __init__(self, skip: set | None = None):
+        self.values: dict[int, dict] = {}
+        self.skip = skip or set()
+        self.cancelled = False
+
+
 class SysfsBackend:
     """The sysfs/KFD backend. `sysfs_root`/`proc_root` point at /sys and /proc or a captured tree."""
 
@@ -162,14 +176,29 @@ class SysfsBackend:
     simulated = False
 
     def __init__(self, settings=None, *, sysfs_root: Path | None = None, dev_root: Path | None = None,
-                 name: str | None = None, simulated: bool = False):
+                 name: str | None = None, simulated: bool = False, deadline_s: float | None = None,
+                 lanes: Lanes | None = None):
         self.sysfs_root = Path(sysfs_root or (settings.sysfs_root if settings else "/sys"))
         self.dev_root = Path(dev_root or (settings.dev_root if settings else "/dev"))
         if name:
             self.name = name
         self.simulated = simulated
-        self._nodes = kfd_gpu_nodes(self.sysfs_root)
-        self._cards = amd_cards(self.sysfs_root)
+        self.deadline_s = deadline_s or (settings.read_timeout_s if settings is not None else DEFAULT_S)
+        self._lanes = lanes or LANES
+        self.late: tuple[LateRead, ...] = ()  # reads of the last refresh that are late and belong to no one GPU
+        root_s = str(self.sysfs_root)
+
+        def discover(mark):
+            mark("the KFD topology", f"{root_s}/class/kfd/kfd/topology/nodes")
+            nodes = kfd_gpu_nodes(self.sysfs_root)
+            mark("the DRM cards", f"{root_s}/class/drm")
+            return nodes, amd_cards(self.sysfs_root)
+        try:
+            self._nodes, self._cards = self._lanes.run(("sysfs-discover", root_s), discover, self.deadline_s,
+                                                       source="sysfs")
+        except LateRead as late:
+            raise BackendUnavailable(f"sysfs: {late.message}",
+                                     "look for amdgpu errors in `dmesg`; --read-timeout gives slow reads longer") from None
         if not self._nodes and not self._cards:
             kfd = self.sysfs_root / "class/kfd"
             why = "no amdgpu card and no KFD GPU node" if kfd.exists() else f"no {kfd}"
@@ -177,8 +206,13 @@ class SysfsBackend:
         self._layout = self._join()
         self._proc_dir = self.sysfs_root / "class/kfd/kfd/proc"
         self._gpu_id_to_index = {gid: i for i, (_, gid, _) in enumerate(self._layout) if gid}
-        self._held = HeldFiles()
-        self._described: list[tuple[dict, dict[str, str | None]]] | None = None
+        self._held = HeldFiles(blocking_open=True)  # the KFD per-process files, read in the KFD lane only
+        # Per GPU: its held attribute files (touched by that GPU's lane only, so a read still blocked there shares
+        # nothing with the others) and what _describe_one found.
+        self._gpu_held = [HeldFiles(blocking_open=True) for _ in self._layout]
+        self._described: dict[int, tuple[dict, dict[str, str | None]]] = {}
+        self._gpu_lanes: set[tuple] = set()  # per-GPU lanes in use since a read was late (see gpus)
+        self._last_usage: list[ProcessUsage] = []
         self._proc_dir_s = str(self._proc_dir)
         self._entries: dict[str, tuple[int, list[list]]] = {}  # pid -> (its directory's inode, see _list_pid)
         self._refreshes = 0
@@ -189,78 +223,178 @@ class SysfsBackend:
     def _join(self) -> list[tuple[DrmCard | None, int | None, KfdNode | None]]:
         return pair(self._nodes, self._cards)
 
-    def _describe(self) -> list[tuple[dict, dict[str, str | None]]]:
+    def _describe_one(self, index: int, mark) -> tuple[dict, dict[str, str | None]]:
         """What does not change while the driver is loaded (names, ids, totals), and the paths of
         what does, resolved once: a refresh then only preads the held dynamic files."""
-        out = []
-        for index, (card, gpu_id, node) in enumerate(self._layout):
-            dev = card.device_dir if card else None
-            name = None
-            if dev is not None:
-                name = (read_text(dev / "product_name") or "").strip() or None
-            if not name and node is not None:
-                gfx = node.props.get("gfx_target_version")
-                name = f"AMD GPU {node.name or ''}".strip() if not gfx else \
-                    f"AMD GPU gfx{gfx // 10000}{(gfx // 100) % 100:x}{gfx % 100:x}"
-            minor = card.render_minor if card else (node.props.get("drm_render_minor") if node else None)
-            hive = node.props.get("hive_id") if node else None
-            static = dict(
-                index=index, name=name or "AMD GPU", vendor="sim" if self.simulated else "amd",
-                bus_id=(card.bus_id if card else None) or (node.bus_id if node else None),
-                uuid=((read_text(dev / "unique_id") or "").strip() or None) if dev is not None else None,
-                vram_total=read_int(dev / "mem_info_vram_total") if dev is not None else None,
-                gtt_total=read_int(dev / "mem_info_gtt_total") if dev is not None else None,
-                kfd_gpu_id=gpu_id, hive_id=f"{hive:#x}" if hive else None,
-                device_files=(str(self.dev_root / "dri" / f"renderD{minor}"),) if minor is not None else (),
-            )
-            paths: dict[str, str | None] = dict.fromkeys(("vram_used", "gtt_used", "busy", "temp", "power"))
-            if dev is not None:
-                paths.update(vram_used=str(dev / "mem_info_vram_used"), gtt_used=str(dev / "mem_info_gtt_used"),
-                             busy=str(dev / "gpu_busy_percent"))
-                hw = _hwmon(dev)
-                if hw is not None:
-                    paths["temp"] = str(hw / "temp1_input")
-                    # Newer kernels have power1_input where older ones only averaged.
-                    paths["power"] = str(hw / "power1_average") if (hw / "power1_average").exists() \
-                        else str(hw / "power1_input")
-            out.append((static, paths))
-        return out
+        card, gpu_id, node = self._layout[index]
+        dev = card.device_dir if card else None
+        name = None
+        if dev is not None:
+            mark("product_name", str(dev / "product_name"))
+            name = (read_text(dev / "product_name") or "").strip() or None
+        if not name and node is not None:
+            gfx = node.props.get("gfx_target_version")
+            name = f"AMD GPU {node.name or ''}".strip() if not gfx else \
+                f"AMD GPU gfx{gfx // 10000}{(gfx // 100) % 100:x}{gfx % 100:x}"
+        static = self._identity(index)
+        static["name"] = name or "AMD GPU"
+        if dev is not None:
+            mark("unique_id", str(dev / "unique_id"))
+            static["uuid"] = (read_text(dev / "unique_id") or "").strip() or None
+            mark("mem_info_vram_total", str(dev / "mem_info_vram_total"))
+            static["vram_total"] = read_int(dev / "mem_info_vram_total")
+            mark("mem_info_gtt_total", str(dev / "mem_info_gtt_total"))
+            static["gtt_total"] = read_int(dev / "mem_info_gtt_total")
+        # Memory counters first: amdgpu keeps them itself, so they answer even when the SMU behind busy,
+        # temperature and power does not, and a late GPU still shows its VRAM.
+        paths: dict[str, str | None] = dict.fromkeys(("vram_used", "gtt_used", "busy_percent", "temperature_c",
+                                                      "power_w"))
+        if dev is not None:
+            paths.update(vram_used=str(dev / "mem_info_vram_used"), gtt_used=str(dev / "mem_info_gtt_used"),
+                         busy_percent=str(dev / "gpu_busy_percent"))
+            hw = _hwmon(dev)
+            if hw is not None:
+                paths["temperature_c"] = str(hw / "temp1_input")
+                # Newer kernels have power1_input where older ones only averaged.
+                paths["power_w"] = str(hw / "power1_average") if (hw / "power1_average").exists() \
+                    else str(hw / "power1_input")
+        return static, paths
 
-    def _held_int(self, path: str | None) -> int | None:
-        if path is None:
-            return None
-        raw = self._held.read(path, 64)
-        if not raw:
-            return None
-        try:
-            return int(raw.split()[0], 0)
-        except (ValueError, IndexError):
-            return None
+    def _identity(self, index: int) -> dict:
+        """The GpuInfo fields known without reading a file of the GPU (enough to name a GPU that does not answer)."""
+        card, gpu_id, node = self._layout[index]
+        minor = card.render_minor if card else (node.props.get("drm_render_minor") if node else None)
+        hive = node.props.get("hive_id") if node else None
+        return dict(
+            index=index, name="AMD GPU", vendor="sim" if self.simulated else "amd",
+            bus_id=(card.bus_id if card else None) or (node.bus_id if node else None),
+            uuid=None, vram_total=None, gtt_total=None, kfd_gpu_id=gpu_id, hive_id=f"{hive:#x}" if hive else None,
+            device_files=(str(self.dev_root / "dri" / f"renderD{minor}"),) if minor is not None else (),
+        )
+
+    _SCALE = {"temperature_c": 1000.0, "power_w": 1e6}  # millidegrees, microwatts
+
+    def _read_gpu(self, index: int, work: _Pass, mark) -> dict | None:
+        """One GPU's fields into work.values[index] as each file answers (what a late GPU still shows); files in
+        work.skip are blocked in another lane and read as None. Stops once the caller gave up on this pass."""
+        described = self._described.get(index)
+        if described is None:
+            described = self._described[index] = self._describe_one(index, lambda w, p=None: mark(w, p, index))
+        static, paths = described
+        held = self._gpu_held[index]
+        values = work.values.setdefault(index, {})
+        skip = work.skip
+        for key, path in paths.items():
+            if work.cancelled:
+                return None  # a read of this pass came back after its deadline: the files are another lane's now
+            if path is None or path in skip:
+                values[key] = None
+                continue
+            mark(path.rpartition("/")[2], path, index)
+            raw = held.read(path, 64)
+            value = None
+            if raw:
+                try:
+                    value = int(raw.split()[0], 0)
+                except (ValueError, IndexError):
+                    pass
+            scale = self._SCALE.get(key)
+            values[key] = value / scale if value is not None and scale else value
+        return static
+
+    def _read_all(self, work: _Pass, mark) -> list[dict | None]:
+        return [self._read_gpu(i, work, mark) for i in range(len(self._layout))]
 
     def gpus(self) -> list[GpuInfo]:
-        if self._described is None:
-            self._described = self._describe()
+        """Every GPU. While every read answers, one job reads them all (one thread handoff a refresh). When one is
+        late, each GPU gets lanes of its own, all waited for at once under one deadline, and while a lane is
+        blocked in a file the next lane of that GPU reads the others (so a GPU whose busy file hangs still shows
+        its VRAM): at most one lane per file, each holding at most one thread, until every lane is free again."""
+        root_s = str(self.sysfs_root)
+        n = len(self._layout)
+        statics: list[dict | None] = [None] * n
+        blocked: list[list[LateRead]] = [[] for _ in range(n)]
+        values: dict[int, dict] = {}
+        together = ("sysfs-all", root_s)
+        shared_late = self._lanes.poll(together)
+        todo = list(range(n))
+        if shared_late is None and not any(self._lanes.poll(k) for k in self._gpu_lanes):
+            self._gpu_lanes.clear()
+            work = _Pass()
+            values = work.values
+            try:
+                statics = self._lanes.run(together, lambda mark: self._read_all(work, mark), self.deadline_s,
+                                          source="sysfs")
+                todo = []
+            except LateRead as late:
+                work.cancelled = True
+                statics = [None] * n
+                stuck = late.gpu if late.gpu is not None else 0
+                blocked[stuck].append(late)
+                for i in range(stuck):
+                    statics[i] = self._described[i][0]  # read whole before the late file
+                todo = list(range(stuck, n))
+        elif shared_late is not None and shared_late.gpu is not None:
+            blocked[shared_late.gpu].append(shared_late)
+        if todo:
+            self._each_in_lanes(todo, root_s, statics, blocked, values)
         out = []
-        for static, paths in self._described:
-            temp = self._held_int(paths["temp"])
-            power = self._held_int(paths["power"])
-            out.append(GpuInfo(
-                **static,
-                vram_used=self._held_int(paths["vram_used"]),
-                gtt_used=self._held_int(paths["gtt_used"]),
-                busy_percent=self._held_int(paths["busy"]),
-                temperature_c=temp / 1000.0 if temp is not None else None,
-                power_w=power / 1e6 if power is not None else None,
-            ))
+        for index in range(n):
+            static = statics[index]
+            if static is None:
+                described = self._described.get(index)
+                static = described[0] if described is not None else self._identity(index)
+            late = blocked[index]
+            stale = stale_read(min(late, key=lambda b: b.since)) if late else None
+            out.append(GpuInfo(**static, **dict(values.get(index, {})), stale=stale))
         return out
 
+    def _each_in_lanes(self, todo: list[int], root_s: str, statics: list, blocked: list, values: dict) -> None:
+        """The GPUs in `todo`, each in the first of its lanes that is free, at once under one deadline."""
+        jobs, passes = [], []
+        for index in todo:
+            described = self._described.get(index)
+            for k in range(1 + (len(described[1]) if described is not None else 5)):
+                key = ("sysfs-gpu", root_s, index, k)
+                late = self._lanes.poll(key)
+                if late is not None:
+                    blocked[index].append(late)
+                    continue
+                work = _Pass({b.path for b in blocked[index]})
+                jobs.append((key, lambda mark, i=index, w=work: self._read_gpu(i, w, mark), "sysfs", index))
+                passes.append((index, work))
+                self._gpu_lanes.add(key)
+                break
+        for (index, work), answer in zip(passes, self._lanes.run_all(jobs, self.deadline_s)):
+            values[index] = work.values.get(index, {})
+            if isinstance(answer, LateRead):
+                work.cancelled = True
+                blocked[index].append(answer)
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                statics[index] = answer
+
     def process_usage(self) -> list[ProcessUsage]:
+        """KFD's per-process VRAM, under the deadline: when a file is late, the last complete answer (and
+        `late` names the file)."""
+        try:
+            usage = self._lanes.run(("kfd-proc", self._proc_dir_s), self._kfd_usage, self.deadline_s, source="kfd")
+        except LateRead as late:
+            self.late = (late,)
+            return self._last_usage
+        self.late = ()
+        self._last_usage = usage
+        return usage
+
+    def _kfd_usage(self, mark) -> list[ProcessUsage]:
         """KFD's per-process VRAM. The vram_<gpu_id> files are kept open and re-read with pread;
         each PID's directory is listed when first seen and again every RELIST_EVERY refreshes.
         A file that reads the same bytes as last time gives back the same ProcessUsage object, and a
         refresh where every file does gives back the very same list (callers must not change it)."""
         out: list[ProcessUsage] = []
         base = self._proc_dir_s
+        mark("the KFD process list", base)
         try:
             with os.scandir(base) as it:
                 # The directory's inode tells a PID's new directory (a new process) from the old one,
@@ -271,6 +405,7 @@ class SysfsBackend:
         self._refreshes += 1
         relist_all = self._refreshes % self.RELIST_EVERY == 0
         repeat = self._repeat
+        mark("the per-process VRAM files", base)
         if repeat is not None and not relist_all and listing == repeat[0]:
             pread = os.pread
             try:
@@ -302,6 +437,7 @@ class SysfsBackend:
                 continue  # the process left between the two listings
             stale = False
             for entry in entries:
+                mark(f"{pid_s}/{entry[0].rpartition('/')[2]}", entry[0])
                 raw = read(entry[0], 64)
                 if raw is None:
                     stale = True
@@ -370,3 +506,5 @@ class SysfsBackend:
     def close(self) -> None:
         self._repeat = None
         self._held.close()
+        for held in self._gpu_held:
+            held.close()

@@ -113,13 +113,16 @@ def _gpu_families(reading: Reading, options: MetricsOptions) -> Iterator[Metric]
     temp = _gauge("gpu_temperature_celsius", "GPU temperature.", lab.names)
     power = _gauge("gpu_power_watts", "GPU power draw.", lab.names)
     procs = _gauge("gpu_processes", "Processes with VRAM on the GPU.", lab.names)
+    stale = _gauge("gpu_stale", "1 when a read of the GPU (a sysfs file, an amdsmi or NVML call) did not answer "
+                   "within the read deadline: the GPU may be hung, and the readings it did not give are absent.",
+                   lab.names)
     fams = [vram_used, vram_total, gtt_used, gtt_total, accounted, res, significant, holders]
     age = None
     if reading.residual_since is not None:
         age = _gauge("gpu_residual_age_seconds", "Seconds since the GPU's residual became significant "
                      "(0 when it is not).", lab.names)
         fams.append(age)
-    fams += [baseline, drained_f, reset, busy, temp, power, procs]
+    fams += [baseline, drained_f, reset, busy, temp, power, procs, stale]
 
     for g in snap.gpus:
         ident = _gpu_label_values(g)
@@ -150,6 +153,7 @@ def _gpu_families(reading: Reading, options: MetricsOptions) -> Iterator[Metric]
         drained_f.add_metric(values, 1 if g.index in drained else 0)
         reset.add_metric(values, 1 if is_significant and not r.holders else 0)  # type: ignore[union-attr]
         procs.add_metric(values, users.get(g.index, 0))
+        stale.add_metric(values, 1 if g.stale is not None else 0)
     return iter(fams)
 
 

@@ -122,6 +122,16 @@ def diff(before: NodeSnapshot | None, now: NodeSnapshot,
                 out.append(NodeEvent(ts, "info", f"GPU {gi}: pid {pid} no longer holds VRAM ({reason})",
                                      "holder-gone", gi, {"pid": pid, "reason": reason}))
 
+    if before is not None:
+        # A GPU whose driver answers again: its "did not answer" warning said when it went; this says it is back.
+        now_by = {g.index: g for g in now.gpus}
+        for g in before.gpus:
+            back = now_by.get(g.index)
+            if g.stale is not None and back is not None and back.stale is None:
+                out.append(NodeEvent(ts, "ok", f"GPU {g.index}: its driver answers again ({g.stale.source} read of "
+                                     f"{g.stale.what} was stuck for {_duration(ts - g.stale.since)})", "warning",
+                                     g.index, {"code": "stale", "cleared": True}))
+
     old_warnings = set(before.warnings) if before else set()
     for w in now.warnings:
         # The header already says SIMULATED; every other warning is worth a line when it first shows.

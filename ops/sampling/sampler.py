@@ -11,7 +11,8 @@ import time
 from ..backends.select import open_backend
 from ..errors import GpuwardenError
 from ..fdbudget import OutOfDescriptors
-from ..model import NodeSnapshot, SnapshotWarning
+from ..model import NodeSnapshot, Residual, SnapshotWarning
+from ..records import replace
 from ..settings import Settings
 from .attribution import Attribution
 from .extras import NodeExtras
@@ -66,11 +67,19 @@ class Sampler:
                                  "raise the open-files limit (ulimit -n, LimitNOFILE=) for gpuwarden") from None
         extras = self.extras.sample()
         residual, residual_warnings = attribution.residual(gpus, processes, extras.baseline)
+        late = getattr(self.backend, "late", ())  # late reads of the refresh that belong to no one GPU
+        if late:
+            residual, residual_warnings = _unknown_residual(residual, late), []
         warnings: list[SnapshotWarning] = []
         if self.backend.simulated:
             why = getattr(self.backend, "fallback_reason", None)
             warnings.append(SnapshotWarning("simulated", f"SIMULATED node: no real GPU backend works here ({why})"
                                             if why else "SIMULATED node (--backend sim)"))
+        # A GPU that did not answer in time, and a late per-process file: named, with the file (a stable text, so
+        # a viewer's event log says it once, not every refresh).
+        warnings.extend(SnapshotWarning("stale", g.stale.message, g.index) for g in gpus if g.stale is not None)
+        warnings.extend(SnapshotWarning("stale", f"{r.message}; per-process VRAM is from the last complete read and "
+                                        "residual VRAM is unknown", r.gpu) for r in late)
         warnings.extend(residual_warnings)
         if not extras.baseline and not extras.baseline_problem:
             warnings.append(SnapshotWarning(
@@ -129,6 +138,11 @@ class Sampler:
             self._debugfs = DebugfsReader(sysfs / "kernel" / "debug")
         from ..debugfs import books
         return books.read(self._debugfs, [g.index for g in gpus])
+
+
+def _unknown_residual(residual: tuple[Residual, ...], late) -> tuple[Residual, ...]:
+    """Residual VRAM when the per-process files did not all answer: unknown, never a guess that blames someone."""
+    return tuple(replace(r, residual=None, significant=False, holders=()) for r in residual)
 
 
 def take_snapshot(settings: Settings, backend: Backend | None = None, *, deep: bool = True) -> NodeSnapshot:

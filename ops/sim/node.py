@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -193,15 +194,32 @@ class SimNode:
                 self._save(cfg)
             self._write_dynamic_tree(cfg)
 
-    def set_fault(self, fault: str, on: bool) -> None:
+    def set_fault(self, fault: str, on: bool, gpus: list[int] | None = None) -> None:
+        """Switch a fault; `gpus` (hang only) limits the hang to those GPUs (default: every GPU)."""
         if fault not in FAULTS:
             raise GpuwardenError(f"unknown fault {fault!r}", f"choose one of: {', '.join(FAULTS)}")
+        if gpus and fault != "hang":
+            raise GpuwardenError(f"--gpu applies to the hang fault only, not {fault}")
         with self._lock():
             cfg = self.config()
+            for g in gpus or ():
+                self._check_gpu(g, cfg)
             faults = set(cfg.get("faults", []))
             (faults.add if on else faults.discard)(fault)
             cfg["faults"] = sorted(faults)
+            if fault == "hang":
+                cfg["hang_gpus"] = sorted(set(gpus)) if on and gpus else []
             self._save(cfg)
+            if fault == "hang":
+                self._write_dynamic_tree(cfg)
+
+    def hung_gpus(self, cfg: dict | None = None) -> set[int]:
+        """The GPUs whose driver files block on read (the hang fault)."""
+        cfg = cfg or self.config()
+        if "hang" not in cfg.get("faults", []):
+            return set()
+        only = {g for g in cfg.get("hang_gpus", []) if isinstance(g, int)}
+        return {g for g in range(cfg["gpus"]) if not only or g in only}
 
     def leak(self, gpu: int, nbytes: int) -> None:
         """Leave `nbytes` of ownerless residual VRAM on a GPU (a drill for purge and reset)."""
@@ -225,6 +243,11 @@ class SimNode:
                 if a["gpu"] == gpu:
                     statedir.unlink(self.allocs_dir / a["_file"], root=self.state_dir)
             cfg.setdefault("leaked", {}).pop(str(gpu), None)
+            hung = self.hung_gpus(cfg)
+            if gpu in hung:  # a reset recovers a wedged GPU, as amdgpu's does a hung SMU
+                cfg["hang_gpus"] = sorted(hung - {gpu})
+                if not cfg["hang_gpus"]:
+                    cfg["faults"] = [f for f in cfg.get("faults", []) if f != "hang"]
             resets = cfg.setdefault("resets", {})
             resets[str(gpu)] = int(resets.get(str(gpu), 0)) + 1
             self._save(cfg)
@@ -287,6 +310,7 @@ class SimNode:
         """Used VRAM per GPU and the KFD per-process files, rewritten only where they changed."""
         cfg = cfg or self.config()
         allocs = self._allocs()
+        hung = self.hung_gpus(cfg)
         with self._dir("root/sys/class/drm") as drm:
             for i in range(cfg["gpus"]):
                 used = self._used(cfg, i, allocs)
@@ -296,10 +320,17 @@ class SimNode:
                     # In place, like sysfs attributes: readers keep these open and pread them.
                     _put_in_place(dev, "mem_info_vram_used", used)
                     _put_in_place(dev, "mem_info_gtt_used", min(cfg["gtt"], 64 << 20))
-                    _put_in_place(dev, "gpu_busy_percent", busy)
                     with dev.subdir("hwmon") as hw, hw.subdir("hwmon0") as mon:
-                        _put_in_place(mon, "temp1_input", (34 + busy // 3) * 1000)
-                        _put_in_place(mon, "power1_average", (90 + 5 * busy) * 1_000_000)
+                        # The hang fault wedges what amdgpu answers by asking the GPU's SMU (a hung SMU never
+                        # replies), not the memory counters the driver keeps itself.
+                        for d, name, value in ((dev, "gpu_busy_percent", busy),
+                                               (mon, "temp1_input", (34 + busy // 3) * 1000),
+                                               (mon, "power1_average", (90 + 5 * busy) * 1_000_000)):
+                            if i in hung:
+                                _wedge(d, name)
+                            else:
+                                _unwedge(d, name)
+                                _put_in_place(d, name, value)
         self._write_debugfs(cfg, allocs)
         per_pid: dict[int, dict[int, int]] = {}
         for a in allocs:
@@ -414,6 +445,35 @@ def _put_text(d: statedir.Dir, name: str, text: str) -> None:
             os.pwrite(fd, data, 0)
     finally:
         os.close(fd)
+
+
+def _wedge(d: statedir.Dir, name: str) -> None:
+    """Put a FIFO without a writer where the attribute was: a reader's open blocks in the kernel, as on a hung GPU."""
+    st = d.stat(name)
+    if st is not None and stat.S_ISFIFO(st.st_mode):
+        return
+    tmp = f".{name}.hang"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp, dir_fd=d.fd)
+    os.mkfifo(tmp, 0o644, dir_fd=d.fd)
+    d.rename(tmp, name)
+
+
+def _unwedge(d: statedir.Dir, name: str) -> None:
+    """The driver answers again: the attribute becomes a file, and readers still blocked on the FIFO are let go."""
+    st = d.stat(name)
+    if st is None or not stat.S_ISFIFO(st.st_mode):
+        return
+    try:
+        # Non-blocking: succeeds only while some reader is blocked opening it; that reader then gets end-of-file.
+        writer = os.open(name, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=d.fd)
+    except OSError:
+        writer = None  # ENXIO: nobody is waiting on it
+    try:
+        d.unlink(name)  # _put_in_place makes the regular file again
+    finally:
+        if writer is not None:
+            os.close(writer)
 
 
 def _put_in_place(d: statedir.Dir, name: str, value: int) -> None:

@@ -26,15 +26,36 @@ def _from_agent(settings: Settings, per_process: bool, hostname: bool) -> bytes 
     return reply.body
 
 
-def _exposition(settings: Settings, per_process: bool, hostname: str | None) -> bytes:
+def _exposition(settings: Settings, per_process: bool, hostname: str | None) -> tuple[bytes, list[str]]:
+    """The exposition of a snapshot taken now, and what did not answer in time (one line per stale GPU or file)."""
     import time
 
     from gpuwarden.ops.metrics.collector import render
     from gpuwarden.ops.metrics.plan import PlanCache
     from gpuwarden.ops.metrics.reading import MetricsOptions, Reading
     from gpuwarden.ops.sampling.sampler import take_snapshot
-    reading = Reading(take_snapshot(settings), "oneshot", now=time.time(), plan=PlanCache(settings).current())
-    return render(reading, MetricsOptions(per_process=per_process, hostname=hostname))
+    snap = take_snapshot(settings)
+    reading = Reading(snap, "oneshot", now=time.time(), plan=PlanCache(settings).current())
+    late = [w.message for w in snap.warnings if w.code == "stale"]
+    return render(reading, MetricsOptions(per_process=per_process, hostname=hostname)), late
+
+
+def _stale_in(body: bytes) -> list[str]:
+    """The GPUs the agent's exposition marks gpuwarden_gpu_stale 1, as lines for stderr."""
+    out = []
+    for line in body.decode(errors="replace").splitlines():
+        if not line.startswith("gpuwarden_gpu_stale{"):
+            continue
+        labels, _, value = line.rpartition(" ")
+        try:
+            if float(value) != 1:
+                continue
+        except ValueError:
+            continue
+        gpu = labels.partition('gpu="')[2].partition('"')[0]
+        out.append(f"GPU {gpu}: a read did not answer within the agent's deadline: the GPU may be hung "
+                   "(`gpuwarden status` names the file)")
+    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -54,15 +75,24 @@ def register(app: typer.Typer) -> None:
         """Print the node's metrics once, in Prometheus' text format: the running agent's (over its socket),
         else a sample taken now, in which the kernel-log counts and residual ages that only the agent keeps
         are left out.
+
+        A GPU whose reads do not answer within --read-timeout is exported with gpuwarden_gpu_stale 1 and
+        without the readings it did not give; it is named on stderr and the exit status is 1.
         """
         import os
         settings: Settings = ctx.obj
         body = None if settings.replay else _from_agent(settings, per_process, hostname_label)
         if body is None:
-            body = _exposition(settings, per_process, os.uname().nodename if hostname_label else None)
+            body, late = _exposition(settings, per_process, os.uname().nodename if hostname_label else None)
+        else:
+            late = _stale_in(body)
         if textfile is None:
             typer.echo(body.decode(), nl=False)
-            return
-        from gpuwarden.ops.metrics.textfile import write
-        path = write(textfile, body)
-        typer.echo(f"wrote {path} ({len(body)} bytes)", err=True)
+        else:
+            from gpuwarden.ops.metrics.textfile import write
+            path = write(textfile, body)
+            typer.echo(f"wrote {path} ({len(body)} bytes)", err=True)
+        for line in late:
+            typer.echo(f"gpuwarden: {line}", err=True)
+        if late:
+            raise typer.Exit(1)

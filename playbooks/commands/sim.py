@@ -52,17 +52,19 @@ def hold_cmd(
 def fault_cmd(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="leak-on-kill (a killed tenant's VRAM stays, ownerless) or "
-                                         "reset-fails (the next reset fails) or hang (every driver read blocks until it is "
-                                         "turned off: a wedged GPU, for the agent's stale drill)."),
+                                         "reset-fails (the next reset fails) or hang (reads of busy, temperature and "
+                                         "power block in the kernel until it is turned off: a wedged GPU, for the "
+                                         "deadline and stale drills)."),
     state: str = typer.Argument("on", help="on or off"),
+    gpu: List[int] = typer.Option([], "--gpu", help="hang only: wedge this GPU (repeat for several; default all)."),
 ) -> None:
     """Switch a fault of the simulated driver on or off."""
     from gpuwarden.ops.errors import GpuwardenError
     from gpuwarden.ops.sim.node import SimNode
     if state not in ("on", "off"):
         raise GpuwardenError(f"fault state must be on or off, not {state!r}")
-    SimNode(ctx.obj.state_dir).set_fault(name, state == "on")
-    typer.echo(f"fault {name}: {state}")
+    SimNode(ctx.obj.state_dir).set_fault(name, state == "on", list(gpu) or None)
+    typer.echo(f"fault {name}: {state}" + (f" (GPU {', '.join(map(str, gpu))})" if gpu and state == "on" else ""))
 
 
 @sim_app.command("leak")

@@ -54,7 +54,9 @@ class GpusPanel(RowTable):
                     res_text.append(f" ({len(r.holders)} holder{many})" if roomy else f" ({len(r.holders)})",
                                     style=S["residual"])
             mark = Text()
-            if g.index in snap.drained:
+            if g.stale is not None:  # its driver did not answer: the blanks are unknown, not zero
+                mark.append("STALE" if wide else "STL", style=S["stale"])
+            elif g.index in snap.drained:
                 mark.append("DRAINED" if wide else "DRN", style=S["drained"])
             elif significant:
                 mark.append("!", style=S["residual"])

@@ -6,7 +6,7 @@ Ids are stable (scripts pass them to --only); groups select several at once.
 from __future__ import annotations
 
 from ..model import Check
-from . import agent, health, kernel, memory, nvidia, params, pcie
+from . import agent, answers, health, kernel, memory, nvidia, params, pcie
 
 # Without persistence mode the NVIDIA driver initializes every GPU inside nvmlInit (seconds on a large node):
 # the checks that ask NVML may take that long before a hung call is the likelier story.
@@ -33,6 +33,8 @@ REGISTRY: tuple[Check, ...] = (
     Check("kfd-budget", "KFD registration budget of the launch plan", "memory", memory.check_kfd_budget),
     Check("thp", "Transparent huge pages", "memory", memory.check_thp),
     Check("swap", "Swap", "memory", memory.check_swap),
+    Check("gpu-answers", "Every GPU answers its driver reads within the read deadline", "gpu", answers.check_answers,
+          answers.TIMEOUT_S),
     Check("firmware", "Firmware equal across GPUs of one model", "gpu", health.check_firmware, NVML_TIMEOUT_S),
     Check("xgmi-hive", "XGMI hives complete", "gpu", health.check_xgmi),
     Check("ras", "RAS/ECC error counters", "gpu", health.check_ras),
