@@ -155,6 +155,20 @@ def _hwmon(dev: Path) -> Path | None:
     return dev / "hwmon" / names[0] if names else None
 
 
+def _stamp(dirs: list[str]) -> tuple:
+    """(inode, change time) of each directory, None where it is gone: a recreated directory differs even
+    when the file system hands out the freed inode number again."""
+    out = []
+    for d in dirs:
+        try:
+            st = os.stat(d)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_ctime_ns))
+    return tuple(out)
+
+
 class SysfsBackend:
     """The sysfs/KFD backend. `sysfs_root`/`proc_root` point at /sys and /proc or a captured tree."""
 
@@ -168,6 +182,14 @@ class SysfsBackend:
         if name:
             self.name = name
         self.simulated = simulated
+        self._proc_dir = self.sysfs_root / "class/kfd/kfd/proc"
+        self._proc_dir_s = str(self._proc_dir)
+        self._held = HeldFiles()
+        self._discover()
+
+    def _discover(self) -> None:
+        """Find the GPUs and forget everything held for the ones found before (the driver was reloaded)."""
+        self._held.close()
         self._nodes = kfd_gpu_nodes(self.sysfs_root)
         self._cards = amd_cards(self.sysfs_root)
         if not self._nodes and not self._cards:
@@ -175,16 +197,37 @@ class SysfsBackend:
             why = "no amdgpu card and no KFD GPU node" if kfd.exists() else f"no {kfd}"
             raise BackendUnavailable(f"sysfs: {why}")
         self._layout = self._join()
-        self._proc_dir = self.sysfs_root / "class/kfd/kfd/proc"
         self._gpu_id_to_index = {gid: i for i, (_, gid, _) in enumerate(self._layout) if gid}
-        self._held = HeldFiles()
         self._described: list[tuple[dict, dict[str, str | None]]] | None = None
-        self._proc_dir_s = str(self._proc_dir)
+        self._stamp_dirs = self._identity_dirs()
+        self._stamp = _stamp(self._stamp_dirs)
         self._entries: dict[str, tuple[int, list[list]]] = {}  # pid -> (its directory's inode, see _list_pid)
-        self._refreshes = 0
         # The last full pass, when every vram file it read is held open: (listing, fds, bytes read, result).
         # The same listing and the same bytes from the same fds can only give the same result again.
         self._repeat: tuple[dict[str, int], list[int], list[bytes], list[ProcessUsage]] | None = None
+        self._refreshes = 0
+
+    def _identity_dirs(self) -> list[str]:
+        """Directories that a driver reload (or a rebuilt sim tree) replaces: each card's kobject, its
+        device and hwmon directories, each KFD topology node. Their identity changing means the files
+        held open are the old driver's (a removed sysfs attribute, or a deleted file still reading 0)."""
+        dirs = []
+        for card, _, node in self._layout:
+            if card is not None:
+                dirs += [str(self.sysfs_root / "class/drm" / card.card), str(card.device_dir)]
+                hw = _hwmon(card.device_dir)
+                if hw is not None:
+                    dirs.append(str(hw))
+            if node is not None:
+                dirs.append(str(self.sysfs_root / "class/kfd/kfd/topology/nodes" / str(node.node)))
+        return dirs
+
+    def _follow_replaced_tree(self) -> None:
+        """Once per refresh: a few stats; when the GPUs' directories were replaced, find the GPUs again."""
+        if _stamp(self._stamp_dirs) != self._stamp:
+            self._entries = {}
+            self._repeat = None
+            self._discover()
 
     def _join(self) -> list[tuple[DrmCard | None, int | None, KfdNode | None]]:
         return pair(self._nodes, self._cards)
@@ -238,6 +281,7 @@ class SysfsBackend:
             return None
 
     def gpus(self) -> list[GpuInfo]:
+        self._follow_replaced_tree()
         if self._described is None:
             self._described = self._describe()
         out = []
