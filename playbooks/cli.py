@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         except ClickException as exc:
             # Click's own usage errors, in the same one-line shape as ours.
-            print(f"gpuwarden: error: {printable(exc.format_message())}", file=sys.stderr)
+            print(f"gpuwarden: error: {printable(_plain_usage_message(exc))}", file=sys.stderr)
             print("  hint: see `gpuwarden --help`, or `gpuwarden COMMAND --help`", file=sys.stderr)
             return exc.exit_code
         except SystemExit:
@@ -157,6 +157,31 @@ def main(argv: list[str] | None = None) -> int:
             raise
     from .fastcli import guarded
     return guarded(call, "--json" in args)
+
+
+_KIND = {"int_parsing": "a whole number", "int_from_float": "a whole number", "float_parsing": "a number",
+         "bool_parsing": "true or false"}
+
+
+def _plain_usage_message(exc) -> str:
+    """Click's message, with the converter's wording ("Input should be a valid integer, unable to parse
+    string as an integer") put as an operator reads it: "'abc' is not a GPU index (a whole number)"."""
+    message = exc.format_message()
+    errors = getattr(exc.__cause__, "errors", None)
+    if not callable(errors):
+        return message
+    try:
+        first = errors()[0]
+    except (IndexError, TypeError, ValueError):
+        return message
+    kind = _KIND.get(first.get("type", ""), "")
+    if not kind:
+        return message
+    param = getattr(exc, "param", None)
+    name = getattr(param, "name", "") or ""
+    what = "a GPU index (`gpuwarden status` lists them)" if name in ("gpu", "gpus") else kind
+    prefix = message.split(": ", 1)[0] if ": " in message else f"Invalid value for {name!r}"
+    return f"{prefix}: {first.get('input')!r} is not {what}"
 
 
 def _finite_numbers(command) -> None:

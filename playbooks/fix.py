@@ -195,7 +195,8 @@ class FixPlaybook(Playbook):
             raise StepFailed(f"still in use after {self.timeout_s:g}s: {who}",
                              f"stop it, then run `gpuwarden fix {self.gpu}` again (GPU "
                              f"{', '.join(map(str, marked)) or self.gpu} stays drained meanwhile)")
-        done = f"GPU {', '.join(map(str, self._hive))} drained, nothing uses them"
+        done = (f"GPU {self._hive[0]} drained, nothing uses it" if len(self._hive) == 1 else
+                f"GPUs {', '.join(map(str, self._hive))} drained, nothing uses them")
         return done + (f"; stopped {', '.join(stopped)}" if stopped else "")
 
     def _undrain(self, ctx: RunContext) -> str:

@@ -21,6 +21,7 @@ from gpuwarden.ops.settings import Settings
 from . import node_events
 from .actions import ACTIONS, Target, by_name
 from .history import VramHistory
+from .keyhints import with_keys
 from .messages import PlaybookFinished, PlaybookProgress, SamplingFailed, SnapshotArrived
 from .palette import GpuwardenCommands
 from .runner import PlaybookRun
@@ -250,12 +251,32 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
             from .screens.engine_log import EngineLogScreen
             self.push_screen(EngineLogScreen(engine.name, engine.log_path, engine))
             return
-        gpu = self.query_one(GpusPanel).selected_gpu()
+        if isinstance(focused, ProcessesPanel):
+            gpu = self._process_gpu(focused)
+            if gpu is None:
+                return
+        else:
+            gpu = self.query_one(GpusPanel).selected_gpu()
         if gpu is None or self.snapshot is None:
             self.notify("no GPU to show yet")
             return
         from .screens.gpu_detail import GpuDetailScreen
         self.push_screen(GpuDetailScreen(gpu, self.snapshot))
+
+    def _process_gpu(self, panel: ProcessesPanel) -> int | None:
+        """The GPU of the selected process: the one it holds most VRAM on, else the one whose device file
+        it has open; None (and a note saying why) when it has neither."""
+        process = panel.selected()
+        if process is None or self.snapshot is None:
+            self.notify("no process selected")
+            return None
+        if process.vram:
+            return max(sorted(process.vram), key=lambda g: process.vram[g])
+        files = set(process.device_files)
+        gpu = next((g.index for g in self.snapshot.gpus if files.intersection(g.device_files)), None)
+        if gpu is None:
+            self.notify(f"pid {process.pid} holds no VRAM and no GPU's device file", severity="warning")
+        return gpu
 
     def action_triage(self) -> None:
         path = self.last_bundle
@@ -339,11 +360,11 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if spec.needs == "engine" and target.engine is None:
             self.notify("select an engine first (tab to the Engines panel)", severity="warning")
             return
-        what = {"gpu": f" on GPU {target.gpu}", "engine": f" {target.engine}", "node": ""}[spec.needs]
         try:
-            run = self._new_run(spec, target, f"{spec.title}{what}")
+            run = self._new_run(spec, target, spec.title_for(target))
         except GpuwardenError as exc:
-            self.notify(f"{spec.title}: {exc.message}" + (f"\n{exc.hint}" if exc.hint else ""), severity="error")
+            self.notify(with_keys(f"{spec.title}: {exc.message}" + (f"\n{exc.hint}" if exc.hint else "")),
+                        severity="error")
             return
         self.current_run = run
         from .screens.progress import ProgressScreen
@@ -368,7 +389,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
             if run.playbook.name == "bundle" and path:
                 self.last_bundle = Path(path)
             if not result.ok and result.refused != "cancelled":
-                self.notify(f"{run.title}: " + (result.refused or f"failed at {result.failed_step}"),
+                self.notify(with_keys(f"{run.title}: " + (result.refused or f"failed at {result.failed_step}")),
                             severity="error")
         self._refresh_progress(run)
         self.action_refresh_now()

@@ -58,6 +58,15 @@ class ProcessActionsMixin:
         if process is None:
             self.notify("select a process first (p shows the Processes panel)", severity="warning")  # type: ignore
             return
+        if process.state == "zombie":
+            # It has exited already: no signal reaches it, only its parent's wait() frees what it holds.
+            gpus = sorted(process.vram)
+            where = f"select GPU {gpus[0]} and press f (fix) or P (purge)" if gpus else "press f or P on its GPU"
+            parent = f"its parent pid {process.ppid}" if process.ppid else "its parent"
+            self.notify(f"pid {process.pid} is a zombie: it has exited, TERM and KILL cannot reach it. "
+                        f"Its VRAM goes when {parent} reaps it: {where}, which reap it through the parent.",
+                        severity="warning", timeout=10)  # type: ignore[attr-defined]
+            return
         from .screens.stop_process import StopProcessScreen
 
         def chosen(how: str | None) -> None:
