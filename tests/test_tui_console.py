@@ -116,3 +116,32 @@ def test_action_titles_name_the_gpu_once():
     assert by_name("fix").title_for(Target(gpu=2)) == "Fix GPU 2"
     assert by_name("purge").title_for(Target(gpu=2)) == "Purge residual holders on GPU 2"
     assert by_name("stop").title_for(Target(engine="dp0")) == "Stop engine dp0"
+
+
+LONG = "/home/operator/work/inference/.venv/bin/python3 /home/operator/work/inference/.venv/bin/vllm serve " \
+       "/models/llama-70b --tensor-parallel-size 8 --port 8001"
+
+
+def test_a_long_command_line_shows_the_program_and_its_arguments(settings):
+    from dataclasses import replace
+    from test_tui_support import fixed_snapshot
+    base = fixed_snapshot()
+    snap = replace(base, processes=tuple(replace(p, command=LONG) if p.pid == 5000 else p for p in base.processes))
+
+    async def go():
+        app = make_app(settings, source=lambda: snap)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _processes(app, pilot)
+            row = next(line for line in screen_text(app).splitlines() if " 5000 " in line)
+            assert "python3 vllm serve /models/llama-70b" in row, row
+            assert ".venv/bin" not in row
+    run(go())
+
+
+def test_command_line_keeps_a_line_that_fits_and_shortens_paths_first():
+    from gpuwarden.tui.text import command_line
+    assert command_line(LONG, 200) == LONG
+    assert command_line(LONG, 60) == "python3 vllm serve /models/llama-70b --tensor-parallel-size…"
+    assert command_line("/usr/bin/python3.11 -m sglang.launch_server --port 1", 40) == \
+        "python3.11 -m sglang.launch_server --po…"
+    assert command_line(None, 10) == "(gone)"

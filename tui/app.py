@@ -101,7 +101,9 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if not self.read_only:
             keys += [(a.key, a.short) for a in ACTIONS] + [("k", "Kill")]
         keys += [("p", "Procs"), ("enter", "Details"), ("^p", "Palette")]
-        yield KeyStrip(keys, id="keys")
+        # Where not all fit (80 columns): the GPU remedies first, then the views; ? lists the rest.
+        yield KeyStrip(keys, priority=["q", "?", "f", "d", "R", "P", "k", "enter", "^p", "u", "p", "s", "r", "l",
+                                       "b", "B"], id="keys")
 
     def on_mount(self) -> None:
         self.query_one("#header", NodeHeader).show(None)

@@ -60,6 +60,9 @@ class RowTable(Widget, can_focus=True):
         self._offset = 0
         self.empty_text = ""  # shown under the header when there are no rows: what to do about it
         self._drawn_widths: list[int] = []
+        # (cell, width) -> Text for a last-column cell wider than its room: a table whose last column says
+        # most in its middle (a command line's arguments) shortens it so; None: cut at the end.
+        self.fit_last: Any = None
 
     # --- data ---------------------------------------------------------------------------------
     def set_columns(self, columns: Sequence[str]) -> None:
@@ -184,7 +187,10 @@ class RowTable(Widget, can_focus=True):
             style = ""
             if i == self.cursor_row:
                 style = S["cursor.focus"] if self.has_focus else S["cursor"]
-            out.append_text(self._line(texts[i], widths, style))
+            row = texts[i]
+            if self.fit_last is not None and widths and row and row[-1].cell_len > widths[-1]:
+                row = [*row[:-1], self.fit_last(row[-1], widths[-1])]
+            out.append_text(self._line(row, widths, style))
         return out
 
     @staticmethod
