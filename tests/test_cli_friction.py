@@ -140,3 +140,64 @@ def test_sim_hold_says_what_it_holds_in_units(sim):
         proc.terminate()
         proc.wait(10)
     assert line.startswith("holding 1.5 GiB on GPU 0 as pid "), (line, sys.executable)
+
+
+def _entries(state: Path, *when: float) -> None:
+    """Journal lines at the given times, written as the journal writes them (then re-dated in place)."""
+    from gpuwarden.ops import journal
+    for i, ts in enumerate(when):
+        journal.write(state, f"drill-{i}", "ok")
+    path = state / "journal.log"
+    lines = path.read_text().splitlines()
+    out = []
+    for line, ts in zip(lines[-len(when):], when):
+        e = json.loads(line)
+        e["ts"] = ts
+        out.append(json.dumps(e))
+    path.write_text("\n".join(lines[:-len(when)] + out) + "\n")
+
+
+def test_journal_since_and_until_pick_a_window(sim):
+    import time
+    now = time.time()
+    _entries(sim.state, now - 7200, now - 1800, now - 60)
+    actions = lambda proc: [json.loads(x)["action"] for x in proc.stdout.splitlines()]  # noqa: E731
+    assert actions(sim("journal", "--since", "1h", "--json")) == ["drill-1", "drill-2"]
+    assert actions(sim("journal", "--until", "45m", "--json")) == ["drill-0"]
+    assert actions(sim("journal", "--since", "3h", "--until", "10m", "--json")) == ["drill-0", "drill-1"]
+    local = time.strftime("%Y-%m-%d %H:%M", time.localtime(now - 2400))
+    assert actions(sim("journal", "--since", local, "--json")) == ["drill-1", "drill-2"]
+    [line] = errors(sim("journal", "--since", "last tuesday"))
+    assert "cannot read the time 'last tuesday'" in line
+    [line] = errors(sim("journal", "--since", "10m", "--until", "1h"))
+    assert "is before --since" in line
+
+
+def test_journal_follow_prints_new_entries_as_they_are_written(sim):
+    import os
+    import select
+    import signal
+    from conftest import REPO
+    from simnode import cli_argv, wait_for
+    from gpuwarden.ops import journal
+    journal.write(sim.state, "before", "ok")
+    proc = subprocess.Popen(cli_argv(sim.state, "journal", "-f", "--json"), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=dict(os.environ))
+    got: list[str] = []
+
+    def read_some() -> bool:
+        if select.select([proc.stdout], [], [], 0.05)[0]:
+            got.append(os.read(proc.stdout.fileno(), 65536).decode())
+        return "".join(got)
+
+    try:
+        wait_for(lambda: '"before"' in read_some(), 20, "the existing entry")
+        journal.write(sim.state, "after", "ok")
+        wait_for(lambda: '"after"' in read_some(), 20, "the new entry to be followed")
+        # Rotated away and started again: the follower reads the new file from its start.
+        (sim.state / "journal.log").rename(sim.state / "journal.log.1")
+        journal.write(sim.state, "rotated", "ok")
+        wait_for(lambda: '"rotated"' in read_some(), 20, "the entry in the new file")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
