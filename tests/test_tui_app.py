@@ -80,7 +80,8 @@ def test_read_only_removes_action_bindings_and_palette_entries(settings):
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: app.snapshot is not None)
             footer = screen_text(app).splitlines()[-1]
-            assert " d " in footer and " P " in footer  # the same check can fail
+            # The same check can fail (at 80 columns the keys are drawn as accelerators: "drain", "Purge").
+            assert "drain" in footer.split() and "Purge" in footer.split(), footer
             keys = {b.key for _, b in app._bindings}
             assert {a.key for a in ACTIONS} <= keys
             from gpuwarden.tui.palette import GpuwardenCommands

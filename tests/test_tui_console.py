@@ -145,3 +145,63 @@ def test_command_line_keeps_a_line_that_fits_and_shortens_paths_first():
     assert command_line("/usr/bin/python3.11 -m sglang.launch_server --port 1", 40) == \
         "python3.11 -m sglang.launch_server --po…"
     assert command_line(None, 10) == "(gone)"
+
+
+def test_slash_filters_the_focused_table_gpus_and_engines_too(settings):
+    async def go():
+        app = make_app(settings)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
+            gpus = app.query_one("#gpus")
+            gpus.focus()
+            await pilot.press("slash", *"drn")
+            await wait_for(pilot, lambda: [k for k, _ in gpus.rows] == ["3"], what="only the drained GPU")
+            assert "/drn, 3 filtered out" in gpus.border_subtitle
+            await pilot.press("enter")
+            assert app.focused is gpus and gpus.filter_text == "drn"
+            await pilot.press("slash", "escape")
+            await wait_for(pilot, lambda: len(gpus.rows) == 4, what="every GPU back")
+            engines = app.query_one("#engines")
+            engines.focus()
+            await pilot.press("slash", *"crashed")
+            await wait_for(pilot, lambda: [k for k, _ in engines.rows] == ["dp1"], what="only the crashed engine")
+            assert "3 filtered out" in engines.border_subtitle and "4 engine(s)" in engines.border_subtitle
+            await pilot.press(*"zzz")
+            await wait_for(pilot, lambda: "nothing matches /crashedzzz" in screen_text(app), what="the empty note")
+    run(go())
+
+
+def test_plus_and_minus_change_the_refresh_rate_while_it_runs(settings):
+    async def go():
+        app = make_app(settings)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
+            assert app.refresh_s == 1.0
+            await pilot.press("minus")
+            assert app.refresh_s == 2.0 and app.sampler.interval == 2.0
+            await wait_for(pilot, lambda: "every 2s" in screen_text(app), what="the header's new rate")
+            await pilot.press("plus", "plus")
+            assert app.refresh_s == 0.5 and app.sampler.interval == 0.5
+            await pilot.press("plus")
+            assert app.refresh_s == 0.5 and "already the fastest" in notes(app)
+    run(go())
+
+
+def test_colon_jumps_to_a_gpu_through_the_palette(settings):
+    async def go():
+        app = make_app(settings)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
+            await pilot.press("colon")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", what="the palette")
+            await pilot.press(*"go to gpu 2")
+            await wait_for(pilot, lambda: "Go to GPU 2" in screen_text(app), what="the GPU 2 entry")
+            await pilot.pause(0.2)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "GpuDetailScreen", what="GPU 2's detail")
+            assert app.screen.index == 2
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: type(app.screen).__name__ != "GpuDetailScreen", what="back")
+            app.action_focus_panel("processes")
+            await wait_for(pilot, lambda: app.focused is app.query_one("#processes"), what="the Processes panel")
+    run(go())

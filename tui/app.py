@@ -54,6 +54,9 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         Binding("o", "progress", "Progress", show=False),
         Binding("ctrl+r", "refresh_now", "Refresh", show=False),
         Binding("p", "cycle_layout", "Layout", show=False),
+        Binding("plus", "step_refresh(-1)", "Faster", show=False),
+        Binding("minus", "step_refresh(1)", "Slower", show=False),
+        Binding("colon", "command_palette", "Go to", show=False),
     ]
 
     def __init__(self, settings: Settings, *, source: SnapshotSource, refresh_s: float = 1.0,
@@ -294,13 +297,17 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
 
     def action_help(self) -> None:
         from .screens.help import HelpScreen
-        keys = [("↑ ↓", "move in the focused panel"), ("tab", "next panel"), ("enter", "details of the selection"),
-                ("p", "layout: engines, processes, or both"), ("/", "filter the processes"),
+        keys = [("↑ ↓", "move in the focused panel"), ("tab", "next panel"),
+                ("enter", "details of the selection (on a process: its GPU)"),
+                ("p", "layout: engines, processes, or both"), ("/", "filter the focused table (GPUs, engines, "
+                                                                    "processes)"),
+                ("+ -", "refresh faster / slower (remembered)"), (":", "go to any view or GPU (the palette)"),
                 ("< > I", "processes: sort column, reverse"), ("T", "processes: tree by parent"),
                 ("t", "triage of the last bundle"), ("o", "progress of the last playbook"),
                 ("ctrl+r", "refresh now"), ("ctrl+p", "command palette"), ("?", "this list"), ("q", "quit")]
         if not self.read_only:
-            keys = [(a.key, a.title) for a in ACTIONS] + [("k", "Stop the selected process (TERM or KILL)")] + keys
+            keys = [(a.key, a.title) for a in ACTIONS] + [("k", "Stop the selected process (TERM or KILL; a "
+                                                               "zombie: f or P on its GPU)")] + keys
         note = "read-only: no action keys" if self.read_only else "destructive actions ask first; Cancel is the default"
         if not self.is_screen_installed("help"):  # built once: the keys do not change while the app runs
             self.install_screen(HelpScreen(keys, note), name="help")
@@ -336,10 +343,46 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         out = [("Show keys", "list every key", "help"), ("GPU details", "processes and holders of the selected GPU",
                                                           "details"),
                ("Bundle triage", "the triage summary of the last bundle", "triage"),
-               ("Refresh now", "take a snapshot now", "refresh_now")] + self.layout_palette()
+               ("Refresh now", "take a snapshot now", "refresh_now")] + self.layout_palette() + self.jump_palette()
         if not self.read_only:
             out = [(a.title, a.help, f"act('{a.name}')") for a in ACTIONS] + out
         return out
+
+    def jump_palette(self) -> list[tuple[str, str, str]]:
+        """Go to any view (`:` opens the palette): the panels, each GPU's detail, each engine's log."""
+        out = [(f"Go to {title}", f"focus the {title} panel", f"focus_panel('{name}')")
+               for name, title in (("gpus", "GPUs"), ("engines", "Engines"), ("processes", "Processes"))]
+        out.append(("Go to playbook progress", "the last playbook's steps", "progress"))
+        snap = self.snapshot
+        if snap is not None:
+            out += [(f"Go to GPU {g.index}", f"the detail of GPU {g.index} ({g.name})", f"show_gpu({g.index})")
+                    for g in snap.gpus]
+            out += [(f"Go to engine {e.name}", f"the log of engine {e.name}", f"show_engine({e.name!r})")
+                    for e in snap.engines]
+        return out
+
+    def action_focus_panel(self, name: str) -> None:
+        panel = self.query_one(f"#{name}")
+        if not panel.display:
+            self.apply_layout("stacked")
+            self.call_after_refresh(panel.focus)  # a panel just shown takes the focus once it is laid out
+            return
+        panel.focus()
+
+    def action_show_gpu(self, index: int) -> None:
+        if self.snapshot is None or self.snapshot.gpu(index) is None:
+            self.notify(f"no GPU {index} in the latest snapshot", severity="warning")
+            return
+        from .screens.gpu_detail import GpuDetailScreen
+        self.push_screen(GpuDetailScreen(index, self.snapshot))
+
+    def action_show_engine(self, name: str) -> None:
+        engine = next((e for e in (self.snapshot.engines if self.snapshot else ()) if e.name == name), None)
+        if engine is None:
+            self.notify(f"no engine {name} in the latest snapshot", severity="warning")
+            return
+        from .screens.engine_log import EngineLogScreen
+        self.push_screen(EngineLogScreen(engine.name, engine.log_path, engine))
 
     # --- actions --------------------------------------------------------------------------------
     def _target(self) -> Target:

@@ -58,7 +58,7 @@ class ProcessesPanel(RowTable):
         Binding("greater_than_sign", "sort(1)", "Sort →", show=False),
         Binding("I", "reverse", "Reverse sort", show=False),
         Binding("T", "tree", "Tree", show=False),
-        Binding("slash", "app.filter_processes", "Filter", show=False),
+        Binding("slash", "app.filter_table", "Filter", show=False),
     ]
 
     def __init__(self, **kw):
