@@ -56,7 +56,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         Binding("p", "cycle_layout", "Layout", show=False),
         Binding("plus", "step_refresh(-1)", "Faster", show=False),
         Binding("minus", "step_refresh(1)", "Slower", show=False),
-        Binding("colon", "command_palette", "Go to", show=False),
+        Binding("colon", "go_to", "Go to", show=False),
     ]
 
     def __init__(self, settings: Settings, *, source: SnapshotSource, refresh_s: float = 1.0,
@@ -360,6 +360,10 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
             out += [(f"Go to engine {e.name}", f"the log of engine {e.name}", f"show_engine({e.name!r})")
                     for e in snap.engines]
         return out
+
+    def action_go_to(self) -> None:
+        """`:` as in vim and k9s: the command palette, whose Go to entries reach every view."""
+        self.action_command_palette()
 
     def action_focus_panel(self, name: str) -> None:
         panel = self.query_one(f"#{name}")

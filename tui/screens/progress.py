@@ -74,7 +74,10 @@ class ProgressScreen(ModalScreen[None]):
             if i:
                 t.append("\n")
             t.append_text(event_line(e))
-        self.query_one("#progress-lines", Static).update(t)
+        lines = self.query("#progress-lines")
+        if not lines:
+            return  # not composed yet: on_mount draws it
+        lines.first(Static).update(t)
         self.query_one("#progress-log", VerticalScroll).scroll_end(animate=False)
         state = self.query_one("#progress-state", Label)
         if self.run.result is None and getattr(self.run, "asking", False):
