@@ -306,8 +306,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
                 ("t", "triage of the last bundle"), ("o", "progress of the last playbook"),
                 ("ctrl+r", "refresh now"), ("ctrl+p", "command palette"), ("?", "this list"), ("q", "quit")]
         if not self.read_only:
-            keys = [(a.key, a.title) for a in ACTIONS] + [("k", "Stop the selected process (TERM or KILL; a "
-                                                               "zombie: f or P on its GPU)")] + keys
+            keys = [(a.key, a.title) for a in ACTIONS] + [("k", "Stop the selected process (TERM/KILL; zombie: f/P)")] + keys
         note = "read-only: no action keys" if self.read_only else "destructive actions ask first; Cancel is the default"
         if not self.is_screen_installed("help"):  # built once: the keys do not change while the app runs
             self.install_screen(HelpScreen(keys, note), name="help")
