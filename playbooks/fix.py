@@ -209,8 +209,10 @@ class FixPlaybook(Playbook):
                      + ", ".join(f"`gpuwarden engines restart {n}`" for n in stopped), engines=stopped)
         kept = [g for g in self._hive if g not in marked]
         ctx.scratch["outcome"] = f"GPU {self.gpu} is clean and verified after a reset" + (
-            f"; GPU {', '.join(map(str, kept))} stay drained as before ("
-            + ", ".join(f"`gpuwarden undrain {g}`" for g in kept) + " puts it back)"
+            (f"; GPU {kept[0]} stays drained as before (`gpuwarden undrain {kept[0]}` puts it back)"
+             if len(kept) == 1 else
+             f"; GPUs {', '.join(map(str, kept))} stay drained as before ("
+             + ", ".join(f"`gpuwarden undrain {g}`" for g in kept) + " put them back)")
             if kept else "")
         if not marked:
             raise SkipStep("every GPU was drained before this fix: left drained")
