@@ -147,7 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         except ClickException as exc:
             # Click's own usage errors, in the same one-line shape as ours.
             print(f"gpuwarden: error: {printable(_plain_usage_message(exc))}", file=sys.stderr)
-            print("  hint: see `gpuwarden --help`, or `gpuwarden COMMAND --help`", file=sys.stderr)
+            option = getattr(exc, "option_name", None)
+            if option in _GLOBAL_FLAGS:
+                # A global option after the command: say where it goes, with this command line as it should be.
+                value = "NAME" if option == "--backend" else "PATH"
+                print(f"  hint: {option} is a global option: give it before the command "
+                      f"(gpuwarden {option} {value} {_command_word(args)} ...)", file=sys.stderr)
+            else:
+                print("  hint: see `gpuwarden --help`, or `gpuwarden COMMAND --help`", file=sys.stderr)
             return exc.exit_code
         except SystemExit:
             # click answers a closed stdout (EPIPE) by pacifying the streams and exiting 1; the reader
@@ -157,6 +164,23 @@ def main(argv: list[str] | None = None) -> int:
             raise
     from .fastcli import guarded
     return guarded(call, "--json" in args)
+
+
+_GLOBAL_FLAGS = ("--state-dir", "--config", "--backend", "--sysfs-root", "--proc-root")
+
+
+def _command_word(args: list[str]) -> str:
+    """The command named on the line (the first word that is not a global option or its value)."""
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word in _GLOBAL_FLAGS:
+            i += 2
+            continue
+        if not word.startswith("-"):
+            return word
+        i += 1
+    return "COMMAND"
 
 
 _KIND = {"int_parsing": "a whole number", "int_from_float": "a whole number", "float_parsing": "a number",

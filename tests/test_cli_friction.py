@@ -201,3 +201,10 @@ def test_journal_follow_prints_new_entries_as_they_are_written(sim):
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
+
+
+def test_a_global_option_after_the_command_says_where_it_goes(sim):
+    proc = sim("launch", "--config", "/etc/gpuwarden/node.toml")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[1] == ("  hint: --config is a global option: give it before the command "
+                                          "(gpuwarden --config PATH launch ...)"), proc.stderr
