@@ -23,7 +23,7 @@ def notes(app) -> str:
 
 
 async def _processes(app, pilot):
-    await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
+    await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
     app.action_apply_named_layout("processes")
     procs = app.query_one("#processes")
     procs.focus()
@@ -67,10 +67,11 @@ def test_the_confirm_dialog_lists_the_plan_at_80x24_and_nothing_says_running_bef
     async def go():
         app = live_app(settings)
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
+            await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
             app.query_one("#gpus").focus()
             await pilot.press("down", "down", "d")  # drain GPU 2: destructive, asks first
-            await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen", what="the confirm dialog")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen", timeout=30,
+                           what="the confirm dialog")
             await pilot.pause(0.1)
             text = screen_text(app)
             assert "1. " in text and "[changes the node]" in text, text
@@ -80,7 +81,8 @@ def test_the_confirm_dialog_lists_the_plan_at_80x24_and_nothing_says_running_bef
             state = str(behind.query_one("#progress-state").render())
             assert "running" not in state and "nothing has run yet" in state
             await pilot.press("escape")
-            await wait_for(pilot, lambda: app.current_run.result is not None, what="the cancelled run to end")
+            await wait_for(pilot, lambda: app.current_run.result is not None, timeout=30,
+                           what="the cancelled run to end")
             assert app.current_run.result.refused == "cancelled"
     run(go())
 
@@ -91,11 +93,11 @@ def test_reset_refused_in_the_console_names_the_drain_key(state_dir):
     async def go():
         app = live_app(settings)
         async with app.run_test(size=(120, 36)) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
+            await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
             app.query_one("#gpus").focus()
             await pilot.press("down", "R")
             await wait_for(pilot, lambda: app.current_run is not None and app.current_run.result is not None,
-                           what="the reset to be refused")
+                           timeout=30, what="the reset to be refused")
             await wait_for(pilot, lambda: "select GPU 1 and press d first" in notes(app), what="the key in the notice")
             await wait_for(pilot, lambda: "select GPU 1 and press d first" in " ".join(screen_text(app).split()),
                            what="the key in the progress view")
@@ -151,7 +153,7 @@ def test_slash_filters_the_focused_table_gpus_and_engines_too(settings):
     async def go():
         app = make_app(settings)
         async with app.run_test(size=(100, 30)) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
+            await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
             gpus = app.query_one("#gpus")
             gpus.focus()
             await pilot.press("slash", *"drn")
@@ -175,7 +177,7 @@ def test_plus_and_minus_change_the_refresh_rate_while_it_runs(settings):
     async def go():
         app = make_app(settings)
         async with app.run_test(size=(100, 30)) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
+            await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
             assert app.refresh_s == 1.0
             await pilot.press("minus")
             assert app.refresh_s == 2.0 and app.sampler.interval == 2.0
@@ -191,12 +193,20 @@ def test_colon_jumps_to_a_gpu_through_the_palette(settings):
     async def go():
         app = make_app(settings)
         async with app.run_test(size=(100, 30)) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
+            await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
             await pilot.press("colon")
             await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", what="the palette")
             await pilot.press(*"go to gpu 2")
-            await wait_for(pilot, lambda: "Go to GPU 2" in screen_text(app), what="the GPU 2 entry")
-            await pilot.pause(0.2)
+            from textual.widgets import OptionList
+
+            def highlighted() -> str:
+                options = app.screen.query(OptionList)
+                if not options or options.first().highlighted is None:
+                    return ""
+                option = options.first().get_option_at_index(options.first().highlighted)
+                return str(getattr(option.prompt, "plain", option.prompt))
+            # Hits arrive as the search runs: Enter only once the GPU 2 entry is the one highlighted.
+            await wait_for(pilot, lambda: "Go to GPU 2" in highlighted(), timeout=30, what="the GPU 2 entry on top")
             await pilot.press("enter")
             await wait_for(pilot, lambda: type(app.screen).__name__ == "GpuDetailScreen", what="GPU 2's detail")
             assert app.screen.index == 2
