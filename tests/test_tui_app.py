@@ -323,11 +323,11 @@ def test_an_open_console_follows_a_sim_node_rebuilt_in_another_shell(state_dir, 
     async def go():
         app = live_app(settings, read_only=True)
         async with app.run_test(size=(100, 30)) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
+            await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
             assert app.snapshot.gpu(2).vram_used == 0
             proc = await asyncio.to_thread(cli, "--backend", "sim", "sim", "scenario", "residual")
             assert proc.returncode == 0, proc.stderr
-            await wait_for(pilot, lambda: app.snapshot.gpu(2).vram_used == 14 << 30, timeout=15,
+            await wait_for(pilot, lambda: app.snapshot.gpu(2).vram_used == 14 << 30, timeout=30,
                            what="GPU 2's 14 GiB in the open console")
             await wait_for(pilot, lambda: "14.0/24Gi" in screen_text(app), what="the GPUs panel to show it")
     try:
