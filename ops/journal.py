@@ -14,7 +14,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from . import redact, safetext, statedir, statefiles
 
@@ -66,6 +66,7 @@ def write(state_dir: Path, action: str, result: str, **details: Any) -> dict[str
 class Read:
     entries: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0  # lines that are not journal entries (corrupt, truncated, planted)
+    end: tuple[int, int] | None = None  # (inode, offset) read up to: where a follower goes on from
 
 
 def read_checked(state_dir: Path, limit: int | None = None) -> Read:
@@ -98,6 +99,7 @@ def read_checked(state_dir: Path, limit: int | None = None) -> Read:
                     out.skipped += 1
                 else:
                     out.entries.append(entry)
+            out.end = (os.fstat(fd).st_ino, os.lseek(fd, 0, os.SEEK_CUR))
         finally:
             os.close(fd)
     return out
@@ -119,3 +121,57 @@ def parse_line(raw: bytes) -> dict[str, Any] | None:
 def read(state_dir: Path, limit: int | None = None) -> list[dict[str, Any]]:
     """Entries oldest first (the last `limit` when given); lines that are not entries are skipped."""
     return read_checked(state_dir, limit).entries
+
+
+def follow(state_dir: Path, *, start: tuple[int, int] | None = None, poll_s: float = 0.5,
+           keep_going: Callable[[], bool] = lambda: True) -> Iterator[dict[str, Any]]:
+    """Entries as they are written (`journal -f`), across a rotated or truncated file: from `start` (a
+    read_checked's end, so nothing written in between is lost), else from the end as it is now.
+
+    Lines that are not entries are passed over, as read_checked counts them."""
+    fd: int | None = None
+    partial = b""
+    try:
+        fd = _open_journal(state_dir)
+        if fd is not None:
+            same = start is not None and os.fstat(fd).st_ino == start[0]
+            if start is None or same:
+                os.lseek(fd, start[1] if same else 0, os.SEEK_SET if same else os.SEEK_END)
+        while keep_going():
+            if fd is None:
+                fd = _open_journal(state_dir)
+                if fd is None:
+                    time.sleep(poll_s)
+                    continue
+            chunk = os.read(fd, 1 << 20)
+            if chunk:
+                partial += chunk
+                *lines, partial = partial.split(b"\n")
+                for raw in lines:
+                    entry = parse_line(raw)
+                    if entry is not None:
+                        yield entry
+                if len(partial) > MAX_LINE:
+                    partial = b""  # no entry is this long: skip to the next newline
+                continue
+            try:
+                st, now = os.stat(state_dir / statedir.JOURNAL), os.fstat(fd)
+                replaced = st.st_ino != now.st_ino or st.st_size < os.lseek(fd, 0, os.SEEK_CUR)
+            except FileNotFoundError:
+                replaced = True
+            if replaced:  # rotated or truncated: the new file from its start
+                os.close(fd)
+                fd, partial = None, b""
+                continue
+            time.sleep(poll_s)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _open_journal(state_dir: Path) -> int | None:
+    try:
+        with statedir.open_dir(state_dir) as d:
+            return d.open(statedir.JOURNAL)
+    except FileNotFoundError:
+        return None

@@ -145,8 +145,10 @@ def read_text(path: Path) -> str:
                           "save the file as UTF-8; is it the node config at all?") from None
 
 
-def load(settings: Settings) -> NodeConfig:
-    """Read and validate settings.config_path; raise ConfigError (ConfigErrors for several) naming file, line, key."""
+def load(settings: Settings, gpu_count: int | None = None) -> NodeConfig:
+    """Read and validate settings.config_path; raise ConfigError (ConfigErrors for several) naming file, line, key.
+
+    With `gpu_count`, an engine's GPU this node lacks is one of those errors (reported with the others)."""
     path = settings.config_path
     # A sampler asks on every refresh through its FileCache, which calls this only when the file changed.
     try:
@@ -159,10 +161,10 @@ def load(settings: Settings) -> NodeConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read the node config {path}: {exc.strerror}",
                           "run as a user that can read it, or pass --config PATH") from None
-    return parse(read_text(path), path)  # read_text names a directory or a special file in one line
+    return parse(read_text(path), path, gpu_count)  # read_text names a directory or a special file in one line
 
 
-def parse(text: str, path: Path) -> NodeConfig:
+def parse(text: str, path: Path, gpu_count: int | None = None) -> NodeConfig:
     depth, line = _nesting(text)
     if depth > MAX_DEPTH:
         raise ConfigError(f"{path}:{line}: tables or arrays nested more than {MAX_DEPTH} deep",
@@ -173,7 +175,9 @@ def parse(text: str, path: Path) -> NodeConfig:
         raise _syntax_error(exc, text, path) from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML (nested too deeply)", "is it the node config at all?") from None
-    return _Validator(text, path).node(data)
+    validator = _Validator(text, path)
+    validator.gpu_count = gpu_count
+    return validator.node(data)
 
 
 def _nesting(text: str) -> tuple[int, int]:
@@ -239,6 +243,7 @@ class _Validator:
         self.where = tomlpos.locate(text)
         self.path = path
         self.errors: list[ConfigError] = []
+        self.gpu_count: int | None = None  # the node's GPUs, when the engines' indexes are checked against them
 
     # --- errors --------------------------------------------------------------------------------
 
@@ -261,10 +266,20 @@ class _Validator:
             self.errors.append(exc)
 
     def done(self) -> None:
+        # A [defaults] key is checked once per engine that inherits it: the operator must read it once.
+        unique: dict[tuple[str, str | None], ConfigError] = {}
+        for exc in self.errors:
+            unique.setdefault((exc.message, exc.hint), exc)
+        self.errors = list(unique.values())
         if len(self.errors) == 1:
             raise self.errors[0]
         if self.errors:
             raise ConfigErrors(sorted(self.errors, key=_line_of_error))
+
+    def _missing_gpu(self, index: int, gpu: int, gpu_count: int) -> ConfigError:
+        return self.fail("engines", index, "gpu", f"GPU {gpu} does not exist on this node (it has GPUs 0-"
+                         f"{gpu_count - 1})" if gpu_count else f"GPU {gpu} does not exist: this node has no GPU",
+                         "see `gpuwarden status` for the GPU indexes")
 
     # --- the tables ------------------------------------------------------------------------
 
@@ -317,6 +332,12 @@ class _Validator:
                                     "give every engine its own name")
                 names[e.name] = i
                 engines.append(e)
+        if self.gpu_count is not None:
+            for i, raw in enumerate(raw_engines):
+                gpu = {**defaults, **raw}.get("gpu") if isinstance(raw, dict) else None
+                if isinstance(gpu, int) and not isinstance(gpu, bool) and 0 <= gpu <= MAX_GPU_INDEX \
+                        and gpu >= self.gpu_count:
+                    self.errors.append(self._missing_gpu(i, gpu, self.gpu_count))
         agent = AGENT_DEFAULTS
         if "agent" in data:
             with self.check():
@@ -356,7 +377,9 @@ class _Validator:
         with self.check():
             if "path" not in raw:
                 raise self.fail("arena", None, None, "needs path, a string", 'e.g. path = "/dev/shm/experts.arena"')
-            path = self.path_string("arena", None, "path", raw["path"], 'e.g. path = "/dev/shm/experts.arena"')
+            # Absolute: every engine maps it from its own workdir, and a relative path names a file per workdir.
+            path = self.path_string("arena", None, "path", raw["path"], 'e.g. path = "/dev/shm/experts.arena"',
+                                    absolute=True)
         with self.check():
             if "size" in raw:
                 size = self.size("arena", None, "size", raw["size"], 'write e.g. size = "64GiB"', low=1, high=1 << 50)
@@ -616,9 +639,7 @@ _UNBOUNDED = 1 << 16  # re's MAXREPEAT is far above; a repeat bounded this high 
 def check_gpus(config: NodeConfig, gpu_count: int) -> list[ConfigError]:
     """Engines whose GPU this node does not have, each as an error naming its line."""
     v = _Validator(read_text(config.path) if config.path.exists() else "", config.path)
-    return [v.fail("engines", i, "gpu", f"GPU {e.gpu} does not exist on this node (it has GPUs 0-{gpu_count - 1})"
-                   if gpu_count else f"GPU {e.gpu} does not exist: this node has no GPU",
-                   "see `gpuwarden status` for the GPU indexes")
+    return [v._missing_gpu(i, e.gpu, gpu_count)
             for i, e in enumerate(config.engines) if e.gpu is not None and e.gpu >= gpu_count]
 
 

@@ -258,7 +258,16 @@ def read_bounded(fd: int, limit: int, what: Path | str) -> bytes:
 def _open_root(state_dir: Path, create: bool) -> Dir:
     if create:
         try:
-            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # The state dir itself only: a mistyped --state-dir must not leave a tree of new directories.
+            state_dir.mkdir(exist_ok=True, mode=0o700)
+        except FileNotFoundError as exc:
+            if state_dir.parent.is_dir():  # /proc answers ENOENT for any new name in it
+                raise GpuwardenError(f"cannot create the state dir {state_dir}: {exc.strerror or exc}",
+                                     "point --state-dir / GPUWARDEN_STATE_DIR at a writable directory") from None
+            raise GpuwardenError(
+                f"the state dir {state_dir} cannot be made: {state_dir.parent} does not exist",
+                f"check the spelling of --state-dir / GPUWARDEN_STATE_DIR, or create it first "
+                f"(`mkdir -p -m 700 {state_dir}`)") from None
         except PermissionError as exc:
             raise GpuwardenError(
                 f"no permission to create {exc.filename or state_dir} (the state dir is {state_dir})",

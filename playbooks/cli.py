@@ -158,8 +158,15 @@ def main(argv: list[str] | None = None, app: typer.Typer | None = None) -> int:
             return 130
         except ClickException as exc:
             # Click's own usage errors, in the same one-line shape as ours.
-            print(f"gpuwarden: error: {printable(exc.format_message())}", file=sys.stderr)
-            print("  hint: see `gpuwarden --help`, or `gpuwarden COMMAND --help`", file=sys.stderr)
+            print(f"gpuwarden: error: {printable(_plain_usage_message(exc))}", file=sys.stderr)
+            option = getattr(exc, "option_name", None)
+            if option in _GLOBAL_FLAGS:
+                # A global option after the command: say where it goes, with this command line as it should be.
+                value = "NAME" if option == "--backend" else "PATH"
+                print(f"  hint: {option} is a global option: give it before the command "
+                      f"(gpuwarden {option} {value} {_command_word(args)} ...)", file=sys.stderr)
+            else:
+                print("  hint: see `gpuwarden --help`, or `gpuwarden COMMAND --help`", file=sys.stderr)
             return exc.exit_code
         except SystemExit:
             # click answers a closed stdout (EPIPE) by pacifying the streams and exiting 1; the reader
@@ -169,6 +176,48 @@ def main(argv: list[str] | None = None, app: typer.Typer | None = None) -> int:
             raise
     from .fastcli import guarded
     return guarded(call, "--json" in args)
+
+
+_GLOBAL_FLAGS = ("--state-dir", "--config", "--backend", "--sysfs-root", "--proc-root")
+
+
+def _command_word(args: list[str]) -> str:
+    """The command named on the line (the first word that is not a global option or its value)."""
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word in _GLOBAL_FLAGS:
+            i += 2
+            continue
+        if not word.startswith("-"):
+            return word
+        i += 1
+    return "COMMAND"
+
+
+_KIND = {"int_parsing": "a whole number", "int_from_float": "a whole number", "float_parsing": "a number",
+         "bool_parsing": "true or false"}
+
+
+def _plain_usage_message(exc) -> str:
+    """Click's message, with the converter's wording ("Input should be a valid integer, unable to parse
+    string as an integer") put as an operator reads it: "'abc' is not a GPU index (a whole number)"."""
+    message = exc.format_message()
+    errors = getattr(exc.__cause__, "errors", None)
+    if not callable(errors):
+        return message
+    try:
+        first = errors()[0]
+    except (IndexError, TypeError, ValueError):
+        return message
+    kind = _KIND.get(first.get("type", ""), "")
+    if not kind:
+        return message
+    param = getattr(exc, "param", None)
+    name = getattr(param, "name", "") or ""
+    what = "a GPU index (`gpuwarden status` lists them)" if name in ("gpu", "gpus") else kind
+    prefix = message.split(": ", 1)[0] if ": " in message else f"Invalid value for {name!r}"
+    return f"{prefix}: {first.get('input')!r} is not {what}"
 
 
 def _finite_numbers(command) -> None:

@@ -100,6 +100,8 @@ def _via_agent(glob: dict) -> int | None:
     if glob.get("sysfs_root") or glob.get("proc_root") or os.environ.get("GPUWARDEN_SYSFS_ROOT") \
             or os.environ.get("GPUWARDEN_PROC_ROOT"):
         return None  # a captured tree: the agent samples the live node
+    if glob.get("config") or os.environ.get("GPUWARDEN_CONFIG"):
+        return None  # a config of this command's own: statusview checks it beside the agent's snapshot
     state_dir = _state_dir(glob)
     if state_dir is None:
         return None

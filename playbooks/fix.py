@@ -201,7 +201,8 @@ class FixPlaybook(Playbook):
             raise StepFailed(f"still in use after {self.timeout_s:g}s: {who}",
                              f"stop it, then run `gpuwarden fix {self.gpu}` again (GPU "
                              f"{', '.join(map(str, marked)) or self.gpu} stays drained meanwhile)")
-        done = f"GPU {', '.join(map(str, self._hive))} drained, nothing uses them"
+        done = (f"GPU {self._hive[0]} drained, nothing uses it" if len(self._hive) == 1 else
+                f"GPUs {', '.join(map(str, self._hive))} drained, nothing uses them")
         return done + (f"; stopped {', '.join(stopped)}" if stopped else "")
 
     def _undrain(self, ctx: RunContext) -> str:
@@ -214,8 +215,10 @@ class FixPlaybook(Playbook):
                      + ", ".join(f"`gpuwarden engines restart {n}`" for n in stopped), engines=stopped)
         kept = [g for g in self._hive if g not in marked]
         ctx.scratch["outcome"] = f"GPU {self.gpu} is clean and verified after a reset" + (
-            f"; GPU {', '.join(map(str, kept))} stay drained as before ("
-            + ", ".join(f"`gpuwarden undrain {g}`" for g in kept) + " puts it back)"
+            (f"; GPU {kept[0]} stays drained as before (`gpuwarden undrain {kept[0]}` puts it back)"
+             if len(kept) == 1 else
+             f"; GPUs {', '.join(map(str, kept))} stay drained as before ("
+             + ", ".join(f"`gpuwarden undrain {g}`" for g in kept) + " put them back)")
             if kept else "")
         if not marked:
             raise SkipStep("every GPU was drained before this fix: left drained")

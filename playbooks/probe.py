@@ -68,6 +68,20 @@ class ProbeOptions:
     trace: bool = False  # HIP/ROCr/thunk logging (and rocprofv3) around every canary: playbooks/probetrace.py
 
 
+SIM_ARENA_BYTES = 64 << 20  # the incident's 64 GiB arena, scaled down 1024 times for the simulated node
+SIM_FITS = 3  # registrations of the arena the simulated node's KFD limit holds by default
+SIM_LIMIT_ENV = "GPUWARDEN_SIM_KFD_LIMIT"
+_LIBRARIES = {"hip": "gpuwarden.ops.register.hip", "cuda": "gpuwarden.ops.register.cuda"}
+
+
+def _require_runtime(runtime: str) -> None:
+    """A runtime whose library is not installed fails here, in one line (exit 2), not once per canary."""
+    module = _LIBRARIES.get(runtime)
+    if module is not None:
+        import importlib
+        importlib.import_module(module)._import()  # RuntimeUnavailable names the library and how to get it
+
+
 def _ended(code: int | None) -> str:
     if code is None:
         return "running"
@@ -94,8 +108,15 @@ class Probe:
         o = self.o
         if o.engines < 1 or o.concurrency < 1:
             raise GpuwardenError("--engines and --concurrency must be at least 1", "e.g. --engines 4 --concurrency 1")
-        if (o.arena is None) == (o.size is None):
-            raise GpuwardenError("give exactly one of --arena PATH and --size SIZE", "e.g. --size 32GiB")
+        if o.arena is not None and o.size is not None:
+            raise GpuwardenError("give one of --arena PATH and --size SIZE, not both", "e.g. --size 32GiB")
+        if o.arena is None and o.size is None:
+            if o.runtime != "sim":
+                raise GpuwardenError("give --arena PATH (an arena to register) or --size SIZE (a temporary one)",
+                                     "e.g. --size 32GiB; with --runtime sim the incident's scaled-down arena is "
+                                     "the default")
+            o.size = SIM_ARENA_BYTES
+        _require_runtime(o.runtime)
         work = Path(tempfile.mkdtemp(prefix="gpuwarden-probe-", dir=o.workdir))
         if o.trace:
             from .probetrace import Trace
@@ -167,6 +188,8 @@ class Probe:
             # The canaries import ops from wherever this process did, installed or not.
             repo = str(Path(__file__).resolve().parent.parent)
             env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+            if o.runtime == "sim" and not env.get(SIM_LIMIT_ENV):
+                env[SIM_LIMIT_ENV] = f"{self._sim_limit()}B"
             env.update({ENV_FILE: str(status), "GPUWARDEN_GATE_DIR": str(gate_dir),
                         "GPUWARDEN_GATE_SLOTS": str(o.concurrency),
                         "GPUWARDEN_STATE_DIR": str(self.settings.state_dir)})
@@ -190,6 +213,16 @@ class Probe:
             self.runs.append(CanaryRun(i, i, proc, status, log, StatusFollower(status)))
         self.say(f"started {o.engines} canar{'y' if o.engines == 1 else 'ies'} ({o.runtime}), "
                  f"at most {o.concurrency} registering at once")
+        if o.runtime == "sim" and not os.environ.get(SIM_LIMIT_ENV):
+            self.say(f"simulated KFD limit {fmt_bytes(self._sim_limit())}: {SIM_FITS} registrations of this arena "
+                     f"fit, as on the incident's node ({SIM_LIMIT_ENV}=SIZE models another)")
+
+    def _sim_limit(self) -> int:
+        """The simulated node's KFD system-memory limit when GPUWARDEN_SIM_KFD_LIMIT does not set one: room for
+        SIM_FITS registrations of this arena, as on the README's node, where one or two engines served for hours
+        and four crashed together. Registrations of canaries that saw every GPU are charged once per GPU."""
+        assert self._arena_bytes is not None
+        return SIM_FITS * self._arena_bytes
 
     def _poll(self) -> None:
         for r in self.runs:

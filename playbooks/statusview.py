@@ -24,6 +24,22 @@ def agent_reply(settings: Settings):
     return client.snapshot(settings.state_dir, settings.backend)  # None too when --backend names another source
 
 
+def _own_config_problem(settings: Settings) -> str | None:
+    """The agent read its own node config; a --config (or GPUWARDEN_CONFIG) given to this command that does
+    not load must still be said, as a sampled status says it. None when none was given or it loads."""
+    if "--config" not in settings.cli_words and not os.environ.get("GPUWARDEN_CONFIG"):
+        return None
+    if not settings.config_path.exists():
+        return None  # no file is no config, as a sampled status has it
+    from gpuwarden.ops import nodeconfig
+    try:
+        nodeconfig.load(settings)
+    except GpuwardenError as exc:
+        return (f"node config unusable, arena and launch settings ignored: {exc.message} "
+                "(see `gpuwarden config check`)")
+    return None
+
+
 def _sampler(settings: Settings, use_pidfds: bool):
     from gpuwarden.ops.backends.select import open_backend
     from gpuwarden.ops.sampling.sampler import Sampler
@@ -63,12 +79,22 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
     if reply is not None and not watch:
         stale = reply.headers.get("x-gpuwarden-stale") == "1"
         attention = reply.headers.get("x-gpuwarden-needs-attention") == "1"
-        if json_out:
+        problem = _own_config_problem(settings)
+        if json_out and problem is None:
             sys.stdout.buffer.write(reply.body + b"\n")
             sys.stdout.flush()
+        elif json_out:
+            import json
+            doc = reply.json()
+            doc["warnings"] = [*(doc.get("warnings") or []), {"code": "config-unusable", "message": problem}]
+            sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
         else:
-            from gpuwarden.ops.model import snapshot_from_dict
-            sys.stdout.write(_render(settings, snapshot_from_dict(reply.json())) + "\n")
+            from gpuwarden.ops.model import SnapshotWarning, snapshot_from_dict
+            snap = snapshot_from_dict(reply.json())
+            if problem is not None:
+                from dataclasses import replace
+                snap = replace(snap, warnings=(*snap.warnings, SnapshotWarning("config-unusable", problem)))
+            sys.stdout.write(_render(settings, snap) + "\n")
         return 1 if attention or stale else 0
     if reply is not None:
         return _watch_agent(settings, json_out, interval)

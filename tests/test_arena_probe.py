@@ -109,3 +109,32 @@ def test_trace_caps_and_redacts_a_log(tmp_path):
     kept = open(f["path"]).read()
     assert f["truncated"] and token not in kept and "cut by gpuwarden" in kept
     assert any("out of GPU memory" in x for x in out["findings"])
+
+
+def test_the_readme_probe_reproduces_the_incident_on_the_sim_by_default(cli, monkeypatch):
+    """`arena probe --engines 4 --concurrency 4 --runtime sim` as the README gives it: no --size, no
+    GPUWARDEN_SIM_KFD_LIMIT; the simulated node's limit holds three registrations, the fourth fails."""
+    monkeypatch.delenv("GPUWARDEN_SIM_KFD_LIMIT", raising=False)
+    proc = cli("arena", "probe", "--engines", "4", "--concurrency", "4", "--runtime", "sim", "--json", timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["arena_bytes"] == 64 << 20
+    ended = sorted(c["ended"] for c in report["canaries"])
+    assert ended == ["exit 0", "exit 0", "exit 0", "exit 2"], report
+    failed = next(c for c in report["canaries"] if c["ended"] == "exit 2")
+    assert "simulated KFD system limit 192.0 MiB" in failed["error"]
+    # Three fit, whatever the concurrency: the limit is checked and charged under one lock.
+    again = cli("arena", "probe", "--engines", "3", "--concurrency", "3", "--runtime", "sim", timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_a_probe_whose_runtime_library_is_missing_is_one_line_exit_2(cli):
+    import importlib.util
+    import pytest
+    if importlib.util.find_spec("cuda") is not None:
+        pytest.skip("cuda-bindings is installed here")
+    proc = cli("arena", "probe", "--engines", "2", "--size", "1MiB", timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "gpuwarden: error: cuda: the cuda runtime needs cuda-bindings, which is not installed", lines
+    assert len(lines) == 2 and lines[1].startswith("  hint: ") and "canary" not in proc.stderr

@@ -89,3 +89,31 @@ def test_fdinfo_old_format_and_dedup(fixtures):
 
 def test_fdinfo_not_drm():
     assert parse("pos:\t0\nflags:\t02\nmnt_id:\t3\n") is None
+
+
+def test_a_reloaded_driver_is_followed_not_read_through_old_descriptors(tmp_path):
+    """A driver reload removes and re-adds every card and KFD node (here: the tree rebuilt, the card renumbered);
+    the held descriptors of the old files must not go on reporting the old numbers."""
+    import shutil
+    add_card(tmp_path, 0, vram_total=f"{24 << 30}\n", vram_used="0\n", render_minor=128)
+    add_kfd_node(tmp_path, 1, 1001, "drm_render_minor 128\n")
+    b = SysfsBackend(sysfs_root=tmp_path)
+    assert [g.vram_used for g in b.gpus()] == [0]
+    assert [g.vram_used for g in b.gpus()] == [0]  # read twice: now through held descriptors
+    shutil.rmtree(tmp_path / "class")
+    add_card(tmp_path, 1, vram_total=f"{24 << 30}\n", vram_used=f"{14 << 30}\n", render_minor=129)
+    add_kfd_node(tmp_path, 1, 2002, "drm_render_minor 129\n")
+    add_kfd_proc(tmp_path, 4242, 2002, 3 << 30)
+    [gpu] = b.gpus()
+    assert (gpu.vram_used, gpu.kfd_gpu_id) == (14 << 30, 2002)
+    assert [(u.pid, u.vram_bytes) for u in b.process_usage()] == [(4242, 3 << 30)]
+
+
+def test_a_file_replaced_by_rename_is_read_again(tmp_path):
+    import os
+    dev = add_card(tmp_path, 0, vram_total=f"{24 << 30}\n", vram_used="0\n")
+    b = SysfsBackend(sysfs_root=tmp_path)
+    assert b.gpus()[0].vram_used == 0
+    (dev / "new").write_text(f"{2 << 30}\n")
+    os.replace(dev / "new", dev / "mem_info_vram_used")
+    assert b.gpus()[0].vram_used == 2 << 30

@@ -56,6 +56,8 @@ def test_ownerless_leak_is_reset_verified_and_undrained_in_seconds(sim, state_di
     events = _events(proc)
     assert [e["step"] for e in events if e["kind"] == "step_ok"] == ["settle", "drain", "reset", "verify", "undrain"]
     assert events[-1]["message"] == "GPU 2 is clean and verified after a reset"
+    drained = next(e for e in events if e["kind"] == "step_ok" and e["step"] == "drain")
+    assert drained["message"].startswith("GPU 2 drained, nothing uses it"), drained  # one GPU: "it", not "them"
     # Memory no process holds never comes back: fix must not sit out its 30 s timeout waiting for it.
     assert took < 20, took
     assert _residual(sim, 2) == 0 and _resets(sim) == {"2": 1}
@@ -107,7 +109,8 @@ def test_the_whole_xgmi_hive_is_drained_reset_and_undrained(sim, state_dir):
     proc = sim("fix", "1", "--yes")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "shares an XGMI hive with GPU 0, 2" in proc.stdout and "mark GPU 1, 0, 2 drained" in proc.stdout
-    assert "GPU 2 stay drained as before" in proc.stdout
+    assert "GPU 2 stays drained as before" in proc.stdout  # wording: it said "GPU 2 stay drained"
+    assert "GPUs 1, 0, 2 drained, nothing uses them" in proc.stdout
     assert _resets(sim) == {"1": 1} and set(nodestate.drained(state_dir)) == {2}
     locked = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()
               if '"action": "fix"' in line]

@@ -136,17 +136,23 @@ def test_layout_and_theme_are_remembered(settings, tmp_path):
     assert loaded == prefs.Prefs() and "ignored refresh, layout" in note
 
 
-@pytest.mark.parametrize("width, labelled", [(80, False), (100, True), (160, True)])
-def test_key_strip_names_every_key_from_100_columns(settings, width, labelled):
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_key_strip_gives_every_key_shown_its_meaning(settings, width):
+    """At 80 columns the GPU remedies and the views, each with its word (no bare keys); from 100 every key;
+    r and R read as "restart" and "Reset", never "rRst" and "RRset"."""
     async def go():
         app = make_app(settings)
         async with app.run_test(size=(width, 30)) as pilot:
             await wait_for(pilot, lambda: app.snapshot is not None)
             strip = screen_text(app).splitlines()[-1]
-            for word in ("Quit", "Keys"):
-                assert word in strip
-            for short in ("Lnch", "Fix", "Drn", "Prg", "Kill", "Proc"):
-                assert (short in strip) == labelled or width >= 160, (short, strip)
+            words = strip.split()
+            views = ("Details", "Palette") if width >= 160 else ("Info", "Cmds")
+            for word in ("quit", "Keys", "fix", "drain", "Reset", "Purge", "kill", *views):
+                assert word in words or word.capitalize() in words, (word, strip)
+            assert "rRst" not in strip and "RRset" not in strip
+            if width >= 100:
+                for word in ("launch", "restart", "undrain", "Bundle", "procs"):
+                    assert word in words or word.capitalize() in words, (word, strip)
             if width >= 160:
                 assert "Launch" in strip and "Purge" in strip
     run(go())

@@ -224,3 +224,25 @@ def test_plain_gpuwarden_opens_the_console(sim_state, tmux, tmp_path):
     tmux.wait_screen("0.0/24G")
     tmux.keys("q")
     assert wait_file(rc, 15).strip() == "exit=0"
+
+
+def test_an_open_console_at_80x24_follows_a_scenario_run_in_another_shell(sim_state, tmux, tmp_path):
+    """The issue-24 report in a real terminal: the console open at 80x24 shows each key with its word, and
+    `sim scenario residual` run in another shell shows up in it (it held the replaced files open before)."""
+    rc = tmp_path / "rc"
+    tmux.start(f"{GPUWARDEN} --state-dir {sim_state} --backend sim tui --refresh 0.5; echo exit=$? > {rc}; sleep 60",
+               width=80, height=24)
+    tmux.wait_screen("0.0/24Gi")
+    strip = tmux.screen().rstrip("\n").splitlines()[-1].split()
+    for word in ("quit", "Keys", "fix", "drain", "Reset", "Purge", "kill", "Info"):
+        assert word in strip, strip
+    proc = subprocess.run([str(GPUWARDEN), "--state-dir", str(sim_state), "--backend", "sim", "sim", "scenario",
+                           "residual"], capture_output=True, text=True, timeout=60)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        tmux.wait_screen("14.0/24Gi")
+        tmux.keys("q")
+        assert wait_file(rc, 15).strip() == "exit=0"
+    finally:
+        subprocess.run([str(GPUWARDEN), "--state-dir", str(sim_state), "--backend", "sim", "sim", "scenario", "clean"],
+                       capture_output=True, timeout=60)

@@ -30,6 +30,16 @@ class ActionSpec:
     needs: str  # "gpu", "engine" or "node"
     build: Callable[[Settings, Target], Playbook]
 
+    def title_for(self, target: Target) -> str:
+        """"Fix GPU 2", "Purge residual holders on GPU 2", "Stop engine dp0", "Launch engines"."""
+        if self.needs == "gpu":
+            if self.title.endswith(" GPU"):
+                return f"{self.title} {target.gpu}"
+            return f"{self.title} on GPU {target.gpu}"
+        if self.needs == "engine":
+            return f"{self.title} {target.engine}"
+        return self.title
+
     @property
     def short(self) -> str:
         """The footer's word for it."""

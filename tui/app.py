@@ -21,6 +21,7 @@ from gpuwarden.ops.settings import Settings
 from . import node_events
 from .actions import ACTIONS, Target, by_name
 from .history import VramHistory
+from .keyhints import with_keys
 from .messages import PlaybookFinished, PlaybookProgress, SamplingFailed, SnapshotArrived
 from .palette import GpuwardenCommands
 from .runner import PlaybookRun
@@ -53,6 +54,9 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         Binding("o", "progress", "Progress", show=False),
         Binding("ctrl+r", "refresh_now", "Refresh", show=False),
         Binding("p", "cycle_layout", "Layout", show=False),
+        Binding("plus", "step_refresh(-1)", "Faster", show=False),
+        Binding("minus", "step_refresh(1)", "Slower", show=False),
+        Binding("colon", "go_to", "Go to", show=False),
     ]
 
     def __init__(self, settings: Settings, *, source: SnapshotSource, refresh_s: float = 1.0,
@@ -100,7 +104,9 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if not self.read_only:
             keys += [(a.key, a.short) for a in ACTIONS] + [("k", "Kill")]
         keys += [("p", "Procs"), ("enter", "Details"), ("^p", "Palette")]
-        yield KeyStrip(keys, id="keys")
+        # Where not all fit (80 columns): the GPU remedies first, then the views; ? lists the rest.
+        yield KeyStrip(keys, priority=["q", "?", "f", "d", "R", "P", "k", "enter", "^p", "u", "p", "s", "r", "l",
+                                       "b", "B"], id="keys")
 
     def on_mount(self) -> None:
         self.query_one("#header", NodeHeader).show(None)
@@ -250,12 +256,32 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
             from .screens.engine_log import EngineLogScreen
             self.push_screen(EngineLogScreen(engine.name, engine.log_path, engine))
             return
-        gpu = self.query_one(GpusPanel).selected_gpu()
+        if isinstance(focused, ProcessesPanel):
+            gpu = self._process_gpu(focused)
+            if gpu is None:
+                return
+        else:
+            gpu = self.query_one(GpusPanel).selected_gpu()
         if gpu is None or self.snapshot is None:
             self.notify("no GPU to show yet")
             return
         from .screens.gpu_detail import GpuDetailScreen
         self.push_screen(GpuDetailScreen(gpu, self.snapshot))
+
+    def _process_gpu(self, panel: ProcessesPanel) -> int | None:
+        """The GPU of the selected process: the one it holds most VRAM on, else the one whose device file
+        it has open; None (and a note saying why) when it has neither."""
+        process = panel.selected()
+        if process is None or self.snapshot is None:
+            self.notify("no process selected")
+            return None
+        if process.vram:
+            return max(sorted(process.vram), key=lambda g: process.vram[g])
+        files = set(process.device_files)
+        gpu = next((g.index for g in self.snapshot.gpus if files.intersection(g.device_files)), None)
+        if gpu is None:
+            self.notify(f"pid {process.pid} holds no VRAM and no GPU's device file", severity="warning")
+        return gpu
 
     def action_triage(self) -> None:
         path = self.last_bundle
@@ -271,13 +297,16 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
 
     def action_help(self) -> None:
         from .screens.help import HelpScreen
-        keys = [("↑ ↓", "move in the focused panel"), ("tab", "next panel"), ("enter", "details of the selection"),
-                ("p", "layout: engines, processes, or both"), ("/", "filter the processes"),
+        keys = [("↑ ↓", "move in the focused panel"), ("tab", "next panel"),
+                ("enter", "details of the selection (on a process: its GPU)"),
+                ("p", "layout: engines, processes, or both"), ("/", "filter the focused table (GPUs, engines, "
+                                                                    "processes)"),
+                ("+ -", "refresh faster / slower (remembered)"), (":", "go to any view or GPU (the palette)"),
                 ("< > I", "processes: sort column, reverse"), ("T", "processes: tree by parent"),
                 ("t", "triage of the last bundle"), ("o", "progress of the last playbook"),
                 ("ctrl+r", "refresh now"), ("ctrl+p", "command palette"), ("?", "this list"), ("q", "quit")]
         if not self.read_only:
-            keys = [(a.key, a.title) for a in ACTIONS] + [("k", "Stop the selected process (TERM or KILL)")] + keys
+            keys = [(a.key, a.title) for a in ACTIONS] + [("k", "Stop the selected process (TERM/KILL; zombie: f/P)")] + keys
         note = "read-only: no action keys" if self.read_only else "destructive actions ask first; Cancel is the default"
         if not self.is_screen_installed("help"):  # built once: the keys do not change while the app runs
             self.install_screen(HelpScreen(keys, note), name="help")
@@ -313,10 +342,50 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         out = [("Show keys", "list every key", "help"), ("GPU details", "processes and holders of the selected GPU",
                                                           "details"),
                ("Bundle triage", "the triage summary of the last bundle", "triage"),
-               ("Refresh now", "take a snapshot now", "refresh_now")] + self.layout_palette()
+               ("Refresh now", "take a snapshot now", "refresh_now")] + self.layout_palette() + self.jump_palette()
         if not self.read_only:
             out = [(a.title, a.help, f"act('{a.name}')") for a in ACTIONS] + out
         return out
+
+    def jump_palette(self) -> list[tuple[str, str, str]]:
+        """Go to any view (`:` opens the palette): the panels, each GPU's detail, each engine's log."""
+        out = [(f"Go to {title}", f"focus the {title} panel", f"focus_panel('{name}')")
+               for name, title in (("gpus", "GPUs"), ("engines", "Engines"), ("processes", "Processes"))]
+        out.append(("Go to playbook progress", "the last playbook's steps", "progress"))
+        snap = self.snapshot
+        if snap is not None:
+            out += [(f"Go to GPU {g.index}", f"the detail of GPU {g.index} ({g.name})", f"show_gpu({g.index})")
+                    for g in snap.gpus]
+            out += [(f"Go to engine {e.name}", f"the log of engine {e.name}", f"show_engine({e.name!r})")
+                    for e in snap.engines]
+        return out
+
+    def action_go_to(self) -> None:
+        """`:` as in vim and k9s: the command palette, whose Go to entries reach every view."""
+        self.action_command_palette()
+
+    def action_focus_panel(self, name: str) -> None:
+        panel = self.query_one(f"#{name}")
+        if not panel.display:
+            self.apply_layout("stacked")
+            self.call_after_refresh(panel.focus)  # a panel just shown takes the focus once it is laid out
+            return
+        panel.focus()
+
+    def action_show_gpu(self, index: int) -> None:
+        if self.snapshot is None or self.snapshot.gpu(index) is None:
+            self.notify(f"no GPU {index} in the latest snapshot", severity="warning")
+            return
+        from .screens.gpu_detail import GpuDetailScreen
+        self.push_screen(GpuDetailScreen(index, self.snapshot))
+
+    def action_show_engine(self, name: str) -> None:
+        engine = next((e for e in (self.snapshot.engines if self.snapshot else ()) if e.name == name), None)
+        if engine is None:
+            self.notify(f"no engine {name} in the latest snapshot", severity="warning")
+            return
+        from .screens.engine_log import EngineLogScreen
+        self.push_screen(EngineLogScreen(engine.name, engine.log_path, engine))
 
     # --- actions --------------------------------------------------------------------------------
     def _target(self) -> Target:
@@ -339,11 +408,11 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if spec.needs == "engine" and target.engine is None:
             self.notify("select an engine first (tab to the Engines panel)", severity="warning")
             return
-        what = {"gpu": f" on GPU {target.gpu}", "engine": f" {target.engine}", "node": ""}[spec.needs]
         try:
-            run = self._new_run(spec, target, f"{spec.title}{what}")
+            run = self._new_run(spec, target, spec.title_for(target))
         except GpuwardenError as exc:
-            self.notify(f"{spec.title}: {exc.message}" + (f"\n{exc.hint}" if exc.hint else ""), severity="error")
+            self.notify(with_keys(f"{spec.title}: {exc.message}" + (f"\n{exc.hint}" if exc.hint else "")),
+                        severity="error")
             return
         self.current_run = run
         from .screens.progress import ProgressScreen
@@ -368,7 +437,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
             if run.playbook.name == "bundle" and path:
                 self.last_bundle = Path(path)
             if not result.ok and result.refused != "cancelled":
-                self.notify(f"{run.title}: " + (result.refused or f"failed at {result.failed_step}"),
+                self.notify(with_keys(f"{run.title}: " + (result.refused or f"failed at {result.failed_step}")),
                             severity="error")
         self._refresh_progress(run)
         self.action_refresh_now()

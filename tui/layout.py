@@ -49,6 +49,21 @@ class LayoutMixin:
         self.remember()
         self._show_header()  # type: ignore[attr-defined]
 
+    def action_step_refresh(self, step: int) -> None:
+        """+ and -: the next faster or slower of REFRESH_CHOICES (a rate in between goes to its neighbour)."""
+        now = self.refresh_s  # type: ignore[attr-defined]
+        if step < 0:
+            choice = max((s for s in REFRESH_CHOICES if s < now), default=None)
+        else:
+            choice = min((s for s in REFRESH_CHOICES if s > now), default=None)
+        if choice is None:
+            edge = "fastest" if step < 0 else "slowest"
+            self.notify(f"refresh every {now:g}s is already the {edge} (+ faster, - slower)",  # type: ignore
+                        timeout=2)
+            return
+        self.action_set_refresh(choice)
+        self.notify(f"refresh every {choice:g}s (remembered; + faster, - slower)", timeout=2)  # type: ignore
+
     def theme_changed(self, theme: str) -> None:
         if theme != self.prefs.theme:
             self.prefs = self.prefs.with_(theme=theme)

@@ -14,16 +14,22 @@ GRACE_S = 5.0
 
 
 class FilterInput(Input):
-    """The processes filter: narrows as you type; Enter keeps it, Escape clears it."""
+    """The filter of one table (the one focused when / was pressed): narrows as you type; Enter keeps it,
+    Escape clears it."""
 
     BINDINGS = [Binding("escape", "clear", "Clear filter", show=False)]
     DEFAULT_CSS = "FilterInput { display: none; height: 3; }"
+    target = None  # the table it filters
 
     def action_clear(self) -> None:
         self.value = ""
-        self.app.query_one(ProcessesPanel).set_filter("")
+        table = self.target or self.app.query_one(ProcessesPanel)
+        table.set_filter("")
         self.display = False
-        self.app.query_one(ProcessesPanel).focus()
+        table.focus()
+
+
+FILTERABLE = {"gpus": "the GPUs", "engines": "the engines", "processes": "the processes"}
 
 
 class ProcessActionsMixin:
@@ -31,19 +37,32 @@ class ProcessActionsMixin:
         panel = self.query_one(ProcessesPanel)  # type: ignore[attr-defined]
         if not panel.display:
             self.apply_layout("processes")  # type: ignore[attr-defined]
+        self._open_filter(panel)
+
+    def action_filter_table(self) -> None:
+        """/ on any table: filter that one (the Processes panel when the focus is elsewhere)."""
+        focused = self.focused  # type: ignore[attr-defined]
+        if getattr(focused, "id", None) in FILTERABLE and hasattr(focused, "set_filter"):
+            self._open_filter(focused)
+        else:
+            self.action_filter_processes()
+
+    def _open_filter(self, table) -> None:
         box = self.query_one(FilterInput)  # type: ignore[attr-defined]
+        box.target = table
+        box.placeholder = f"filter {FILTERABLE.get(table.id, 'the table')} (Enter keeps it, Esc clears it)"
         box.display = True
-        box.value = panel.filter_text
+        box.value = table.filter_text
         box.focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if isinstance(event.input, FilterInput):
-            self.query_one(ProcessesPanel).set_filter(event.value)  # type: ignore[attr-defined]
+            (event.input.target or self.query_one(ProcessesPanel)).set_filter(event.value)  # type: ignore
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if isinstance(event.input, FilterInput):
             event.input.display = False
-            self.query_one(ProcessesPanel).focus()  # type: ignore[attr-defined]
+            (event.input.target or self.query_one(ProcessesPanel)).focus()  # type: ignore[attr-defined]
 
     def action_stop_process(self) -> None:
         if self.read_only:  # type: ignore[attr-defined]
@@ -57,6 +76,15 @@ class ProcessActionsMixin:
         process = panel.selected() if panel.display else None
         if process is None:
             self.notify("select a process first (p shows the Processes panel)", severity="warning")  # type: ignore
+            return
+        if process.state == "zombie":
+            # It has exited already: no signal reaches it, only its parent's wait() frees what it holds.
+            gpus = sorted(process.vram)
+            where = f"select GPU {gpus[0]} and press f (fix) or P (purge)" if gpus else "press f or P on its GPU"
+            parent = f"its parent pid {process.ppid}" if process.ppid else "its parent"
+            self.notify(f"pid {process.pid} is a zombie: it has exited, TERM and KILL cannot reach it. "
+                        f"Its VRAM goes when {parent} reaps it: {where}, which reap it through the parent.",
+                        severity="warning", timeout=10)  # type: ignore[attr-defined]
             return
         from .screens.stop_process import StopProcessScreen
 

@@ -28,6 +28,8 @@ class PlaybookRun:
         self.cancelled = threading.Event()
         self.events: list[Event] = []
         self.result: Result | None = None
+        # Until the operator answers the confirm dialog nothing runs, and the view behind must not say so.
+        self.asking = bool(getattr(playbook, "destructive", False)) and not confirmed
         self._thread = threading.Thread(target=self._main, name=f"playbook-{playbook.name}", daemon=True)
 
     @property
@@ -58,11 +60,20 @@ class PlaybookRun:
         self.app.post_message(PlaybookProgress(self, event))
 
     def _confirm(self, question: str) -> bool:
-        return ask_in_dialog(self.app, self.title, question, self.cancelled)
+        planned = next((e for e in reversed(self.events) if e.kind == "planned"), None)
+        steps = list(planned.data.get("steps", [])) if planned is not None else []
+        self.asking = True
+        try:
+            return ask_in_dialog(self.app, self.title, question, self.cancelled, steps)
+        finally:
+            self.asking = False  # the next event (a step starting, or done) redraws the view behind
 
 
-def ask_in_dialog(app: "App", title: str, question: str, cancelled: threading.Event) -> bool:
-    """Ask in the confirm dialog (Cancel is the default) from a worker thread; blocks that thread only."""
+def ask_in_dialog(app: "App", title: str, question: str, cancelled: threading.Event,
+                  steps: list[dict] | None = None) -> bool:
+    """Ask in the confirm dialog (Cancel is the default) from a worker thread; blocks that thread only.
+
+    `steps` (the plan event's) are listed in the dialog, so the operator sees what Proceed does."""
     from .screens.confirm import ConfirmScreen
 
     answered = threading.Event()
@@ -74,7 +85,7 @@ def ask_in_dialog(app: "App", title: str, question: str, cancelled: threading.Ev
 
     try:
         # Built on the event loop's thread, like every widget.
-        app.call_from_thread(lambda: app.push_screen(ConfirmScreen(title, question), done))
+        app.call_from_thread(lambda: app.push_screen(ConfirmScreen(title, question, steps), done))
     except RuntimeError:
         return False  # the app is gone: nobody said yes
     while not answered.wait(0.2):

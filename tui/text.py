@@ -63,3 +63,26 @@ def duration(seconds: float | None) -> str:
 def clip(value: str | None, width: int) -> str:
     value = value or ""
     return value if len(value) <= width else value[: max(width - 1, 0)] + "…"
+
+
+# Programs that run another program named by their next argument: that one is what the operator looks for.
+_RUNNERS = ("python", "bash", "sh", "node", "perl", "ruby", "env", "uv", "torchrun", "deepspeed", "accelerate")
+
+
+def _runner(name: str) -> bool:
+    return any(name == r or (name.startswith(r) and name[len(r):].replace(".", "").isdigit()) for r in _RUNNERS)
+
+
+def command_line(command: str | None, width: int) -> str:
+    """A command line in `width` cells with its program name and arguments first: the whole line when it fits;
+    else directories dropped from the program (and from the script a python or shell runs), then cut at the end.
+    "/opt/x/.venv/bin/python3 /opt/x/.venv/bin/vllm serve --tp 8" -> "python3 vllm serve --tp 8"."""
+    command = command or "(gone)"
+    if len(command) <= width:
+        return command
+    words = command.split(" ")
+    if words and "/" in words[0]:
+        words[0] = words[0].rsplit("/", 1)[1] or words[0]
+    if len(words) > 1 and _runner(words[0]) and "/" in words[1] and not words[1].startswith("-"):
+        words[1] = words[1].rsplit("/", 1)[1] or words[1]
+    return clip(" ".join(words), width)

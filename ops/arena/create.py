@@ -72,10 +72,11 @@ def create(path: str | Path, *, size: int | None = None, source: str | Path | No
         if size <= 0:
             raise GpuwardenError(f"arena size must be positive, got {size}", "e.g. --size 1GiB")
         fmt.check_chunk_size(chunk_size, size)
+        if path.is_dir():  # before "exists": --force cannot replace a directory, so it must not be suggested
+            raise GpuwardenError(f"{path} is a directory",
+                                 f"name the arena file, e.g. {path / 'weights.arena'}")
         if path.exists() and not force:
             raise GpuwardenError(f"{path} already exists", "pass --force to replace it (engines mapping it keep the old pages)")
-        if path.is_dir():
-            raise GpuwardenError(f"{path} is a directory", "name the arena file, e.g. /dev/shm/weights.arena")
         count = fmt.chunk_count_for(size, chunk_size)
         hsize = fmt.header_size_for(count)
         _sweep_partials(path)

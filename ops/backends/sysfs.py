@@ -158,6 +158,20 @@ def _hwmon(dev: Path) -> Path | None:
     return dev / "hwmon" / names[0] if names else None
 
 
+def _stamp(dirs: list[str]) -> tuple:
+    """(inode, change time) of each directory, None where it is gone: a recreated directory differs even
+    when the file system hands out the freed inode number again."""
+    out = []
+    for d in dirs:
+        try:
+            st = os.stat(d)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_ctime_ns))
+    return tuple(out)
+
+
 class _Pass:
     """One reading pass of a job: what it read so far, the files it must leave alone, whether its caller gave up."""
 
@@ -186,6 +200,14 @@ class SysfsBackend:
         self.deadline_s = deadline_s or (settings.read_timeout_s if settings is not None else DEFAULT_S)
         self._lanes = lanes or LANES
         self.late: tuple[LateRead, ...] = ()  # reads of the last refresh that are late and belong to no one GPU
+        self._proc_dir = self.sysfs_root / "class/kfd/kfd/proc"
+        self._proc_dir_s = str(self._proc_dir)
+        self._held = HeldFiles(blocking_open=True)  # the KFD per-process files, read in the KFD lane only
+        self._gpu_held: list[HeldFiles] = []
+        self._discover()
+
+    def _discover(self) -> None:
+        """Find the GPUs and forget everything held for the ones found before (the driver was reloaded)."""
         root_s = str(self.sysfs_root)
 
         def discover(mark):
@@ -204,21 +226,44 @@ class SysfsBackend:
             why = "no amdgpu card and no KFD GPU node" if kfd.exists() else f"no {kfd}"
             raise BackendUnavailable(f"sysfs: {why}")
         self._layout = self._join()
-        self._proc_dir = self.sysfs_root / "class/kfd/kfd/proc"
         self._gpu_id_to_index = {gid: i for i, (_, gid, _) in enumerate(self._layout) if gid}
-        self._held = HeldFiles(blocking_open=True)  # the KFD per-process files, read in the KFD lane only
+        self._held.close()
+        for held in self._gpu_held:
+            held.close()
         # Per GPU: its held attribute files (touched by that GPU's lane only, so a read still blocked there shares
         # nothing with the others) and what _describe_one found.
         self._gpu_held = [HeldFiles(blocking_open=True) for _ in self._layout]
         self._described: dict[int, tuple[dict, dict[str, str | None]]] = {}
         self._gpu_lanes: set[tuple] = set()  # per-GPU lanes in use since a read was late (see gpus)
         self._last_usage: list[ProcessUsage] = []
-        self._proc_dir_s = str(self._proc_dir)
+        self._stamp_dirs = self._identity_dirs()
+        self._stamp = _stamp(self._stamp_dirs)
         self._entries: dict[str, tuple[int, list[list]]] = {}  # pid -> (its directory's inode, see _list_pid)
         self._refreshes = 0
         # The last full pass, when every vram file it read is held open: (listing, fds, bytes read, result).
         # The same listing and the same bytes from the same fds can only give the same result again.
         self._repeat: tuple[dict[str, int], list[int], list[bytes], list[ProcessUsage]] | None = None
+
+    def _identity_dirs(self) -> list[str]:
+        """Directories that a driver reload (or a rebuilt sim tree) replaces: each card's kobject, its
+        device and hwmon directories, each KFD topology node. Their identity changing means the files
+        held open are the old driver's (a removed sysfs attribute, or a deleted file still reading 0)."""
+        dirs = []
+        for card, _, node in self._layout:
+            if card is not None:
+                dirs += [str(self.sysfs_root / "class/drm" / card.card), str(card.device_dir)]
+                hw = _hwmon(card.device_dir)
+                if hw is not None:
+                    dirs.append(str(hw))
+            if node is not None:
+                dirs.append(str(self.sysfs_root / "class/kfd/kfd/topology/nodes" / str(node.node)))
+        return dirs
+
+    def _follow_replaced_tree(self) -> None:
+        """Once per refresh: a few stats (of kernfs directories: they answer on a hung GPU too); when the GPUs'
+        directories were replaced, find the GPUs again."""
+        if _stamp(self._stamp_dirs) != self._stamp:
+            self._discover()
 
     def _join(self) -> list[tuple[DrmCard | None, int | None, KfdNode | None]]:
         return pair(self._nodes, self._cards)
@@ -310,6 +355,7 @@ class SysfsBackend:
         late, each GPU gets lanes of its own, all waited for at once under one deadline, and while a lane is
         blocked in a file the next lane of that GPU reads the others (so a GPU whose busy file hangs still shows
         its VRAM): at most one lane per file, each holding at most one thread, until every lane is free again."""
+        self._follow_replaced_tree()
         root_s = str(self.sysfs_root)
         n = len(self._layout)
         statics: list[dict | None] = [None] * n

@@ -33,15 +33,22 @@ class SimRuntime(Runtime):
     def _register_one(self, address: int, size: int, reg: Registration) -> None:
         from gpuwarden.ops.sim import registrations
         limit = os.environ.get(ENV_LIMIT)
-        if limit:
-            # Like KFD: one node-wide counter, checked per allocation (racy between processes, as a drill allows).
+        if not limit:
+            registrations.add(self.state_dir, gpu=self.gpu, size=size, address=address,
+                              path=getattr(self, "_path", None))
+            return
+        from gpuwarden.ops.sim.node import SimNode
+        # Like KFD: one node-wide counter, checked and charged under one lock (KFD's is a spinlock), so
+        # registrations at once cannot all slip under the limit together.
+        with SimNode(self.state_dir)._lock():
             used = registrations.charged(self.state_dir)
             if used + size > parse_size(limit):
                 raise RegisterFailed(
                     f"sim: registering {fmt_bytes(size)} on GPU {self.gpu} failed: out of memory "
                     f"(simulated KFD system limit {fmt_bytes(parse_size(limit))}, {fmt_bytes(used)} already charged)",
                     "see `gpuwarden arena budget`")
-        registrations.add(self.state_dir, gpu=self.gpu, size=size, address=address, path=getattr(self, "_path", None))
+            registrations.add(self.state_dir, gpu=self.gpu, size=size, address=address,
+                              path=getattr(self, "_path", None))
 
     def _unregister_one(self, address: int, size: int, reg: Registration) -> None:
         from gpuwarden.ops.sim import registrations

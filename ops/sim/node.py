@@ -226,6 +226,16 @@ class SimNode:
         with self._lock():
             cfg = self.config()
             self._check_gpu(gpu, cfg)
+            from ..units import fmt_bytes
+            if nbytes <= 0:
+                raise GpuwardenError(f"a leak must be more than 0 bytes, not {nbytes}", "e.g. --size 14GiB")
+            free = cfg["vram"] - self._used(cfg, gpu)
+            if nbytes > free:
+                # A driver cannot leak memory the GPU does not have: 100 GiB "used" of 24 would read 417%.
+                raise GpuwardenError(
+                    f"simulated GPU {gpu} has {fmt_bytes(free)} free of {fmt_bytes(cfg['vram'])}: "
+                    f"it cannot leak {fmt_bytes(nbytes)}",
+                    f"leak at most {fmt_bytes(free)} (or give the simulated GPUs more with sim init --vram)")
             leaked = cfg.setdefault("leaked", {})
             leaked[str(gpu)] = int(leaked.get(str(gpu), 0)) + nbytes
             self._save(cfg)

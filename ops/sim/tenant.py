@@ -39,7 +39,8 @@ def hold(state_dir: Path, gpus: list[int], nbytes: int, *, ready_fd=None) -> int
         for g in gpus:
             node.allocate(pid, g, nbytes)
         out = ready_fd or sys.stdout
-        out.write(f"holding {nbytes} bytes on GPU {','.join(map(str, gpus))} as pid {pid}\n")
+        from ..units import fmt_bytes
+        out.write(f"holding {fmt_bytes(nbytes)} on GPU {','.join(map(str, gpus))} as pid {pid}\n")
         out.flush()
         while not stop.wait(3600):
             pass

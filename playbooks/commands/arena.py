@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -90,6 +91,12 @@ def create_cmd(
                       chunk_size=parse_size(chunk_size), force=force, workers=workers,
                       progress=_progress("creating", not quiet and not json_out))
     except GpuwardenError as exc:
+        if Path(path).is_dir() and exc.message.endswith("is a directory"):
+            # The pasteable form: this same command with a file name inside that directory.
+            import shlex
+            what = f"--size {size}" if size else f"--from {shlex.quote(str(source))}"
+            exc.hint = f"name the arena file inside it: `gpuwarden arena create " \
+                       f"{shlex.quote(str(Path(path) / 'weights.arena'))} {what}`"
         journal.write(settings.state_dir, "arena create", "failed", path=str(path), error=exc.message)
         if json_out:
             _fail_json(exc)

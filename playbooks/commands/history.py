@@ -59,6 +59,20 @@ def _document(settings: Settings, gpu: int | None, since: float, resolution: str
     return hist.document(gpu, since, "minute", events[-10000:]), "files"
 
 
+def _require_gpu(settings: Settings, gpu: int) -> None:
+    """"no GPU 9" (exit 1) as fix, drain and gpu-check say it; a node that cannot be read here (a copied state
+    dir) leaves the question to the history itself."""
+    from gpuwarden.ops.errors import NotFound
+    from gpuwarden.playbooks import nodecheck
+    try:
+        snap = nodecheck.snapshot(settings)
+    except NotFound:
+        raise
+    except GpuwardenError:
+        return
+    nodecheck.require_gpu(snap, gpu)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("history")
     def history_cmd(
@@ -77,6 +91,8 @@ def register(app: typer.Typer) -> None:
         if resolution not in ("auto", "fine", "minute"):
             raise GpuwardenError(f"unknown resolution {resolution!r}", "choose auto, fine or minute")
         start = time.time() - parse_duration(since)
+        if gpu is not None:
+            _require_gpu(settings, gpu)
         doc, source = _document(settings, gpu, start, resolution)
         if gpu is not None and str(gpu) not in doc["gpus"]:
             raise GpuwardenError(f"no history for GPU {gpu}",

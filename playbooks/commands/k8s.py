@@ -58,8 +58,10 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"GPU {v.gpu}: " + ("clean" if v.ok else "NOT CLEAN — " + "; ".join(v.reasons)),
                            err=not v.ok)
             if not ok:
-                typer.echo("gpu-check: a GPU is not fit for a new tenant (ask the operator: `gpuwarden status`, "
-                           "`gpuwarden purge N`)", err=True)
+                from gpuwarden.playbooks.hints import Invocation
+                line = ("gpu-check: a GPU is not fit for a new tenant (ask the operator: `gpuwarden status`, "
+                        + ", ".join(_remedy(v) for v in verdicts if not v.ok) + ")")
+                typer.echo(Invocation(list(settings.cli_words)).paste_ready(line), err=True)
         raise typer.Exit(0 if ok else 1)
 
     @app.command("post-clean")
@@ -109,3 +111,11 @@ def register(app: typer.Typer) -> None:
                          assume_yes=True)
             code = max(code, result.exit_code)
         raise typer.Exit(code)
+
+
+def _remedy(verdict) -> str:
+    """What clears one GPU's verdict: `fix` for residual VRAM (purge alone only verifies an ownerless leak; fix
+    resets it when that is the only way), `undrain` for a GPU that is only drained."""
+    if all(r.startswith("drained") for r in verdict.reasons):
+        return f"`gpuwarden undrain {verdict.gpu}`"
+    return f"`gpuwarden fix {verdict.gpu}`"

@@ -75,8 +75,9 @@ def leak_cmd(
 ) -> None:
     """Leave ownerless residual VRAM on a simulated GPU (only a reset clears it)."""
     from gpuwarden.ops.sim.node import SimNode
-    SimNode(ctx.obj.state_dir).leak(gpu, parse_size(size))
-    typer.echo(f"GPU {gpu}: {size} leaked")
+    nbytes = parse_size(size)
+    SimNode(ctx.obj.state_dir).leak(gpu, nbytes)
+    typer.echo(f"GPU {gpu}: {fmt_bytes(nbytes)} leaked (ownerless: only a reset clears it)")
 
 
 @sim_app.command("show")

@@ -45,7 +45,7 @@ def gpu_summary(snap: NodeSnapshot, index: int) -> Text:
         for h in r.holders:
             t.append(f"\nholder pid {h.pid if h.pid is not None else '-'}: ", style=S["residual"])
             t.append(f"{h.reason}, {text.size(h.vram_bytes) if h.vram_bytes is not None else 'size unknown'} — "
-                     f"{h.detail}" + (f" [{text.clip(h.command, 40)}]" if h.command else "")
+                     f"{h.detail}" + (f" [{text.command_line(h.command, 40)}]" if h.command else "")
                      + (f" — pod {h.namespace}/{h.pod}" + (" (deleted)" if h.pod_deleted_at else "") if h.pod else ""))
     return t
 
@@ -86,4 +86,4 @@ class GpuDetailScreen(Screen[None]):
             table.add_row(str(p.pid), p.user or "?", Text(p.state, style="" if p.alive else S["phase.bad"]),
                           text.size(vram) if vram is not None else "files only", p.sources.get(self.index, "-"),
                           f"{p.namespace}/{p.pod}" if p.pod else (p.container or "-"),  # Kubernetes: the pod
-                          text.clip(p.command or "(gone)", 60), key=str(p.pid))
+                          text.command_line(p.command, 60), key=str(p.pid))

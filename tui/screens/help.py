@@ -21,11 +21,12 @@ class HelpScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help"):
-            yield Label("Keys", id="help-title")
+            yield Label(f"Keys ({len(self.keys)}; the list scrolls)", id="help-title")
             table = DataTable(show_cursor=False, id="help-keys")
             yield table
             if self.note:
                 yield Label(self.note, id="help-note")
+            yield Label("↑ ↓ PgUp PgDn scroll this list · Esc, ? or q closes it", id="help-scroll")
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)

@@ -20,6 +20,9 @@ MARK = {"step_ok": ("ok", S["phase.good"]), "step_failed": ("FAILED", S["phase.b
 
 
 def event_line(event: Event) -> Text:
+    from ..keyhints import with_keys
+    if event.kind != "planned":  # hints name the console's keys, not commands to paste into a shell
+        event = Event(event.kind, event.playbook, event.step, with_keys(event.message), event.data, event.ts)
     t = Text()
     if event.kind == "planned":
         t.append(event.message, style="bold")
@@ -40,7 +43,10 @@ def event_line(event: Event) -> Text:
         t.append(f"  · {event.message}")
     elif event.kind == "done":
         ok = event.data.get("ok")
-        t.append(("done: " if ok else "not done: ") + event.message, style=S["phase.good"] if ok else S["phase.bad"])
+        # A playbook without a summary of its own finishes with plain "done": not "done: done".
+        words = ("done" if event.message in ("", "done") else f"done: {event.message}") if ok \
+            else f"not done: {event.message}"
+        t.append(words, style=S["phase.good"] if ok else S["phase.bad"])
     return t
 
 
@@ -56,7 +62,7 @@ class ProgressScreen(ModalScreen[None]):
             yield Label(self.run.title, id="progress-title")
             with VerticalScroll(id="progress-log"):
                 yield Static("", id="progress-lines")
-            yield Label("running…", id="progress-state")
+            yield Label("", id="progress-state")
         yield KeyStrip([("esc", "Hide"), ("c", "Stop after this step")])
 
     def on_mount(self) -> None:
@@ -68,10 +74,15 @@ class ProgressScreen(ModalScreen[None]):
             if i:
                 t.append("\n")
             t.append_text(event_line(e))
-        self.query_one("#progress-lines", Static).update(t)
+        lines = self.query("#progress-lines")
+        if not lines:
+            return  # not composed yet: on_mount draws it
+        lines.first(Static).update(t)
         self.query_one("#progress-log", VerticalScroll).scroll_end(animate=False)
         state = self.query_one("#progress-state", Label)
-        if self.run.result is None:
+        if self.run.result is None and getattr(self.run, "asking", False):
+            state.update("waiting for your answer: nothing has run yet")
+        elif self.run.result is None:
             state.update("running… (Esc hides this view, c stops after the current step)")
         else:
             state.update("finished: " + ("ok" if self.run.result.ok else f"exit {self.run.result.exit_code}")

@@ -31,7 +31,7 @@ class StopProcessScreen(ModalScreen[str | None]):
         gpus = ",".join(map(str, sorted(p.vram))) or "device files only"
         with Vertical(id="dialog"):
             yield Label(f"Stop pid {p.pid}", id="dialog-title")
-            yield Label(f"{text.clip(p.command or '(gone)', 120)}\nuser {p.user or '?'}, {p.state}, GPU {gpus}, "
+            yield Label(f"{text.command_line(p.command, 120)}\nuser {p.user or '?'}, {p.state}, GPU {gpus}, "
                         f"{text.size(sum(p.vram.values())) if p.vram else 'no VRAM'}\n"
                         f"TERM asks it to exit and sends KILL after {self.grace_s:g}s; KILL ends it at once. "
                         "Its PID and start time are checked again first.", id="question")

@@ -10,7 +10,7 @@ from rich.text import Text
 from gpuwarden.ops.model import EngineInfo, NodeSnapshot
 
 from .. import text
-from .rowtable import RowTable
+from .rowtable import FilteredRowTable
 from ..styles import STYLES as S
 
 COLUMNS = ("ENGINE", "GPU", "PID", "PHASE", "UP", "RST", "EXIT", "LAST LOG LINE")
@@ -26,7 +26,7 @@ def exit_reason(e: EngineInfo) -> str:
     return ""
 
 
-class EnginesPanel(RowTable):
+class EnginesPanel(FilteredRowTable):
     def __init__(self, **kw):
         super().__init__(**kw)
         self.border_title = "Engines"
@@ -51,11 +51,25 @@ class EnginesPanel(RowTable):
                 Text(exit_reason(e), style=S["phase.bad"] if e.signal else ""), text.clip(e.last_log_line, 200),
             ]))
         self._engines = {e.name: e for e in snap.engines}
-        self.subtitle = "none supervised" if not rows else f"{len(rows)} engine(s)"
-        self.set_empty_text("no engines supervised: `gpuwarden launch` starts the node config's"
-                            + ("\nsimulated node: `gpuwarden sim scenario arena` starts the arena drill"
-                               if snap.simulated else ""))
+        self._count = len(rows)
+        self._simulated = snap.simulated
+        self.set_rows(rows)
+        self._show_subtitle()
+
+    def set_filter(self, value: str) -> None:
+        super().set_filter(value)
+        self._show_subtitle()
+
+    def _show_subtitle(self) -> None:
+        count = getattr(self, "_count", 0)
+        self.subtitle = " · ".join(x for x in (
+            "none supervised" if not count else f"{count} engine(s)", self.filter_note()) if x)
+        if count and self.hidden == count:
+            self.set_empty_text(f"nothing matches /{self.filter_text} (/ then Esc clears it)")
+        else:
+            self.set_empty_text("no engines supervised: `gpuwarden launch` starts the node config's"
+                                + ("\nsimulated node: `gpuwarden sim scenario arena` starts the arena drill"
+                                   if getattr(self, "_simulated", False) else ""))
         shown = " · ".join(x for x in (self.subtitle, self.stale_note) if x)
         if shown != self.border_subtitle:
             self.border_subtitle = shown
-        self.set_rows(rows)

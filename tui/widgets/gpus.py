@@ -11,7 +11,7 @@ from gpuwarden.ops.model import NodeSnapshot
 
 from .. import text
 from ..history import VramHistory
-from .rowtable import RowTable
+from .rowtable import FilteredRowTable
 from ..styles import STYLES as S
 
 WIDE_AT = 120  # room for GTT, power and the sparkline (short forms)
@@ -21,10 +21,12 @@ NARROW_NAME = 14
 TREND = ("GPU", "NAME", "VRAM", "USED", "RESIDUAL", "GTT", "BUSY", "TEMP", "POWER", "ENG", "VRAM 5 MIN", "")
 
 
-class GpusPanel(RowTable):
+class GpusPanel(FilteredRowTable):
     def __init__(self, **kw):
         super().__init__(**kw)
         self.border_title = "GPUs"
+        self.subtitle = ""
+        self.stale_note = ""
 
     def selected_gpu(self) -> int | None:
         key = self.cursor_key()
@@ -75,3 +77,14 @@ class GpusPanel(RowTable):
             rows.append((str(g.index), row))
         self.set_columns(TREND if trend else NARROW)
         self.set_rows(rows)
+        self._show_subtitle()
+
+    def set_filter(self, value: str) -> None:
+        super().set_filter(value)
+        self._show_subtitle()
+
+    def _show_subtitle(self) -> None:
+        self.subtitle = self.filter_note()
+        shown = " · ".join(x for x in (self.subtitle, getattr(self, "stale_note", "")) if x)
+        if shown != self.border_subtitle:
+            self.border_subtitle = shown

@@ -58,7 +58,7 @@ class ProcessesPanel(RowTable):
         Binding("greater_than_sign", "sort(1)", "Sort →", show=False),
         Binding("I", "reverse", "Reverse sort", show=False),
         Binding("T", "tree", "Tree", show=False),
-        Binding("slash", "app.filter_processes", "Filter", show=False),
+        Binding("slash", "app.filter_table", "Filter", show=False),
     ]
 
     def __init__(self, **kw):
@@ -74,6 +74,7 @@ class ProcessesPanel(RowTable):
         self._procs: dict[str, GpuProcess] = {}
         self._snap: NodeSnapshot | None = None
         self._width = 80
+        self.fit_last = _fit_command
 
     def selected(self) -> GpuProcess | None:
         key = self.cursor_key()
@@ -170,7 +171,7 @@ class ProcessesPanel(RowTable):
                        state, text.duration(_age(p, snap.taken_at) if p.start_time else None)]
         if trend:
             cells.append(Text(text.sparkline(self.history.series((p.pid, p.start_time)), 12), style=S["trend"]))
-        cells.append(text.clip(command, 200))
+        cells.append(text.clip(command, 400))
         return cells
 
 
@@ -199,3 +200,10 @@ def _tree_order(procs: list[GpuProcess]) -> tuple[list[GpuProcess], dict[int, in
     for p in procs:  # anything only reachable through a cycle
         walk(p, 0)
     return out, depth
+
+
+def _fit_command(cell: Text, width: int) -> Text:
+    """A COMMAND cell cut to `width` with the program's name and arguments kept (the tree's indent too)."""
+    plain = cell.plain
+    cut = plain.find("└ ") + 2 if "└ " in plain[:80] else 0
+    return Text(plain[:cut] + text.command_line(plain[cut:], max(width - cut, 1)))

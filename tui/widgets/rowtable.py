@@ -60,6 +60,9 @@ class RowTable(Widget, can_focus=True):
         self._offset = 0
         self.empty_text = ""  # shown under the header when there are no rows: what to do about it
         self._drawn_widths: list[int] = []
+        # (cell, width) -> Text for a last-column cell wider than its room: a table whose last column says
+        # most in its middle (a command line's arguments) shortens it so; None: cut at the end.
+        self.fit_last: Any = None
 
     # --- data ---------------------------------------------------------------------------------
     def set_columns(self, columns: Sequence[str]) -> None:
@@ -184,7 +187,10 @@ class RowTable(Widget, can_focus=True):
             style = ""
             if i == self.cursor_row:
                 style = S["cursor.focus"] if self.has_focus else S["cursor"]
-            out.append_text(self._line(texts[i], widths, style))
+            row = texts[i]
+            if self.fit_last is not None and widths and row and row[-1].cell_len > widths[-1]:
+                row = [*row[:-1], self.fit_last(row[-1], widths[-1])]
+            out.append_text(self._line(row, widths, style))
         return out
 
     @staticmethod
@@ -199,3 +205,37 @@ class RowTable(Widget, can_focus=True):
             line.append_text(cell)
             line.append(" " * (w - cell.cell_len))
         return line
+
+
+def row_text(cells: list[Any]) -> str:
+    """A row's cells as one lower-case string, what a filter looks in."""
+    return " ".join(c.plain if isinstance(c, Text) else str(c) for c in cells).lower()
+
+
+class FilteredRowTable(RowTable):
+    """A RowTable with a text filter (`/`): only rows whose cells contain it are shown; the panel's subtitle
+    says how many are hidden."""
+
+    BINDINGS = [Binding("slash", "app.filter_table", "Filter", show=False)]
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.filter_text = ""
+        self.hidden = 0
+        self._all: list[tuple[str, list[Any]]] = []
+
+    def set_filter(self, value: str) -> None:
+        self.filter_text = value.strip()
+        self.set_rows(self._all)
+
+    def set_rows(self, rows: list[tuple[str, list[Any]]]) -> None:
+        self._all = rows
+        needle = self.filter_text.lower()
+        shown = [r for r in rows if needle in row_text(r[1])] if needle else rows
+        self.hidden = len(rows) - len(shown)
+        super().set_rows(shown)
+
+    def filter_note(self) -> str:
+        if not self.filter_text:
+            return ""
+        return f"/{self.filter_text}" + (f", {self.hidden} filtered out" if self.hidden else "")
