@@ -24,6 +24,37 @@ PROC_STATES = {
 
 
 @record
+class GpuSensors:
+    """The sensors of one GPU beyond VRAM/busy/temperature/power; None (shown "n/a") where the source lacks one.
+
+    Clocks in MHz, power in W, PCIe speed in GT/s, temperatures in degrees C by sensor ("edge", "junction",
+    "memory"; NVIDIA: "gpu", "memory"). RAS/ECC: per block {"ce": corrected, "ue": uncorrected[, "de": deferred]}.
+    """
+
+    sclk_mhz: float | None = None
+    sclk_max_mhz: float | None = None
+    mclk_mhz: float | None = None
+    mclk_max_mhz: float | None = None
+    fan_rpm: int | None = None
+    fan_percent: float | None = None
+    power_cap_w: float | None = None
+    mem_busy_percent: float | None = None  # memory-controller activity
+    link_speed_gts: float | None = None
+    link_max_speed_gts: float | None = None
+    link_width: int | None = None
+    link_max_width: int | None = None
+    # Why clocks are held down right now: () when nothing throttles, None when the source does not say.
+    throttle: tuple[str, ...] | None = None
+    temperatures: dict[str, float] = field(default_factory=dict)
+    ras: dict[str, dict[str, int]] = field(default_factory=dict)  # block -> counts; {} when none exposed
+    ecc_corrected: int | None = None  # totals over the blocks (NVIDIA: volatile ECC counts)
+    ecc_uncorrected: int | None = None
+    retired_pages: int | None = None  # AMD: bad pages retired; NVIDIA: retired pages or remapped rows
+    pending_pages: int | None = None  # waiting to be retired (at the next reset/reboot)
+    bad_page_threshold: int | None = None  # retired pages at which the GPU is flagged for RMA; None: not set
+
+
+@record
 class GpuInfo:
     """One GPU as a backend sees it. Sizes in bytes; None where the vendor gives nothing."""
 
@@ -45,6 +76,7 @@ class GpuInfo:
     hive_id: str | None = None
     # Device files a process holds to use this GPU (render node, /dev/nvidiaN).
     device_files: tuple[str, ...] = ()
+    sensors: GpuSensors | None = None  # None: the backend reads no sensors beyond the fields above
 
 
 @record
@@ -345,13 +377,21 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
     return cls(**{name: data[name] for name in cls.__record_fields__ if name in data})
 
 
+def _sensors(data: dict[str, Any] | None) -> GpuSensors | None:
+    if not isinstance(data, dict):
+        return None
+    throttle = data.get("throttle")
+    return _build(GpuSensors, {**data, "throttle": None if throttle is None else tuple(throttle)})
+
+
 def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
     """Inverse of NodeSnapshot.to_dict (used by bundle replay and tests)."""
 
     def int_keys(d: dict) -> dict[int, Any]:
         return {int(k): v for k, v in (d or {}).items()}
 
-    gpus = tuple(_build(GpuInfo, {**g, "device_files": tuple(g.get("device_files", ()))})
+    gpus = tuple(_build(GpuInfo, {**g, "device_files": tuple(g.get("device_files", ())),
+                                  "sensors": _sensors(g.get("sensors"))})
                  for g in data.get("gpus", []))
     procs = tuple(
         _build(GpuProcess, {**p, "vram": int_keys(p.get("vram")), "sources": int_keys(p.get("sources")),

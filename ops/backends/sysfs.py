@@ -13,6 +13,7 @@ from ..errors import BackendUnavailable
 from ..heldfiles import HeldFiles
 from ..model import GpuInfo, ProcessUsage
 from ..records import record
+from .sensors import SysfsSensors
 
 AMD_VENDOR = 0x1002
 
@@ -179,6 +180,7 @@ class SysfsBackend:
         self._gpu_id_to_index = {gid: i for i, (_, gid, _) in enumerate(self._layout) if gid}
         self._held = HeldFiles()
         self._described: list[tuple[dict, dict[str, str | None]]] | None = None
+        self._sensors: list[SysfsSensors | None] = []
         self._proc_dir_s = str(self._proc_dir)
         self._entries: dict[str, tuple[int, list[list]]] = {}  # pid -> (its directory's inode, see _list_pid)
         self._refreshes = 0
@@ -224,6 +226,7 @@ class SysfsBackend:
                     paths["power"] = str(hw / "power1_average") if (hw / "power1_average").exists() \
                         else str(hw / "power1_input")
             out.append((static, paths))
+            self._sensors.append(SysfsSensors(dev, self._held.read, self.sysfs_root) if dev is not None else None)
         return out
 
     def _held_int(self, path: str | None) -> int | None:
@@ -241,9 +244,13 @@ class SysfsBackend:
         if self._described is None:
             self._described = self._describe()
         out = []
-        for static, paths in self._described:
+        for (static, paths), reader in zip(self._described, self._sensors):
             temp = self._held_int(paths["temp"])
             power = self._held_int(paths["power"])
+            sensors = reader.read() if reader is not None else None
+            if temp is None and sensors is not None:  # MI300-class boards have no edge sensor (temp1)
+                hot = sensors.temperatures.get("junction")
+                temp = None if hot is None else round(hot * 1000)
             out.append(GpuInfo(
                 **static,
                 vram_used=self._held_int(paths["vram_used"]),
@@ -251,6 +258,7 @@ class SysfsBackend:
                 busy_percent=self._held_int(paths["busy"]),
                 temperature_c=temp / 1000.0 if temp is not None else None,
                 power_w=power / 1e6 if power is not None else None,
+                sensors=sensors,
             ))
         return out
 

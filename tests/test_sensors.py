@@ -1,0 +1,172 @@
+"""Per-GPU sensors (clocks, fan, power cap, memory activity, PCIe link, temperatures by sensor, RAS): the sysfs
+parsers on captured and kernel-format files, the sim node's tree through the real backend, and the JSON form.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from gpuwarden.ops import jsondoc
+from gpuwarden.ops.backends import sensors
+from gpuwarden.ops.backends.sim import SimBackend
+from gpuwarden.ops.backends.sysfs import SysfsBackend
+from gpuwarden.ops.model import snapshot_from_dict
+from gpuwarden.ops.snapshot import take_snapshot
+from sysfs_tree import add_card, add_kfd_node, write
+
+
+def test_dpm_table_of_a_real_card(fixtures):
+    text = (fixtures / "sysfs/amdgpu_pp_dpm_sclk_rx580.txt").read_text()
+    assert sensors.parse_dpm(text) == (900.0, 1366.0)
+
+
+def test_dpm_deep_sleep_line_is_current_but_not_a_level():
+    # SMU 13 boards print "S: <clock>Mhz *" while the engine sleeps: current, not the top level.
+    assert sensors.parse_dpm("S: 19Mhz *\n0: 500Mhz \n1: 2100Mhz \n") == (19.0, 2100.0)
+    assert sensors.parse_dpm("") == (None, None)
+    assert sensors.parse_dpm("0: 500Mhz \n1: 2100Mhz \n") == (None, 2100.0)  # no star: current unknown
+
+
+def test_link_ras_and_bad_pages_formats():
+    assert sensors.parse_link_speed("16.0 GT/s PCIe\n") == 16.0
+    assert sensors.parse_link_speed("8 GT/s\n") == 8.0
+    assert sensors.parse_link_speed("Unknown\n") is None
+    assert sensors.parse_ras("ue: 1\nce: 7\nde: 0\n") == {"ue": 1, "ce": 7, "de": 0}
+    assert sensors.parse_ras("Query currently inaccessible\n") is None
+    pages = "0x00000001 : 0x00001000 : R\n0x00000002 : 0x00001000 : P\n0x00000003 : 0x00001000 : R\n"
+    assert sensors.parse_bad_pages(pages) == (2, 1)
+    assert sensors.parse_bad_pages("") == (0, 0)
+
+
+def _mi300_like(root, *, threshold: str | None = None):
+    """A card with amdgpu's MI300-class sensor files (no edge sensor, no fan), in the kernel's formats."""
+    dev = add_card(root, 0, vram_total="206141652992\n", vram_used="1073741824\n", bus="0000:11:00.0",
+                   render_minor=128, extra={
+                       "pp_dpm_sclk": "S: 19Mhz \n0: 500Mhz \n1: 1400Mhz *\n2: 2100Mhz \n",
+                       "pp_dpm_mclk": "0: 900Mhz \n1: 1300Mhz *\n",
+                       "mem_busy_percent": "37\n", "current_link_speed": "16.0 GT/s PCIe\n",
+                       "current_link_width": "8\n", "max_link_speed": "32.0 GT/s PCIe\n", "max_link_width": "16\n",
+                       "ras/umc_err_count": "ue: 0\nce: 5\nde: 1\n", "ras/gfx_err_count": "ue: 2\nce: 0\n",
+                       "ras/sdma_err_count": "Query currently inaccessible\n",
+                       "ras/gpu_vram_bad_pages": "0x00000010 : 0x00001000 : R\n0x00000011 : 0x00001000 : P\n",
+                       "hwmon/hwmon3/temp2_input": "61000\n", "hwmon/hwmon3/temp2_label": "junction\n",
+                       "hwmon/hwmon3/temp3_input": "48000\n", "hwmon/hwmon3/temp3_label": "mem\n",
+                       "hwmon/hwmon3/power1_average": "312000000\n", "hwmon/hwmon3/power1_cap": "750000000\n"})
+    add_kfd_node(root, 1, 41000, "gfx_target_version 90402\nlocation_id 4352\ndomain 0\ndrm_render_minor 128\n")
+    if threshold is not None:
+        write(root / "module/amdgpu/parameters/bad_page_threshold", threshold)
+    return dev
+
+
+def test_sysfs_backend_reads_every_sensor_the_card_has(tmp_path):
+    root = tmp_path / "sys"
+    _mi300_like(root, threshold="8\n")
+    backend = SysfsBackend(sysfs_root=root, dev_root=tmp_path / "dev")
+    try:
+        (gpu,) = backend.gpus()
+    finally:
+        backend.close()
+    s = gpu.sensors
+    assert (s.sclk_mhz, s.sclk_max_mhz, s.mclk_mhz, s.mclk_max_mhz) == (1400.0, 2100.0, 1300.0, 1300.0)
+    assert s.mem_busy_percent == 37.0 and s.power_cap_w == 750.0 and gpu.power_w == 312.0
+    assert (s.link_speed_gts, s.link_max_speed_gts, s.link_width, s.link_max_width) == (16.0, 32.0, 8, 16)
+    assert s.temperatures == {"junction": 61.0, "memory": 48.0}
+    assert gpu.temperature_c == 61.0  # no temp1 (edge) on this board: the junction sensor stands in
+    assert s.ras == {"umc": {"ue": 0, "ce": 5, "de": 1}, "gfx": {"ue": 2, "ce": 0}}  # sdma inaccessible: left out
+    assert (s.ecc_corrected, s.ecc_uncorrected, s.retired_pages, s.pending_pages) == (5, 2, 1, 1)
+    assert s.bad_page_threshold == 8
+    # What the card does not have is None ("n/a"), never a made-up number.
+    assert s.fan_rpm is None and s.fan_percent is None and s.throttle is None
+
+
+def test_fan_from_hwmon_and_auto_threshold_unknown(tmp_path):
+    root = tmp_path / "sys"
+    dev = _mi300_like(root, threshold="-1\n")
+    write(dev / "hwmon/hwmon3/fan1_input", "1650\n")
+    write(dev / "hwmon/hwmon3/pwm1", "102\n")
+    write(dev / "hwmon/hwmon3/pwm1_max", "255\n")
+    backend = SysfsBackend(sysfs_root=root, dev_root=tmp_path / "dev")
+    try:
+        s = backend.gpus()[0].sensors
+    finally:
+        backend.close()
+    assert s.fan_rpm == 1650 and s.fan_percent == 40.0
+    assert s.bad_page_threshold is None  # -1: the driver picks it and does not say
+
+
+def test_a_card_without_sensor_files_reads_all_none(tmp_path):
+    root = tmp_path / "sys"
+    add_card(root, 0, vram_total="8573157376\n", vram_used="1\n", bus="0000:03:00.0")
+    backend = SysfsBackend(sysfs_root=root, dev_root=tmp_path / "dev")
+    try:
+        s = backend.gpus()[0].sensors
+    finally:
+        backend.close()
+    assert s.sclk_mhz is None and s.link_width is None and s.temperatures == {} and s.ras == {}
+    assert s.ecc_corrected is None and s.retired_pages is None
+
+
+def test_unchanged_files_give_back_the_same_record_and_changes_show(tmp_path):
+    root = tmp_path / "sys"
+    dev = _mi300_like(root)
+    backend = SysfsBackend(sysfs_root=root, dev_root=tmp_path / "dev")
+    try:
+        first = backend.gpus()[0].sensors
+        assert backend.gpus()[0].sensors is first
+        # In place, as sysfs attributes change: the held descriptor sees the new text.
+        with open(dev / "pp_dpm_sclk", "r+") as f:
+            f.write("S: 19Mhz \n0: 500Mhz \n1: 1400Mhz \n2: 2100Mhz *\n")
+        assert backend.gpus()[0].sensors.sclk_mhz == 2100.0
+    finally:
+        backend.close()
+
+
+def test_sim_node_grows_the_files_and_the_real_parsers_read_them(settings):
+    backend = SimBackend(settings, create=True)
+    try:
+        idle = backend.gpus()[1].sensors
+        assert idle.sclk_mhz == 500.0 and idle.sclk_max_mhz == 2100.0 and idle.mem_busy_percent == 0.0
+        assert set(idle.temperatures) == {"edge", "junction", "memory"}
+        assert idle.power_cap_w == 750.0 and idle.link_width == idle.link_max_width == 16
+        assert idle.fan_rpm is None  # MI300X is passively cooled
+        assert idle.ras["umc"] == {"ue": 0, "ce": 0, "de": 0} and idle.retired_pages == 0
+        backend.node.allocate(os.getpid(), 1, 1 << 30)
+        busy = backend.gpus()[1].sensors
+        assert busy.sclk_mhz == 1300.0 and busy.mem_busy_percent > 0
+        assert busy.temperatures["junction"] > idle.temperatures["junction"]
+    finally:
+        backend.node.free(os.getpid())
+        backend.close()
+
+
+def test_status_json_carries_sensors_validates_and_reads_back(settings):
+    backend = SimBackend(settings, create=True)
+    try:
+        snap = take_snapshot(settings, backend)
+    finally:
+        backend.close()
+    doc = json.loads(snap.to_json())
+    jsondoc.validate(doc)
+    gpu = doc["gpus"][0]["sensors"]
+    assert gpu["sclk_max_mhz"] == 2100.0 and gpu["fan_rpm"] is None and gpu["throttle"] is None
+    back = snapshot_from_dict(doc)
+    assert back.gpus[0].sensors == snap.gpus[0].sensors
+    # An older document (no "sensors") still reads, and a reader of the old schema still validates the new one.
+    del doc["gpus"][0]["sensors"]
+    assert snapshot_from_dict(doc).gpus[0].sensors is None
+
+
+def test_old_snapshot_schema_accepts_the_new_document(settings):
+    """A reader holding the schema as it was before sensors (no "sensors" property) validates today's output."""
+    import jsonschema
+    old = json.loads(jsondoc.schema_file("gpuwarden.snapshot/1").read_text())
+    assert old["$defs"]["gpu"]["properties"].pop("sensors")
+    old["$defs"].pop("sensors", None)
+    backend = SimBackend(settings, create=True)
+    try:
+        doc = json.loads(take_snapshot(settings, backend).to_json())
+    finally:
+        backend.close()
+    assert "sensors" in doc["gpus"][0]
+    jsonschema.validate(doc, old)
