@@ -170,3 +170,51 @@ def test_old_snapshot_schema_accepts_the_new_document(settings):
         backend.close()
     assert "sensors" in doc["gpus"][0]
     jsonschema.validate(doc, old)
+
+
+# --- NVIDIA: a stand-in pynvml replaying captured `nvidia-smi -q` reports --------------------------------------
+def _nvml(settings, capture):
+    from gpuwarden.ops.backends.nvml import NvmlBackend
+    from standins import pynvml_standin
+    from standins.nvsmi_capture import parse_q
+    mod = pynvml_standin.build(parse_q(capture))
+    return NvmlBackend(settings, module=mod), mod
+
+
+def test_nvml_sensors_match_what_nvidia_smi_printed_under_load(settings, fixtures):
+    backend, _ = _nvml(settings, fixtures / "nvidia/nvidia_smi_q_text_h100_80gb_hbm3_590.48.01_load.txt")
+    try:
+        (gpu,) = backend.gpus()
+    finally:
+        backend.close()
+    s = gpu.sensors
+    # Clocks 1980/2619 MHz, Max Clocks the same, Current Power Limit 700 W, PCIe Gen5 x16 of Gen5 x16.
+    assert (s.sclk_mhz, s.sclk_max_mhz, s.mclk_mhz, s.mclk_max_mhz) == (1980.0, 1980.0, 2619.0, 2619.0)
+    assert s.power_cap_w == 700.0
+    assert (s.link_speed_gts, s.link_max_speed_gts, s.link_width, s.link_max_width) == (32.0, 32.0, 16, 16)
+    assert s.throttle == ()  # every Clocks Event Reason "Not Active"
+    assert s.fan_percent is None and s.fan_rpm is None  # "Fan Speed : N/A" (SXM board)
+    assert s.temperatures == {"gpu": gpu.temperature_c} and s.ecc_corrected == 0 and s.ecc_uncorrected == 0
+    assert s.mem_busy_percent is not None
+
+
+def test_nvml_reasons_and_the_slow_group(settings, fixtures):
+    from gpuwarden.ops.backends import nvml_sensors
+    from standins.nvsmi_capture import parse_q
+    gpus = parse_q(fixtures / "nvidia/nvidia_smi_q_text_8x_h100_sxm_565.txt")
+    assert gpus[0].fields["Clocks Event Reasons.Idle"] == "Active"  # the capture's idle H100s
+    gpus[0].fields["Clocks Event Reasons.SW Power Cap"] = "Active"  # as if capped at its power limit
+    from gpuwarden.ops.backends.nvml import NvmlBackend
+    from standins import pynvml_standin
+    mod = pynvml_standin.build(gpus)
+    backend = NvmlBackend(settings, module=mod)
+    try:
+        first = backend.gpus()
+        assert first[0].sensors.throttle == ("idle", "sw-power-cap") and first[1].sensors.throttle == ("idle",)
+        ecc_calls = mod.calls.count("nvmlDeviceGetTotalEccErrors")
+        for _ in range(nvml_sensors.SLOW_EVERY - 1):
+            backend.gpus()
+        assert mod.calls.count("nvmlDeviceGetTotalEccErrors") == ecc_calls  # ECC asked once per SLOW_EVERY
+        assert backend.gpus()[1].sensors is first[1].sensors  # nothing changed: the same record
+    finally:
+        backend.close()
