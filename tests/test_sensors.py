@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from gpuwarden.ops import jsondoc
 from gpuwarden.ops.backends import sensors
 from gpuwarden.ops.backends.sim import SimBackend
@@ -218,3 +220,32 @@ def test_nvml_reasons_and_the_slow_group(settings, fixtures):
         assert backend.gpus()[1].sensors is first[1].sensors  # nothing changed: the same record
     finally:
         backend.close()
+
+
+# --- amdsmi 6.x and 7.x: the stand-in built from each version's real API, replaying captured amd-smi output -----
+@pytest.mark.parametrize("version", ["rocm-6.0.0", "rocm-6.1.0", "rocm-6.2.0", "amdsmi-7.0.2"])
+def test_amdsmi_sensors_from_a_capture_and_na_for_the_rest(version, settings, fixtures):
+    from gpuwarden.ops.backends.amdsmi_backend import AmdSmiBackend
+    from standins import amd_smi_capture, amdsmi_standin
+    node = amd_smi_capture.monitor_node(fixtures / "amd-smi/amd_smi_monitor_process_rocm640.txt")
+    mod = amdsmi_standin.build(version, node)
+    backend = AmdSmiBackend(settings, module=mod)
+    try:
+        [gpu] = backend.gpus()
+        backend.gpus()
+    finally:
+        backend.close()
+    s = gpu.sensors
+    # amd-smi monitor showed GPU_T 49 C (hotspot) and MEM_T; MI300X has no edge sensor.
+    assert s.temperatures["junction"] == 49.0 and "memory" in s.temperatures and "edge" not in s.temperatures
+    # Nothing else was captured: every other field is n/a, none invented.
+    assert s.sclk_mhz is None and s.power_cap_w is None and s.link_width is None and s.fan_rpm is None
+    assert s.mem_busy_percent is None and s.ras == {} and s.ecc_corrected is None
+    assert mod.calls.count("amdsmi_get_gpu_ecc_count") <= len(mod.AmdSmiGpuBlock)  # slow group: once for 2 refreshes
+
+
+def test_amdsmi_units_and_throttle_bits():
+    from gpuwarden.ops.backends.amdsmi_sensors import gts, throttle_names
+    assert gts(16000) == 16.0 and gts(32) == 32.0 and gts(0) is None and gts(None) is None
+    assert throttle_names(0) == () and throttle_names(None) is None
+    assert throttle_names((1 << 0) | (1 << 36)) == ("ppt0", "temp-hotspot")
