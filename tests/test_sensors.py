@@ -249,3 +249,25 @@ def test_amdsmi_units_and_throttle_bits():
     assert gts(16000) == 16.0 and gts(32) == 32.0 and gts(0) is None and gts(None) is None
     assert throttle_names(0) == () and throttle_names(None) is None
     assert throttle_names((1 << 0) | (1 << 36)) == ("ppt0", "temp-hotspot")
+
+
+def test_metrics_carry_the_sensors_of_the_sim_node(settings):
+    from prometheus_client.parser import text_string_to_metric_families
+    from gpuwarden.ops.metrics.collector import render
+    from gpuwarden.ops.metrics.reading import Reading
+    backend = SimBackend(settings, create=True)
+    try:
+        snap = take_snapshot(settings, backend)
+    finally:
+        backend.close()
+    samples = {}
+    for fam in text_string_to_metric_families(render(Reading(snapshot=snap, mode="oneshot", now=snap.taken_at)).decode()):
+        for s in fam.samples:
+            samples[(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k in ("gpu", "clock", "link",
+                                                                                     "sensor", "block", "type"))))] = s.value
+    assert samples[("gpuwarden_gpu_clock_max_hertz", (("clock", "sclk"), ("gpu", "0")))] == 2100e6
+    assert samples[("gpuwarden_gpu_pcie_link_transfers_per_second", (("gpu", "0"), ("link", "max")))] == 32e9
+    assert samples[("gpuwarden_gpu_sensor_temperature_celsius", (("gpu", "0"), ("sensor", "junction")))] > 0
+    assert samples[("gpuwarden_gpu_ras_errors_total", (("block", "umc"), ("gpu", "0"), ("type", "ue")))] == 0
+    assert samples[("gpuwarden_gpu_power_cap_watts", (("gpu", "0"),))] == 750
+    assert not any(name == "gpuwarden_gpu_fan_rpm" for name, _ in samples)  # no fan: no series, not a 0
