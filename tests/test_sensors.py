@@ -271,3 +271,29 @@ def test_metrics_carry_the_sensors_of_the_sim_node(settings):
     assert samples[("gpuwarden_gpu_ras_errors_total", (("block", "umc"), ("gpu", "0"), ("type", "ue")))] == 0
     assert samples[("gpuwarden_gpu_power_cap_watts", (("gpu", "0"),))] == 750
     assert not any(name == "gpuwarden_gpu_fan_rpm" for name, _ in samples)  # no fan: no series, not a 0
+
+
+def test_gpu_detail_shows_every_sensor_and_na_for_the_missing(settings):
+    from gpuwarden.ops.model import GpuSensors
+    from gpuwarden.ops.records import replace
+    from gpuwarden.tui.screens.gpu_detail import gpu_summary
+    backend = SimBackend(settings, create=True)
+    try:
+        snap = take_snapshot(settings, backend)
+    finally:
+        backend.close()
+    shown = gpu_summary(snap, 0).plain
+    assert "sclk 500/2100 MHz" in shown and "mclk 900/1300 MHz" in shown and "memory busy 0%" in shown
+    assert "of 750 W cap" in shown and "fan n/a" in shown
+    assert "PCIe    32 GT/s x16 (max 32 GT/s x16)" in shown
+    assert "edge 34C" in shown and "junction 43C" in shown and "memory 39C" in shown and "throttle n/a" in shown
+    assert "corrected 0  uncorrected 0   retired pages 0 of threshold n/a" in shown
+    # A link trained low, an uncorrected UMC error, throttling: all named.
+    worn = GpuSensors(link_speed_gts=16.0, link_max_speed_gts=32.0, link_width=8, link_max_width=16,
+                      throttle=("ppt0",), ras={"umc": {"ue": 2, "ce": 9}}, ecc_corrected=9, ecc_uncorrected=2,
+                      retired_pages=3, pending_pages=1, bad_page_threshold=8)
+    gpus = (replace(snap.gpus[0], sensors=worn),) + snap.gpus[1:]
+    shown = gpu_summary(replace(snap, gpus=gpus), 0).plain
+    assert "PCIe    16 GT/s x8 (max 32 GT/s x16)" in shown and "throttle ppt0" in shown
+    assert "uncorrected 2 (umc ue 2)" in shown and "retired pages 3 (+1 pending) of threshold 8" in shown
+    assert "clocks  sclk n/a" in shown and "temps   n/a" in shown

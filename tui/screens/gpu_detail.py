@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Static
 from gpuwarden.ops.model import NodeSnapshot
 
 from .. import text
+from ..sensor_text import sensor_lines
 from ..styles import STYLES as S
 from ..widgets.keystrip import KeyStrip
 
@@ -31,6 +32,8 @@ def gpu_summary(snap: NodeSnapshot, index: int) -> Text:
     t.append(f"\nVRAM {text.size(g.vram_used)} of {text.size(g.vram_total)}   GTT {text.size(g.gtt_used)} of "
              f"{text.size(g.gtt_total)}   busy {text.num(g.busy_percent, '.0f', '%')}   "
              f"{text.num(g.temperature_c, '.0f', 'C')}   {text.num(g.power_w, '.0f', 'W')}")
+    if g.sensors is not None:  # a replayed bundle from before sensors has none: nothing to show
+        t.append(sensor_lines(g.sensors, g.power_w))
     if g.device_files:
         t.append(f"\ndevice files: {', '.join(g.device_files)}", style="dim")
     r = next((r for r in snap.residual if r.gpu_index == index), None)
