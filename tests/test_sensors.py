@@ -297,3 +297,21 @@ def test_gpu_detail_shows_every_sensor_and_na_for_the_missing(settings):
     assert "PCIe    16 GT/s x8 (max 32 GT/s x16)" in shown and "throttle ppt0" in shown
     assert "uncorrected 2 (umc ue 2)" in shown and "retired pages 3 (+1 pending) of threshold 8" in shown
     assert "clocks  sclk n/a" in shown and "temps   n/a" in shown
+
+
+def test_agent_history_keeps_busy_power_temperature_and_clock_per_refresh(settings):
+    from gpuwarden.ops.agent.history import History
+    backend = SimBackend(settings, create=True)
+    history = History(None, 1.0)
+    try:
+        history.add(take_snapshot(settings, backend))
+        backend.node.allocate(os.getpid(), 0, 1 << 30)
+        history.add(take_snapshot(settings, backend))
+    finally:
+        backend.node.free(os.getpid())
+        backend.close()
+    doc = history.document(gpu=0, resolution="fine")
+    jsondoc.validate(doc)
+    fine = doc["gpus"]["0"]["fine"]
+    assert fine["busy_percent"] == [0, 12] and fine["sclk_mhz"] == [500, 1300]
+    assert fine["power_mw"] == [90000, 150000] and fine["temperature_mc"] == [34000, 38000]

@@ -1,7 +1,8 @@
-"""Per-GPU history: used, residual and holder count at every refresh for the last hour, and per minute for
-seven days; the minute trend is appended to the state dir, so it survives a restart.
+"""Per-GPU history: used, residual and holder count (and busy, power, temperature, shader clock) at every refresh
+for the last hour, and per minute for seven days; the minute trend is appended to the state dir, so it survives a
+restart.
 
-Memory is bounded by fixed rings (array module, no per-sample objects): for 8 GPUs at 1 s, about 3.7 MiB.
+Memory is bounded by fixed rings (array module, no per-sample objects): for 8 GPUs at 1 s, about 4.6 MiB.
 """
 
 from __future__ import annotations
@@ -57,8 +58,20 @@ class Ring:
         return sum(c.itemsize * len(c) for c in self.cols.values())
 
 
+# Sensor columns of the fine series (integers, UNKNOWN where the source had no reading): name -> (GpuInfo reading,
+# scale to the stored integer).
+SENSOR_COLUMNS = {"busy_percent": 1, "power_mw": 1000, "temperature_mc": 1000, "sclk_mhz": 1}
+
+
 def _fine_ring(capacity: int) -> Ring:
-    return Ring(capacity, {"t": "d", "used": "q", "residual": "q", "holders": "i"})
+    return Ring(capacity, {"t": "d", "used": "q", "residual": "q", "holders": "i",
+                           **dict.fromkeys(SENSOR_COLUMNS, "q")})
+
+
+def _sensor_values(g) -> dict[str, int]:
+    sclk = g.sensors.sclk_mhz if g.sensors is not None else None
+    raw = {"busy_percent": g.busy_percent, "power_mw": g.power_w, "temperature_mc": g.temperature_c, "sclk_mhz": sclk}
+    return {name: UNKNOWN if raw[name] is None else round(raw[name] * scale) for name, scale in SENSOR_COLUMNS.items()}
 
 
 def _minute_ring() -> Ring:
@@ -127,7 +140,7 @@ class History:
                 ring = self._fine.get(g.index)
                 if ring is None:
                     ring = self._fine[g.index] = _fine_ring(self._fine_capacity)
-                ring.append(t=t, used=used, residual=residual, holders=holders)
+                ring.append(t=t, used=used, residual=residual, holders=holders, **_sensor_values(g))
                 cur = self._open.get(g.index)
                 if cur is not None and cur.start != minute:
                     closed[g.index] = cur.row()
@@ -252,7 +265,7 @@ def _columns(ring: Ring, since: float, extra: dict[str, float] | None = None) ->
         ts.append(extra["t"])
         for n in names:
             data[n].append(extra[n])
-    for n in ("residual", "residual_max"):
+    for n in ("residual", "residual_max", *SENSOR_COLUMNS):
         if n in data:
             data[n] = [None if v == UNKNOWN else v for v in data[n]]
     t0 = ts[0] if ts else None
