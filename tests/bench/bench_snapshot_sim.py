@@ -56,6 +56,23 @@ def measure(settings: Settings, node: SimNode, runs: int, use_pidfds: bool, expe
         sampler.close()
 
 
+def sensor_cost(node: SimNode, runs: int) -> tuple[float, float]:
+    """Median ms of one Backend.gpus() on the 8 GPUs with the sensor readers, and with them taken out, in turns."""
+    backend = SysfsBackend(sysfs_root=node.sysfs_root, dev_root=node.dev_root)
+    try:
+        backend.gpus()
+        readers = backend._sensors
+        on, off = [], []
+        for _ in range(max(runs, 30)):
+            backend._sensors = readers
+            on.append(median_ms(backend.gpus, 20, warmup=0))
+            backend._sensors = [None] * len(readers)
+            off.append(median_ms(backend.gpus, 20, warmup=0))
+        return statistics.median(on), statistics.median(off)
+    finally:
+        backend.close()
+
+
 def environment(state: Path) -> str:
     """What decides the refresh's path: pidfds, the descriptor limit, the file system under the sim tree."""
     import resource
@@ -120,6 +137,9 @@ def main() -> int:
         to_json = median_ms(lambda: snap.to_json(indent=None), 10)
         sampler.close()
         print(f"snapshot JSON of 2,000 processes (status --json, the agent's /v1/snapshot): {to_json:.1f} ms")
+        sensors_on, sensors_off = sensor_cost(node, args.runs)
+        print(f"GPU read of 8 GPUs (Backend.gpus): {sensors_on:.3f} ms with the sensors, {sensors_off:.3f} ms without "
+              f"(sensors: +{sensors_on - sensors_off:.3f} ms a refresh, {sensors_on / sensors_off:.2f}x)")
         print(f"target: refresh < {TARGET_MS:.0f} ms for 8 GPUs with 2,000 GPU processes: "
               f"{full:.2f} ms, {'met' if full < TARGET_MS else 'MISSED'}")
         if args.json_out:
