@@ -77,6 +77,10 @@ class GpuInfo:
     # Device files a process holds to use this GPU (render node, /dev/nvidiaN).
     device_files: tuple[str, ...] = ()
     sensors: GpuSensors | None = None  # None: the backend reads no sensors beyond the fields above
+    # MI300-class partition modes of the physical device this GPU is (a part of): "SPX".."CPX", "NPS1".."NPS8";
+    # the logical GPUs of one physical device share its bus_id.
+    compute_partition: str | None = None
+    memory_partition: str | None = None
 
 
 @record

@@ -82,10 +82,16 @@ def topology(snap: NodeSnapshot, sysfs_root: Path) -> dict:
     for row in gpus:
         hive = [g.index for g in snap.gpus if row["hive_id"] and g.hive_id == row["hive_id"]]
         row["hive_members"] = hive or [row["index"]]
+        # MI300 partitions (DPX..CPX) are logical GPUs of one physical device: they share its PCI address.
+        row["same_device"] = [g.index for g in snap.gpus if row["bus_id"] and g.bus_id == row["bus_id"]] or \
+            [row["index"]]
+        gpu = snap.gpu(row["index"])
+        row["compute_partition"] = gpu.compute_partition if gpu is not None else None
+        row["memory_partition"] = gpu.memory_partition if gpu is not None else None
         row["same_pcie_parent"] = by_parent.get(row["pcie_parent"], [row["index"]]) if row["pcie_parent"] else \
             [row["index"]]
-        # amdgpu resets an XGMI hive as one; outside a hive a reset reaches the GPU alone.
-        row["reset_scope"] = row["hive_members"]
+        # A reset acts on the physical device (all its partitions); amdgpu resets an XGMI hive as one.
+        row["reset_scope"] = sorted(set(row["hive_members"]) | set(row["same_device"]))
         row["engines_in_scope"] = sorted(e.name for e in snap.engines if e.gpu in row["reset_scope"]
                                          and e.phase not in ("exited", "crashed") and not e.stale)
     return document("topology", {"taken_at": snap.taken_at, "taken_at_iso": iso(snap.taken_at),
@@ -98,13 +104,18 @@ def reset_reach(doc: dict, gpu: int) -> str | None:
     row = next((r for r in doc["gpus"] if r["index"] == gpu), None)
     if row is None:
         return None
-    others = [i for i in row["reset_scope"] if i != gpu]
+    partitions = [i for i in row["same_device"] if i != gpu]
+    others = [i for i in row["reset_scope"] if i != gpu and i not in partitions]
     engines = row["engines_in_scope"]
-    if not others and not engines:
+    if not others and not partitions and not engines:
         return None
     text = f"resetting GPU {gpu}"
+    if partitions:
+        text += (f" resets its physical device {row['bus_id']}, so also GPU{'s' if len(partitions) > 1 else ''} "
+                 f"{_ranges(partitions)} ({row['compute_partition'] or 'partitions'} of the same device)")
     if others:
-        text += f" also resets GPU{'s' if len(others) > 1 else ''} {_ranges(others)} of hive {row['hive_id']}"
+        text += (" and" if partitions else "") + \
+            f" also resets GPU{'s' if len(others) > 1 else ''} {_ranges(others)} of hive {row['hive_id']}"
     if engines:
         text += f": engines {', '.join(engines)} will lose their contexts" if len(engines) > 1 else \
             f": engine {engines[0]} will lose its context"

@@ -24,10 +24,11 @@ def run(settings: Settings, *, json_out: bool = False) -> int:
     if json_out:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
-    rows = [("GPU", "BUS", "HIVE", "NUMA", "PCIE PARENT", "SHARES PARENT WITH", "RESET REACHES")]
+    rows = [("GPU", "BUS", "PARTITION", "HIVE", "NUMA", "PCIE PARENT", "SHARES PARENT WITH", "RESET REACHES")]
     for r in doc["gpus"]:
         peers = [i for i in r["same_pcie_parent"] if i != r["index"]]
-        rows.append((str(r["index"]), r["bus_id"] or "n/a", r["hive_id"] or "-",
+        part = "/".join(p for p in (r["compute_partition"], r["memory_partition"]) if p) or "-"
+        rows.append((str(r["index"]), r["bus_id"] or "n/a", part, r["hive_id"] or "-",
                      "n/a" if r["numa_node"] is None else str(r["numa_node"]), r["pcie_parent"] or "n/a",
                      ", ".join(map(str, peers)) or "-", ", ".join(map(str, r["reset_scope"]))))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

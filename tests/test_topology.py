@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from gpuwarden.ops import jsondoc
 from gpuwarden.ops.model import EngineInfo, GpuInfo, NodeSnapshot
@@ -60,3 +61,27 @@ def test_status_topology_on_the_simulated_hive(cli, state_dir):
     text = cli("--backend", "sim", "status", "--topology").stdout
     assert "resetting GPU 2 also resets GPUs 0-1, 3-7 of hive 0x51510001" in text
     assert "PCIe parents n/a" in text
+
+
+def test_cpx_partitions_are_one_physical_device_and_a_reset_takes_them_all():
+    # A CPX MI300X: 8 logical GPUs at one PCI address (KFD reports the physical device's location for each).
+    gpus = [GpuInfo(index=i, name="p", vendor="amd", bus_id="0000:11:00.0", compute_partition="CPX",
+                    memory_partition="NPS4") for i in range(8)]
+    gpus.append(GpuInfo(index=8, name="q", vendor="amd", bus_id="0000:21:00.0", compute_partition="SPX",
+                        memory_partition="NPS1"))
+    doc = topology(_snap(gpus, [EngineInfo(name="dp3", gpu=3, phase="serving")]), Path("/nonexistent"))
+    jsondoc.validate(doc)
+    assert doc["gpus"][2]["reset_scope"] == list(range(8)) and doc["gpus"][8]["reset_scope"] == [8]
+    assert reset_reach(doc, 2) == ("resetting GPU 2 resets its physical device 0000:11:00.0, so also GPUs 0-1, 3-7 "
+                                   "(CPX of the same device): engine dp3 will lose its context")
+    assert reset_reach(doc, 8) is None
+
+
+def test_sim_reports_its_partition_modes(settings):
+    from gpuwarden.ops.backends.sim import SimBackend
+    backend = SimBackend(settings, create=True)
+    try:
+        gpu = backend.gpus()[0]
+    finally:
+        backend.close()
+    assert (gpu.compute_partition, gpu.memory_partition) == ("SPX", "NPS1")

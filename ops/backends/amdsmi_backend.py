@@ -159,6 +159,9 @@ class AmdSmiBackend(libload.LibraryBackend):
             "kfd_gpu_id": int(kfd_id) if kfd_id is not None else self._kfd_gpu_id_from_sysfs(bdf),
             "hive_id": f"{int(hive):#x}" if hive else None,  # 0: not in an XGMI hive
             "device_files": self._device_files(handle, bdf),
+            # 6.2+: "SPX".."CPX" and "NPS1".."NPS8" (strings); older libraries have neither call.
+            "compute_partition": known(self._try(getattr(m, "amdsmi_get_gpu_compute_partition", None), handle)),
+            "memory_partition": known(self._try(getattr(m, "amdsmi_get_gpu_memory_partition", None), handle)),
         }
 
     def _gpu(self, index: int, handle: Any) -> GpuInfo:
@@ -175,6 +178,7 @@ class AmdSmiBackend(libload.LibraryBackend):
             gtt_total=static["gtt_total"], gtt_used=self._memory("amdsmi_get_gpu_memory_usage", handle, "GTT"),
             busy_percent=busy, temperature_c=temperature, power_w=power,
             kfd_gpu_id=static["kfd_gpu_id"], hive_id=static["hive_id"],
+            compute_partition=static["compute_partition"], memory_partition=static["memory_partition"],
             device_files=static["device_files"], sensors=self._sensors[index].read(self._metrics_read),
         )
 

@@ -148,6 +148,12 @@ def pair(nodes: list[KfdNode], cards: list[DrmCard]) -> list[tuple[DrmCard | Non
     return out
 
 
+def _word(path: Path) -> str | None:
+    """A one-word attribute ("CPX", "NPS4"), None when absent or empty."""
+    text = (read_text(path) or "").strip()
+    return text.split()[0] if text else None
+
+
 def _hwmon(dev: Path) -> Path | None:
     try:
         names = sorted(os.listdir(dev / "hwmon"))
@@ -213,6 +219,8 @@ class SysfsBackend:
                 vram_total=read_int(dev / "mem_info_vram_total") if dev is not None else None,
                 gtt_total=read_int(dev / "mem_info_gtt_total") if dev is not None else None,
                 kfd_gpu_id=gpu_id, hive_id=f"{hive:#x}" if hive else None,
+                compute_partition=_word(dev / "current_compute_partition") if dev is not None else None,
+                memory_partition=_word(dev / "current_memory_partition") if dev is not None else None,
                 device_files=(str(self.dev_root / "dri" / f"renderD{minor}"),) if minor is not None else (),
             )
             paths: dict[str, str | None] = dict.fromkeys(("vram_used", "gtt_used", "busy", "temp", "power"))

@@ -66,6 +66,9 @@ def write(sysfs_root: Path, gpus: int, vram: int, hive: bool) -> None:
         _put(dev / "hwmon/hwmon0/power1_cap", str(POWER_CAP_UW), sysfs_root)
         _put(dev / "hwmon/hwmon0/power1_cap_max", str(POWER_CAP_UW), sysfs_root)
         _put(dev / "numa_node", "0", sysfs_root)
+        # MI300X's defaults: one partition per device (SPX), memory interleaved over the whole HBM (NPS1).
+        _put(dev / "current_compute_partition", "SPX", sysfs_root)
+        _put(dev / "current_memory_partition", "NPS1", sysfs_root)
         _put(dev / "local_cpulist", f"0-{cpus - 1}" if cpus > 1 else "0", sysfs_root)
         _put(dev / "revision", "0x00", sysfs_root)
         _put(dev / "vbios_version", VBIOS, sysfs_root)
