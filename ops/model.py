@@ -385,7 +385,7 @@ def _sensors(data: dict[str, Any] | None) -> GpuSensors | None:
     if not isinstance(data, dict):
         return None
     throttle = data.get("throttle")
-    return _build(GpuSensors, {**data, "throttle": None if throttle is None else tuple(throttle)})
+    return _build(GpuSensors, {**data, "throttle": tuple(throttle) if isinstance(throttle, (list, tuple)) else None})
 
 
 def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
