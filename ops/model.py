@@ -43,6 +43,37 @@ def stale_read(late: Any) -> StaleRead:
 
 
 @record
+class GpuSensors:
+    """The sensors of one GPU beyond VRAM/busy/temperature/power; None (shown "n/a") where the source lacks one.
+
+    Clocks in MHz, power in W, PCIe speed in GT/s, temperatures in degrees C by sensor ("edge", "junction",
+    "memory"; NVIDIA: "gpu", "memory"). RAS/ECC: per block {"ce": corrected, "ue": uncorrected[, "de": deferred]}.
+    """
+
+    sclk_mhz: float | None = None
+    sclk_max_mhz: float | None = None
+    mclk_mhz: float | None = None
+    mclk_max_mhz: float | None = None
+    fan_rpm: int | None = None
+    fan_percent: float | None = None
+    power_cap_w: float | None = None
+    mem_busy_percent: float | None = None  # memory-controller activity
+    link_speed_gts: float | None = None
+    link_max_speed_gts: float | None = None
+    link_width: int | None = None
+    link_max_width: int | None = None
+    # Why clocks are held down right now: () when nothing throttles, None when the source does not say.
+    throttle: tuple[str, ...] | None = None
+    temperatures: dict[str, float] = field(default_factory=dict)
+    ras: dict[str, dict[str, int]] = field(default_factory=dict)  # block -> counts; {} when none exposed
+    ecc_corrected: int | None = None  # totals over the blocks (NVIDIA: volatile ECC counts)
+    ecc_uncorrected: int | None = None
+    retired_pages: int | None = None  # AMD: bad pages retired; NVIDIA: retired pages or remapped rows
+    pending_pages: int | None = None  # waiting to be retired (at the next reset/reboot)
+    bad_page_threshold: int | None = None  # retired pages at which the GPU is flagged for RMA; None: not set
+
+
+@record
 class GpuInfo:
     """One GPU as a backend sees it. Sizes in bytes; None where the vendor gives nothing."""
 
@@ -66,6 +97,11 @@ class GpuInfo:
     device_files: tuple[str, ...] = ()
     # Set when a read of this GPU did not answer in time: the fields it would have given are None (STALE).
     stale: StaleRead | None = None
+    sensors: GpuSensors | None = None  # None: the backend reads no sensors beyond the fields above
+    # MI300-class partition modes of the physical device this GPU is (a part of): "SPX".."CPX", "NPS1".."NPS8";
+    # the logical GPUs of one physical device share its bus_id.
+    compute_partition: str | None = None
+    memory_partition: str | None = None
 
 
 @record
@@ -382,6 +418,13 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
     return cls(**{name: data[name] for name in cls.__record_fields__ if name in data})
 
 
+def _sensors(data: dict[str, Any] | None) -> GpuSensors | None:
+    if not isinstance(data, dict):
+        return None
+    throttle = data.get("throttle")
+    return _build(GpuSensors, {**data, "throttle": tuple(throttle) if isinstance(throttle, (list, tuple)) else None})
+
+
 def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
     """Inverse of NodeSnapshot.to_dict (used by bundle replay and tests)."""
 
@@ -389,7 +432,8 @@ def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
         return {int(k): v for k, v in (d or {}).items()}
 
     gpus = tuple(_build(GpuInfo, {**g, "device_files": tuple(g.get("device_files", ())),
-                                  "stale": _build(StaleRead, g["stale"]) if g.get("stale") else None})
+                                  "stale": _build(StaleRead, g["stale"]) if g.get("stale") else None,
+                                  "sensors": _sensors(g.get("sensors"))})
                  for g in data.get("gpus", []))
     procs = tuple(
         _build(GpuProcess, {**p, "vram": int_keys(p.get("vram")), "sources": int_keys(p.get("sources")),

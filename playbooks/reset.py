@@ -96,6 +96,7 @@ class ResetPlaybook(Playbook):
         self.description = f"reset GPU {gpu}"
         self._locked = (gpu,)
         self._path: ResetPath | None = None
+        self._reach: str | None = None  # "resetting GPU 2 also resets ...", set by preconditions
 
     def gpus(self) -> tuple[int, ...]:
         return self._locked
@@ -109,6 +110,9 @@ class ResetPlaybook(Playbook):
         info = nodecheck.require_gpu(snap, self.gpu)
         peers = nodecheck.hive_peers(snap, self.gpu)
         self._locked = (self.gpu, *peers)
+        from gpuwarden.ops.topology import reset_reach, topology
+        # What the operator confirms: which GPUs (hive, partitions of the device) and engines the reset takes down.
+        self._reach = reset_reach(topology(snap, ctx.settings.sysfs_root), self.gpu)
         if peers:
             ctx.info(f"GPU {self.gpu} is in XGMI hive {info.hive_id} with GPU(s) {', '.join(map(str, peers))}: "
                      "the reset reaches them too", hive=info.hive_id, peers=peers)
@@ -131,4 +135,6 @@ class ResetPlaybook(Playbook):
                            amdsmi_loader=self.amdsmi_loader)
         if self._path is not None:
             steps[0].description += f" via {self._path.what}"
+        if self._reach:
+            steps[0].description += f" ({self._reach})"
         return steps

@@ -145,7 +145,7 @@ def test_sim_hold_says_what_it_holds_in_units(sim):
 def _entries(state: Path, *when: float) -> None:
     """Journal lines at the given times, written as the journal writes them (then re-dated in place)."""
     from gpuwarden.ops import journal
-    for i, ts in enumerate(when):
+    for i, _ts in enumerate(when):
         journal.write(state, f"drill-{i}", "ok")
     path = state / "journal.log"
     lines = path.read_text().splitlines()

@@ -94,6 +94,15 @@ def test_dry_run_names_the_reset_and_changes_nothing(sim, state_dir):
     assert not journal.exists() and _resets(sim) == {}
 
 
+def test_dry_run_of_a_hive_gpu_names_everything_the_reset_takes_down(sim, state_dir):
+    sim("sim", "init", "--gpus", "4", "--hive", check=True)
+    for g in range(4):
+        nodestate.set_drained(state_dir, g, True)
+    proc = sim("reset", "2", "--dry-run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "resetting GPU 2 also resets GPUs 0-1, 3 of hive 0x51510001" in proc.stdout
+
+
 def test_unknown_gpu_lists_the_gpus(sim):
     sim("sim", "init", "--gpus", "2", check=True)
     proc = sim("reset", "5", "--yes")

@@ -1,8 +1,8 @@
-"""Per-GPU history: used, residual, holder count and VRAM fragmentation (per mille, from the driver's books) at
-every refresh for the last hour, and per minute for seven days; the minute trend is appended to the state dir,
-so it survives a restart.
+"""Per-GPU history: used, residual, holder count, VRAM fragmentation (per mille, from the driver's books) and
+busy, power, temperature and shader clock at every refresh for the last hour, and per minute for seven days; the
+minute trend is appended to the state dir, so it survives a restart.
 
-Memory is bounded by fixed rings (array module, no per-sample objects): for 8 GPUs at 1 s, about 3.7 MiB.
+Memory is bounded by fixed rings (array module, no per-sample objects): for 8 GPUs at 1 s, about 4.6 MiB.
 """
 
 from __future__ import annotations
@@ -60,8 +60,20 @@ class Ring:
         return sum(c.itemsize * len(c) for c in self.cols.values())
 
 
+# Sensor columns of the fine series (integers, UNKNOWN where the source had no reading): name -> (GpuInfo reading,
+# scale to the stored integer).
+SENSOR_COLUMNS = {"busy_percent": 1, "power_mw": 1000, "temperature_mc": 1000, "sclk_mhz": 1}
+
+
 def _fine_ring(capacity: int) -> Ring:
-    return Ring(capacity, {"t": "d", "used": "q", "residual": "q", "holders": "i", "fragmentation_permille": "i"})
+    return Ring(capacity, {"t": "d", "used": "q", "residual": "q", "holders": "i", "fragmentation_permille": "i",
+                           **dict.fromkeys(SENSOR_COLUMNS, "q")})
+
+
+def _sensor_values(g) -> dict[str, int]:
+    sclk = g.sensors.sclk_mhz if g.sensors is not None else None
+    raw = {"busy_percent": g.busy_percent, "power_mw": g.power_w, "temperature_mc": g.temperature_c, "sclk_mhz": sclk}
+    return {name: UNKNOWN if raw[name] is None else round(raw[name] * scale) for name, scale in SENSOR_COLUMNS.items()}
 
 
 def _minute_ring() -> Ring:
@@ -145,7 +157,8 @@ class History:
                 if ring is None:
                     ring = self._fine[g.index] = _fine_ring(self._fine_capacity)
                 frag = frag_by_gpu.get(g.index, NO_FRAG)
-                ring.append(t=t, used=used, residual=residual, holders=holders, fragmentation_permille=frag)
+                ring.append(t=t, used=used, residual=residual, holders=holders, fragmentation_permille=frag,
+                            **_sensor_values(g))
                 cur = self._open.get(g.index)
                 if cur is not None and cur.start != minute:
                     closed[g.index] = cur.row()
@@ -289,7 +302,7 @@ def _columns(ring: Ring, since: float, extra: dict[str, float] | None = None) ->
         ts.append(extra["t"])
         for n in names:
             data[n].append(extra[n])
-    for n in ("residual", "residual_max"):
+    for n in ("residual", "residual_max", *SENSOR_COLUMNS):
         if n in data:
             data[n] = [None if v == UNKNOWN else v for v in data[n]]
     for n in ("fragmentation_permille", "fragmentation_permille_max"):

@@ -12,6 +12,7 @@ from ..errors import BackendUnavailable
 from ..model import GpuInfo, ProcessUsage, stale_read
 from ..settings import Settings
 from . import libload, sysfs
+from .amdsmi_sensors import AmdSmiSensors
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class AmdSmiBackend(libload.LibraryBackend):
         self._kfd_nodes: list[sysfs.KfdNode] | None = None
         self._cards: list[sysfs.DrmCard] | None = None
         self._static = [self._static_info(i, h) for i, h in enumerate(self._handles)]
+        self._sensors = [AmdSmiSensors(m, h, self._try, number) for h in self._handles]
 
     # ----------------------------------------------------------------- protocol
 
@@ -170,6 +172,9 @@ class AmdSmiBackend(libload.LibraryBackend):
             "kfd_gpu_id": int(kfd_id) if kfd_id is not None else self._kfd_gpu_id_from_sysfs(bdf),
             "hive_id": f"{int(hive):#x}" if hive else None,  # 0: not in an XGMI hive
             "device_files": self._device_files(handle, bdf),
+            # 6.2+: "SPX".."CPX" and "NPS1".."NPS8" (strings); older libraries have neither call.
+            "compute_partition": known(self._try(getattr(m, "amdsmi_get_gpu_compute_partition", None), handle)),
+            "memory_partition": known(self._try(getattr(m, "amdsmi_get_gpu_memory_partition", None), handle)),
         }
 
     def _gpu(self, index: int, handle: Any) -> GpuInfo:
@@ -178,6 +183,7 @@ class AmdSmiBackend(libload.LibraryBackend):
         if vram_used is None:
             mib = number(self._field("amdsmi_get_gpu_vram_usage", handle, "vram_used"))
             vram_used = None if mib is None else int(mib) * MIB
+        self._metrics_read = None  # the gpu_metrics table, when _live_metrics asks for it: read once a refresh
         busy, temperature, power = self._live_metrics(handle)
         return GpuInfo(
             index=index, name=static["name"], vendor="amd", bus_id=static["bus_id"], uuid=static["uuid"],
@@ -185,7 +191,8 @@ class AmdSmiBackend(libload.LibraryBackend):
             gtt_total=static["gtt_total"], gtt_used=self._memory("amdsmi_get_gpu_memory_usage", handle, "GTT"),
             busy_percent=busy, temperature_c=temperature, power_w=power,
             kfd_gpu_id=static["kfd_gpu_id"], hive_id=static["hive_id"],
-            device_files=static["device_files"],
+            compute_partition=static["compute_partition"], memory_partition=static["memory_partition"],
+            device_files=static["device_files"], sensors=self._sensors[index].read(self._metrics_read),
         )
 
     def _live_metrics(self, handle: Any) -> tuple[float | None, float | None, float | None]:
@@ -202,6 +209,7 @@ class AmdSmiBackend(libload.LibraryBackend):
         if busy is None or temperature is None or power is None:
             metrics = self._try(getattr(self._m, "amdsmi_get_gpu_metrics_info", None), handle)
             metrics = metrics if isinstance(metrics, Mapping) else {}
+            self._metrics_read = metrics
             if busy is None:
                 busy = number(metrics.get("average_gfx_activity"))
             if temperature is None:

@@ -11,6 +11,7 @@ from ..errors import BackendUnavailable
 from ..model import GpuInfo, ProcessUsage, stale_read
 from ..settings import Settings
 from . import libload
+from .nvml_sensors import NvmlSensors
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class NvmlBackend(libload.LibraryBackend):
         self._mismatch = tuple(e for e in (getattr(nv, "NVMLLibraryMismatchError", None),
                                            getattr(nv, "NVMLError_FunctionNotFound", None)) if e)
         self._static = {i: self._static_info(i, h) for i, h in self._handles.items()}
+        self._sensors = {i: NvmlSensors(nv, h, self._try) for i, h in self._handles.items()}
 
     # ----------------------------------------------------------------- protocol
 
@@ -179,13 +181,15 @@ class NvmlBackend(libload.LibraryBackend):
         total, used = self._memory(handle)
         rates = self._try(nv.nvmlDeviceGetUtilizationRates, handle)
         milliwatts = self._try(nv.nvmlDeviceGetPowerUsage, handle)
+        temperature = self._temperature(handle)
         return GpuInfo(
             index=index, name=static["name"], vendor="nvidia", bus_id=static["bus_id"], uuid=static["uuid"],
             vram_total=total, vram_used=used,
             busy_percent=float(rates.gpu) if rates is not None else None,
-            temperature_c=self._temperature(handle),
+            temperature_c=temperature,
             power_w=milliwatts / 1000.0 if milliwatts is not None else None,
             device_files=static["device_files"],
+            sensors=self._sensors[index].read(float(rates.memory) if rates is not None else None, temperature),
         )
 
 

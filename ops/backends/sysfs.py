@@ -16,6 +16,7 @@ from ..errors import BackendUnavailable
 from ..heldfiles import HeldFiles
 from ..model import GpuInfo, ProcessUsage, stale_read
 from ..records import record
+from .sensors import SysfsSensors
 
 AMD_VENDOR = 0x1002
 
@@ -150,6 +151,12 @@ def pair(nodes: list[KfdNode], cards: list[DrmCard]) -> list[tuple[DrmCard | Non
     return out
 
 
+def _word(path: Path) -> str | None:
+    """A one-word attribute ("CPX", "NPS4"), None when absent or empty."""
+    text = (read_text(path) or "").strip()
+    return text.split()[0] if text else None
+
+
 def _hwmon(dev: Path) -> Path | None:
     try:
         names = sorted(os.listdir(dev / "hwmon"))
@@ -234,6 +241,8 @@ class SysfsBackend:
         # nothing with the others) and what _describe_one found.
         self._gpu_held = [HeldFiles(blocking_open=True) for _ in self._layout]
         self._described: dict[int, tuple[dict, dict[str, str | None]]] = {}
+        self._sensors: dict[int, SysfsSensors] = {}  # per GPU, on its held files (read in that GPU's lane)
+        self._raws: dict[int, dict[str, bytes | None]] = {}
         self._gpu_lanes: set[tuple] = set()  # per-GPU lanes in use since a read was late (see gpus)
         self._last_usage: list[ProcessUsage] = []
         self._stamp_dirs = self._identity_dirs()
@@ -290,6 +299,9 @@ class SysfsBackend:
             static["vram_total"] = read_int(dev / "mem_info_vram_total")
             mark("mem_info_gtt_total", str(dev / "mem_info_gtt_total"))
             static["gtt_total"] = read_int(dev / "mem_info_gtt_total")
+            mark("current_compute_partition", str(dev / "current_compute_partition"))
+            static["compute_partition"] = _word(dev / "current_compute_partition")
+            static["memory_partition"] = _word(dev / "current_memory_partition")
         # Memory counters first: amdgpu keeps them itself, so they answer even when the SMU behind busy,
         # temperature and power does not, and a late GPU still shows its VRAM.
         paths: dict[str, str | None] = dict.fromkeys(("vram_used", "gtt_used", "busy_percent", "temperature_c",
@@ -327,6 +339,8 @@ class SysfsBackend:
             described = self._described[index] = self._describe_one(index, lambda w, p=None: mark(w, p, index))
         static, paths = described
         held = self._gpu_held[index]
+        raws = self._raws.setdefault(index, {})  # this pass's bytes of the files below (the sensors reuse them)
+        raws.clear()
         values = work.values.setdefault(index, {})
         skip = work.skip
         for key, path in paths.items():
@@ -336,7 +350,7 @@ class SysfsBackend:
                 values[key] = None
                 continue
             mark(path.rpartition("/")[2], path, index)
-            raw = held.read(path, 64)
+            raw = raws[path] = held.read(path, 64)
             value = None
             if raw:
                 try:
@@ -345,6 +359,25 @@ class SysfsBackend:
                     pass
             scale = self._SCALE.get(key)
             values[key] = value / scale if value is not None and scale else value
+        card = self._layout[index][0]
+        sensors_key = f"{card.device_dir}/<sensors>" if card is not None else None
+        if sensors_key is not None and not work.cancelled and sensors_key not in skip:
+            reader = self._sensors.get(index)
+            if reader is None:
+                # The files the loop above reads (busy, temp1, power) are not read twice: the sensors get the bytes
+                # it read, so a file that hangs is blocked in one lane only.
+                mine = {path for path in paths.values() if path is not None}
+                read = held.read
+
+                def read_once(path: str, n: int, mine=mine, read=read, raws=raws) -> bytes | None:
+                    return raws.get(path) if path in mine else read(path, n)
+                reader = self._sensors[index] = SysfsSensors(card.device_dir, read_once, self.sysfs_root)
+            mark("the sensor files (clocks, fan, link, RAS)", sensors_key, index)
+            sensors = reader.read()
+            values["sensors"] = sensors
+            if values.get("temperature_c") is None and sensors is not None:
+                hot = sensors.temperatures.get("junction")  # MI300-class boards have no edge sensor (temp1)
+                values["temperature_c"] = hot
         return static
 
     def _read_all(self, work: _Pass, mark) -> list[dict | None]:

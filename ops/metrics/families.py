@@ -154,7 +154,68 @@ def _gpu_families(reading: Reading, options: MetricsOptions) -> Iterator[Metric]
         reset.add_metric(values, 1 if is_significant and not r.holders else 0)  # type: ignore[union-attr]
         procs.add_metric(values, users.get(g.index, 0))
         stale.add_metric(values, 1 if g.stale is not None else 0)
+    fams += list(_sensor_families(snap, lab, options))
     return iter(fams)
+
+
+def _sensor_families(snap: NodeSnapshot, lab: "_Labels", options: MetricsOptions) -> Iterator[Metric]:
+    """The GPUs' sensors (GpuSensors): a series only where the source has the reading."""
+    clock_lab = _Labels(GPU_LABELS + ("clock",), options.hostname)
+    link_lab = _Labels(GPU_LABELS + ("link",), options.hostname)
+    sensor_lab = _Labels(GPU_LABELS + ("sensor",), options.hostname)
+    ras_lab = _Labels(GPU_LABELS + ("block", "type"), options.hostname)
+    reason_lab = _Labels(GPU_LABELS + ("reason",), options.hostname)
+    clock = _gauge("gpu_clock_hertz", "Current clock (sclk: shader/SM, mclk: memory).", clock_lab.names)
+    clock_max = _gauge("gpu_clock_max_hertz", "Highest clock of its DPM table / NVML's maximum.", clock_lab.names)
+    fan_rpm = _gauge("gpu_fan_rpm", "Fan speed in revolutions per minute.", lab.names)
+    fan = _gauge("gpu_fan_ratio", "Fan speed as a fraction of its maximum (0-1).", lab.names)
+    cap = _gauge("gpu_power_cap_watts", "Power cap (limit) in force.", lab.names)
+    mem_busy = _gauge("gpu_memory_busy_ratio", "Memory-controller activity (0-1).", lab.names)
+    speed = _gauge("gpu_pcie_link_transfers_per_second", "PCIe link speed per lane (current, max).", link_lab.names)
+    width = _gauge("gpu_pcie_link_width_lanes", "PCIe link width (current, max).", link_lab.names)
+    temp = _gauge("gpu_sensor_temperature_celsius", "Temperature by sensor (edge, junction, memory, gpu).",
+                  sensor_lab.names)
+    ras = _counter("gpu_ras_errors", "RAS/ECC error counts by block and type (ce corrected, ue uncorrected, "
+                   "de deferred), since the driver loaded.", ras_lab.names)
+    retired = _gauge("gpu_retired_pages", "VRAM pages retired (AMD bad pages; NVIDIA remapped rows).", lab.names)
+    pending = _gauge("gpu_pending_retired_pages", "Bad pages waiting to be retired at the next reset.", lab.names)
+    threshold = _gauge("gpu_bad_page_threshold", "Retired pages at which the GPU is flagged for replacement "
+                       "(only where the driver's threshold is set explicitly).", lab.names)
+    throttled = _gauge("gpu_throttled", "1 for each reason holding the clocks down now (only reasons that are "
+                       "active, and only where the source tells).", reason_lab.names)
+    for g in snap.gpus:
+        s = g.sensors
+        if s is None:
+            continue
+        ident = _gpu_label_values(g)
+        values = lab.of(*ident)
+        for fam, kind, v in ((clock, "sclk", s.sclk_mhz), (clock, "mclk", s.mclk_mhz),
+                             (clock_max, "sclk", s.sclk_max_mhz), (clock_max, "mclk", s.mclk_max_mhz)):
+            if v is not None:
+                fam.add_metric(clock_lab.of(*ident, kind), v * 1e6)
+        for fam, v in ((fan_rpm, s.fan_rpm), (cap, s.power_cap_w), (retired, s.retired_pages),
+                       (pending, s.pending_pages), (threshold, s.bad_page_threshold)):
+            if v is not None:
+                fam.add_metric(values, v)
+        if s.fan_percent is not None:
+            fan.add_metric(values, s.fan_percent / 100.0)
+        if s.mem_busy_percent is not None:
+            mem_busy.add_metric(values, s.mem_busy_percent / 100.0)
+        for which, v, w in (("current", s.link_speed_gts, s.link_width), ("max", s.link_max_speed_gts,
+                                                                          s.link_max_width)):
+            if v is not None:
+                speed.add_metric(link_lab.of(*ident, which), v * 1e9)
+            if w is not None:
+                width.add_metric(link_lab.of(*ident, which), w)
+        for sensor, c in s.temperatures.items():
+            temp.add_metric(sensor_lab.of(*ident, sensor), c)
+        for block, counts in s.ras.items():
+            for kind, n in counts.items():
+                ras.add_metric(ras_lab.of(*ident, block, kind), n)
+        for reason in s.throttle or ():
+            throttled.add_metric(reason_lab.of(*ident, reason), 1)
+    return iter((clock, clock_max, fan_rpm, fan, cap, mem_busy, speed, width, temp, ras, retired, pending, threshold,
+                 throttled))
 
 
 # --- engines ---------------------------------------------------------------------------------------------------

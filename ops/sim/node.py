@@ -330,11 +330,19 @@ class SimNode:
                     # In place, like sysfs attributes: readers keep these open and pread them.
                     _put_in_place(dev, "mem_info_vram_used", used)
                     _put_in_place(dev, "mem_info_gtt_used", min(cfg["gtt"], 64 << 20))
+                    # The DPM level in use follows the load, as amdgpu's pp_dpm_* files star it.
+                    level = 0 if busy == 0 else 1 if busy < 50 else 2
+                    _put_text_in_place(dev, "pp_dpm_sclk", platform.dpm_table(platform.SCLK_LEVELS, level))
+                    _put_text_in_place(dev, "pp_dpm_mclk", platform.dpm_table(platform.MCLK_LEVELS, level))
+                    _put_in_place(dev, "mem_busy_percent", busy // 2)
                     with dev.subdir("hwmon") as hw, hw.subdir("hwmon0") as mon:
+                        edge = 34 + busy // 3
+                        _put_in_place(mon, "temp2_input", (edge + 9) * 1000)  # junction (hotspot)
+                        _put_in_place(mon, "temp3_input", (edge + 5) * 1000)  # HBM
                         # The hang fault wedges what amdgpu answers by asking the GPU's SMU (a hung SMU never
                         # replies), not the memory counters the driver keeps itself.
                         for d, name, value in ((dev, "gpu_busy_percent", busy),
-                                               (mon, "temp1_input", (34 + busy // 3) * 1000),
+                                               (mon, "temp1_input", edge * 1000),
                                                (mon, "power1_average", (90 + 5 * busy) * 1_000_000)):
                             if i in hung:
                                 _wedge(d, name)
@@ -486,10 +494,15 @@ def _unwedge(d: statedir.Dir, name: str) -> None:
             os.close(writer)
 
 
-def _put_in_place(d: statedir.Dir, name: str, value: int) -> None:
+def _put_text_in_place(d: statedir.Dir, name: str, text: str) -> None:
+    """Rewrite a text attribute in place (same inode, truncated to its new length), as _put_in_place does numbers."""
+    _put_in_place(d, name, None, text.encode())
+
+
+def _put_in_place(d: statedir.Dir, name: str, value: int | None, data: bytes | None = None) -> None:
     """Rewrite a number in place, fixed width: readers keep these files open and pread them,
     as they do real sysfs attributes, so the inode must stay the same."""
-    data = f"{value:<23d}\n".encode()
+    data = f"{value:<23d}\n".encode() if data is None else data
     try:
         fd = d.open(name, os.O_RDWR | os.O_CREAT, 0o644)
     except GpuwardenError as exc:
@@ -499,7 +512,8 @@ def _put_in_place(d: statedir.Dir, name: str, value: int) -> None:
             f"cannot update the simulated node's file {d.path / name}: it belongs to another user",
             "run the sim node's tenants and gpuwarden as the same user, or use a state dir of your own") from None
     try:
-        if os.pread(fd, 64, 0) != data:
+        if os.pread(fd, len(data) + 1, 0) != data:
             os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
     finally:
         os.close(fd)

@@ -24,6 +24,18 @@ PARAMETERS = {"gpu_recovery": "-1", "lockup_timeout": "", "no_system_mem_limit":
 LINK = {"current_link_speed": "32.0 GT/s PCIe", "max_link_speed": "32.0 GT/s PCIe", "current_link_width": "16",
         "max_link_width": "16"}
 XGMI, PCIE = 11, 2
+# MI300X's DPM levels (MHz): engine clock up to 2100, HBM3 memory clock up to 1300; the board is passively
+# cooled (no fan1_input/pwm1) and capped at 750 W (hwmon power1_cap, microwatts).
+SCLK_LEVELS = (500, 1300, 2100)
+MCLK_LEVELS = (900, 1100, 1300)
+POWER_CAP_UW = 750_000_000
+# hwmon sensor labels in amdgpu's order (temp1 edge, temp2 junction, temp3 mem).
+TEMP_LABELS = ("edge", "junction", "mem")
+
+
+def dpm_table(levels: tuple[int, ...], current: int) -> str:
+    """pp_dpm_sclk/pp_dpm_mclk as amdgpu prints them: "<level>: <clock>Mhz " with "*" on the level in use."""
+    return "".join(f"{i}: {mhz}Mhz {'*' if i == current else ''}\n" for i, mhz in enumerate(levels))
 
 
 def _put(path: Path, text: str, root: Path) -> None:
@@ -49,7 +61,14 @@ def write(sysfs_root: Path, gpus: int, vram: int, hive: bool) -> None:
         for name, value in LINK.items():
             _put(dev / name, value, sysfs_root)
         _put(dev / "mem_info_vis_vram_total", str(vram), sysfs_root)
+        for n, label in enumerate(TEMP_LABELS, 1):
+            _put(dev / "hwmon/hwmon0" / f"temp{n}_label", label, sysfs_root)
+        _put(dev / "hwmon/hwmon0/power1_cap", str(POWER_CAP_UW), sysfs_root)
+        _put(dev / "hwmon/hwmon0/power1_cap_max", str(POWER_CAP_UW), sysfs_root)
         _put(dev / "numa_node", "0", sysfs_root)
+        # MI300X's defaults: one partition per device (SPX), memory interleaved over the whole HBM (NPS1).
+        _put(dev / "current_compute_partition", "SPX", sysfs_root)
+        _put(dev / "current_memory_partition", "NPS1", sysfs_root)
         _put(dev / "local_cpulist", f"0-{cpus - 1}" if cpus > 1 else "0", sysfs_root)
         _put(dev / "revision", "0x00", sysfs_root)
         _put(dev / "vbios_version", VBIOS, sysfs_root)

@@ -23,6 +23,8 @@ def register(app: typer.Typer) -> None:
         watch: bool = typer.Option(False, "--watch", "-w", help="Refresh in place until Ctrl-C."),
         interval: float = typer.Option(2.0, "--interval", help="Seconds between refreshes with --watch.", min=0.25),
         bundle: Optional[Path] = typer.Option(None, "--bundle", help="Show the node as captured in an incident bundle."),
+        topology: bool = typer.Option(False, "--topology", help="Show XGMI hives, PCIe parents, NUMA nodes and which "
+                                      "GPUs a reset of each GPU reaches (with --json: gpuwarden.topology/1)."),
     ) -> None:
         """Show GPUs, their processes, residual VRAM with its holders, engines and warnings.
 
@@ -31,6 +33,11 @@ def register(app: typer.Typer) -> None:
         holder, a crashed engine, or the agent's data is stale), 2 error, including "no GPU backend works
         here" (use --backend sim for the simulated node).
         """
-        from gpuwarden.playbooks import statusview
         settings: Settings = ctx.obj
+        if topology:
+            if watch or bundle is not None:
+                raise typer.BadParameter("--topology shows the live node once: leave out --watch and --bundle")
+            from gpuwarden.playbooks import topologyview
+            raise typer.Exit(topologyview.run(settings, json_out=json_out))
+        from gpuwarden.playbooks import statusview
         raise typer.Exit(statusview.run(settings, json_out=json_out, watch=watch, interval=interval, bundle=bundle))

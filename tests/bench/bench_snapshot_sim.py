@@ -56,6 +56,48 @@ def measure(settings: Settings, node: SimNode, runs: int, use_pidfds: bool, expe
         sampler.close()
 
 
+def sensors_ab(settings: Settings, node: SimNode, runs: int) -> tuple[float, float]:
+    """CPU-time medians of a full refresh (2,000 processes) with and without the sensor readers, taken in turns
+    so both see the same machine load: the refresh before and after the sensors, in one run."""
+    samplers = []
+    for keep in (True, False):
+        backend = SysfsBackend(sysfs_root=node.sysfs_root, dev_root=node.dev_root)
+        backend.gpus()
+        if not keep:
+            backend._sensors = [None] * len(backend._sensors)
+        sampler = Sampler(settings, backend, deep_every_s=1e9)
+        sampler.snapshot(deep=False)
+        samplers.append(sampler)
+    on, off = [], []
+    try:
+        for _ in range(runs):
+            for sampler, out in zip(samplers, (on, off)):
+                t = time.process_time()
+                sampler.snapshot(deep=False)
+                out.append((time.process_time() - t) * 1e3)
+        return statistics.median(on), statistics.median(off)
+    finally:
+        for sampler in samplers:
+            sampler.close()
+
+
+def sensor_cost(node: SimNode, runs: int) -> tuple[float, float]:
+    """Median ms of one Backend.gpus() on the 8 GPUs with the sensor readers, and with them taken out, in turns."""
+    backend = SysfsBackend(sysfs_root=node.sysfs_root, dev_root=node.dev_root)
+    try:
+        backend.gpus()
+        readers = backend._sensors
+        on, off = [], []
+        for _ in range(max(runs, 30)):
+            backend._sensors = readers
+            on.append(median_ms(backend.gpus, 20, warmup=0))
+            backend._sensors = [None] * len(readers)
+            off.append(median_ms(backend.gpus, 20, warmup=0))
+        return statistics.median(on), statistics.median(off)
+    finally:
+        backend.close()
+
+
 def environment(state: Path) -> str:
     """What decides the refresh's path: pidfds, the descriptor limit, the file system under the sim tree."""
     import resource
@@ -120,6 +162,12 @@ def main() -> int:
         to_json = median_ms(lambda: snap.to_json(indent=None), 10)
         sampler.close()
         print(f"snapshot JSON of 2,000 processes (status --json, the agent's /v1/snapshot): {to_json:.1f} ms")
+        on_ms, off_ms = sensors_ab(settings, node, args.runs)
+        print(f"2,000 GPU processes, full refresh in turns: {on_ms:.2f} ms with the sensors, {off_ms:.2f} ms without "
+              f"(CPU medians; the sensors' share {on_ms - off_ms:+.2f} ms)")
+        sensors_on, sensors_off = sensor_cost(node, args.runs)
+        print(f"GPU read of 8 GPUs (Backend.gpus): {sensors_on:.3f} ms with the sensors, {sensors_off:.3f} ms without "
+              f"(sensors: +{sensors_on - sensors_off:.3f} ms a refresh, {sensors_on / sensors_off:.2f}x)")
         print(f"target: refresh < {TARGET_MS:.0f} ms for 8 GPUs with 2,000 GPU processes: "
               f"{full:.2f} ms, {'met' if full < TARGET_MS else 'MISSED'}")
         if args.json_out:

@@ -104,6 +104,61 @@ class _Replay:
     def nvmlDeviceGetPowerUsage(self, handle: DeviceHandle) -> int:
         return round(self._known(self._gpu(handle).power_w) * 1000)  # NVML counts milliwatts
 
+    # --- the sensors (what `nvidia-smi -q` prints under Clocks, Max Clocks, Fan Speed, GPU Power Readings,
+    # PCI.GPU Link Info and Clocks Event Reasons; "N/A" there is NVML's NOT_SUPPORTED)
+    _CLOCK_KEYS = {real.NVML_CLOCK_SM: "SM", real.NVML_CLOCK_MEM: "Memory"}
+    _REASON_KEYS = (("Idle", real.nvmlClocksEventReasonGpuIdle),
+                    ("Applications Clocks Setting", real.nvmlClocksEventReasonApplicationsClocksSetting),
+                    ("SW Power Cap", real.nvmlClocksEventReasonSwPowerCap),
+                    ("HW Slowdown", real.nvmlClocksEventReasonHwSlowdown),
+                    ("HW Slowdown.HW Thermal Slowdown", real.nvmlClocksEventReasonHwThermalSlowdown),
+                    ("HW Slowdown.HW Power Brake Slowdown", real.nvmlClocksEventReasonHwPowerBrakeSlowdown),
+                    ("Sync Boost", real.nvmlClocksEventReasonSyncBoost),
+                    ("SW Thermal Slowdown", real.nvmlClocksEventReasonSwThermalSlowdown),
+                    ("Display Clock Setting", real.nvmlClocksEventReasonDisplayClockSetting))
+
+    def _clock(self, handle: DeviceHandle, section: str, kind: int) -> int:
+        name = self._CLOCK_KEYS.get(kind)
+        if name is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return int(self._known(self._gpu(handle).number(f"{section}.{name}")))
+
+    def nvmlDeviceGetClockInfo(self, handle: DeviceHandle, type: int) -> int:
+        return self._clock(handle, "Clocks", type)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: DeviceHandle, type: int) -> int:
+        return self._clock(handle, "Max Clocks", type)
+
+    def nvmlDeviceGetFanSpeed(self, handle: DeviceHandle) -> int:
+        return int(self._known(self._gpu(handle).number("Fan Speed")))
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: DeviceHandle) -> int:
+        watts = self._gpu(handle).number("GPU Power Readings.Current Power Limit", "Power Readings.Power Limit")
+        return round(self._known(watts) * 1000)
+
+    def _link(self, handle: DeviceHandle, key: str) -> int:
+        return int(self._known(self._gpu(handle).number(f"PCI.GPU Link Info.{key}")))
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: DeviceHandle) -> int:
+        return self._link(handle, "PCIe Generation.Current")
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: DeviceHandle) -> int:
+        return self._link(handle, "PCIe Generation.Max")
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: DeviceHandle) -> int:
+        return self._link(handle, "Link Width.Current")
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: DeviceHandle) -> int:
+        return self._link(handle, "Link Width.Max")
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: DeviceHandle) -> int:
+        gpu = self._gpu(handle)
+        states = [(gpu.get(f"Clocks Event Reasons.{k}", f"Clocks Throttle Reasons.{k}"), bit)
+                  for k, bit in self._REASON_KEYS]
+        if all(state is None for state, _ in states):
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        return sum(bit for state, bit in states if state == "Active")
+
     # --- what `doctor` asks: the -q report's "Persistence Mode", "MIG Mode", "ECC Mode", "Retired Pages",
     # "Remapped Rows", "VBIOS Version" ("N/A" there is NVML's NOT_SUPPORTED)
     def _state(self, handle: DeviceHandle, key: str) -> int:
@@ -131,6 +186,10 @@ class _Replay:
 
     def nvmlDeviceGetTotalEccErrors(self, handle: DeviceHandle, errorType: int, counterType: int) -> int:
         gpu = self._gpu(handle)
+        if errorType == real.NVML_MEMORY_ERROR_TYPE_CORRECTED and counterType == real.NVML_VOLATILE_ECC:
+            parts = [gpu.number(f"ECC Errors.Volatile.{where} Correctable") for where in ("DRAM", "SRAM")]
+            parts = [p for p in parts if p is not None] or [gpu.number("ECC Errors.Volatile.Single Bit.Total")]
+            return int(sum(self._known(p) for p in parts))
         if errorType != real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED or counterType != real.NVML_VOLATILE_ECC:
             raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
         value = gpu.number("ECC Errors.Volatile.DRAM Uncorrectable", "ECC Errors.Volatile.Double Bit.Total")

@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Static
 from gpuwarden.ops.model import NodeSnapshot
 
 from .. import text
+from ..sensor_text import sensor_lines
 from ..styles import STYLES as S
 from ..widgets.keystrip import KeyStrip
 
@@ -28,9 +29,16 @@ def gpu_summary(snap: NodeSnapshot, index: int) -> Text:
     t.append(f"  ({g.vendor}{', bus ' + g.bus_id if g.bus_id else ''})")
     if g.index in snap.drained:
         t.append("  DRAINED", style=S["drained"])
+    if g.compute_partition or g.memory_partition:
+        t.append(f"\npartition {g.compute_partition or 'n/a'} compute, {g.memory_partition or 'n/a'} memory")
+        shared = [o.index for o in snap.gpus if o.index != g.index and g.bus_id and o.bus_id == g.bus_id]
+        if shared:
+            t.append(f" — one physical device with GPU {', '.join(map(str, shared))}: a reset acts on all of them")
     t.append(f"\nVRAM {text.size(g.vram_used)} of {text.size(g.vram_total)}   GTT {text.size(g.gtt_used)} of "
              f"{text.size(g.gtt_total)}   busy {text.num(g.busy_percent, '.0f', '%')}   "
              f"{text.num(g.temperature_c, '.0f', 'C')}   {text.num(g.power_w, '.0f', 'W')}")
+    if g.sensors is not None:  # a replayed bundle from before sensors has none: nothing to show
+        t.append(sensor_lines(g.sensors, g.power_w))
     if g.device_files:
         t.append(f"\ndevice files: {', '.join(g.device_files)}", style="dim")
     r = next((r for r in snap.residual if r.gpu_index == index), None)
