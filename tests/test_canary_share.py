@@ -180,9 +180,12 @@ def test_hip_vmm_calls_reach_the_real_runtime(real_hip, tmp_path):
             "from gpuwarden.ops.errors import GpuwardenError\n"
             "rt = HipRuntime(); rt.gpu = 0\n"
             "try:\n    rt.share_create(4 << 20)\nexcept GpuwardenError as exc:\n"
+            "    print(type(exc).__name__, exc.exit_code, exc.message)\n"
+            "try:\n    rt._check(rt._create(2 << 20, rt._prop()), 'creating')\nexcept GpuwardenError as exc:\n"
             "    print(type(exc).__name__, exc.exit_code, exc.message)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "LD_LIBRARY_PATH": str(real_hip)})
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
-    line = out.stdout.strip()
-    assert line.startswith("RuntimeUnavailable 2 hip: no usable GPU here: asking the granularity failed: hipError"), line
+    granularity, create = out.stdout.strip().splitlines()
+    assert granularity.startswith("RuntimeUnavailable 2 hip: no usable GPU here: asking the granularity failed: hipError")
+    assert create.startswith("RuntimeUnavailable 2 hip: no usable GPU here: creating failed: hipError"), create

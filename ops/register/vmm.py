@@ -211,13 +211,14 @@ class HipVmm(VmmShare):
         p.type = h.hipMemAllocationType.hipMemAllocationTypePinned
         p.location.type = h.hipMemLocationType.hipMemLocationTypeHost
         p.location.id = 0
-        # The handle-type field sits in an anonymous union; hip-python names it after HIP's header.
-        for field in ("requestedHandleType", "requestedHandleTypes"):
-            try:
-                setattr(p, field, h.hipMemAllocationHandleType.hipMemHandleTypePosixFileDescriptor)
-                break
-            except AttributeError:
-                continue
+        # hip-python exposes no accessor for the handle type: it sits in an anonymous union right after `type`
+        # (HIP's header). Write it through the union's own wrapper at that offset, once the layout is confirmed.
+        offset = int(p.location) - int(p) - 4
+        if offset != 4:
+            raise ShareFailed(f"hip: this hip-python lays out hipMemAllocationProp unexpectedly (location at +{offset + 4})",
+                              "use a hip-python matching HIP's hipMemAllocationProp, or the registered mode")
+        union = h.hipMemAllocationProp_union_0.fromObj(int(p) + offset)
+        union.requestedHandleTypes = h.hipMemAllocationHandleType.hipMemHandleTypePosixFileDescriptor
         return p
 
     def _granularity(self, prop: Any) -> int:
