@@ -6,27 +6,34 @@
 # Per process: registration (or create / import) seconds, copy GB/s; per mode: host memory pinned (sum of what
 # the processes pinned) and MemFree's drop while both run. Ratios are against (a) from this same run.
 # Run from the repo root (about 1-2 minutes): bash tests/device/vmm_share.sh. Touches no GPU setting.
+# Dry run of the plumbing without a GPU: VMM_SHARE_DRY=1 RUNTIME=sim SIZE=64MiB bash tests/device/vmm_share.sh
 
-source tests/device/setup.sh
+[ "${VMM_SHARE_DRY:-}" = 1 ] || source tests/device/setup.sh
 set -uo pipefail
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 ARENA=/dev/shm/gpuwarden-vmm.arena
 SOCK=/dev/shm/gpuwarden-vmm.keeper.sock
 SIZE=${SIZE:-4GiB}
+RUNTIME=${RUNTIME:-cuda}
 if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli); fi
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait; rm -f "$ARENA" "$SOCK"; }
 trap cleanup EXIT
 
 echo "== node"
-nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$OUT/gpus.csv"
-NG=$(nvidia-smi -L | wc -l); G1=$(( NG > 1 ? 1 : 0 ))
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$OUT/gpus.csv"
+    NG=$(nvidia-smi -L | wc -l)
+else
+    NG=1
+fi
+G1=$(( NG > 1 ? 1 : 0 ))
 echo "nproc $(nproc); GPUs $NG (second engine on GPU $G1); RLIMIT_MEMLOCK $(ulimit -l)"
 python3 -c 'import cuda.bindings as c; print("cuda-bindings", getattr(c, "__version__", "?"))' 2>&1 | tail -1
 timeout 240 "${GW[@]}" arena create "$ARENA" --size "$SIZE" --force -q --json > "$OUT/arena_create.json" || exit 1
 
-memfree() { awk '/^MemFree:/ {print $2 * 1024}' /proc/meminfo; }
+memfree() { echo $(( $(awk '/^MemFree:/ {print $2}' /proc/meminfo) * 1024 )); }
 # Wait (bounded) until every status file shows serving, or one shows exited.
 wait_serving() {
     python3 - "$@" <<'PY'
@@ -45,7 +52,7 @@ PY
 }
 canary() {  # canary STATUS LOG ARGS...: start one in the background, remember its pid
     local status=$1 log=$2; shift 2
-    GPUWARDEN_STATUS_FILE="$status" python3 -m gpuwarden.ops.canary --arena "$ARENA" --runtime cuda --verify header \
+    GPUWARDEN_STATUS_FILE="$status" python3 -m gpuwarden.ops.canary --arena "$ARENA" --runtime "$RUNTIME" --verify header \
         "$@" > "$log" 2>&1 &
     PIDS+=($!)
 }
