@@ -120,8 +120,7 @@ class CudaVmm(VmmShare):
         if int(err) != 0:
             name = getattr(err, "name", str(err))
             raise ShareFailed(f"cuda: {what} failed: {name}",
-                              "see `gpuwarden known` (VMM host allocations); a HOST location with a POSIX fd "
-                              "is refused by design: this mode asks for HOST_NUMA") from None
+                              "see `gpuwarden known` (VMM host allocations shared by descriptor), or drop --share") from None
         return rest[0] if len(rest) == 1 else (tuple(rest) if rest else None)
 
     def _prop(self) -> Any:
@@ -202,7 +201,7 @@ class HipVmm(VmmShare):
                 raise RuntimeUnavailable(f"hip: no usable GPU here: {what} failed: {name}",
                                          "run on a node with the GPU driver loaded, or use --runtime sim")
             raise ShareFailed(f"hip: {what} failed: {name}",
-                              "see `gpuwarden known` (VMM host allocations need ROCm >= 6.x with host-location support)")
+                              "see `gpuwarden known` (VMM host allocations shared by descriptor), or drop --share")
         return rest[0] if len(rest) == 1 else (tuple(rest) if rest else None)
 
     def _prop(self) -> Any:
