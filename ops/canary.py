@@ -1,7 +1,8 @@
 """The canary engine: map the arena, verify it, register it with one GPU, copy it to the device, serve until SIGTERM.
 
 Speaks the status protocol at each phase and takes a registration-gate slot around the register call only.
-Fault switches (--crash-at/--crash-signal, --hang-at) make it a drill target. Run: python -m gpuwarden.ops.canary --help.
+Fault switches (--crash-at/--crash-signal, --hang-at) make it a drill target. --share keeper|import: one keeper
+holds the arena in VMM host memory and passes its descriptor over a unix socket; importers map it (register/share.py). Run: python -m gpuwarden.ops.canary --help.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class Options:
     hang_at: str | None = None
     serve_seconds: float | None = None
     gate_timeout: float | None = None
+    share: str | None = None  # "keeper" or "import": the shared-by-descriptor mode
+    share_socket: str | None = None
 
 
 class _Stop:
@@ -98,6 +101,8 @@ class Canary:
         self.phase("starting", arena=self.o.arena)
         runtime = get(self.o.runtime)
         runtime.open(self.o.gpu)
+        if self.o.share:
+            return self._run_shared(runtime)
         self.phase("mapping", arena=self.o.arena)
         arena = MappedArena(self.o.arena)
         reg = None
@@ -142,6 +147,107 @@ class Canary:
             arena.close()
             raise
 
+    def _run_shared(self, runtime) -> int:
+        """--share: the keeper loads and verifies the arena once; importers map the keeper's allocation."""
+        from gpuwarden.ops.register import share
+        sock_path = self.o.share_socket or default_socket(self.o.arena)
+        shared = keeper = None
+        try:
+            if self.o.share == "keeper":
+                shared, keeper = self._keep(runtime, sock_path)
+            else:
+                shared = self._import(runtime, share, sock_path)
+            copy = None
+            if self.o.share == "import" and self.o.copy_buffer > 0 and not self.stop.requested:
+                copy = runtime.share_copy_to_device(shared, self.o.copy_buffer)
+                self.say(f"copied {fmt_bytes(copy.bytes)} to the device in {copy.seconds:.3f}s: {copy.gbps:.1f} GB/s")
+            self.phase("serving", bytes=shared.payload or shared.size, register_seconds=round(shared.seconds, 4), share=self.o.share,
+                       socket=sock_path, copy_seconds=round(copy.seconds, 4) if copy else None,
+                       gbps=round(copy.gbps, 3) if copy else None)
+            self.say("session is up, serving until SIGTERM" + (f"; importers join at {sock_path}" if keeper else ""))
+            deadline = None if self.o.serve_seconds is None else time.monotonic() + self.o.serve_seconds
+            while not self.stop.requested and (deadline is None or time.monotonic() < deadline):
+                if keeper is not None and keeper.serve():
+                    self.say(f"passed the descriptor to an importer ({keeper.served} so far)")
+                time.sleep(0.05)
+            self.phase("stopping")
+        finally:
+            if keeper is not None:
+                keeper.close()  # first: nobody may join an allocation being released
+            if shared is not None:
+                runtime.share_release(shared)
+        runtime.close()
+        self.phase("exited", code=0)
+        self.say("stopped cleanly")
+        return 0
+
+    def _keep(self, runtime, sock_path: str):
+        from gpuwarden.ops.arena import verify as verifier
+        from gpuwarden.ops.arena.mapping import MappedArena
+        from gpuwarden.ops.register.share import Keeper
+        self.phase("mapping", arena=self.o.arena)
+        arena = MappedArena(self.o.arena)
+        shared = None
+        try:
+            self.phase("verifying", mode=self.o.verify, bytes=arena.payload_size)
+            if self.o.verify == "full":
+                # The only verification: importers get these bytes from the keeper's memory, not from the file.
+                v = verifier.verify(self.o.arena)
+                self.say(f"verified {fmt_bytes(arena.payload_size)} in {v.seconds:.2f}s (once, for every importer)")
+            slot = gate.acquire_from_env(who=f"canary keeper gpu{self.o.gpu} pid{os.getpid()}", timeout_s=self.o.gate_timeout)
+            try:
+                self.phase("registering", bytes=arena.payload_size, share="keeper")
+                shared = runtime.share_create(arena.payload_size)
+                shared.payload = arena.payload_size
+                load = runtime.share_fill(shared, arena.payload_address, arena.payload_size)
+                self.phase("registered", bytes=shared.size, seconds=round(shared.seconds, 4), chunks=1,
+                           arena=self.o.arena, slot=slot.index if slot else None, share="keeper",
+                           load_seconds=round(load.seconds, 4))
+            finally:
+                if slot is not None:
+                    slot.release()
+            self.say(f"allocated and pinned {fmt_bytes(shared.size)} in {shared.seconds:.3f}s, "
+                     f"loaded the arena in {load.seconds:.3f}s")
+            keeper = Keeper(sock_path, shared.fd, {
+                "arena": os.path.realpath(self.o.arena), "bytes": shared.size, "payload_bytes": arena.payload_size,
+                "runtime": runtime.name, "verified": self.o.verify, "keeper_pid": os.getpid()})
+            return shared, keeper
+        except BaseException:
+            if shared is not None:
+                runtime.share_release(shared)
+            raise
+        finally:
+            arena.close()  # the file's pages are no longer needed: the arena lives in the keeper's allocation now
+
+    def _import(self, runtime, share, sock_path: str):
+        self.phase("mapping", arena=self.o.arena, share="import", socket=sock_path)
+        fd, meta = share.join(sock_path)
+        want = os.path.realpath(self.o.arena)
+        problem = None
+        if meta.get("arena") != want:
+            problem = (f"the keeper at {sock_path} serves {meta.get('arena')}, not {want}",
+                       "point --share-socket at this arena's keeper")
+        elif meta.get("runtime") != runtime.name:
+            problem = (f"the keeper at {sock_path} allocated with the {meta.get('runtime')} runtime, this canary "
+                       f"uses {runtime.name}", f"run the importer with --runtime {meta.get('runtime')}")
+        if problem:
+            os.close(fd)
+            raise GpuwardenError(*problem)
+        # Verification happened once, in the keeper; the file is not read again here.
+        self.phase("verifying", mode="keeper", keeper_verified=meta.get("verified"), keeper_pid=meta.get("keeper_pid"))
+        slot = gate.acquire_from_env(who=f"canary import gpu{self.o.gpu} pid{os.getpid()}", timeout_s=self.o.gate_timeout)
+        try:
+            self.phase("registering", bytes=meta["bytes"], share="import")
+            shared = runtime.share_import(fd, int(meta["bytes"]))
+            shared.payload = int(meta.get("payload_bytes", shared.size))
+            self.phase("registered", bytes=shared.payload, seconds=round(shared.seconds, 4), chunks=1, arena=self.o.arena,
+                       slot=slot.index if slot else None, share="import", keeper_pid=meta.get("keeper_pid"))
+        finally:
+            if slot is not None:
+                slot.release()
+        self.say(f"imported the keeper's (pid {meta.get('keeper_pid')}) {fmt_bytes(shared.payload)} in {shared.seconds:.3f}s")
+        return shared
+
     def _finish(self, runtime, arena, reg) -> int:
         self.phase("stopping")
         if reg is not None:
@@ -151,6 +257,11 @@ class Canary:
         self.phase("exited", code=0)
         self.say("stopped cleanly")
         return 0
+
+
+def default_socket(arena: str) -> str:
+    """The keeper's socket beside the arena: one keeper per arena file."""
+    return os.path.realpath(arena) + ".keeper.sock"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -171,6 +282,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hang-at", choices=FAULT_PHASES, help="fault switch: hang on entering this phase (ignores SIGTERM)")
     p.add_argument("--serve-seconds", type=float, default=None, help="stop by itself after serving this long")
     p.add_argument("--gate-timeout", type=float, default=None, help="give up waiting for a gate slot after this many seconds")
+    p.add_argument("--share", choices=("keeper", "import"), default=None,
+                   help="shared-by-descriptor mode: keeper allocates host memory once (VMM), loads the arena into it "
+                        "and passes its descriptor over a unix socket; import maps the keeper's allocation")
+    p.add_argument("--share-socket", default=None, help="the keeper's unix socket (default: ARENA.keeper.sock)")
     return p
 
 
@@ -178,7 +293,8 @@ def options_from(ns: argparse.Namespace) -> Options:
     return Options(arena=ns.arena, gpu=ns.gpu, runtime=ns.runtime, verify=ns.verify,
                    register_chunk=parse_size(ns.register_chunk) if ns.register_chunk else None,
                    copy_buffer=parse_size(ns.copy_buffer), crash_at=ns.crash_at, crash_signal=ns.crash_signal,
-                   hang_at=ns.hang_at, serve_seconds=ns.serve_seconds, gate_timeout=ns.gate_timeout)
+                   hang_at=ns.hang_at, serve_seconds=ns.serve_seconds, gate_timeout=ns.gate_timeout,
+                   share=ns.share, share_socket=ns.share_socket)
 
 
 def run(opts: Options) -> int:

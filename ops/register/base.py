@@ -14,6 +14,8 @@ from typing import Mapping
 
 from gpuwarden.ops.errors import GpuwardenError
 
+from .share import Shared, ShareFailed
+
 RUNTIMES = ("hip", "cuda", "host", "sim")
 DEFAULT_COPY_BUFFER = 1 << 30
 
@@ -90,6 +92,24 @@ class Runtime:
 
     def close(self) -> None:
         pass
+
+    # Shared-by-descriptor mode (canary --share): the keeper creates and fills, importers import; both copy and
+    # release. Runtimes that support it override all five.
+    def share_create(self, size: int) -> "Shared":
+        raise ShareFailed(f"{self.name}: the {self.name} runtime has no shared-by-descriptor mode",
+                          "use --runtime cuda, hip or sim with --share, or drop --share")
+
+    def share_fill(self, shared: "Shared", source: int, size: int) -> CopyResult:
+        raise NotImplementedError
+
+    def share_import(self, fd: int, size: int) -> "Shared":
+        return self.share_create(size)  # the same refusal
+
+    def share_copy_to_device(self, shared: "Shared", buffer_size: int = DEFAULT_COPY_BUFFER) -> CopyResult:
+        raise NotImplementedError
+
+    def share_release(self, shared: "Shared") -> None:
+        raise NotImplementedError
 
     # Hooks for subclasses.
     def _register_one(self, address: int, size: int, reg: Registration) -> None:

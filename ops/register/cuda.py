@@ -9,6 +9,7 @@ from typing import Any
 
 from .base import RuntimeUnavailable
 from .gpu import GpuApi, GpuRuntime
+from .vmm import CudaVmm
 
 # cudaError_t values that mean "no driver or no device", not "this call failed".
 _UNAVAILABLE = {"cudaErrorInsufficientDriver", "cudaErrorNoDevice", "cudaErrorInitializationError",
@@ -50,7 +51,7 @@ class CudaApi(GpuApi):
                                      "install the NVIDIA driver / CUDA runtime, or use --runtime host/sim") from None
 
 
-class CudaRuntime(GpuRuntime):
+class CudaRuntime(CudaVmm, GpuRuntime):
     name = "cuda"
 
     def __init__(self) -> None:

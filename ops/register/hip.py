@@ -10,6 +10,7 @@ from typing import Any
 
 from .base import RuntimeUnavailable
 from .gpu import GpuApi, GpuRuntime
+from .vmm import HipVmm
 
 _UNAVAILABLE = {"hipErrorNoDevice", "hipErrorInsufficientDriver", "hipErrorInvalidDevice",
                 "hipErrorNotInitialized", "hipErrorInitializationError"}
@@ -47,7 +48,7 @@ class HipApi(GpuApi):
             raise RuntimeUnavailable(f"hip: {exc}", "check the ROCm install") from None
 
 
-class HipRuntime(GpuRuntime):
+class HipRuntime(HipVmm, GpuRuntime):
     name = "hip"
 
     def __init__(self) -> None:

@@ -2,17 +2,22 @@
 
 The GPU number recorded is the node's, translated through *_VISIBLE_DEVICES; GPUWARDEN_SIM_KFD_LIMIT (bytes or
 a size such as 24GiB) makes registrations past that node-wide sum fail, as KFD's system-memory limit does.
+Its --share allocation is a memfd: the keeper charges it once, importers mmap the passed descriptor.
 """
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
+import time
 from pathlib import Path
 
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.units import fmt_bytes, parse_size
 
 from .base import DEFAULT_COPY_BUFFER, CopyResult, RegisterFailed, Registration, Runtime, host_copy, physical_gpu
+from .share import Shared, ShareFailed
 
 ENV_LIMIT = "GPUWARDEN_SIM_KFD_LIMIT"
 
@@ -60,3 +65,75 @@ class SimRuntime(Runtime):
 
     def copy_to_device(self, reg: Registration, buffer_size: int = DEFAULT_COPY_BUFFER) -> CopyResult:
         return host_copy(reg.host_address, reg.size, buffer_size)
+
+    # Shared-by-descriptor: a memfd stands in for the VMM host allocation; the keeper's record is the one charge.
+    # mmap(2) through libc, so an importer's mapping can be read-only and still have an address to copy from.
+    def _map(self, fd: int, size: int, keeper: bool) -> Shared:
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if keeper else 0)
+        address = _LIBC.mmap(None, size, prot, mmap.MAP_SHARED, fd, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            err = ctypes.get_errno()
+            os.close(fd)
+            raise ShareFailed(f"sim: mapping the shared descriptor ({fmt_bytes(size)}) failed: {os.strerror(err)}",
+                              "restart the keeper")
+        return Shared(self.name, fd, size, address, keeper=keeper)
+
+    def share_create(self, size: int) -> Shared:
+        limit = os.environ.get(ENV_LIMIT)
+        t0 = time.perf_counter()
+        if limit:
+            from gpuwarden.ops.sim import registrations
+            used = registrations.charged(self.state_dir)
+            if used + size > parse_size(limit):
+                raise ShareFailed(f"sim: allocating {fmt_bytes(size)} of shared host memory failed: out of memory "
+                                  f"(simulated KFD system limit {fmt_bytes(parse_size(limit))}, {fmt_bytes(used)} already charged)",
+                                  "see `gpuwarden arena budget`")
+        fd = os.memfd_create("gpuwarden-arena-share", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+        except OSError as exc:
+            os.close(fd)
+            raise ShareFailed(f"sim: sizing the shared allocation to {fmt_bytes(size)} failed: {exc.strerror}") from None
+        shared = self._map(fd, size, keeper=True)
+        from gpuwarden.ops.sim import registrations
+        registrations.add(self.state_dir, gpu=self.gpu, size=size, address=shared.address, path=None)
+        shared.seconds = time.perf_counter() - t0
+        return shared
+
+    def share_fill(self, shared: Shared, source: int, size: int) -> CopyResult:
+        t0 = time.perf_counter()
+        ctypes.memmove(shared.address, source, size)
+        return CopyResult(size, time.perf_counter() - t0)
+
+    def share_import(self, fd: int, size: int) -> Shared:
+        t0 = time.perf_counter()
+        actual = os.fstat(fd).st_size
+        if actual < size:
+            os.close(fd)
+            raise ShareFailed(f"sim: the passed descriptor holds {fmt_bytes(actual)}, the keeper said {fmt_bytes(size)}",
+                              "restart the keeper")
+        shared = self._map(fd, size, keeper=False)
+        shared.seconds = time.perf_counter() - t0
+        return shared
+
+    def share_copy_to_device(self, shared: Shared, buffer_size: int = DEFAULT_COPY_BUFFER) -> CopyResult:
+        return host_copy(shared.address, shared.payload or shared.size, buffer_size)
+
+    def share_release(self, shared: Shared) -> None:
+        if shared.keeper:
+            from gpuwarden.ops.sim import registrations
+            registrations.remove(self.state_dir, gpu=self.gpu, address=shared.address)
+        _LIBC.munmap(ctypes.c_void_p(shared.address), shared.size)
+        os.close(shared.fd)
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mmap.restype = ctypes.c_void_p
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.munmap.restype = ctypes.c_int
+    return libc
+
+
+_LIBC = _libc()

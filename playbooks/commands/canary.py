@@ -27,6 +27,9 @@ def register(app: typer.Typer) -> None:
         hang_at: Optional[str] = typer.Option(None, "--hang-at", help="Fault switch: hang (ignoring SIGTERM) at this phase."),
         serve_seconds: Optional[float] = typer.Option(None, "--serve-seconds", help="Stop by itself after serving this long."),
         gate_timeout: Optional[float] = typer.Option(None, "--gate-timeout", help="Give up waiting for a gate slot."),
+        share: Optional[str] = typer.Option(None, "--share", help="keeper: hold the arena in VMM host memory and pass "
+                                            "its descriptor; import: map a keeper's (shared-by-descriptor mode)."),
+        share_socket: Optional[str] = typer.Option(None, "--share-socket", help="The keeper's unix socket (default ARENA.keeper.sock)."),
     ) -> None:
         """The canary engine: map the arena, verify, register with one GPU, copy it to the device (GB/s), serve.
 
@@ -38,11 +41,13 @@ def register(app: typer.Typer) -> None:
         from gpuwarden.ops.canary import FAULT_PHASES, VERIFY_MODES, Options, run
         for name, value, allowed in (("--runtime", runtime, ("hip", "cuda", "host", "sim")),
                                      ("--verify", verify, VERIFY_MODES),
-                                     ("--crash-at", crash_at, FAULT_PHASES), ("--hang-at", hang_at, FAULT_PHASES)):
+                                     ("--crash-at", crash_at, FAULT_PHASES), ("--hang-at", hang_at, FAULT_PHASES),
+                                     ("--share", share, ("keeper", "import"))):
             if value is not None and value not in allowed:
                 raise GpuwardenError(f"{name} {value!r} is not one of: {', '.join(allowed)}")
         opts = Options(arena=str(arena), gpu=gpu, runtime=runtime, verify=verify,
                        register_chunk=parse_size(register_chunk) if register_chunk else None,
                        copy_buffer=parse_size(copy_buffer), crash_at=crash_at, crash_signal=crash_signal,
-                       hang_at=hang_at, serve_seconds=serve_seconds, gate_timeout=gate_timeout)
+                       hang_at=hang_at, serve_seconds=serve_seconds, gate_timeout=gate_timeout,
+                       share=share, share_socket=share_socket)
         raise typer.Exit(run(opts))

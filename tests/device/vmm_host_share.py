@@ -11,7 +11,7 @@ What it does, with cuda-bindings' documented driver API (cuda.bindings.driver, C
      (timed), then cuMemcpyDtoD of the whole buffer into device memory: GB/s;
   4. the peer, per process: mmap + cuMemHostRegister(DEVICEMAP) of the same size (timed) and the same copy.
 Prints one JSON object: timings, GB/s, and for each step the CUresult name. The rest of what issue 26 asks of
-this mode (the canary's own shared-by-descriptor mode, the HIP path) is not in the product yet.
+this mode lives in the canary now (--share keeper|import, ops/register/vmm.py); tests/device/vmm_share.sh measures it.
 """
 
 from __future__ import annotations
