@@ -151,3 +151,41 @@ def test_the_oci_image_is_tagged_with_the_version(image_root, tmp_path):
     assert archive.name == f"gpuwarden-{VERSION}.oci.tar" and archive.stat().st_size > 0
     size = image.image_size(tmp_path / "oci", VERSION)
     assert 10e6 < size < 200e6, size  # RESULTS.md states it; no compiler, no test deps
+
+
+def test_a_source_install_without_a_compiler_has_all_but_the_interposer_and_says_so(tmp_path):
+    # the sdist's build with no C compiler to be found: setup.py must warn, not fail
+    import subprocess
+    import venv
+    env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
+    env.pop("GPUWARDEN_PRELOAD_PREBUILT", None)
+    tree = wheelbuild._source_tree(tmp_path / "src")  # what the sdist holds, not this checkout's build/
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(tmp_path / "dist"),
+                            str(tree)], env=env, capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr
+    assert "installed without its registration interposer" in built.stdout + built.stderr
+    wheel = next((tmp_path / "dist").glob("gpuwarden-*.whl"))
+    assert "gpuwarden/ops/engines/libgwpreload.so" not in zipfile.ZipFile(wheel).namelist()
+    venv.create(tmp_path / "venv", with_pip=True)
+    py = tmp_path / "venv/bin/python"
+    # the dependencies come from the test's own venv: its site-packages as a plain path (its .pth files, the
+    # editable checkout's among them, are not read from there)
+    import sysconfig
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "test-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
+    cfg = tmp_path / "node.toml"
+    cfg.write_text('[[engines]]\nname = "dp0"\nargv = ["/bin/sleep", "60"]\nprogress = "preload"\n')
+    run = lambda *a: subprocess.run([str(py), "-m", "gpuwarden", "--state-dir", str(tmp_path / "s"),  # noqa: E731
+                                     "--backend", "sim", "--config", str(cfg), *a], cwd=tmp_path,
+                                    capture_output=True, text=True, timeout=120)
+    doctor = run("doctor", "--only", "interposer", "--json")
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    check = json.loads(doctor.stdout)["checks"][0]
+    assert check["verdict"] == "fail" and "dp0" in check["reason"] and "\n" not in check["reason"], check
+    assert "not installed" in check["reason"] and "manylinux2014" in check["fix"] and "apt-get install gcc" in check["fix"]
+    launch = run("launch", "--json")
+    assert launch.returncode != 0 and "interposer" in launch.stdout + launch.stderr, launch.stdout + launch.stderr
+    assert "apt-get install gcc" in launch.stdout + launch.stderr
+    assert "Traceback" not in launch.stderr + doctor.stderr
