@@ -24,7 +24,10 @@ from setuptools.errors import PlatformError
 try:
     from setuptools.command.bdist_wheel import bdist_wheel
 except ImportError:  # setuptools < 70.1 kept it in the wheel package
-    from wheel.bdist_wheel import bdist_wheel
+    try:
+        from wheel.bdist_wheel import bdist_wheel
+    except ImportError:  # `setup.py build_ext` run by hand: no wheel is made, nothing to tag
+        bdist_wheel = None
 
 NATIVE = Path("native")
 LIBRARY = "gpuwarden.ops.engines.libgwpreload"
@@ -66,7 +69,7 @@ class BuildPreload(build_ext):
         super().build_extension(ext)
 
 
-class PlatformWheel(bdist_wheel):
+class PlatformWheel(bdist_wheel or object):
     """One wheel for every CPython >= 3.11 on a platform: the only binary is the interposer, not an extension."""
 
     def finalize_options(self) -> None:
@@ -90,5 +93,5 @@ setup(
         extra_compile_args=["-std=gnu11", "-O2", "-fvisibility=hidden", "-Wall", "-Wextra"],
         extra_link_args=["-Wl,-z,now"],
     )],
-    cmdclass={"build_ext": BuildPreload, "bdist_wheel": PlatformWheel},
+    cmdclass={"build_ext": BuildPreload, **({"bdist_wheel": PlatformWheel} if bdist_wheel else {})},
 )
