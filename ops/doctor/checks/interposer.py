@@ -17,8 +17,11 @@ def check_interposer(io: CheckIO) -> Result:
     cfg = node_config(io)
     users = [e.name for e in (cfg.engines if cfg else []) if e.progress == "preload"]
     problem = preload.missing()
+    if problem is None and not users:
+        return skip("no engine in the node config uses progress = \"preload\"", library=str(preload.LIBRARY))
     if problem is None:
-        return passed(f"{preload.LIBRARY} is installed", library=str(preload.LIBRARY), engines=users)
+        return passed(f"{preload.LIBRARY} is installed for {', '.join(users)}", library=str(preload.LIBRARY),
+                      engines=users)
     if users:
         return fail(f"engines {', '.join(users)} use progress = \"preload\", but {problem}", preload.HOW_TO_GET,
                     library=str(preload.LIBRARY), engines=users)
