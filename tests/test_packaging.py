@@ -189,3 +189,42 @@ def test_a_source_install_without_a_compiler_has_all_but_the_interposer_and_says
     assert launch.returncode != 0 and "interposer" in launch.stdout + launch.stderr, launch.stdout + launch.stderr
     assert "apt-get install gcc" in launch.stdout + launch.stderr
     assert "Traceback" not in launch.stderr + doctor.stderr
+
+
+def _venv_with_test_deps(where: Path) -> Path:
+    """A fresh venv whose only borrowed packages are gpuwarden's dependencies (the test venv's site-packages as a
+    plain path: its .pth files, the editable checkout's among them, are not read from there)."""
+    import subprocess
+    import sysconfig
+    import venv
+    venv.create(where, with_pip=True)
+    py = where / "bin/python"
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "zz-test-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    return py
+
+
+@pytest.mark.parametrize("order", ["theirs-first", "ours-first"])
+def test_the_wheel_lives_beside_pypis_ops_tui_and_playbooks(wheels, order, tmp_path):
+    import subprocess
+    py = _venv_with_test_deps(tmp_path / "venv")
+    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]  # the user's pip cache keeps it fast
+    theirs = [*pip, "ops", "tui", "playbooks"]
+    ours = [*pip, "--no-deps", str(wheels["x86_64"])]
+    for argv in ([theirs, ours] if order == "theirs-first" else [ours, theirs]):
+        subprocess.run(argv, check=True, timeout=300)
+    run = lambda code: subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)  # noqa: E731
+    status = subprocess.run([str(tmp_path / "venv/bin/gpuwarden"), "--state-dir", str(tmp_path / "s"), "--backend",
+                             "sim", "status", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert status.returncode == 0 and json.loads(status.stdout)["gpus"], status.stderr
+    # PyPI's tui (1.1.1) is Python 2 code that no Python 3 imports: its files must merely stay whole
+    theirs_ok = ("import ops.charm, playbooks, importlib.metadata as m; print(ops.charm.CharmBase.__name__); "
+                 "missing = [str(f) for d in ('ops', 'tui', 'playbooks') for f in m.distribution(d).files "
+                 "if not f.locate().exists()]; assert not missing, missing")
+    proc = run(theirs_ok)
+    assert proc.returncode == 0 and "CharmBase" in proc.stdout, proc.stderr
+    subprocess.run([str(py), "-m", "pip", "uninstall", "-q", "-y", "gpuwarden"], check=True, timeout=120)
+    proc = run(theirs_ok)
+    assert proc.returncode == 0 and "CharmBase" in proc.stdout, proc.stderr
+    assert run("import gpuwarden.ops").returncode != 0
