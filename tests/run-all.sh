@@ -18,6 +18,17 @@ fi
 missing=""
 # The install builds the registration interposer (native/) and the preload tests build stand-in runtimes: a C compiler.
 { command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; } || missing="$missing gcc libc6-dev"
+# Crashed engines' cores are read by eu-stack, else gdb; the tests take each tool's branch on a real core.
+command -v gdb >/dev/null 2>&1 || missing="$missing gdb"
+command -v eu-stack >/dev/null 2>&1 || missing="$missing elfutils"
+# Packaging: the compiler-free wheel is installed into a Debian root fs built by mmdebstrap (no gcc there),
+# the container image is packed by umoci, the aarch64 interposer runs under qemu-user, and the kustomize
+# overlays are rendered by kubectl.
+command -v mmdebstrap >/dev/null 2>&1 || missing="$missing mmdebstrap"
+command -v umoci >/dev/null 2>&1 || missing="$missing umoci"
+command -v qemu-aarch64 >/dev/null 2>&1 || missing="$missing qemu-user"
+command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || missing="$missing gcc-aarch64-linux-gnu"
+command -v kubectl >/dev/null 2>&1 || missing="$missing kubernetes-client"
 [ -x /usr/sbin/sshd ] || missing="$missing openssh-server"
 command -v ssh-keygen >/dev/null 2>&1 || missing="$missing openssh-client"
 [ -x /usr/bin/chromium ] || missing="$missing chromium"

@@ -38,6 +38,8 @@ def test_ready_healthz_snapshot_and_status_via_the_agent(agent, cli, sim):
     health = wait_for(lambda: (h := agent.json("/healthz"))["ok"] and h, what="a healthy agent")
     jsondoc.validate(health)
     assert health["backend"] == "sim" and health["pid"] == agent.proc.pid
+    from gpuwarden.ops import __version__  # one version: --version, the wheel and the image tag carry it too
+    assert health["version"] == __version__ and cli("--version").stdout.split()[-1] == __version__
     mode = stat.S_IMODE(os.stat(agent.sock).st_mode)
     assert stat.S_ISSOCK(os.stat(agent.sock).st_mode) and mode == 0o660
     snap = snapshot_of(agent)

@@ -113,3 +113,16 @@ def test_the_cluster_role_grants_least_verbs():
                                     ("create", "events")}
     binding = by_kind("ClusterRoleBinding")
     assert binding["subjects"][0]["name"] == by_kind("ServiceAccount")["metadata"]["name"]
+
+
+def test_manifests_name_the_image_by_this_release_not_latest():
+    from gpuwarden.ops import __version__
+    images = [c["image"] for _, _, d in DOCS for c in _containers(d)]
+    ours = [i for i in images if i.split(":")[0] == "gpuwarden"]
+    assert ours and set(ours) == {f"gpuwarden:{__version__}"}, images
+
+
+def _containers(doc: dict) -> list[dict]:
+    spec = doc.get("spec") or {}
+    spec = (spec.get("template") or {}).get("spec") or spec
+    return [*spec.get("initContainers", []), *spec.get("containers", [])]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -94,13 +95,21 @@ def test_without_a_gate_it_only_reports(standins, tmp_path):
 @pytest.mark.skipif(not (shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64")),
                     reason="needs gcc-aarch64-linux-gnu and qemu-user (apt-get install them to check aarch64)")
 def test_the_aarch64_build_catches_the_same_paths(tmp_path):
-    # The dlsym/dlopen entry points are assembly; the aarch64 ones run here under qemu-user.
+    # The dlsym/dlopen entry points are assembly; the aarch64 ones run here under qemu-user. The library is
+    # the one the aarch64 wheel ships (zig, glibc 2.17: deploy/wheel/build.py), else the cross gcc's.
     from standins.preload_build import build
     cc = "aarch64-linux-gnu-gcc"
     lib = tmp_path / "libgwpreload.so"
     native = REPO / "native"
-    subprocess.run([cc, "-O2", "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-shared", "-Wl,-z,now", f"-I{native}",
-                    "-o", str(lib), *map(str, sorted(native.glob("*.c"))), "-ldl", "-lpthread"], check=True)
+    try:
+        import ziglang  # noqa: F401
+        sys.path.insert(0, str(REPO / "deploy" / "wheel"))
+        import build as wheelbuild
+        wheelbuild.build_library("aarch64", lib)
+    except ImportError:
+        subprocess.run([cc, "-O2", "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-shared", "-Wl,-z,now",
+                        f"-I{native}", "-o", str(lib), *map(str, sorted(native.glob("*.c"))), "-ldl", "-lpthread"],
+                       check=True)
     old = os.environ.get("CC")
     os.environ["CC"] = cc
     try:

@@ -89,13 +89,15 @@ def test_engine_env_puts_the_interposer_first():
     assert env["GPUWARDEN_PRELOAD_THRESHOLD"] == str(256 << 20)
 
 
-def test_install_without_a_c_compiler_fails_with_one_line(tmp_path):
+def test_install_without_a_c_compiler_leaves_out_the_interposer_with_one_line(tmp_path):
+    # Issue 23 changed this from failing the install: everything else works without the interposer.
     proc = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(tmp_path),
                            "--build-temp", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "CC": "no-such-cc"}, timeout=120)
-    assert proc.returncode != 0
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [errors[0]] and "needs a C compiler" in errors[0] and "apt-get install gcc" in errors[0]
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: no C compiler")]
+    assert len(warnings) == 1 and "manylinux wheel" in warnings[0] and "install gcc" in warnings[0], proc.stderr
+    assert not list(tmp_path.rglob("libgwpreload.so"))
     assert "Traceback" not in proc.stderr
 
 

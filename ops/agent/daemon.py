@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from .. import __version__
 from ..errors import GpuwardenError
 from ..jsondoc import iso
 from ..model import NodeSnapshot
@@ -338,7 +339,7 @@ class Agent:
         now = time.time()
         return document("health", {
             "ok": latest is not None and not stale and self._failure is None,
-            "pid": os.getpid(), "started_at": self.started_at, "started_at_iso": iso(self.started_at),
+            "version": __version__, "pid": os.getpid(), "started_at": self.started_at, "started_at_iso": iso(self.started_at),
             "uptime_s": round(now - self.started_at, 3), "interval_s": self.config.interval,
             "backend": self._sampler.backend.name if self._sampler else None,
             "last_snapshot_at": latest.snapshot.taken_at if latest else None,

@@ -17,9 +17,28 @@ from .runner import run_command
 MAX_FRAMES = "64"
 
 
+def _engine(spec: dict[str, Any]) -> dict[str, Any]:
+    """The engine's own settings: spec.json keeps them under "engine", beside the gate's."""
+    inner = spec.get("engine")
+    return inner if isinstance(inner, dict) else spec
+
+
+def _executable(spec: dict[str, Any]) -> str | None:
+    """The engine's program as a path the tools can open (argv[0] as given, found on PATH, or in its workdir)."""
+    engine = _engine(spec)
+    argv = engine.get("argv")
+    exe = argv[0] if isinstance(argv, list) and argv and isinstance(argv[0], str) and argv[0] else None
+    if exe is None:
+        return None
+    workdir = engine.get("workdir")
+    if "/" in exe and not exe.startswith("/") and isinstance(workdir, str) and workdir:
+        exe = str(Path(workdir) / exe)  # the supervisor starts it in its workdir, so ./bin/x means that one
+    return shutil.which(exe)
+
+
 def _core_candidates(spec: dict[str, Any], state: dict[str, Any], proc_root: Path) -> list[Path]:
     pid = state.get("pid")
-    workdir = spec.get("workdir") or state.get("workdir")
+    workdir = _engine(spec).get("workdir") or state.get("workdir")
     dirs = [Path(workdir)] if isinstance(workdir, str) and workdir else []
     pattern = ""
     try:
@@ -70,21 +89,20 @@ def backtrace_entries(name: str, spec: dict[str, Any], state: dict[str, Any], pr
         return [Entry("engines", f"core of {name} (pid {pid})", "file", status=MISSING,
                       error="no core dump found (coredumpctl has none; no core file in the engine's directory)")]
     core = cores[-1]
-    exe = (spec.get("argv") or [None])[0]
-    exe_path = shutil.which(exe) if isinstance(exe, str) else None
+    exe_path = _executable(spec)
     tools = []
     if shutil.which("eu-stack"):
         tools.append(["eu-stack", f"--core={core}", "-m", "-b", "-n", MAX_FRAMES]
                      + ([f"--executable={exe_path}"] if exe_path else []))
     if shutil.which("gdb"):
-        tools.append(["gdb", "-batch", "-nx", "-ex", f"bt {MAX_FRAMES}"] + ([exe_path] if exe_path else [])
-                     + ["-c" if not exe_path else "", str(core)])
+        # gdb needs the executable to find the shared libraries' link map: with the core alone every frame is ??
+        tools.append(["gdb", "-batch", "-nx", "-ex", f"bt {MAX_FRAMES}"]
+                     + ([exe_path, str(core)] if exe_path else ["-c", str(core)]))
     if not tools:
         return [Entry("engines", str(core), "file", status=MISSING,
                       error=f"core {core} not read: neither eu-stack (elfutils) nor gdb is installed on this node")]
     errors = []
     for argv in tools:
-        argv = [a for a in argv if a]
         res = run_command(argv, left())
         if res.stdout.strip() and not res.timed_out:
             header = f"# {' '.join(argv)} (exit {res.exit_code})\n".encode()

@@ -5,14 +5,19 @@ The shim preloads it into engines with progress = "preload"; README "Engines nob
 
 from __future__ import annotations
 
+import platform
 import re
 from pathlib import Path
 
+from gpuwarden.ops import __version__
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.nodeconfig import EngineConfig
 
-# Built by `pip install` (setup.py) next to this module.
+# Built by `pip install` (setup.py) next to this module, or prebuilt in the manylinux wheels.
 LIBRARY = Path(__file__).resolve().with_name("libgwpreload.so")
+HOW_TO_GET = (f"install the prebuilt wheel (pip install gpuwarden-{__version__}-py3-none-manylinux2014_"
+              f"{platform.machine()}.whl, made by deploy/wheel/build.py), or install a C compiler "
+              "(apt-get install gcc) and reinstall gpuwarden")
 
 ENV_THRESHOLD = "GPUWARDEN_PRELOAD_THRESHOLD"
 ENV_RELEASE = "GPUWARDEN_GATE_RELEASE"
@@ -26,8 +31,8 @@ READY_FILE = "gate-ready"
 def missing() -> str | None:
     """Why the interposer cannot be used here, in one line; None when it can."""
     if not LIBRARY.is_file():
-        return (f"the registration interposer {LIBRARY} is not built; reinstall gpuwarden "
-                "(pip install -e . builds it and needs a C compiler)")
+        return (f"the registration interposer (progress = \"preload\") is not installed: {LIBRARY} is missing, "
+                f"as when gpuwarden is installed from source without a C compiler; {HOW_TO_GET}")
     if re.search(r"[\s:]", str(LIBRARY)):
         return f"the registration interposer's path {LIBRARY} has a space or ':', which LD_PRELOAD cannot carry"
     return None
@@ -42,7 +47,7 @@ def engine_env(engine: EngineConfig, env: dict[str, str], ready_file: Path, regi
     """The variables that preload the interposer into `engine`, given the environment it would get otherwise."""
     problem = missing()
     if problem:
-        raise GpuwardenError(problem, "run `pip install -e .` in gpuwarden's checkout on this node")
+        raise GpuwardenError(problem, HOW_TO_GET)
     earlier = env.get("LD_PRELOAD", "").strip()
     return {
         # First, so that its exports come before any other preloaded library's.

@@ -6,7 +6,7 @@ Ids are stable (scripts pass them to --only); groups select several at once.
 from __future__ import annotations
 
 from ..model import Check
-from . import agent, answers, health, kernel, memory, nvidia, params, pcie
+from . import agent, answers, health, interposer, kernel, memory, nvidia, params, pcie
 
 # Without persistence mode the NVIDIA driver initializes every GPU inside nvmlInit (seconds on a large node):
 # the checks that ask NVML may take that long before a hung call is the likelier story.
@@ -31,6 +31,8 @@ REGISTRY: tuple[Check, ...] = (
     Check("arena-fs", "The arena's filesystem (/dev/shm) has room for it", "memory", memory.check_arena_fs),
     Check("memlock", "RLIMIT_MEMLOCK for the engines", "memory", memory.check_memlock),
     Check("kfd-budget", "KFD registration budget of the launch plan", "memory", memory.check_kfd_budget),
+    Check("interposer", "The registration interposer for progress = \"preload\"", "memory",
+          interposer.check_interposer),
     Check("thp", "Transparent huge pages", "memory", memory.check_thp),
     Check("swap", "Swap", "memory", memory.check_swap),
     Check("gpu-answers", "Every GPU answers its driver reads within the read deadline", "gpu", answers.check_answers,
