@@ -7,6 +7,8 @@ lines are redacted argument by argument; a bundle keeps only an allow-list of a 
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections import Counter
 
@@ -34,13 +36,29 @@ PATTERNS: tuple[tuple[str, LazyRegex, int], ...] = (
     ("private-key-block", LazyRegex(
         r"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY-----[\s\S]*?(?:-----END (?:[A-Z]+ )*PRIVATE KEY-----|$)"), 0),
     ("url-credentials", LazyRegex(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@\x00]+:)([^@\s/\x00]+)(@)"), 2),
-    ("bearer-token", LazyRegex(r"(?i)\b(Bearer|Basic|Token)\s+([A-Za-z0-9._~+/=-]{8,})"), 2),
+    ("bearer-token", LazyRegex(r"(?i)\b(Bearer|Basic|Token)[\s\x00]+([A-Za-z0-9._~+/=-]{8,})"), 2),
     ("huggingface-token", LazyRegex(r"\b(hf_[A-Za-z0-9]{20,})\b"), 1),
     ("openai-key", LazyRegex(r"\b(sk-(?:proj-|ant-|live-)?[A-Za-z0-9_-]{20,})\b"), 1),
     ("aws-access-key-id", LazyRegex(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"), 1),
     ("github-token", LazyRegex(r"\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})\b"), 1),
     ("slack-token", LazyRegex(r"\b(xox[abprs]-[A-Za-z0-9-]{10,})\b"), 1),
     ("jwt", LazyRegex(r"\b(eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"), 1),
+    # The mysql family and sshpass take a password glued to -p (mysql -uroot -phunter2); sshpass also takes it as
+    # the next word. Elsewhere a glued -p is no secret (gcc -pthread, -p8080), so the command word must come first.
+    ("glued-password", LazyRegex(
+        r"(?<![\w.-])((?i:mysql\w*|mariadb[\w-]*|sshpass)(?:[ \t\x00]+(?!-p)[^\s\x00]+){0,16}?[ \t\x00]+-p)"
+        r"(?!\[REDACTED)([^\s\x00\"']+)"), 2),
+    ("sshpass-password", LazyRegex(
+        r"(?<![\w.-])((?i:sshpass)(?:[ \t\x00]+(?!-p)[^\s\x00]+){0,8}?[ \t\x00]+-p[ \t\x00]+)"
+        r"(?!\[REDACTED)([^\s\x00\"']+)"), 2),
+    # Weights & Biases: its key as the value of --wandb / --wandb-key, or the 40 hex digits of `wandb login KEY`.
+    ("wandb-option", LazyRegex(
+        r"(?i)(?<![\w.-])(--?wandb(?:[-_](?:api[-_])?key)?(?:[ \t\x00]+|=))(?!\[REDACTED)([^\s\x00\"',;&]{3,})"), 2),
+    ("wandb-key", LazyRegex(
+        r"(?i)(?<![\w.-])(wandb(?:[ \t\x00]+[^\s\x00]+){0,4}?[ \t\x00]+)((?:local-)?[0-9a-f]{40})(?![\w-])"), 2),
+    # A bare AWS secret access key: 40 characters of base64's alphabet standing alone; see _aws_secret for the
+    # checks (mixed case and digits, the spread of a random key) that spare paths and hex digests.
+    ("aws-secret-access-key", LazyRegex(r"(?<![A-Za-z0-9/+=])([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"), 1),
     # A command line kept as a list (JSON, TOML, Python's repr): "--password", "x" and "-u", "user:x".
     ("secret-option", LazyRegex(
         r"(?i)([\"'])(--?[\w.-]*?(?:" + _STRONG + r"|(?<![a-z])(?:pass|pwd)(?![a-z]))[\w.-]*)\1(\s*,\s*)([\"'])"
@@ -51,8 +69,8 @@ PATTERNS: tuple[tuple[str, LazyRegex, int], ...] = (
     # key=value, key: value, "key": "value" with a secret-sounding key; or a --flag followed by its value
     ("secret-assignment", LazyRegex(
         # (?<!...) starts keys at a token boundary only: scanning from inside every word is quadratic
-        r"(?i)(?<![\w.-])((?:--?[\w.-]*?" + _KEYWORDS + r"[\w.-]*(?:[ \t]+|\x00|=))"
-        r"|(?:[\w.-]*?" + _KEYWORDS + r"[\w.-]*\"?[ \t]*[=:][ \t]*\"?))"
+        r"(?i)(?<![\w.-])((?:--?[\w.-]*?" + _KEYWORDS + r"[\w.-]*(?:[ \t\x00]+|=))"
+        r"|(?:[\w.-]*?" + _KEYWORDS + r"[\w.-]*\"?[ \t\x00]*[=:][ \t\x00]*\"?))"
         r"(?!(?:Bearer|Basic|Token)[ \t]|\[REDACTED)([^\s\"',\x00;&]{3,})"), 2),
 )
 
@@ -71,6 +89,11 @@ _LITERALS = {
     "github-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     "slack-token": ("xox",),
     "jwt": ("eyj",),
+    "glued-password": ("mysql", "mariadb", "sshpass"),
+    "sshpass-password": ("sshpass",),
+    "wandb-option": ("wandb",),
+    "wandb-key": ("wandb",),
+    "aws-secret-access-key": None,  # no literal: see _MIN_LENGTH
     "secret-option": ('"', "'"),
     "option-credentials": ('"', "'"),
     "secret-assignment": _KEY_LITERALS,
@@ -82,17 +105,45 @@ def _lowered(text: str) -> str | None:
     return text.lower() if text.isascii() else None
 
 
-_ANY_LITERAL = tuple(sorted({s for literals in _LITERALS.values() for s in literals}))
+_ANY_LITERAL = tuple(sorted({s for literals in _LITERALS.values() if literals for s in literals}))
+# Rules without a literal run only on texts at least this long (every match is that long).
+_MIN_LENGTH = {"aws-secret-access-key": 40}
+_SHORTEST_UNFILTERED = min(_MIN_LENGTH.values())
+# The rules whose match can run across a command line's arguments (a key in one, its value in the next).
+_SPANNING = frozenset({"bearer-token", "secret-assignment", "glued-password", "sshpass-password", "wandb-option",
+                       "wandb-key"})
 
 
 def _may_match(literals: tuple[str, ...], lowered: str | None) -> bool:
     return lowered is None or any(map(lowered.__contains__, literals))
 
 
+def _rule_may_match(name: str, text: str, lowered: str | None) -> bool:
+    literals = _LITERALS[name]
+    if literals is None:
+        return len(text) >= _MIN_LENGTH[name]
+    return _may_match(literals, lowered)
+
+
+def _aws_secret(value: str) -> bool:
+    """Whether 40 base64 characters look like a generated AWS secret rather than a path, digest or word run:
+    upper and lower case and a digit (hex digests have no upper case), few slashes (a path has one per part)
+    and the spread of random text (Shannon entropy >= 4 bits/char; 100,000 random keys never went under 4.1)."""
+    if not (any(c.isupper() for c in value) and any(c.islower() for c in value) and any(c.isdigit() for c in value)):
+        return False
+    if value.count("/") + value.count("+") > 4:
+        return False
+    counts = Counter(value)
+    entropy = -sum(n / 40 * math.log2(n / 40) for n in counts.values())
+    return entropy >= 4.0
+
+
 _MARK = "[REDACTED:{}]"
 
 # Command-line options whose next argument (or =value) is a secret whole, or user:secret (curl -u).
-_SECRET_OPTIONS = LazyRegex(r"(?i)^--?[\w.-]*(?:" + _STRONG + r"|(?<![a-z])(?:pass|pwd)(?![a-z]))[\w.-]*$")
+# pass/pwd count where a word ends (--sshpass, --db-pwd), as in the key=value rule; not inside one (--passes).
+_SECRET_OPTIONS = LazyRegex(r"(?i)^--?[\w.-]*(?:" + _STRONG + r"|(?:pass|pwd)(?![a-z]))[\w.-]*$")
+_WANDB_OPTION = LazyRegex(r"(?i)^--?wandb(?:[-_](?:api[-_])?key)?$")
 _USER_OPTIONS = frozenset({"-u", "--user", "--proxy-user", "-U", "--username", "--basic-auth", "--creds"})
 _BARE_USERINFO = LazyRegex(r"^([^:@/\s]+):([^@\s]+)@([^@\s]+)$")  # user:pass@host without a scheme
 
@@ -100,7 +151,7 @@ _BARE_USERINFO = LazyRegex(r"^([^:@/\s]+):([^@\s]+)@([^@\s]+)$")  # user:pass@ho
 def _sub(name: str, regex: LazyRegex, group: int, text: str, counts: Counter) -> str:
     def repl(m: re.Match) -> str:
         value = m.group(group)
-        if value.startswith("[REDACTED:"):
+        if value.startswith("[REDACTED:") or (name == "aws-secret-access-key" and not _aws_secret(value)):
             return m.group(0)
         counts[name] += 1
         if group == 0:
@@ -125,14 +176,55 @@ def _sub_keyed(name: str, regex: LazyRegex, group: int, text: str, counts: Count
     return "\n".join(lines)
 
 
-def redact_text(text: str, counts: Counter | None = None) -> tuple[str, Counter]:
-    """Text with every known secret shape replaced; counts per pattern name."""
+# A list of quoted strings written out (TOML and JSON arrays, Python's repr): an argv in a config file, a log line.
+_QUOTED = r"(?:\"(?:[^\"\\\n]|\\.){0,4096}\"|'[^'\n]{0,4096}')"
+_STRING_LIST = LazyRegex(r"\[[ \t]*" + _QUOTED + r"(?:[ \t]*,[ \t]*" + _QUOTED + r")+[ \t]*,?[ \t]*\]")
+_ONE_QUOTED = LazyRegex(_QUOTED)
+
+
+def argv_lists(text: str, counts: Counter) -> str:
+    """Each written-out list of strings redacted as the command line it may be, so that node.toml's
+    `argv = ["mysql", "-pX"]` loses what the same argv loses in status or a bundle's proc/PID/cmdline."""
+    if "[" not in text or ('"' not in text and "'" not in text):
+        return text
+
+    def one_list(m: re.Match) -> str:
+        tokens = list(_ONE_QUOTED.finditer(m.group(0)))
+        items = [_unquote(t.group(0)) for t in tokens]
+        if any(i is None for i in items):
+            return m.group(0)
+        red, _ = redact_argv(items, counts)
+        whole, shift = m.group(0), 0
+        for token, before, after in zip(tokens, items, red):
+            if before == after:
+                continue
+            quoted = json.dumps(after, ensure_ascii=False) if token.group(0)[0] == '"' else "'" + after + "'"
+            whole = whole[:token.start() + shift] + quoted + whole[token.end() + shift:]
+            shift += len(quoted) - (token.end() - token.start())
+        return whole
+    return _STRING_LIST.sub(one_list, text)
+
+
+def _unquote(token: str) -> str | None:
+    if token[0] == "'":
+        return token[1:-1]
+    try:
+        return json.loads(token)
+    except ValueError:
+        return None
+
+
+def redact_text(text: str, counts: Counter | None = None, *, rules: frozenset[str] | None = None
+                ) -> tuple[str, Counter]:
+    """Text with every known secret shape replaced; counts per pattern name. `rules` limits the rules run."""
     counts = counts if counts is not None else Counter()
+    if rules is None:
+        text = argv_lists(text, counts)
     lowered = _lowered(text)
-    if not _may_match(_ANY_LITERAL, lowered):
+    if len(text) < _SHORTEST_UNFILTERED and not _may_match(_ANY_LITERAL, lowered):
         return text, counts  # most arguments and lines: no rule can match
     for name, regex, group in PATTERNS:
-        if not _may_match(_LITERALS[name], lowered):
+        if (rules is not None and name not in rules) or not _rule_may_match(name, text, lowered):
             continue
         before = text
         if name == "secret-assignment":
@@ -173,11 +265,26 @@ def redact_argv(argv: Iterable[str], counts: Counter | None = None) -> tuple[lis
             counts["url-credentials"] += 1
             arg = f"{bare.group(1)}:{_MARK.format('url-credentials')}@{bare.group(3)}"
         out.append(redact_text(arg, counts)[0])
-    return out, counts
+    return _across_arguments(out, counts), counts
+
+
+def _across_arguments(args: list[str], counts: Counter) -> list[str]:
+    """The rules whose key and value may be separate arguments (`mysql -u root -pX`, `password: X`, `Token X`),
+    run over the arguments joined by NUL, which those rules take for a space: so a command line shows the same
+    whether a sink keeps it as a list (a bundle's proc/PID/cmdline) or as one string (snapshot.json, status)."""
+    if len(args) < 2 or any("\0" in a for a in args):
+        return args
+    joined = "\0".join(args)
+    redacted, _ = redact_text(joined, counts, rules=_SPANNING)
+    if redacted is joined or redacted == joined:
+        return args
+    parts = redacted.split("\0")
+    return parts if len(parts) == len(args) else [redact_text(a)[0] for a in args]
 
 
 def _secret_option(opt: str) -> bool:
-    return opt in _USER_OPTIONS or (_may_match(_KEY_LITERALS, _lowered(opt)) and bool(_SECRET_OPTIONS.match(opt)))
+    return (opt in _USER_OPTIONS or (_may_match(_KEY_LITERALS, _lowered(opt)) and bool(_SECRET_OPTIONS.match(opt)))
+            or ("wandb" in opt.lower() and bool(_WANDB_OPTION.match(opt))))
 
 
 def _option_value(opt: str, value: str, counts: Counter) -> str:
@@ -237,10 +344,10 @@ def redact_environ(raw: bytes, counts: Counter | None = None) -> tuple[bytes, Co
         if value and SECRET_NAME.search(text_name):
             counts["env-secret-name"] += 1
             item = name + b"=" + _MARK.format("env-secret-name").encode()
-        out.append(item)
-    joined = b"\0".join(out) + (b"\0" if out else b"")
-    text_out, counts = redact_text(joined.decode("utf-8", errors="surrogateescape"), counts)
-    return text_out.encode("utf-8", errors="surrogateescape"), counts
+        # each variable alone: a rule must not take the next variable for an empty one's value
+        out.append(redact_text(item.decode("utf-8", errors="surrogateescape"), counts)[0]
+                   .encode("utf-8", errors="surrogateescape"))
+    return b"\0".join(out) + (b"\0" if out else b""), counts
 
 
 def env_mapping(env: dict[str, str]) -> dict[str, str]:

@@ -86,3 +86,12 @@ def test_dev_zero_is_refused_before_a_byte_is_read(tmp_path):
         with pytest.raises(GpuwardenError) as err:
             call()
         assert needle in err.value.message
+
+
+def test_an_empty_metrics_listen_is_refused_not_ignored(state_dir):
+    """`--metrics-listen ''` (a blank GPUWARDEN_METRICS_LISTEN) ran an agent without a listener, silently."""
+    started = time.monotonic()
+    proc = gpuwarden("--state-dir", str(state_dir), "--backend", "sim", "agent", "--foreground",
+                     "--metrics-listen", "", timeout=30)
+    one_line(proc, "--metrics-listen '' is not HOST:PORT")
+    assert time.monotonic() - started < 30

@@ -26,12 +26,23 @@ URL_PASS = "Url-Pass-444"
 ENV_SECRETS = {"DB_PWD": "Env-Pwd-555", "MY_PASS": "Env-Pass-666", "HF_TOKEN": "hf_" + "Env7" * 6,
                "AZURE_CONN": "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=Env-Azure-888==;"}
 LOG_TOKEN = "hf_" + "Log9" * 6
+# Issue 25's leaks: a password glued to mysql's -p, sshpass's -p and --sshpass, a W&B key after --wandb, a bare AWS
+# secret access key, and a key and its value in separate arguments (which a bundle's proc/PID/cmdline kept).
+WANDB_KEY = "a1b2c3d4e5" * 4
+AWS_SECRET = "Zq8RkT2vW9xLmN4pQs7uYb3cE6fHj1Ka5dGt0iOw"
+MORE_ARGV = ["mysql", "-uroot", "-pArgv-Glued-A1", "--sshpass", "Argv-Sshpass-A2", "--wandb", WANDB_KEY,
+             "token", "Argv-Split-A3", "sshpass", "-p", "Argv-Sshpass-A4"]
+MORE_ENV = {"DB_CMD": "mysql -h db -uroot -pEnv-Glued-B1", "SYNC_CMD": f"aws-sync --secret {AWS_SECRET}x"}
+LOG_LINES = ["connecting: mysql -h db -uroot -pLog-Glued-C1 app", "fetch with sshpass -p Log-Sshpass-C2 scp",
+             "trainer --sshpass Log-Sshpass-C3 --wandb Log-Wandb-C4-key", f"s3 credentials loaded {AWS_SECRET} ok"]
 PLANTED = [*ARGV_SECRETS.values(), CURL_PASS, URL_PASS, "Env-Pwd-555", "Env-Pass-666", "Env7Env7",
-           "Env-Azure-888", "Log9Log9"]
+           "Env-Azure-888", "Log9Log9", "Argv-Glued-A1", "Argv-Sshpass-A2", WANDB_KEY, "Argv-Split-A3",
+           "Argv-Sshpass-A4", "Env-Glued-B1", "Log-Glued-C1", "Log-Sshpass-C2", "Log-Sshpass-C3", "Log-Wandb-C4",
+           AWS_SECRET]
 
 # Holds the sim GPU's device file (so status lists it as a GPU process), prints secrets, serves.
-SCRIPT = ('exec 3<"$KFD"; echo "loading with token {tok} and DB_PWD=$DB_PWD"; echo "session is up"; '
-          'sleep 300 & wait').format(tok=LOG_TOKEN)
+SCRIPT = ('exec 3<"$KFD"; echo "loading with token {tok} and DB_PWD=$DB_PWD"; {more} echo "session is up"; '
+          'sleep 300 & wait').format(tok=LOG_TOKEN, more="".join(f"echo '{line}'; " for line in LOG_LINES))
 
 
 def gw(state: Path, cfg: Path, *args: str) -> subprocess.CompletedProcess:
@@ -53,8 +64,8 @@ def test_planted_secrets_reach_no_sink(tmp_path, supervised):
     state = supervised
     assert gw(state, tmp_path / "none.toml", "sim", "init", "--gpus", "2").returncode == 0
     argv = ["sh", "-c", SCRIPT, "engine", *[x for kv in ARGV_SECRETS.items() for x in kv],
-            "-u", f"svc:{CURL_PASS}", f"https://svc:{URL_PASS}@models.example/x"]
-    env = {**ENV_SECRETS, "KFD": str(state / "sim" / "dev" / "kfd"), "NCCL_DEBUG": "WARN"}
+            "-u", f"svc:{CURL_PASS}", f"https://svc:{URL_PASS}@models.example/x", *MORE_ARGV]
+    env = {**ENV_SECRETS, **MORE_ENV, "KFD": str(state / "sim" / "dev" / "kfd"), "NCCL_DEBUG": "WARN"}
     cfg = tmp_path / "node.toml"
     cfg.write_text("[[engines]]\nname = \"e0\"\ngpu = 0\ngated = false\nprogress = \"log\"\n"
                    "registered_pattern = \"session is up\"\nready_pattern = \"session is up\"\n"

@@ -254,3 +254,35 @@ def test_a_confirmation_answered_with_garbage_then_eof_is_a_no(state_dir):
         if proc.poll() is None:
             proc.kill()
         os.close(leader)
+
+
+@pytest.mark.xfail(reason="issue 25 item 7: passed once, then fails consistently end to end although the guard kills "
+                          "a registered group when run alone (ops/bundle/groupguard.py); not yet understood")
+def test_a_bundle_killed_with_sigkill_takes_its_vendor_tools_with_it(cli, state_dir, tmp_path):
+    """Hung vendor tools (each forks a helper, as rocm-smi and amd-smi do) outlived a SIGKILL'd bundle."""
+    assert cli("sim", "init", "--gpus", "2").returncode == 0
+    bindir, pids = tmp_path / "bin", tmp_path / "pids"
+    bindir.mkdir()
+    for tool in ("amd-smi", "rocm-smi", "nvidia-smi"):
+        (bindir / tool).write_text(f"#!/bin/sh\necho $$ >> {pids}; sleep 120 & echo $! >> {pids}; wait\n")
+        (bindir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+    bundle = subprocess.Popen([sys.executable, "-m", "gpuwarden", "--state-dir", str(state_dir), "--backend", "sim",
+                               "bundle", "--output", str(tmp_path), "--timeout", "60"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # all six tools (three stand-ins, each run for 1-3 collectors in turn... at least three groups) are up
+        wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= 6, 30, "the vendor tools to start")
+    finally:
+        bundle.kill()
+        bundle.wait(10)
+    tools = [int(p) for p in pids.read_text().split()]
+    wait_for(lambda: all(_gone(p) for p in tools), 5, "the tools to die with the bundle")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True

@@ -16,6 +16,7 @@ from gpuwarden.ops import redact
 def every_rule(text: str) -> tuple[str, Counter]:
     """redact_text as it was before the prefilter: every rule, compiled, on every text."""
     counts: Counter = Counter()
+    text = redact.argv_lists(text, counts)
     for name, regex, group in redact.PATTERNS:
         compiled = re.compile(regex.pattern, regex.flags)
         if name == "secret-assignment":
@@ -33,6 +34,8 @@ FRAGMENTS = [
     "API_KEY=abcdef", "db_pwd: s3cret", "MY_PASS=xyz123", "auth=", "Credentials: abc123", "passed", "--access-key",
     "=", ":", "@", " ", "\t", "\n", ",", '"', "'", "-", "--", "x", "value", "K", "\u212a", "\u017f", "\u0131",
     "PA\u017fSWORD=zz9911", "TO\u212aEN=abcdef12", "[REDACTED:jwt]", "secret-option",
+    "mysql", "MariaDB-dump", "sshpass", "-p", "-pHunter2", "-P3306", "wandb", "--wandb", "login",
+    "0123456789abcdef0123456789abcdef01234567", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "\x00",
 ]
 texts = st.lists(st.sampled_from(FRAGMENTS), max_size=12).map("".join)
 fuzz = settings(max_examples=400, derandomize=True, deadline=None, database=None,
@@ -71,3 +74,42 @@ def test_a_plain_command_line_compiles_no_rule(monkeypatch):
     assert not any("sub" in vars(rule) for _, rule, _ in fresh)  # nothing compiled
     assert redact.command_line(["curl", "--token", "abc", "-H", "Authorization: Bearer abcdefgh123"]) == \
         "curl --token [REDACTED:secret-option] -H Authorization: Bearer [REDACTED:bearer-token]"
+
+
+ARG_FRAGMENTS = [f for f in FRAGMENTS if "\x00" not in f]
+argvs = st.lists(st.lists(st.sampled_from(ARG_FRAGMENTS), min_size=1, max_size=3).map("".join), max_size=8)
+
+
+@fuzz
+@given(argv=argvs)
+def test_a_command_line_reads_the_same_as_a_list_and_as_one_string(argv):
+    """One redaction for every sink: what a bundle's proc/PID/cmdline keeps (argument by argument) is already
+    what snapshot.json, status and the journal show of the joined line (which they redact as text again)."""
+    line = redact.command_line(argv)
+    assert redact.text(line) == line
+    raw = "\0".join(argv).encode() + b"\0"
+    assert redact.cmdline_bytes(raw)[0].decode().rstrip("\0").replace("\0", " ") == line
+
+
+def test_the_secrets_that_leaked_are_redacted_in_every_form():
+    """Issue 25's leaks, as an argument list, one joined line and a log line."""
+    aws = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    wandb = "0123456789abcdef0123456789abcdef01234567"
+    cases = [(["mysql", "-uroot", "-pGlued-Pw-1", "app"], "Glued-Pw-1"),
+             (["/usr/bin/mariadb-dump", "-h", "db", "-P3306", "-pGlued-Pw-2"], "Glued-Pw-2"),
+             (["sshpass", "-p", "Sshpass-Pw-3", "ssh", "node1"], "Sshpass-Pw-3"),
+             (["sshpass", "-pSshpass-Pw-4", "ssh", "node1"], "Sshpass-Pw-4"),
+             (["fleetctl", "--sshpass", "Sshpass-Opt-5"], "Sshpass-Opt-5"),
+             (["fleetctl", "--sshpass=Sshpass-Opt-6"], "Sshpass-Opt-6"),
+             (["train.py", "--wandb", wandb], wandb), (["train.py", "--wandb=" + wandb], wandb),
+             (["wandb", "login", wandb], wandb), (["sync", aws], aws),
+             (["x", "token", "split-token-7"], "split-token-7"), (["x", "password:", "split-pw-8"], "split-pw-8")]
+    for argv, secret in cases:
+        assert secret not in redact.command_line(argv), argv
+        assert secret not in redact.cmdline_bytes("\0".join(argv).encode())[0].decode(), argv
+        assert secret not in redact.text(" ".join(argv)), argv
+        assert secret not in redact.text(f"2026-12-01 12:00:00 INFO launching {' '.join(argv)} now"), argv
+    # ... and what only looks alike stays: a port glued to -p, gcc's -pthread, a git digest, W&B's own log lines
+    for keep in ("gcc -pthread -O2 -p8080", "commit " + wandb, "wandb: Syncing run quiet-sky-12",
+                 "ssh -p 2222 node1", "/models/Llama3/Weights/Shard01/ModelPart1/x.bin", "--wandb-project llama"):
+        assert redact.text(keep) == keep and redact.command_line(keep.split()) == keep

@@ -40,6 +40,9 @@ class Served(Protocol):
     def log(self, level: str, text: str) -> None: ...
 
 MAX_CLIENTS = 64
+# Slots event streams (which hold theirs for as long as they like) may not take: /healthz, /metrics and
+# one-shot queries always find room.
+RESERVED_SLOTS = 8
 # A client that sends no request (or stops reading a small answer) for this long is dropped, so a crowd of
 # silent connections holds the connection slots for seconds, not forever.
 IO_TIMEOUT_S = 2.0
@@ -88,6 +91,7 @@ class ApiServer(ConnectionCap, socketserver.ThreadingMixIn, socketserver.UnixStr
         self.access = access
         self.init_cap(max_clients)
         self.refused = 0
+        self.streams = 0
         super().__init__(str(path), Handler)
 
     def verify_request(self, request, client_address) -> bool:  # type: ignore[override]
@@ -122,6 +126,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         pass  # one line per request would drown the events in journald
+
+    def handle_one_request(self) -> None:
+        super().handle_one_request()
+        if not self.close_connection:  # kept alive: the next request has its own deadline
+            self.server.awaiting_request(self.connection)
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()  # reads the headers
+        self.server.request_read(self.connection)  # the request line and headers are in: no deadline now
+        return ok
 
     def address_string(self) -> str:
         return "unix"
@@ -223,7 +237,20 @@ class Handler(BaseHTTPRequestHandler):
             self._json(document("events", {"generated_at": now, "generated_at_iso": iso(now),
                                            "last_seq": log.last_seq, "events": items}))
             return
-        self._stream(items, after if after is not None else log.last_seq if since is None else 0, gpu)
+        server = self.server
+        with server._count_lock:
+            room = server.streams < server.max_clients - RESERVED_SLOTS
+            server.streams += room
+        if not room:
+            self._json(api_error("too many event streams", 503, "close a stream, or poll /v1/events?after=SEQ"),
+                       503, {"Connection": "close"})
+            self.close_connection = True
+            return
+        try:
+            self._stream(items, after if after is not None else log.last_seq if since is None else 0, gpu)
+        finally:
+            with server._count_lock:
+                server.streams -= 1
 
     def _stream(self, first: list[dict[str, Any]], after: int, gpu: int | None) -> None:
         """One event document per line until the client goes away or the agent stops."""

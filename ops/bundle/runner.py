@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .groupguard import GroupGuard
+
 # After the kill, how long to wait for the pipes to drain before giving up on them.
 DRAIN_AFTER_KILL_S = 0.5
 
@@ -24,6 +26,8 @@ DRAIN_AFTER_KILL_S = 0.5
 _running: set[subprocess.Popen] = set()
 _running_lock = threading.Lock()
 _exiting = False
+# Kills the groups of commands still running if gpuwarden dies without running its atexit (SIGKILL, OOM).
+_guard = GroupGuard()
 
 
 def kill_running() -> None:
@@ -69,6 +73,7 @@ def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = 
         except PermissionError as exc:
             return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: {exc.strerror}")
         _running.add(proc)
+        _guard.add(proc.pid)  # the child leads its own session: pgid == pid
     try:
         out, err = proc.communicate(timeout=max(0.01, timeout_s))
         return CommandResult(argv, out, err, proc.returncode, False, time.monotonic() - t0)
@@ -93,6 +98,7 @@ def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = 
     finally:
         with _running_lock:
             _running.discard(proc)
+        _guard.remove(proc.pid)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

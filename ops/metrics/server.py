@@ -65,6 +65,11 @@ class _Quiet(WSGIRequestHandler):
     def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
         pass  # one line per scrape would drown the agent's log
 
+    def parse_request(self) -> bool:
+        ok = super().parse_request()  # reads the headers
+        self.server.request_read(self.connection)  # the request is in: its send deadline no longer applies
+        return ok
+
 
 class MetricsServer(ConnectionCap, ThreadingMixIn, WSGIServer):
     daemon_threads = True
@@ -91,10 +96,15 @@ class MetricsServer(ConnectionCap, ThreadingMixIn, WSGIServer):
         if self.tls is None:
             super().finish_request(request, client_address)
             return
-        wrapped = self.tls.wrap_socket(request, server_side=True)  # the handshake, in this connection's thread
+        # The handshake, in this connection's thread, under the request deadline (the watcher shuts `request`
+        # down, which ends a stalled handshake); the TLS socket takes over the descriptor afterwards.
+        wrapped = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        self.replace_connection(request, wrapped)
+        wrapped.do_handshake()
         try:
             super().finish_request(wrapped, client_address)
         finally:
+            self.forget(wrapped)
             wrapped.close()
 
     def handle_error(self, request, client_address) -> None:  # type: ignore[override]

@@ -142,7 +142,7 @@ def register(app: typer.Typer) -> None:
             exit_with(execute(InstallUnitPlaybook(unit_dir), settings, dry_run=not yes, yes=yes, json_out=json_out))
         cfg = _config(settings, interval)
         tls = _tls(metrics_listen, metrics_tls_cert, metrics_tls_key, metrics_client_ca)
-        if metrics_listen:
+        if metrics_listen is not None:  # an empty value (a blank env var) is a mistake, not "no listener"
             from gpuwarden.ops.metrics.server import parse_listen
             parse_listen(metrics_listen)  # a typo fails here, before anything starts or detaches
         sampler = _sampler(settings)
