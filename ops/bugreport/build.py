@@ -8,21 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..triage.render import sanitize
+from ..triage.render import clean as _clean
 from .environment import collect
 
 MAX_ATTACHMENTS = 60
 SCHEMA = "report"
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, str):
-        return sanitize(value)
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    return value
 
 
 def _reproduction(arenas: Any, snapshot: dict, env: dict) -> dict[str, Any]:

@@ -25,13 +25,14 @@ def sanitize(text: str) -> str:
     return printable(redact.text(text) if len(text) > 7 else text, newlines=True)
 
 
-def _clean(value: Any) -> Any:
+def clean(value: Any) -> Any:
+    """Every string inside a JSON-like value through sanitize()."""
     if isinstance(value, str):
         return sanitize(value)
     if isinstance(value, list):
-        return [_clean(v) for v in value]
+        return [clean(v) for v in value]
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: clean(v) for k, v in value.items()}
     return value
 
 
@@ -148,7 +149,7 @@ def as_document(report: Report) -> dict[str, Any]:
         _iso_times(d, f)
     now = time.time()
     body = {"generated": now, "generated_iso": iso(now), "exit_code": report.exit_code(), **body}
-    return document(SCHEMA, _clean(body))
+    return document(SCHEMA, clean(body))
 
 
 def as_json(report: Report, indent: int | None = 2) -> str:
