@@ -65,6 +65,11 @@ def _exported_names() -> set[str]:
     names = set(re.findall(r"^(gpuwarden_\w+)", body, re.M))
     names |= {"gpuwarden_engine_registration_seconds", "gpuwarden_engine_registration_wait_seconds",
               "gpuwarden_engine_registered_bytes", "gpuwarden_engine_registrations"}  # need registration records
+    # need a GPU with sensors (tests/test_sensors.py renders them from the sim node's files)
+    names |= {f"gpuwarden_gpu_{n}" for n in (
+        "clock_hertz", "clock_max_hertz", "fan_rpm", "fan_ratio", "power_cap_watts", "memory_busy_ratio",
+        "pcie_link_transfers_per_second", "pcie_link_width_lanes", "sensor_temperature_celsius", "ras_errors_total",
+        "retired_pages", "pending_retired_pages", "bad_page_threshold", "throttled")}
     return names
 
 

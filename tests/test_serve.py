@@ -131,7 +131,7 @@ class Browser:
 
 def console_pids(base_pid: int) -> list[int]:
     """The served console processes (children of the serve process)."""
-    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(base_pid)], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--ppid", str(base_pid)], capture_output=True, text=True).stdout
     return [int(line.split()[0]) for line in out.splitlines() if " tui" in line]
 
 

@@ -51,6 +51,9 @@ def _io_link(path: Path, kind: int, node_from: int, node_to: int, root: Path) ->
 
 
 def write(sysfs_root: Path, gpus: int, vram: int, hive: bool) -> None:
+    # A tree this module makes (the sim node's, a test's): its root may be new, with its parents. The checked
+    # opens below refuse to create more than one missing level, which guards a mistyped --state-dir.
+    sysfs_root.mkdir(parents=True, exist_ok=True)
     cpus = os.cpu_count() or 1
     for name, value in PARAMETERS.items():
         _put(sysfs_root / "module/amdgpu/parameters" / name, value, sysfs_root)
