@@ -116,6 +116,9 @@ def test_status_through_the_agent_warns_about_a_broken_config_given_to_it(sim, t
     config.write_text(BROKEN)
     agent = start_agent(sim.state)
     try:
+        from simnode import wait_for
+        # READY comes before the first snapshot: until it exists status samples the node itself
+        wait_for(lambda: agent.json("/healthz")["ok"], timeout=30, what="the agent's first snapshot")
         proc = sim("--config", str(config), "status")
         assert "via agent" in proc.stdout, proc.stdout
         assert "node config unusable" in proc.stdout and "must be an absolute path" in proc.stdout, proc.stdout
