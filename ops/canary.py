@@ -14,11 +14,19 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from types import FrameType, ModuleType
+from typing import Any, TextIO
 
 from gpuwarden.ops import gate
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.status_protocol import PHASES, StatusWriter
 from gpuwarden.ops.units import fmt_bytes, parse_size
+from gpuwarden.ops import register
+from gpuwarden.ops.arena import verify as verifier
+from gpuwarden.ops.arena.mapping import MappedArena
+from gpuwarden.ops.register import share
+from gpuwarden.ops.register.base import Runtime, physical_gpu
+from gpuwarden.ops.register.share import Keeper
 
 VERIFY_MODES = ("full", "header", "none")
 FAULT_PHASES = tuple(p for p in PHASES if p != "exited")
@@ -56,12 +64,11 @@ def _signal_number(name: str) -> int:
 
 
 class Canary:
-    def __init__(self, opts: Options, out=sys.stdout):
+    def __init__(self, opts: Options, out: TextIO = sys.stdout):
         self.o = opts
         self.out = out
         self.status = StatusWriter()
         self.stop = _Stop()
-        from gpuwarden.ops.register.base import physical_gpu
         # The node's number for the GPU, which differs from --gpu when *_VISIBLE_DEVICES narrow the view.
         self.node_gpu = physical_gpu(opts.gpu)
 
@@ -89,17 +96,13 @@ class Canary:
                 time.sleep(3600)
 
     def run(self) -> int:
-        from gpuwarden.ops.arena import verify as verifier
-        from gpuwarden.ops.arena.mapping import MappedArena
-        from gpuwarden.ops.register import get
-
-        def on_term(signum, frame):
+        def on_term(signum: int, frame: FrameType | None) -> None:
             self.stop.requested = True
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
 
         self.phase("starting", arena=self.o.arena)
-        runtime = get(self.o.runtime)
+        runtime = register.get(self.o.runtime)
         runtime.open(self.o.gpu)
         if self.o.share:
             return self._run_shared(runtime)
@@ -147,9 +150,8 @@ class Canary:
             arena.close()
             raise
 
-    def _run_shared(self, runtime) -> int:
+    def _run_shared(self, runtime: Runtime) -> int:
         """--share: the keeper loads and verifies the arena once; importers map the keeper's allocation."""
-        from gpuwarden.ops.register import share
         sock_path = self.o.share_socket or default_socket(self.o.arena)
         shared = keeper = None
         try:
@@ -181,10 +183,7 @@ class Canary:
         self.say("stopped cleanly")
         return 0
 
-    def _keep(self, runtime, sock_path: str):
-        from gpuwarden.ops.arena import verify as verifier
-        from gpuwarden.ops.arena.mapping import MappedArena
-        from gpuwarden.ops.register.share import Keeper
+    def _keep(self, runtime: Runtime, sock_path: str) -> tuple[share.Shared, Keeper]:
         self.phase("mapping", arena=self.o.arena)
         arena = MappedArena(self.o.arena)
         shared = None
@@ -219,7 +218,7 @@ class Canary:
         finally:
             arena.close()  # the file's pages are no longer needed: the arena lives in the keeper's allocation now
 
-    def _import(self, runtime, share, sock_path: str):
+    def _import(self, runtime: Runtime, share: ModuleType, sock_path: str) -> share.Shared:
         self.phase("mapping", arena=self.o.arena, share="import", socket=sock_path)
         fd, meta = share.join(sock_path)
         want = os.path.realpath(self.o.arena)
@@ -248,7 +247,7 @@ class Canary:
         self.say(f"imported the keeper's (pid {meta.get('keeper_pid')}) {fmt_bytes(shared.payload)} in {shared.seconds:.3f}s")
         return shared
 
-    def _finish(self, runtime, arena, reg) -> int:
+    def _finish(self, runtime: Runtime, arena: Any, reg: Any) -> int:
         self.phase("stopping")
         if reg is not None:
             runtime.unregister(reg)

@@ -9,8 +9,17 @@ thread (cheaply, never blocking) and closes.
 from __future__ import annotations
 
 import socket
+import socketserver
 import threading
 import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # What the mixin is placed before: its super() calls reach a threading socketserver.
+    class _Server(socketserver.ThreadingMixIn, socketserver.BaseServer):
+        pass
+else:
+    _Server = object
 
 # A connection must have sent its request line and headers this long after it was accepted (or after its last
 # answer, on a kept-alive one): one header line a second resets no per-read timeout but meets this.
@@ -18,7 +27,7 @@ REQUEST_DEADLINE_S = 5.0
 _WATCH_S = 0.25  # how often overdue connections are looked for
 
 
-class ConnectionCap:
+class ConnectionCap(_Server):
     """Mixin placed before socketserver.ThreadingMixIn; call init_cap(max_clients) in __init__, and
     request_read(sock) from the handler once a request is parsed (awaiting_request(sock) before the next one)."""
 
@@ -34,10 +43,10 @@ class ConnectionCap:
         self._watch_stop = threading.Event()
         self._watcher: threading.Thread | None = None
 
-    def refuse(self, request) -> None:
+    def refuse(self, request: Any) -> None:
         """Answer a connection over the cap (default: just close it)."""
 
-    def process_request(self, request, client_address) -> None:
+    def process_request(self, request: Any, client_address: Any) -> None:
         with self._count_lock:
             if self._watcher is None:
                 self._watcher = threading.Thread(target=self._watch, name="request-deadlines", daemon=True)
@@ -55,7 +64,7 @@ class ConnectionCap:
             return
         super().process_request(request, client_address)
 
-    def process_request_thread(self, request, client_address) -> None:
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -66,7 +75,7 @@ class ConnectionCap:
                 if self.active == 0:
                     self._doomed.clear()  # a TLS socket that replaced its request
 
-    def shutdown_request(self, request) -> None:
+    def shutdown_request(self, request: Any) -> None:
         # Under the lock, so the deadline watcher never shuts a socket down while (or after) it is closed.
         with self._count_lock:
             self._awaiting.pop(request, None)
@@ -77,28 +86,28 @@ class ConnectionCap:
         super().server_close()
 
     # --- the handler's side ------------------------------------------------------------------------
-    def request_read(self, request) -> None:
+    def request_read(self, request: Any) -> None:
         with self._count_lock:
             self._awaiting.pop(request, None)
 
-    def awaiting_request(self, request) -> None:
+    def awaiting_request(self, request: Any) -> None:
         with self._count_lock:
             if request not in self._doomed:
                 self._awaiting[request] = time.monotonic()
 
-    def replace_connection(self, old, new) -> None:
+    def replace_connection(self, old: Any, new: Any) -> None:
         """The handler now reads `new` (a TLS socket wrapping `old`, whose descriptor it took over)."""
         with self._count_lock:
             if old in self._awaiting:
                 self._awaiting[new] = self._awaiting.pop(old)
 
-    def forget(self, request) -> None:
+    def forget(self, request: Any) -> None:
         with self._count_lock:
             self._awaiting.pop(request, None)
             self._doomed.discard(request)
 
     # --- deadlines ---------------------------------------------------------------------------------
-    def _drop(self, sock) -> None:
+    def _drop(self, sock: Any) -> None:
         """Shut a slow connection down (lock held): its thread's blocked read returns and the thread ends."""
         self._awaiting.pop(sock, None)
         self._doomed.add(sock)

@@ -14,6 +14,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import statedir, statefiles
 from .errors import GpuwardenError
@@ -99,7 +100,7 @@ def acquire_from_env(who: str = "", timeout_s: float | None = None) -> Slot | No
     return acquire(Path(gate_dir), slots, who=who, timeout_s=timeout_s)
 
 
-def holders(gate_dir: Path, slots: int) -> list[dict]:
+def holders(gate_dir: Path, slots: int) -> list[dict[str, Any]]:
     """The slots held right now: [{"slot": i, "pid": ..., "who": ..., "since": ...}]."""
     out = []
     for i, path in enumerate(slot_paths(gate_dir, slots)):

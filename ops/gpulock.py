@@ -11,17 +11,17 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from . import journal, statedir, statefiles
 from .errors import Refused
 from .safetext import printable
 
 
-def _holder(fd: int, path: Path) -> dict:
+def _holder(fd: int, path: Path) -> dict[str, Any]:
     """What the holder wrote into its lock file; {} when that is not a lock record (it only names whom to ask)."""
     try:
-        info = statefiles.parse(os.pread(fd, 4096, 0) or b"{}", statefiles.LOCK_INFO, path)
+        info: dict[str, Any] = statefiles.parse(os.pread(fd, 4096, 0) or b"{}", statefiles.LOCK_INFO, path)
     except (OSError, statedir.StateFileError):
         return {}
     return info

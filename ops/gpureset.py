@@ -16,6 +16,8 @@ from . import journal
 from .errors import BackendUnavailable, GpuwardenError
 from .model import GpuInfo
 from .settings import Settings
+from .backends.libload import import_vendor
+from .sim.node import SimNode
 
 # A hung GPU can keep a vendor tool waiting for minutes; a reset that long has failed anyway.
 RESET_TIMEOUT_S = 180.0
@@ -46,7 +48,6 @@ def run_command(argv: list[str], timeout_s: float) -> Ran:
 
 def load_amdsmi() -> Any:
     """The amdsmi module, or BackendUnavailable in one line when it or libamd_smi.so is missing."""
-    from .backends.libload import import_vendor
     return import_vendor("amdsmi", "amdsmi", "libamd_smi.so not found", "install amd-smi-lib from ROCm")
 
 
@@ -74,7 +75,7 @@ def choose(gpu: GpuInfo, *, which: Which = shutil.which,
         if not which("nvidia-smi"):
             raise GpuwardenError("cannot reset an NVIDIA GPU: nvidia-smi is not on PATH",
                                  "install the NVIDIA driver utilities")
-        argv = ("nvidia-smi", "-r", "-i", str(gpu.index))
+        argv: tuple[str, ...] = ("nvidia-smi", "-r", "-i", str(gpu.index))
         return ResetPath("nvidia-smi", gpu.index, " ".join(argv), argv, gpu.bus_id)
     if gpu.vendor != "amd":
         raise GpuwardenError(f"GPU {gpu.index}: no reset path for vendor {gpu.vendor!r}")
@@ -125,7 +126,6 @@ def perform(settings: Settings, path: ResetPath, *, runner: Runner = run_command
 def _perform(settings: Settings, path: ResetPath, runner: Runner, amdsmi_loader: Callable[[], Any]) -> str:
     try:
         if path.method == "sim":
-            from .sim.node import SimNode
             SimNode(settings.state_dir).reset(path.gpu)
             return path.what
         if path.method == "amdsmi":

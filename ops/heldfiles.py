@@ -24,6 +24,13 @@ def open_or_none(path: str, blocking: bool = False) -> int | None:
         return None
 
 
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:  # already gone with its file (EBADF cannot come from us: the fd was ours alone)
+        pass
+
+
 class HeldFiles:
     """A map path -> open fd, kept within the process's descriptor budget; past it, plain reads.
 
@@ -59,20 +66,27 @@ class HeldFiles:
         """The descriptor held for `path` (valid until drop/close), None when it is read without one."""
         return self._fds.get(path)
 
+    # A lane thread abandoned at its deadline may still read, and drop, while the owner closes: each descriptor is
+    # taken out of the map by one atomic pop before it is closed, so exactly one of them closes it (a second close
+    # would fail with EBADF, or close a descriptor the number was given to since).
     def drop(self, path: str) -> None:
         fd = self._fds.pop(path, None)
         if fd is not None:
-            os.close(fd)
+            _close(fd)
             self.budget.give()
 
     def paths(self) -> list[str]:
         return list(self._fds)
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self.budget.give(len(self._fds))
-        self._fds.clear()
+        """Close every held descriptor; the map stays usable (a reader after this holds its files anew)."""
+        while True:
+            try:
+                _, fd = self._fds.popitem()
+            except KeyError:
+                return
+            _close(fd)
+            self.budget.give()
 
     def __len__(self) -> int:
         return len(self._fds)

@@ -57,7 +57,8 @@ def open_regular(path: str | Path, what: str, hint: str | None = None) -> int:
 
 def read_fd(fd: int, limit: int, what: str, path: str | Path) -> bytes:
     """Everything up to EOF from `fd`, refusing more than `limit` bytes."""
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     while True:
         try:
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))

@@ -40,3 +40,42 @@ def describe(exc: BaseException) -> str:
     """'interrupted' for Ctrl-C, 'ended by SIGTERM' for the others."""
     sig = signal_of(exc)
     return "interrupted" if sig == signal.SIGINT else f"ended by {signal.Signals(sig).name}"
+
+
+class Held:
+    """SIGINT, SIGTERM and SIGHUP noted instead of raised, between hold() and release(): for a step that must
+    not be cut in two (a rename that completes the work, and the report of it). Main thread only, where
+    Python runs signal handlers; elsewhere it holds nothing."""
+
+    def __init__(self) -> None:
+        self.pending: int | None = None
+        self._saved: dict[int, object] = {}
+
+    def _note(self, signum: int, frame: object) -> None:
+        if self.pending is None:
+            self.pending = signum
+
+    def hold(self) -> None:
+        import threading
+        if self._saved or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, *HANDLED):
+            before = signal.getsignal(sig)
+            if before is signal.SIG_IGN:  # ignored (nohup): stays so
+                continue
+            self._saved[sig] = before
+            signal.signal(sig, self._note)
+
+    def release(self) -> int | None:
+        """Put the handlers back; the signal that came meanwhile (None if none), not raised."""
+        for sig, before in self._saved.items():
+            signal.signal(sig, before)  # type: ignore[arg-type]
+        self._saved.clear()
+        return self.pending
+
+    def raise_pending(self) -> None:
+        """Release, then raise what the held signal would have raised (nothing if none came)."""
+        sig = self.release()
+        if sig is not None:
+            self.pending = None
+            raise KeyboardInterrupt() if sig == signal.SIGINT else Interrupted(sig)

@@ -14,7 +14,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from . import redact, safetext, statedir, statefiles
 
@@ -87,10 +87,10 @@ def read_checked(state_dir: Path, limit: int | None = None) -> Read:
                 size = os.fstat(fd).st_size
                 start = max(0, size - (limit + 1) * TAIL_BYTES_PER_ENTRY)
                 os.lseek(fd, start, os.SEEK_SET)
-                lines = list(statedir.walk_lines(fd, MAX_LINE))
-                if start > 0 and lines:
-                    lines = lines[1:]  # the first line read is probably cut
-                lines = lines[-limit:] if limit else []
+                tail = list(statedir.walk_lines(fd, MAX_LINE))
+                if start > 0 and tail:
+                    tail = tail[1:]  # the first line read is probably cut
+                lines: Iterable[bytes] = tail[-limit:] if limit else []
             else:
                 lines = statedir.walk_lines(fd, MAX_LINE)
             for raw in lines:
@@ -110,7 +110,7 @@ def parse_line(raw: bytes) -> dict[str, Any] | None:
     if not raw.strip():
         return None
     try:
-        value = json.loads(raw.decode("utf-8"))
+        value: dict[str, Any] = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     if statefiles.problem(value, statefiles.JOURNAL_ENTRY):
@@ -136,7 +136,7 @@ def follow(state_dir: Path, *, start: tuple[int, int] | None = None, poll_s: flo
         if fd is not None:
             same = start is not None and os.fstat(fd).st_ino == start[0]
             if start is None or same:
-                os.lseek(fd, start[1] if same else 0, os.SEEK_SET if same else os.SEEK_END)
+                os.lseek(fd, start[1] if start is not None and same else 0, os.SEEK_SET if same else os.SEEK_END)
         while keep_going():
             if fd is None:
                 fd = _open_journal(state_dir)

@@ -16,6 +16,11 @@ if TYPE_CHECKING:
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 PREFIX = "gpuwarden."
+# Nesting refused in a document read from outside (a bundle, a snapshot): gpuwarden's own go about 8 deep, and
+# json's C parser recurses per level (100,000 nested arrays are a RecursionError, not a clean refusal).
+MAX_DEPTH = 64
+# Every byte but quotes and the four brackets, for bytes.translate(None, delete=...).
+_NOT_SHAPE = bytes(b for b in range(256) if b not in b'"[]{}')
 
 
 def schema_id(name: str, version: int = 1) -> str:
@@ -43,6 +48,40 @@ def error_document(message: str, hint: str | None, exit_code: int) -> dict[str, 
     return document("error", {"error": message, "hint": hint, "exit_code": exit_code})
 
 
+class TooDeep(ValueError):
+    """A JSON document nested deeper than MAX_DEPTH (a ValueError: callers that refuse bad JSON refuse it too)."""
+
+
+def nesting(data: bytes, stop: int = MAX_DEPTH) -> int:
+    """How deep the arrays and objects of JSON text `data` nest, counting no further than `stop` + 1.
+
+    All at C speed, no parse: escaped backslashes and quotes go first (pairs, leftmost first, as a parser
+    reads them), then everything but quotes and brackets, then the strings (every other piece between
+    quotes: their brackets are text); each pass after that deletes the innermost pairs, so a document d deep
+    takes d passes and a hostile one at most stop + 1."""
+    bare = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, delete=_NOT_SHAPE)
+    shape = b"".join(bare.split(b'"')[::2]).replace(b"{", b"[").replace(b"}", b"]")
+    depth = 0
+    while shape and depth <= stop:
+        thinner = shape.replace(b"[]", b"")
+        if len(thinner) == len(shape):  # unbalanced: the parser will say where
+            break
+        shape, depth = thinner, depth + 1
+    return depth
+
+
+def loads(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
+    """JSON that came from outside, nested at most `max_depth` deep; anything else raises ValueError
+    (json.JSONDecodeError for bad text, TooDeep for nesting: the message says the limit)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if nesting(raw, max_depth) > max_depth:
+        raise TooDeep(f"nested more than {max_depth} levels deep; gpuwarden writes about 8")
+    try:
+        return json.loads(raw)
+    except RecursionError:  # not reachable below the limit, but never a traceback
+        raise TooDeep(f"nested too deeply for the parser (limit {max_depth})") from None
+
+
 def dumps(doc: dict[str, Any], indent: int | None = 2) -> str:
     return json.dumps(doc, indent=indent, default=str)
 
@@ -57,7 +96,8 @@ def schema_file(schema: str) -> Path:
 
 @lru_cache(maxsize=None)
 def load_schema(schema: str) -> dict[str, Any]:
-    return json.loads(schema_file(schema).read_text())
+    doc: dict[str, Any] = json.loads(schema_file(schema).read_text())  # a JSON Schema document: any JSON inside
+    return doc
 
 
 def validate(doc: Any) -> None:
@@ -68,7 +108,7 @@ def validate(doc: Any) -> None:
         schema = load_schema(doc["schema"])
     except FileNotFoundError:
         raise ValueError(f"unknown schema {doc['schema']!r} (no {schema_file(doc['schema']).name})") from None
-    import jsonschema  # only the tests and the readers of foreign files pay for it
+    import jsonschema  # deferred: only the tests and the readers of foreign files pay for it
     cls = jsonschema.validators.validator_for(schema)
     error = jsonschema.exceptions.best_match(cls(schema).iter_errors(doc))
     if error is not None:

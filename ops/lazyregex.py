@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import re
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (this module is on the `status` path)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator
+
 # What callers use of a compiled pattern; after the first use each is an attribute of the LazyRegex itself.
 _METHODS = ("search", "match", "fullmatch", "sub", "subn", "finditer", "findall", "split")
 
@@ -18,7 +22,18 @@ class LazyRegex:
     def __init__(self, pattern: str, flags: int = 0):
         self.pattern, self.flags = pattern, flags
 
-    def __getattr__(self, name: str):
+    if TYPE_CHECKING:  # what _METHODS become: re.Pattern[str]'s own signatures (typeshed's, for str patterns)
+        def search(self, string: str, pos: int = 0, endpos: int = ...) -> re.Match[str] | None: ...
+        def match(self, string: str, pos: int = 0, endpos: int = ...) -> re.Match[str] | None: ...
+        def fullmatch(self, string: str, pos: int = 0, endpos: int = ...) -> re.Match[str] | None: ...
+        def sub(self, repl: str | Callable[[re.Match[str]], str], string: str, count: int = 0) -> str: ...
+        def subn(self, repl: str | Callable[[re.Match[str]], str], string: str,
+                 count: int = 0) -> tuple[str, int]: ...
+        def finditer(self, string: str, pos: int = 0, endpos: int = ...) -> Iterator[re.Match[str]]: ...
+        def findall(self, string: str, pos: int = 0, endpos: int = ...) -> list[Any]: ...
+        def split(self, string: str, maxsplit: int = 0) -> list[str | Any]: ...
+
+    def __getattr__(self, name: str) -> object:
         if name.startswith("__"):  # copy, pickle and friends probing for hooks: none here
             raise AttributeError(name)
         compiled = re.compile(self.pattern, self.flags)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 
 from .jsondoc import document, iso
-from .records import field, record
+from .records import field, field_names, record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (3 ms of every `status`)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeVar
+
+    _R = TypeVar("_R")
 
 # Process states as the kernel's /proc/<pid>/stat letter maps to them.
 PROC_STATES = {
@@ -142,6 +144,40 @@ class GpuProcess:
     def alive(self) -> bool:
         """True for a process that can still free what it holds by itself."""
         return self.state not in ("zombie", "dead", "gone")
+
+
+@record
+class GpuLoad:
+    """One process's load on one GPU over the last refresh interval (ops/sampling/procload.py)."""
+
+    percent: float | None  # AMD: gfx + compute busy time / wall time (DRM fdinfo); NVIDIA: SM utilisation
+    # engine -> percent over the interval. AMD: gfx, compute, dma, dec, enc, jpeg (drm-engine-*, each divided by
+    # its capacity); NVIDIA: sm, mem, enc, dec (nvmlDeviceGetProcessUtilization)
+    engines: dict[str, float] = field(default_factory=dict)
+    engine_ns: dict[str, int] = field(default_factory=dict)  # AMD: busy ns per engine since its clients opened
+    clients: int = 0  # AMD: distinct DRM clients counted here (by drm-pdev + drm-client-id)
+    vram_bytes: int | None = None  # AMD: drm-memory-vram of those clients
+    # Other PIDs that show the same DRM clients (a fork kept the fd): their time is counted here, once.
+    shared_with: tuple[int, ...] = ()
+
+
+@record
+class ProcessLoad:
+    """A process's host and GPU load over the last refresh interval; None where one sample is all there is."""
+
+    pid: int
+    cpu_percent: float | None = None  # of one core, as top counts it (200: two cores busy)
+    cpu_time_s: float | None = None  # user + system time since it started
+    rss_bytes: int | None = None
+    threads: int | None = None
+    gpus: dict[int, GpuLoad] = field(default_factory=dict)  # gpu index -> its load there
+    source: str | None = None  # "fdinfo" (AMD), "nvml"; None: the backend gives no per-process GPU time
+
+    @property
+    def gpu_percent(self) -> float | None:
+        """The busiest of its GPUs (the GPU% column), None when no source says."""
+        values = [g.percent for g in self.gpus.values() if g.percent is not None]
+        return max(values) if values else None
 
 
 @record
@@ -325,6 +361,9 @@ class NodeSnapshot:
     # AMD: the driver's own books from debugfs (ops/debugfs/books.py): KFD system memory used/limit, VRAM free
     # space per GPU; None where not read (NVIDIA, a replay, no debugfs).
     driver: dict[str, Any] | None = None
+    # pid -> host CPU, RSS and GPU time over the interval, a table of its own so the process records stay the same
+    # objects refresh after refresh; JSON carries each one inside its process record ("load").
+    process_load: dict[int, ProcessLoad] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if any(not isinstance(w, SnapshotWarning) for w in self.warnings):
@@ -350,9 +389,23 @@ class NodeSnapshot:
     def to_dict(self) -> dict[str, Any]:
         """The gpuwarden.snapshot/1 document: every field, an ISO-8601 twin beside each time, needs_attention."""
         body = _plain(self)
-        for optional in ("agent", "kubernetes", "driver"):
+        driver = body.pop("driver", None)
+        for optional in ("agent", "kubernetes"):
             if body.get(optional) is None:
                 body.pop(optional, None)
+        loads = self.process_load
+        if loads:
+            for p in body["processes"]:
+                load = loads.get(p["pid"])
+                if load is not None:
+                    p["load"] = json.loads(_load_json(load))
+        if driver:
+            for g in body["gpus"]:
+                g["driver"] = gpu_driver_books(driver, g["index"])
+        devices = physical_devices(self.gpus)
+        if devices:
+            for g in body["gpus"]:
+                g["physical_device"] = physical_device_of(devices, g["bus_id"], g["index"])
         body["needs_attention"] = self.needs_attention()
         return document("snapshot", body)
 
@@ -365,7 +418,9 @@ class NodeSnapshot:
         text = json.dumps(doc, separators=(",", ":"))
         # The key and a string value are what json.dumps writes for the mark: no other text can look like it.
         spot = f'"processes":{json.dumps(_PROCESSES_MARK)}'
-        return text.replace(spot, '"processes":[' + ",".join(_process_json(p) for p in self.processes) + "]", 1)
+        loads = self.process_load
+        return text.replace(spot, '"processes":[' + ",".join(_process_json(p, loads.get(p.pid))
+                                                            for p in self.processes) + "]", 1)
 
 
 def plain(obj: Any) -> Any:
@@ -376,13 +431,84 @@ def plain(obj: Any) -> Any:
 _PROCESSES_MARK = "\u0000processes"
 
 
-def _process_json(p: "GpuProcess") -> str:
-    """One process as compact JSON, made once per GpuProcess object (a sampler reuses unchanged ones)."""
+def _process_json(p: "GpuProcess", load: "ProcessLoad | None" = None) -> str:
+    """One process as compact JSON, made once per GpuProcess object (a sampler reuses unchanged ones), with its
+    load of this refresh put inside as "load"."""
     cached = p.__dict__.get("_json_cache")
     if cached is None:
         cached = json.dumps(_plain(p), separators=(",", ":"))
         object.__setattr__(p, "_json_cache", cached)
+    if load is None:
+        return cached
+    return cached[:-1] + ',"load":' + _load_json(load) + "}"
+
+
+def _load_json(load: "ProcessLoad") -> str:
+    """A process's "load" object (its pid is the record's), made once per ProcessLoad (an idle one is reused)."""
+    cached = load.__dict__.get("_json_cache")
+    if cached is None:
+        body = _plain(load)
+        body.pop("pid", None)
+        body["gpu_percent"] = load.gpu_percent
+        cached = json.dumps(body, separators=(",", ":"))
+        object.__setattr__(load, "_json_cache", cached)
     return cached
+
+
+def physical_devices(gpus: tuple[GpuInfo, ...]) -> dict[str, list[int]]:
+    """bus id -> the logical GPUs that are partitions of that one physical device (MI300 DPX..CPX: two or more
+    share its PCI address), in index order; {} on a node without partitions."""
+    by_bus: dict[str, list[int]] = {}
+    for g in gpus:
+        if g.bus_id:
+            by_bus.setdefault(g.bus_id, []).append(g.index)
+    return {bus: sorted(members) for bus, members in by_bus.items() if len(members) > 1}
+
+
+def physical_device_of(devices: dict[str, list[int]], bus_id: str | None, index: int) -> dict[str, Any] | None:
+    """What a GPU record carries as "physical_device": the device it is a partition of (None: it is one by itself)."""
+    members = devices.get(bus_id) if bus_id else None
+    if not members:
+        return None
+    return {"bus_id": bus_id, "partition": members.index(index), "gpus": list(members), "reset_scope": "device"}
+
+
+def gpu_driver_books(driver: dict[str, Any], index: int) -> dict[str, Any]:
+    """The driver's books as one GPU record carries them ("driver"): its VRAM free space, and KFD's system memory
+    limit, which is node-wide (the same on every GPU: registrations through any GPU count against it)."""
+    free = next((dict(v) for v in driver.get("vram_free") or () if v.get("gpu") == index), None)
+    if free is not None:
+        free.pop("gpu", None)
+    return {"debugfs": driver.get("debugfs"), "kfd_mem_limit": driver.get("kfd_mem_limit"),
+            "kfd_mem_limit_unavailable": driver.get("kfd_mem_limit_unavailable"), "vram_free": free,
+            "vram_free_unavailable": None if free is not None else driver.get("vram_free_unavailable")}
+
+
+def _driver_from_gpus(gpus: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """NodeSnapshot.driver again from the per-GPU "driver" blocks of a document."""
+    blocks = [(g.get("index"), g["driver"]) for g in gpus if isinstance(g.get("driver"), dict)]
+    if not blocks:
+        return None
+    first = blocks[0][1]
+    free = [{"gpu": i, **b["vram_free"]} for i, b in blocks if isinstance(b.get("vram_free"), dict)]
+    return {"debugfs": first.get("debugfs"), "kfd_mem_limit": first.get("kfd_mem_limit"),
+            "kfd_mem_limit_unavailable": first.get("kfd_mem_limit_unavailable"), "vram_free": free,
+            "vram_free_unavailable": None if free else first.get("vram_free_unavailable")}
+
+
+def _loads(processes: list[dict[str, Any]]) -> dict[int, ProcessLoad]:
+    out: dict[int, ProcessLoad] = {}
+    for p in processes:
+        load = p.get("load")
+        if not isinstance(load, dict) or "pid" not in p:
+            continue
+        try:  # a replayed bundle's document may be damaged: a load that does not read is left out
+            gpus = {int(k): _build(GpuLoad, {**v, "shared_with": tuple(v.get("shared_with", ()))})
+                    for k, v in (load.get("gpus") or {}).items() if isinstance(v, dict)}
+            out[p["pid"]] = _build(ProcessLoad, {**load, "pid": p["pid"], "gpus": gpus})
+        except (TypeError, ValueError, AttributeError):
+            continue
+    return out
 
 
 # Fields holding seconds since the epoch: JSON gets `<name>_iso` beside each.
@@ -399,6 +525,8 @@ def _plain(obj: Any) -> Any:
             return dict(cached)  # a copy: a reader that edits its document must not edit the next one
         out: dict[str, Any] = {}
         for name in names:
+            if name == "process_load":
+                continue  # a side table: to_dict puts each entry inside its process record
             value = getattr(obj, name)
             out[name] = value if value is None or isinstance(value, (str, int, float)) else _plain(value)
             if name in TIME_FIELDS:
@@ -414,8 +542,8 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def _build(cls: type, data: dict[str, Any]) -> Any:
-    return cls(**{name: data[name] for name in cls.__record_fields__ if name in data})
+def _build(cls: type[_R], data: dict[str, Any]) -> _R:
+    return cls(**{name: data[name] for name in field_names(cls) if name in data})
 
 
 def _sensors(data: dict[str, Any] | None) -> GpuSensors | None:
@@ -428,7 +556,7 @@ def _sensors(data: dict[str, Any] | None) -> GpuSensors | None:
 def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
     """Inverse of NodeSnapshot.to_dict (used by bundle replay and tests)."""
 
-    def int_keys(d: dict) -> dict[int, Any]:
+    def int_keys(d: dict[str, Any] | None) -> dict[int, Any]:
         return {int(k): v for k, v in (d or {}).items()}
 
     gpus = tuple(_build(GpuInfo, {**g, "device_files": tuple(g.get("device_files", ())),
@@ -454,8 +582,10 @@ def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
         for a in data.get("arenas", [])
     )
     pods = tuple(_build(PodGpus, {**p, "gpus": tuple(p.get("gpus", ()))}) for p in data.get("pods", []))
+    driver = data.get("driver") if isinstance(data.get("driver"), dict) else _driver_from_gpus(data.get("gpus", []))
     return _build(NodeSnapshot, {
-        **data, "gpus": gpus, "processes": procs, "residual": residual, "engines": engines,
+        **data, "driver": driver, "process_load": _loads(data.get("processes", [])),
+        "gpus": gpus, "processes": procs, "residual": residual, "engines": engines,
         "arenas": arenas, "pods": pods, "drained": tuple(data.get("drained", ())),
         "warnings": tuple(as_warning(w) for w in data.get("warnings", ()) or ()),
     })

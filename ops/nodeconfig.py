@@ -13,7 +13,7 @@ import signal
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from . import inputs, tomlpos
 from .config.agent import DEFAULT as AGENT_DEFAULTS
@@ -21,6 +21,7 @@ from .config.agent import AgentConfig
 from .config.agent import parse as parse_agent
 from .errors import ConfigError, GpuwardenError
 from .safetext import printable
+from .paths import default_state_dir
 from .settings import Settings
 from .units import fmt_bytes, parse_size
 
@@ -247,7 +248,7 @@ class _Validator:
 
     # --- errors --------------------------------------------------------------------------------
 
-    def fail(self, table: str | None, index: int | None, key: str | tuple | None, problem: str,
+    def fail(self, table: str | None, index: int | None, key: str | tuple[str, ...] | None, problem: str,
              hint: str) -> ConfigError:
         """An error for `key` (a name, or a path such as ("env", "X")) in [table] (or the index-th [[table]]);
         its line comes from the text."""
@@ -258,7 +259,7 @@ class _Validator:
                            hint)
 
     @contextlib.contextmanager
-    def check(self):
+    def check(self) -> Iterator[None]:
         """Record a ConfigError raised inside and carry on with the next key."""
         try:
             yield
@@ -346,7 +347,8 @@ class _Validator:
         kubernetes = None
         if "kubernetes" in data:
             with self.check():
-                from .config import kubernetes as k8s_config  # only a node that has the table pays for the import
+                # deferred: status reads node.toml: only a node with a [kubernetes] table pays for that code
+                from .config import kubernetes as k8s_config
                 kubernetes = k8s_config.parse(data["kubernetes"], lambda key, problem, hint: self.fail(
                     "kubernetes", None, key, problem, hint))
         self.done()
@@ -538,7 +540,7 @@ class _Validator:
                 'e.g. register_threshold = "256MiB" (registrations below it pass ungated)', low=0, high=1 << 50)
         return None if len(self.errors) > failed else EngineConfig(**values)
 
-    def gate_release(self, where: Any, raw: dict[str, Any], progress: str, patterns: dict[str, Any]) -> str:
+    def gate_release(self, where: Callable[[str], tuple[str, int | None]], raw: dict[str, Any], progress: str, patterns: dict[str, Any]) -> str:
         """When the gate slot goes: "registered", "ready" (needs ready_pattern) or "<N>s" after registered."""
         value = raw.get("gate_release", "registered")
         if not isinstance(value, str) or not GATE_RELEASE_RE.match(value.strip()):
@@ -598,7 +600,7 @@ def regex_problem(pattern: str) -> str | None:
     if compiled.groups > 32:
         return f"{compiled.groups} groups; a log pattern needs a few at most"
     try:
-        from re import _parser  # type: ignore[attr-defined]  # the parse tree re itself builds
+        from re import _parser  # the parse tree re itself builds
         tree = _parser.parse(pattern)
     except Exception:  # noqa: BLE001 - only an extra check; re.compile above has already accepted it
         return None
@@ -654,7 +656,10 @@ def _signal_number(name: str) -> int | None:
 
 
 def _signal_name(name: str) -> str:
-    return signal.Signals(_signal_number(name)).name
+    number = _signal_number(name)
+    if number is None:  # the caller checked it first: a ValueError, as Signals(None) raised
+        raise ValueError(f"{name!r} is not a signal")
+    return signal.Signals(number).name
 
 
 def signal_number(name: str) -> int:
@@ -668,8 +673,6 @@ def signal_number(name: str) -> int:
 def effective_settings(settings: Settings, config: NodeConfig | None = None) -> Settings:
     """Settings with the config's state_dir applied when neither --state-dir nor the environment chose one."""
     import os
-
-    from .settings import default_state_dir
 
     if os.environ.get("GPUWARDEN_STATE_DIR") or settings.state_dir != default_state_dir():
         return settings
@@ -687,6 +690,7 @@ def kubernetes_config(settings: Settings, **overrides: Any) -> Any:
     """The node config's [kubernetes] table (defaults without one), with command-line overrides applied."""
     from dataclasses import replace
 
+    # deferred: status reads node.toml: only a node with a [kubernetes] table pays for that code
     from .config.kubernetes import KubernetesConfig
     cfg = KubernetesConfig()
     if settings.config_path.exists():

@@ -13,10 +13,12 @@ from .statedir import StateFileError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
+    from typing import Any
+
     from .filecache import FileCache
 
 
-def drained(state_dir: Path, cache: "FileCache | None" = None) -> dict[int, dict]:
+def drained(state_dir: Path, cache: "FileCache | None" = None) -> dict[int, dict[str, Any]]:
     """GPU index -> {"since": ts, "who": ..., "reason": ...} for every drained GPU.
 
     A corrupt file raises StateFileError: launch and reset must not guess which GPUs are out of service.
@@ -25,7 +27,7 @@ def drained(state_dir: Path, cache: "FileCache | None" = None) -> dict[int, dict
     return {int(k): v for k, v in data.items()}
 
 
-def drained_or_warning(state_dir: Path, cache: "FileCache | None" = None) -> tuple[dict[int, dict], str | None]:
+def drained_or_warning(state_dir: Path, cache: "FileCache | None" = None) -> tuple[dict[int, dict[str, Any]], str | None]:
     """drained(), or ({}, why) when the file is corrupt: for views that must still show the node."""
     try:
         return drained(state_dir, cache), None

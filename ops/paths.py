@@ -40,3 +40,18 @@ def refuse_squatted(state_dir: Path) -> None:
             f"the state dir {state_dir} belongs to uid {st.st_uid}, not to you, in a directory anyone can write",
             "remove it if it is stale, or point --state-dir / GPUWARDEN_STATE_DIR at a directory you own",
         )
+
+
+def child_pythonpath(env: dict[str, str]) -> dict[str, str]:
+    """`env` for a Python child that must import this very gpuwarden (the sim's helpers, the probe's canaries).
+
+    The folder that *holds* the package goes first on PYTHONPATH, never the package's own folder (that one would
+    make its ops/, tui/ and playbooks/ importable as top-level names and shadow PyPI's projects of those names).
+    An editable install's finder needs nothing: the same interpreter's site-packages hold it.
+    """
+    package = Path(__file__).parent.parent  # not resolved: a link named gpuwarden (tests/device) is the package
+    out = dict(env)
+    if package.name == "gpuwarden":
+        rest = out.get("PYTHONPATH", "")
+        out["PYTHONPATH"] = str(package.parent) + (os.pathsep + rest if rest else "")
+    return out

@@ -19,6 +19,10 @@ from .model import PROC_STATES
 from .records import record
 from .safetext import printable
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` reads processes through here
+if TYPE_CHECKING:
+    from typing import Callable
+
 VISIBILITY_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
                    "GPU_DEVICE_ORDINAL", "NVIDIA_VISIBLE_DEVICES")
 
@@ -88,7 +92,7 @@ def _prefixes(patterns: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=8)
-def _matcher(patterns: tuple[str, ...]):
+def _matcher(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]:
     """match(path) for shell-style device patterns (compiled only once a path has one of their prefixes)."""
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
 
@@ -224,16 +228,17 @@ class ProcReader:
             del self._last[pid]
         if self._held is not None:
             for path in self._held.paths():
-                pid = path[len(self._root_s) + 1:].split("/", 1)[0]
-                if pid.isdigit() and int(pid) not in live:
+                name = path[len(self._root_s) + 1:].split("/", 1)[0]
+                if name.isdigit() and int(name) not in live:
                     self._held.drop(path)
 
     def close(self) -> None:
         if self._held is not None:
             self._held.close()
 
-    def open_files(self, pid: int, patterns: list[str]) -> tuple[str, ...]:
-        """Device files matching `patterns` that the process holds open (deduplicated)."""
+    def open_files(self, pid: int, patterns: list[str], fds: dict[int, str] | None = None) -> tuple[str, ...]:
+        """Device files matching `patterns` that the process holds open (deduplicated); `fds`, when given,
+        gets every matching descriptor's number -> target (what DRM fdinfo is read through)."""
         # Every process of the node, one readlink per descriptor: through the directory's descriptor, which
         # spares the kernel a walk of /proc/<pid>/fd per link.
         try:
@@ -250,8 +255,11 @@ class ProcReader:
                 except OSError:
                     continue
                 # Most descriptors are sockets, pipes and files: a prefix test spares the pattern for them.
-                if target.startswith(prefixes) and target not in found and _matcher(tuple(patterns))(target):
-                    found.append(target)
+                if target.startswith(prefixes) and _matcher(tuple(patterns))(target):
+                    if fds is not None and name.isdigit():
+                        fds[int(name)] = target
+                    if target not in found:
+                        found.append(target)
         except OSError:
             return ()
         finally:
@@ -310,3 +318,80 @@ def same_process(pid: int, start_ticks: int, proc_root: Path = Path("/proc")) ->
 def state_of(pid: int, proc_root: Path = Path("/proc")) -> str:
     parsed = stat_facts(pid, proc_root)
     return PROC_STATES.get(parsed[1], parsed[1]) if parsed else "gone"
+
+
+# The signals an operator may send from the console, with what each does to a process that does not handle it.
+SIGNALS = {
+    "TERM": "asks it to exit (the polite stop: engines drain and free their memory)",
+    "INT": "interrupts it, as Ctrl-C does (most programs exit)",
+    "HUP": "hangs it up: exits, unless it handles HUP (many daemons reload their config)",
+    "USR1": "ends it unless it handles USR1 (then it does what its author chose: dump state, rotate logs)",
+    "USR2": "ends it unless it handles USR2 (then it does what its author chose)",
+    "QUIT": "ends it with a core dump where core dumps are on (a stuck Python prints no traceback)",
+    "STOP": "freezes it until CONT: it keeps its memory and GPU contexts, and its peers may time out",
+    "CONT": "lets a stopped process run again",
+    "KILL": "ends it at once: no cleanup, cannot be caught",
+}
+# Signals whose default action ends or freezes the process: the console asks first.
+_ENDS = frozenset({"TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "STOP", "KILL"})
+_UNCATCHABLE = frozenset({"KILL", "STOP"})
+
+
+def signal_number(name: str) -> int:
+    import signal
+    return int(signal.Signals[f"SIG{name}"])
+
+
+def ends_or_freezes(name: str, caught: frozenset[int] = frozenset(), ignored: frozenset[int] = frozenset()) -> bool:
+    """Whether sending `name` ends or freezes a process with these handled/ignored signals (its default action
+    runs); USR1/USR2 it catches or ignores do not (the other terminating ones still ask it to stop)."""
+    if name not in _ENDS:
+        return False
+    number = signal_number(name)
+    if name in ("USR1", "USR2") and (number in caught or number in ignored):
+        return False
+    return name in _UNCATCHABLE or number not in ignored
+
+
+def _mask(text: str) -> frozenset[int]:
+    """Signal numbers of a SigCgt/SigIgn hex mask of /proc/<pid>/status (bit n-1 is signal n)."""
+    try:
+        bits = int(text, 16)
+    except ValueError:
+        return frozenset()
+    return frozenset(n + 1 for n in range(64) if bits >> n & 1)
+
+
+def details(pid: int, proc_root: Path | str = "/proc") -> dict[str, object] | None:
+    """What the console's process view shows beyond the snapshot: the whole command line (redacted), cwd, owner,
+    parent, threads, the signals it handles and ignores; None when the process is gone. Reads /proc/<pid>/cmdline,
+    which can wait on a process's memory lock: call it off the event loop."""
+    base = f"{proc_root}/{pid}"
+    status = _read(base + "/status")
+    if status is None:
+        return None
+    fields = {}
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    try:
+        with open(base + "/cmdline", "rb") as f:
+            raw = f.read(1 << 17)
+    except OSError:
+        raw = b""
+    try:
+        cwd: str | None = printable(os.readlink(base + "/cwd"))
+    except OSError as exc:
+        cwd = None if exc.errno != 13 else "(not permitted: run as its user or root)"
+    uid = fields.get("Uid", "").split()
+    return {
+        "command": command_from(raw) or f"[{printable(fields.get('Name', '?'))}]",
+        "cwd": cwd,
+        "uid": int(uid[0]) if uid and uid[0].isdigit() else None,
+        "user": user_name(int(uid[0])) if uid and uid[0].isdigit() else None,
+        "ppid": int(fields["PPid"]) if fields.get("PPid", "").isdigit() else None,
+        "threads": int(fields["Threads"]) if fields.get("Threads", "").isdigit() else None,
+        "state": fields.get("State"),
+        "caught": _mask(fields.get("SigCgt", "")),
+        "ignored": _mask(fields.get("SigIgn", "")),
+    }

@@ -14,6 +14,7 @@ from typing import Callable
 
 from . import journal, procs
 from .settings import Settings
+from .model import PROC_STATES
 
 # Processes whose death takes the node (or other tenants) down with them: never signalled.
 PROTECTED_COMMS = frozenset({
@@ -74,7 +75,6 @@ def read_stat(pid: int, proc_root: Path) -> Stat | None:
     if split is None or len(split[1]) < 20:
         return None
     comm, rest = split
-    from .model import PROC_STATES
     # ppid is field 4, flags field 9, starttime field 22.
     return Stat(comm=comm, state=PROC_STATES.get(rest[0], rest[0]), ppid=int(rest[1]),
                 flags=int(rest[6]), start_ticks=int(rest[19]))

@@ -26,7 +26,7 @@ class Field:
 
 
 def field(*, default: object = _MISSING, default_factory: object = _MISSING, compare: bool = True,
-          repr: bool = True) -> object:
+          repr: bool = True) -> Any:
     """dataclasses.field for a record (the options records support)."""
     if default is not _MISSING and default_factory is not _MISSING:
         raise ValueError("cannot specify both default and default_factory")
@@ -50,7 +50,19 @@ def _is_classvar(annotation: object) -> bool:
     return text.startswith(("ClassVar", "typing.ClassVar"))
 
 
-def record(cls: type) -> type:
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (records are on the `status` path)
+if TYPE_CHECKING:
+    from typing import Any, Callable, TypeVar, dataclass_transform
+
+    _T = TypeVar("_T")
+else:
+    def dataclass_transform(**_kw):  # what typing's does at run time: nothing
+        return lambda f: f
+
+
+# To a type checker a record is a frozen dataclass: __init__ takes its fields, field() gives their defaults.
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+def record(cls: type[_T]) -> type[_T]:
     """The class as a frozen record: __init__ (then __post_init__), __repr__, __eq__, __hash__, no assignment."""
     if "__slots__" in cls.__dict__:
         raise TypeError(f"record {cls.__name__}: __slots__ is not supported")
@@ -72,10 +84,11 @@ def record(cls: type) -> type:
             else:
                 setattr(cls, name, spec.default)
     fields = tuple(specs.values())
-    cls.__record_specs__ = fields
-    cls.__record_fields__ = tuple(s.name for s in fields)
-    cls.__match_args__ = cls.__record_fields__
-    cls.__dataclass_fields__ = _DataclassFields()
+    made: Any = cls  # the attributes a record class gets, which type checkers learn from dataclass_transform
+    made.__record_specs__ = fields
+    made.__record_fields__ = tuple(s.name for s in fields)
+    made.__match_args__ = made.__record_fields__  # type: ignore[misc]
+    made.__dataclass_fields__ = _DataclassFields()
     _check_order(fields)
     # __init__, __eq__ and __hash__ are each compiled at their first call (dataclasses compiles six methods per class
     # at import, ~0.7 ms): until then stand-ins hold their places. The class's own methods win, as with dataclasses.
@@ -84,8 +97,8 @@ def record(cls: type) -> type:
         if name not in cls.__dict__ or (name == "__hash__" and not explicit_hash):
             type.__setattr__(cls, name, _stand_in(cls, name))
     _define(cls, "__repr__", _repr)
-    cls.__setattr__ = _frozen_setattr  # type: ignore[method-assign]
-    cls.__delattr__ = _frozen_delattr  # type: ignore[method-assign]
+    made.__setattr__ = _frozen_setattr
+    made.__delattr__ = _frozen_delattr
     return cls
 
 
@@ -103,9 +116,9 @@ def _check_order(fields: tuple[_Spec, ...]) -> None:
             raise TypeError(f"non-default argument {spec.name!r} follows default argument")
 
 
-def _stand_in(cls: type, name: str):
+def _stand_in(cls: type, name: str) -> Callable[..., Any]:
     """`name` until its first call, which compiles the real method, puts it in place and calls it."""
-    def method(self, *args, **kwargs):
+    def method(self: object, *args: Any, **kwargs: Any) -> Any:
         real = _compile(cls, name)
         type.__setattr__(cls, name, real)
         return real(self, *args, **kwargs)
@@ -113,7 +126,7 @@ def _stand_in(cls: type, name: str):
     return method
 
 
-def _compile(cls: type, name: str):
+def _compile(cls: Any, name: str) -> Callable[..., Any]:
     """__init__, __eq__ or __hash__ from source, as dataclasses makes them: as fast as ones written by hand."""
     fields: tuple[_Spec, ...] = cls.__record_specs__
     ns: dict[str, object] = {"_FACTORY": _FACTORY, "_set": object.__setattr__}
@@ -147,29 +160,29 @@ def _compile(cls: type, name: str):
             body.append("    self.__post_init__()")
         source = f"def __init__({', '.join(params)}):\n" + "\n".join(body or ["    pass"]) + "\n"
     exec(source, ns)  # noqa: S102 (our own source, from the class's field names)
-    method = ns[name]
-    method.__qualname__ = f"{cls.__qualname__}.{name}"  # type: ignore[attr-defined]
-    return method
+    method: Any = ns[name]
+    method.__qualname__ = f"{cls.__qualname__}.{name}"
+    return method  # type: ignore[no-any-return]
 
 
-def _repr(self) -> str:
-    cls = type(self)
+def _repr(self: object) -> str:
+    cls: Any = type(self)
     parts = ", ".join(f"{s.name}={getattr(self, s.name)!r}" for s in cls.__record_specs__ if s.repr)
     return f"{cls.__qualname__}({parts})"
 
 
-def _frozen_setattr(self, name: str, value: object) -> None:
+def _frozen_setattr(self: object, name: str, value: object) -> None:
     raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
 
-def _frozen_delattr(self, name: str) -> None:
+def _frozen_delattr(self: object, name: str) -> None:
     raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
 class _DataclassFields:
     """A record's __dataclass_fields__, made on first use by dataclasses from a twin of the class."""
 
-    def __get__(self, obj: object, cls: type) -> dict:
+    def __get__(self, obj: object, cls: Any) -> dict[str, Any]:
         import dataclasses
         # A docstring spares dataclasses an inspect.signature() of the twin (~2 ms) to write one.
         ns: dict[str, object] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
@@ -182,16 +195,23 @@ class _DataclassFields:
                        {} if s.default is _MISSING else {"default": s.default}), compare=s.compare, repr=s.repr)
             elif s.default is not _MISSING:
                 ns[s.name] = s.default
-        twin = dataclasses.dataclass(frozen=True)(type(cls.__name__, (), ns))
-        fields = twin.__dataclass_fields__
+        twin: Any = dataclasses.dataclass(frozen=True)(type(cls.__name__, (), ns))
+        fields: dict[str, Any] = twin.__dataclass_fields__
         type.__setattr__(cls, "__dataclass_fields__", fields)
         type.__setattr__(cls, "__dataclass_params__", twin.__dataclass_params__)
         return fields
 
 
-def replace(obj: object, /, **changes: object) -> object:
+def field_names(cls: type) -> tuple[str, ...]:
+    """A record class's field names in __init__'s order: record() sets them on the class, out of a checker's sight."""
+    made: Any = cls
+    names: tuple[str, ...] = made.__record_fields__
+    return names
+
+
+def replace(obj: _T, /, **changes: object) -> _T:
     """A copy of a record with some fields changed (dataclasses.replace without importing dataclasses)."""
-    names = type(obj).__record_fields__
+    names = type(obj).__record_fields__  # type: ignore[attr-defined]
     unknown = set(changes).difference(names)
     if unknown:
         raise TypeError(f"{type(obj).__name__} has no field {sorted(unknown)[0]!r}")

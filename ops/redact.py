@@ -148,8 +148,8 @@ _USER_OPTIONS = frozenset({"-u", "--user", "--proxy-user", "-U", "--username", "
 _BARE_USERINFO = LazyRegex(r"^([^:@/\s]+):([^@\s]+)@([^@\s]+)$")  # user:pass@host without a scheme
 
 
-def _sub(name: str, regex: LazyRegex, group: int, text: str, counts: Counter) -> str:
-    def repl(m: re.Match) -> str:
+def _sub(name: str, regex: LazyRegex, group: int, text: str, counts: Counter[str]) -> str:
+    def repl(m: re.Match[str]) -> str:
         value = m.group(group)
         if value.startswith("[REDACTED:") or (name == "aws-secret-access-key" and not _aws_secret(value)):
             return m.group(0)
@@ -159,13 +159,14 @@ def _sub(name: str, regex: LazyRegex, group: int, text: str, counts: Counter) ->
         start, end = m.start(group) - m.start(0), m.end(group) - m.start(0)
         whole = m.group(0)
         return whole[:start] + _MARK.format(name) + whole[end:]
-    return regex.sub(repl, text)
+    out: str = regex.sub(repl, text)
+    return out
 
 
 _KEY_HINT = LazyRegex(_KEYWORDS, re.IGNORECASE)
 
 
-def _sub_keyed(name: str, regex: LazyRegex, group: int, text: str, counts: Counter) -> str:
+def _sub_keyed(name: str, regex: LazyRegex, group: int, text: str, counts: Counter[str]) -> str:
     """The key=value rule, run only on lines that mention a secret word (most log lines do not)."""
     if not _KEY_HINT.search(text):
         return text
@@ -182,18 +183,19 @@ _STRING_LIST = LazyRegex(r"\[[ \t]*" + _QUOTED + r"(?:[ \t]*,[ \t]*" + _QUOTED +
 _ONE_QUOTED = LazyRegex(_QUOTED)
 
 
-def argv_lists(text: str, counts: Counter) -> str:
+def argv_lists(text: str, counts: Counter[str]) -> str:
     """Each written-out list of strings redacted as the command line it may be, so that node.toml's
     `argv = ["mysql", "-pX"]` loses what the same argv loses in status or a bundle's proc/PID/cmdline."""
     if "[" not in text or ('"' not in text and "'" not in text):
         return text
 
-    def one_list(m: re.Match) -> str:
+    def one_list(m: re.Match[str]) -> str:
         tokens = list(_ONE_QUOTED.finditer(m.group(0)))
         items = [_unquote(t.group(0)) for t in tokens]
-        if any(i is None for i in items):
+        known = [i for i in items if i is not None]
+        if len(known) < len(items):
             return m.group(0)
-        red, _ = redact_argv(items, counts)
+        red, _ = redact_argv(known, counts)
         whole, shift = m.group(0), 0
         for token, before, after in zip(tokens, items, red):
             if before == after:
@@ -202,20 +204,22 @@ def argv_lists(text: str, counts: Counter) -> str:
             whole = whole[:token.start() + shift] + quoted + whole[token.end() + shift:]
             shift += len(quoted) - (token.end() - token.start())
         return whole
-    return _STRING_LIST.sub(one_list, text)
+    out: str = _STRING_LIST.sub(one_list, text)
+    return out
 
 
 def _unquote(token: str) -> str | None:
     if token[0] == "'":
         return token[1:-1]
     try:
-        return json.loads(token)
+        value = json.loads(token)
     except ValueError:
         return None
+    return value if isinstance(value, str) else None  # a double-quoted token decodes to a string
 
 
-def redact_text(text: str, counts: Counter | None = None, *, rules: frozenset[str] | None = None
-                ) -> tuple[str, Counter]:
+def redact_text(text: str, counts: Counter[str] | None = None, *, rules: frozenset[str] | None = None
+                ) -> tuple[str, Counter[str]]:
     """Text with every known secret shape replaced; counts per pattern name. `rules` limits the rules run."""
     counts = counts if counts is not None else Counter()
     if rules is None:
@@ -241,7 +245,7 @@ def text(value: str) -> str:
     return redact_text(value)[0]
 
 
-def redact_argv(argv: Iterable[str], counts: Counter | None = None) -> tuple[list[str], Counter]:
+def redact_argv(argv: Iterable[str], counts: Counter[str] | None = None) -> tuple[list[str], Counter[str]]:
     """A command line with secret option values, user:password pairs and known token shapes replaced."""
     counts = counts if counts is not None else Counter()
     out: list[str] = []
@@ -268,7 +272,7 @@ def redact_argv(argv: Iterable[str], counts: Counter | None = None) -> tuple[lis
     return _across_arguments(out, counts), counts
 
 
-def _across_arguments(args: list[str], counts: Counter) -> list[str]:
+def _across_arguments(args: list[str], counts: Counter[str]) -> list[str]:
     """The rules whose key and value may be separate arguments (`mysql -u root -pX`, `password: X`, `Token X`),
     run over the arguments joined by NUL, which those rules take for a space: so a command line shows the same
     whether a sink keeps it as a list (a bundle's proc/PID/cmdline) or as one string (snapshot.json, status)."""
@@ -287,7 +291,7 @@ def _secret_option(opt: str) -> bool:
             or ("wandb" in opt.lower() and bool(_WANDB_OPTION.match(opt))))
 
 
-def _option_value(opt: str, value: str, counts: Counter) -> str:
+def _option_value(opt: str, value: str, counts: Counter[str]) -> str:
     if value.startswith("[REDACTED:"):
         return value
     if opt in _USER_OPTIONS:
@@ -305,7 +309,7 @@ def command_line(argv: Iterable[str]) -> str:
     return " ".join(redact_argv(argv)[0])
 
 
-def cmdline_bytes(raw: bytes, counts: Counter | None = None) -> tuple[bytes, Counter]:
+def cmdline_bytes(raw: bytes, counts: Counter[str] | None = None) -> tuple[bytes, Counter[str]]:
     """/proc/<pid>/cmdline (NUL-separated) redacted argument by argument."""
     args = raw.decode("utf-8", errors="surrogateescape").split("\0")
     trailing = args and args[-1] == ""
@@ -328,7 +332,7 @@ def env_allowed(name: str) -> bool:
     return name in ENV_ALLOWED_NAMES or name.startswith(ENV_ALLOWED_PREFIXES)
 
 
-def redact_environ(raw: bytes, counts: Counter | None = None) -> tuple[bytes, Counter]:
+def redact_environ(raw: bytes, counts: Counter[str] | None = None) -> tuple[bytes, Counter[str]]:
     """A NUL-separated environment (/proc/<pid>/environ): only allow-listed variables stay, and even
     those lose a value whose name says secret; then the text rules."""
     counts = counts if counts is not None else Counter()
@@ -355,7 +359,7 @@ def env_mapping(env: dict[str, str]) -> dict[str, str]:
     return {k: (_MARK.format("env-secret-name") if SECRET_NAME.search(k) else text(str(v))) for k, v in env.items()}
 
 
-def redact_bytes(data: bytes, *, environ: bool = False, cmdline: bool = False) -> tuple[bytes, Counter]:
+def redact_bytes(data: bytes, *, environ: bool = False, cmdline: bool = False) -> tuple[bytes, Counter[str]]:
     if environ:
         return redact_environ(data)
     if cmdline:

@@ -15,7 +15,7 @@ _CONTROL = LazyRegex("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _COLOUR = LazyRegex(r"\x1b\[[0-9;]*m")
 
 
-def _show(m: re.Match) -> str:
+def _show(m: re.Match[str]) -> str:
     c = m.group(0)
     return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
 
@@ -24,7 +24,7 @@ def printable(text: str, *, newlines: bool = False) -> str:
     """`text` with every control character shown as \\xNN; newlines kept only when asked."""
     if text.isprintable() or not text:
         return text
-    out = _CONTROL.sub(_show, text)
+    out: str = _CONTROL.sub(_show, text)
     if not newlines:
         out = out.replace("\n", "\\n")
     return out
@@ -35,7 +35,7 @@ def log_line(text: str) -> str:
     return printable(_COLOUR.sub("", text))
 
 
-def clean(obj):
+def clean(obj: object) -> object:
     """A JSON-shaped value with every string made printable (for snapshots read back from bundles)."""
     if isinstance(obj, str):
         return printable(obj)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from .paths import BACKENDS, DEFAULT_CONFIG, default_state_dir  # noqa: F401 (re-exported)
 from .records import record, replace
+from .deadline import check_seconds
+from .errors import GpuwardenError
 
 
 @record
@@ -54,21 +56,20 @@ class Settings:
         if backend == "auto":
             backend = None
         host = pick("host_root", "GPUWARDEN_HOST_ROOT", None)
+        host_root: Path | None = None
         if host is not None:
             # The host's own /sys and /proc under its mount point; --sysfs-root/--proc-root do not mix with it.
-            host = Path(str(host))
-            roots = {"sysfs_root": host / "sys", "proc_root": host / "proc", "host_root": host}
+            host_root = Path(str(host))
+            sysfs_root, proc_root = host_root / "sys", host_root / "proc"
         else:
-            roots = {"sysfs_root": Path(str(pick("sysfs_root", "GPUWARDEN_SYSFS_ROOT", "/sys"))),
-                     "proc_root": Path(str(pick("proc_root", "GPUWARDEN_PROC_ROOT", "/proc")))}
+            sysfs_root = Path(str(pick("sysfs_root", "GPUWARDEN_SYSFS_ROOT", "/sys")))
+            proc_root = Path(str(pick("proc_root", "GPUWARDEN_PROC_ROOT", "/proc")))
         timeout = pick("read_timeout_s", "GPUWARDEN_READ_TIMEOUT", 3.0)
         try:
             timeout = float(timeout)  # type: ignore[arg-type]
         except ValueError:
-            from .errors import GpuwardenError
             raise GpuwardenError(f"GPUWARDEN_READ_TIMEOUT={timeout!r} is not a number of seconds",
                                  "e.g. GPUWARDEN_READ_TIMEOUT=3 (the default)") from None
-        from .deadline import check_seconds
         return cls(
             read_timeout_s=check_seconds(timeout, "--read-timeout/GPUWARDEN_READ_TIMEOUT"),
             state_dir=Path(str(pick("state_dir", "GPUWARDEN_STATE_DIR", default_state_dir()))),
@@ -78,11 +79,11 @@ class Settings:
             etc_root=Path(str(pick("etc_root", "GPUWARDEN_ETC_ROOT", "/etc"))),
             boot_root=Path(str(pick("boot_root", "GPUWARDEN_BOOT_ROOT", "/boot"))),
             opt_root=Path(str(pick("opt_root", "GPUWARDEN_OPT_ROOT", "/opt"))),
-            **roots,
+            sysfs_root=sysfs_root, proc_root=proc_root, host_root=host_root,
         )
 
     def with_(self, **changes: object) -> "Settings":
-        return replace(self, **changes)  # type: ignore[arg-type]
+        return replace(self, **changes)
 
     @property
     def captured(self) -> bool:

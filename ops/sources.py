@@ -5,25 +5,26 @@ incident bundle. A source is a function returning a NodeSnapshot; the viewer cal
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from .agent import client
-from .model import NodeSnapshot
+from .model import NodeSnapshot, snapshot_from_dict
 from .settings import Settings
+from .bundle.replay import snapshot_from_bundle
+from .paths import AGENT_SOCKET
+from .sampling.sampler import Sampler
 
 SnapshotSource = Callable[[], NodeSnapshot]
 
 
 def live_source(settings: Settings) -> tuple[SnapshotSource, Callable[[], None]]:
     """The live node through a Sampler (opened here, so a missing GPU library fails before the screen)."""
-    from .sampling.sampler import Sampler
     sampler = Sampler(settings)
     return sampler.snapshot, sampler.close
 
 
 def bundle_source(path: Path, settings: Settings) -> SnapshotSource:
     """A captured node from an incident bundle; the same snapshot every time."""
-    from .bundle.replay import snapshot_from_bundle
     snap = snapshot_from_bundle(path, settings)
     return lambda: snap
 
@@ -35,10 +36,9 @@ class AgentOrLocal:
     """
 
     def __init__(self, settings: Settings):
-        from .paths import AGENT_SOCKET
         self.settings = settings
         self.socket = settings.state_dir / AGENT_SOCKET
-        self._sampler = None
+        self._sampler: Sampler | None = None
         self.via_agent = False
 
     def _from_agent(self) -> NodeSnapshot | None:
@@ -47,7 +47,6 @@ class AgentOrLocal:
         reply = client.snapshot(self.settings.state_dir, self.settings.backend)
         if reply is None:
             return None
-        from .model import snapshot_from_dict
         return snapshot_from_dict(reply.json())
 
     def __call__(self) -> NodeSnapshot:
@@ -56,11 +55,10 @@ class AgentOrLocal:
         if snap is not None:
             return snap
         if self._sampler is None:
-            from .sampling.sampler import Sampler
             self._sampler = Sampler(self.settings)
         return self._sampler.snapshot()
 
-    def agent_json(self, target: str) -> dict | None:
+    def agent_json(self, target: str) -> dict[str, Any] | None:
         """Another document from the agent (history, events), for a viewer's backfill; None without one."""
         reply = client.get(self.socket, target)
         return reply.json() if reply is not None and reply.status == 200 else None
@@ -75,6 +73,5 @@ def viewer_source(settings: Settings) -> tuple[SnapshotSource, Callable[[], None
     """The agent's snapshots when one answers, else the live node sampled here (which must open now)."""
     source = AgentOrLocal(settings)
     if source._from_agent() is None:
-        from .sampling.sampler import Sampler
         source._sampler = Sampler(settings)  # a missing GPU library fails here, before the screen
     return source, source.close

@@ -242,7 +242,8 @@ def write_all(fd: int, data: bytes) -> None:
 
 def read_bounded(fd: int, limit: int, what: Path | str) -> bytes:
     """Read to EOF, but never more than `limit` bytes (a file growing under us is refused)."""
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     while True:
         chunk = os.read(fd, min(1 << 20, limit + 1 - total))
         if not chunk:

@@ -14,9 +14,14 @@ from .statedir import StateFileError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Protocol
 
     from .filecache import FileCache
+
+    class Shape(Protocol):
+        """What every shape below is: it says what is wrong with a parsed JSON value, or None."""
+
+        def problem(self, v: Any) -> str | None: ...
 
 
 # --- shapes ------------------------------------------------------------------------------------
@@ -67,7 +72,7 @@ class Bool:
 @record
 class Opt:
     """The shape, or null."""
-    inner: Any
+    inner: Shape
 
     def problem(self, v: Any) -> str | None:
         return None if v is None else self.inner.problem(v)
@@ -75,7 +80,7 @@ class Opt:
 
 @record
 class ListOf:
-    item: Any
+    item: Shape
     max_len: int = 100_000
 
     def problem(self, v: Any) -> str | None:
@@ -93,7 +98,7 @@ class ListOf:
 @record
 class MapOf:
     """An object whose keys match `key` (e.g. a GPU index as a string) and values `value`."""
-    value: Any
+    value: Shape
     key: str = "any"  # "any" or "index" (a string of digits)
 
     def problem(self, v: Any) -> str | None:
@@ -111,7 +116,7 @@ class MapOf:
 @record
 class Obj:
     """An object with these keys (all optional unless listed in `required`); other keys are allowed."""
-    fields: dict
+    fields: dict[str, Shape]
     required: tuple[str, ...] = ()
 
     def problem(self, v: Any) -> str | None:
@@ -164,6 +169,12 @@ SIM_NODE = Obj({"gpus": Num(1, 64, integer=True), "vram": COUNT, "gtt": COUNT, "
                 "resets": MapOf(COUNT, key="index")}, ("gpus", "vram", "gtt"))
 SIM_ALLOC = Obj({"pid": PID, "ticks": COUNT, "gpu": Num(0, 63, integer=True), "bytes": COUNT},
                 ("pid", "ticks", "gpu", "bytes"))
+# The simulated driver's DRM clients: one record per (process, fd) that shows a client (a forked child that kept
+# the fd shows the same client id), ops/sim/drm.py.
+SIM_DRM = Obj({"clients": ListOf(Obj({"pid": PID, "ticks": COUNT, "fd": Num(0, 1 << 20, integer=True),
+                                       "gpu": Num(0, 63, integer=True), "client": COUNT, "busy": Num(0, 1),
+                                       "opened": TIME, "vram": COUNT}, ("pid", "ticks", "fd", "gpu", "client")),
+                              1 << 16)}, ("clients",))
 SCENARIO = Obj({"name": Str(64), "ts": TIME, "engines": ListOf(Str(64), 64), "files": ListOf(STR, 64),
                 "config": STR, "processes": ListOf(Obj({"pid": PID, "ticks": COUNT, "what": Str(256),
                                                         "reaps": ListOf(PID, 64)}, ("pid", "ticks")), 64)},
@@ -173,12 +184,12 @@ REGISTRATION = Obj({"pid": PID, "start_ticks": Opt(COUNT), "gpu": Num(0, 1 << 16
                    ("pid", "gpu", "bytes"))
 
 
-def problem(value: Any, shape: Any) -> str | None:
+def problem(value: Any, shape: Shape) -> str | None:
     """What is wrong with `value` for `shape`, or None."""
     return shape.problem(value)
 
 
-def check(value: Any, shape: Any, path: Path | str) -> Any:
+def check(value: Any, shape: Shape, path: Path | str) -> Any:
     """`value` when it has the shape; else a StateFileError naming the file and the first wrong thing."""
     p = shape.problem(value)
     if p:
@@ -186,7 +197,7 @@ def check(value: Any, shape: Any, path: Path | str) -> Any:
     return value
 
 
-def load(path: Path, shape: Any, default: Any = None, *, root: Path) -> Any:
+def load(path: Path, shape: Shape, default: Any = None, *, root: Path) -> Any:
     """Read a JSON state file and check its shape; missing gives `default`."""
     data = statedir.read_bytes(path, root=root)
     if data is None:
@@ -194,12 +205,12 @@ def load(path: Path, shape: Any, default: Any = None, *, root: Path) -> Any:
     return check(statedir.parse_json(data, path), shape, path)
 
 
-def parse(data: bytes, shape: Any, path: Path | str) -> Any:
+def parse(data: bytes, shape: Shape, path: Path | str) -> Any:
     """Parse and check bytes already read (from a locked fd, say)."""
     return check(statedir.parse_json(data, path), shape, path)
 
 
-def load_cached(path: Path, shape: Any, default: Any = None, *, root: Path, cache: "FileCache | None" = None) -> Any:
+def load_cached(path: Path, shape: Shape, default: Any = None, *, root: Path, cache: "FileCache | None" = None) -> Any:
     """`load`, through a sampler's FileCache when there is one (a refresh parses a file only when it changed)."""
     if cache is not None:
         # Cached values are shared between callers: they must not change what they get.

@@ -18,7 +18,7 @@ from .records import field, record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
-    from typing import Any, Iterator
+    from typing import Any, Iterator, Mapping
 
 ENV_FILE = "GPUWARDEN_STATUS_FILE"
 ENV_FD = "GPUWARDEN_STATUS_FD"
@@ -37,7 +37,7 @@ class StatusEvent:
 class StatusWriter:
     """Writes status events where the environment says; silently does nothing when it says nothing."""
 
-    def __init__(self, env: dict[str, str] | None = None):
+    def __init__(self, env: Mapping[str, str] | None = None):
         env = os.environ if env is None else env
         self._fd: int | None = None
         self._own_fd = False

@@ -7,7 +7,7 @@ e.g. ("engines", 1, "env", "NCCL_DEBUG") -> 42. It runs on text tomllib already 
 
 from __future__ import annotations
 
-Path_ = tuple  # a key path: str keys, int indexes of arrays
+Path_ = tuple[str | int, ...]  # a key path: str keys, int indexes of arrays
 
 
 class _Scanner:

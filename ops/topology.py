@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any, TypedDict
 
 from .jsondoc import document, iso
 from .model import NodeSnapshot
@@ -66,42 +67,61 @@ def _upstream(sysfs_root: Path, dev: str | None) -> list[str] | None:
     return chain[:-1] if len(chain) > 1 else None
 
 
-def topology(snap: NodeSnapshot, sysfs_root: Path) -> dict:
+class TopologyGpu(TypedDict):
+    """One GPU's row of the gpuwarden.topology/1 document (keys in the order the document lists them)."""
+
+    index: int
+    bus_id: str | None
+    hive_id: str | None
+    numa_node: int | None
+    pcie_parent: str | None  # the bridge right above the GPU: its switch's downstream port (or the root port)
+    pcie_path: list[str] | None  # bridges from the root port down
+    hive_members: list[int]
+    same_device: list[int]
+    compute_partition: str | None
+    memory_partition: str | None
+    same_pcie_parent: list[int]
+    reset_scope: list[int]
+    engines_in_scope: list[str]
+
+
+def topology(snap: NodeSnapshot, sysfs_root: Path) -> dict[str, Any]:
     """The gpuwarden.topology/1 document: per GPU its hive, switch, NUMA node and reset scope."""
-    gpus = []
+    placed = []
     for g in snap.gpus:
         dev = _card_dir(sysfs_root, g.bus_id)
-        chain = _upstream(sysfs_root, dev)
-        gpus.append({"index": g.index, "bus_id": g.bus_id, "hive_id": g.hive_id, "numa_node": _numa(dev),
-                     # The bridge right above the GPU: its switch's downstream port (or the root port).
-                     "pcie_parent": chain[-1] if chain else None, "pcie_path": chain})
+        placed.append((g, dev, _upstream(sysfs_root, dev)))
     by_parent: dict[str, list[int]] = {}
-    for row in gpus:
-        if row["pcie_parent"]:
-            by_parent.setdefault(row["pcie_parent"], []).append(row["index"])
-    for row in gpus:
-        hive = [g.index for g in snap.gpus if row["hive_id"] and g.hive_id == row["hive_id"]]
-        row["hive_members"] = hive or [row["index"]]
+    for g, _, chain in placed:
+        if chain:
+            by_parent.setdefault(chain[-1], []).append(g.index)
+    gpus: list[TopologyGpu] = []
+    for g, dev, chain in placed:
+        parent = chain[-1] if chain else None
+        hive = [h.index for h in snap.gpus if g.hive_id and h.hive_id == g.hive_id] or [g.index]
         # MI300 partitions (DPX..CPX) are logical GPUs of one physical device: they share its PCI address.
-        row["same_device"] = [g.index for g in snap.gpus if row["bus_id"] and g.bus_id == row["bus_id"]] or \
-            [row["index"]]
-        gpu = snap.gpu(row["index"])
-        row["compute_partition"] = gpu.compute_partition if gpu is not None else None
-        row["memory_partition"] = gpu.memory_partition if gpu is not None else None
-        row["same_pcie_parent"] = by_parent.get(row["pcie_parent"], [row["index"]]) if row["pcie_parent"] else \
-            [row["index"]]
+        same_device = [d.index for d in snap.gpus if g.bus_id and d.bus_id == g.bus_id] or [g.index]
+        gpu = snap.gpu(g.index)
         # A reset acts on the physical device (all its partitions); amdgpu resets an XGMI hive as one.
-        row["reset_scope"] = sorted(set(row["hive_members"]) | set(row["same_device"]))
-        row["engines_in_scope"] = sorted(e.name for e in snap.engines if e.gpu in row["reset_scope"]
-                                         and e.phase not in ("exited", "crashed") and not e.stale)
+        scope = sorted(set(hive) | set(same_device))
+        gpus.append({
+            "index": g.index, "bus_id": g.bus_id, "hive_id": g.hive_id, "numa_node": _numa(dev),
+            "pcie_parent": parent, "pcie_path": chain, "hive_members": hive, "same_device": same_device,
+            "compute_partition": gpu.compute_partition if gpu is not None else None,
+            "memory_partition": gpu.memory_partition if gpu is not None else None,
+            "same_pcie_parent": by_parent.get(parent, [g.index]) if parent else [g.index],
+            "reset_scope": scope,
+            "engines_in_scope": sorted(e.name for e in snap.engines if e.gpu in scope
+                                       and e.phase not in ("exited", "crashed") and not e.stale)})
     return document("topology", {"taken_at": snap.taken_at, "taken_at_iso": iso(snap.taken_at),
                                  "hostname": snap.hostname, "gpus": gpus})
 
 
-def reset_reach(doc: dict, gpu: int) -> str | None:
+def reset_reach(doc: dict[str, Any], gpu: int) -> str | None:
     """"resetting GPU 2 also resets GPUs 0-1, 3 of hive 0x…: engines dp0, dp1 will lose their contexts", or None
     when the reset reaches GPU `gpu` alone and no engine serves there."""
-    row = next((r for r in doc["gpus"] if r["index"] == gpu), None)
+    rows: list[TopologyGpu] = doc["gpus"]
+    row = next((r for r in rows if r["index"] == gpu), None)
     if row is None:
         return None
     partitions = [i for i in row["same_device"] if i != gpu]
@@ -123,7 +143,9 @@ def reset_reach(doc: dict, gpu: int) -> str | None:
 
 
 def _ranges(indexes: list[int]) -> str:
-    out, start, prev = [], None, None
+    out: list[str] = []
+    start: int | None = None
+    prev = 0  # read only once start is set
     for i in sorted(indexes):
         if start is None:
             start = prev = i

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.ops import journal
+from gpuwarden.ops.statedir import atomic_write
 
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
 
@@ -117,7 +118,6 @@ class InstallUnitPlaybook(Playbook):
         return steps
 
     def _write(self, ctx: RunContext) -> str:
-        from gpuwarden.ops.statedir import atomic_write
         text = unit_text(self.program)
         try:
             if self.path.exists() and self.path.read_text() == text:

@@ -20,6 +20,9 @@ from gpuwarden.ops.model import NodeSnapshot
 from gpuwarden.ops.sampling.changes import NodeEvent
 
 from .framework import Event, Playbook, run
+from .bundle import BundlePlaybook
+from .drain import DrainPlaybook
+from .purge import PurgePlaybook
 
 _LEVEL = {"step_failed": "error", "step_ok": "info", "step_skipped": "info", "done": "info"}
 
@@ -56,7 +59,6 @@ class Policies:
             trigger = self._bundle_trigger(events, cfg.bundle_on)
             if trigger and time.monotonic() - self._last_bundle >= cfg.bundle_min_interval:
                 self._last_bundle = time.monotonic()
-                from .bundle import BundlePlaybook
                 self._submit(f"bundle on {trigger}", BundlePlaybook())
         if cfg.purge_dead_holders:
             self._purge(snap)
@@ -71,7 +73,6 @@ class Policies:
         trigger = self._bundle_trigger([record], cfg.bundle_on)
         if trigger and time.monotonic() - self._last_bundle >= cfg.bundle_min_interval:
             self._last_bundle = time.monotonic()
-            from .bundle import BundlePlaybook
             self._submit(f"bundle on {trigger}", BundlePlaybook())
 
     @staticmethod
@@ -93,7 +94,6 @@ class Policies:
             if not fresh:
                 continue
             self._purged.update((r.gpu_index, h.pid, h.start_time) for h in fresh)
-            from .purge import PurgePlaybook
             self._submit(f"purge dead holders on GPU {r.gpu_index}", PurgePlaybook(r.gpu_index, dead_only=True))
         if len(self._purged) > 4096:
             self._purged.clear()
@@ -110,7 +110,6 @@ class Policies:
                 continue
             if snap.taken_at - started >= after_s:
                 self._drained_for.add(g)
-                from .drain import DrainPlaybook
                 self._submit(f"drain GPU {g}: residual VRAM for {snap.taken_at - started:.0f}s",
                              DrainPlaybook(g, reason=f"agent policy: residual VRAM lasted {after_s:g}s"))
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.bundle.collect import collect_bundle
 
 from .framework import Playbook, RunContext, Step
 
@@ -36,8 +37,6 @@ class BundlePlaybook(Playbook):
                                 "redact, triage and write the archive", self._collect)]
 
     def _collect(self, ctx: RunContext) -> str:
-        from gpuwarden.ops.bundle.collect import collect_bundle
-
         def progress(event: str, name: str, done: int, total: int) -> None:
             if event == "collected":
                 ctx.info(f"collected {done}/{total}: {name}", collector=name, done=done, total=total)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Callable, Optional
@@ -24,6 +26,8 @@ from gpuwarden.ops.safetext import printable
 from gpuwarden.ops.settings import Settings
 
 from .hints import Invocation
+from .fastcli import guarded
+from .globalopts import resolve
 
 # Order is the order of `gpuwarden --help`.
 COMMAND_MODULES = (
@@ -93,7 +97,6 @@ def build_app(*, console: Callable[[Settings], int | None] | None = None, comman
         invocation = _note_invocation(ctx, (("state_dir", "--state-dir"), ("config", "--config"),
                                             ("backend", "--backend"), ("sysfs_root", "--sysfs-root"),
                                             ("proc_root", "--proc-root"), ("read_timeout", "--read-timeout")))
-        from .globalopts import resolve
         ctx.obj = resolve(state_dir, config, backend, sysfs_root, proc_root,
                           read_timeout).with_(cli_words=tuple(invocation.words))
         if ctx.invoked_subcommand is None:
@@ -129,7 +132,9 @@ def main(argv: list[str] | None = None, app: typer.Typer | None = None) -> int:
     """Entry point: run the app (the playbooks' own without one), turn expected failures into one line and an
     exit code."""
     args = argv if argv is not None else sys.argv[1:]
-    command = typer.main.get_command(app if app is not None else build_app())
+    app = app if app is not None else build_app()
+    _keep_only_the_invoked(app, args)
+    command = typer.main.get_command(app)
     invocation = Invocation()
     _finite_numbers(command)
     interrupts.install()
@@ -174,11 +179,26 @@ def main(argv: list[str] | None = None, app: typer.Typer | None = None) -> int:
             if type(sys.stdout).__name__ == "PacifyFlushWrapper":
                 return 0
             raise
-    from .fastcli import guarded
     return guarded(call, "--json" in args)
 
 
 _GLOBAL_FLAGS = ("--state-dir", "--config", "--backend", "--sysfs-root", "--proc-root")
+_GLOBAL_WITH_VALUES = (*_GLOBAL_FLAGS, "--read-timeout")
+
+
+def _keep_only_the_invoked(app: typer.Typer, args: list[str]) -> None:
+    """Leave in `app` only the command or group the line names, so that typer works out one command's
+    parameters instead of all 48 (about 0.1 s of CPU in every command). A line that names none (help, the
+    version, a typo Click should answer with its suggestions) and shell completion keep them all."""
+    if any(name.startswith("_") and name.endswith("_COMPLETE") for name in os.environ):
+        return
+    word = _command_word(args)
+    commands = [c for c in app.registered_commands
+                if (c.name or typer.main.get_command_name(getattr(c.callback, "__name__", ""))) == word]
+    groups = [g for g in app.registered_groups
+              if (g.name or getattr(g.typer_instance, "info", None) and g.typer_instance.info.name) == word]
+    if commands or groups:
+        app.registered_commands, app.registered_groups = commands, groups
 
 
 def _command_word(args: list[str]) -> str:
@@ -186,7 +206,7 @@ def _command_word(args: list[str]) -> str:
     i = 0
     while i < len(args):
         word = args[i]
-        if word in _GLOBAL_FLAGS:
+        if word in _GLOBAL_WITH_VALUES:
             i += 2
             continue
         if not word.startswith("-"):
@@ -195,29 +215,44 @@ def _command_word(args: list[str]) -> str:
     return "COMMAND"
 
 
+# What a value should have been, by the converter that refused it: pydantic's error types (typer >= 0.29 coerces
+# through pydantic) and Click's parameter types (typer < 0.29, its own Click).
 _KIND = {"int_parsing": "a whole number", "int_from_float": "a whole number", "float_parsing": "a number",
-         "bool_parsing": "true or false"}
+         "bool_parsing": "true or false", "int": "a whole number", "int range": "a whole number",
+         "integer": "a whole number", "integer range": "a whole number", "float": "a number",
+         "float range": "a number", "boolean": "true or false"}
+_CLICK_REFUSED = re.compile(r"^'(?P<input>.*)' is not a valid ")
+
+
+def _refused(exc) -> tuple[object, str] | None:
+    """(the value given, what it should have been), from whichever converter refused it; None if not a number."""
+    errors = getattr(exc.__cause__, "errors", None)
+    if callable(errors):
+        try:
+            first = errors()[0]
+        except (IndexError, TypeError, ValueError):
+            return None
+        kind = _KIND.get(first.get("type", ""), "")
+        return (first.get("input"), kind) if kind else None
+    kind = _KIND.get(getattr(getattr(getattr(exc, "param", None), "type", None), "name", ""), "")
+    found = _CLICK_REFUSED.match(getattr(exc, "message", "") or "")
+    return (found.group("input"), kind) if kind and found else None
 
 
 def _plain_usage_message(exc) -> str:
     """Click's message, with the converter's wording ("Input should be a valid integer, unable to parse
-    string as an integer") put as an operator reads it: "'abc' is not a GPU index (a whole number)"."""
+    string as an integer", or "'abc' is not a valid int.") put as an operator reads it: "'abc' is not a GPU
+    index (a whole number)"."""
     message = exc.format_message()
-    errors = getattr(exc.__cause__, "errors", None)
-    if not callable(errors):
+    refused = _refused(exc)
+    if refused is None:
         return message
-    try:
-        first = errors()[0]
-    except (IndexError, TypeError, ValueError):
-        return message
-    kind = _KIND.get(first.get("type", ""), "")
-    if not kind:
-        return message
+    given, kind = refused
     param = getattr(exc, "param", None)
     name = getattr(param, "name", "") or ""
     what = "a GPU index (`gpuwarden status` lists them)" if name in ("gpu", "gpus") else kind
     prefix = message.split(": ", 1)[0] if ": " in message else f"Invalid value for {name!r}"
-    return f"{prefix}: {first.get('input')!r} is not {what}"
+    return f"{prefix}: {given!r} is not {what}"
 
 
 def _finite_numbers(command) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuwarden.ops import journal, nodestate
 from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.engines.control import stop_gpu
 
 from . import nodecheck
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
@@ -57,7 +58,6 @@ class DrainPlaybook(Playbook):
         return f"GPU {self.gpu} {'was already' if already else 'is now'} drained"
 
     def _stop(self, ctx: RunContext) -> str:
-        from gpuwarden.ops.engines.control import stop_gpu
         results = stop_gpu(ctx.settings, self.gpu, timeout_s=self.grace_s)
         stopped = [{"engine": r.name, "result": r.result, "detail": r.detail} for r in results]
         ctx.scratch["stopped"] = stopped

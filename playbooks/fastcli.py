@@ -11,6 +11,9 @@ import gc
 import sys
 from pathlib import Path
 
+from gpuwarden.ops.paths import DEFAULT_CONFIG, default_state_dir, refuse_squatted
+from gpuwarden.ops.errors import GpuwardenError
+
 # Global options that take a value, as the full CLI spells them.
 _GLOBAL = {"--state-dir": "state_dir", "--config": "config", "--backend": "backend", "--sysfs-root": "sysfs_root",
            "--proc-root": "proc_root", "--read-timeout": "read_timeout"}
@@ -48,6 +51,7 @@ def _parse(argv: list[str]) -> tuple[dict, dict] | None:
 
 def print_error(exc, json_requested: bool) -> None:
     """A GpuwardenError as the CLI shows it: one line and a hint on stderr; the error document under --json."""
+    # deferred: only an error needs it: `status --json` answered by the agent loads the socket client alone
     from gpuwarden.ops.safetext import printable  # messages quote files and process names: no escapes reach a terminal
     for each in getattr(exc, "errors", None) or [exc]:  # a config with several errors lists them all
         print(f"gpuwarden: error: {printable(each.message)}", file=sys.stderr)
@@ -55,6 +59,7 @@ def print_error(exc, json_requested: bool) -> None:
             print(f"  hint: {printable(each.hint)}", file=sys.stderr)
     if json_requested:
         # A script reading stdout gets the failure in the shape it parses (the exit code stays).
+        # deferred: only an error needs it: `status --json` answered by the agent loads the socket client alone
         from gpuwarden.ops.jsondoc import dumps, error_document
         doc = error_document(exc.message, exc.hint, exc.exit_code)
         if getattr(exc, "errors", None):
@@ -78,7 +83,6 @@ def _state_dir(glob: dict) -> Path | None:
     explicit = glob.get("state_dir") or os.environ.get("GPUWARDEN_STATE_DIR")
     if explicit:
         return Path(explicit)
-    from gpuwarden.ops.paths import DEFAULT_CONFIG, default_state_dir
     config = Path(glob.get("config") or os.environ.get("GPUWARDEN_CONFIG") or DEFAULT_CONFIG)
     try:
         raw = config.read_bytes()
@@ -105,8 +109,8 @@ def _via_agent(glob: dict) -> int | None:
     state_dir = _state_dir(glob)
     if state_dir is None:
         return None
-    from gpuwarden.ops.paths import refuse_squatted
     refuse_squatted(state_dir)  # a socket in a dir someone else made could serve anything
+    # deferred: only `status --json` asks the agent; every other command loads this module for guarded()
     from gpuwarden.ops.agent import client
     reply = client.snapshot(state_dir, glob.get("backend") or os.environ.get("GPUWARDEN_BACKEND"))
     if reply is None:
@@ -129,6 +133,7 @@ def run(argv: list[str]) -> int | None:
             code = _via_agent(glob)
             if code is not None:
                 return code
+        # deferred: when the agent answers, status needs neither
         from . import globalopts, statusview
         words = tuple(w for name, key in _GLOBAL.items() if key in glob for w in (name, str(glob[key])))
         settings = globalopts.resolve(**glob).with_(cli_words=words)  # type: ignore[arg-type]
@@ -146,7 +151,6 @@ def run(argv: list[str]) -> int | None:
 
 def guarded(call, json_requested: bool) -> int:
     """call()'s exit status, with the expected failures as one line each (the full CLI uses this too)."""
-    from gpuwarden.ops.errors import GpuwardenError
     try:
         return call()
     except GpuwardenError as exc:
@@ -154,6 +158,7 @@ def guarded(call, json_requested: bool) -> int:
         return exc.exit_code
     except KeyboardInterrupt as exc:
         # Ctrl-C, or SIGTERM/SIGHUP once gpuwarden.ops.interrupts is installed: one line, 128 + the signal's number.
+        # deferred: only an interrupt needs it; status does without
         from gpuwarden.ops import interrupts
         print(f"gpuwarden: {interrupts.describe(exc)}", file=sys.stderr)
         return 128 + interrupts.signal_of(exc)

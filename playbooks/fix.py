@@ -14,6 +14,7 @@ from gpuwarden.ops import gpureset, journal, nodestate
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.model import NodeSnapshot
 from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.engines.control import stop_gpu
 
 from . import nodecheck
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
@@ -43,6 +44,7 @@ class FixPlaybook(Playbook):
         self._hive: list[int] = [gpu]
         self._engines: list[tuple[str, int]] = []  # (name, gpu) of engines serving on the hive
         self._no_reset: tuple[str, str] | None = None  # why a reset may not be done, and what allows it
+        self._reach: str | None = None  # "resetting GPU 2 also resets ...": what a reset would take down
 
     def gpus(self) -> tuple[int, ...]:
         return tuple(sorted(set(self._hive)))
@@ -69,11 +71,15 @@ class FixPlaybook(Playbook):
             return []
         self._purge = PurgePlaybook(self.gpu, grace_s=self.grace_s, timeout_s=self.timeout_s)
         self._purge.preconditions(ctx)
-        peers = nodecheck.hive_peers(snap, self.gpu)
-        self._hive = [self.gpu, *peers]
+        # Everything a reset takes down: the XGMI hive and the other partitions of the physical device.
+        self._hive = [self.gpu, *nodecheck.reset_peers(snap, self.gpu)]
         self._engines = [(e.name, e.gpu) for e in snap.engines
                          if e.gpu in self._hive and e.phase not in ("exited", "crashed") and not e.stale]
         self._no_reset = self._why_no_reset(ctx, snap, info)
+        from gpuwarden.ops.topology import reset_reach, topology
+        reach = reset_reach(topology(snap, ctx.settings.sysfs_root), self.gpu)
+        self._reach = reach
+        self.confirm_note = f"if a reset is needed, {reach}" if reach and self._no_reset is None else ""
         return []
 
     def _diagnose(self, snap: NodeSnapshot, left: int | None, holders: tuple) -> list[str]:
@@ -89,6 +95,11 @@ class FixPlaybook(Playbook):
         if peers:
             lines.append(f"GPU {self.gpu} shares an XGMI hive with GPU {', '.join(map(str, peers))}: "
                          "a reset reaches them too, so they are drained with it")
+        partitions = nodecheck.device_peers(snap, self.gpu)
+        if partitions:
+            lines.append(f"GPU {self.gpu} is a partition of physical device {snap.gpu(self.gpu).bus_id} with GPU "
+                         f"{', '.join(map(str, partitions))}: a reset acts on the whole device, so they are drained "
+                         "with it")
         return lines
 
     def _why_no_reset(self, ctx: RunContext, snap: NodeSnapshot, info) -> tuple[str, str] | None:
@@ -133,6 +144,8 @@ class FixPlaybook(Playbook):
             for s in reset_step(ctx.settings, self.gpu, force=False, timeout_s=self.reset_timeout_s,
                                 require_drained=True, runner=self.runner, which=self.which,
                                 amdsmi_loader=self.amdsmi_loader):
+                if s.name == "reset" and self._reach:
+                    s.description += f" ({self._reach})"
                 steps.append(self._if_reset(s))
             steps.append(self._if_reset(Step("undrain", f"put GPU {hive} back in service (only the drain marks "
                                                         "this fix set)", self._undrain, destructive=True)))
@@ -189,7 +202,6 @@ class FixPlaybook(Playbook):
         ctx.scratch["drained_by_fix"] = marked
         stopped = []
         if self.stop_engines:
-            from gpuwarden.ops.engines.control import stop_gpu
             for g in self._hive:
                 for r in stop_gpu(ctx.settings, g, timeout_s=self.grace_s):
                     ctx.info(f"engine {r.name}: {r.result}", engine=r.name, result=r.result)

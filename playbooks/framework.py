@@ -70,6 +70,9 @@ class Playbook:
     name = "playbook"
     description = ""
     destructive = False
+    # What else the run takes down, said in the confirmation ("resetting GPU 2 also resets ..."); set by
+    # preconditions() or plan(), empty when there is nothing more to say.
+    confirm_note = ""
 
     def gpus(self) -> tuple[int, ...]:
         """GPUs whose locks are held while the playbook runs."""
@@ -151,7 +154,8 @@ def run(
         return finish(True, f"dry run: {len(steps)} step(s) planned, nothing changed")
 
     if playbook.destructive and not assume_yes:
-        question = f"{playbook.description} — {len(steps)} step(s). Proceed?"
+        note = f" {playbook.confirm_note[:1].upper()}{playbook.confirm_note[1:]}." if playbook.confirm_note else ""
+        question = f"{playbook.description} — {len(steps)} step(s).{note} Proceed?"
         if confirm is None:
             reason = "destructive playbook needs confirmation: no terminal to ask on; pass --yes to run it from a script"
             journal.write(settings.state_dir, playbook.name, "refused", reasons=[reason], **playbook.summary())

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.settings import BACKENDS, Settings
+from gpuwarden.ops import statedir
 
 
 def resolve(state_dir: Path | None = None, config: Path | None = None, backend: str | None = None,
@@ -34,8 +35,8 @@ def resolve(state_dir: Path | None = None, config: Path | None = None, backend: 
     if settings.backend and settings.backend not in BACKENDS:  # from GPUWARDEN_BACKEND
         raise GpuwardenError(f"unknown backend {settings.backend!r}", f"choose one of: {', '.join(BACKENDS)}")
     if state_dir is None and not os.environ.get("GPUWARDEN_STATE_DIR") and settings.config_path.exists():
+        # deferred: only with a config file: status otherwise goes without nodeconfig (typing, tomllib)
         from gpuwarden.ops.nodeconfig import effective_settings  # the config may name the state dir
         settings = effective_settings(settings)
-    from gpuwarden.ops import statedir
     statedir.check(settings.state_dir)  # not ours, shared with other users, unreadable: one line, now
     return settings

@@ -7,6 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpuwarden.ops import nodestate
+from gpuwarden.ops.k8s.evict import pods_on_gpu, cordon, evict, wait_gone, uncordon_if_ours
+from gpuwarden.ops.k8s.kube import KubeError
+from gpuwarden.ops.sampling.sampler import take_snapshot
 
 from .drain import DrainPlaybook, UndrainPlaybook
 from .framework import RunContext, SkipStep, Step, StepFailed
@@ -37,8 +40,6 @@ class KubernetesDrainPlaybook(DrainPlaybook):
         return self._kube
 
     def preconditions(self, ctx: RunContext) -> list[str]:
-        from gpuwarden.ops.k8s.evict import pods_on_gpu
-        from gpuwarden.ops.sampling.sampler import take_snapshot
         problems = super().preconditions(ctx)
         # Only the processes the driver charges matter here: no need for another deep scan of every fd.
         snap = take_snapshot(ctx.settings, deep=False)
@@ -61,14 +62,11 @@ class KubernetesDrainPlaybook(DrainPlaybook):
         return steps + super().plan(ctx)
 
     def _cordon(self, ctx: RunContext) -> str:
-        from gpuwarden.ops.k8s.evict import cordon
         if cordon(self.kube(), self.node_name):
             return f"node {self.node_name} cordoned (undrain lifts it)"
         raise SkipStep(f"node {self.node_name} was already unschedulable: left as it is (undrain will not lift it)")
 
     def _evict(self, ctx: RunContext) -> str:
-        from gpuwarden.ops.k8s.evict import evict, wait_gone
-        from gpuwarden.ops.k8s.kube import KubeError
         pods = ctx.scratch.get("pods_planned", [])
         if not pods:
             raise SkipStep(f"no pod holds GPU {self.gpu}")
@@ -100,7 +98,6 @@ class KubernetesUndrainPlaybook(UndrainPlaybook):
                                                      "it and no other GPU is drained", self._uncordon, destructive=True)]
 
     def _uncordon(self, ctx: RunContext) -> str:
-        from gpuwarden.ops.k8s.evict import uncordon_if_ours
         others = sorted(g for g in nodestate.drained(ctx.settings.state_dir) if g != self.gpu)
         if others:
             raise SkipStep(f"GPU(s) {', '.join(map(str, others))} still drained: the node stays cordoned")

@@ -14,11 +14,14 @@ from typing import Any
 
 from gpuwarden.ops import nodestate
 from gpuwarden.ops.engines import control, runtime_errors
-from gpuwarden.ops.engines import state as st
+from gpuwarden.ops.engines import state as st, preload
 from gpuwarden.ops.engines.progress import FAILED_REGISTRATION
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.nodeconfig import EngineConfig, NodeConfig
 from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.arena import budget
+from gpuwarden.ops.arena.format import load_header
+from gpuwarden.ops.arena.verify import verify
 
 from .framework import Playbook, RunContext, Step, StepFailed
 
@@ -72,7 +75,6 @@ class LaunchPlaybook(Playbook):
             if missing:
                 problems.append(f"engine {e.name}: {missing}; fix its argv in {self.config.path}")
         if any(e.progress == "preload" for e in self.engines):
-            from gpuwarden.ops.engines import preload
             if preload.missing():
                 problems.append(preload.missing())
         if self.config.arena is not None:
@@ -98,9 +100,7 @@ class LaunchPlaybook(Playbook):
     def _check_arena(self, ctx: RunContext) -> str:
         arena = self.config.arena
         assert arena is not None
-        from gpuwarden.ops.arena.verify import verify
         if self.skip_verify:
-            from gpuwarden.ops.arena.format import load_header
             header = load_header(arena.path)
             return f"{arena.path}: header ok, {fmt_bytes(header.payload_size)} (chunks not hashed: --skip-verify)"
         result = verify(arena.path, expect_size=arena.size)
@@ -110,8 +110,6 @@ class LaunchPlaybook(Playbook):
     def _check_budget(self, ctx: RunContext) -> str:
         arena = self.config.arena
         assert arena is not None
-        from gpuwarden.ops.arena import budget
-        from gpuwarden.ops.arena.format import load_header
         vendor = control.detect_vendor(ctx.settings)
         size = arena.size or load_header(arena.path).payload_size
         all_gpus = budget.count_gpus(ctx.settings.sysfs_root) or 1

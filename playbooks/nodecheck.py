@@ -9,10 +9,11 @@ import os
 import time
 from dataclasses import dataclass
 
-from gpuwarden.ops.errors import NotFound, Refused
+from gpuwarden.ops.errors import GpuwardenError, NotFound, Refused
 from gpuwarden.ops.model import GpuInfo, GpuProcess, NodeSnapshot
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.sampling.sampler import Sampler, take_snapshot
 
 # Holder reasons with no process left to signal: only the driver (a reset) frees that memory.
 NO_PROCESS = ("kfd-without-process", "unknown-pid", "ownerless")
@@ -23,7 +24,6 @@ def snapshot(settings: Settings) -> NodeSnapshot:
     if settings.replay is not None:
         raise Refused(f"this is a replay of {settings.replay}: nothing on it can be changed",
                       "run the playbook on the node itself")
-    from gpuwarden.ops.sampling.sampler import take_snapshot
     return take_snapshot(settings)
 
 
@@ -140,8 +140,6 @@ def _poll(settings: Settings, look, timeout_s: float, poll_s: float, cancelled):
     Right after a reset the GPU can vanish for a while and a backend call fail: that is retried with a
     fresh backend (old handles may be stale) until the deadline, then reported.
     """
-    from gpuwarden.ops.errors import GpuwardenError
-    from gpuwarden.ops.sampling.sampler import Sampler
     deadline = time.monotonic() + timeout_s
     sampler = None
     try:
@@ -179,6 +177,19 @@ def hive_peers(snap: NodeSnapshot, index: int) -> list[int]:
     if gpu is None or not gpu.hive_id:
         return []
     return [g.index for g in snap.gpus if g.index != index and g.hive_id == gpu.hive_id]
+
+
+def device_peers(snap: NodeSnapshot, index: int) -> list[int]:
+    """Other partitions (logical GPUs) of the physical device GPU `index` is part of: they share its bus id."""
+    gpu = snap.gpu(index)
+    if gpu is None or not gpu.bus_id:
+        return []
+    return [g.index for g in snap.gpus if g.index != index and g.bus_id == gpu.bus_id]
+
+
+def reset_peers(snap: NodeSnapshot, index: int) -> list[int]:
+    """Every other GPU a reset of `index` takes down: its XGMI hive and the partitions of its device."""
+    return list(dict.fromkeys(hive_peers(snap, index) + device_peers(snap, index)))
 
 
 def residual_left(snap: NodeSnapshot, index: int) -> tuple[int | None, tuple]:

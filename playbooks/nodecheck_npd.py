@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.k8s.nodesignal import assess, condition_for
+from gpuwarden.ops.model import snapshot_from_dict
+from gpuwarden.ops.sampling.sampler import take_snapshot
+from gpuwarden.playbooks.statusview import agent_reply
 
 # NPD cuts a plugin's stdout at pluginConfig.max_output_length, 80 bytes by default
 # (pkg/custompluginmonitor/types/config.go, defaultMaxOutputLength); deploy/k8s/npd sets the same.
@@ -25,17 +29,13 @@ def fit(line: str, limit: int = MAX_OUTPUT) -> str:
 
 
 def node_check(settings: Settings, use_agent: bool = True) -> tuple[int, str]:
-    from gpuwarden.ops.k8s.nodesignal import assess, condition_for
     try:
         reply = None
         if use_agent:
-            from gpuwarden.playbooks.statusview import agent_reply
             reply = agent_reply(settings)
         if reply is not None:
-            from gpuwarden.ops.model import snapshot_from_dict
             snap = snapshot_from_dict(reply.json())
         else:
-            from gpuwarden.ops.sampling.sampler import take_snapshot
             snap = take_snapshot(settings)
         if not snap.gpus:
             return UNKNOWN, fit("no GPU found on this node: nothing to judge")

@@ -18,9 +18,12 @@ from typing import Callable
 
 from gpuwarden.ops import journal
 from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.paths import child_pythonpath
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.status_protocol import ENV_FILE, StatusFollower
 from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.arena import create, format as fmt
+from .probetrace import Trace
 
 # Variables that narrow which GPUs a canary sees. ROCR_ acts at the ROCr level, so a HIP registration is
 # mapped (and charged by KFD) for that one GPU only; HIP then numbers it 0.
@@ -119,7 +122,6 @@ class Probe:
         _require_runtime(o.runtime)
         work = Path(tempfile.mkdtemp(prefix="gpuwarden-probe-", dir=o.workdir))
         if o.trace:
-            from .probetrace import Trace
             self.trace = Trace(o.runtime, work)
             self.trace.dir.mkdir()
             if self.trace.plan()["note"]:
@@ -162,7 +164,6 @@ class Probe:
 
     # Steps.
     def _arena(self, work: Path) -> None:
-        from gpuwarden.ops.arena import create, format as fmt
         if self.o.arena:
             self.arena_path = self.o.arena
             self._arena_bytes = fmt.load_header(self.o.arena).payload_size
@@ -185,9 +186,7 @@ class Probe:
             status = work / f"canary-{i}.status"
             log = work / f"canary-{i}.log"
             env = {k: v for k, v in os.environ.items() if k not in ("GPUWARDEN_STATUS_FD",)}
-            # The canaries import ops from wherever this process did, installed or not.
-            repo = str(Path(__file__).resolve().parent.parent)
-            env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+            env = child_pythonpath(env)  # the canaries import this very gpuwarden, installed or not
             if o.runtime == "sim" and not env.get(SIM_LIMIT_ENV):
                 env[SIM_LIMIT_ENV] = f"{self._sim_limit()}B"
             env.update({ENV_FILE: str(status), "GPUWARDEN_GATE_DIR": str(gate_dir),

@@ -14,6 +14,8 @@ import shutil
 from pathlib import Path
 
 from gpuwarden.ops import redact
+from gpuwarden.ops.triage import analyze_text
+from gpuwarden.ops.triage.render import sanitize
 
 HIP_ENV = {
     "AMD_LOG_LEVEL": "3",
@@ -77,8 +79,6 @@ class Trace:
             dest.chmod(0o600)
             files.append({"path": str(dest), "bytes": len(text.encode()), "truncated": cut})
             texts.append(text)
-        from gpuwarden.ops.triage import analyze_text
-        from gpuwarden.ops.triage.render import sanitize
         report = analyze_text("\n".join(texts), source="probe trace")
         return {**self.plan(), "files": files, "headline": sanitize(report.headline() or "") or None,
                 "findings": [sanitize(s) for s in report.summary()[:10]]}

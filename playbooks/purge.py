@@ -15,6 +15,8 @@ from gpuwarden.ops import gpureset, journal
 from gpuwarden.ops.model import Holder, NodeSnapshot
 from gpuwarden.ops.reaper import Reaper, Target, container_managed, target_ticks
 from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.arena import format as arena_format
+from gpuwarden.ops.arena.mappers import find_mappers
 
 from . import nodecheck
 from .report import bracketed
@@ -176,8 +178,6 @@ class PurgePlaybook(Playbook):
         return act
 
     def _remove_arenas(self, ctx: RunContext) -> str:
-        from gpuwarden.ops.arena import format as arena_format
-        from gpuwarden.ops.arena.mappers import find_mappers
         removed, kept = [], []
         for path in ctx.scratch.get("arena_candidates", []):
             if not arena_format.has_magic(path):

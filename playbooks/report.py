@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from gpuwarden.ops.model import FAILED_REGISTRATION, EngineInfo, NodeSnapshot
+from gpuwarden.ops.model import FAILED_REGISTRATION, EngineInfo, NodeSnapshot, physical_devices
 from gpuwarden.ops.units import fmt_bytes
 
 
@@ -68,6 +68,29 @@ def kubernetes_line(k8s: dict) -> str:
     return f"kubernetes: node {k8s.get('node')} (policy {k8s.get('policy')}): {said}, {taint}"
 
 
+def spans(indexes: list[int]) -> str:
+    """0-7, 9, 12-13: GPU indexes as an operator writes them."""
+    out: list[list[int]] = []
+    for i in sorted(indexes):
+        if out and out[-1][1] == i - 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
+
+
+def _device_row(snap: NodeSnapshot, bus: str, members: list[int], res_by_gpu: dict) -> str:
+    """The physical device's row above its partitions: its modes, how many partitions hold a residual, its reset.
+    No VRAM sum: partitions of an NPS1 device each report the one shared pool, so adding them up would lie."""
+    first = snap.gpu(members[0])
+    mode = "/".join(m for m in ((first.compute_partition, first.memory_partition) if first else ()) if m)
+    leaky = sum(1 for i in members if (r := res_by_gpu.get(i)) is not None and r.significant)
+    residual = f"on {leaky} of {len(members)}" if leaky else "-"
+    label = f"{bus} {mode}".strip()
+    return (f"{'dev':>3}  {label[:24]:<24} {f'{len(members)} partitions':>23} {'':>4}  {residual:>10}  "
+            f"{'':>4} {'':>5} {'':>6}  reset: all {len(members)}")
+
+
 def driver_lines(d: dict) -> list[str]:
     """The driver's own books (debugfs): KFD system memory against its limit, VRAM fragmentation per GPU."""
     k = d.get("kfd_mem_limit")
@@ -98,7 +121,12 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
     lines.append(f"{'GPU':>3}  {'NAME':<24} {'VRAM USED / TOTAL':>23} {'':>4}  {'RESIDUAL':>10}  "
                  f"{'BUSY':>4} {'TEMP':>5} {'POWER':>6}  NOTE")
     res_by_gpu = {r.gpu_index: r for r in snap.residual}
+    devices = physical_devices(snap.gpus)
+    member_of = {i: bus for bus, members in devices.items() for i in members}
     for g in snap.gpus:
+        bus = member_of.get(g.index)
+        if bus is not None and devices[bus][0] == g.index:
+            lines.append(_device_row(snap, bus, devices[bus], res_by_gpu))
         r = res_by_gpu.get(g.index)
         residual = "-" if r is None or r.residual is None else fmt_bytes(max(r.residual, 0))
         notes = []
@@ -111,19 +139,36 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
         if r and r.holders:
             notes.append(f"{len(r.holders)} holder(s)")
         mem = f"{fmt_bytes(g.vram_used)} / {fmt_bytes(g.vram_total)}"
+        # A partition's row: its place on the physical device (the device's row above it names the device).
+        name = f"└ {g.compute_partition or 'partition'} {devices[bus].index(g.index)}" if bus is not None else g.name
         lines.append(
-            f"{g.index:>3}  {g.name[:24]:<24} {mem:>23} {_pct(g.vram_used, g.vram_total)}  {residual:>10}  "
+            f"{g.index:>3}  {name[:24]:<24} {mem:>23} {_pct(g.vram_used, g.vram_total)}  {residual:>10}  "
             f"{_unit(g.busy_percent, '3.0f', '%'):>4} {_unit(g.temperature_c, '4.0f', 'C'):>5} "
             f"{_unit(g.power_w, '5.0f', 'W'):>6}  "
             f"{' '.join(notes)}")
+    for bus, members in devices.items():
+        first = snap.gpu(members[0])
+        mode = first.compute_partition if first is not None and first.compute_partition else "logical GPU"
+        memory = f", memory {first.memory_partition}" if first is not None and first.memory_partition else ""
+        lines.append(f"device {bus}: GPUs {spans(members)} are its {len(members)} {mode} partitions{memory}; VRAM and "
+                     f"residual are per partition; a reset acts on the physical device: all {len(members)} together")
     lines.append("")
     if snap.processes:
-        lines.append(f"{'PID':>8}  {'USER':<10} {'STATE':<11} {'GPU VRAM':<28} COMMAND")
+        # GPU% where there is room and a source gives it (fdinfo, NVML): "-" until a second sample makes an interval.
+        loads = snap.process_load
+        gpu_col = width >= 100 and any(load.source for load in loads.values())
+        lines.append(f"{'PID':>8}  {'USER':<10} {'STATE':<11} {'GPU VRAM':<28} " + ("GPU%  " if gpu_col else "")
+                     + "COMMAND")
         for p in snap.processes:
             per_gpu = ", ".join(f"{gi}:{fmt_bytes(b)}" for gi, b in sorted(p.vram.items())) or "(device files only)"
             cmd = short_command(p.command) if p.command else "(gone)"
-            room = max(20, width - 63)
-            lines.append(f"{p.pid:>8}  {(p.user or '?')[:10]:<10} {p.state:<11} {per_gpu[:28]:<28} {cmd[:room]}")
+            room = max(20, width - 63 - (6 if gpu_col else 0))
+            busy = ""
+            if gpu_col:
+                load = loads.get(p.pid)
+                pct = load.gpu_percent if load is not None else None
+                busy = f"{'-' if pct is None else f'{pct:.0f}%':>4}  "
+            lines.append(f"{p.pid:>8}  {(p.user or '?')[:10]:<10} {p.state:<11} {per_gpu[:28]:<28} {busy}{cmd[:room]}")
             if p.pod:
                 lines.append(f"{'':>8}  pod {pod_ref(p.namespace, p.pod, p.container_name)}")
     else:
@@ -189,6 +234,7 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
 
 def registration_failure_line(e: EngineInfo, now: float) -> str:
     """Why an engine in failed-registration needs attention, and what to do, on one line."""
+    # deferred: only an engine whose registration failed needs the runtime's error table
     from gpuwarden.ops.engines import runtime_errors
     failed = next((r for r in reversed(e.registrations) if r.kind == "register" and r.outcome == "failed"), None)
     what = "a registration"

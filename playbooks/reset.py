@@ -13,6 +13,7 @@ from gpuwarden.ops import gpureset, nodestate
 from gpuwarden.ops.gpureset import ResetPath
 from gpuwarden.ops.model import NodeSnapshot
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.topology import reset_reach, topology
 
 from . import nodecheck
 from .framework import Playbook, RunContext, Step, StepFailed
@@ -21,8 +22,10 @@ from .framework import Playbook, RunContext, Step, StepFailed
 def blockers(snap: NodeSnapshot, gpu: int, *, require_drained: bool, drained: dict[int, dict]) -> list[str]:
     """Why GPU `gpu` (and its hive) may not be reset now; empty when it may."""
     problems = []
-    for g in [gpu, *nodecheck.hive_peers(snap, gpu)]:
-        label = f"GPU {g}" if g == gpu else f"GPU {g} (same XGMI hive as GPU {gpu}: the reset reaches it)"
+    partitions = set(nodecheck.device_peers(snap, gpu))
+    for g in [gpu, *nodecheck.reset_peers(snap, gpu)]:
+        label = f"GPU {g}" if g == gpu else \
+            f"GPU {g} (same {'physical device' if g in partitions else 'XGMI hive'} as GPU {gpu}: the reset reaches it)"
         why = nodecheck.unreadable(snap, g)
         if why:
             # A hung GPU is what a reset is for, but not blindly: --force says the operator knows who is on it.
@@ -109,13 +112,18 @@ class ResetPlaybook(Playbook):
         snap = nodecheck.snapshot(ctx.settings)
         info = nodecheck.require_gpu(snap, self.gpu)
         peers = nodecheck.hive_peers(snap, self.gpu)
-        self._locked = (self.gpu, *peers)
-        from gpuwarden.ops.topology import reset_reach, topology
+        self._locked = (self.gpu, *nodecheck.reset_peers(snap, self.gpu))
         # What the operator confirms: which GPUs (hive, partitions of the device) and engines the reset takes down.
         self._reach = reset_reach(topology(snap, ctx.settings.sysfs_root), self.gpu)
+        self.confirm_note = self._reach or ""
         if peers:
             ctx.info(f"GPU {self.gpu} is in XGMI hive {info.hive_id} with GPU(s) {', '.join(map(str, peers))}: "
                      "the reset reaches them too", hive=info.hive_id, peers=peers)
+        partitions = nodecheck.device_peers(snap, self.gpu)
+        if partitions:
+            ctx.info(f"GPU {self.gpu} is a {info.compute_partition or 'partition'} partition of physical device "
+                     f"{info.bus_id} with GPU(s) {', '.join(map(str, partitions))}: the reset acts on the whole "
+                     "device", bus_id=info.bus_id, partitions=partitions)
         problems = []
         if info.vendor != "sim" and os.geteuid() != 0:
             problems.append("a GPU reset needs root (run it with sudo)")

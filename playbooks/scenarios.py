@@ -16,10 +16,16 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gpuwarden.ops import journal, procs, statedir, statefiles
+from gpuwarden.ops import journal, procs, statedir, statefiles, nodestate, nodeconfig
 from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.paths import child_pythonpath
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.ops.arena.create import create
+from gpuwarden.ops.engines import control, state as st
+from gpuwarden.ops.reaper import Reaper
+from gpuwarden.playbooks import framework
+from gpuwarden.playbooks.launch import LaunchPlaybook
 
 SCENARIOS = ("residual", "arena", "clean")
 GIB = 1 << 30
@@ -44,14 +50,11 @@ def clean(settings: Settings, say: Callable[[str], None], *, gpus: int | None = 
     """End what an earlier scenario started (its engines, its process families), then a fresh sim node."""
     node = SimNode(settings.state_dir)
     record = _read_record(node, say) if node.exists else {}
-    from gpuwarden.ops.engines import control
-    from gpuwarden.ops.engines import state as st
     for name in record.get("engines", []):
         if st.read_state(settings.state_dir, name) or st.read_spec(settings.state_dir, name):
             result = control.stop(settings, name, timeout_s=2.0)
             say(f"engine {name}: {result.result}")
         shutil.rmtree(st.engine_dir(settings.state_dir, name), ignore_errors=True)
-    from gpuwarden.ops.reaper import Reaper
     reaper = Reaper(settings)
     # Its own processes only, checked by PID and start time like every signal gpuwarden sends; the
     # careless parent before its subreaper, which then reaps it and the zombie it leaves to it.
@@ -69,7 +72,6 @@ def clean(settings: Settings, say: Callable[[str], None], *, gpus: int | None = 
             pass  # not a file a scenario made: those all live in the state dir
     cfg = node.config() if node.exists else {}
     node.init(gpus=gpus or cfg.get("gpus", 4), vram=vram or cfg.get("vram", 24 * GIB), force=True)
-    from gpuwarden.ops import nodestate
     for g in list(nodestate.drained(settings.state_dir)):
         nodestate.set_drained(settings.state_dir, g, False)
     _write_record(node, {"name": "clean"})
@@ -81,8 +83,7 @@ def _write_record(node: SimNode, record: dict) -> None:
 
 def _spawn(argv: list[str]) -> subprocess.Popen:
     """A detached helper process (own session): it outlives this command, as the drill needs."""
-    root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = child_pythonpath(dict(os.environ))
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             start_new_session=True, env=env, cwd="/", text=True)
 
@@ -136,7 +137,6 @@ def arena(settings: Settings, say: Callable[[str], None]) -> dict:
     """Four canaries on one arena through the real launch playbook; the last crashes while registering."""
     clean(settings, say)
     node = SimNode(settings.state_dir)
-    from gpuwarden.ops.arena.create import create
     path = node.dir / "scenario.arena"
     create(path, size=ARENA_BYTES, force=True)
     config = node.dir / "scenario-arena.toml"
@@ -152,12 +152,9 @@ def arena(settings: Settings, say: Callable[[str], None]) -> dict:
         lines += ["[[engines]]", f'name = "{name}"', f"gpu = {i}", f"argv = {json.dumps(argv)}", ""]
     statedir.atomic_write(config, "\n".join(lines), root=settings.state_dir)
     _write_record(node, {"name": "arena", "engines": names, "files": [str(path)], "config": str(config)})
-    from gpuwarden.ops import nodeconfig
-    from gpuwarden.playbooks.framework import run
-    from gpuwarden.playbooks.launch import LaunchPlaybook
     cfg = nodeconfig.load(settings.with_(config_path=config))
     # One after the other, so the first three serve before the last one registers and dies.
-    result = run(LaunchPlaybook(config=cfg, engines=cfg.engines, stagger=1, sequential=True),
+    result = framework.run(LaunchPlaybook(config=cfg, engines=cfg.engines, stagger=1, sequential=True),
                  settings.with_(config_path=config),
                  assume_yes=True, sink=lambda e: say(e.message) if e.kind == "info" and "engine" in e.data
                  and "phase" in e.data else None)

@@ -14,13 +14,15 @@ from pathlib import Path
 
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.agent import client
+from gpuwarden.ops.model import SnapshotWarning, snapshot_from_dict
+from gpuwarden.ops.paths import AGENT_SOCKET
 
 
 def agent_reply(settings: Settings):
     """The agent's latest snapshot reply, when an agent serves this node as this command would read it."""
     if settings.captured:
         return None  # a captured tree: the agent samples the live node (the host's roots under a mount are live)
-    from gpuwarden.ops.agent import client
     return client.snapshot(settings.state_dir, settings.backend)  # None too when --backend names another source
 
 
@@ -31,6 +33,7 @@ def _own_config_problem(settings: Settings) -> str | None:
         return None
     if not settings.config_path.exists():
         return None  # no file is no config, as a sampled status has it
+    # deferred: only with a config file: status otherwise goes without nodeconfig (typing, tomllib)
     from gpuwarden.ops import nodeconfig
     try:
         nodeconfig.load(settings)
@@ -41,6 +44,7 @@ def _own_config_problem(settings: Settings) -> str | None:
 
 
 def _sampler(settings: Settings, use_pidfds: bool):
+    # deferred: status answered by the agent samples nothing: no backend, no sampler
     from gpuwarden.ops.backends.select import open_backend
     from gpuwarden.ops.sampling.sampler import Sampler
     # The automatic fallback to the simulated node is for the console's demos; status says no backend works.
@@ -61,6 +65,7 @@ def _columns() -> int:
 
 
 def _render(settings: Settings, snap, width: int | None = None) -> str:
+    # deferred: `status --json` renders no text
     from .hints import Invocation
     from .report import render
     # Hints in warnings name commands to paste: they get the global options this command was given.
@@ -71,6 +76,7 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
         bundle: Path | None = None) -> int:
     """Show the node once (or until Ctrl-C with watch); the exit status of the last report."""
     if bundle is not None:
+        # deferred: only `status --bundle` reads a bundle (tarfile)
         from gpuwarden.ops.bundle.replay import snapshot_from_bundle
         snap = snapshot_from_bundle(bundle, settings)
         _show(settings, snap, json_out, watch)
@@ -89,7 +95,6 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
             doc["warnings"] = [*(doc.get("warnings") or []), {"code": "config-unusable", "message": problem}]
             sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
         else:
-            from gpuwarden.ops.model import SnapshotWarning, snapshot_from_dict
             snap = snapshot_from_dict(reply.json())
             if problem is not None:
                 from dataclasses import replace
@@ -116,13 +121,10 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
 
 
 def _watch_agent(settings: Settings, json_out: bool, interval: float) -> int:
-    from gpuwarden.ops.agent.client import get
-    from gpuwarden.ops.model import snapshot_from_dict
-    from gpuwarden.ops.paths import AGENT_SOCKET
     code = 0
     try:
         while True:
-            reply = get(settings.state_dir / AGENT_SOCKET, "/v1/snapshot")
+            reply = client.get(settings.state_dir / AGENT_SOCKET, "/v1/snapshot")
             if reply is None or reply.status != 200:
                 raise GpuwardenError("the agent stopped answering", "run `gpuwarden status` again to sample here")
             snap = snapshot_from_dict(reply.json())

@@ -8,11 +8,26 @@ import json
 import sys
 
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.topology import reset_reach, topology
+from .statusview import _sampler
+
+
+COLUMNS = ("GPU", "BUS", "PARTITION", "HIVE", "NUMA", "PCIE PARENT", "SHARES PARENT WITH", "RESET REACHES")
+
+
+def table_rows(doc: dict) -> list[tuple[str, ...]]:
+    """The gpuwarden.topology/1 document as rows of COLUMNS (the CLI's table and the console's)."""
+    rows = []
+    for r in doc["gpus"]:
+        peers = [i for i in r["same_pcie_parent"] if i != r["index"]]
+        part = "/".join(p for p in (r["compute_partition"], r["memory_partition"]) if p) or "-"
+        rows.append((str(r["index"]), r["bus_id"] or "n/a", part, r["hive_id"] or "-",
+                     "n/a" if r["numa_node"] is None else str(r["numa_node"]), r["pcie_parent"] or "n/a",
+                     ", ".join(map(str, peers)) or "-", ", ".join(map(str, r["reset_scope"]))))
+    return rows
 
 
 def run(settings: Settings, *, json_out: bool = False) -> int:
-    from gpuwarden.ops.topology import reset_reach, topology
-    from .statusview import _sampler
     sampler = _sampler(settings, use_pidfds=False)
     try:
         snap = sampler.snapshot(deep=False)
@@ -24,13 +39,7 @@ def run(settings: Settings, *, json_out: bool = False) -> int:
     if json_out:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
-    rows = [("GPU", "BUS", "PARTITION", "HIVE", "NUMA", "PCIE PARENT", "SHARES PARENT WITH", "RESET REACHES")]
-    for r in doc["gpus"]:
-        peers = [i for i in r["same_pcie_parent"] if i != r["index"]]
-        part = "/".join(p for p in (r["compute_partition"], r["memory_partition"]) if p) or "-"
-        rows.append((str(r["index"]), r["bus_id"] or "n/a", part, r["hive_id"] or "-",
-                     "n/a" if r["numa_node"] is None else str(r["numa_node"]), r["pcie_parent"] or "n/a",
-                     ", ".join(map(str, peers)) or "-", ", ".join(map(str, r["reset_scope"]))))
+    rows = [COLUMNS, *table_rows(doc)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         sys.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,7 +52,9 @@ def start_agent(state_dir: Path, *args: str, backend_args: tuple[str, ...] = ("-
                 agent_args: tuple[str, ...] = ()) -> RunningAgent:
     """Start an agent in the foreground and return once it has sent READY=1 (as it does to systemd).
     args go before the command (global options), agent_args after it."""
-    notify_path = state_dir.parent / f"notify-{os.getpid()}-{time.monotonic_ns()}.sock"
+    # A unix socket's path has 107 bytes: pytest's (and pytest-xdist's) tmp paths can be longer than that.
+    notify_dir = Path(tempfile.mkdtemp(prefix="gwn-"))
+    notify_path = notify_dir / "notify.sock"
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(notify_path))
     notify.settimeout(timeout)
@@ -76,6 +79,7 @@ def start_agent(state_dir: Path, *args: str, backend_args: tuple[str, ...] = ("-
     finally:
         notify.close()
         notify_path.unlink(missing_ok=True)
+        notify_dir.rmdir()
 
 
 def snapshot_of(agent: RunningAgent) -> dict:

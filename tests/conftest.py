@@ -16,11 +16,63 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"  # captured public outputs; provenance in its SOURCES.md
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the package and the test helpers once, in the controller, before any child starts.
+
+    The suite starts thousands of `gpuwarden` children. Where PYTHONDONTWRITEBYTECODE is set (the image of the
+    machines here sets it) no child may write the bytecode it compiles, so each one compiled every module it imported
+    from source again: about 0.2 s of CPU per child here, a fifth of the suite's CPU. py_compile writes the
+    cache files whatever that variable says; the children then read them like any installed package's."""
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
+        return
+    import compileall
+    import re
+    skip = re.compile(r"/(fixtures|triage_corpus|bench|\.venv|build)/")
+    for part in ("ops", "playbooks", "tui", "tests"):
+        compileall.compile_dir(REPO / part, quiet=2, workers=0, rx=skip)
+    for module in ("__init__.py", "__main__.py"):
+        compileall.compile_file(REPO / module, quiet=2)
+
+
 @pytest.fixture
 def fixtures() -> Path:
     if not FIXTURES.is_dir():
         pytest.fail(f"captured fixtures not found at {FIXTURES}: the checkout is incomplete")
     return FIXTURES
+
+
+def wheel_build_module():
+    """deploy/wheel/build.py (the wheels' and the image's build script), imported once."""
+    if "build" not in sys.modules:
+        sys.path.insert(0, str(REPO / "deploy" / "wheel"))
+    import build
+    assert Path(build.__file__).resolve() == REPO / "deploy" / "wheel" / "build.py", build.__file__
+    return build
+
+
+@pytest.fixture(scope="session")
+def manylinux_wheel(tmp_path_factory):
+    """manylinux_wheel(arch) -> gpuwarden's manylinux2014 wheel for arch, built at most once a session and shared
+    by every test that installs or unpacks one; None without PyPI's ziglang (the test extra has it)."""
+    try:
+        import ziglang  # noqa: F401
+    except ImportError:
+        return lambda arch: None
+    build = wheel_build_module()
+    out = tmp_path_factory.mktemp("dist")
+    try:  # this venv's own backend when it is the one pyproject asks for: no isolated env per wheel
+        import setuptools
+        import wheel  # noqa: F401
+        own = int(setuptools.__version__.split(".")[0]) >= 68
+    except ImportError:
+        own = False
+    built: dict[str, Path] = {}
+
+    def get(arch: str) -> Path:
+        if arch not in built:
+            built[arch] = build.build_wheel(arch, out, isolated=not own)
+        return built[arch]
+    return get
 
 
 @pytest.fixture
@@ -58,8 +110,8 @@ def cli(state_dir: Path):
 
 
 # --- the simulated node, one fixture per meaning --------------------------------------------------------
-# A test module says which node it runs on with SIM_NODE = {"gpus": N, "vram": "SIZE"} (None: the tests make
-# their own); without one, two GPUs of 8 GiB.
+# A test module says which node it runs on with SIM_NODE = {"gpus": N, "vram": "SIZE"} (and "partition": "CPX" for
+# MI300 partitions; None: the tests make their own); without one, two GPUs of 8 GiB.
 DEFAULT_SIM_NODE = {"gpus": 2, "vram": "8GiB"}
 
 
@@ -69,6 +121,7 @@ def _sim_node(request) -> dict | None:
 
 def _init_args(shape: dict) -> list[str]:
     args = ["sim", "init", "--gpus", str(shape.get("gpus", 2))]
+    args += ["--partition", shape["partition"]] if "partition" in shape else []
     return args + (["--vram", shape["vram"]] if "vram" in shape else [])
 
 
@@ -109,6 +162,22 @@ def standins(tmp_path_factory) -> Path:
     """The interposer tests' stand-in runtimes and unmodified engines (tests/standins/preload), built once."""
     from engines.preload_harness import build_standins
     return build_standins(tmp_path_factory.mktemp("standins"))
+
+
+@pytest.fixture(scope="session")
+def real_hip() -> Path:
+    """The directory of ROCm 5.4's real libamdhip64.so (tests/realhip.py fetches it once); skipped where it
+    cannot run, and on a machine with /dev/kfd, where the real runtime would use the GPU for real."""
+    import realhip
+    why = realhip.unsupported()
+    if why:
+        pytest.skip(why)
+    if Path("/dev/kfd").exists():
+        pytest.skip("this machine has /dev/kfd: the real runtime would register and allocate for real")
+    try:
+        return realhip.ensure()
+    except Exception as exc:  # a test that cannot get its runtime says why, in one line
+        pytest.fail(f"cannot get ROCm 5.4's libamdhip64.so: {exc}")
 
 
 # Real sshd servers in front of sim nodes, started once per session for the fleet tests.

@@ -89,10 +89,10 @@ class PodCgroup:
 
 
 def cluster_role_rules() -> set[tuple[str, str]]:
-    """(verb, resource) pairs the shipped ClusterRole grants (deploy/k8s/rbac.yaml)."""
+    """(verb, resource) pairs the shipped ClusterRole grants (deploy/k8s/base/rbac.yaml)."""
     import yaml
 
     from conftest import REPO
-    docs = list(yaml.safe_load_all((REPO / "deploy/k8s/rbac.yaml").read_text()))
+    docs = list(yaml.safe_load_all((REPO / "deploy/k8s/base/rbac.yaml").read_text()))
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     return {(verb, res) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}

@@ -20,20 +20,18 @@ from gpuwarden.ops import jsondoc
 GiB = 1 << 30
 
 
-@pytest.fixture
-def sim(cli, state_dir):
-    assert cli("sim", "init", "--gpus", "4", "--vram", "24GiB").returncode == 0
-    return state_dir
+# The sim node these tests run on (conftest.py's sim_state fixture reads it).
+SIM_NODE = {"gpus": 4, "vram": "24GiB"}
 
 
 @pytest.fixture
-def agent(sim):
-    a = start_agent(sim)
+def agent(sim_state):
+    a = start_agent(sim_state)
     yield a
     a.stop()
 
 
-def test_ready_healthz_snapshot_and_status_via_the_agent(agent, cli, sim):
+def test_ready_healthz_snapshot_and_status_via_the_agent(agent, cli, sim_state):
     assert f"MAINPID={agent.proc.pid}" in agent.ready_message
     health = wait_for(lambda: (h := agent.json("/healthz"))["ok"] and h, what="a healthy agent")
     jsondoc.validate(health)
@@ -54,13 +52,15 @@ def test_ready_healthz_snapshot_and_status_via_the_agent(agent, cli, sim):
     assert "via agent" in text.stdout.splitlines()[0] and text.returncode == 0
 
 
-def test_residual_shows_in_events_history_and_status_exit_code(agent, cli, sim):
-    parent, child = start_careless_parent(sim, 2, "3GiB")
+def test_residual_shows_in_events_history_and_status_exit_code(agent, cli, sim_state):
+    parent, child = start_careless_parent(sim_state, 2, "3GiB")
     try:
         kill_and_wait_zombie(child)
-        events = wait_for(lambda: [e for e in agent.json("/v1/events")["events"] if e["kind"] == "residual-appeared"],
-                          what="a residual-appeared event")
-        assert events[0]["gpu"] == 2 and "3.0 GiB" in events[0]["text"]
+        # GPU 2's own event: another test's tenant dying on this module's node may leave its GPU a residual briefly.
+        events = wait_for(lambda: [e for e in agent.json("/v1/events")["events"]
+                                   if e["kind"] == "residual-appeared" and e["gpu"] == 2],
+                          what="GPU 2's residual-appeared event")
+        assert "3.0 GiB" in events[0]["text"]
         jsondoc.validate(agent.json("/v1/events"))
         assert cli("--backend", "sim", "status", "--json").returncode == 1  # needs attention, via the agent
         hist = agent.json("/v1/history?gpu=2&since=10m&events=1")
@@ -72,16 +72,16 @@ def test_residual_shows_in_events_history_and_status_exit_code(agent, cli, sim):
         parent.kill()
         parent.wait()
     cleared = wait_for(lambda: [e for e in agent.json("/v1/events?since=10m")["events"]
-                                if e["kind"] == "residual-cleared"], what="residual cleared")
-    assert cleared[0]["gpu"] == 2 and "after" in cleared[0]["text"]
+                                if e["kind"] == "residual-cleared" and e["gpu"] == 2], what="GPU 2's residual cleared")
+    assert "after" in cleared[0]["text"]
     proc = cli("history", "2", "--since", "10m")
     assert proc.returncode == 0 and "residual VRAM 3.0 GiB appeared" in proc.stdout
     out = cli("history", "--json")
     jsondoc.validate(json.loads(out.stdout))
 
 
-def test_sigterm_stops_within_two_seconds_and_the_history_stays(sim, cli):
-    agent = start_agent(sim)
+def test_sigterm_stops_within_two_seconds_and_the_history_stays(sim_state, cli):
+    agent = start_agent(sim_state)
     wait_for(lambda: agent.json("/healthz")["ok"], what="first snapshot")
     t0 = time.monotonic()
     assert agent.stop(signal.SIGTERM) == 0
@@ -95,7 +95,7 @@ def test_sigterm_stops_within_two_seconds_and_the_history_stays(sim, cli):
     assert [e["text"] for e in json.loads(out.stdout)["events"]][-1] == "agent stopped"
 
 
-def test_a_second_agent_and_the_sim_fallback_are_refused(agent, cli, sim):
+def test_a_second_agent_and_the_sim_fallback_are_refused(agent, cli, sim_state):
     proc = cli("--backend", "sim", "agent", "--foreground")
     assert proc.returncode == 2 and "another agent answers" in proc.stderr or "already runs" in proc.stderr
     auto = cli("agent", "--foreground", env={"GPUWARDEN_BACKEND": ""})
@@ -104,10 +104,10 @@ def test_a_second_agent_and_the_sim_fallback_are_refused(agent, cli, sim):
     assert auto.returncode == 2 and "no GPU backend works here" in auto.stderr and "Traceback" not in auto.stderr
 
 
-def test_sighup_reloads_the_config_and_a_broken_one_is_refused(sim, tmp_path):
+def test_sighup_reloads_the_config_and_a_broken_one_is_refused(sim_state, tmp_path):
     conf = tmp_path / "node.toml"
     conf.write_text("[agent]\ninterval = 0.25\n")
-    agent = start_agent(sim, "--config", str(conf))
+    agent = start_agent(sim_state, "--config", str(conf))
     try:
         conf.write_text("[agent]\ninterval = 0.5\nbundle_on = [\"crash\"]\n")
         agent.proc.send_signal(signal.SIGHUP)
@@ -120,7 +120,7 @@ def test_sighup_reloads_the_config_and_a_broken_one_is_refused(sim, tmp_path):
         assert agent.stop() == 0
 
 
-def test_events_stream_follows_new_events(agent, sim):
+def test_events_stream_follows_new_events(agent, sim_state):
     import socket
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(20)
@@ -130,7 +130,7 @@ def test_events_stream_follows_new_events(agent, sim):
     while b"\r\n\r\n" not in buf:
         buf += s.recv(4096)
     assert buf.startswith(b"HTTP/1.1 200") and b"application/x-ndjson" in buf
-    tenant = start_tenant(sim, 1, "1GiB")
+    tenant = start_tenant(sim_state, 1, "1GiB")
     try:
         os.kill(tenant.pid, signal.SIGKILL)
         tenant.wait()
@@ -138,19 +138,29 @@ def test_events_stream_follows_new_events(agent, sim):
     finally:
         pass
     from gpuwarden.ops.sim.node import SimNode
-    SimNode(sim).leak(3, 2 * GiB)
+    SimNode(sim_state).leak(3, 2 * GiB)
     body = buf.split(b"\r\n\r\n", 1)[1]
-    deadline = time.monotonic() + 20
-    while b"residual-appeared" not in body and time.monotonic() < deadline:
-        body += s.recv(65536)
+
+    def events() -> list[dict]:  # the complete lines so far (the last may still be arriving)
+        return [json.loads(x) for x in body.split(b"\n")[:-1] if x.strip()]
+
+    def leak_seen() -> bool:
+        return any(e["kind"] == "residual-appeared" and e["gpu"] == 3 for e in events())
+    # Until GPU 3's event itself: the killed tenant can leave GPU 1 a residual for one sample (the agent may look
+    # between the kill and the sim freeing the allocation), whose event named GPU 1 and ended the wait too early.
+    deadline = time.monotonic() + 60  # a loaded box (two xdist workers): 20 s was missed once
+    while not leak_seen() and time.monotonic() < deadline:
+        chunk = s.recv(65536)
+        assert chunk, "the agent closed the event stream"
+        body += chunk
     s.close()
-    lines = [json.loads(x) for x in body.splitlines() if x.strip()]
-    assert any(e["kind"] == "residual-appeared" and e["gpu"] == 3 for e in lines)
+    lines = events()
+    assert leak_seen(), lines
     for e in lines:
         jsondoc.validate(e)
 
 
-def test_the_console_reads_the_agent_and_backfills_its_sparklines(sim):
+def test_the_console_reads_the_agent_and_backfills_its_sparklines(sim_state):
     import asyncio
 
     from gpuwarden.ops.settings import Settings
@@ -160,14 +170,14 @@ def test_the_console_reads_the_agent_and_backfills_its_sparklines(sim):
     from gpuwarden.tui.app import GpuwardenApp
     from gpuwarden.ops.sources import viewer_source
 
-    agent = start_agent(sim)
+    agent = start_agent(sim_state)
     try:
-        SimNode(sim).leak(1, 6 * GiB)
+        SimNode(sim_state).leak(1, 6 * GiB)
         def fine():
             return agent.json("/v1/history?gpu=1&resolution=fine")["gpus"].get("1", {}).get("fine") or {}
         wait_for(lambda: fine().get("points", 0) > 2 and max(fine()["used"]) > 0,
                  what="history before the console opens")
-        settings = Settings(state_dir=sim, backend="sim", config_path=sim / "node.toml")
+        settings = Settings(state_dir=sim_state, backend="sim", config_path=sim_state / "node.toml")
         source, close = viewer_source(settings)
 
         async def go():

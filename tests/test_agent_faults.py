@@ -1,6 +1,6 @@
 """The agent under the faults of a long night: a full state dir, the wall clock stepped back, the agent stopped
-(SIGSTOP) under its clients. (A state dir turned read-only goes through the same write path: EROFS is the
-OSError that ENOSPC is; tmpfs refuses a read-only remount while the agent holds files open, so it is not staged.) It keeps sampling and serving, says what fails in one line
+(SIGSTOP) under its clients. (A state dir turned read-only is tests/test_agent_readonly.py: an ext4 that errors
+to read-only; tmpfs refuses a read-only remount while the agent holds files open.) It keeps sampling and serving, says what fails in one line
 a sink, loses nothing it had written, and no client hangs.
 
 The state dir sits on a small tmpfs this test mounts (CI runs as root, as the agent does on a node)."""

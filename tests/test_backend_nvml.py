@@ -271,3 +271,41 @@ def test_a_process_holding_the_device_files_is_found_by_the_holder_scan(settings
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_query_the_device_does_not_support_is_asked_once(settings, fixtures):
+    # H200 in MIG mode: no fan (passively cooled) and no utilisation; every refresh asked both again, and the
+    # error path of the fan query alone was a sixth of the console's CPU on a real H200.
+    gpus = parse_query_csv(fixtures / H200_MIG_GPU, fixtures / H200_MIG_APPS)
+    mod = standin.build(gpus)
+    backend = NvmlBackend(settings, module=mod)
+    try:
+        for _ in range(4):
+            [gpu] = backend.gpus()
+    finally:
+        backend.close()
+    assert gpu.busy_percent is None and gpu.sensors.fan_percent is None and gpu.power_w == pytest.approx(295.01)
+    assert mod.calls.count("nvmlDeviceGetFanSpeed") == 1
+    assert mod.calls.count("nvmlDeviceGetUtilizationRates") == 1
+    assert mod.calls.count("nvmlDeviceGetPowerUsage") == 4  # what answers is asked on every refresh
+
+
+def test_the_not_supported_memory_knows_real_handles_which_do_not_hash(settings, fixtures):
+    # pynvml's handles are ctypes pointers (unhashable): the first version of the memory keyed calls by their
+    # arguments' hash, skipped every real handle and so never remembered anything on the H200.
+    backend = NvmlBackend(settings, module=standin.build(parse_q(fixtures / H100_LOAD_Q)))
+    calls = []
+
+    def fan(handle):
+        calls.append(handle)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    try:
+        handle = pynvml.c_nvmlDevice_t()
+        with pytest.raises(TypeError):
+            hash(handle)
+        assert [backend._try(fan, handle) for _ in range(3)] == [None, None, None]
+        assert len(calls) == 1
+        other = pynvml.c_nvmlDevice_t()
+        assert backend._try(fan, other) is None and len(calls) == 2  # another device is asked for itself
+    finally:
+        backend.close()

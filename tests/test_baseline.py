@@ -4,54 +4,49 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from gpuwarden.ops import nodestate
 from simnode import start_tenant
 
 
-@pytest.fixture
-def sim(cli):
-    def run(*args, **kw):
-        return cli("--backend", "sim", *args, **kw)
-    run("sim", "init", "--gpus", "2", "--vram", "64GiB", check=True)
-    return run
+# The sim node these tests run on (conftest.py's sim_cli fixture reads it).
+SIM_NODE = {"gpus": 2, "vram": "64GiB"}
 
 
-def test_record_refuses_a_gpu_in_use_and_records_an_idle_one(sim, state_dir):
+def test_record_refuses_a_gpu_in_use_and_records_an_idle_one(sim_cli, state_dir):
     tenant = start_tenant(state_dir, 1, "1GiB")
     try:
-        proc = sim("baseline", "record")
+        proc = sim_cli("baseline", "record")
         assert proc.returncode == 1
         assert f"GPU 1 is in use by pid {tenant.pid}" in proc.stdout + proc.stderr
         assert nodestate.baseline(state_dir) == {}
-        proc = sim("baseline", "record", "0", "--json")
+        proc = sim_cli("baseline", "record", "0", "--json")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert nodestate.baseline(state_dir) == {0: 0}
     finally:
         tenant.terminate()
         tenant.wait(10)
-    shown = json.loads(sim("baseline", "show", "--json").stdout)
+    shown = json.loads(sim_cli("baseline", "show", "--json").stdout)
     assert shown["gpus"]["0"]["vram_bytes"] == 0 and shown["gpus"]["0"]["backend"] == "sim"
-    assert "GPU 0: 0 B" in sim("baseline", "show").stdout
+    assert "GPU 0: 0 B" in sim_cli("baseline", "show").stdout
 
 
-def test_leak_sized_idle_use_needs_force_and_then_counts_as_baseline(sim, state_dir):
-    sim("sim", "leak", "--gpu", "0", "--size", "3GiB", check=True)
-    proc = sim("baseline", "record", "0")
+def test_leak_sized_idle_use_needs_force_and_then_counts_as_baseline(sim_cli, state_dir):
+    sim_cli("sim", "leak", "--gpu", "0", "--size", "3GiB", check=True)
+    proc = sim_cli("baseline", "record", "0")
     assert proc.returncode == 1 and "looks like a leak" in proc.stdout + proc.stderr
     assert nodestate.baseline(state_dir) == {}
     # Small idle use (driver reservations) is a baseline, not a leak.
-    sim("sim", "leak", "--gpu", "1", "--size", "200MiB", check=True)
-    assert sim("baseline", "record", "1").returncode == 0
+    sim_cli("sim", "leak", "--gpu", "1", "--size", "200MiB", check=True)
+    assert sim_cli("baseline", "record", "1").returncode == 0
     assert nodestate.baseline(state_dir) == {1: 200 << 20}
-    assert sim("baseline", "record", "0", "--force").returncode == 0
-    snap = json.loads(sim("status", "--json").stdout)
+    assert sim_cli("baseline", "record", "0", "--force").returncode == 0
+    snap = json.loads(sim_cli("status", "--json").stdout)
     res = {r["gpu_index"]: r for r in snap["residual"]}
     assert res[0]["baseline"] == 3 << 30 and res[0]["residual"] == 0
     assert snap["baseline_recorded"] is True
 
 
-def test_show_without_a_baseline_says_how_to_record(sim):
-    out = sim("baseline", "show")
+def test_show_without_a_baseline_says_how_to_record(sim_cli):
+    out = sim_cli("baseline", "show")
     assert out.returncode == 0 and "gpuwarden baseline record" in out.stdout

@@ -11,9 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
-import realhip
 from conftest import REPO
 from test_canary import make_arena, spawn, wait_phase
 
@@ -146,19 +144,6 @@ def test_host_runtime_has_no_share_mode(cli, tmp_path):
     proc = cli("canary", "--arena", str(arena), "--runtime", "host", "--share", "keeper")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("gpuwarden: error: host: the host runtime has no shared-by-descriptor mode")
-
-
-@pytest.fixture(scope="module")
-def real_hip() -> Path:
-    why = realhip.unsupported()
-    if why:
-        pytest.skip(why)
-    if Path("/dev/kfd").exists():
-        pytest.skip("this machine has /dev/kfd: the real runtime would allocate for real")
-    try:
-        return realhip.ensure()
-    except Exception as exc:
-        pytest.fail(f"cannot get ROCm 5.4's libamdhip64.so: {exc}")
 
 
 def test_hip_keeper_on_the_real_runtime_without_a_gpu_is_one_line(real_hip, tmp_path, state_dir):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import gpuwarden
+from helpers.configs import BROKEN
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -20,16 +21,8 @@ def errors(proc: subprocess.CompletedProcess) -> list[str]:
     return [line for line in proc.stderr.splitlines() if line.startswith("gpuwarden: error: ")]
 
 
-@pytest.fixture
-def sim(tmp_path: Path):
-    state = tmp_path / "state"
-    state.mkdir()
-
-    def cli(*args: str, **kw) -> subprocess.CompletedProcess:
-        return gpuwarden("--state-dir", str(state), "--backend", "sim", *args, **kw)
-    assert cli("sim", "init").returncode == 0
-    cli.state = state
-    return cli
+# The sim node these tests run on (conftest.py's sim_cli fixture reads it): `sim init`'s own defaults.
+SIM_NODE = {"gpus": 4, "vram": "24GiB"}
 
 
 def test_a_missing_state_dir_parent_is_refused_not_created(tmp_path):
@@ -45,97 +38,66 @@ def test_a_missing_state_dir_parent_is_refused_not_created(tmp_path):
     assert (tmp_path / "fresh").is_dir()
 
 
-def test_history_of_a_gpu_the_node_lacks(sim):
-    proc = sim("history", "9")
+def test_history_of_a_gpu_the_node_lacks(sim_cli):
+    proc = sim_cli("history", "9")
     assert proc.returncode != 0
     [line] = errors(proc)
     assert "no GPU 9 on this node (GPUs: 0, 1, 2, 3)" in line
 
 
 @pytest.mark.parametrize("bad, said", [("abc", "'abc' is not a GPU index"), ("1.5", "'1.5' is not a GPU index")])
-def test_a_bad_gpu_index_is_said_in_plain_words(sim, bad, said):
-    proc = sim("fix", bad)
+def test_a_bad_gpu_index_is_said_in_plain_words(sim_cli, bad, said):
+    proc = sim_cli("fix", bad)
     assert proc.returncode == 2
     [line] = errors(proc)
     assert said in line and "Input should be" not in proc.stderr and "pydantic" not in proc.stderr
 
 
-def test_a_bad_number_option_is_said_in_plain_words(sim):
-    [line] = errors(sim("fix", "1", "--grace", "soon"))
+def test_a_bad_number_option_is_said_in_plain_words(sim_cli):
+    [line] = errors(sim_cli("fix", "1", "--grace", "soon"))
     assert "'--grace': 'soon' is not a number" in line
 
 
-def test_sim_leak_cannot_exceed_the_gpu_and_hold_says_units(sim):
-    proc = sim("sim", "leak", "--gpu", "1", "--size", "100GiB")
+def test_sim_leak_cannot_exceed_the_gpu_and_hold_says_units(sim_cli):
+    proc = sim_cli("sim", "leak", "--gpu", "1", "--size", "100GiB")
     assert proc.returncode == 2
     [line] = errors(proc)
     assert "has 24.0 GiB free of 24.0 GiB: it cannot leak 100.0 GiB" in line
-    assert json.loads(sim("sim", "show", "--json").stdout)["leaked"] == {}
-    ok = sim("sim", "leak", "--gpu", "1", "--size", "14GiB")
+    assert json.loads(sim_cli("sim", "show", "--json").stdout)["leaked"] == {}
+    ok = sim_cli("sim", "leak", "--gpu", "1", "--size", "14GiB")
     assert ok.returncode == 0 and "14.0 GiB leaked" in ok.stdout
-    [line] = errors(sim("sim", "leak", "--gpu", "1", "--size", "11GiB"))
+    [line] = errors(sim_cli("sim", "leak", "--gpu", "1", "--size", "11GiB"))
     assert "has 10.0 GiB free" in line
 
 
-BROKEN = """\
-[arena]
-path = "relative.arena"
-
-[defaults]
-stop_grace = "soon"
-
-[[engines]]
-name = "a"
-gpu = 7
-argv = ["x"]
-
-[[engines]]
-name = "b"
-gpu = 1
-argv = ["y"]
-"""
 
 
-def test_config_check_lists_each_error_once_with_the_missing_gpu_and_takes_config_after_the_command(sim, tmp_path):
-    config = tmp_path / "node.toml"
-    config.write_text(BROKEN)
-    for args in (("--config", str(config), "config", "check"), ("config", "check", "--config", str(config))):
-        proc = sim(*args)
-        assert proc.returncode == 2, proc.stderr
-        lines = errors(proc)
-        assert len(lines) == len(set(lines)) == 3, proc.stderr  # stop_grace once, though two engines inherit it
-        text = "\n".join(lines)
-        assert "node.toml:2: arena.path: must be an absolute path, got 'relative.arena'" in text
-        assert "node.toml:5: defaults.stop_grace" in text
-        assert "node.toml:9: engines[0].gpu: GPU 7 does not exist on this node (it has GPUs 0-3)" in text
-
-
-def test_status_through_the_agent_warns_about_a_broken_config_given_to_it(sim, tmp_path):
+def test_status_through_the_agent_warns_about_a_broken_config_given_to_it(sim_cli, tmp_path, state_dir):
     from agentnode import start_agent
     config = tmp_path / "node.toml"
     config.write_text(BROKEN)
-    agent = start_agent(sim.state)
+    agent = start_agent(state_dir)
     try:
         from simnode import wait_for
         # READY comes before the first snapshot: until it exists status samples the node itself
         wait_for(lambda: agent.json("/healthz")["ok"], timeout=30, what="the agent's first snapshot")
-        proc = sim("--config", str(config), "status")
+        proc = sim_cli("--config", str(config), "status")
         assert "via agent" in proc.stdout, proc.stdout
         assert "node config unusable" in proc.stdout and "must be an absolute path" in proc.stdout, proc.stdout
-        doc = json.loads(sim("--config", str(config), "status", "--json").stdout)
+        doc = json.loads(sim_cli("--config", str(config), "status", "--json").stdout)
         assert any(w["code"] == "config-unusable" for w in doc["warnings"])
-        plain = sim("status")
+        plain = sim_cli("status")
         assert "node config unusable" not in plain.stdout  # no --config given: the agent's own config stands
     finally:
         agent.stop()
 
 
-def test_sim_hold_says_what_it_holds_in_units(sim):
+def test_sim_hold_says_what_it_holds_in_units(sim_cli, state_dir):
     import os
     import sys
     from conftest import REPO
     from simnode import cli_argv
-    proc = subprocess.Popen(cli_argv(sim.state, "sim", "hold", "--gpu", "0", "--size", "1536MiB"), cwd=REPO,
+    proc = subprocess.Popen(cli_argv(state_dir, "sim", "hold", "--gpu", "0", "--size", "1536MiB"), cwd=REPO,
                             stdout=subprocess.PIPE, text=True, env=dict(os.environ))
     try:
         line = proc.stdout.readline()
@@ -160,32 +122,33 @@ def _entries(state: Path, *when: float) -> None:
     path.write_text("\n".join(lines[:-len(when)] + out) + "\n")
 
 
-def test_journal_since_and_until_pick_a_window(sim):
+def test_journal_since_and_until_pick_a_window(sim_cli, state_dir):
     import time
     now = time.time()
-    _entries(sim.state, now - 7200, now - 1800, now - 60)
+    _entries(state_dir, now - 7200, now - 1800, now - 60)
     actions = lambda proc: [json.loads(x)["action"] for x in proc.stdout.splitlines()]  # noqa: E731
-    assert actions(sim("journal", "--since", "1h", "--json")) == ["drill-1", "drill-2"]
-    assert actions(sim("journal", "--until", "45m", "--json")) == ["drill-0"]
-    assert actions(sim("journal", "--since", "3h", "--until", "10m", "--json")) == ["drill-0", "drill-1"]
+    assert actions(sim_cli("journal", "--since", "1h", "--json")) == ["drill-1", "drill-2"]
+    assert actions(sim_cli("journal", "--until", "45m", "--json")) == ["drill-0"]
+    assert actions(sim_cli("journal", "--since", "3h", "--until", "10m", "--json")) == ["drill-0", "drill-1"]
     local = time.strftime("%Y-%m-%d %H:%M", time.localtime(now - 2400))
-    assert actions(sim("journal", "--since", local, "--json")) == ["drill-1", "drill-2"]
-    [line] = errors(sim("journal", "--since", "last tuesday"))
+    assert actions(sim_cli("journal", "--since", local, "--json")) == ["drill-1", "drill-2"]
+    [line] = errors(sim_cli("journal", "--since", "last tuesday"))
     assert "cannot read the time 'last tuesday'" in line
-    [line] = errors(sim("journal", "--since", "10m", "--until", "1h"))
+    [line] = errors(sim_cli("journal", "--since", "10m", "--until", "1h"))
     assert "is before --since" in line
 
 
-def test_journal_follow_prints_new_entries_as_they_are_written(sim):
+def test_journal_follow_prints_new_entries_as_they_are_written(sim_cli, state_dir):
     import os
     import select
     import signal
     from conftest import REPO
     from simnode import cli_argv, wait_for
     from gpuwarden.ops import journal
-    journal.write(sim.state, "before", "ok")
-    proc = subprocess.Popen(cli_argv(sim.state, "journal", "-f", "--json"), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=dict(os.environ))
+    journal.write(state_dir, "before", "ok")
+    from helpers.signals import default_signals
+    proc = subprocess.Popen(cli_argv(state_dir, "journal", "-f", "--json"), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=dict(os.environ), preexec_fn=default_signals)
     got: list[str] = []
 
     def read_some() -> bool:
@@ -195,19 +158,19 @@ def test_journal_follow_prints_new_entries_as_they_are_written(sim):
 
     try:
         wait_for(lambda: '"before"' in read_some(), 20, "the existing entry")
-        journal.write(sim.state, "after", "ok")
+        journal.write(state_dir, "after", "ok")
         wait_for(lambda: '"after"' in read_some(), 20, "the new entry to be followed")
         # Rotated away and started again: the follower reads the new file from its start.
-        (sim.state / "journal.log").rename(sim.state / "journal.log.1")
-        journal.write(sim.state, "rotated", "ok")
+        (state_dir / "journal.log").rename(state_dir / "journal.log.1")
+        journal.write(state_dir, "rotated", "ok")
         wait_for(lambda: '"rotated"' in read_some(), 20, "the entry in the new file")
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
 
 
-def test_a_global_option_after_the_command_says_where_it_goes(sim):
-    proc = sim("launch", "--config", "/etc/gpuwarden/node.toml")
+def test_a_global_option_after_the_command_says_where_it_goes(sim_cli):
+    proc = sim_cli("launch", "--config", "/etc/gpuwarden/node.toml")
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[1] == ("  hint: --config is a global option: give it before the command "
                                           "(gpuwarden --config PATH launch ...)"), proc.stderr

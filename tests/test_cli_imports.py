@@ -49,36 +49,34 @@ def bare_python() -> set[str]:
     return {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
 
 
-@pytest.fixture
-def sim(cli, state_dir):
-    assert cli("sim", "init", "--gpus", "2").returncode == 0
-    return state_dir
+# The sim node these tests run on (conftest.py's sim_state fixture reads it).
+SIM_NODE = {"gpus": 2}
 
 
-def test_status_loads_no_framework_and_no_other_command(sim):
+def test_status_loads_no_framework_and_no_other_command(sim_state):
     for args in (("--backend", "sim", "status", "--json"), ("--backend", "sim", "status")):
-        names, proc = imported(sim, *args)
+        names, proc = imported(sim_state, *args)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "gpuwarden.ops.sampling.sampler" in names  # it did sample
         assert over_budget(names) == [], args
         assert over_budget(names - bare_python(), HEAVY_STDLIB) == [], args
 
 
-def test_status_of_a_node_with_an_engine_stays_in_budget(sim):
+def test_status_of_a_node_with_an_engine_stays_in_budget(sim_state):
     """An engine record with a live shim and engine: status reads its state and looks for arena mappers too."""
     from gpuwarden.ops import procs, statedir
     from gpuwarden.ops.engines import state as st
     live = subprocess.Popen(["sleep", "60"])
     try:
         ticks = procs.identity(live.pid)
-        d = st.engine_dir(sim, "e0")
+        d = st.engine_dir(sim_state, "e0")
         d.mkdir(parents=True)
         statedir.write_json(d / st.STATE, {
             "name": "e0", "gpu": 0, "phase": "serving", "shim_pid": live.pid, "shim_start": ticks, "pid": live.pid,
             "pid_start": ticks, "restarts": 0,
             "registrations": [{"kind": "register", "outcome": "registered", "bytes": 1 << 30, "started_at": 1.0}]},
-            root=sim)
-        names, proc = imported(sim, "--backend", "sim", "status", "--json")
+            root=sim_state)
+        names, proc = imported(sim_state, "--backend", "sim", "status", "--json")
         assert proc.returncode == 0 and '"name":"e0"' in proc.stdout and '"registrations":[{' in proc.stdout
         assert {"gpuwarden.ops.engines.state", "gpuwarden.ops.arena.watch"} <= names  # it did read the engine and look for mappers
         assert over_budget(names) == [] and over_budget(names - bare_python(), HEAVY_STDLIB) == []
@@ -87,21 +85,21 @@ def test_status_of_a_node_with_an_engine_stays_in_budget(sim):
         live.wait()
 
 
-def test_status_json_via_the_agent_loads_only_the_socket_client(sim):
-    agent = start_agent(sim)
+def test_status_json_via_the_agent_loads_only_the_socket_client(sim_state):
+    agent = start_agent(sim_state)
     try:
         wait_for(lambda: agent.json("/healthz")["ok"], what="first snapshot")
-        names, proc = imported(sim, "--backend", "sim", "status", "--json")
+        names, proc = imported(sim_state, "--backend", "sim", "status", "--json")
         assert proc.returncode == 0 and '"agent"' in proc.stdout
         assert over_budget(names) == []
-        assert not any(n.startswith(("gpuwarden.ops.sampling", "gpuwarden.ops.model", "dataclasses", "gpuwarden.ops.backends")) for n in names), \
+        assert not any(n.startswith(("gpuwarden.ops.sampling", "gpuwarden.ops.model", "dataclasses", "gpuwarden.ops.backends")) for n in names),\
             sorted(n for n in names if n.startswith("ops"))
     finally:
         agent.stop()
 
 
-def test_other_commands_still_get_the_full_cli(sim):
-    names, proc = imported(sim, "--backend", "sim", "journal")
+def test_other_commands_still_get_the_full_cli(sim_state):
+    names, proc = imported(sim_state, "--backend", "sim", "journal")
     assert proc.returncode == 0 and "typer" in names
 
 

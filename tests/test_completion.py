@@ -22,13 +22,19 @@ def complete(words: str, env: dict | None = None) -> list[str]:
     return proc.stdout.split()
 
 
+def from_bash(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """gpuwarden run by an interactive user's bash: Typer finds the shell among the process's ancestors, so the
+    test must not depend on what started pytest (under nohup or a CI runner there may be no shell above it)."""
+    return subprocess.run(["bash", "-c", '"$@"; exit $?', "bash", *GPUWARDEN, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
 def test_show_and_install_completion(tmp_path):
-    proc = subprocess.run([*GPUWARDEN, "--show-completion", "bash"], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 0 and "_GPUWARDEN_COMPLETE=complete_bash" in proc.stdout
+    proc = from_bash("--show-completion")
+    assert proc.returncode == 0 and "_GPUWARDEN_COMPLETE=complete_bash" in proc.stdout, proc.stderr
     home = tmp_path / "home"
     home.mkdir()
-    proc = subprocess.run([*GPUWARDEN, "--install-completion", "bash"], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "HOME": str(home), "SHELL": "/bin/bash"})
+    proc = from_bash("--install-completion", env={**os.environ, "HOME": str(home), "SHELL": "/bin/bash"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "_GPUWARDEN_COMPLETE" in (home / ".bash_completions" / "gpuwarden.sh").read_text()
     assert ".bash_completions/gpuwarden.sh" in (home / ".bashrc").read_text()

@@ -85,6 +85,22 @@ def test_a_late_read_is_named_and_its_lane_never_starts_a_second_thread(tmp_path
     assert threads() == before + 1  # the same worker serves again
 
 
+def test_latest_answers_with_the_last_complete_one_and_names_the_late_read(tmp_path):
+    """What the backends' process lists use: a late read gives back the previous answer and the LateRead."""
+    fifo = tmp_path / "vram_41000"
+    os.mkfifo(fifo)
+    plain = tmp_path / "plain"
+    plain.write_text("7\n")
+    lanes = Lanes()
+    assert lanes.latest("kfd", blocking_read(plain), 0.3, b"none yet", source="kfd") == (b"7\n", ())
+    answer, late = lanes.latest("kfd", blocking_read(fifo), 0.3, b"7\n", source="kfd")
+    assert answer == b"7\n" and [r.path for r in late] == [str(fifo)]
+    assert release(fifo)
+    wait_for(lambda: lanes.poll("kfd") is None, what="the lane to come free")
+    plain.write_text("8\n")
+    assert lanes.latest("kfd", blocking_read(plain), 0.3, b"7\n", source="kfd") == (b"8\n", ())
+
+
 def test_many_hung_gpus_cost_one_deadline_not_one_each(tmp_path):
     fifos = []
     for i in range(6):
@@ -214,10 +230,11 @@ def test_a_stale_snapshot_validates_against_the_schema_readers_had_before(hung_n
     doc = json.loads(snap.to_json())
     jsondoc.validate(doc)
     old = json.loads((FIXTURES / "schemas/snapshot.v1.before-deadlines.json").read_text())
-    # A reader built before deadlines reads the stale GPUs as before. The top-level `driver` object (the
-    # driver's own books, added in the same release) is new at a level the v1 schema keeps closed: it is
-    # left out here, and the release notes say so (CHANGELOG).
-    jsonschema.validate({k: v for k, v in doc.items() if k != "driver"}, old)
+    # A reader built before deadlines reads the stale GPUs as before, the whole document: the driver's own books
+    # (added in the same release) sit inside each GPU record, which that schema leaves open, not at its closed
+    # top level; each process's load likewise.
+    assert "driver" not in doc and doc["gpus"][0]["driver"]["debugfs"]
+    jsonschema.validate(doc, old)
     assert snapshot_from_dict(doc).gpu(2).stale == snap.gpu(2).stale
     assert doc["gpus"][2]["stale"]["since_iso"].endswith("Z") and doc["needs_attention"] is True
 
@@ -323,8 +340,10 @@ def test_the_agent_keeps_sampling_names_the_late_gpu_and_holds_its_threads(cli, 
         # By then each of GPU 1's three wedged files holds its lane's thread (one new wait per refresh).
         wait_for(lambda: snapshot_of(agent)["taken_at"] > taken + 3, what="fresh snapshots while GPU 1 hangs")
         count = resident_threads(agent.proc.pid)
-        wait_for(lambda: snapshot_of(agent)["taken_at"] > taken + 6, what="more refreshes")
-        assert resident_threads(agent.proc.pid) <= count  # no new thread per refresh for the same files
+        wait_for(lambda: snapshot_of(agent)["taken_at"] > taken + 7, what="more refreshes")
+        # No new thread per refresh for the same files: a leak adds one a refresh (4 by now); one thread the agent
+        # starts once, late on a loaded machine (CI saw 13 -> 14), is not that.
+        assert resident_threads(agent.proc.pid) <= count + 1
         proc = cli("--backend", "sim", "status", timeout=HANG_LIMIT_S)
         assert proc.returncode == 1 and "via agent" in proc.stdout
         assert "GPU 1: sysfs read of gpu_busy_percent did not answer in 0.5 s" in proc.stdout

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from gpuwarden.ops.debugfs import allowlist, parse
+from gpuwarden.ops.deadline import Lanes
 from gpuwarden.ops.debugfs.reader import DebugfsReader
 from inotify_watch import OpenWatch
+from simnode import wait_for
 
 MIB = 1 << 20
 
@@ -87,15 +90,27 @@ def test_size_is_capped(tmp_path):
 def test_a_read_that_hangs_is_abandoned_at_its_deadline(tmp_path, monkeypatch):
     tree(tmp_path, {"kfd/mem_limit": "System mem used 1M out of 2M\n"})
     reader = DebugfsReader(tmp_path, timeout_s=0.3)
+    # A hung driver blocks the read in the kernel; so does a read of an empty pipe until its writer acts.
+    hung, driver = os.pipe()
+    entered, returned = threading.Event(), threading.Event()
     real = os.read
 
-    def stuck(fd, n):  # a hung driver blocks the read in the kernel
-        time.sleep(3)
-        return real(fd, n)
+    def stuck(fd, n):
+        entered.set()
+        try:
+            return real(hung, n)
+        finally:
+            returned.set()
     monkeypatch.setattr(os, "read", stuck)
-    t0 = time.monotonic()
-    r = reader.read("kfd_mem_limit")
-    assert r.status == "timeout" and time.monotonic() - t0 < 1.0 and "did not answer" in r.why()
+    try:
+        t0 = time.monotonic()
+        r = reader.read("kfd_mem_limit")
+        assert r.status == "timeout" and time.monotonic() - t0 < 1.0 and "did not answer" in r.why()
+        assert entered.wait(10) and not returned.is_set()  # abandoned while still blocked in its read
+    finally:
+        os.close(driver)  # the "driver" lets go (end of file): the abandoned reader finishes and closes its fd
+        assert returned.wait(10)
+        os.close(hung)
 
 
 def test_not_root_opens_nothing(tmp_path, monkeypatch):
@@ -158,6 +173,60 @@ def test_vram_mm_buddy_and_drm_mm():
     assert parse.vram_mm(b"nothing known\n") is None
 
 
+BUDDY = "chunk_size: 4KiB, total: 65520MiB, free: {free}MiB\norder- 8 free:      512 MiB, blocks: 512\n"
+
+
+def test_books_refresh_after_refresh_say_what_one_read_says_and_parse_a_file_again_only_when_it_changed(
+        tmp_path, monkeypatch):
+    from gpuwarden.ops.debugfs import books
+    tree(tmp_path, {"kfd/mem_limit": "System mem used 1M out of 2M\n", "dri/0/amdgpu_vram_mm": BUDDY.format(free=600),
+                    "dri/1/amdgpu_vram_mm": BUDDY.format(free=700)})
+    reader = DebugfsReader(tmp_path)
+    kept = books.Books(reader, lanes=Lanes())
+    parsed = []
+    real = parse.vram_mm
+    monkeypatch.setattr(parse, "vram_mm", lambda data: parsed.append(data) or real(data))
+    first = kept.read([0, 1])
+    assert first == books.read(reader, [0, 1]) and [v["free"] for v in first["vram_free"]] == [600 * MIB, 700 * MIB]
+    assert first["kfd_mem_limit"]["system_limit"] == 2 * MIB
+    del parsed[:]
+    assert kept.read([0, 1]) == first and parsed == []  # the same bytes: nothing parsed again
+    (tmp_path / "dri/1/amdgpu_vram_mm").write_text(BUDDY.format(free=800))
+    again = kept.read([0, 1])
+    assert len(parsed) == 1 and [v["free"] for v in again["vram_free"]] == [600 * MIB, 800 * MIB]
+
+
+def test_books_of_a_hung_vram_manager_keep_the_other_gpus_and_hold_one_thread(tmp_path):
+    from gpuwarden.ops.debugfs import books
+    tree(tmp_path, {"kfd/mem_limit": "System mem used 1M out of 2M\n", "dri/0/amdgpu_vram_mm": BUDDY.format(free=600),
+                    "dri/1/amdgpu_vram_mm": BUDDY.format(free=700)})
+    let_go = threading.Event()
+    calls = []
+
+    class Hung(DebugfsReader):
+        """GPU 1's VRAM manager lock is held (a hung GPU): its read blocks in the kernel until the driver lets go."""
+
+        def read_inline(self, name, minor=None):
+            if (name, minor) == ("vram_mm", 1):
+                calls.append(minor)
+                let_go.wait(30)
+            return super().read_inline(name, minor)
+    kept = books.Books(Hung(tmp_path, timeout_s=0.3), lanes=Lanes())
+    try:
+        t0 = time.monotonic()
+        late = kept.read([0, 1])
+        assert time.monotonic() - t0 < 2.0
+        assert [v["gpu"] for v in late["vram_free"]] == [0] and late["kfd_mem_limit"] is not None
+        t0 = time.monotonic()
+        still = kept.read([0, 1])  # the lane is still blocked: answered at once, no second reader started
+        assert time.monotonic() - t0 < 0.25 and [v["gpu"] for v in still["vram_free"]] == [0] and calls == [1]
+        everything_late = books.Books(Hung(tmp_path / "none", timeout_s=0.3), lanes=Lanes()).read([1])
+        assert "did not answer in time" in everything_late["vram_free_unavailable"]
+    finally:
+        let_go.set()
+    assert wait_for(lambda: [v["gpu"] for v in kept.read([0, 1])["vram_free"]] == [0, 1])
+
+
 def test_mem_limit_ignores_what_it_does_not_know():
     assert parse.mem_limit(b"System mem used -3M out of 100M\nextra line\n").system_used == 0
     assert parse.mem_limit(b"garbage\n") is None
@@ -187,8 +256,8 @@ def test_no_command_ever_opens_a_trigger_file(cli, state_dir, tmp_path):
         from simnode import wait_for
         agent = start_agent(state_dir)
         try:  # a few refreshes of the agent's sampler, its API and /metrics
-            wait_for(lambda: agent.json("/v1/snapshot").get("driver", {}).get("kfd_mem_limit") is not None,
-                     timeout=20)
+            wait_for(lambda: (agent.json("/v1/snapshot").get("gpus") or [{}])[0].get("driver", {})
+                     .get("kfd_mem_limit") is not None, timeout=20)
             assert agent.get("/metrics").status == 200
         finally:
             agent.stop()
@@ -208,10 +277,17 @@ def test_status_json_carries_the_drivers_books(cli, state_dir):
     assert cli("sim", "fault", "vram-fragmented", "on").returncode == 0
     doc = json.loads(cli("--backend", "sim", "status", "--json").stdout)
     jsondoc.validate(doc)
-    d = doc["driver"]
+    # Each GPU record carries its books (a top-level object would break strict readers of snapshot/1); KFD's limit
+    # is node-wide, the same in every GPU's.
+    assert "driver" not in doc
+    books = [g["driver"] for g in doc["gpus"]]
+    d = books[0]
     assert d["kfd_mem_limit"]["system_used"] == 0 and d["kfd_mem_limit"]["system_limit"] > 0
-    assert [v["gpu"] for v in d["vram_free"]] == [0, 1]
-    assert d["vram_free"][0]["largest_free_block"] == 2 * MIB and d["vram_free"][0]["fragmentation"] > 0.99
+    assert books[1]["kfd_mem_limit"] == d["kfd_mem_limit"]
+    assert d["vram_free"]["largest_free_block"] == 2 * MIB and d["vram_free"]["fragmentation"] > 0.99
+    from gpuwarden.ops.model import snapshot_from_dict
+    again = snapshot_from_dict(doc).driver  # what the TUI, /metrics and history read from an agent's document
+    assert [v["gpu"] for v in again["vram_free"]] == [0, 1] and again["kfd_mem_limit"] == d["kfd_mem_limit"]
 
 
 def test_budget_doctor_and_launch_use_kfds_own_limit_and_name_the_crossing_registration(cli, state_dir, tmp_path):

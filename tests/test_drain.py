@@ -15,26 +15,23 @@ from gpuwarden.ops.settings import Settings
 from simnode import cli_argv, start_tenant, wait_for
 
 
-@pytest.fixture
-def sim(cli, supervised):
-    def run(*args, **kw):
-        return cli("--backend", "sim", *args, **kw)
-    run("sim", "init", "--gpus", "3", "--vram", "16GiB", check=True)
-    return run
+# The sim node these tests run on (conftest.py's sim_cli fixture reads it).
+SIM_NODE = {"gpus": 3, "vram": "16GiB"}
+pytestmark = pytest.mark.usefixtures("supervised")  # the sim node runs under the supervised state dir
 
 
-def _used(sim) -> dict[int, int]:
-    snap = json.loads(sim("status", "--json").stdout)
+def _used(sim_cli) -> dict[int, int]:
+    snap = json.loads(sim_cli("status", "--json").stdout)
     return {g["index"]: g["vram_used"] for g in snap["gpus"]}
 
 
-def test_drain_stops_only_that_gpus_engines(sim, state_dir):
+def test_drain_stops_only_that_gpus_engines(sim_cli, state_dir):
     start_sim_tenant_engine(state_dir, "llm-a", 0, "4GiB")
     start_sim_tenant_engine(state_dir, "llm-b", 1, "5GiB")
-    assert _used(sim) == {0: 4 << 30, 1: 5 << 30, 2: 0}
+    assert _used(sim_cli) == {0: 4 << 30, 1: 5 << 30, 2: 0}
     b_pid = records(state_dir)["llm-b"]["pid"]
 
-    proc = sim("drain", "0", "--yes", "--json", "--timeout", "10")
+    proc = sim_cli("drain", "0", "--yes", "--json", "--timeout", "10")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [e["step"] for e in events if e["kind"] == "step_ok"] == ["mark", "stop-engines", "wait-idle"]
@@ -42,23 +39,23 @@ def test_drain_stops_only_that_gpus_engines(sim, state_dir):
     account = next(e["data"] for e in events if e["kind"] == "info" and "remaining" in e.get("data", {}))
     assert [s["engine"] for s in account["stopped"]] == ["llm-a"] and account["remaining"] == []
 
-    assert _used(sim) == {0: 0, 1: 5 << 30, 2: 0}
+    assert _used(sim_cli) == {0: 0, 1: 5 << 30, 2: 0}
     recs = records(state_dir)
     assert recs["llm-a"]["phase"] in st.FINAL_PHASES
     assert recs["llm-b"]["phase"] == "serving" and recs["llm-b"]["pid"] == b_pid
     assert st.alive(b_pid, recs["llm-b"]["pid_start"])
     assert 0 in nodestate.drained(state_dir) and 1 not in nodestate.drained(state_dir)
-    status = sim("status").stdout
+    status = sim_cli("status").stdout
     assert "DRAINED" in [line for line in status.splitlines() if line.strip().startswith("0 ")][0]
 
-    proc = sim("undrain", "0")
+    proc = sim_cli("undrain", "0")
     assert proc.returncode == 0 and nodestate.drained(state_dir) == {}
 
 
-def test_drain_reports_what_remains(sim, state_dir):
+def test_drain_reports_what_remains(sim_cli, state_dir):
     tenant = start_tenant(state_dir, 2, "2GiB")  # not supervised: drain cannot stop it
     try:
-        proc = sim("drain", "2", "--yes", "--timeout", "0.5")
+        proc = sim_cli("drain", "2", "--yes", "--timeout", "0.5")
         assert proc.returncode == 1
         err = proc.stderr
         assert f"used by pid {tenant.pid}" in err and "stop it" in err and " drain 2` again" in err
@@ -70,7 +67,7 @@ def test_drain_reports_what_remains(sim, state_dir):
         tenant.wait(10)
 
 
-def test_two_playbooks_on_one_gpu_do_not_interleave(sim, state_dir):
+def test_two_playbooks_on_one_gpu_do_not_interleave(sim_cli, state_dir):
     tenant = start_tenant(state_dir, 1, "1GiB")
     try:
         # The drain holds GPU 1's lock while it waits (3 s) for a GPU that will not go idle.
@@ -78,11 +75,11 @@ def test_two_playbooks_on_one_gpu_do_not_interleave(sim, state_dir):
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lock_file = state_dir / "locks" / "gpu-1.lock"
         wait_for(lambda: lock_file.exists() and lock_file.read_text(), 15, "drain to take the lock")
-        refused = sim("reset", "1", "--yes", "--force")
+        refused = sim_cli("reset", "1", "--yes", "--force")
         assert refused.returncode == 1
         msg = refused.stdout + refused.stderr
         assert "GPU 1 is locked by" in msg and f"(pid {drain.pid}) running 'drain'" in msg
-        waited = sim("undrain", "1", "--wait", "20")
+        waited = sim_cli("undrain", "1", "--wait", "20")
         drain.wait(20)
         assert waited.returncode == 0, waited.stdout + waited.stderr
         entries = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
@@ -99,7 +96,7 @@ def test_two_playbooks_on_one_gpu_do_not_interleave(sim, state_dir):
 
 
 
-def test_gpuwarden_itself_is_never_a_gpu_user(sim, state_dir):
+def test_gpuwarden_itself_is_never_a_gpu_user(sim_cli, state_dir):
     # NVML and amdsmi open the GPUs' device files in gpuwarden's own process; that must not block a drain.
     from gpuwarden.playbooks import nodecheck
     from gpuwarden.ops.sampling.sampler import take_snapshot

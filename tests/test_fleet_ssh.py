@@ -227,3 +227,42 @@ def test_status_watch_refreshes(ssh_fleet):
         jsondoc.validate(doc)
         assert doc["nodes"][0]["node"] == "gpu01" and doc["nodes"][0]["state"] == "ok"
     assert docs[1]["taken_at"] > docs[0]["taken_at"]
+
+
+def test_nodes_sharing_an_address_are_each_a_node_and_repeats_are_named(ssh_fleet, tmp_path):
+    """Issue 25 item 3: five `127.0.0.1:PORT` lines (four sshd, one black hole) are five nodes; one address with
+    another user is another node; an identical line is a duplicate, said once with its line numbers."""
+    n1, n2, n3, n5 = (ssh_fleet.node(n) for n in ("gpu01", "gpu02", "gpu03", "gpu05"))
+    port, close = black_hole()
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(f"127.0.0.1:{p}\n" for p in (n1.port, n2.port, n3.port, n5.port, port))
+                     + f"{ssh_fleet.user}@127.0.0.1:{n5.port}\n"   # line 6: the same sshd as another user
+                     + f"127.0.0.1:{n2.port}   # line 7: line 2 again\n")
+    try:
+        proc = fleet(ssh_fleet, "status", "--hosts", str(hosts), "--json", "--timeout", "4")
+    finally:
+        close()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    nodes = rows(proc)
+    doc = json.loads(proc.stdout)
+    at = "127.0.0.1:{}".format
+    assert set(nodes) == {at(n1.port), at(n2.port), at(n3.port), at(n5.port), at(port),
+                          f"{ssh_fleet.user}@{at(n5.port)}"}
+    assert doc["counts"] == {"nodes": 6, "ok": 3, "attention": 2, "unreachable": 1, "error": 0}
+    # Each row is its own node's answer, not one node's repeated.
+    assert nodes[at(n2.port)]["residual_bytes"] == 3 * 2**30 and nodes[at(n3.port)]["engines"]["crashed"] == 1
+    assert nodes[at(n1.port)]["state"] == "ok" and nodes[at(n5.port)]["state"] == "ok"
+    assert nodes[at(port)]["state"] == "unreachable" and "within 4s" in nodes[at(port)]["reason"]
+    assert nodes[f"{ssh_fleet.user}@{at(n5.port)}"]["target"] == f"{ssh_fleet.user}@{at(n5.port)}"
+    assert doc["duplicates"] == [{"node": at(n2.port), "target": at(n2.port), "first": f"{hosts}:2",
+                                  "repeats": [f"{hosts}:7"]}]
+    warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
+    assert warnings == [f"gpuwarden: warning: 1 inventory entry names a node already named, asked once: "
+                        f"{hosts}:7 repeats {hosts}:2 ({at(n2.port)})"], proc.stderr
+
+    # A playbook's events and verdicts are per node too: two nodes on one address never overwrite each other.
+    hosts.write_text(f"127.0.0.1:{n1.port}\n127.0.0.1:{n2.port}\n")
+    plan = fleet(ssh_fleet, "purge", "--hosts", str(hosts), "--dry-run", "--json")
+    assert plan.returncode in (0, 1), plan.stdout + plan.stderr
+    ends = [e for e in map(json.loads, plan.stdout.splitlines()) if e["kind"] == "exit"]
+    assert sorted(e["node"] for e in ends) == sorted([at(n1.port), at(n2.port)]), plan.stdout

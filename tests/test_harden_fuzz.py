@@ -278,13 +278,15 @@ def _absurd_member(raw_tar_gz: bytes, size: int) -> bytes:
     """A valid archive whose last member's header claims `size` bytes (ustar size field, octal)."""
     import gzip
     body = bytearray(gzip.decompress(raw_tar_gz))
+    with tarfile.open(fileobj=io.BytesIO(bytes(body))) as tar:
+        tar.getmembers()
+        end = tar.offset  # the archive's end blocks start here; the record's zero padding follows them
     info = tarfile.TarInfo("top/huge.bin")
     info.size = 0
     block = bytearray(info.tobuf(format=tarfile.USTAR_FORMAT))
     block[124:136] = f"{size:011o}".encode() + b"\0" if size < 8 ** 11 else b"\x80" + size.to_bytes(11, "big")
     block[148:156] = b"        "
     block[148:156] = f"{sum(block):06o}\0 ".encode()
-    end = len(body) - 1024  # before the two zero blocks that end the archive
     body[end:end] = bytes(block) + bytes(512)
     return gzip.compress(bytes(body))
 

@@ -63,6 +63,8 @@ def test_a_slowloris_crowd_holds_neither_health_nor_scrapes(cli, state_dir):
     agent = start_agent(state_dir, agent_args=("--metrics-listen", "127.0.0.1:0"))
     try:
         port = int(wait_for(lambda: _metrics_port(agent), 10, "the metrics listener's port"))
+        # The listener binds before the first sample: until that lands /healthz rightly says 503 (no snapshot).
+        wait_for(lambda: (r := get(agent.sock, "/healthz")) is not None and r.status == 200, 10, "the first snapshot")
 
         def unix():
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

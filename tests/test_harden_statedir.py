@@ -8,6 +8,7 @@ through its real code path, and checks the victim outside the state dir is untou
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -123,7 +124,12 @@ WRITERS = [
 ]
 
 
-@pytest.mark.parametrize("rel, write", WRITERS, ids=[w[0].split("/")[-1].replace("%d", "N") for w in WRITERS])
+def _writer_id(rel: str) -> str:
+    # The same on every collection (pytest-xdist's workers must agree): no PID in a test's name.
+    return re.sub(r"%d|\d{3,}", "N", rel.split("/")[-1])
+
+
+@pytest.mark.parametrize("rel, write", WRITERS, ids=[_writer_id(w[0]) for w in WRITERS])
 def test_a_symlinked_state_file_never_redirects_a_write(state_dir, victim, rel, write):
     if getattr(write, "needs_sim", False):
         _sim(state_dir)

@@ -15,8 +15,8 @@ from cel_admission import Policy, as_admitted
 from conftest import REPO
 
 ADMISSION = REPO / "deploy/k8s/admission"
-POLICY, BINDING = yaml.safe_load_all((ADMISSION / "mutating-admission-policy.yaml").read_text())
-PARAMS = yaml.safe_load((ADMISSION / "params.yaml").read_text())
+POLICY, BINDING = yaml.safe_load_all((ADMISSION / "cel/mutating-admission-policy.yaml").read_text())
+PARAMS = yaml.safe_load((ADMISSION / "params/params.yaml").read_text())
 PODS = {p["metadata"]["name"]: p for p in yaml.safe_load_all(
     (Path(__file__).parent / "k8s_fixtures/admission_pods.yaml").read_text())}
 TENANT_EXAMPLE = yaml.safe_load((REPO / "deploy/k8s/tenant-example.yaml").read_text())
@@ -171,7 +171,7 @@ def test_a_misspelt_field_fails_validation():
 
 
 # --- the Kyverno ClusterPolicy: the same pods out of the same pods ------------------------------------
-KYVERNO = yaml.safe_load((ADMISSION / "kyverno-clusterpolicy.yaml").read_text())
+KYVERNO = yaml.safe_load((ADMISSION / "kyverno/kyverno-clusterpolicy.yaml").read_text())
 
 
 def kyverno(params: dict = PARAMS):

@@ -130,6 +130,7 @@ def test_a_gpu_engine_or_process_that_went_away_leaves_no_series():
     from prometheus_client.exposition import generate_latest
     first, second = _samples(generate_latest(registry)), _samples(generate_latest(registry))
     assert _one(first, "gpuwarden_process_vram_bytes", pid="7", command="python3", user="ann") == 5 * GiB
+    assert "gpuwarden_process_gpu_busy_percent" not in first  # no load in this snapshot: no GPU% series
     assert _one(first, "gpuwarden_gpu_vram_used_bytes", gpu="2") == 22 * GiB
     assert {dict(k)["gpu"] for k in second["gpuwarden_gpu_vram_used_bytes"]} == {"0"}
     assert not any(n.startswith("gpuwarden_engine_") for n in second)
@@ -289,3 +290,18 @@ def test_registration_figures_of_the_last_run():
     assert _one(s, "gpuwarden_engine_registration_wait_seconds", engine="dp0") == 4.0
     assert _one(s, "gpuwarden_engine_registered_bytes", engine="dp0") == 8 * GiB
     assert _one(s, "gpuwarden_engine_registrations", engine="dp0", outcome="failed") == 1
+
+
+def test_per_process_gpu_busy_follows_the_vram_pairs_and_their_cap():
+    import dataclasses
+    from gpuwarden.ops.model import GpuLoad, ProcessLoad
+    procs = [GpuProcess(pid=1000 + i, start_time=1.0, user="u", command="t", state="sleeping",
+                        vram={0: (i + 1) << 20}) for i in range(300)]
+    loads = {p.pid: ProcessLoad(pid=p.pid, gpus={0: GpuLoad(percent=float(i % 100))}, source="fdinfo")
+             for i, p in enumerate(procs)}
+    snap = dataclasses.replace(_snapshot(processes=procs), process_load=loads)
+    s = _samples(render(_reading(snap), MetricsOptions(per_process=True, per_process_max=256)))
+    busy = s["gpuwarden_process_gpu_busy_percent"]
+    assert len(busy) == 256 and set(busy) == set(s["gpuwarden_process_vram_bytes"])  # the same pairs, the same cap
+    assert _one(s, "gpuwarden_process_gpu_busy_percent", pid="1299", gpu="0") == 99.0
+    assert "gpuwarden_process_gpu_busy_percent" not in _samples(render(_reading(snap), MetricsOptions()))

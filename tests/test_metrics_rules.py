@@ -65,6 +65,8 @@ def _exported_names() -> set[str]:
     names = set(re.findall(r"^(gpuwarden_\w+)", body, re.M))
     names |= {"gpuwarden_engine_registration_seconds", "gpuwarden_engine_registration_wait_seconds",
               "gpuwarden_engine_registered_bytes", "gpuwarden_engine_registrations"}  # need registration records
+    # needs a process's GPU load (test_metrics_exposition.py renders it from a process with one)
+    names.add("gpuwarden_process_gpu_busy_percent")
     # need a GPU with sensors (tests/test_sensors.py renders them from the sim node's files)
     names |= {f"gpuwarden_gpu_{n}" for n in (
         "clock_hertz", "clock_max_hertz", "fan_rpm", "fan_ratio", "power_cap_watts", "memory_busy_ratio",

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-import realhip
 from engines.harness import records, supervised  # noqa: F401
 from engines.preload_harness import Engine, events, preload_env
 from gpuwarden.ops.engines import runtime_errors
@@ -25,19 +24,6 @@ from standins.preload_build import CTYPES_ENGINE, SOURCES
 
 SIZE = 300 << 20  # above the default 256 MiB threshold
 ENGINES = Path(__file__).resolve().parent / "engines"
-
-
-@pytest.fixture(scope="module")
-def real_hip() -> Path:
-    why = realhip.unsupported()
-    if why:
-        pytest.skip(why)
-    if Path("/dev/kfd").exists():
-        pytest.skip("this machine has /dev/kfd: the real runtime would register for real")
-    try:
-        return realhip.ensure()
-    except Exception as exc:  # a test that cannot get its runtime says why, in one line
-        pytest.fail(f"cannot get ROCm 5.4's libamdhip64.so: {exc}")
 
 
 @pytest.fixture(scope="module")

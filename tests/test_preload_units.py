@@ -119,8 +119,7 @@ def test_the_arena_panel_shows_who_registered_how_much_how_fast(settings):
     async def go():
         app = make_app(settings, source=lambda: snap, read_only=True)
         async with app.run_test(size=(160, 40)) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
-            await pilot.pause(0.05)
+            await wait_for(pilot, lambda: "dp0 GPU0" in screen_text(app), what="the engines drawn")
             text = screen_text(app)
             assert "dp0 GPU0 64.0 GiB in 12.3s, waited 3.1s" in text, text
             assert "dp2 GPU2 64.0 GiB HUNG 600s" in text, text

@@ -16,16 +16,12 @@ from simnode import cli_argv, start_tenant
 from test_reaper_family import holds_sim_vram, proc_state, start_family, wait_for
 
 
-@pytest.fixture
-def sim(cli):
-    def run(*args, **kw):
-        return cli("--backend", "sim", *args, **kw)
-    run("sim", "init", "--gpus", "4", "--vram", "24GiB", check=True)
-    return run
+# The sim node these tests run on (conftest.py's sim_cli fixture reads it).
+SIM_NODE = {"gpus": 4, "vram": "24GiB"}
 
 
-def _status(sim) -> dict:
-    return json.loads(sim("status", "--json").stdout)
+def _status(sim_cli) -> dict:
+    return json.loads(sim_cli("status", "--json").stdout)
 
 
 def _residual(snap: dict, gpu: int) -> int:
@@ -41,27 +37,27 @@ def _zombie_tenant(state_dir, gpu: int, size: str):
     return fam
 
 
-def test_zombie_residual_is_reported_then_purged_and_bystanders_survive(sim, state_dir):
+def test_zombie_residual_is_reported_then_purged_and_bystanders_survive(sim_cli, state_dir):
     fam = _zombie_tenant(state_dir, 1, "5GiB")
     bystander = start_tenant(state_dir, 2, "3GiB")  # a healthy tenant on another GPU
     unrelated = subprocess.Popen(["sleep", "120"])  # not a GPU process at all
     try:
-        text = sim("status")
+        text = sim_cli("status")
         assert text.returncode == 1
         assert f"pid {fam.tenant} on GPU 1: zombie" in text.stdout
         assert f"not reaped by its parent (pid {fam.parent})" in text.stdout
-        snap = _status(sim)
+        snap = _status(sim_cli)
         assert _residual(snap, 1) == 5 << 30
         holders = next(r for r in snap["residual"] if r["gpu_index"] == 1)["holders"]
         assert [h["pid"] for h in holders] == [fam.tenant]
 
-        proc = sim("purge", "--yes", "--json", "--grace", "1")
+        proc = sim_cli("purge", "--yes", "--json", "--grace", "1")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         events = [json.loads(line) for line in proc.stdout.splitlines()]
         assert events[-1]["kind"] == "done" and events[-1]["data"]["ok"]
         assert any(e["kind"] == "step_ok" and e["step"] == f"pid-{fam.tenant}" for e in events)
 
-        snap = _status(sim)
+        snap = _status(sim_cli)
         assert all(r["residual"] == 0 and not r["holders"] for r in snap["residual"]), snap["residual"]
         assert proc_state(fam.tenant) is None
         # Bystanders: the healthy tenant still holds its VRAM, the unrelated process still runs.
@@ -78,8 +74,8 @@ def test_zombie_residual_is_reported_then_purged_and_bystanders_survive(sim, sta
         fam.stop()
 
 
-def test_ownerless_leak_is_named_then_cleared_by_escalation(sim, state_dir):
-    sim("sim", "fault", "leak-on-kill", "on", check=True)
+def test_ownerless_leak_is_named_then_cleared_by_escalation(sim_cli, state_dir):
+    sim_cli("sim", "fault", "leak-on-kill", "on", check=True)
     fam = start_family(cli_argv(state_dir, "sim", "hold", "--gpu", "3", "--size", "4GiB"), mode="direct")
     try:
         assert wait_for(lambda fam=fam: holds_sim_vram(state_dir, fam.tenant), 20)
@@ -87,34 +83,34 @@ def test_ownerless_leak_is_named_then_cleared_by_escalation(sim, state_dir):
         assert wait_for(lambda: proc_state(fam.tenant) is None, 5)
     finally:
         fam.stop()
-    assert _residual(_status(sim), 3) == 4 << 30
+    assert _residual(_status(sim_cli), 3) == 4 << 30
 
-    proc = sim("purge", "3", "--yes")
+    proc = sim_cli("purge", "3", "--yes")
     assert proc.returncode == 1
     out = proc.stdout + proc.stderr
     assert "held by no process" in out and "sim fix 3`" in out
-    assert _residual(_status(sim), 3) == 4 << 30
+    assert _residual(_status(sim_cli), 3) == 4 << 30
 
-    proc = sim("purge", "3", "--yes", "--escalate-reset", "--json")
+    proc = sim_cli("purge", "3", "--yes", "--escalate-reset", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [e["step"] for e in events if e["kind"] == "step_ok"] == ["verify", "reset-gpu3", "verify-gpu3"]
-    assert _residual(_status(sim), 3) == 0
-    resets = json.loads(sim("sim", "show", "--json").stdout)["resets"]
+    assert _residual(_status(sim_cli), 3) == 0
+    resets = json.loads(sim_cli("sim", "show", "--json").stdout)["resets"]
     assert resets == {"3": 1}
     journal = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
     assert any(e["action"] == "gpu-reset" and e["result"] == "ok" and e["gpu"] == 3 for e in journal)
 
 
-def test_escalation_refuses_to_reset_a_gpu_a_live_tenant_uses(sim, state_dir):
-    sim("sim", "leak", "--gpu", "0", "--size", "2GiB", check=True)
+def test_escalation_refuses_to_reset_a_gpu_a_live_tenant_uses(sim_cli, state_dir):
+    sim_cli("sim", "leak", "--gpu", "0", "--size", "2GiB", check=True)
     tenant = start_tenant(state_dir, 0, "1GiB")
     try:
-        proc = sim("purge", "0", "--yes", "--escalate-reset")
+        proc = sim_cli("purge", "0", "--yes", "--escalate-reset")
         assert proc.returncode == 1
         assert f"in use by pid {tenant.pid}" in proc.stdout + proc.stderr
         assert tenant.poll() is None
-        assert json.loads(sim("sim", "show", "--json").stdout)["resets"] == {}
+        assert json.loads(sim_cli("sim", "show", "--json").stdout)["resets"] == {}
     finally:
         tenant.terminate()
         tenant.wait(10)
@@ -140,7 +136,7 @@ def _arena_file(path):
     path.write_bytes(fmt.MAGIC + b"\0" * 4088)
 
 
-def test_arenas_removes_only_unmapped_arena_files(sim, state_dir, tmp_path):
+def test_arenas_removes_only_unmapped_arena_files(sim_cli, state_dir, tmp_path):
     free, mapped, other = tmp_path / "free.arena", tmp_path / "mapped.arena", tmp_path / "notes.txt"
     _arena_file(free)
     _arena_file(mapped)
@@ -150,7 +146,7 @@ def test_arenas_removes_only_unmapped_arena_files(sim, state_dir, tmp_path):
     mapper = subprocess.Popen([sys.executable, "-c", code, str(mapped)], stdout=subprocess.PIPE, text=True)
     try:
         assert mapper.stdout.readline().strip() == "mapped"
-        proc = sim("purge", "--yes", "--arenas", "--arena", str(free), "--arena", str(mapped),
+        proc = sim_cli("purge", "--yes", "--arenas", "--arena", str(free), "--arena", str(mapped),
                    "--arena", str(other))
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert not free.exists()
@@ -163,8 +159,8 @@ def test_arenas_removes_only_unmapped_arena_files(sim, state_dir, tmp_path):
         mapper.wait()
 
 
-def test_unknown_gpu_is_one_line_listing_the_gpus(sim):
-    proc = sim("purge", "7", "--yes")
+def test_unknown_gpu_is_one_line_listing_the_gpus(sim_cli):
+    proc = sim_cli("purge", "7", "--yes")
     assert proc.returncode == 2
     assert "no GPU 7 on this node (GPUs: 0, 1, 2, 3)" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -184,7 +180,7 @@ def _container_cgroup():
     return None
 
 
-def test_tenant_of_a_gone_container_is_ended_but_a_managed_one_is_not(sim, state_dir):
+def test_tenant_of_a_gone_container_is_ended_but_a_managed_one_is_not(sim_cli, state_dir):
     made = _container_cgroup()
     if made is None:
         pytest.skip("cannot create a cgroup here (needs root and a writable cgroup fs)")
@@ -197,16 +193,16 @@ def test_tenant_of_a_gone_container_is_ended_but_a_managed_one_is_not(sim, state
     try:
         for fam in (orphan, managed):
             assert wait_for(lambda fam=fam: holds_sim_vram(state_dir, fam.tenant), 20)
-        snap = _status(sim)
+        snap = _status(sim_cli)
         assert {p["pid"]: p["container"] for p in snap["processes"]}[orphan.tenant] == cid
-        plan = sim("purge", "--dry-run").stdout
+        plan = sim_cli("purge", "--dry-run").stdout
         assert f"end orphan of a gone container: pid {orphan.tenant}" in plan
         assert f"pid {managed.tenant}" not in plan
-        proc = sim("purge", "--yes", "--grace", "2")
+        proc = sim_cli("purge", "--yes", "--grace", "2")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert wait_for(lambda: proc_state(orphan.tenant) is None, 5)
         assert proc_state(managed.tenant) in ("S", "R")
-        used = {g["index"]: g["vram_used"] for g in _status(sim)["gpus"]}
+        used = {g["index"]: g["vram_used"] for g in _status(sim_cli)["gpus"]}
         assert used[0] == 0 and used[1] == 1 << 30
     finally:
         orphan.stop()
@@ -244,7 +240,7 @@ def _spawn_with_pid(pid: int, argv: list[str], tries: int = 20) -> subprocess.Po
     return None
 
 
-def test_purge_never_signals_a_pid_reused_between_plan_and_action(sim, state_dir):
+def test_purge_never_signals_a_pid_reused_between_plan_and_action(sim_cli, state_dir):
     """A real PID reuse: the zombie is planned for, then reaped elsewhere, and an unrelated process is
     started under the very same PID before the purge step acts. The step must leave it alone."""
     import threading

@@ -4,6 +4,7 @@ parsers on captured and kernel-format files, the sim node's tree through the rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -15,6 +16,7 @@ from gpuwarden.ops.backends.sim import SimBackend
 from gpuwarden.ops.backends.sysfs import SysfsBackend
 from gpuwarden.ops.model import snapshot_from_dict
 from gpuwarden.ops.sampling import take_snapshot
+from standins.nvsmi_capture import parse_q
 from sysfs_tree import add_card, add_kfd_node, write
 
 
@@ -23,22 +25,23 @@ def test_dpm_table_of_a_real_card(fixtures):
     assert sensors.parse_dpm(text) == (900.0, 1366.0)
 
 
-def test_dpm_deep_sleep_line_is_current_but_not_a_level():
+# The kernel's formats, file by file: what each parser makes of them.
+@pytest.mark.parametrize("parser, text, expected", [
     # SMU 13 boards print "S: <clock>Mhz *" while the engine sleeps: current, not the top level.
-    assert sensors.parse_dpm("S: 19Mhz *\n0: 500Mhz \n1: 2100Mhz \n") == (19.0, 2100.0)
-    assert sensors.parse_dpm("") == (None, None)
-    assert sensors.parse_dpm("0: 500Mhz \n1: 2100Mhz \n") == (None, 2100.0)  # no star: current unknown
-
-
-def test_link_ras_and_bad_pages_formats():
-    assert sensors.parse_link_speed("16.0 GT/s PCIe\n") == 16.0
-    assert sensors.parse_link_speed("8 GT/s\n") == 8.0
-    assert sensors.parse_link_speed("Unknown\n") is None
-    assert sensors.parse_ras("ue: 1\nce: 7\nde: 0\n") == {"ue": 1, "ce": 7, "de": 0}
-    assert sensors.parse_ras("Query currently inaccessible\n") is None
-    pages = "0x00000001 : 0x00001000 : R\n0x00000002 : 0x00001000 : P\n0x00000003 : 0x00001000 : R\n"
-    assert sensors.parse_bad_pages(pages) == (2, 1)
-    assert sensors.parse_bad_pages("") == (0, 0)
+    ("parse_dpm", "S: 19Mhz *\n0: 500Mhz \n1: 2100Mhz \n", (19.0, 2100.0)),
+    ("parse_dpm", "", (None, None)),
+    ("parse_dpm", "0: 500Mhz \n1: 2100Mhz \n", (None, 2100.0)),  # no star: current unknown
+    ("parse_link_speed", "16.0 GT/s PCIe\n", 16.0),
+    ("parse_link_speed", "8 GT/s\n", 8.0),
+    ("parse_link_speed", "Unknown\n", None),
+    ("parse_ras", "ue: 1\nce: 7\nde: 0\n", {"ue": 1, "ce": 7, "de": 0}),
+    ("parse_ras", "Query currently inaccessible\n", None),
+    ("parse_bad_pages", "0x00000001 : 0x00001000 : R\n0x00000002 : 0x00001000 : P\n0x00000003 : 0x00001000 : R\n",
+     (2, 1)),
+    ("parse_bad_pages", "", (0, 0)),
+])
+def test_sysfs_formats(parser, text, expected):
+    assert getattr(sensors, parser)(text) == expected
 
 
 def _mi300_like(root, *, threshold: str | None = None):
@@ -61,14 +64,30 @@ def _mi300_like(root, *, threshold: str | None = None):
     return dev
 
 
+@contextlib.contextmanager
+def sysfs_backend(tmp_path):
+    """The real sysfs backend over the tree under tmp_path/sys, closed afterwards."""
+    backend = SysfsBackend(sysfs_root=tmp_path / "sys", dev_root=tmp_path / "dev")
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def sim_snapshot(settings):
+    """One snapshot of the sim node (made here) through the real sampler."""
+    backend = SimBackend(settings, create=True)
+    try:
+        return take_snapshot(settings, backend)
+    finally:
+        backend.close()
+
+
 def test_sysfs_backend_reads_every_sensor_the_card_has(tmp_path):
     root = tmp_path / "sys"
     _mi300_like(root, threshold="8\n")
-    backend = SysfsBackend(sysfs_root=root, dev_root=tmp_path / "dev")
-    try:
+    with sysfs_backend(tmp_path) as backend:
         (gpu,) = backend.gpus()
-    finally:
-        backend.close()
     s = gpu.sensors
     assert (s.sclk_mhz, s.sclk_max_mhz, s.mclk_mhz, s.mclk_max_mhz) == (1400.0, 2100.0, 1300.0, 1300.0)
     assert s.mem_busy_percent == 37.0 and s.power_cap_w == 750.0 and gpu.power_w == 312.0
@@ -88,11 +107,8 @@ def test_fan_from_hwmon_and_auto_threshold_unknown(tmp_path):
     write(dev / "hwmon/hwmon3/fan1_input", "1650\n")
     write(dev / "hwmon/hwmon3/pwm1", "102\n")
     write(dev / "hwmon/hwmon3/pwm1_max", "255\n")
-    backend = SysfsBackend(sysfs_root=root, dev_root=tmp_path / "dev")
-    try:
+    with sysfs_backend(tmp_path) as backend:
         s = backend.gpus()[0].sensors
-    finally:
-        backend.close()
     assert s.fan_rpm == 1650 and s.fan_percent == 40.0
     assert s.bad_page_threshold is None  # -1: the driver picks it and does not say
 
@@ -100,11 +116,8 @@ def test_fan_from_hwmon_and_auto_threshold_unknown(tmp_path):
 def test_a_card_without_sensor_files_reads_all_none(tmp_path):
     root = tmp_path / "sys"
     add_card(root, 0, vram_total="8573157376\n", vram_used="1\n", bus="0000:03:00.0")
-    backend = SysfsBackend(sysfs_root=root, dev_root=tmp_path / "dev")
-    try:
+    with sysfs_backend(tmp_path) as backend:
         s = backend.gpus()[0].sensors
-    finally:
-        backend.close()
     assert s.sclk_mhz is None and s.link_width is None and s.temperatures == {} and s.ras == {}
     assert s.ecc_corrected is None and s.retired_pages is None
 
@@ -112,16 +125,13 @@ def test_a_card_without_sensor_files_reads_all_none(tmp_path):
 def test_unchanged_files_give_back_the_same_record_and_changes_show(tmp_path):
     root = tmp_path / "sys"
     dev = _mi300_like(root)
-    backend = SysfsBackend(sysfs_root=root, dev_root=tmp_path / "dev")
-    try:
+    with sysfs_backend(tmp_path) as backend:
         first = backend.gpus()[0].sensors
         assert backend.gpus()[0].sensors is first
         # In place, as sysfs attributes change: the held descriptor sees the new text.
         with open(dev / "pp_dpm_sclk", "r+") as f:
             f.write("S: 19Mhz \n0: 500Mhz \n1: 1400Mhz \n2: 2100Mhz *\n")
         assert backend.gpus()[0].sensors.sclk_mhz == 2100.0
-    finally:
-        backend.close()
 
 
 def test_sim_node_grows_the_files_and_the_real_parsers_read_them(settings):
@@ -143,11 +153,7 @@ def test_sim_node_grows_the_files_and_the_real_parsers_read_them(settings):
 
 
 def test_status_json_carries_sensors_validates_and_reads_back(settings):
-    backend = SimBackend(settings, create=True)
-    try:
-        snap = take_snapshot(settings, backend)
-    finally:
-        backend.close()
+    snap = sim_snapshot(settings)
     doc = json.loads(snap.to_json())
     jsondoc.validate(doc)
     gpu = doc["gpus"][0]["sensors"]
@@ -165,26 +171,22 @@ def test_old_snapshot_schema_accepts_the_new_document(settings):
     old = json.loads(jsondoc.schema_file("gpuwarden.snapshot/1").read_text())
     assert old["$defs"]["gpu"]["properties"].pop("sensors")
     old["$defs"].pop("sensors", None)
-    backend = SimBackend(settings, create=True)
-    try:
-        doc = json.loads(take_snapshot(settings, backend).to_json())
-    finally:
-        backend.close()
+    doc = json.loads(sim_snapshot(settings).to_json())
     assert "sensors" in doc["gpus"][0]
     jsonschema.validate(doc, old)
 
 
 # --- NVIDIA: a stand-in pynvml replaying captured `nvidia-smi -q` reports --------------------------------------
-def _nvml(settings, capture):
+def _nvml(settings, gpus):
+    """The NVML backend over a stand-in pynvml answering as the captured GPUs did."""
     from gpuwarden.ops.backends.nvml import NvmlBackend
     from standins import pynvml_standin
-    from standins.nvsmi_capture import parse_q
-    mod = pynvml_standin.build(parse_q(capture))
+    mod = pynvml_standin.build(gpus)
     return NvmlBackend(settings, module=mod), mod
 
 
 def test_nvml_sensors_match_what_nvidia_smi_printed_under_load(settings, fixtures):
-    backend, _ = _nvml(settings, fixtures / "nvidia/nvidia_smi_q_text_h100_80gb_hbm3_590.48.01_load.txt")
+    backend, _ = _nvml(settings, parse_q(fixtures / "nvidia/nvidia_smi_q_text_h100_80gb_hbm3_590.48.01_load.txt"))
     try:
         (gpu,) = backend.gpus()
     finally:
@@ -202,14 +204,10 @@ def test_nvml_sensors_match_what_nvidia_smi_printed_under_load(settings, fixture
 
 def test_nvml_reasons_and_the_slow_group(settings, fixtures):
     from gpuwarden.ops.backends import nvml_sensors
-    from standins.nvsmi_capture import parse_q
     gpus = parse_q(fixtures / "nvidia/nvidia_smi_q_text_8x_h100_sxm_565.txt")
     assert gpus[0].fields["Clocks Event Reasons.Idle"] == "Active"  # the capture's idle H100s
     gpus[0].fields["Clocks Event Reasons.SW Power Cap"] = "Active"  # as if capped at its power limit
-    from gpuwarden.ops.backends.nvml import NvmlBackend
-    from standins import pynvml_standin
-    mod = pynvml_standin.build(gpus)
-    backend = NvmlBackend(settings, module=mod)
+    backend, mod = _nvml(settings, gpus)
     try:
         first = backend.gpus()
         assert first[0].sensors.throttle == ("idle", "sw-power-cap") and first[1].sensors.throttle == ("idle",)
@@ -255,11 +253,7 @@ def test_metrics_carry_the_sensors_of_the_sim_node(settings):
     from prometheus_client.parser import text_string_to_metric_families
     from gpuwarden.ops.metrics.collector import render
     from gpuwarden.ops.metrics.reading import Reading
-    backend = SimBackend(settings, create=True)
-    try:
-        snap = take_snapshot(settings, backend)
-    finally:
-        backend.close()
+    snap = sim_snapshot(settings)
     samples = {}
     for fam in text_string_to_metric_families(render(Reading(snapshot=snap, mode="oneshot", now=snap.taken_at)).decode()):
         for s in fam.samples:
@@ -277,11 +271,7 @@ def test_gpu_detail_shows_every_sensor_and_na_for_the_missing(settings):
     from gpuwarden.ops.model import GpuSensors
     from gpuwarden.ops.records import replace
     from gpuwarden.tui.screens.gpu_detail import gpu_summary
-    backend = SimBackend(settings, create=True)
-    try:
-        snap = take_snapshot(settings, backend)
-    finally:
-        backend.close()
+    snap = sim_snapshot(settings)
     shown = gpu_summary(snap, 0).plain
     assert "sclk 500/2100 MHz" in shown and "mclk 900/1300 MHz" in shown and "memory busy 0%" in shown
     assert "of 750 W cap" in shown and "fan n/a" in shown

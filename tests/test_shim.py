@@ -148,16 +148,34 @@ def test_registration_timeout_frees_the_shims_gate_slot(supervised):
     settings = Settings(state_dir=supervised)
     for name in ("slow", "next"):
         engine = EngineConfig(name=name, argv=tuple(engine_argv("--register-s", "0", "--log-only")), gpu=0, **keys)
-        shim = control.start(settings, engine, gate_slots=1, registration_timeout=0.6, workdir=None)
+        # slow holds the slot 3 s: long enough to see next start and wait behind it on a loaded machine (0.6 s
+        # was not: next's shim could start after slow's timeout and never be seen waiting).
+        shim = control.start(settings, engine, gate_slots=1, registration_timeout=3.0, workdir=None)
         control.wait_for_record(settings, name, shim)
         if name == "slow":
             wait_for(lambda: (st.read_state(supervised, "slow") or {}).get("gate_slot") == 0, 5, "slow holding")
-    # The shim records "waiting" just after its first record: poll for it (slow holds the slot 0.6 s).
+    # The shim records "waiting" just after its first record: poll for it.
     wait_for(lambda: (st.read_state(supervised, "next") or {}).get("phase") == "waiting", 5, "next waiting")
     assert (st.read_state(supervised, "next") or {}).get("gate_slot") is None
-    wait_for(lambda: (st.read_state(supervised, "next") or {}).get("gate_slot") == 0, 5, "next admitted")
+    wait_for(lambda: (st.read_state(supervised, "next") or {}).get("gate_slot") == 0, 10, "next admitted")
     slow = st.read_state(supervised, "slow")
     assert slow["gate_slot"] is None and "registration timeout" in slow["detail"]
+
+
+def test_a_status_event_with_a_non_string_call_does_not_kill_the_shim(supervised):
+    # The engine's status events are its own words: a "call" that is not a function name must still be recorded,
+    # not raise in the shim (which would leave the engine unsupervised).
+    script = ("import time\nfrom gpuwarden.ops.status_protocol import StatusWriter\nw = StatusWriter()\n"
+              "w.emit('registering', call=5, bytes=64)\nw.emit('register-failed', call=5, bytes=64, result=2)\n"
+              "print('serving', flush=True)\ntime.sleep(60)\n")
+    settings = Settings(state_dir=supervised)
+    engine = EngineConfig(name="odd", argv=(sys.executable, "-c", script), gpu=0)
+    shim = control.start(settings, engine, gate_slots=1, registration_timeout=30, workdir=None)
+    control.wait_for_record(settings, "odd", shim)
+    wait_for(lambda: "returned error 2" in ((st.read_state(supervised, "odd") or {}).get("detail") or ""), 10,
+             "the failed registration recorded")
+    assert control.supervised(settings, "odd")
+    assert control.stop(settings, "odd", timeout_s=5).result in ("stopped", "killed")
 
 
 def test_an_exited_engines_leftover_children_are_killed_and_journalled(supervised, tmp_path):

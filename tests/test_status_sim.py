@@ -16,11 +16,8 @@ from simnode import kill_and_wait_zombie, start_careless_parent, start_tenant, w
 GiB = 1 << 30
 
 
-@pytest.fixture
-def sim(cli, state_dir):
-    proc = cli("sim", "init", "--gpus", "4", "--vram", "24GiB")
-    assert proc.returncode == 0, proc.stderr
-    return state_dir
+# The sim node these tests run on (conftest.py's sim_state fixture reads it).
+SIM_NODE = {"gpus": 4, "vram": "24GiB"}
 
 
 def status_json(cli) -> tuple[int, dict]:
@@ -29,7 +26,7 @@ def status_json(cli) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout)
 
 
-def test_idle_sim_node_is_healthy_and_labelled(sim, cli):
+def test_idle_sim_node_is_healthy_and_labelled(sim_state, cli):
     rc, snap = status_json(cli)
     assert rc == 0
     assert snap["simulated"] is True and snap["backend"] == "sim"
@@ -40,8 +37,8 @@ def test_idle_sim_node_is_healthy_and_labelled(sim, cli):
     assert "SIMULATED" in text.stdout and "status: healthy" in text.stdout
 
 
-def test_tenant_is_attributed_and_freed_on_sigterm(sim, cli):
-    tenant = start_tenant(sim, 1, "3GiB", env={"CUDA_VISIBLE_DEVICES": "1", "HF_TOKEN": "hf_secret_value_123"})
+def test_tenant_is_attributed_and_freed_on_sigterm(sim_state, cli):
+    tenant = start_tenant(sim_state, 1, "3GiB", env={"CUDA_VISIBLE_DEVICES": "1", "HF_TOKEN": "hf_secret_value_123"})
     try:
         rc, snap = status_json(cli)
         [p] = [p for p in snap["processes"] if p["pid"] == tenant.pid]
@@ -60,9 +57,9 @@ def test_tenant_is_attributed_and_freed_on_sigterm(sim, cli):
     assert snap["gpus"][1]["vram_used"] == 0 and not any(p["pid"] == tenant.pid for p in snap["processes"])
 
 
-def test_unreaped_killed_tenant_is_residual_with_its_holder(sim, cli):
-    bystander = start_tenant(sim, 0, "1GiB")
-    parent, child = start_careless_parent(sim, 2, "5GiB")
+def test_unreaped_killed_tenant_is_residual_with_its_holder(sim_state, cli):
+    bystander = start_tenant(sim_state, 0, "1GiB")
+    parent, child = start_careless_parent(sim_state, 2, "5GiB")
     try:
         kill_and_wait_zombie(child)
         rc, snap = status_json(cli)
@@ -84,9 +81,9 @@ def test_unreaped_killed_tenant_is_residual_with_its_holder(sim, cli):
     wait_for(lambda: status_json(cli)[1]["residual"][2]["residual"] == 0, what="residual to clear")
 
 
-def test_leak_fault_leaves_ownerless_residual(sim, cli):
+def test_leak_fault_leaves_ownerless_residual(sim_state, cli):
     assert cli("sim", "fault", "leak-on-kill", "on").returncode == 0
-    tenant = start_tenant(sim, 3, "2GiB")
+    tenant = start_tenant(sim_state, 3, "2GiB")
     tenant.kill()
     tenant.wait()
     rc, snap = status_json(cli)
@@ -97,7 +94,7 @@ def test_leak_fault_leaves_ownerless_residual(sim, cli):
     assert leak["gpu"] == 3 and "GPU 3" in leak["message"] and "reset" in leak["message"]
 
 
-def test_baseline_is_subtracted(sim, cli, state_dir):
+def test_baseline_is_subtracted(sim_state, cli, state_dir):
     from gpuwarden.ops.nodestate import set_baseline
     cli("sim", "leak", "--gpu", "0", "--size", "300MiB")  # idle driver use, say
     set_baseline(state_dir, {0: 300 << 20}, backend="sim")
@@ -107,7 +104,7 @@ def test_baseline_is_subtracted(sim, cli, state_dir):
     assert rc == 0
 
 
-def test_unknown_gpu_is_one_line(sim, cli):
+def test_unknown_gpu_is_one_line(sim_state, cli):
     proc = cli("--backend", "sim", "sim", "hold", "--gpu", "9", "--size", "1GiB")
     assert proc.returncode == 2
     assert "no GPU 9 on the simulated node (it has GPUs 0-3)" in proc.stderr
@@ -144,7 +141,7 @@ def test_captured_tree_through_env(cli, tmp_path, fixtures):
     assert proc.returncode == 1
 
 
-def test_status_never_calls_the_automatic_sim_fallback_healthy(cli, sim):
+def test_status_never_calls_the_automatic_sim_fallback_healthy(cli, sim_state):
     # The fallback to the simulated node is for the console's demos: status says no GPU backend works, exit 2.
     from pathlib import Path
     if Path("/sys/class/kfd").exists() or Path("/dev/nvidiactl").exists():
@@ -185,3 +182,24 @@ def test_pci_bus_names_gpus_and_their_drivers(tmp_path):
     empty = tmp_path / "empty"
     (empty / "bus/pci/devices").mkdir(parents=True)
     assert describe(empty) == "no AMD or NVIDIA GPU on the PCI bus"
+
+
+def test_the_automatic_sim_fallback_says_why_no_real_backend_opened(sim_settings):
+    # The console's demo path: every real backend fails here, the simulated node stands in, and the snapshot's
+    # "simulated" warning carries each backend's reason.
+    from pathlib import Path
+
+    from gpuwarden.ops.backends.select import open_backend
+    from gpuwarden.ops.sampling.sampler import Sampler
+    if Path("/sys/class/kfd").exists() or Path("/dev/nvidiactl").exists():
+        pytest.skip("this machine has a GPU driver: the automatic choice is a real backend")
+    settings = sim_settings.with_(backend=None)
+    backend = open_backend(settings, fallback_to_sim=True)
+    try:
+        assert backend.name == "sim"
+        sampler = Sampler(settings, backend)
+        (warning,) = [w for w in sampler.snapshot().warnings if w.code == "simulated"]
+        assert warning.message.startswith("SIMULATED node: no real GPU backend works here (")
+        assert all(name in warning.message for name in ("amdsmi:", "sysfs:", "nvml:"))
+    finally:
+        backend.close()

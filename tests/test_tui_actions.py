@@ -126,7 +126,7 @@ def test_a_collected_bundle_opens_read_only_with_its_triage(state_dir, tmp_path)
             assert app.snapshot.source.startswith("bundle:")
             assert "STALE" not in text  # a replay is old by nature, not stale
             await pilot.press("d")
-            await pilot.pause(0.05)
+            await pilot.pause()  # the key handled: a replay starts nothing
             assert app.current_run is None
             await pilot.press("t")
             await wait_for(pilot, lambda: "triage of" in screen_text(app)
@@ -143,7 +143,7 @@ def test_command_palette_runs_an_action(state_dir):
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: app.snapshot is not None)
             await pilot.press("ctrl+p")
-            await pilot.pause(0.2)
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", what="the palette")
             await pilot.press(*"record idle")
             await wait_for(pilot, lambda: "Record idle baseline" in screen_text(app), what="palette hit")
             await pilot.press("enter")

@@ -42,12 +42,9 @@ def test_header_and_panels_show_the_snapshot(settings):
     async def go():
         app = make_app(settings, read_only=True)
         async with app.run_test(size=(160, 40)) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None, what="first snapshot")
-            await pilot.pause(0.05)
-            text = screen_text(app)
-            for needle in ("node-a17", "SIMULATED", "every 1s", "READ-ONLY", "dp1", "SIGSEGV", "crashed",
-                           "14.0 GiB", "/dev/shm/experts.arena", "residual VRAM 14.0 GiB appeared", "DRAINED"):
-                assert needle in text, needle
+            needles = ("node-a17", "SIMULATED", "every 1s", "READ-ONLY", "dp1", "SIGSEGV", "crashed",
+                       "14.0 GiB", "/dev/shm/experts.arena", "residual VRAM 14.0 GiB appeared", "DRAINED")
+            await wait_for(pilot, lambda: all(n in screen_text(app) for n in needles), what="the panels drawn")
     run(go())
 
 
@@ -70,7 +67,7 @@ def test_read_only_removes_action_bindings_and_palette_entries(settings):
                      [hit.text async for hit in provider.discover()]
             assert not any("Drain" in str(t) for t in titles)
             await pilot.press("d", "R", "P")
-            await pilot.pause(0.05)
+            await pilot.pause()  # the keys handled (none is bound): nothing may have started
             assert app.current_run is None
             await pilot.press("question_mark")
             await wait_for(pilot, lambda: "Keys" in screen_text(app), what="help")
@@ -104,21 +101,18 @@ def test_confirm_dialog_focuses_cancel_and_enter_cancels():
     async def go():
         app = Host()
         async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause(0.05)
-            assert app.focused is not None and app.focused.id == "cancel"
+            focused = lambda: app.focused is not None and app.focused.id == "cancel"  # noqa: E731
+            await wait_for(pilot, focused, what="Cancel focused")
             await pilot.press("enter")
-            await pilot.pause(0.05)
-            assert answers == [False]
+            await wait_for(pilot, lambda: answers == [False], what="the first answer")
             app.push_screen(ConfirmScreen("Reset GPU 1", "reset it?"), answers.append)
-            await pilot.pause(0.05)
+            await wait_for(pilot, focused, what="Cancel focused")
             await pilot.press("escape")
-            await pilot.pause(0.05)
-            assert answers == [False, False]
+            await wait_for(pilot, lambda: answers == [False, False], what="the second answer")
             app.push_screen(ConfirmScreen("Reset GPU 1", "reset it?"), answers.append)
-            await pilot.pause(0.05)
+            await wait_for(pilot, focused, what="Cancel focused")
             await pilot.press("right", "enter")
-            await pilot.pause(0.05)
-            assert answers == [False, False, True]
+            await wait_for(pilot, lambda: answers == [False, False, True], what="the third answer")
     run(go())
 
 
@@ -143,7 +137,8 @@ def test_hung_backend_marks_data_stale_and_keys_still_work(settings):
             t0 = time.monotonic()
             await pilot.press("question_mark")
             await wait_for(pilot, lambda: "Keys" in screen_text(app), timeout=2, what="help while hung")
-            assert time.monotonic() - t0 < 1.0
+            # Far inside the 20 s the call hangs for: the keys never waited on it (no tighter: a busy box).
+            assert time.monotonic() - t0 < 5.0
             await pilot.press("escape")
             assert len(calls) == 2  # the hung call was never overlapped by another
             release.set()
@@ -284,7 +279,7 @@ def test_launch_then_stop_engine_with_confirm(tmp_path, supervised):  # noqa: F8
                            timeout=10, what="engines serving in the panel")
             engines = app.query_one("#engines")
             engines.focus()
-            await pilot.pause(0.05)
+            await wait_for(pilot, lambda: app.focused is engines and engines.selected() is not None, what="an engine")
             name = engines.selected().name
             pid = records(supervised)[name]["pid"]
 
@@ -342,8 +337,9 @@ def test_quit_while_a_playbook_runs_asks_for_a_second_q(settings):
             run.start()
             await wait_for(pilot, started.is_set)
             await pilot.press("q")
-            await pilot.pause(0.05)
-            assert app.is_running and any("press q again" in n.message for n in app._notifications)
+            await wait_for(pilot, lambda: any("press q again" in n.message for n in app._notifications),
+                           what="the second-q warning")
+            assert app.is_running
             await pilot.press("q")
             await wait_for(pilot, lambda: not run.running, what="the run to stop")
             kinds = [(e.kind, e.step) for e in run.events]

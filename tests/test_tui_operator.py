@@ -42,11 +42,10 @@ async def _click_rows(pilot, panel, count: int) -> None:
     # Row i sits under the border (1) and the column titles (1): y = 2 + i from the panel's top.
     for i in reversed(range(count)):  # bottom up: the last row first, it used to be out of reach
         await pilot.click(f"#{panel.id}", offset=(4, 2 + i))
-        await pilot.pause(0.02)
-        assert panel.cursor_row == i, (panel.id, i, panel.cursor_row)
+        await wait_for(pilot, lambda i=i: panel.cursor_row == i, what=f"{panel.id}'s cursor on row {i}")
     before = panel.cursor_row
     await pilot.click(f"#{panel.id}", offset=(4, 0))  # the border: nothing moves
-    await pilot.pause(0.02)
+    await pilot.pause()
     assert panel.cursor_row == before
 
 
@@ -58,8 +57,9 @@ def test_clicks_select_the_row_under_the_mouse_on_every_panel(settings):
         async with app.run_test(size=(140, 60)) as pilot:
             await wait_for(pilot, lambda: app.snapshot is not None)
             app.action_apply_named_layout("stacked")
-            await pilot.pause(0.05)
             gpus, engines, procs = (app.query_one(f"#{n}") for n in ("gpus", "engines", "processes"))
+            await wait_for(pilot, lambda: all(p.display and p.region.height > 2 for p in (gpus, engines, procs)),
+                           what="the stacked layout")
             for panel, count in ((gpus, 4), (engines, 4), (procs, 6)):
                 await _click_rows(pilot, panel, count)
             # What the keys act on is what was clicked.
@@ -83,8 +83,8 @@ def test_processes_sort_filter_and_tree(settings):
             pids = lambda: [k.split(":")[0] for k, _ in procs.rows]  # noqa: E731
             assert pids()[0] == "5000"  # by VRAM, biggest first
             await pilot.click("#processes", offset=(2, 1))  # the PID title: sort by it
-            await pilot.pause(0.02)
-            assert pids() in (sorted(pids(), key=int), sorted(pids(), key=int, reverse=True))
+            await wait_for(pilot, lambda: pids() in (sorted(pids(), key=int), sorted(pids(), key=int, reverse=True)),
+                           what="sorted by PID")
             first = pids()
             await pilot.press("I")
             assert pids() == first[::-1]
@@ -93,8 +93,8 @@ def test_processes_sort_filter_and_tree(settings):
 
             await pilot.press("slash")
             await pilot.press(*"train")
-            await pilot.pause(0.05)
-            assert sorted(pids()) == ["7000", "7001", "7002"] and "3 filtered out" in procs.subtitle
+            await wait_for(pilot, lambda: sorted(pids()) == ["7000", "7001", "7002"], what="the filter applied")
+            assert "3 filtered out" in procs.subtitle
             await pilot.press("enter")
             assert app.focused is procs and procs.filter_text == "train"
             await pilot.press("T")
@@ -102,8 +102,7 @@ def test_processes_sort_filter_and_tree(settings):
             text = screen_text(app)
             assert "└ python train.py --rank 0" in text and "3f2a9c1d0b7e" in text
             await pilot.press("slash", "escape")
-            await pilot.pause(0.05)
-            assert procs.filter_text == "" and len(procs.rows) == 6
+            await wait_for(pilot, lambda: procs.filter_text == "" and len(procs.rows) == 6, what="the filter cleared")
     run(go())
 
 
@@ -118,8 +117,7 @@ def test_layout_and_theme_are_remembered(settings, tmp_path):
             await pilot.press("p", "p")  # processes, then stacked
             app.theme = "gruvbox"
             app.action_set_refresh(2.0)
-            await pilot.pause(0.05)
-            assert "every 2s" in screen_text(app)
+            await wait_for(pilot, lambda: "every 2s" in screen_text(app), what="the new refresh rate shown")
     run(go())
     saved, note = prefs.load(where)
     assert note is None and saved == prefs.Prefs(theme="gruvbox", refresh=2.0, layout="stacked")
@@ -180,8 +178,8 @@ def test_empty_node_says_how_to_start_a_drill(settings):
             await wait_for(pilot, lambda: app.snapshot is not None)
             assert "`gpuwarden sim scenario arena` starts the arena drill" in screen_text(app)
             await pilot.press("p")
-            await pilot.pause(0.05)
-            assert "`gpuwarden sim scenario residual` sets up the residual drill" in screen_text(app)
+            await wait_for(pilot, lambda: "`gpuwarden sim scenario residual` sets up the residual drill" in screen_text(app),
+                           what="the processes hint")
     run(go())
 
 
@@ -248,7 +246,8 @@ def test_k_stops_a_real_process_after_the_dialog(tmp_path, state_dir):
                 await pilot.press("k")
                 await wait_for(pilot, lambda: app.focused is not None and app.focused.id == "cancel", what="dialog")
                 await pilot.press("enter")  # Cancel is the default: nothing happens
-                await pilot.pause(0.1)
+                await wait_for(pilot, lambda: app.focused is not None and app.focused.id != "cancel",
+                               what="the dialog closed")
                 assert proc_state(tenant) not in (None, "Z") and app.current_run is None
                 await pilot.press("k")
                 await wait_for(pilot, lambda: app.focused is not None and app.focused.id == "cancel", what="dialog")

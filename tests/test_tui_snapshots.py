@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_tui_support import make_app, wait_for
+from test_tui_support import make_app, screen_text, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +22,7 @@ def utc(monkeypatch):
 
 async def first_snapshot(pilot) -> None:
     await wait_for(pilot, lambda: pilot.app.snapshot is not None, what="first snapshot")
-    await pilot.pause(0.05)
+    await pilot.pause()  # the snapshot's draw done before the picture
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)])
@@ -39,7 +39,9 @@ def test_gpu_detail_80x24(snap_compare, settings):
     async def open_detail(pilot):
         await first_snapshot(pilot)
         await pilot.press("down", "enter")
-        await pilot.pause(0.1)
+        # The view's charts are built in a worker: the picture is taken once they are drawn.
+        await wait_for(pilot, lambda: pilot.app.screen.query_one("#charts").settled(), what="the charts")
+        await pilot.pause()
     assert snap_compare(make_app(settings), terminal_size=(80, 24), run_before=open_detail)
 
 
@@ -47,5 +49,5 @@ def test_help_80x24(snap_compare, settings):
     async def open_help(pilot):
         await first_snapshot(pilot)
         await pilot.press("question_mark")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: "Keys" in screen_text(pilot.app), what="the help")
     assert snap_compare(make_app(settings), terminal_size=(80, 24), run_before=open_help)

@@ -74,6 +74,22 @@ async def wait_for(pilot, predicate, timeout: float = 10.0, what: str = "conditi
         await pilot.pause(0.02)
 
 
+async def open_processes(app, pilot):
+    """The Processes layout applied and its panel focused, returned once it is laid out and drawn (its first row,
+    below its border and titles, shows its first process), not just filled."""
+    app.action_apply_named_layout("processes")
+    procs = app.query_one("#processes")
+    procs.focus()
+
+    def drawn() -> bool:
+        lines = screen_text(app).splitlines()
+        y = procs.region.y + 2
+        return bool(procs.display and procs.rows and procs.region.height > 2 and y < len(lines)
+                    and f" {procs.rows[0][0].split(':')[0]} " in lines[y])
+    await wait_for(pilot, drawn, what="the Processes panel drawn")
+    return procs
+
+
 def screen_text(app) -> str:
     """What the active screen shows, as plain text lines (Textual's compositor output, colours dropped)."""
     strips = app.screen._compositor.render_strips()

@@ -10,6 +10,17 @@ from typing import Callable
 
 from gpuwarden.ops.settings import Settings
 from gpuwarden.playbooks.framework import Playbook
+from gpuwarden.ops import nodeconfig
+from gpuwarden.ops.engines import control
+from gpuwarden.playbooks.baseline import BaselinePlaybook
+from gpuwarden.playbooks.bundle import BundlePlaybook
+from gpuwarden.playbooks.drain import DrainPlaybook, UndrainPlaybook
+from gpuwarden.playbooks.fix import FixPlaybook
+from gpuwarden.playbooks.launch import LaunchPlaybook
+from gpuwarden.playbooks.purge import PurgePlaybook
+from gpuwarden.playbooks.reset import ResetPlaybook
+from gpuwarden.playbooks.restart import RestartEnginePlaybook
+from gpuwarden.playbooks.stop import StopEnginePlaybook
 
 
 @dataclass(frozen=True)
@@ -47,9 +58,6 @@ class ActionSpec:
 
 
 def _launch(settings: Settings, target: Target) -> Playbook:
-    from gpuwarden.ops import nodeconfig
-    from gpuwarden.ops.engines import control
-    from gpuwarden.playbooks.launch import LaunchPlaybook
     config = nodeconfig.load(settings)
     # Launch what the config lists and nothing supervises yet: one key brings the node back to full.
     engines = tuple(e for e in config.engines if not control.supervised(settings, e.name))
@@ -57,48 +65,39 @@ def _launch(settings: Settings, target: Target) -> Playbook:
 
 
 def _stop(settings: Settings, target: Target) -> Playbook:
-    from gpuwarden.playbooks.stop import StopEnginePlaybook
     return StopEnginePlaybook(engine=target.engine or "", gpu=target.engine_gpu)
 
 
 def _restart(settings: Settings, target: Target) -> Playbook:
-    from gpuwarden.playbooks.restart import RestartEnginePlaybook
     return RestartEnginePlaybook(target.engine or "", target.engine_gpu)
 
 
 def _fix(settings: Settings, target: Target) -> Playbook:
-    from gpuwarden.playbooks.fix import FixPlaybook
     return FixPlaybook(target.gpu)
 
 
 def _drain(settings: Settings, target: Target) -> Playbook:
-    from gpuwarden.playbooks.drain import DrainPlaybook
     return DrainPlaybook(target.gpu)
 
 
 def _undrain(settings: Settings, target: Target) -> Playbook:
-    from gpuwarden.playbooks.drain import UndrainPlaybook
     return UndrainPlaybook(target.gpu)
 
 
 def _reset(settings: Settings, target: Target) -> Playbook:
-    from gpuwarden.playbooks.reset import ResetPlaybook
     return ResetPlaybook(target.gpu)
 
 
 def _purge(settings: Settings, target: Target) -> Playbook:
-    from gpuwarden.playbooks.purge import PurgePlaybook
     return PurgePlaybook(target.gpu)
 
 
 def _baseline(settings: Settings, target: Target) -> Playbook:
-    from gpuwarden.playbooks.baseline import BaselinePlaybook
     # Every GPU, as `gpuwarden baseline record` without --gpu: an idle baseline is a node-wide fact.
     return BaselinePlaybook(None)
 
 
 def _bundle(settings: Settings, target: Target) -> Playbook:
-    from gpuwarden.playbooks.bundle import BundlePlaybook
     return BundlePlaybook()
 
 

@@ -13,6 +13,7 @@ from typing import Callable
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.model import NodeSnapshot
@@ -38,8 +39,13 @@ from .widgets.rowtable import RowTable
 from .layout import LayoutMixin
 from .prefs import Prefs
 from .process_actions import FilterInput, ProcessActionsMixin
+from .screens.engine_log import EngineLogScreen
+from .screens.help import HelpScreen
+from .screens.progress import ProgressScreen
+from .screens.triage import TriageScreen
 
 STALE_FACTOR = 2.0  # no snapshot for this many intervals: the panels are marked stale
+CHART_SAMPLE_S = 1.0  # the charts keep one sample a second: an hour at any refresh rate
 
 
 class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
@@ -57,6 +63,9 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         Binding("plus", "step_refresh(-1)", "Faster", show=False),
         Binding("minus", "step_refresh(1)", "Slower", show=False),
         Binding("colon", "go_to", "Go to", show=False),
+        Binding("c", "charts", "Charts", show=False),
+        Binding("x", "topology", "Topology", show=False),
+        Binding("i", "process_detail", "Process", show=False),
     ]
 
     def __init__(self, settings: Settings, *, source: SnapshotSource, refresh_s: float = 1.0,
@@ -76,6 +85,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         self._watch_terminal = watch_terminal
         self.snapshot: NodeSnapshot | None = None
         self.history = VramHistory()
+        self.reset_chart_history()
         self.changes = node_events.ChangeTracker()
         self.last_arrival: float | None = None
         self.sample_error: str | None = None
@@ -109,7 +119,13 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
                                        "b", "B"], id="keys")
 
     def on_mount(self) -> None:
-        self.query_one("#header", NodeHeader).show(None)
+        # The panels are composed once; finding them again on every refresh and watchdog tick (a DOM walk
+        # each) was an eighth of an idle console's CPU on the H200 (tests/device/tui_profile.sh).
+        self.gpus_panel, self.engines_panel = self.query_one(GpusPanel), self.query_one(EnginesPanel)
+        self.processes_panel, self.arena_panel = self.query_one(ProcessesPanel), self.query_one(ArenaPanel)
+        self.events_panel, self.header_bar = self.query_one(EventsPanel), self.query_one("#header", NodeHeader)
+        self._stale_panels = list(self.query("#gpus, #engines, #processes, #arena"))
+        self.header_bar.show(None)
         self._start_sampling()
         self.set_interval(min(0.5, self.refresh_s), self._watchdog)
         if self._watch_terminal:
@@ -125,6 +141,12 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if self.prefs_note:
             self.notify(self.prefs_note, severity="warning")
 
+    def reset_chart_history(self) -> None:
+        """The GPU detail view's charts: the last hour at one sample a second, fed by the sampler thread."""
+        from gpuwarden.ops.agent.history import History
+        self.chart_history = History(None, interval_s=CHART_SAMPLE_S)
+        self._chart_fed = float("-inf")
+
     def _start_sampling(self) -> None:
         """Start the sampler thread on self.source (the fleet console starts one per node it opens)."""
         self.sampler = SamplingThread(self.source, self.refresh_s, self._deliver, self._failed, close=self._on_exit)
@@ -138,6 +160,9 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
 
     # --- sampling (called from the sampler thread) -----------------------------------------------
     def _deliver(self, snap: NodeSnapshot) -> None:
+        if snap.taken_at - self._chart_fed >= 0.95 * CHART_SAMPLE_S:  # here, off the event loop
+            self._chart_fed = snap.taken_at
+            self.chart_history.add(snap)
         self.post_message(SnapshotArrived(snap))
 
     def _failed(self, error: str) -> None:
@@ -153,7 +178,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         events = self.changes.feed(snap)
         self.snapshot = snap
         self.history.add(snap)
-        self.query_one(ProcessesPanel).feed(snap)
+        self.processes_panel.feed(snap)
         self._draw(events)
 
     def _can_backfill(self, first: NodeSnapshot) -> bool:
@@ -194,16 +219,26 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if snap is None:
             return
         width = self.size.width
-        self.query_one(GpusPanel).show(snap, self.history, width)
-        self.query_one(EnginesPanel).show(snap, width)
-        self.query_one(ProcessesPanel).show(snap, width)
-        self.query_one(ArenaPanel).show(snap)
-        self.query_one(EventsPanel).add(events)
+        self.gpus_panel.show(snap, self.history, width)
+        self.engines_panel.show(snap, width)
+        self.processes_panel.show(snap, width)
+        self.arena_panel.show(snap)
+        self.events_panel.add(events)
         self._set_stale(False)
         self._show_header()
-        show = getattr(self.screen, "show_snapshot", None)
-        if show is not None:
-            show(snap)
+        screen = self.screen
+        show = getattr(screen, "show_snapshot", None)
+        if show is None:
+            return
+        if screen.is_mounted:
+            try:
+                show(snap)
+                return
+            except NoMatches:
+                # A child the view draws into is not there (CI saw it once for the detail view's charts, with the
+                # view mounted): never a reason for the console to die; the next snapshot draws the view again.
+                pass
+        screen.snap = snap  # type: ignore[attr-defined]  # not composed yet: its own on_mount shows the newest
 
     def on_resize(self) -> None:
         self._draw([])
@@ -225,19 +260,19 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
 
     def _set_stale(self, stale: bool, age: float | None = None) -> None:
         note = f"stale: {duration(age)} old" if stale and age is not None else ""
-        for panel in self.query("#gpus, #engines, #processes, #arena"):
+        for panel in self._stale_panels:
             if getattr(panel, "stale_note", "") != note:
                 panel.stale_note = note
                 panel.border_subtitle = " · ".join(x for x in (getattr(panel, "subtitle", ""), note) if x)
         if stale == self._stale_shown:
             return  # restyling three panels twice a second would be most of an idle TUI's work
         self._stale_shown = stale
-        for panel in self.query("#gpus, #engines, #processes, #arena"):
+        for panel in self._stale_panels:
             panel.set_class(stale, "stale")
 
     def _show_header(self) -> None:
         snap = self.snapshot
-        self.query_one("#header", NodeHeader).show(
+        self.header_bar.show(
             snap, stale_for=self.stale_for() if self.bundle is None else None, error=self.sample_error,
             attention=bool(snap and snap.needs_attention()))
 
@@ -253,20 +288,28 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
             if engine is None:
                 self.notify("no engine selected")
                 return
-            from .screens.engine_log import EngineLogScreen
             self.push_screen(EngineLogScreen(engine.name, engine.log_path, engine))
             return
         if isinstance(focused, ProcessesPanel):
-            gpu = self._process_gpu(focused)
-            if gpu is None:
-                return
+            self.action_process_detail()
+            return
         else:
             gpu = self.query_one(GpusPanel).selected_gpu()
         if gpu is None or self.snapshot is None:
             self.notify("no GPU to show yet")
             return
-        from .screens.gpu_detail import GpuDetailScreen
+        from .screens.gpu_detail import GpuDetailScreen  # deferred: it brings the charting library
         self.push_screen(GpuDetailScreen(gpu, self.snapshot))
+
+    def action_process_detail(self) -> None:
+        """Enter or i on a process: its detail view (command line, load per engine, signals)."""
+        panel = self.query_one(ProcessesPanel)
+        process = panel.selected() if panel.display else None
+        if process is None or self.snapshot is None:
+            self.notify("select a process first (p shows the Processes panel)", severity="warning")
+            return
+        from .screens.process_detail import ProcessDetailScreen
+        self.push_screen(ProcessDetailScreen(process, self.snapshot, read_only=self.read_only))
 
     def _process_gpu(self, panel: ProcessesPanel) -> int | None:
         """The GPU of the selected process: the one it holds most VRAM on, else the one whose device file
@@ -292,13 +335,14 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
             self.notify("no bundle yet: " + ("start gpuwarden tui --bundle FILE" if self.read_only
                                             else "press B to collect one"), severity="warning")
             return
-        from .screens.triage import TriageScreen
         self.push_screen(TriageScreen(path))
 
     def action_help(self) -> None:
-        from .screens.help import HelpScreen
         keys = [("↑ ↓", "move in the focused panel"), ("tab", "next panel"),
-                ("enter", "details of the selection (on a process: its GPU)"),
+                ("enter", "details of the selection (on a process: its detail and signal menu, g there: its GPU)"),
+                ("c", "the selected GPU's charts: last hour, 7 days with an agent"),
+                ("x", "topology: hives, PCIe, NUMA, what a reset takes down"),
+                ("i", "the selected process's detail: command line, load per engine, signals"),
                 ("p", "layout: engines, processes, or both"), ("/", "filter the focused table (GPUs, engines, "
                                                                     "processes)"),
                 ("+ -", "refresh faster / slower (remembered)"), (":", "go to any view or GPU (the palette)"),
@@ -320,7 +364,6 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if self.current_run is None:
             self.notify("no playbook has run in this session")
             return
-        from .screens.progress import ProgressScreen
         self.push_screen(ProgressScreen(self.current_run))
 
     async def action_quit(self) -> None:
@@ -352,10 +395,12 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         out = [(f"Go to {title}", f"focus the {title} panel", f"focus_panel('{name}')")
                for name, title in (("gpus", "GPUs"), ("engines", "Engines"), ("processes", "Processes"))]
         out.append(("Go to playbook progress", "the last playbook's steps", "progress"))
+        out.append(("Go to topology", "XGMI hives, PCIe parents, NUMA nodes and what a reset of each GPU takes down",
+                    "topology"))
         snap = self.snapshot
         if snap is not None:
-            out += [(f"Go to GPU {g.index}", f"the detail of GPU {g.index} ({g.name})", f"show_gpu({g.index})")
-                    for g in snap.gpus]
+            out += [(f"Go to GPU {g.index}", f"the detail and charts of GPU {g.index} ({g.name})",
+                     f"show_gpu({g.index})") for g in snap.gpus]
             out += [(f"Go to engine {e.name}", f"the log of engine {e.name}", f"show_engine({e.name!r})")
                     for e in snap.engines]
         return out
@@ -376,15 +421,30 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if self.snapshot is None or self.snapshot.gpu(index) is None:
             self.notify(f"no GPU {index} in the latest snapshot", severity="warning")
             return
-        from .screens.gpu_detail import GpuDetailScreen
+        from .screens.gpu_detail import GpuDetailScreen  # deferred: it brings the charting library
         self.push_screen(GpuDetailScreen(index, self.snapshot))
+
+    def action_charts(self) -> None:
+        """The selected GPU's detail view, whose charts follow its summary."""
+        gpu = self.query_one(GpusPanel).selected_gpu()
+        if gpu is None or self.snapshot is None:
+            self.notify("no GPU to chart yet")
+            return
+        from .screens.gpu_detail import GpuDetailScreen  # deferred: it brings the charting library
+        self.push_screen(GpuDetailScreen(gpu, self.snapshot, charts=True))
+
+    def action_topology(self) -> None:
+        if self.snapshot is None:
+            self.notify("no snapshot yet: the topology needs the GPUs' list")
+            return
+        from .screens.topology import TopologyScreen
+        self.push_screen(TopologyScreen(self.snapshot))
 
     def action_show_engine(self, name: str) -> None:
         engine = next((e for e in (self.snapshot.engines if self.snapshot else ()) if e.name == name), None)
         if engine is None:
             self.notify(f"no engine {name} in the latest snapshot", severity="warning")
             return
-        from .screens.engine_log import EngineLogScreen
         self.push_screen(EngineLogScreen(engine.name, engine.log_path, engine))
 
     # --- actions --------------------------------------------------------------------------------
@@ -415,7 +475,6 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
                         severity="error")
             return
         self.current_run = run
-        from .screens.progress import ProgressScreen
         self.push_screen(ProgressScreen(run))
         run.start()
 
@@ -443,7 +502,6 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         self.action_refresh_now()
 
     def _refresh_progress(self, run: PlaybookRun) -> None:
-        from .screens.progress import ProgressScreen
         for screen in self.screen_stack:
             if isinstance(screen, ProgressScreen) and screen.run is run and screen.is_mounted:
                 screen.refresh_lines()

@@ -36,6 +36,7 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
 
     Without --refresh the remembered one applies (tui/prefs.py), else 1 s.
     """
+    # deferred: every command loads this module with the CLI; only the console reads its remembered settings
     from . import prefs as console_prefs
     remembered, note = console_prefs.load()
     if refresh_s is None:
@@ -43,6 +44,7 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
     if refresh_s < MIN_REFRESH_S:
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
     require_terminal("the console", "`gpuwarden status` (or `status --json`)")
+    # deferred: every command loads this module with the CLI; the console's sources load when it opens
     from gpuwarden.ops.sources import bundle_source, viewer_source
     close = None
     if bundle is not None:
@@ -51,6 +53,7 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
         # The agent's snapshots when it answers (many consoles share its sampler), else sampled here;
         # a missing GPU library fails here, in one line.
         source, close = viewer_source(settings)
+    # deferred: every command loads this module with the CLI; Textual and the console load when it opens
     from .app import GpuwardenApp
     app = GpuwardenApp(settings, source=source, refresh_s=refresh_s, read_only=read_only, bundle=bundle,
                        on_exit=close, watch_terminal=not in_browser(), prefs=remembered,

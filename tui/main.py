@@ -7,12 +7,16 @@ is the same CLI without the console.
 
 from __future__ import annotations
 
+import os
 import sys
+
+from gpuwarden.playbooks import fastcli
 
 
 def build_cli():
     """The whole command line: the playbooks' commands, with the console (`tui`, and plain `gpuwarden`),
     `serve` and `fleet tui` added."""
+    # deferred: `status` goes by playbooks.fastcli, without Typer or any command module
     from gpuwarden.playbooks import cli
 
     from . import command, serve
@@ -23,10 +27,13 @@ def build_cli():
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
-    from gpuwarden.playbooks import fastcli
+    if "GPUWARDEN_SERVE_PID" in os.environ:  # a console `gpuwarden serve` started for a browser session
+        from .web_driver import die_with_serve  # deferred: only a served console needs it
+        die_with_serve()
     code = fastcli.run(args)
     if code is not None:
         return code
+    # deferred: `status` goes by playbooks.fastcli, without Typer or any command module
     from gpuwarden.playbooks import cli
     return cli.main(args, build_cli())
 

@@ -1,4 +1,5 @@
-"""The Processes panel's actions: / filters it, k stops the selected process (signal chosen in a dialog).
+"""The Processes panel's actions: / filters it, k stops the selected process (signal chosen in a dialog), and the
+process view's signal menu sends one signal.
 
 Mixed into the app. Stopping runs the stop-process playbook in a worker, like every other action.
 """
@@ -9,6 +10,10 @@ from textual.binding import Binding
 from textual.widgets import Input
 
 from .widgets.processes import ProcessesPanel
+from .runner import PlaybookRun
+from .screens.progress import ProgressScreen
+from .screens.stop_process import StopProcessScreen
+from gpuwarden.playbooks.stopproc import StopProcessPlaybook
 
 GRACE_S = 5.0
 
@@ -86,14 +91,10 @@ class ProcessActionsMixin:
                         f"Its VRAM goes when {parent} reaps it: {where}, which reap it through the parent.",
                         severity="warning", timeout=10)  # type: ignore[attr-defined]
             return
-        from .screens.stop_process import StopProcessScreen
 
         def chosen(how: str | None) -> None:
             if how is None:
                 return
-            from gpuwarden.playbooks.stopproc import StopProcessPlaybook
-            from .runner import PlaybookRun
-            from .screens.progress import ProgressScreen
             pb = StopProcessPlaybook(process, kill_now=how == "KILL", grace_s=GRACE_S)
             # The dialog was the confirmation: the runner must not ask a second time.
             run = PlaybookRun(self, pb, self.settings, f"Stop pid {process.pid}", confirmed=True)  # type: ignore
@@ -101,3 +102,22 @@ class ProcessActionsMixin:
             self.push_screen(ProgressScreen(run))  # type: ignore[attr-defined]
             run.start()
         self.push_screen(StopProcessScreen(process, GRACE_S), chosen)  # type: ignore[attr-defined]
+
+    def send_process_signal(self, process, name: str, ends: bool) -> None:
+        """The process view's menu: send SIG`name` through the signal playbook (asks first when `ends`)."""
+        if self.read_only:  # type: ignore[attr-defined]
+            self.notify("read-only: actions are disabled", severity="warning")  # type: ignore[attr-defined]
+            return
+        run = self.current_run  # type: ignore[attr-defined]
+        if run is not None and run.running:
+            self.notify(f"{run.title} is still running (o shows it)", severity="warning")  # type: ignore
+            return
+        from gpuwarden.playbooks.signalproc import SignalProcessPlaybook
+        from .runner import PlaybookRun
+        from .screens.progress import ProgressScreen
+        pb = SignalProcessPlaybook(process, name, ends=ends)
+        # Destructive (it ends or freezes the process): the runner's dialog, Cancel focused, shows the step first.
+        run = PlaybookRun(self, pb, self.settings, f"SIG{name} to pid {process.pid}")  # type: ignore[attr-defined]
+        self.current_run = run  # type: ignore[attr-defined]
+        self.push_screen(ProgressScreen(run))  # type: ignore[attr-defined]
+        run.start()

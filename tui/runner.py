@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from gpuwarden.playbooks.framework import Event, Playbook, Result, run
 
 from .messages import PlaybookFinished, PlaybookProgress
+from .screens.confirm import ConfirmScreen
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -74,8 +75,6 @@ def ask_in_dialog(app: "App", title: str, question: str, cancelled: threading.Ev
     """Ask in the confirm dialog (Cancel is the default) from a worker thread; blocks that thread only.
 
     `steps` (the plan event's) are listed in the dialog, so the operator sees what Proceed does."""
-    from .screens.confirm import ConfirmScreen
-
     answered = threading.Event()
     answer: list[bool] = []
 

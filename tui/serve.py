@@ -1,7 +1,7 @@
 """`gpuwarden serve`: the console (or the fleet console) in a browser through textual-serve.
 
 Loopback by default; any other address needs a token (generated when not given). Read-only unless
---allow-actions. Each browser session runs its own console process, as over SSH.
+--allow-actions. Each browser session runs its own console process, as over SSH, and ends with its session.
 """
 
 from __future__ import annotations
@@ -21,6 +21,26 @@ from gpuwarden.ops.errors import GpuwardenError
 
 COOKIE = "gpuwarden_token"
 TOKEN_ENV = "GPUWARDEN_SERVE_TOKEN"
+DRIVER = "gpuwarden.tui.web_driver:ServedWebDriver"  # Textual's web driver, ending the console at end of input
+QUIT_GRACE_S = 3.0  # a session's console gets this long to quit when asked (it stops its sampler), then SIGTERM,
+TERM_GRACE_S = 1.0  # then this long before SIGKILL
+SHUTDOWN_S = 8.0  # serve's own exit: at most this long for the sessions to end (each is killed within 4 s)
+
+# A page the browser leaves for another is often kept whole in its back/forward cache, websocket open, so the
+# session and its console would live on unseen: the page closes its websockets when hidden, and starts a new
+# session if it is ever shown again from that cache.
+PAGE_HOOK = """<script>
+(() => {
+  const sockets = [];
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) { super(...args); sockets.push(this); }
+  };
+  addEventListener("pagehide", () => { for (const socket of sockets) socket.close(1001, "page hidden"); });
+  addEventListener("pageshow", (event) => { if (event.persisted) location.reload(); });
+})();
+</script>
+"""
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -49,9 +69,18 @@ def served_command(settings_args: list[str], *, fleet_args: list[str] | None, al
 
 
 def make_server(command: str, host: str, port: int, token: str | None, public_url: str | None, title: str):
-    """A textual-serve Server that asks for the token (query `token=` once, then a cookie) when there is one."""
+    """A textual-serve Server that asks for the token (query `token=` once, then a cookie) when there is one, and
+    ends each session's console with its websocket, and every one of them with serve."""
+    import asyncio
+    import logging
+    import signal
+
+    # deferred: the web server (aiohttp, textual-serve) loads only for `gpuwarden serve`
     from aiohttp import web
-    from textual_serve.server import Server
+    from textual_serve.app_service import AppService
+    from textual_serve.server import Server, to_int
+
+    log = logging.getLogger("textual-serve")
 
     @web.middleware
     async def require_token(request, handler):
@@ -66,11 +95,147 @@ def make_server(command: str, host: str, port: int, token: str | None, public_ur
             response.set_cookie(COOKIE, token, httponly=True, samesite="Strict")
         return response
 
+    class SessionConsole(AppService):
+        """One browser session's console, run without a shell (the process serve holds is the console itself),
+        leading its own process group, and ended by end(): asked to quit, its input closed, then SIGTERM, then
+        SIGKILL to the group, and reaped. textual-serve's own stop() only asks, and never waits for the process."""
+
+        _ending: "asyncio.Task[None] | None" = None
+
+        def _build_environment(self, width: int = 80, height: int = 24) -> dict[str, str]:
+            env = super()._build_environment(width=width, height=height)
+            env["TEXTUAL_DRIVER"] = DRIVER
+            env["GPUWARDEN_SERVE_PID"] = str(os.getpid())  # the console asks for a death signal tied to us
+            return env
+
+        async def _open_app_process(self, width: int = 80, height: int = 24):
+            # From the event loop's thread (serve's main thread): the console's PR_SET_PDEATHSIG follows it.
+            self._process = process = await asyncio.create_subprocess_exec(
+                *shlex.split(self.command), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=self._build_environment(width=width, height=height),
+                start_new_session=True)  # Ctrl-C in serve's terminal reaches serve, which then ends each session
+            self._stdin = process.stdin
+            return process
+
+        @property
+        def alive(self) -> bool:
+            return self._process is not None and self._process.returncode is None
+
+        async def stop(self) -> None:
+            await self.end()
+
+        def end(self) -> "asyncio.Future[None]":
+            """End the console (once, in a task of its own: a cancelled websocket handler does not cut it short)."""
+            if self._ending is None:
+                self._ending = asyncio.ensure_future(self._end())
+            return asyncio.shield(self._ending)
+
+        async def _end(self) -> None:
+            process, task = self._process, self._task
+            if process is not None and process.returncode is None:
+                if task is not None:
+                    await self._download_manager.cancel_app_downloads(app_service_id=self.app_service_id)
+                    await self._ask(self.send_meta({"type": "quit"}))
+                if process.stdin is not None:
+                    process.stdin.close()  # end of input: the console's driver ends the app even if it missed quit
+                if not await self._exited(process, QUIT_GRACE_S):
+                    self._signal(process, signal.SIGTERM)
+                    if not await self._exited(process, TERM_GRACE_S):
+                        self._signal(process, signal.SIGKILL)
+                        await self._exited(process, 5.0)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                self._task = None
+
+        @staticmethod
+        async def _ask(request) -> None:
+            try:
+                await asyncio.wait_for(request, 1.0)  # a console that reads no input does not hold us up
+            except (asyncio.TimeoutError, OSError, RuntimeError):
+                pass
+
+        @staticmethod
+        async def _exited(process, within: float) -> bool:
+            try:
+                await asyncio.wait_for(process.wait(), within)
+            except asyncio.TimeoutError:
+                return False
+            return True
+
+        @staticmethod
+        def _signal(process, sig: int) -> None:
+            if process.returncode is None:  # not reaped: its pid, and so its group's id, is still its own
+                try:
+                    os.killpg(process.pid, sig)  # the group: whatever the console started goes too
+                except ProcessLookupError:
+                    pass
+
     class GuardedServer(Server):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.sessions: dict[SessionConsole, web.WebSocketResponse] = {}  # open sessions: serve ends them all
+
         async def _make_app(self):
             app = await super()._make_app()
             app.middlewares.append(require_token)
+            app.on_shutdown.append(self._end_sessions)
             return app
+
+        async def handle_index(self, request):
+            response = await super().handle_index(request)
+            if isinstance(response, web.Response) and response.text:
+                response.text = response.text.replace("<head>", "<head>\n" + PAGE_HOOK, 1)
+            response.headers["Cache-Control"] = "no-store"  # and no back/forward cache where the browser obeys
+            return response
+
+        async def handle_websocket(self, request):
+            """One session: its console starts with the websocket and ends when it closes, whatever closed it
+            (the page went, the browser went and the heartbeat or the TCP connection says so, serve exits)."""
+            websocket = web.WebSocketResponse(heartbeat=15)
+            width = to_int(request.query.get("width", "80"), 80)
+            height = to_int(request.query.get("height", "24"), 24)
+            await websocket.prepare(request)
+            console = SessionConsole(self.command, write_bytes=websocket.send_bytes, write_str=websocket.send_str,
+                                     close=websocket.close, download_manager=self.download_manager,
+                                     debug=self.debug)
+            self.sessions[console] = websocket
+            try:
+                await console.start(width, height)
+                await self._process_messages(websocket, console)
+            except Exception as error:  # noqa: BLE001 (a session's failure is logged; serve carries on)
+                log.exception(error)
+            finally:
+                try:
+                    await console.end()
+                finally:
+                    self.sessions.pop(console, None)
+                    await websocket.close()
+            return websocket
+
+        async def _end_sessions(self, _app) -> None:
+            """On serve's way out (SIGTERM, SIGINT): end every console, then close the sockets so that aiohttp's
+            wait for open handlers ends at once instead of at its shutdown timeout."""
+            sessions = list(self.sessions.items())
+            await asyncio.gather(*(console.end() for console, _ in sessions), return_exceptions=True)
+            await asyncio.gather(*(ws.close(code=1001, message=b"gpuwarden serve stopped")
+                                   for _, ws in sessions), return_exceptions=True)
+
+        def serve(self, debug: bool = False) -> None:
+            self.debug = debug
+            self.initialize_logging()
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            loop.add_signal_handler(signal.SIGINT, self.request_exit)
+            loop.add_signal_handler(signal.SIGTERM, self.request_exit)
+            try:
+                web.run_app(self._make_app(), host=self.host, port=self.port, handle_signals=False, loop=loop,
+                            shutdown_timeout=SHUTDOWN_S, print=lambda *args: None)
+            finally:
+                # Whatever ended the loop, no console outlives serve (each also has its PR_SET_PDEATHSIG).
+                for console in list(self.sessions):
+                    if console.alive:
+                        console._signal(console._process, signal.SIGKILL)
 
     shown = public_url or f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     return GuardedServer(command, host=host, port=port, title=title, public_url=shown)

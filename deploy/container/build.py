@@ -73,11 +73,13 @@ def unpack(tarball: Path, into: Path) -> Path:
     return into
 
 
-def chroot(root: Path, script: str, *, binds: dict[str, str] | None = None, env: dict[str, str] | None = None,
-           timeout: float = 600, check: bool = True, capture: bool = False) -> subprocess.CompletedProcess:
-    """Run a shell script in `root` as a container would: own mount and pid namespaces, /proc, /dev, binds.
+def chroot_argv(root: Path, script: str, *, binds: dict[str, str] | None = None, readonly: tuple[str, ...] = (),
+                env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The command (and its environment) that runs a shell script in `root` as a container would: own mount and
+    pid namespaces, /proc, /dev, binds.
 
-    binds maps a host path to a path inside root (created if missing), mounted read-write.
+    binds maps a host path to a path inside root (created if missing); those inside paths named in readonly are
+    mounted read-only (as a pod's readOnly volumeMounts), the others read-write.
     """
     mounts = ["mount -t proc proc \"$R/proc\"", "mount --rbind /dev \"$R/dev\""]
     for host, inside in (binds or {}).items():
@@ -85,13 +87,23 @@ def chroot(root: Path, script: str, *, binds: dict[str, str] | None = None, env:
         mounts.append(f"mkdir -p {target}" if Path(host).is_dir()
                       else f"mkdir -p \"$(dirname {target})\" && touch {target}")
         mounts.append(f"mount --bind {_quote(host)} {target}")
+        if inside in readonly:
+            mounts.append(f"mount -o remount,bind,ro {target}")
     inner_env = ["env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "LANG=C.UTF-8",
                  *(f"{k}={v}" for k, v in (env or {}).items())]
     outer = "; ".join(["set -e", *mounts, 'exec chroot "$R" ' + " ".join(map(_quote, inner_env))
                        + " /bin/sh -c " + _quote(script)])
-    return subprocess.run(["unshare", "--mount", "--pid", "--fork", "--mount-proc", "sh", "-c", outer],
-                          env={**os.environ, "R": str(root)}, timeout=timeout, check=check,
-                          capture_output=capture, text=True)
+    # --kill-child: the namespace's processes die with unshare, whoever kills it
+    return (["unshare", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", outer],
+            {**os.environ, "R": str(root)})
+
+
+def chroot(root: Path, script: str, *, binds: dict[str, str] | None = None, env: dict[str, str] | None = None,
+           readonly: tuple[str, ...] = (), timeout: float = 600, check: bool = True,
+           capture: bool = False) -> subprocess.CompletedProcess:
+    """Run a shell script in `root` (chroot_argv) and wait for it."""
+    argv, outer_env = chroot_argv(root, script, binds=binds, readonly=readonly, env=env)
+    return subprocess.run(argv, env=outer_env, timeout=timeout, check=check, capture_output=capture, text=True)
 
 
 def _quote(s: str) -> str:

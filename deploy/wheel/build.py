@@ -67,8 +67,9 @@ def _source_tree(into: Path) -> Path:
     return into
 
 
-def build_wheel(arch: str, out: Path) -> Path:
-    """The manylinux2014 wheel for `arch`, in `out`."""
+def build_wheel(arch: str, out: Path, *, isolated: bool = True) -> Path:
+    """The manylinux2014 wheel for `arch`, in `out`. isolated=False builds with this Python's own setuptools
+    (pip's --no-build-isolation: no fresh build environment per wheel; the tests do that)."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"gpuwarden-wheel-{arch}-") as tmp:
         tree = _source_tree(Path(tmp) / "src")
@@ -77,7 +78,8 @@ def build_wheel(arch: str, out: Path) -> Path:
                "GPUWARDEN_WHEEL_PLATFORM": f"manylinux2014_{arch}"}
         wheel = out / f"gpuwarden-{version()}-py3-none-manylinux2014_{arch}.whl"
         wheel.unlink(missing_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(tree)],
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                        *(() if isolated else ("--no-build-isolation",)), "-w", str(out), str(tree)],
                        check=True, env=env)
     if not wheel.is_file():
         raise SystemExit(f"pip wheel did not make {wheel}")

@@ -21,18 +21,26 @@ from typing import Any, Protocol
 from ..connlimit import ConnectionCap
 from ..jsondoc import document, iso
 from ..waitfd import readable
+from ..errors import GpuwardenError
 from . import query
+from .events import EventLog
+from .history import History
 from .query import BadRequest
 
+
+class MetricsText(Protocol):
+    """What /metrics asks of the exporter (ops/metrics' MetricsExporter, a layer above the agent)."""
+
+    def text(self, per_process: bool = False, hostname: bool = False) -> bytes: ...
 
 
 class Served(Protocol):
     """What the API reads of the agent it serves (daemon.Agent); the daemon imports this module, not the reverse."""
 
     stopping: bool
-    events: Any  # events.EventLog
-    history: Any  # history.History
-    metrics: Any  # the MetricsExporter, or None
+    events: EventLog
+    history: History
+    metrics: MetricsText | None
 
     def health(self) -> dict[str, Any]: ...
     def snapshot_document(self) -> tuple[bytes, bool, bool] | None: ...
@@ -94,7 +102,8 @@ class ApiServer(ConnectionCap, socketserver.ThreadingMixIn, socketserver.UnixStr
         self.streams = 0
         super().__init__(str(path), Handler)
 
-    def verify_request(self, request, client_address) -> bool:  # type: ignore[override]
+    # A stream server's request is its connection's socket: typeshed's BaseServer types it for datagram servers too.
+    def verify_request(self, request: socket.socket, client_address: object) -> bool:  # type: ignore[override]
         try:
             pid, uid, gid = peer_credentials(request)
         except OSError:
@@ -104,7 +113,7 @@ class ApiServer(ConnectionCap, socketserver.ThreadingMixIn, socketserver.UnixStr
             return False
         return True
 
-    def refuse(self, request) -> None:
+    def refuse(self, request: socket.socket) -> None:
         # Answer in this thread without reading the request: cheap, and never blocks (non-blocking send).
         try:
             request.setblocking(False)
@@ -114,7 +123,7 @@ class ApiServer(ConnectionCap, socketserver.ThreadingMixIn, socketserver.UnixStr
         except OSError:
             pass
 
-    def handle_error(self, request, client_address) -> None:  # type: ignore[override]
+    def handle_error(self, request: object, client_address: object) -> None:
         pass  # a client that hung up mid-answer is not the agent's problem; nothing to print
 
 
@@ -300,7 +309,6 @@ class Handler(BaseHTTPRequestHandler):
 
 def bind(path: Path, agent: Served, group: str | None) -> ApiServer:
     """Listen on `path` (mode 0660, the configured group): a stale socket file is replaced, a live one refused."""
-    from ..errors import GpuwardenError
     try:
         access = Access(group)
     except KeyError:

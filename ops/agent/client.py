@@ -12,6 +12,10 @@ from pathlib import Path
 
 from ..paths import AGENT_SOCKET
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` asks the agent through here
+if TYPE_CHECKING:
+    from typing import Any
+
 TIMEOUT_S = 2.0
 SNAPSHOT = "/v1/snapshot"
 
@@ -24,9 +28,13 @@ class Reply:
         self.headers = headers
         self.body = body
 
-    def json(self):
+    def json(self) -> dict[str, Any]:
+        """The body's JSON document; ValueError when it is not JSON or not an object (every agent reply is one)."""
         import json
-        return json.loads(self.body)
+        doc = json.loads(self.body)
+        if not isinstance(doc, dict):
+            raise ValueError(f"the agent answered a JSON {type(doc).__name__}, not a document")
+        return doc
 
 
 def get(sock_path: Path | str, target: str, timeout: float = TIMEOUT_S) -> Reply | None:

@@ -21,21 +21,25 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TextIO
 
-from .. import __version__
+from .. import __version__, nodeconfig
 from ..errors import GpuwardenError
-from ..jsondoc import iso
+from ..jsondoc import iso, document
 from ..model import NodeSnapshot
 from ..paths import AGENT_SOCKET
 from ..sampling.changes import ChangeTracker, NodeEvent
 from ..sampling.thread import SamplingThread
 from ..settings import Settings
 from ..config.agent import AgentConfig
+from ..sampling.sampler import Sampler
+from ..statedir import ensure
 from .events import EventLog
 from .history import History
 from .notify import notify
 from .writewatch import WriteWatch
+from . import api
+from .kernelwatch import KernelWatch
 
 AGENT_DIR = "agent"
 STALE_INTERVALS = 3.0  # no snapshot for this many intervals (plus STALE_GRACE_S): the API says stale
@@ -65,8 +69,8 @@ class Latest:
 
 
 class Agent:
-    def __init__(self, settings: Settings, config: AgentConfig, *, sampler=None, log_stream=None,
-                 socket: Path | None = None):
+    def __init__(self, settings: Settings, config: AgentConfig, *, sampler: Sampler | None = None,
+                 log_stream: TextIO | None = None, socket: Path | None = None):
         self.settings = settings
         self.config = config
         self.dir = agent_dir(settings.state_dir)
@@ -76,7 +80,7 @@ class Agent:
         self._journal_prefix = bool(os.environ.get("JOURNAL_STREAM"))
         self.observers: list[Observer] = []
         self.annotators: list[Callable[[NodeSnapshot], NodeSnapshot]] = []
-        self.metrics = None  # the MetricsExporter (gpuwarden.ops.metrics) when one is attached: the API's /metrics
+        self.metrics: api.MetricsText | None = None  # the MetricsExporter (gpuwarden.ops.metrics) when one is attached: the API's /metrics
         self.started_at = time.time()
         self.stopping = False
         self.writes = WriteWatch(self.log)  # which of the state dir's files cannot be written right now
@@ -93,37 +97,35 @@ class Agent:
         self.history: History
         self.events: EventLog
         self._thread: SamplingThread | None = None
-        self._server = None
+        self._server: api.ApiServer | None = None
         self._server_thread: threading.Thread | None = None
-        self._kernel = None
+        self._kernel: KernelWatch | None = None
         self._lock_fd: int | None = None
 
     # --- life cycle -----------------------------------------------------------------------------
     def start(self) -> None:
         """Take the agent lock, open history and events, start sampling, the kernel watch and the API."""
-        from ..sampling.sampler import Sampler
-        from ..statedir import ensure
-        from . import api
         ensure(self.settings.state_dir, AGENT_DIR)
         self._lock()
         self.history = History(self.dir, self.config.interval, watch=self.writes)
         self.events = EventLog(self.dir, self.config.events_max, watch=self.writes)
-        if self._sampler is None:
-            self._sampler = Sampler(self.settings, deep_every_s=self.config.deep_scan_interval)
-        self._sampler.deep_every_s = self.config.deep_scan_interval
-        self._sampler.full_scan_every_s = self.config.full_scan_interval
+        sampler = self._sampler
+        if sampler is None:
+            sampler = self._sampler = Sampler(self.settings, deep_every_s=self.config.deep_scan_interval)
+        sampler.deep_every_s = self.config.deep_scan_interval
+        sampler.full_scan_every_s = self.config.full_scan_interval
         self._apply_group()
-        self._server = api.bind(self.socket, self, self.config.socket_group)
-        self._server_thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
+        server = self._server = api.bind(self.socket, self, self.config.socket_group)
+        self._server_thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5},
                                                name="gpuwarden-api", daemon=True)
         self._server_thread.start()
         # The thread closes the sampler (NVML, held files, pidfds) after its last call, never during one.
         self._thread = SamplingThread(self._sample, self.config.interval, self._deliver, self._failed,
-                                      close=self._sampler.close, name="gpuwarden-agent-sampler")
+                                      close=sampler.close, name="gpuwarden-agent-sampler")
         self._thread.start()
         self._start_kernel_watch()
         self.emit(NodeEvent(time.time(), "info", f"agent started (pid {os.getpid()}): every {self.config.interval:g}s "
-                            f"via {self._sampler.backend.name}, API on {self.socket}", "agent"))
+                            f"via {sampler.backend.name}, API on {self.socket}", "agent"))
 
     def _lock(self) -> None:
         path = self.dir / "lock"
@@ -155,10 +157,9 @@ class Agent:
         os.chmod(state, (os.stat(state).st_mode & 0o7777) | 0o010)
 
     def _start_kernel_watch(self) -> None:
-        from .kernelwatch import KernelWatch
-        self._kernel = KernelWatch(self.config.kmsg, self.emit, gpu_pids=self._gpu_pids,
-                                   state_file=self.dir / "kmsg.seq")
-        self.log("info", f"kernel log: {self._kernel.start()}")
+        kernel = self._kernel = KernelWatch(self.config.kmsg, self.emit, gpu_pids=self._gpu_pids,
+                                            state_file=self.dir / "kmsg.seq", watch=self.writes)
+        self.log("info", f"kernel log: {kernel.start()}")
 
     def _gpu_pids(self) -> set[int]:
         latest = self._latest
@@ -197,6 +198,8 @@ class Agent:
                 self.socket.unlink()
             except FileNotFoundError:
                 pass
+            except OSError as exc:  # a read-only state dir: the next agent replaces a socket nobody listens on
+                self.log("warning", f"could not remove {self.socket} ({exc.strerror}): the next agent replaces it")
         for obs in self.observers:
             close = getattr(obs, "close", None)
             if close is not None:
@@ -213,7 +216,6 @@ class Agent:
 
     def reload(self) -> None:
         """SIGHUP: read the node config again; a config that does not load leaves the running one in place."""
-        from .. import nodeconfig
         try:
             cfg = nodeconfig.load(self.settings).agent if self.settings.config_path.exists() else AgentConfig()
         except GpuwardenError as exc:
@@ -237,6 +239,8 @@ class Agent:
 
     # --- sampling (called from the sampling thread) ---------------------------------------------
     def _sample(self) -> NodeSnapshot:
+        if self._sampler is None:  # start() makes the sampler before the sampling thread that calls this
+            raise RuntimeError("the agent samples only once started")
         snap = self._sampler.snapshot()
         for annotate in self.annotators:
             try:
@@ -332,7 +336,6 @@ class Agent:
         return self._sampler.backend.name if self._sampler is not None else ""
 
     def health(self) -> dict[str, Any]:
-        from ..jsondoc import document
         stale, age = self.staleness()
         latest = self._latest
         busy = self._thread.busy_for() if self._thread else None

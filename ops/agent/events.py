@@ -103,7 +103,7 @@ class EventLog:
 
 def read_files(directory: Path) -> list[dict[str, Any]]:
     """The persisted events of a stopped agent, oldest first."""
-    out = []
+    out: list[dict[str, Any]] = []
     for path in (directory / OLD, directory / FILE):
         out.extend(r for r in jsonlines.read(path) if isinstance(r.get("seq"), int))
     return out

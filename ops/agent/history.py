@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..jsondoc import document, iso
-from ..model import NodeSnapshot
+from ..model import GpuInfo, NodeSnapshot
+from ..statedir import atomic_write
 from . import jsonlines
 from .writewatch import WriteWatch, ignore
 
@@ -29,16 +30,19 @@ NO_FRAG = -1  # no fragmentation reading (no debugfs, NVIDIA, not root)
 
 
 class Ring:
-    """A fixed-size ring of rows of numbers, one array per column; append() overwrites the oldest."""
+    """A fixed-size ring of rows: a time column "t" (float) and integer columns, one array each; append()
+    overwrites the oldest."""
 
     def __init__(self, capacity: int, columns: dict[str, str]):
         self.capacity = capacity
+        self.t = array("d", [0.0]) * capacity
         self.cols = {name: array(code, [0]) * capacity for name, code in columns.items()}
         self.start = 0
         self.count = 0
 
-    def append(self, **values: float) -> None:
+    def append(self, t: float, **values: int) -> None:
         i = (self.start + self.count) % self.capacity
+        self.t[i] = t
         for name, col in self.cols.items():
             col[i] = values[name]
         if self.count < self.capacity:
@@ -48,7 +52,7 @@ class Ring:
 
     def rows_since(self, t: float) -> list[int]:
         """Ring positions of the rows whose "t" is >= t, oldest first."""
-        ts = self.cols["t"]
+        ts = self.t
         out = []
         for k in range(self.count):
             i = (self.start + k) % self.capacity
@@ -57,7 +61,7 @@ class Ring:
         return out
 
     def nbytes(self) -> int:
-        return sum(c.itemsize * len(c) for c in self.cols.values())
+        return self.t.itemsize * len(self.t) + sum(c.itemsize * len(c) for c in self.cols.values())
 
 
 # Sensor columns of the fine series (integers, UNKNOWN where the source had no reading): name -> (GpuInfo reading,
@@ -66,18 +70,22 @@ SENSOR_COLUMNS = {"busy_percent": 1, "power_mw": 1000, "temperature_mc": 1000, "
 
 
 def _fine_ring(capacity: int) -> Ring:
-    return Ring(capacity, {"t": "d", "used": "q", "residual": "q", "holders": "i", "fragmentation_permille": "i",
+    return Ring(capacity, {"used": "q", "residual": "q", "holders": "i", "fragmentation_permille": "i",
                            **dict.fromkeys(SENSOR_COLUMNS, "q")})
 
 
-def _sensor_values(g) -> dict[str, int]:
+def _sensor_values(g: GpuInfo) -> dict[str, int]:
     sclk = g.sensors.sclk_mhz if g.sensors is not None else None
     raw = {"busy_percent": g.busy_percent, "power_mw": g.power_w, "temperature_mc": g.temperature_c, "sclk_mhz": sclk}
-    return {name: UNKNOWN if raw[name] is None else round(raw[name] * scale) for name, scale in SENSOR_COLUMNS.items()}
+    out: dict[str, int] = {}
+    for name, scale in SENSOR_COLUMNS.items():
+        value = raw[name]
+        out[name] = UNKNOWN if value is None else round(value * scale)
+    return out
 
 
 def _minute_ring() -> Ring:
-    return Ring(MINUTES, {"t": "d", "used_avg": "q", "used_max": "q", "residual_max": "q", "holders_max": "i",
+    return Ring(MINUTES, {"used_avg": "q", "used_max": "q", "residual_max": "q", "holders_max": "i",
                           "fragmentation_permille_max": "i"})
 
 
@@ -103,8 +111,9 @@ class _Minute:
         self.holders_max = max(self.holders_max, holders)
         self.frag_max = max(self.frag_max, frag)
 
-    def row(self) -> dict[str, float]:
-        return {"t": self.start, "used_avg": self.used_sum // max(1, self.n), "used_max": self.used_max,
+    def row(self) -> dict[str, int]:
+        """The minute's integer columns (its time is `start`)."""
+        return {"used_avg": self.used_sum // max(1, self.n), "used_max": self.used_max,
                 "residual_max": self.residual_max, "holders_max": self.holders_max,
                 "fragmentation_permille_max": self.frag_max}
 
@@ -146,7 +155,8 @@ class History:
         res_by_gpu = {r.gpu_index: r for r in snap.residual}
         frag_by_gpu = {v["gpu"]: round(1000 * v["fragmentation"]) for v in (snap.driver or {}).get("vram_free") or ()
                        if isinstance(v, dict) and isinstance(v.get("fragmentation"), (int, float))}
-        closed: dict[int, dict[str, float]] = {}
+        closed: dict[int, dict[str, int]] = {}
+        closed_t = 0.0  # the minute the first closed row began (the trend line's time)
         with self._lock:
             for g in snap.gpus:
                 r = res_by_gpu.get(g.index)
@@ -161,14 +171,16 @@ class History:
                             **_sensor_values(g))
                 cur = self._open.get(g.index)
                 if cur is not None and cur.start != minute:
+                    if not closed:
+                        closed_t = cur.start
                     closed[g.index] = cur.row()
-                    self._minute_ring(g.index).append(**closed[g.index])
+                    self._minute_ring(g.index).append(t=cur.start, **closed[g.index])
                     cur = None
                 if cur is None:
                     cur = self._open[g.index] = _Minute(minute)
                 cur.add(used, residual, holders, frag)
         if closed:
-            self._persist(closed)
+            self._persist(closed_t, closed)
         return stepped
 
     def _stamp(self, wall: float) -> float:
@@ -187,10 +199,9 @@ class History:
         return ring
 
     # --- persistence ----------------------------------------------------------------------------
-    def _persist(self, rows: dict[int, dict[str, float]]) -> None:
+    def _persist(self, t: float, rows: dict[int, dict[str, int]]) -> None:
         if self._trend is None:
             return
-        t = next(iter(rows.values()))["t"]
         line = {"t": t, "gpus": {str(g): [r["used_avg"], r["used_max"], r["residual_max"], r["holders_max"],
                                           r["fragmentation_permille_max"]] for g, r in rows.items()}}
         try:
@@ -225,13 +236,12 @@ class History:
     def _compact(self) -> None:
         """Rewrite the trend file with the last seven days only (atomically: a kill leaves old or new)."""
         assert self.dir is not None and self._trend is not None
-        from ..statedir import atomic_write
         by_t: dict[float, dict[str, list[int]]] = {}
         with self._lock:
             for g, ring in self._minutes.items():
                 c = ring.cols
                 for i in ring.rows_since(float("-inf")):
-                    by_t.setdefault(c["t"][i], {})[str(g)] = [c["used_avg"][i], c["used_max"][i],
+                    by_t.setdefault(ring.t[i], {})[str(g)] = [c["used_avg"][i], c["used_max"][i],
                                                              c["residual_max"][i], c["holders_max"][i],
                                                              c["fragmentation_permille_max"][i]]
         text = "".join(json.dumps({"t": t, "gpus": gpus}, separators=(",", ":")) + "\n"
@@ -274,7 +284,7 @@ class History:
                 out["fine"] = _columns(fine, since)
             if minutes is not None and (resolution == "minute" or (resolution == "auto" and not want_fine)):
                 cur = self._open.get(gpu)
-                out["minute"] = _columns(minutes, since, extra=cur.row() if cur is not None and cur.n else None)
+                out["minute"] = _columns(minutes, since, extra=(cur.start, cur.row()) if cur is not None and cur.n else None)
         return out
 
     def document(self, gpu: int | None = None, since: float | None = None, resolution: str = "auto",
@@ -292,16 +302,16 @@ class History:
         return document("history", body)
 
 
-def _columns(ring: Ring, since: float, extra: dict[str, float] | None = None) -> dict[str, Any]:
+def _columns(ring: Ring, since: float, extra: tuple[float, dict[str, int]] | None = None) -> dict[str, Any]:
+    """The rows since `since` (and `extra`, the (t, columns) of a row not in the ring yet) as a series."""
     rows = ring.rows_since(since)
     c = ring.cols
-    names = [n for n in c if n != "t"]
-    ts = [c["t"][i] for i in rows]
-    data: dict[str, list[Any]] = {n: [c[n][i] for i in rows] for n in names}
-    if extra is not None and extra["t"] >= since:
-        ts.append(extra["t"])
-        for n in names:
-            data[n].append(extra[n])
+    ts = [ring.t[i] for i in rows]
+    data: dict[str, list[int | None]] = {n: [c[n][i] for i in rows] for n in c}
+    if extra is not None and extra[0] >= since:
+        ts.append(extra[0])
+        for n in c:
+            data[n].append(extra[1][n])
     for n in ("residual", "residual_max", *SENSOR_COLUMNS):
         if n in data:
             data[n] = [None if v == UNKNOWN else v for v in data[n]]

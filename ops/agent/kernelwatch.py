@@ -15,10 +15,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from ..sampling.changes import NodeEvent
 from ..waitfd import readable
+from .writewatch import WriteWatch, ignore
+from ..triage.findings import Finding
+from ..triage.live import LiveTriage
 
 KMSG = "/dev/kmsg"
 # A /dev/kmsg record: "PRI,SEQ,USEC,FLAGS[,more];message" (Documentation/ABI/testing/dev-kmsg).
@@ -50,17 +53,17 @@ class TriageAdapter:
 
     def __init__(self, repeat_s: float = REPEAT_S):
         self.repeat_s = repeat_s
-        self._live = None
+        self._live: LiveTriage | None = None
         self._seen: dict[tuple[str, str], _Seen] = {}
 
     def feed(self, lines: list[str], gpu_pids: set[int] | None = None, now: float | None = None) -> list[dict[str, Any]]:
-        if self._live is None:
-            from ..triage.live import LiveTriage
-            self._live = LiveTriage("kernel log (agent)")
+        live = self._live
+        if live is None:
+            live = self._live = LiveTriage("kernel log (agent)")
         now = time.time() if now is None else now
-        changed: dict[tuple[str, str], Any] = {}
+        changed: dict[tuple[str, str], Finding] = {}
         for line in lines:
-            found = self._live.feed_kmsg(line) if _KMSG_RECORD.match(line) else self._live.feed(line)
+            found = live.feed_kmsg(line) if _KMSG_RECORD.match(line) else live.feed(line)
             for f in found:
                 changed[(f.rule, f.signature)] = f
         out = []
@@ -91,14 +94,23 @@ def finding_event(finding: dict[str, Any], ts: float) -> NodeEvent:
                      "kernel", None, finding)
 
 
+class _Lines(Protocol):
+    """A kernel log source: read() gives the new lines ([] when none came within `timeout`, None at its end)."""
+
+    def read(self, timeout: float) -> list[str] | None: ...
+    def close(self) -> None: ...
+
+
 class KernelWatch:
     """A thread that reads kernel log lines from `source` and calls emit(NodeEvent) for each new finding.
 
     source: "auto", "off", or a path (a FIFO, or a regular file followed like `tail -f`)."""
 
-    def __init__(self, source: str, emit: Callable[[NodeEvent], None], *, gpu_pids: Callable[[], set[int]] = set,
-                 state_file: Path | None = None, adapter: TriageAdapter | None = None):
+    def __init__(self, source: str, emit: Callable[[NodeEvent], object], *, gpu_pids: Callable[[], set[int]] = set,
+                 state_file: Path | None = None, adapter: TriageAdapter | None = None,
+                 watch: WriteWatch | None = None):
         self.source = source
+        self.watch = watch or ignore()  # the state file's writes: a read-only state dir is said once, not fatal
         self.emit = emit
         self.gpu_pids = gpu_pids
         self.state_file = state_file  # remembers the last /dev/kmsg sequence number across restarts
@@ -107,7 +119,7 @@ class KernelWatch:
         self.lines_read = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> str:
         """Open the source and start following it; returns what it follows (or why not), for the log."""
@@ -128,7 +140,7 @@ class KernelWatch:
             self._thread.join(1.0)  # it looks at the stop flag at least every BATCH_S
 
     # --- sources --------------------------------------------------------------------------------
-    def _open(self):
+    def _open(self) -> _Lines | None:
         if self.source != "auto":
             path = Path(self.source)
             try:
@@ -146,23 +158,25 @@ class KernelWatch:
             why = exc.strerror
         else:
             self.describe = KMSG
-            return _KmsgRecords(fd, self.state_file)
+            return _KmsgRecords(fd, self.state_file, self.watch)
         journalctl = shutil.which("journalctl")
         if journalctl is None:
             self.describe = f"kernel log watch off: cannot read {KMSG} ({why}) and no journalctl"
             return None
         try:
-            self._proc = subprocess.Popen([journalctl, "-k", "-f", "-n", "0", "-o", "short-iso", "--no-pager"],
-                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+            proc = self._proc = subprocess.Popen(
+                [journalctl, "-k", "-f", "-n", "0", "-o", "short-iso", "--no-pager"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         except OSError as exc:
             self.describe = f"kernel log watch off: {KMSG}: {why}; journalctl: {exc.strerror}"
             return None
         self.describe = f"journalctl -k -f ({KMSG}: {why})"
-        os.set_blocking(self._proc.stdout.fileno(), False)  # type: ignore[union-attr]
-        return _FileLines(self._proc.stdout.fileno(), None)  # type: ignore[union-attr]
+        assert proc.stdout is not None  # stdout=PIPE
+        os.set_blocking(proc.stdout.fileno(), False)
+        return _FileLines(proc.stdout.fileno(), None)
 
     # --- the loop -------------------------------------------------------------------------------
-    def _run(self, reader) -> None:
+    def _run(self, reader: _Lines) -> None:
         batch: list[str] = []
         first = 0.0
         try:
@@ -196,9 +210,10 @@ class KernelWatch:
 class _KmsgRecords:
     """Records from /dev/kmsg, converted to dmesg lines; resumes after the last sequence number seen."""
 
-    def __init__(self, fd: int, state_file: Path | None):
+    def __init__(self, fd: int, state_file: Path | None, watch: WriteWatch | None = None):
         self.fd = fd
         self.state_file = state_file
+        self.watch = watch or ignore()
         self.last_seq = self._saved_seq()
         if self.last_seq is None:
             os.lseek(fd, 0, os.SEEK_END)  # first run: the boot's old messages are not news
@@ -212,7 +227,7 @@ class _KmsgRecords:
     def read(self, timeout: float) -> list[str] | None:
         if not readable(self.fd, timeout):
             return []
-        out = []
+        out: list[str] = []
         while len(out) < BATCH_LINES:
             try:
                 raw = os.read(self.fd, 8192)
@@ -233,11 +248,15 @@ class _KmsgRecords:
             if useful(line):
                 out.append(line)
         if out and self.state_file is not None and self.last_seq is not None:
+            from ..errors import GpuwardenError
+            from ..statedir import atomic_write
             try:
-                from ..statedir import atomic_write
                 atomic_write(self.state_file, str(self.last_seq), 0o600, root=self.state_file.parent)
-            except OSError:
-                pass
+            except (OSError, GpuwardenError) as exc:  # statedir's open errors are GpuwardenErrors
+                # The watch goes on (a restart may show a few lines twice); it used to die here, with a traceback.
+                self.watch.failed("kernel log position", self.state_file, exc)
+            else:
+                self.watch.ok("kernel log position")
         return out
 
     def close(self) -> None:
@@ -267,7 +286,7 @@ class _FileLines:
         else:
             if not readable(self.fd, timeout):
                 return []
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             try:
                 data = os.read(self.fd, 65536)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 
 
-def notify(message: str, env: dict[str, str] | None = None) -> bool:
+def notify(message: str, env: Mapping[str, str] | None = None) -> bool:
     """Send `message` (e.g. "READY=1\\nSTATUS=sampling 4 GPUs"); True when a datagram went out."""
     path = (env if env is not None else os.environ).get("NOTIFY_SOCKET")
     if not path:
@@ -23,10 +24,10 @@ def notify(message: str, env: dict[str, str] | None = None) -> bool:
         return False  # systemd gone or the socket unreachable: the agent runs on regardless
 
 
-def watchdog_interval_s(env: dict[str, str] | None = None) -> float | None:
+def watchdog_interval_s(env: Mapping[str, str] | None = None) -> float | None:
     """Half of WATCHDOG_USEC when systemd asks for keep-alives for this process, else None."""
-    env = env if env is not None else os.environ
-    usec, pid = env.get("WATCHDOG_USEC"), env.get("WATCHDOG_PID")
+    source = env if env is not None else os.environ
+    usec, pid = source.get("WATCHDOG_USEC"), source.get("WATCHDOG_PID")
     if not usec or (pid and pid != str(os.getpid())):
         return None
     try:

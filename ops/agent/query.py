@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from typing import overload
 from urllib.parse import parse_qsl
 
 from ..errors import GpuwardenError
@@ -39,6 +40,10 @@ def parse(query: str, allowed: dict[str, str]) -> dict[str, str]:
     return out
 
 
+@overload
+def integer(params: dict[str, str], name: str, lo: int, hi: int, default: int) -> int: ...
+@overload
+def integer(params: dict[str, str], name: str, lo: int, hi: int, default: None = None) -> int | None: ...
 def integer(params: dict[str, str], name: str, lo: int, hi: int, default: int | None = None) -> int | None:
     raw = params.get(name)
     if raw is None:

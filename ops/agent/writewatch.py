@@ -18,8 +18,8 @@ class WriteWatch:
         self._failing: dict[str, str] = {}  # sink -> what went wrong, while it does
         self._lock = threading.Lock()
 
-    def failed(self, sink: str, path: object, exc: OSError) -> None:
-        why = exc.strerror or str(exc)
+    def failed(self, sink: str, path: object, exc: Exception) -> None:
+        why = getattr(exc, "strerror", None) or getattr(exc, "message", None) or str(exc)
         with self._lock:
             first = sink not in self._failing
             self._failing[sink] = f"{path}: {why}"

@@ -23,6 +23,12 @@ from pathlib import Path
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops import knowledge
+from gpuwarden.ops import nodeconfig
+from gpuwarden.ops.debugfs import parse
+from gpuwarden.ops.debugfs.reader import DebugfsReader
+from gpuwarden.ops.sim.node import active_sim_root
+from .format import load_header
 
 RESERVE = 3 << 29  # AMDGPU_RESERVE_MEM_LIMIT
 
@@ -75,9 +81,10 @@ class Budget:
     limit_source: str = "computed"
     limit_note: str | None = None  # why the computed limit was used (debugfs unreadable), or where it was read
     crossing: str | None = None  # the registration that crosses the limit, in one sentence
-    known: list[dict] = field(default_factory=list)  # catalog entries: the alternatives (gpuwarden known arena)
+    # Catalog entries (id, title, url): the alternatives (gpuwarden known arena).
+    known: list[dict[str, str]] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {**self.__dict__, "visible_gpus": list(self.visible_gpus), "advice": list(self.advice)}
 
     def lines(self) -> list[str]:
@@ -110,18 +117,15 @@ def _seen(visible: tuple[int, ...]) -> str:
     return str(visible[0]) if len(set(visible)) == 1 else "/".join(map(str, visible))
 
 
-def live_limit(settings: Settings) -> tuple[dict | None, str]:
-    """KFD's own numbers from debugfs kfd/mem_limit ({system_used, system_limit, source}), or (None, why not)."""
-    from gpuwarden.ops.debugfs import parse
-    from gpuwarden.ops.debugfs.reader import DebugfsReader
-    from gpuwarden.ops.sim.node import active_sim_root
+def live_limit(settings: Settings) -> tuple[parse.MemLimit | None, str]:
+    """KFD's own numbers from debugfs kfd/mem_limit and the file they came from, or (None, why not)."""
     # The sim node's tree when one stands in for this node's GPUs, else <sysfs root>/kernel/debug.
     sim = active_sim_root(settings) if settings.backend in (None, "sim") else None
     r = DebugfsReader(Path(sim or settings.sysfs_root) / "kernel" / "debug").read("kfd_mem_limit")
     limit = parse.mem_limit(r.data) if r.ok and r.data is not None else None
     if limit is None:
         return None, (r.why() if not r.ok else f"{r.path} is not in kfd_debugfs_kfd_mem_limits' format")
-    return {**limit.to_dict(), "source": r.path}, r.path
+    return limit, r.path
 
 
 def _gib(n: int) -> str:
@@ -154,9 +158,9 @@ def compute(settings: Settings, size: int, visible_per_engine: list[int], names:
     limit = kfd_system_limit(total)
     nolimit = no_system_mem_limit(settings.sysfs_root)
     live, note = live_limit(settings)
-    used = live["system_used"] if live else None
+    used = live.system_used if live else None
     if live:
-        limit = live["system_limit"]
+        limit = live.system_limit
     charged = size * sum(visible_per_engine)
     own = size * engines
     visible_gpus = max(visible_per_engine)
@@ -178,8 +182,7 @@ def compute(settings: Settings, size: int, visible_per_engine: list[int], names:
     if size > total:
         fits = False
         advice.append(f"the arena alone ({fmt_bytes(size)}) is larger than RAM ({fmt_bytes(total)})")
-    from gpuwarden.ops.knowledge import load
-    known = [{"id": e.id, "title": e.title, "url": e.url} for e in load().topic("arena-budget")]
+    known = [{"id": e.id, "title": e.title, "url": e.url} for e in knowledge.load().topic("arena-budget")]
     return Budget(size=size, engines=engines, visible_gpus=tuple(visible_per_engine), mem_total=total, limit=limit,
                   no_limit=nolimit, charged=charged, charged_own_gpu=own, fits=fits, advice=advice, kfd_used=used,
                   limit_source="debugfs" if live else "computed", limit_note=note if live else note,
@@ -216,7 +219,6 @@ def visible_count(env: dict[str, str]) -> int | None:
 
 def engine_names(settings: Settings) -> list[str]:
     """The engines' names in the node config, in launch order (for the crossing warning)."""
-    from gpuwarden.ops import nodeconfig
     return [e.name for e in nodeconfig.load(settings).engines]
 
 
@@ -226,9 +228,6 @@ def from_config(settings: Settings, size: int | None = None) -> tuple[int, list[
     An engine with a `gpu` sees only that GPU (its shim narrows the visibility variables to it); others see
     what their env allows, or every GPU KFD knows.
     """
-    from gpuwarden.ops import nodeconfig
-    from .format import load_header
-
     cfg = nodeconfig.load(settings)
     if size is None:
         if cfg.arena is None:

@@ -1,21 +1,25 @@
 """Create an arena file: fill the payload (a test pattern or a copy of a file) on every core, then the header.
 
 Writes under a temporary name next to the target and renames at the end, so a failure (ENOSPC on a
-full tmpfs, Ctrl-C) leaves nothing half-written behind.
+full tmpfs, Ctrl-C) leaves nothing half-written behind. Interrupts are held while the temporary file comes
+into being (so one cannot land before the code that removes it) and from just before the rename on: once
+the arena is in place, the command finishes and says so; the signal that came meanwhile is reported.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import xxhash
 
-from gpuwarden.ops import inputs
+from gpuwarden.ops import inputs, interrupts
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.units import fmt_bytes
 
@@ -29,8 +33,9 @@ class Created:
     header: fmt.Header
     seconds: float
     workers: int
+    interrupted: int | None = None  # a signal that came after the arena was complete (it was held, not acted on)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"path": self.path, **self.header.summary(), "seconds": round(self.seconds, 3),
                 "gbps": round(fmt_rate(self.header.payload_size, self.seconds), 3), "workers": self.workers}
 
@@ -58,8 +63,12 @@ def _os_error(exc: OSError, path: Path, need: int) -> fmt.ArenaError:
 
 def create(path: str | Path, *, size: int | None = None, source: str | Path | None = None,
            chunk_size: int = fmt.DEFAULT_CHUNK, force: bool = False, workers: int | None = None,
-           progress: Progress | None = None) -> Created:
-    """Create the arena at `path` with `size` bytes of test pattern, or the bytes of `source`."""
+           progress: Progress | None = None, held: interrupts.Held | None = None) -> Created:
+    """Create the arena at `path` with `size` bytes of test pattern, or the bytes of `source`.
+
+    `held`: the caller's, still holding interrupts when this returns (it reports the arena, then releases);
+    without one they are released here and a signal that came after the rename is in Created.interrupted."""
+    hold = held if held is not None else interrupts.Held()
     path = Path(path)
     if (size is None) == (source is None):
         raise GpuwardenError("give exactly one of --size and --from", "e.g. --size 32GiB")
@@ -81,16 +90,20 @@ def create(path: str | Path, *, size: int | None = None, source: str | Path | No
         hsize = fmt.header_size_for(count)
         _sweep_partials(path)
         tmp = path.parent / f".{path.name}.partial-{os.getpid()}"
+        hold.hold()  # until the try below, which removes the file: an interrupt in between would leave it
         try:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:
+            hold.release()
             if path.parent.is_dir():  # e.g. /proc: the directory is there, files cannot be made in it
                 raise GpuwardenError(f"cannot create files in {path.parent}",
                                      "pick a directory on a regular file system or tmpfs, e.g. /dev/shm") from None
             raise GpuwardenError(f"directory {path.parent} does not exist", "create it first, or pick another path") from None
         except OSError as exc:
+            hold.release()
             raise _os_error(exc, path, hsize + size) from None
         try:
+            hold.raise_pending()  # a Ctrl-C while the file was made: acted on now, where the file is removed
             clock = Stopwatch()
             try:
                 # Reserve every block first: a full tmpfs fails here at once, not after minutes of writing.
@@ -108,16 +121,24 @@ def create(path: str | Path, *, size: int | None = None, source: str | Path | No
             header = fmt.build(size, chunk_size, hashes)
             _pwrite_all(fd, header, 0)
             os.fsync(fd)
+            hold.hold()  # from here the arena completes: an interrupt now is reported, not acted on
             os.replace(tmp, path)
         except OSError as exc:
+            hold.release()
             _discard(tmp)
             raise _os_error(exc, path, hsize + size) from None
         except BaseException:
+            hold.release()
             _discard(tmp)
             raise
         finally:
             os.close(fd)
-        return Created(str(path), fmt.load_header(path), clock.seconds, pool.workers)
+        try:
+            made = Created(str(path), fmt.load_header(path), clock.seconds, pool.workers)
+        finally:
+            if held is None:
+                hold.release()
+        return dataclasses.replace(made, interrupted=hold.pending) if held is None else made
     finally:
         if src_fd is not None:
             os.close(src_fd)
@@ -154,7 +175,8 @@ def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
         offset += n
 
 
-def _pattern_job(fd: int, hsize: int, size: int, chunk: int, hashes: list[int], workers: int):
+def _pattern_job(fd: int, hsize: int, size: int, chunk: int, hashes: list[int],
+                 workers: int) -> Callable[[int, int], int]:
     # One random block per arena, repeated; each chunk's first 16 bytes carry its index and the nonce,
     # so every chunk hashes differently and a chunk copied to the wrong place is caught.
     seed = os.urandom(1 << 20)
@@ -174,7 +196,8 @@ def _pattern_job(fd: int, hsize: int, size: int, chunk: int, hashes: list[int], 
     return job
 
 
-def _copy_job(src: int, fd: int, hsize: int, size: int, chunk: int, hashes: list[int], workers: int):
+def _copy_job(src: int, fd: int, hsize: int, size: int, chunk: int, hashes: list[int],
+              workers: int) -> Callable[[int, int], int]:
     # Cache-sized blocks, hashed as a stream (see verify._pread_job for why).
     block = 1 << 20
     buffers = [bytearray(block) for _ in range(workers)]

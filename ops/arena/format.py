@@ -57,8 +57,9 @@ _HASH_FIELD = slice(120, 128)
 
 # Header states, also ArenaInfo.header_state; integrity problems exit 1, environment problems 2.
 STATES = ("ok", "missing", "truncated", "bad-magic", "newer-version", "bad-header", "size-mismatch",
-          "hash-mismatch", "no-space", "no-permission", "unreadable")
-_INTEGRITY = {"truncated", "bad-magic", "newer-version", "bad-header", "size-mismatch", "hash-mismatch"}
+          "hash-mismatch", "changed", "no-space", "no-permission", "unreadable")
+# "changed": written, resized or replaced while being verified (a verify that proves nothing).
+_INTEGRITY = {"truncated", "bad-magic", "newer-version", "bad-header", "size-mismatch", "hash-mismatch", "changed"}
 
 
 class ArenaError(GpuwardenError):
@@ -94,7 +95,7 @@ class Header:
         start = index * self.chunk_size
         return start, min(self.chunk_size, self.payload_size - start)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, object]:
         return {
             "version": self.version, "header_size": self.header_size, "payload_size": self.payload_size,
             "file_size": self.file_size, "chunk_size": self.chunk_size, "chunk_count": self.chunk_count,
@@ -163,7 +164,11 @@ def read_header(fd: int, path: str | Path, file_size: int | None = None) -> Head
     """Parse and check the header of an open arena file; raise ArenaError naming what is wrong."""
     if file_size is None:
         file_size = os.fstat(fd).st_size
-    fixed = _pread_exact(fd, FIXED, 0)
+    try:
+        fixed = _pread_exact(fd, FIXED, 0)
+    except OSError as exc:  # e.g. /proc/self/mem: a "regular" file whose reads fail (EIO)
+        raise ArenaError("unreadable", f"reading arena {path} failed: {os.strerror(exc.errno or errno.EIO)}",
+                         "an arena is a file on tmpfs or a regular file system; check the path") from None
     if len(fixed) < 8 or fixed[:8] != MAGIC:
         if len(fixed) < 8 and MAGIC.startswith(fixed):
             raise ArenaError("truncated", f"{path} is truncated: {file_size} bytes, shorter than an arena header",
@@ -205,6 +210,11 @@ def read_header(fd: int, path: str | Path, file_size: int | None = None) -> Head
                          "something appended to it; " + recreate_hint(path, header.payload_size),
                          expected=header.file_size, actual=file_size)
     return header
+
+
+def read_raw_header(fd: int, header: Header) -> bytes:
+    """The header's bytes as they are on disk now (fixed part and chunk table), to compare with a later read."""
+    return _pread_exact(fd, FIXED + 8 * header.chunk_count, 0)
 
 
 def open_arena(path: str | Path, write: bool = False) -> int:

@@ -149,6 +149,7 @@ def _sim_registrations(state_dir: Path | None, path: str) -> dict[int, int]:
     """pid -> gpu of live sim-runtime registrations of this arena (the sim node's own record)."""
     if state_dir is None:
         return {}
+    # deferred: only the sim node keeps these; status on a real node with engines does without ops.sim
     from gpuwarden.ops.sim import registrations
     return {r["pid"]: r["gpu"] for r in registrations.list_all(state_dir)
             if not r["stale"] and r.get("arena") and os.path.realpath(r["arena"]) == os.path.realpath(path)}

@@ -2,15 +2,20 @@
 
 Two readers: "pread" (copies each chunk into a per-thread buffer; a file truncated under us gives a short
 read, not SIGBUS) and "mmap" (hashes the page cache in place); tests/bench/bench_verify.py compares them.
+A file written while it is verified is no "ok": the file's identity, size, mtime and ctime are compared
+before and after the pass, and the chunks hashed first (the longest exposed) are hashed again after it,
+which also catches a write through a mapping on tmpfs (it changes no timestamp).
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import xxhash
 
@@ -21,6 +26,7 @@ from .parallel import ChunkPool, Progress, Stopwatch, fmt_rate
 
 METHODS = ("pread", "mmap")
 READ_BLOCK = 1 << 20
+RECHECK_BYTES = 64 << 20  # at least this much of the payload's start, and one chunk per worker, is hashed twice
 
 
 @dataclass(frozen=True)
@@ -31,7 +37,7 @@ class Verified:
     workers: int
     method: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"path": self.path, "ok": True, **self.header.summary(), "seconds": round(self.seconds, 3),
                 "gbps": round(fmt_rate(self.header.payload_size, self.seconds), 3),
                 "workers": self.workers, "method": self.method}
@@ -44,7 +50,9 @@ def verify(path: str | Path, *, expect_size: int | None = None, workers: int | N
         raise fmt.ArenaError("unreadable", f"unknown verify method {method!r}", f"choose one of {', '.join(METHODS)}")
     fd = fmt.open_arena(path)
     try:
-        header = fmt.read_header(fd, path)
+        before = os.fstat(fd)
+        header = fmt.read_header(fd, path, before.st_size)
+        raw_header = fmt.read_raw_header(fd, header)
         if expect_size is not None and expect_size != header.payload_size:
             raise fmt.ArenaError("size-mismatch",
                                  f"{path} holds {header.payload_size} payload bytes ({fmt_bytes(header.payload_size)}), "
@@ -54,11 +62,17 @@ def verify(path: str | Path, *, expect_size: int | None = None, workers: int | N
         clock = Stopwatch()
         pool = ChunkPool(header.chunk_count, workers)
         bad: list[int] = []
-        if method == "pread":
-            job = _pread_job(fd, header, pool, bad)
-            pool.run(job, header.payload_size, progress)
-        else:
-            bad = _mapped_in_child(fd, path, header, pool, progress)
+        try:
+            if method == "pread":
+                job = _pread_job(fd, header, pool, bad)
+                pool.run(job, header.payload_size, progress)
+            else:
+                bad = _mapped_in_child(fd, path, header, pool, progress)
+            if not bad:
+                _unchanged(fd, path, header, raw_header, before, pool.workers)
+        except OSError as exc:
+            raise fmt.ArenaError("unreadable", f"reading arena {path} failed: {os.strerror(exc.errno or errno.EIO)}",
+                                 "check the device under it (dmesg), or give the arena file itself") from None
         if bad:
             first = min(bad)
             start, length = header.chunk_range(first)
@@ -71,6 +85,43 @@ def verify(path: str | Path, *, expect_size: int | None = None, workers: int | N
         return Verified(str(path), header, clock.seconds, pool.workers, method)
     finally:
         os.close(fd)
+
+
+def _unchanged(fd: int, path: str | Path, header: fmt.Header, raw_header: bytes, before: os.stat_result,
+               workers: int) -> None:
+    """Raise ArenaError "changed" when the file was written, replaced or resized while it was being verified."""
+    recheck = ChunkPool(min(header.chunk_count, max(workers, -(-RECHECK_BYTES // header.chunk_size))), workers)
+    again: list[int] = []
+    recheck.run(_pread_job(fd, header, recheck, again), header.payload_size)
+    after = os.fstat(fd)
+    what = []
+    if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (before.st_size, before.st_mtime_ns, before.st_ctime_ns):
+        what.append(_stat_change(before, after))
+    if fmt.read_raw_header(fd, header) != raw_header:
+        what.append("its header was rewritten")
+    if again:
+        start, _ = header.chunk_range(min(again))
+        what.append(f"chunk {min(again)} (payload bytes from {start}) no longer matches the hash it had "
+                    "when it was read")
+    try:
+        now = os.stat(path)
+        if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+            what.append("the path now names another file (replaced by a rename)")
+    except OSError:
+        what.append("the path no longer exists")
+    if what:
+        raise fmt.ArenaError("changed", f"{path} changed while it was being verified: {'; '.join(what)}; "
+                             "this pass proves nothing", "verify it again when nothing writes it (is an engine "
+                             "or a copy still writing it? `gpuwarden arena inspect` lists its mappers)",
+                             changes=what)
+
+
+def _stat_change(before: os.stat_result, after: os.stat_result) -> str:
+    if after.st_size != before.st_size:
+        return f"its size went from {before.st_size} to {after.st_size} bytes"
+    if after.st_mtime_ns != before.st_mtime_ns:
+        return f"it was written (mtime moved {(after.st_mtime_ns - before.st_mtime_ns) / 1e9:+.3f} s)"
+    return "its inode changed (ctime moved: written, or its mode or owner changed)"
 
 
 def _mapped_in_child(fd: int, path: str | Path, header: fmt.Header, pool: ChunkPool,
@@ -136,7 +187,7 @@ def _record_bad(pool: ChunkPool, bad: list[int], i: int) -> None:
     pool.stop_after(i)
 
 
-def _pread_job(fd: int, header: fmt.Header, pool: ChunkPool, bad: list[int]):
+def _pread_job(fd: int, header: fmt.Header, pool: ChunkPool, bad: list[int]) -> Callable[[int, int], int]:
     # Read each chunk in cache-sized blocks and hash as a stream: a block copied by pread is still in
     # L2 when xxh3 reads it, where one whole-chunk buffer would go out to DRAM and back (2x slower).
     buffers = [bytearray(READ_BLOCK) for _ in range(pool.workers)]
@@ -160,7 +211,7 @@ def _pread_job(fd: int, header: fmt.Header, pool: ChunkPool, bad: list[int]):
     return job
 
 
-def _mmap_job(view: memoryview, header: fmt.Header, pool: ChunkPool, bad: list[int]):
+def _mmap_job(view: memoryview, header: fmt.Header, pool: ChunkPool, bad: list[int]) -> Callable[[int, int], int]:
     def job(w: int, i: int) -> int:
         start, length = header.chunk_range(i)
         off = header.header_size + start

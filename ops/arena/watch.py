@@ -10,11 +10,16 @@ import time
 from pathlib import Path
 
 from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.model import ArenaInfo
+from gpuwarden.ops.model import ArenaInfo, ArenaMapper, EngineInfo
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.engines.state import list_engines
 
 from . import format as fmt
 from .mappers import find_mappers, shared_files
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from typing import Sequence
 
 # An engine maps its arena once, at start: what a PID maps shared is read again only this often.
 SHARED_FILES_S = 15.0
@@ -26,6 +31,7 @@ QUICK_S = 2.0
 
 
 def _config_arena(settings: Settings) -> str | None:
+    # deferred: only with a config file: status otherwise goes without nodeconfig (dataclasses, typing, tomllib)
     from gpuwarden.ops import nodeconfig
     if not settings.config_path.exists():
         return None
@@ -36,10 +42,9 @@ def _config_arena(settings: Settings) -> str | None:
     return cfg.arena.path if cfg.arena else None
 
 
-def _engine_pids(settings: Settings, engines=None) -> list[int]:
+def _engine_pids(settings: Settings, engines: Sequence[EngineInfo] | None = None) -> list[int]:
     try:
         if engines is None:
-            from gpuwarden.ops.engines.state import list_engines
             engines = list_engines(settings)
         return [e.pid for e in engines if e.pid and e.phase not in ("exited", "crashed")]
     except GpuwardenError:
@@ -61,7 +66,8 @@ class ArenaWatch:
         self.shared_files_s = shared_files_s
         self._shared: dict[int, tuple[float, set[str]]] = {}  # pid -> (when read, its shared files)
         self._scans: dict[str, tuple[float, list[int]]] = {}  # arena path -> (when, mapper pids)
-        self._quick: dict[str, tuple[float, tuple[int, ...], tuple]] = {}  # arena path -> (when, engines, mappers)
+        # arena path -> (when, engines, mappers)
+        self._quick: dict[str, tuple[float, tuple[int, ...], tuple[ArenaMapper, ...]]] = {}
 
     def _shared_files(self, pid: int) -> set[str]:
         now = time.monotonic()
@@ -71,7 +77,7 @@ class ArenaWatch:
             self._shared[pid] = hit
         return hit[1]
 
-    def _mappers(self, path: str, engines: list[int]) -> tuple:
+    def _mappers(self, path: str, engines: list[int]) -> tuple[ArenaMapper, ...]:
         now = time.monotonic()
         quick = self._quick.get(path)
         if quick is not None and now - quick[0] < self.quick_s and quick[1] == tuple(sorted(engines)):
@@ -88,7 +94,8 @@ class ArenaWatch:
         self._quick[path] = (now, tuple(sorted(engines)), found)
         return found
 
-    def arenas(self, engines=None, configured: str | None | bool = True) -> list[ArenaInfo]:
+    def arenas(self, engines: Sequence[EngineInfo] | None = None,
+               configured: str | None | bool = True) -> list[ArenaInfo]:
         """`engines`: the EngineInfo list when the caller has it already (the snapshot does).
         `configured`: the config's arena path when the caller read the config already (None: no arena);
         True reads the config here."""
@@ -117,6 +124,7 @@ class ArenaWatch:
         return out
 
 
-def list_arenas(settings: Settings, engines=None, watch: ArenaWatch | None = None) -> list[ArenaInfo]:
+def list_arenas(settings: Settings, engines: Sequence[EngineInfo] | None = None,
+                watch: ArenaWatch | None = None) -> list[ArenaInfo]:
     """The node's arenas now; pass a sampler's ArenaWatch so that refreshes rescan /proc only now and then."""
     return (watch or ArenaWatch(settings)).arenas(engines)

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import functools
 import importlib
 import io
 import sys
+import time
 from collections.abc import Callable
 from types import ModuleType
 
 from ..deadline import DEFAULT_S, LANES, LateRead, Lanes
 from ..errors import BackendUnavailable
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing (~3 ms): the backends `status` tries on every node load this
 if TYPE_CHECKING:
     from typing import Any
 
@@ -68,12 +70,22 @@ class LibraryBackend:
     _lanes: Lanes = LANES
     late: tuple[LateRead, ...] = ()  # late reads of the last refresh that belong to no one GPU
     _marks: dict[int, Callable[..., None]] = {}  # worker thread -> its lane's mark (set per instance when used)
-    _last_usage: list = []
+    _last_usage: list[Any] = []
+
+    # Errors by which the library says "this device never answers this query" (NVML's NotSupported: a fan
+    # query on a passively cooled H200). Such a call is not made again: on the H200 the fan query's error path
+    # was a sixth of the console's CPU. Subclasses set it once the library is loaded.
+    _unsupported: tuple[type[BaseException], ...] = ()
+    _never: set[tuple[Any, ...]] = set()
+    _never_since = 0.0
+    NEVER_FOR_S = 600.0  # then ask again: a mode change (MIG on or off) can make a query answer again
 
     def _deadlines(self, settings: Any) -> None:
         self.deadline_s = getattr(settings, "read_timeout_s", DEFAULT_S)
         self._marks = {}
         self._last_usage = []
+        self._never = set()
+        self._never_since = time.monotonic()
 
     def _try(self, fn: Callable[..., Any] | None, *args: Any) -> Any:
         """One library call; an unsupported or failing query (the library's own errors) reads as None."""
@@ -82,14 +94,22 @@ class LibraryBackend:
         mark = self._marks.get(_thread.get_ident()) if self._marks else None
         if mark is not None:
             mark(getattr(fn, "__name__", None) or "a library call")  # what a late answer names
+        # A library's handles are ctypes pointers, which do not hash: they are known by identity (the backend
+        # keeps each handle for its lifetime, so the identity stays the handle's).
+        key = (fn, *(a if isinstance(a, (int, str, float, bytes)) else id(a) for a in args))
+        if key in self._never:
+            return None
         try:
             return fn(*args)
+        except self._unsupported:
+            self._never.add(key)
+            return None
         except self._errors:
             return None
 
     def _in_lane(self, read: Callable[[], Any]) -> Callable[[Callable[..., None]], Any]:
         """`read` as a lane's job: the calls it makes through _try say their names to the lane."""
-        def job(mark):
+        def job(mark: Callable[..., None]) -> Any:
             me = _thread.get_ident()
             self._marks[me] = mark
             try:
@@ -107,12 +127,14 @@ class LibraryBackend:
                                      "look for driver errors in `dmesg`; --read-timeout gives slow calls longer") from None
 
     def _gpus_in_lanes(self, items: list[tuple[int, Any]], read_one: Callable[[int, Any], Any],
-                       stale_one: Callable[[int, LateRead], Any]) -> list:
+                       stale_one: Callable[[int, LateRead], Any]) -> list[Any]:
         """read_one(index, handle) for every GPU at once, each in its lane, under one deadline; a late GPU is
         stale_one(index, late) (its static facts and the late call)."""
-        jobs = [((self.name, "gpu", i), self._in_lane(lambda i=i, h=h: read_one(i, h)), self.name, i)
+        if self._never and time.monotonic() - self._never_since > self.NEVER_FOR_S:
+            self._never, self._never_since = set(), time.monotonic()
+        jobs = [((self.name, "gpu", i), self._in_lane(functools.partial(read_one, i, h)), self.name, i)
                 for i, h in items]
-        out = []
+        out: list[Any] = []
         for (i, _), answer in zip(items, self._lanes.run_all(jobs, self.deadline_s)):
             if isinstance(answer, LateRead):
                 out.append(stale_one(i, answer))
@@ -122,15 +144,10 @@ class LibraryBackend:
                 out.append(answer)
         return out
 
-    def _usage_in_lane(self, read: Callable[[], list]) -> list:
+    def _usage_in_lane(self, read: Callable[[], list[Any]]) -> list[Any]:
         """The process lists under the deadline; when late, the last complete answer (and `late` names the call)."""
-        try:
-            usage = self._lanes.run((self.name, "processes"), self._in_lane(read), self.deadline_s,
-                                    source=self.name)
-        except LateRead as late:
-            self.late = (late,)
-            return self._last_usage
-        self.late = ()
+        usage, self.late = self._lanes.latest((self.name, "processes"), self._in_lane(read), self.deadline_s,
+                                              self._last_usage, source=self.name)
         self._last_usage = usage
         return usage
 

@@ -6,8 +6,10 @@ When none works the error says, in one line, which were tried and why each faile
 from __future__ import annotations
 
 import importlib
+
 from ..errors import BackendUnavailable, GpuwardenError
-from ..settings import BACKENDS, Settings
+from ..paths import BACKENDS
+from ..settings import Settings
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
@@ -28,7 +30,8 @@ def _construct(name: str, settings: Settings, **kw: object) -> Backend:
         cls = getattr(importlib.import_module(module_name), cls_name)
     except (ImportError, AttributeError) as exc:
         raise BackendUnavailable(f"{name}: not available in this build ({exc})") from None
-    return cls(settings, **kw)
+    backend: Backend = cls(settings, **kw)
+    return backend
 
 
 def open_backend(settings: Settings, *, fallback_to_sim: bool = True) -> Backend:
@@ -53,12 +56,11 @@ def open_backend(settings: Settings, *, fallback_to_sim: bool = True) -> Backend
         except BackendUnavailable as exc:
             reasons.append(exc.message)
     if not captured:
+        # deferred: the PCI scan runs only when no backend opens
         from .pci import describe
         reasons.insert(0, describe(settings.sysfs_root))  # "2 AMD GPUs on the PCI bus, amdgpu not loaded"
     if fallback_to_sim and not captured:
-        sim = _construct("sim", settings, create=True)
-        sim.fallback_reason = "; ".join(reasons)  # shown with the SIMULATED label
-        return sim
+        return _construct("sim", settings, create=True, fallback_reason="; ".join(reasons))
     raise BackendUnavailable("no GPU backend works here: " + "; ".join(reasons),
                              "load the GPU driver (or install its library); --backend sim shows the simulated "
                              "node, a demo")

@@ -14,7 +14,7 @@ from ..model import GpuSensors
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
-    from typing import Callable
+    from typing import Any, Callable
 
 # "1: 1300Mhz *": a DPM level, its clock, the star on the one in use. "S:" is deep sleep (not a level of its own).
 _DPM_LINE = re.compile(r"^\s*(\w+):\s*(\d+)\s*mhz\s*(\*)?", re.IGNORECASE | re.MULTILINE)
@@ -131,8 +131,8 @@ class SysfsSensors:
             # -1 (auto) and -2 (ignore) leave the number to the driver, which does not publish it.
             self._threshold = value if value is not None and value > 0 else None
         self._calls = 0
-        self._slow_raw: tuple = ()
-        self._last: tuple[tuple, GpuSensors] | None = None
+        self._slow_raw: tuple[bytes | None, ...] = ()
+        self._last: tuple[tuple[tuple[bytes | None, ...], tuple[bytes | None, ...]], GpuSensors] | None = None
 
     @staticmethod
     def _hwmon(d: str) -> str | None:
@@ -159,8 +159,8 @@ class SysfsSensors:
         self._last = (key, sensors)
         return sensors
 
-    def _parse(self, fast_raw: tuple, slow_raw: tuple) -> GpuSensors:
-        values: dict = {}
+    def _parse(self, fast_raw: tuple[bytes | None, ...], slow_raw: tuple[bytes | None, ...]) -> GpuSensors:
+        values: dict[str, Any] = {}
         temps: dict[str, float] = {}
         ras: dict[str, dict[str, int]] = {}
         for (what, path), raw in zip(self._fast + self._slow, fast_raw + slow_raw):

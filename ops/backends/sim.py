@@ -11,6 +11,7 @@ import os
 import time
 
 from ..errors import BackendUnavailable
+from ..model import GpuInfo
 from ..pidwatch import PidWatch, usable as pidfds_usable
 from ..procs import identity
 from ..settings import Settings
@@ -19,7 +20,10 @@ from .sysfs import SysfsBackend
 
 
 class SimBackend(SysfsBackend):
-    def __init__(self, settings: Settings, *, create: bool = False, min_sync_interval_s: float = 0.0):
+    def __init__(self, settings: Settings, *, create: bool = False, min_sync_interval_s: float = 0.0,
+                 fallback_reason: str | None = None):
+        # Why no real backend opened, when the simulated node stands in for one (shown with the SIMULATED label).
+        self.fallback_reason = fallback_reason
         self.node = SimNode(settings.state_dir)
         if not self.node.exists:
             if not create:
@@ -28,7 +32,8 @@ class SimBackend(SysfsBackend):
             self.node.init()
         self._min_sync = min_sync_interval_s
         self._last_sync = 0.0
-        self._seen: tuple | None = None  # (node.json stamp, allocation file names) at the last sync
+        # (node.json stamp, allocation file names) at the last sync
+        self._seen: tuple[tuple[int, ...], ...] | None = None
         self._owners: dict[int, int] = {}  # pid -> start ticks of every allocation's process
         self._zombies: set[int] = set()  # exited owners that keep their allocation (unreaped)
         self._untracked = True
@@ -36,8 +41,13 @@ class SimBackend(SysfsBackend):
         self._full_sync()
         super().__init__(sysfs_root=self.node.sysfs_root, dev_root=self.node.dev_root, name="sim", simulated=True,
                          deadline_s=settings.read_timeout_s)
+        # The simulated driver's DRM clients: their fdinfo stands where /proc/<pid>/fdinfo would (ops/sim/drm.py).
+        self.fdinfo_root = self.node.root / "proc"
+        self._drm = self.node.drm
+        self._bus_of = self.node.bus_ids()
+        self._ticked_on_read = False  # a load reader writes the fdinfo files as it reads them (fdinfo_refresh)
 
-    def _state(self) -> tuple:
+    def _state(self) -> tuple[tuple[int, ...], ...]:
         """Stamps of node.json and of the allocations directory (a file added or removed changes its mtime)."""
         try:
             node, allocs = os.stat(self.node._node_file), os.stat(self.node.allocs_dir)
@@ -96,9 +106,19 @@ class SimBackend(SysfsBackend):
                 return True
         return False
 
-    def gpus(self):
+    def gpus(self) -> list[GpuInfo]:
         self.sync()
+        if not self._ticked_on_read and self._drm.clients():
+            self._drm.tick(self._bus_of)  # the engine time of busy clients grows, as a real driver's does
         return super().gpus()
+
+    def fdinfo_refresh(self) -> None:
+        """Write the DRM clients' fdinfo as of now, right before a reader reads them: a kernel makes the file at
+        read time, so a figure written at gpus() would be off by however late the read came (on a loaded host,
+        a client busy half the time read as 83%)."""
+        self._ticked_on_read = True
+        if self._drm.clients():
+            self._drm.tick(self._bus_of)
 
     def close(self) -> None:
         if self._watch is not None:

@@ -18,6 +18,12 @@ from ..model import GpuInfo, ProcessUsage, stale_read
 from ..records import record
 from .sensors import SysfsSensors
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing (~3 ms): `status` reads the GPUs through here
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ..deadline import Mark
+
 AMD_VENDOR = 0x1002
 
 
@@ -144,7 +150,7 @@ def pair(nodes: list[KfdNode], cards: list[DrmCard]) -> list[tuple[DrmCard | Non
         return [(c, None, None) for c in cards]
     by_minor = {c.render_minor: c for c in cards if c.render_minor is not None}
     by_bus = {c.bus_id: c for c in cards if c.bus_id}
-    out = []
+    out: list[tuple[DrmCard | None, int | None, KfdNode | None]] = []
     for node in nodes:
         card = by_minor.get(node.props.get("drm_render_minor", -1)) or by_bus.get(node.bus_id or "")
         out.append((card, node.gpu_id, node))
@@ -165,10 +171,10 @@ def _hwmon(dev: Path) -> Path | None:
     return dev / "hwmon" / names[0] if names else None
 
 
-def _stamp(dirs: list[str]) -> tuple:
+def _stamp(dirs: list[str]) -> tuple[tuple[int, int] | None, ...]:
     """(inode, change time) of each directory, None where it is gone: a recreated directory differs even
     when the file system hands out the freed inode number again."""
-    out = []
+    out: list[tuple[int, int] | None] = []
     for d in dirs:
         try:
             st = os.stat(d)
@@ -184,8 +190,8 @@ class _Pass:
 
     __slots__ = ("values", "skip", "cancelled")
 
-    def __init__(self, skip: set | None = None):
-        self.values: dict[int, dict] = {}
+    def __init__(self, skip: set[str] | None = None):
+        self.values: dict[int, dict[str, Any]] = {}
         self.skip = skip or set()
         self.cancelled = False
 
@@ -196,7 +202,7 @@ class SysfsBackend:
     name = "sysfs"
     simulated = False
 
-    def __init__(self, settings=None, *, sysfs_root: Path | None = None, dev_root: Path | None = None,
+    def __init__(self, settings: Any = None, *, sysfs_root: Path | None = None, dev_root: Path | None = None,
                  name: str | None = None, simulated: bool = False, deadline_s: float | None = None,
                  lanes: Lanes | None = None):
         self.sysfs_root = Path(sysfs_root or (settings.sysfs_root if settings else "/sys"))
@@ -217,7 +223,7 @@ class SysfsBackend:
         """Find the GPUs and forget everything held for the ones found before (the driver was reloaded)."""
         root_s = str(self.sysfs_root)
 
-        def discover(mark):
+        def discover(mark: Mark) -> tuple[list[KfdNode], list[DrmCard]]:
             mark("the KFD topology", f"{root_s}/class/kfd/kfd/topology/nodes")
             nodes = kfd_gpu_nodes(self.sysfs_root)
             mark("the DRM cards", f"{root_s}/class/drm")
@@ -240,18 +246,18 @@ class SysfsBackend:
         # Per GPU: its held attribute files (touched by that GPU's lane only, so a read still blocked there shares
         # nothing with the others) and what _describe_one found.
         self._gpu_held = [HeldFiles(blocking_open=True) for _ in self._layout]
-        self._described: dict[int, tuple[dict, dict[str, str | None]]] = {}
+        self._described: dict[int, tuple[dict[str, Any], dict[str, str | None]]] = {}
         self._sensors: dict[int, SysfsSensors] = {}  # per GPU, on its held files (read in that GPU's lane)
         self._raws: dict[int, dict[str, bytes | None]] = {}
-        self._gpu_lanes: set[tuple] = set()  # per-GPU lanes in use since a read was late (see gpus)
+        self._gpu_lanes: set[tuple[str, str, int, int]] = set()  # per-GPU lanes in use since a read was late (see gpus)
         self._last_usage: list[ProcessUsage] = []
         self._stamp_dirs = self._identity_dirs()
         self._stamp = _stamp(self._stamp_dirs)
-        self._entries: dict[str, tuple[int, list[list]]] = {}  # pid -> (its directory's inode, see _list_pid)
+        self._entries: dict[str, list[list[Any]]] = {}  # pid -> its vram files (see _list_pid)
         self._refreshes = 0
         # The last full pass, when every vram file it read is held open: (listing, fds, bytes read, result).
         # The same listing and the same bytes from the same fds can only give the same result again.
-        self._repeat: tuple[dict[str, int], list[int], list[bytes], list[ProcessUsage]] | None = None
+        self._repeat: tuple[list[str], list[int], list[bytes], list[ProcessUsage]] | None = None
 
     def _identity_dirs(self) -> list[str]:
         """Directories that a driver reload (or a rebuilt sim tree) replaces: each card's kobject, its
@@ -277,7 +283,7 @@ class SysfsBackend:
     def _join(self) -> list[tuple[DrmCard | None, int | None, KfdNode | None]]:
         return pair(self._nodes, self._cards)
 
-    def _describe_one(self, index: int, mark) -> tuple[dict, dict[str, str | None]]:
+    def _describe_one(self, index: int, mark: Mark) -> tuple[dict[str, Any], dict[str, str | None]]:
         """What does not change while the driver is loaded (names, ids, totals), and the paths of
         what does, resolved once: a refresh then only preads the held dynamic files."""
         card, gpu_id, node = self._layout[index]
@@ -317,7 +323,7 @@ class SysfsBackend:
                     else str(hw / "power1_input")
         return static, paths
 
-    def _identity(self, index: int) -> dict:
+    def _identity(self, index: int) -> dict[str, Any]:
         """The GpuInfo fields known without reading a file of the GPU (enough to name a GPU that does not answer)."""
         card, gpu_id, node = self._layout[index]
         minor = card.render_minor if card else (node.props.get("drm_render_minor") if node else None)
@@ -331,7 +337,7 @@ class SysfsBackend:
 
     _SCALE = {"temperature_c": 1000.0, "power_w": 1e6}  # millidegrees, microwatts
 
-    def _read_gpu(self, index: int, work: _Pass, mark) -> dict | None:
+    def _read_gpu(self, index: int, work: _Pass, mark: Mark) -> dict[str, Any] | None:
         """One GPU's fields into work.values[index] as each file answers (what a late GPU still shows); files in
         work.skip are blocked in another lane and read as None. Stops once the caller gave up on this pass."""
         described = self._described.get(index)
@@ -369,8 +375,10 @@ class SysfsBackend:
                 mine = {path for path in paths.values() if path is not None}
                 read = held.read
 
-                def read_once(path: str, n: int, mine=mine, read=read, raws=raws) -> bytes | None:
+                def read_once(path: str, n: int, mine: set[str] = mine, read: Any = read,
+                              raws: dict[str, bytes | None] = raws) -> bytes | None:
                     return raws.get(path) if path in mine else read(path, n)
+                assert card is not None  # sensors_key is None without a card
                 reader = self._sensors[index] = SysfsSensors(card.device_dir, read_once, self.sysfs_root)
             mark("the sensor files (clocks, fan, link, RAS)", sensors_key, index)
             sensors = reader.read()
@@ -380,7 +388,7 @@ class SysfsBackend:
                 values["temperature_c"] = hot
         return static
 
-    def _read_all(self, work: _Pass, mark) -> list[dict | None]:
+    def _read_all(self, work: _Pass, mark: Mark) -> list[dict[str, Any] | None]:
         return [self._read_gpu(i, work, mark) for i in range(len(self._layout))]
 
     def gpus(self) -> list[GpuInfo]:
@@ -391,9 +399,9 @@ class SysfsBackend:
         self._follow_replaced_tree()
         root_s = str(self.sysfs_root)
         n = len(self._layout)
-        statics: list[dict | None] = [None] * n
+        statics: list[dict[str, Any] | None] = [None] * n
         blocked: list[list[LateRead]] = [[] for _ in range(n)]
-        values: dict[int, dict] = {}
+        values: dict[int, dict[str, Any]] = {}
         together = ("sysfs-all", root_s)
         shared_late = self._lanes.poll(together)
         todo = list(range(n))
@@ -423,12 +431,13 @@ class SysfsBackend:
             if static is None:
                 described = self._described.get(index)
                 static = described[0] if described is not None else self._identity(index)
-            late = blocked[index]
-            stale = stale_read(min(late, key=lambda b: b.since)) if late else None
+            lates = blocked[index]
+            stale = stale_read(min(lates, key=lambda b: b.since)) if lates else None
             out.append(GpuInfo(**static, **dict(values.get(index, {})), stale=stale))
         return out
 
-    def _each_in_lanes(self, todo: list[int], root_s: str, statics: list, blocked: list, values: dict) -> None:
+    def _each_in_lanes(self, todo: list[int], root_s: str, statics: list[dict[str, Any] | None],
+                       blocked: list[list[LateRead]], values: dict[int, dict[str, Any]]) -> None:
         """The GPUs in `todo`, each in the first of its lanes that is free, at once under one deadline."""
         jobs, passes = [], []
         for index in todo:
@@ -439,7 +448,7 @@ class SysfsBackend:
                 if late is not None:
                     blocked[index].append(late)
                     continue
-                work = _Pass({b.path for b in blocked[index]})
+                work = _Pass({b.path for b in blocked[index] if b.path is not None})
                 jobs.append((key, lambda mark, i=index, w=work: self._read_gpu(i, w, mark), "sysfs", index))
                 passes.append((index, work))
                 self._gpu_lanes.add(key)
@@ -457,16 +466,12 @@ class SysfsBackend:
     def process_usage(self) -> list[ProcessUsage]:
         """KFD's per-process VRAM, under the deadline: when a file is late, the last complete answer (and
         `late` names the file)."""
-        try:
-            usage = self._lanes.run(("kfd-proc", self._proc_dir_s), self._kfd_usage, self.deadline_s, source="kfd")
-        except LateRead as late:
-            self.late = (late,)
-            return self._last_usage
-        self.late = ()
+        usage, self.late = self._lanes.latest(("kfd-proc", self._proc_dir_s), self._kfd_usage, self.deadline_s,
+                                              self._last_usage, source="kfd")
         self._last_usage = usage
         return usage
 
-    def _kfd_usage(self, mark) -> list[ProcessUsage]:
+    def _kfd_usage(self, mark: Mark) -> list[ProcessUsage]:
         """KFD's per-process VRAM. The vram_<gpu_id> files are kept open and re-read with pread;
         each PID's directory is listed when first seen and again every RELIST_EVERY refreshes.
         A file that reads the same bytes as last time gives back the same ProcessUsage object, and a
@@ -475,10 +480,10 @@ class SysfsBackend:
         base = self._proc_dir_s
         mark("the KFD process list", base)
         try:
-            with os.scandir(base) as it:
-                # The directory's inode tells a PID's new directory (a new process) from the old one,
-                # whose held files (on a plain file tree like the sim's) would still read the old numbers.
-                listing = {e.name: e.inode() for e in it if e.name.isdigit()}
+            # Names only (inodes would cost a DirEntry per PID, 2,000 a refresh): a PID whose directory was replaced
+            # (a new process) shows in its held files, which read an error (sysfs: the kobject is gone) or nothing
+            # (the sim empties a file before it removes it); that PID is listed again at once.
+            listing = [n for n in os.listdir(base) if n.isdigit()]
         except OSError:
             return out
         self._refreshes += 1
@@ -498,29 +503,34 @@ class SysfsBackend:
         raws_read: list[bytes] = []
         held_fd = self._held.fd
         known = self._entries
-        for gone in known.keys() - listing.keys():
+        for gone in known.keys() - set(listing):
             self._forget_pid(gone)
         read = self._held.read
         append = out.append
-        for pid_s, ino in listing.items():
+        for pid_s in listing:
             rec = known.get(pid_s)
-            if rec is None or rec[0] != ino:
-                if rec is not None:
-                    self._forget_pid(pid_s)
-                entries = self._list_pid(base, pid_s, ino, None)
-            elif relist_all:
-                entries = self._list_pid(base, pid_s, ino, rec[1])
-            else:
-                entries = rec[1]
+            entries = self._list_pid(base, pid_s, rec if relist_all else None) if rec is None or relist_all else rec
+            retry = rec is not None  # a directory listed just now is the one there: no second look
+            got: list[tuple[list[Any], bytes]] = []
+            stale = False
+            while entries is not None:
+                got, stale = [], False
+                for entry in entries:
+                    mark(f"{pid_s}/{entry[0].rpartition('/')[2]}", entry[0])
+                    raw = read(entry[0], 64)
+                    if not raw:  # an attribute never reads empty: the file is gone (or the sim's, emptied)
+                        stale = True
+                        continue
+                    got.append((entry, raw))
+                if not (stale and retry):
+                    break
+                retry = False
+                self._forget_pid(pid_s)  # a new directory under this PID, or none: list it again
+                fds = None
+                entries = self._list_pid(base, pid_s, None)
             if entries is None:
                 continue  # the process left between the two listings
-            stale = False
-            for entry in entries:
-                mark(f"{pid_s}/{entry[0].rpartition('/')[2]}", entry[0])
-                raw = read(entry[0], 64)
-                if raw is None:
-                    stale = True
-                    continue
+            for entry, raw in got:
                 if fds is not None:
                     fd = held_fd(entry[0])
                     if fd is None:
@@ -552,11 +562,10 @@ class SysfsBackend:
     RELIST_EVERY = 10
 
     def _forget_pid(self, pid_s: str) -> None:
-        rec = self._entries.pop(pid_s, None)
-        for entry in rec[1] if rec else ():
+        for entry in self._entries.pop(pid_s, None) or ():
             self._held.drop(entry[0])
 
-    def _list_pid(self, base: str, pid_s: str, ino: int, previous: list[list] | None) -> list[list] | None:
+    def _list_pid(self, base: str, pid_s: str, previous: list[list[Any]] | None) -> list[list[Any]] | None:
         """[path, gpu index, last bytes read, last ProcessUsage] per vram file of one PID directory."""
         try:
             names = os.listdir(f"{base}/{pid_s}")
@@ -573,10 +582,11 @@ class SysfsBackend:
                     continue
                 if index is not None:
                     path = f"{base}/{pid_s}/{entry}"
-                    entries.append(kept.pop(path, None) or [path, index, None, None])
+                    known: list[Any] | None = kept.pop(path, None)
+                    entries.append(known or [path, index, None, None])
         for path in kept:  # files that went away
             self._held.drop(path)
-        self._entries[pid_s] = (ino, entries)
+        self._entries[pid_s] = entries
         return entries
 
     def device_globs(self) -> list[str]:

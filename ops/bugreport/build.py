@@ -4,19 +4,25 @@ attachments. One pass over the archive for the members, the bundle triage, and d
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from .. import jsondoc
+from ..errors import GpuwardenError
 from ..triage.render import clean as _clean
+from .. import knowledge
+from ..bundle.replay import open_bundle, read_member, top_dir
+from ..bundle.triage_file import triage_bundle
+from ..doctor.diagnose import diagnose_bundle
+from ..settings import Settings
 from .environment import collect
 
 MAX_ATTACHMENTS = 60
 SCHEMA = "report"
 
 
-def _reproduction(arenas: Any, snapshot: dict, env: dict) -> dict[str, Any]:
-    arena = next((a for a in arenas or [] if isinstance(a, dict) and a.get("path")), None)
+def _reproduction(arenas: list[Any], snapshot: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
+    arena = next((a for a in arenas if isinstance(a, dict) and a.get("path")), None)
     engines = len(snapshot.get("engines") or []) or (len(arena.get("mappers") or []) if arena else 0)
     amd = any((g.get("vendor") or "") in ("amd", "sim") for g in env.get("gpus") or [])
     runtime = "hip" if amd else "cuda"
@@ -31,11 +37,48 @@ def _reproduction(arenas: Any, snapshot: dict, env: dict) -> dict[str, Any]:
                    f"rerun with --visibility own and --concurrency 1 to compare)"}
 
 
-def build(path: Path | str, settings=None) -> dict[str, Any]:
+Reader = Callable[[str], "bytes | None"]
+
+
+def _unreadable(path: Path, rel: str, why: str) -> GpuwardenError:
+    return GpuwardenError(f"the bundle {path}: {rel} is unreadable ({why})",
+                          "it is damaged or not a gpuwarden bundle: take a new one with `gpuwarden bundle`")
+
+
+def _member_json(path: Path, read: Reader, rel: str) -> object:
+    """A bundle member's JSON (None when absent); unreadable or nested past jsondoc.MAX_DEPTH is one line."""
+    data = read(rel)
+    if not data:
+        return None
+    try:
+        value: object = jsondoc.loads(data)
+    except ValueError as exc:
+        raise _unreadable(path, rel, str(exc) if isinstance(exc, jsondoc.TooDeep) else "not valid JSON") from None
+    return value
+
+
+def _member_object(path: Path, read: Reader, rel: str) -> dict[str, Any]:
+    """A member that gpuwarden writes as one JSON object ({} when absent or null)."""
+    value = _member_json(path, read, rel)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _unreadable(path, rel, "not a JSON object")
+    return value
+
+
+def _member_array(path: Path, read: Reader, rel: str) -> list[Any]:
+    """A member that gpuwarden writes as one JSON array ([] when absent or null)."""
+    value = _member_json(path, read, rel)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _unreadable(path, rel, "not a JSON array")
+    return value
+
+
+def build(path: Path | str, settings: Settings | None = None) -> dict[str, Any]:
     """The gpuwarden.report/1 body for the bundle at `path`."""
-    from ..bundle.replay import open_bundle, read_member, top_dir
-    from ..settings import Settings
-    from ..bundle.triage_file import triage_bundle
     path = Path(path)
     with open_bundle(path) as tar:
         top = top_dir(tar)
@@ -47,25 +90,26 @@ def build(path: Path | str, settings=None) -> dict[str, Any]:
                 cache[rel] = read_member(tar, top, rel)
             return cache[rel]
         env = collect(read, names)
-        manifest = json.loads(read("manifest.json") or b"{}")
-        snapshot = json.loads(read("gpuwarden/snapshot.json") or b"{}")
-        arenas = json.loads(read("gpuwarden/arenas.json") or b"[]")
-        probe = json.loads(read("gpuwarden/probe.json") or b"null")
+        manifest = _member_object(path, read, "manifest.json")
+        snapshot = _member_object(path, read, "gpuwarden/snapshot.json")
+        arenas = _member_array(path, read, "gpuwarden/arenas.json")
+        probe = _member_json(path, read, "gpuwarden/probe.json")
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..doctor.diagnose import diagnose_bundle
     # doctor unpacks the bundle to a temporary tree (zlib and file writes release the GIL) while triage reads it
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="report-doctor") as pool:
         doctor_job = pool.submit(diagnose_bundle, path, settings or Settings.from_env())
         report = triage_bundle(path)
         doctor = doctor_job.result()
     crashes = [{"title": f.title, "count": f.count, "library": f.details.get("library"),
-                "offset": f.details.get("offset"), "processes": sorted({v.get("process") for v in f.victims
-                                                                        if v.get("process")})}
+                "offset": f.details.get("offset"),
+                "processes": sorted({p for v in f.victims if isinstance(p := v.get("process"), str) and p})}
                for f in report.ordered() if f.category in ("segfault", "engine")]
     registrations = []
     for e in snapshot.get("engines") or []:
-        for r in e.get("registrations") or []:
+        for r in (e.get("registrations") or []) if isinstance(e, dict) else ():
+            if not isinstance(r, dict):
+                continue
             registrations.append({"engine": e.get("name"), "call": r.get("call"), "outcome": r.get("outcome"),
                                   "bytes": r.get("bytes"), "result": r.get("result"), "seconds": r.get("seconds")})
     items = [i for i in manifest.get("items", []) if isinstance(i, dict) and i.get("path")]
@@ -78,11 +122,10 @@ def build(path: Path | str, settings=None) -> dict[str, Any]:
                 for f in doctor.ordered() if f.verdict in ("fail", "warn")]
     known = list(report.known)
     if any(f.category in ("segfault", "engine") for f in report.findings) and arenas:
-        from ..knowledge import load
         have = {k["id"] for k in known}
         known += [{"id": e.id, "title": e.title, "url": e.url, "rule": "arena", "finding": "the bundle holds an arena",
                    "versions": "no range given", "workaround": e.workaround or None, "fixed_in": e.fixed_in or None}
-                  for e in load().topic("arena-budget") if e.id not in have]
+                  for e in knowledge.load().topic("arena-budget") if e.id not in have]
     body = {
         "bundle": str(path), "title": report.headline() or "no problem found in the bundle's logs",
         "environment": env,
@@ -93,4 +136,5 @@ def build(path: Path | str, settings=None) -> dict[str, Any]:
         "attachments": attachments, "attachments_total": len(items),
         "attachments_bytes": sum(i.get("bytes") or 0 for i in items),
     }
-    return _clean(body)
+    cleaned: dict[str, Any] = _clean(body)  # the same shape, every string sanitized
+    return cleaned

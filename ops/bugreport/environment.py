@@ -4,9 +4,10 @@ target, driver and runtime versions, kernel and its command line, amdgpu paramet
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Callable
+
+from .. import jsondoc
 
 Reader = Callable[[str], "bytes | None"]
 _LIB = re.compile(r"lib(amdhip64|hsa-runtime64|rccl|cudart|cuda|nccl|nvidia-ml)\.so\.([\d.]+)")
@@ -17,12 +18,14 @@ def _text(read: Reader, rel: str) -> str | None:
     return data.decode("utf-8", errors="replace").strip() if data else None
 
 
-def _json(read: Reader, rel: str) -> Any:
+def _json_object(read: Reader, rel: str) -> dict[str, Any]:
+    """A member gpuwarden writes as one JSON object; {} when absent, unreadable or of another shape."""
     data = read(rel)
     try:
-        return json.loads(data) if data else None
+        value = jsondoc.loads(data) if data else None  # a bundle's: nesting bounded
     except ValueError:
-        return None
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def gfx_name(target_version: int) -> str:
@@ -46,9 +49,11 @@ def _kfd_targets(read: Reader, names: list[str]) -> dict[int, str]:
 
 
 def collect(read: Reader, names: list[str]) -> dict[str, Any]:
-    versions = _json(read, "node/versions.json") or {}
-    snapshot = _json(read, "gpuwarden/snapshot.json") or {}
-    kernel = versions.get("kernel") if isinstance(versions.get("kernel"), dict) else {}
+    versions = _json_object(read, "node/versions.json")
+    snapshot = _json_object(read, "gpuwarden/snapshot.json")
+    kernel = versions.get("kernel")
+    if not isinstance(kernel, dict):
+        kernel = {}
     targets = list(_kfd_targets(read, names).values())
     gpus = []
     for i, g in enumerate(snapshot.get("gpus") or []):

@@ -15,6 +15,7 @@ import time
 from .. import journal, statedir
 from ..errors import GpuwardenError
 from ..settings import Settings
+from .collect import collect_bundle
 
 MIN_INTERVAL_S = 300.0
 AUTO_TIMEOUT_S = 5.0
@@ -72,7 +73,6 @@ def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_
                           why=f"another automatic bundle started {time.time() - (last or 0):.0f}s ago "
                               f"(at most one per {min_interval_s:.0f}s)")
             return None
-        from .collect import collect_bundle
         safe_engine = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in engine)[:40] or "engine"
         name = f"gpuwarden-bundle-{socket.gethostname()}-auto-{time.strftime('%Y%m%d-%H%M%S')}-{safe_engine}.tar.gz"
         result = collect_bundle(settings, output=directory / name, safe_mode=True, timeout_s=timeout_s,

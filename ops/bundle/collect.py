@@ -6,6 +6,7 @@ only failing to write the archive itself is an error.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pwd
@@ -27,6 +28,7 @@ from .collectors import COLLECTORS, Collector, Context
 from .entries import MISSING, OK, SKIPPED, TIMED_OUT, Entry
 from ..redact import describe as redaction_patterns
 from ..redact import redact_text
+from ..sim.node import SimNode, active_sim_root
 from .runner import Worker
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -47,7 +49,8 @@ class BundleResult:
     report: Report
 
     def not_collected(self) -> list[dict[str, Any]]:
-        return self.manifest["not_collected"]
+        missing: list[dict[str, Any]] = self.manifest["not_collected"]  # _manifest writes that list
+        return missing
 
     def to_dict(self) -> dict[str, Any]:
         m = self.manifest
@@ -61,7 +64,6 @@ class BundleResult:
 
 def capture_roots(settings: Settings) -> tuple[Path, list[Path], bool]:
     """(sysfs root to copy, device roots whose files mark GPU holders, simulated?)."""
-    from ..sim.node import SimNode, active_sim_root
     sim_root = active_sim_root(settings)
     if sim_root is not None:
         return sim_root, [settings.dev_root, SimNode(settings.state_dir).dev_root], True
@@ -116,7 +118,7 @@ def collect_bundle(settings: Settings, *, output: str | Path | None = None, sinc
         if c.vendor and safe_mode:
             workers.append((c, None, ctx))
             continue
-        workers.append((c, Worker(c.name, lambda c=c, ctx=ctx: c.fn(ctx)), ctx))
+        workers.append((c, Worker(c.name, functools.partial(c.fn, ctx)), ctx))
     entries: list[Entry] = []
     summaries: list[dict[str, Any]] = []
     total = len(workers)

@@ -23,9 +23,13 @@ from ..sampling import take_snapshot
 from . import doctor_inputs
 from ..errors import GpuwardenError
 from ..settings import Settings
+from ..arena.watch import list_arenas
+from ..engines import state as engine_state
+from ..model import _plain
 from . import kernellog, trees
 from .entries import FAILED, Entry, from_command
 from .runner import run_command
+from .cores import backtrace_entries
 
 VENDOR_COMMANDS: tuple[tuple[str, list[str], str], ...] = (
     ("amd-smi-static", ["amd-smi", "static", "--json"], "vendor/amd-smi-static.json"),
@@ -86,7 +90,6 @@ def _sysfs(ctx: Context) -> list[Entry]:
 
 
 def engine_pids(settings: Settings) -> set[int]:
-    from ..engines import state as engine_state
     pids: set[int] = set()
     for name in engine_state.names(settings.state_dir):
         try:
@@ -198,7 +201,7 @@ def _spec(data: bytes) -> bytes:
 
 
 def _engines(ctx: Context) -> list[Entry]:
-    entries = []
+    entries: list[Entry] = []
     try:
         root = statedir.open_dir(ctx.settings.state_dir, statedir.ENGINES)
     except (OSError, GpuwardenError):
@@ -226,8 +229,6 @@ def _engines(ctx: Context) -> list[Entry]:
 
 def _crash_backtrace(ctx: Context, name: str) -> list[Entry]:
     """The core dump's backtrace of an engine that died of a signal (what it died of, frame by frame)."""
-    from ..engines import state as engine_state
-    from .cores import backtrace_entries
     try:
         record = engine_state.read_state(ctx.settings.state_dir, name) or {}
         spec = engine_state.read_spec(ctx.settings.state_dir, name) or {}
@@ -239,8 +240,6 @@ def _crash_backtrace(ctx: Context, name: str) -> list[Entry]:
 
 
 def _arena(ctx: Context) -> list[Entry]:
-    from ..arena.watch import list_arenas
-    from ..model import _plain
     arenas = list_arenas(ctx.settings)
     return [Entry("arena", "gpuwarden.ops.arena.watch.list_arenas", "python", path="gpuwarden/arenas.json",
                   data=json.dumps([_plain(a) for a in arenas], indent=2).encode())]

@@ -10,9 +10,10 @@ import os
 import time
 from pathlib import Path
 
+from ..settings import Settings
 from ..triage.logline import parse
 from .entries import DENIED, FAILED, MISSING, OK, TIMED_OUT, Entry
-from .runner import run_command
+from .runner import CommandResult, run_command
 
 PATH = "kernel/kernel.log"
 KMSG_MAX_RECORDS = 200_000
@@ -79,7 +80,7 @@ def read_kmsg(dev_root: Path, since_s: float | None, uptime: float | None) -> tu
     return "".join(lines), None
 
 
-def collect(settings, since_s: float | None, deadline: float) -> list[Entry]:
+def collect(settings: Settings, since_s: float | None, deadline: float) -> list[Entry]:
     """Try each source in turn; each attempt gets the time left until the collector's deadline."""
     entries: list[Entry] = []
     uptime = _uptime(settings.proc_root)
@@ -114,9 +115,9 @@ def collect(settings, since_s: float | None, deadline: float) -> list[Entry]:
     entries.append(_attempt(res))
 
     t0 = time.monotonic()
-    text, error = read_kmsg(settings.dev_root, since_s, uptime)
-    if text is not None:
-        entries.append(Entry("kernel-log", str(settings.dev_root / "kmsg"), "file", path=PATH, data=text.encode(),
+    kmsg, error = read_kmsg(settings.dev_root, since_s, uptime)
+    if kmsg is not None:
+        entries.append(Entry("kernel-log", str(settings.dev_root / "kmsg"), "file", path=PATH, data=kmsg.encode(),
                              duration_s=time.monotonic() - t0))
     else:
         entries.append(Entry("kernel-log", str(settings.dev_root / "kmsg"), "file",
@@ -125,7 +126,7 @@ def collect(settings, since_s: float | None, deadline: float) -> list[Entry]:
     return entries
 
 
-def _attempt(res) -> Entry:
+def _attempt(res: CommandResult) -> Entry:
     cmd = " ".join(res.argv)
     if res.timed_out:
         return Entry("kernel-log", cmd, "command", status=TIMED_OUT, timed_out=True, error=res.error,

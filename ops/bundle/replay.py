@@ -4,12 +4,14 @@ The tree is re-read by the same code that reads a live node (gpuwarden.ops.sampl
 tree/proc), so replay checks the parsers too; without a tree the stored snapshot.json is used.
 A bundle may come from anywhere: the archive's members, its manifest (against the published schema)
 and its snapshot (strictly, field by field) are checked first, and any fault is one line, exit 2.
+Bounds: each member at most MAX_MEMBER_BYTES (1 GiB, refused from its header), the whole archive at most
+MAX_TOTAL_BYTES (2 GiB) unpacked, JSON members 64 MiB and jsondoc.MAX_DEPTH (64) levels deep.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import gzip
 import os
 import shutil
 import tarfile
@@ -20,8 +22,12 @@ from typing import Any, BinaryIO
 
 from .. import inputs, jsondoc
 from ..errors import GpuwardenError, NotFound
-from ..model import NodeSnapshot
+from ..model import NodeSnapshot, as_warning
 from ..settings import Settings
+from ..units import fmt_bytes
+from ..backends.sysfs import SysfsBackend
+from ..safetext import printable
+from ..sampling import take_snapshot
 from . import snapshot_reader
 
 MANIFEST = "manifest.json"
@@ -47,6 +53,56 @@ class BundleTar(tarfile.TarFile):
                 self.source = None
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+_SNIFF_READ = 64 << 10
+
+
+def is_tar(path: Path | str) -> bool:
+    """Whether `path` is a tar archive, gzipped or not; a gzip file cut short or corrupt is one GpuwardenError
+    naming it (tarfile would raise EOFError, which the CLI framework mistakes for an aborted prompt).
+
+    Only the first 512 bytes of the tar are looked at: the whole stream is checked when it is opened."""
+    path = Path(path)
+    fd = inputs.open_regular(path, "bundle")
+    try:
+        head = os.pread(fd, 512, 0)
+        if head[:2] == GZIP_MAGIC:
+            head = _gunzip_head(fd, path, 512)
+    finally:
+        os.close(fd)
+    if len(head) < 512:
+        return False
+    try:
+        tarfile.TarInfo.frombuf(head, "utf-8", "surrogateescape")  # checks the header's checksum
+    except tarfile.HeaderError:
+        return False
+    return True
+
+
+def _gunzip_head(fd: int, path: Path, want: int) -> bytes:
+    """The first `want` decompressed bytes of the gzip file behind `fd` (fewer only if the stream ends)."""
+    unzip = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    out = b""
+    pos = 0
+    while len(out) < want and not unzip.eof:
+        data = os.pread(fd, _SNIFF_READ, pos)
+        if not data:
+            raise _truncated_gzip(path, pos)
+        pos += len(data)
+        try:
+            out += unzip.decompress(data, want - len(out))
+            while unzip.unconsumed_tail and len(out) < want:
+                out += unzip.decompress(unzip.unconsumed_tail, want - len(out))
+        except zlib.error as exc:
+            raise GpuwardenError(f"{path} is a corrupt gzip file ({exc})", _HINT) from None
+    return out
+
+
+def _truncated_gzip(path: Path, size: int) -> GpuwardenError:
+    return GpuwardenError(f"{path} is a truncated gzip file: its compressed stream ends after {size} bytes, "
+                          "before its end marker", _HINT)
+
+
 def open_stream(path: Path | str) -> BundleTar:
     """The archive at `path` (a regular file only: a FIFO or a device is refused, never waited on)."""
     path = Path(path)
@@ -55,6 +111,12 @@ def open_stream(path: Path | str) -> BundleTar:
     except NotFound:
         raise NotFound(f"no bundle at {path}", "give the path `gpuwarden bundle` printed") from None
     source = os.fdopen(fd, "rb")
+    if os.pread(fd, 2, 0) == GZIP_MAGIC:
+        try:
+            _gunzip_head(fd, path, 512)  # a gzip cut short says so, by name, before tarfile tries every format
+        except BaseException:
+            source.close()
+            raise
     try:
         tar = BundleTar.open(fileobj=source, mode="r:*")
     except tarfile.TarError:
@@ -95,11 +157,17 @@ def check_members(tar: tarfile.TarFile, path: Path) -> None:
                                      "it is not a gpuwarden bundle")
             if member.size < 0 or member.size > MAX_MEMBER_BYTES:
                 raise GpuwardenError(f"the bundle {path} has a member of {member.size} bytes "
-                                     f"({_printable(member.name)}); gpuwarden caps each at {MAX_MEMBER_BYTES}",
+                                     f"({_printable(member.name)}); gpuwarden caps each at {MAX_MEMBER_BYTES} "
+                                     f"({fmt_bytes(MAX_MEMBER_BYTES)})",
                                      "it is damaged or not a gpuwarden bundle")
             if total > MAX_TOTAL_BYTES or tar.offset > MAX_TOTAL_BYTES + MAX_MEMBER_BYTES:
-                raise GpuwardenError(f"the bundle {path} unpacks to more than {MAX_TOTAL_BYTES} bytes",
-                                     "it is damaged or not a gpuwarden bundle")
+                raise GpuwardenError(f"the bundle {path} unpacks to more than {fmt_bytes(MAX_TOTAL_BYTES)} "
+                                     f"(the most gpuwarden reads; it stopped there)",
+                                     "it is damaged, a decompression bomb, or not a gpuwarden bundle")
+    except EOFError:  # gzip's: the compressed stream stops before its end marker
+        raise GpuwardenError(f"the bundle {path} is truncated: its gzip stream ends early", _HINT) from None
+    except (zlib.error, gzip.BadGzipFile):  # bad deflate data, or a CRC or length that does not match
+        raise GpuwardenError(f"the bundle {path} is a corrupt gzip file", _HINT) from None
     except _DAMAGED:
         raise GpuwardenError(f"the bundle {path} is truncated or damaged", _HINT) from None
 
@@ -108,7 +176,8 @@ def top_dir(tar: tarfile.TarFile) -> str:
     for m in tar.getmembers():
         if m.name.endswith("/" + MANIFEST) and m.name.count("/") == 1:
             return m.name.split("/", 1)[0]
-    raise GpuwardenError(f"{tar.name or 'the bundle'} has no {MANIFEST}", "it was not made by `gpuwarden bundle`")
+    raise GpuwardenError(f"{os.fsdecode(tar.name) if tar.name else 'the bundle'} has no {MANIFEST}",
+                         "it was not made by `gpuwarden bundle`")
 
 
 def read_member(tar: tarfile.TarFile, top: str, rel: str, limit: int = MAX_JSON_BYTES) -> bytes | None:
@@ -201,13 +270,12 @@ def snapshot_from_bundle(path: Path | str, settings: Settings) -> NodeSnapshot:
         if stored is not None:
             snap = _keep_recorded(snap, stored)
         if problem:
-            snap = dataclasses.replace(snap, warnings=(*snap.warnings, problem))
+            snap = dataclasses.replace(snap, warnings=(*snap.warnings, as_warning(problem)))
         return dataclasses.replace(snap, source=f"bundle:{path}")
 
 
-def _from_tree(settings: Settings, path: Path, sys_tree: Path, proc_tree: Path, manifest: dict) -> NodeSnapshot:
-    from ..backends.sysfs import SysfsBackend
-    from ..sampling import take_snapshot
+def _from_tree(settings: Settings, path: Path, sys_tree: Path, proc_tree: Path,
+               manifest: dict[str, Any]) -> NodeSnapshot:
     tree = manifest.get("tree", {})
     dev_roots = tree.get("dev_roots") or ["/dev"]
     # Device globs must match the fd link targets as recorded; dev_root is only matched, never opened.
@@ -239,12 +307,14 @@ def _json(path: Path, bundle: Path) -> Any:
             return None
         raise GpuwardenError(f"{bundle}: {exc.message}", "it is damaged or not a gpuwarden bundle") from None
     try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
+        return jsondoc.loads(data)
+    except jsondoc.TooDeep as exc:
+        raise GpuwardenError(f"{bundle}: {path.name} is refused: {exc}", "it is damaged or not a gpuwarden bundle") \
+            from None
+    except ValueError:
         raise GpuwardenError(f"{bundle}: {path.name} is not valid JSON", "it is damaged or not a gpuwarden bundle") \
             from None
 
 
 def _printable(text: str) -> str:
-    from ..safetext import printable
     return printable(text)

@@ -23,7 +23,7 @@ DRAIN_AFTER_KILL_S = 0.5
 
 # Commands still running, so that an interrupted bundle (Ctrl-C, an error) takes their process groups
 # with it when gpuwarden exits: they lead their own sessions, so the terminal's Ctrl-C never reaches them.
-_running: set[subprocess.Popen] = set()
+_running: set[subprocess.Popen[bytes]] = set()
 _running_lock = threading.Lock()
 _exiting = False
 # Kills the groups of commands still running if gpuwarden dies without running its atexit (SIGKILL, OOM).
@@ -65,9 +65,11 @@ def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = 
     with _running_lock:
         if _exiting:
             return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, "not started: gpuwarden is exiting")
+        _guard.start()  # before the tool: from its exec on, the guard can find it by its mark
         try:
             proc = subprocess.Popen([exe, *argv[1:]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True, env=env, close_fds=True)
+                                    stderr=subprocess.PIPE, start_new_session=True, env=_guard.environment(env),
+                                    close_fds=True)
         except FileNotFoundError:
             return CommandResult(argv, b"", b"", None, False, time.monotonic() - t0, f"{argv[0]}: not installed")
         except PermissionError as exc:
@@ -101,7 +103,7 @@ def run_command(argv: list[str], timeout_s: float, env: dict[str, str] | None = 
         _guard.remove(proc.pid)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     # Reaped already (by its own thread, at exit): the pid may name another process now. Not poll(): that
     # would reap a leader whose children still hold the pipes, and leave them out of the group kill.
     if proc.returncode is not None:

@@ -10,17 +10,21 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..model import NodeSnapshot
 from ..safetext import printable
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+D = TypeVar("D", bound="DataclassInstance")
 MAX_ITEMS = 100_000  # GPUs, processes, holders...: far more than any node has
 
 
 def read_snapshot(data: Any) -> NodeSnapshot:
     """The NodeSnapshot `data` describes, or ValueError("processes[3].vram: ...")."""
-    return _check(data, NodeSnapshot, "snapshot")
+    return _dataclass(data, NodeSnapshot, "snapshot")
 
 
 def clean(snap: NodeSnapshot) -> NodeSnapshot:
@@ -29,6 +33,7 @@ def clean(snap: NodeSnapshot) -> NodeSnapshot:
 
 
 def _check(value: Any, hint: Any, where: str) -> Any:
+    """`value` checked against the type form `hint` (what typing.get_type_hints gives for a model field)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return value
@@ -79,18 +84,22 @@ def _check(value: Any, hint: Any, where: str) -> Any:
                 key = printable(k)
             out[key] = _check(v, value_type, f"{where}.{printable(str(k))}")
         return out
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise ValueError(f"{where}: {_show(value)} is not an object")
-        hints = _hints(hint)
-        kwargs = {}
-        for f in dataclasses.fields(hint):
-            if f.name in value:
-                kwargs[f.name] = _check(value[f.name], hints[f.name], f"{where}.{f.name}")
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ValueError(f"{where}: no {f.name!r}")
-        return hint(**kwargs)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _dataclass(value, hint, where)
     raise ValueError(f"{where}: cannot check a {hint!r}")  # a model type this reader does not know yet
+
+
+def _dataclass(value: Any, cls: type[D], where: str) -> D:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: {_show(value)} is not an object")
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in value:
+            kwargs[f.name] = _check(value[f.name], hints[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ValueError(f"{where}: no {f.name!r}")
+    return cls(**kwargs)
 
 
 _hint_cache: dict[type, dict[str, Any]] = {}

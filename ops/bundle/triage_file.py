@@ -22,14 +22,16 @@ def triage_bundle(path: Path, engine: str | None = None) -> Report:
 
         def read(member: str) -> bytes | None:
             return read_member(tar, top, member)
-        manifest = json_or_none(read("manifest.json"))
+        notes: list[str] = []
+        manifest = json_or_none(read("manifest.json"), "manifest.json", notes)
         subject = subject_of(manifest)
         if engine is not None and (subject is None or subject["engine"] != engine):
             subject = {"engine": engine, "reason": None}
         report = triage_members(read, engine_names(rel), str(path), subject, known=False)
+    report.notes[:0] = notes
     if isinstance(manifest, dict):
         report.findings.extend(collector_findings([c for c in manifest.get("collectors", []) if isinstance(c, dict)]))
-    else:
+    elif not notes:
         report.notes.append("the bundle's manifest.json is unreadable")
     cite(report, report.environment)  # after the collectors' findings: they can match entries too
     return report

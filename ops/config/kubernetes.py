@@ -19,7 +19,8 @@ PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 POLICIES = ("taint", "condition", "off")  # how the agent tells the API server about a bad GPU
 
 KEYS = {"policy", "taint_after", "clear_after", "node_name", "pod_resources_socket", "health", "health_socket",
-        "kubeconfig"}
+        "kubeconfig", "remediate", "remediate_after", "remediation_slots", "remediation_interval", "eviction_timeout",
+        "lease_namespace"}
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,13 @@ class KubernetesConfig:
     health: bool = False  # serve AMD's per-GPU health service (opt-in)
     health_socket: str = HEALTH_SOCKET
     kubeconfig: str | None = None
+    # Remediation (off by default): cordon, evict, fix (purge -> reset -> verify), uncordon (ops/k8s/remediation.py).
+    remediate: bool = False
+    remediate_after: float = 600.0  # seconds a GPU's trouble must last before the loop starts
+    remediation_slots: int = 1  # nodes of the cluster remediating at once (Leases in lease_namespace)
+    remediation_interval: float = 3600.0  # at most one remediation of this node per interval
+    eviction_timeout: float = 300.0  # how long PodDisruptionBudget refusals and terminating pods are waited for
+    lease_namespace: str = "gpuwarden"
 
     def resolved_node_name(self) -> str:
         return self.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
@@ -50,13 +58,13 @@ def parse(raw: Any, fail: Callable[[str | None, str, str], Exception]) -> Kubern
             raise fail("policy", f"must be one of {', '.join(POLICIES)}, got {raw['policy']!r}",
                        '"taint": condition and taint; "condition": the condition only; "off": neither')
         out["policy"] = raw["policy"]
-    for key in ("taint_after", "clear_after"):
+    for key in ("taint_after", "clear_after", "remediate_after", "remediation_interval", "eviction_timeout"):
         if key in raw:
             try:
                 out[key] = parse_duration(raw[key])
             except GpuwardenError:
                 raise fail(key, f"cannot read duration {raw[key]!r}", f'e.g. {key} = "2m" (or "90s", or 120)') from None
-    for key in ("node_name", "pod_resources_socket", "health_socket", "kubeconfig"):
+    for key in ("node_name", "pod_resources_socket", "health_socket", "kubeconfig", "lease_namespace"):
         if key in raw:
             if not isinstance(raw[key], str) or not raw[key]:
                 raise fail(key, "must be a non-empty string", f'e.g. {key} = "..."')
@@ -66,4 +74,18 @@ def parse(raw: Any, fail: Callable[[str | None, str, str], Exception]) -> Kubern
             raise fail("health", f"must be true or false, got {raw['health']!r}", "health = true serves AMD's "
                        "device-plugin health socket")
         out["health"] = raw["health"]
+    if "remediate" in raw:
+        if not isinstance(raw["remediate"], bool):
+            raise fail("remediate", f"must be true or false, got {raw['remediate']!r}", "remediate = true lets the "
+                       "agent cordon, evict, fix and uncordon the node (off by default)")
+        out["remediate"] = raw["remediate"]
+    if "remediation_slots" in raw:
+        slots = raw["remediation_slots"]
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise fail("remediation_slots", f"must be a whole number of at least 1, got {slots!r}",
+                       "remediation_slots = 1: one node of the cluster remediates at a time")
+        out["remediation_slots"] = slots
+    if out.get("remediate") and out.get("policy") == "off":
+        raise fail("remediate", 'needs policy = "taint" or "condition": with "off" no GPU is ever found in trouble',
+                   'set policy = "taint" (remediation holds a failed node with the taint), or remediate = false')
     return KubernetesConfig(**out)

@@ -190,7 +190,7 @@ def vram_mm(data: bytes) -> VramFree | None:
             chunk, total, head_free = int(m[1]) << 10, int(m[2]) * MIB, int(m[3]) * MIB
             continue
         o = _BUDDY_ORDER.match(line.strip()) if chunk is not None else None
-        if o:
+        if o and chunk is not None:  # o never matches before the chunk size is known; the test narrows chunk's type
             seen_order = True
             count = int(o[4])
             orders_free += int(o[2]) << (10 if o[3] == "KiB" else 20)

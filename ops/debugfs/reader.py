@@ -54,6 +54,7 @@ class DebugfsReader:
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
         self.require_root = require_root
+        self._known: dict[tuple[str, int | None], tuple[str, str]] = {}
 
     def read(self, name: str, minor: int | None = None) -> ReadResult:
         rel = relative_path(name, minor)  # a name off the list never reaches the filesystem
@@ -78,6 +79,32 @@ class DebugfsReader:
                               error=f"no answer within {self.timeout_s:g}s")
         r = box["r"]
         return ReadResult(r.name, r.path, r.status, r.data, r.error, time.monotonic() - t0)
+
+    def read_inline(self, name: str, minor: int | None = None) -> ReadResult:
+        """read() in the calling thread, with the same checks: for a caller that already reads under a deadline
+        (ops/debugfs/books.py reads a refresh's files in one lane job), never for one that cannot wait."""
+        rel, shown = self._paths(name, minor)
+        if self.require_root and os.geteuid() != 0:
+            return ReadResult(name, shown, NOT_ROOT)
+        t0 = time.monotonic()
+        try:
+            r = self._read(name, rel, shown)
+        except Exception as exc:  # noqa: BLE001 - as read(): every failure is a status
+            r = ReadResult(name, shown, ERROR, error=f"{type(exc).__name__}: {exc}")
+        return ReadResult(r.name, r.path, r.status, r.data, r.error, time.monotonic() - t0)
+
+    def path_of(self, name: str, minor: int | None = None) -> str:
+        """The allowed file's path as the node names it (ValueError off the list)."""
+        return self._paths(name, minor)[1]
+
+    def _paths(self, name: str, minor: int | None) -> tuple[str, str]:
+        """(path under the root, path as shown) of an allowed file, worked out once per file."""
+        key = (name, minor)
+        paths = self._known.get(key)
+        if paths is None:
+            rel = relative_path(name, minor)  # a name off the list never reaches the filesystem
+            paths = self._known[key] = (rel, str(self.root / rel))
+        return paths
 
     def _read(self, name: str, rel: str, shown: str) -> ReadResult:
         # Walk the components without following links: a symlink inside the tree could point at a trigger file.

@@ -5,7 +5,6 @@ Both run the same checks; a bundle is extracted to a temporary directory whose t
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from .checks import REGISTRY
 from .probe import Probe, Roots
 from .runner import Progress, Report, run_checks, select
 from ..settings import Settings
+from ..bundle.replay import extract, open_bundle
 
 
 def diagnose(settings: Settings, *, only: list[str] | None = None, timeout_s: float | None = None,
@@ -27,7 +27,6 @@ def diagnose(settings: Settings, *, only: list[str] | None = None, timeout_s: fl
 
 def diagnose_bundle(path: Path | str, settings: Settings, *, only: list[str] | None = None,
                     timeout_s: float | None = None, progress: Progress | None = None) -> Report:
-    from ..bundle.replay import extract, open_bundle
     checks = select(list(REGISTRY), only)  # a wrong name fails before the bundle is unpacked
     path = Path(path)
     with open_bundle(path) as tar, tempfile.TemporaryDirectory(prefix="gpuwarden-doctor-") as tmp:
@@ -68,6 +67,6 @@ def document(report: Report) -> dict[str, Any]:
 
 def _json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return jsondoc.loads(path.read_bytes())  # a bundle's: nesting bounded
     except (OSError, ValueError):
         return None

@@ -14,6 +14,9 @@ VERDICTS = (PASS, WARN, FAIL, UNKNOWN, SKIP)
 SEVERITY = {FAIL: 0, WARN: 1, UNKNOWN: 2, PASS: 3, SKIP: 4}
 
 
+# The reason and the fix are positional-only, so a check's details may be any names (and any values).
+
+
 @dataclass
 class Result:
     """A check's answer. `fix` is a command or a config line; `details` holds the values it judged."""
@@ -24,23 +27,23 @@ class Result:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def passed(reason: str, **details: Any) -> Result:
+def passed(reason: str, /, **details: Any) -> Result:
     return Result(PASS, reason, details=details)
 
 
-def warn(reason: str, fix: str | None = None, **details: Any) -> Result:
+def warn(reason: str, fix: str | None = None, /, **details: Any) -> Result:
     return Result(WARN, reason, fix, details)
 
 
-def fail(reason: str, fix: str | None = None, **details: Any) -> Result:
+def fail(reason: str, fix: str | None = None, /, **details: Any) -> Result:
     return Result(FAIL, reason, fix, details)
 
 
-def unknown(reason: str, fix: str | None = None, **details: Any) -> Result:
+def unknown(reason: str, fix: str | None = None, /, **details: Any) -> Result:
     return Result(UNKNOWN, reason, fix, details)
 
 
-def skip(reason: str, **details: Any) -> Result:
+def skip(reason: str, /, **details: Any) -> Result:
     return Result(SKIP, reason, details=details)
 
 
@@ -74,7 +77,7 @@ class Finding:
     known: list[dict[str, str]] = field(default_factory=list)  # catalog entries about this check's subject
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"id": self.id, "title": self.title, "group": self.group, "verdict": self.verdict,
+        out: dict[str, Any] = {"id": self.id, "title": self.title, "group": self.group, "verdict": self.verdict,
                "reason": self.reason, "fix": self.fix, "read": list(self.read), "details": self.details,
                "duration_s": round(self.duration_s, 4), "timed_out": self.timed_out}
         if self.known:

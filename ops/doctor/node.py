@@ -11,6 +11,8 @@ from typing import Any
 
 from ..backends import sysfs
 from ..errors import GpuwardenError
+from .. import nodeconfig
+from ..arena.budget import mem_total as read_mem_total
 from .probe import CheckIO
 
 NVIDIA_VENDOR = 0x10DE
@@ -81,13 +83,11 @@ def node_config(io: CheckIO) -> Any:
         return None
 
     def load() -> Any:
-        from .. import nodeconfig
         return nodeconfig.load(io.settings)
     return io.shared("node_config", load)
 
 
 def mem_total(io: CheckIO) -> int | None:
-    from ..arena.budget import mem_total as read_mem_total
     io.note("/proc/meminfo")
     try:
         return read_mem_total(io.roots.proc)

@@ -5,19 +5,22 @@ Paths are shown as on the node (/sys/..., /etc/...), whatever tree they were rea
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from ..settings import Settings
+from ..sim.node import active_sim_root
 
 # root name -> the path it stands for on a node
 LOGICAL = {"sys": "/sys", "gpu": "/sys", "proc": "/proc", "etc": "/etc", "boot": "/boot", "opt": "/opt"}
 READ_LIMIT = 1 << 20
+T = TypeVar("T")
 
 _SHOWN_AS = ((re.compile(r"/card\d+/"), "/card*/"), (re.compile(r"/nodes/\d+/"), "/nodes/*/"),
              (re.compile(r"^/proc/\d+/"), "/proc/<pid>/"), (re.compile(r"/io_links/\d+/"), "/io_links/*/"),
@@ -38,7 +41,6 @@ class Roots:
 
     @classmethod
     def of(cls, settings: Settings) -> "Roots":
-        from ..sim.node import active_sim_root
         sim = active_sim_root(settings)
         return cls(sys=settings.sysfs_root, gpu=sim or settings.sysfs_root, proc=settings.proc_root,
                    etc=settings.etc_root, boot=settings.boot_root, opt=settings.opt_root, simulated=sim is not None)
@@ -58,21 +60,22 @@ class Probe:
         # Facts a bundle recorded that no tree holds (e.g. the collector's RLIMIT_MEMLOCK); empty when live.
         self.extra = extra or {}
         self._lock = threading.Lock()
-        self._cache: dict[str, Future] = {}
+        self._cache: dict[str, Future[Any]] = {}
 
-    def shared(self, key: str, fn: Callable[[], Any]) -> Any:
+    def shared(self, key: str, fn: Callable[[], T]) -> T:
         """fn() computed once per run, by the first check that asks; the others wait for that answer."""
         with self._lock:
             fut = self._cache.get(key)
             owner = fut is None
-            if owner:
+            if fut is None:
                 fut = self._cache[key] = Future()
         if owner:
             try:
                 fut.set_result(fn())
             except BaseException as exc:  # handed to every caller, who each turn it into their verdict
                 fut.set_exception(exc)
-        return fut.result()
+        value: T = fut.result()  # a key always comes with the same fn, so its answer has fn's type
+        return value
 
 
 class CheckIO:
@@ -115,7 +118,8 @@ class CheckIO:
         except (ValueError, IndexError):
             return None
 
-    def bytes(self, root: str, rel: str, limit: int = 4096) -> bytes | None:
+    # builtins.: the methods int and bytes above and here shadow the builtin names inside this class
+    def bytes(self, root: str, rel: str, limit: builtins.int = 4096) -> builtins.bytes | None:
         try:
             # O_NONBLOCK: a FIFO planted in a captured or simulated tree must not hang a check.
             fd = os.open(self.path(root, rel), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -144,5 +148,5 @@ class CheckIO:
     def exists(self, root: str, rel: str) -> bool:
         return os.path.exists(self.path(root, rel))
 
-    def shared(self, key: str, fn: Callable[[], Any]) -> Any:
+    def shared(self, key: str, fn: Callable[[], T]) -> T:
         return self.probe.shared(key, fn)

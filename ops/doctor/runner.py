@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import GpuwardenError
+from .. import knowledge
 from .model import FAIL, SEVERITY, UNKNOWN, VERDICTS, WARN, Check, Finding, Result
 from .probe import CheckIO, Probe
 
@@ -101,8 +102,7 @@ def run_checks(checks: list[Check], probe: Probe, *, timeout_s: float | None = N
 
 def cite_known(findings: list[Finding]) -> None:
     """A check that did not pass names the catalog entries about its subject (topic `doctor:<check id>`)."""
-    from ..knowledge import load
-    cat = load()
+    cat = knowledge.load()
     for f in findings:
         if f.verdict in (FAIL, WARN, UNKNOWN):
             f.known = [{"id": e.id, "title": e.title, "url": e.url} for e in cat.topic(f"doctor:{f.id}")]

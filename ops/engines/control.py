@@ -14,11 +14,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-import gpuwarden
 from gpuwarden.ops import journal, nodestate, procs, statedir
 from gpuwarden.ops.errors import GpuwardenError, NotFound, Refused
+from gpuwarden.ops.paths import child_pythonpath
 from gpuwarden.ops.nodeconfig import EngineConfig, signal_number
 from gpuwarden.ops.settings import Settings
 
@@ -85,17 +85,12 @@ def spawn_shim(settings: Settings, name: str) -> int:
     return _shim_pid(settings, name, _fork_shim(settings, name))
 
 
-def _fork_shim(settings: Settings, name: str) -> subprocess.Popen:
+def _fork_shim(settings: Settings, name: str) -> subprocess.Popen[bytes]:
     """Fork the shim of `name` into its own session. From here on it runs whatever becomes of the caller."""
     state_dir = settings.state_dir.resolve()
     env = dict(os.environ)
     env[ORIG_PYTHONPATH] = env.get("PYTHONPATH", "")
-    # The shim must import this very gpuwarden: the folder that holds the package goes first on its path (an
-    # editable install's finder needs nothing: the same interpreter's site-packages hold it).
-    package = Path(gpuwarden.__file__).parent
-    if package.name == "gpuwarden":
-        root = str(package.parent)
-        env["PYTHONPATH"] = root + (os.pathsep + env[ORIG_PYTHONPATH] if env[ORIG_PYTHONPATH] else "")
+    env = child_pythonpath(env)  # the shim must import this very gpuwarden; it restores ORIG_PYTHONPATH
     with statedir.open_dir(state_dir, statedir.ENGINES, name) as folder:
         # The old state would be read as this run's until the shim writes its own.
         folder.unlink(st.STATE)
@@ -110,7 +105,7 @@ def _fork_shim(settings: Settings, name: str) -> subprocess.Popen:
         os.close(shim_log)
 
 
-def _shim_pid(settings: Settings, name: str, proc: subprocess.Popen) -> int:
+def _shim_pid(settings: Settings, name: str, proc: subprocess.Popen[bytes]) -> int:
     """The supervising pid the detaching shim prints (it forks once more before printing it)."""
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
@@ -126,7 +121,9 @@ def _shim_pid(settings: Settings, name: str, proc: subprocess.Popen) -> int:
 def supervised(settings: Settings, name: str) -> bool:
     """True while a live shim looks after `name`."""
     record = st.read_state(settings.state_dir, name)
-    return bool(record) and st.shim_alive(record, settings.proc_root) and record.get("phase") not in st.FINAL_PHASES
+    if not record:
+        return False
+    return st.shim_alive(record, settings.proc_root) and record.get("phase") not in st.FINAL_PHASES
 
 
 def start(settings: Settings, engine: EngineConfig, *, gate_slots: int, registration_timeout: float,
@@ -187,7 +184,7 @@ def _signal_checked(settings: Settings, name: str, pid: int, start: int | None, 
     return True
 
 
-def _send(send, target: int, sig: int, what: str, name: str) -> bool:
+def _send(send: Callable[[int, int], None], target: int, sig: int, what: str, name: str) -> bool:
     """os.kill or os.killpg; False when the target is gone, Refused without the permission."""
     try:
         send(target, sig)
@@ -265,7 +262,7 @@ def stop(settings: Settings, name: str, *, timeout_s: float | None = None) -> St
     shim_pid, shim_start = record.get("shim_pid"), record.get("shim_start")
     pid, pid_start = record.get("pid"), record.get("pid_start")
     ended = record.get("phase") in st.FINAL_PHASES and not st.alive(pid, pid_start, settings.proc_root)
-    if st.shim_alive(record, settings.proc_root) and not ended:
+    if shim_pid and st.shim_alive(record, settings.proc_root) and not ended:  # shim_alive is False without a pid
         # (A shim whose engine has ended is only finishing its records, e.g. a crash bundle: leave it be.)
         _signal_checked(settings, name, shim_pid, shim_start, signal.SIGTERM, "shim")
         # The shim itself sends SIGKILL after the grace; give it that plus a margin to record the exit.

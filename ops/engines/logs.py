@@ -12,6 +12,7 @@ from typing import BinaryIO, Callable, Iterator
 
 from gpuwarden.ops import redact, statedir
 from gpuwarden.ops.safetext import log_line
+from .state import tail  # one tail implementation for list and follow
 
 MAX_LINE = 1 << 20  # a longer "line" is shown in pieces, never held whole
 
@@ -67,8 +68,6 @@ class CappedLog:
 def follow(path: Path, *, from_end_lines: int = 20, poll_s: float = 0.2,
            keep_going: Callable[[], bool] = lambda: True) -> Iterator[str]:
     """Yield the last lines of a log, then new lines as they come, reopening it after a rotation."""
-    from .state import tail  # one tail implementation for list and follow
-
     for line in tail(path, from_end_lines):
         yield line
     f = _open_log(path)

@@ -6,7 +6,7 @@ engines list, the TUI's arena panel and the metrics read them there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from gpuwarden.ops.model import Registration
 from gpuwarden.ops.status_protocol import StatusEvent
@@ -23,30 +23,47 @@ ENDS = {"registered": ("register", "registered"), "register-failed": ("register"
         "unregistered": ("unregister", "registered"), "unregister-failed": ("unregister", "failed")}
 
 
-class RegistrationLog:
-    def __init__(self, records: list[dict[str, Any]] | None = None):
-        self.records: list[dict[str, Any]] = list(records or [])
+class RegistrationRecord(TypedDict):
+    """One call as state.json keeps it; call, pid, via and slot are the engine's own words, passed through."""
 
-    def _open(self, pid: Any, kind: str) -> dict[str, Any] | None:
+    kind: str  # "register" or "unregister"
+    call: object
+    bytes: int | None
+    outcome: str  # running, registered, failed, hung, died
+    started_at: float | None
+    seconds: float | None
+    wait_s: float | None
+    result: int | None
+    pid: object
+    via: object
+    slot: object
+    late: NotRequired[bool]  # the call returned after it had been reported hung
+
+
+class RegistrationLog:
+    def __init__(self, records: list[RegistrationRecord] | None = None):
+        self.records: list[RegistrationRecord] = list(records or [])
+
+    def _open(self, pid: object, kind: str) -> RegistrationRecord | None:
         for record in reversed(self.records):
             if record["pid"] == pid and record["kind"] == kind and record["outcome"] in ("running", "hung"):
                 return record
         return None
 
-    def on_event(self, event: StatusEvent) -> dict[str, Any] | None:
+    def on_event(self, event: StatusEvent) -> RegistrationRecord | None:
         """Apply one status event; the record it created or changed, None when it was about something else."""
         data = event.data
         pid = data.get("pid")
         if event.phase in STARTS:
-            record = {
+            started: RegistrationRecord = {
                 "kind": STARTS[event.phase], "call": data.get("call"), "bytes": _int(data.get("bytes")),
                 "outcome": "running", "started_at": event.ts, "seconds": None, "wait_s": _num(data.get("wait_s")),
                 "result": None, "pid": pid, "via": data.get("via") or ("engine" if data.get("source") != "preload" else None),
                 "slot": data.get("slot"),
             }
-            self.records.append(record)
+            self.records.append(started)
             del self.records[:-KEEP]
-            return record
+            return started
         if event.phase in ENDS:
             kind, outcome = ENDS[event.phase]
             record = self._open(pid, kind)
@@ -59,9 +76,9 @@ class RegistrationLog:
                           "via": data.get("via") or "engine", "slot": data.get("slot")}
                 self.records.append(record)
                 del self.records[:-KEEP]
-            record.update(outcome=outcome, result=_int(data.get("result")),
-                          seconds=_num(data.get("seconds")) if data.get("seconds") is not None
-                          else (event.ts - record["started_at"] if record["started_at"] else None))
+            record["outcome"], record["result"] = outcome, _int(data.get("result"))
+            record["seconds"] = (_num(data.get("seconds")) if data.get("seconds") is not None
+                                 else (event.ts - record["started_at"] if record["started_at"] else None))
             if record.get("bytes") is None:
                 record["bytes"] = _int(data.get("bytes"))
             if data.get("late"):
@@ -70,18 +87,19 @@ class RegistrationLog:
         if event.phase == "register-hung":
             record = self._open(pid, "register") or self._open(pid, "unregister")
             if record is not None:
-                record.update(outcome="hung", seconds=_num(data.get("seconds")))
+                record["outcome"], record["seconds"] = "hung", _num(data.get("seconds"))
             return record
         return None
 
-    def running(self) -> list[dict[str, Any]]:
+    def running(self) -> list[RegistrationRecord]:
         return [r for r in self.records if r["outcome"] in ("running", "hung")]
 
     def died(self, now: float) -> bool:
         """The engine is gone: calls still open ended with it. True when any did."""
         changed = False
         for record in self.running():
-            record.update(outcome="died", seconds=now - record["started_at"] if record["started_at"] else None)
+            record["outcome"] = "died"
+            record["seconds"] = now - record["started_at"] if record["started_at"] else None
             changed = True
         return changed
 

@@ -23,18 +23,19 @@ DRIVER = {1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY", 3: "CUDA
           713: "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", 801: "CUDA_ERROR_NOT_SUPPORTED", 999: "CUDA_ERROR_UNKNOWN"}
 
 
-def name(call: str | None, code: int | None) -> str | None:
+def name(call: object, code: object) -> str | None:
     """The runtime's name for `code` as returned by `call` (hipHostRegister, cudaHostRegister, cuMemHostRegister...);
-    None when unknown."""
+    None when unknown. Both come from an engine's status events as it sent them: anything but a str call names no
+    runtime."""
     if not isinstance(code, int) or isinstance(code, bool):
         return None
-    call = call or ""
-    table = HIP if call.startswith("hip") else CUDART if call.startswith("cuda") else \
-        DRIVER if call.startswith("cu") else None
+    fn = call if isinstance(call, str) else ""
+    table = HIP if fn.startswith("hip") else CUDART if fn.startswith("cuda") else \
+        DRIVER if fn.startswith("cu") else None
     return table.get(code) if table else None
 
 
-def describe(call: str | None, code: int | None) -> str:
+def describe(call: object, code: object) -> str:
     """'hipErrorInvalidDevice (101)', or 'error 1061' when the name is not known."""
     known = name(call, code)
     return f"{known} ({code})" if known else f"error {code}"

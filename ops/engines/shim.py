@@ -200,7 +200,7 @@ class Shim:
             if slot:
                 slot.release()
 
-    def _supervise(self, proc: subprocess.Popen, log: CappedLog, status: StatusFollower,
+    def _supervise(self, proc: subprocess.Popen[bytes], log: CappedLog, status: StatusFollower,
                    progress: Progress, slot: gate.Slot | None) -> str:
         assert proc.stdout is not None
         ready_file = self.dir / preload.READY_FILE if self.engine.progress == "preload" else None
@@ -345,7 +345,7 @@ class Shim:
         now = time.time()
         for record in self.registrations.running():
             if record["outcome"] == "running" and record["started_at"] and now - record["started_at"] > limit:
-                record.update(outcome="hung", seconds=now - record["started_at"])
+                record["outcome"], record["seconds"] = "hung", now - record["started_at"]
                 self.save(registrations=self.registrations.records,
                           detail=f"{record.get('call') or 'registration'} of {fmt_bytes(record.get('bytes'))} "
                                  f"has not returned after {now - record['started_at']:.0f}s")

@@ -41,11 +41,15 @@ def engine_dir(state_dir: Path, name: str) -> Path:
 
 
 def read_state(state_dir: Path, name: str) -> dict[str, Any] | None:
-    return statefiles.load(engine_dir(state_dir, name) / STATE, statefiles.ENGINE_STATE, root=state_dir)
+    record: dict[str, Any] | None = statefiles.load(engine_dir(state_dir, name) / STATE, statefiles.ENGINE_STATE,
+                                                    root=state_dir)
+    return record
 
 
 def read_spec(state_dir: Path, name: str) -> dict[str, Any] | None:
-    return statefiles.load(engine_dir(state_dir, name) / SPEC, statefiles.ENGINE_SPEC, root=state_dir)
+    spec: dict[str, Any] | None = statefiles.load(engine_dir(state_dir, name) / SPEC, statefiles.ENGINE_SPEC,
+                                                  root=state_dir)
+    return spec
 
 
 def names(state_dir: Path) -> list[str]:
@@ -90,7 +94,8 @@ def last_line(path: Path, limit: int = 8192, cache: "FileCache | None" = None) -
         lines = tail(p, 1, limit)
         return lines[-1] if lines else None
     if cache is not None:
-        return cache.get(path, read, "last-line")
+        line: str | None = cache.get(path, read, "last-line")
+        return line
     try:
         return read(path)
     except OSError:
@@ -132,7 +137,7 @@ def run_tail(path: Path, count: int) -> list[str]:
 
 def info_from(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | None, state_dir: Path,
               proc_root: Path = Path("/proc"), cache: "FileCache | None" = None,
-              memo: "dict[str, tuple[tuple, EngineInfo]] | None" = None) -> EngineInfo:
+              memo: "dict[str, tuple[tuple[Any, ...], EngineInfo]] | None" = None) -> EngineInfo:
     """`memo` (a sampler's, with its `cache`): name -> what the last EngineInfo was made of, and it. The records
     come from the cache, the same objects while their files are unchanged, so an engine whose record, spec,
     shim and last log line are all as before is the very same EngineInfo again."""
@@ -157,9 +162,11 @@ def _info(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | None,
         # Spec written, shim not yet reporting: the launcher is still starting it.
         return EngineInfo(name=printable(name), gpu=gpu, phase="starting", log_path=str(log_path), last_log_line=last)
     phase = "stale" if stale else printable(str(record.get("phase", "starting")))
-    phases = record.get("phases") if isinstance(record.get("phases"), dict) else {}
-    crashes = record.get("crashes") if isinstance(record.get("crashes"), dict) else {}
-    def text(v):
+    raw_phases, raw_crashes = record.get("phases"), record.get("crashes")
+    phases: dict[str, Any] = raw_phases if isinstance(raw_phases, dict) else {}
+    crashes: dict[str, Any] = raw_crashes if isinstance(raw_crashes, dict) else {}
+
+    def text(v: object) -> str | None:
         return (None if v is None else printable(str(v)))  # records are files: no escapes reach a terminal
     return EngineInfo(
         name=printable(name),
@@ -184,9 +191,14 @@ def _info(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | None,
 
 def registrations_of(record: dict[str, Any]) -> tuple[Registration, ...]:
     """The registration records the shim kept (gpuwarden.ops.engines.registrations), as model objects."""
-    return tuple(Registration(**{k: raw.get(k) for k in Registration.__record_fields__})
+    names: tuple[str, ...] = Registration.__record_fields__  # type: ignore[attr-defined]
+    return tuple(Registration(**_fields(raw, names))
                  for raw in record.get("registrations") or ()
                  if isinstance(raw, dict) and isinstance(raw.get("kind"), str) and isinstance(raw.get("outcome"), str))
+
+
+def _fields(raw: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {k: raw.get(k) for k in names}
 
 
 def _number(value: Any) -> float | None:
@@ -194,7 +206,7 @@ def _number(value: Any) -> float | None:
 
 
 def list_engines(settings: Settings, cache: "FileCache | None" = None,
-                 memo: "dict[str, tuple[tuple, EngineInfo]] | None" = None) -> list[EngineInfo]:
+                 memo: "dict[str, tuple[tuple[Any, ...], EngineInfo]] | None" = None) -> list[EngineInfo]:
     """Every engine with a record in the state dir, as its shim last wrote it (stale when the shim is gone).
 
     `cache`: a sampler's FileCache; the snapshot lists engines on every refresh and parses a record again

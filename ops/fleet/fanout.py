@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from .inventory import Host
 from .ssh import SshSettings, Unreachable, connect
+
+if TYPE_CHECKING:
+    import asyncssh
 
 NOT_FOUND = 127  # what a POSIX shell answers for a command it cannot find
 
@@ -31,30 +34,37 @@ class HostResult:
         return self.error is None
 
 
-Job = Callable[[Host, object], Awaitable[HostResult]]
+# What fan_out runs per node: job(conn, host, started) on the node's open connection, its monotonic start time.
+Job = Callable[["asyncssh.SSHClientConnection", Host, float], Awaitable[HostResult]]
 
 
-async def run_command(conn, host: Host, command: str, started: float) -> HostResult:
+async def run_command(conn: asyncssh.SSHClientConnection, host: Host, command: str, started: float) -> HostResult:
     """`command` through the node's shell on an open connection; stdout/stderr kept whole."""
     done = await conn.run(command, check=False)
     status = done.exit_status if done.exit_status is not None else 255
-    stderr = done.stderr or ""
+    stdout, stderr = _text(done.stdout), _text(done.stderr)
     if status == NOT_FOUND and "not found" in stderr:
         first = command.split()[0] if command.split() else command
-        return HostResult(host, None, done.stdout or "", stderr, f"{first!r} not found on the node",
+        return HostResult(host, None, stdout, stderr, f"{first!r} not found on the node",
                           "install gpuwarden there, or set command = \"/path/to/gpuwarden\" in the fleet config "
                           "(--remote-command)", time.monotonic() - started)
-    return HostResult(host, status, done.stdout or "", stderr, duration_s=time.monotonic() - started)
+    return HostResult(host, status, stdout, stderr, duration_s=time.monotonic() - started)
 
 
-async def _one(host: Host, ssh: SshSettings, timeout: float, job: Callable, sem: asyncio.Semaphore) -> HostResult:
+def _text(out: str | bytes | None) -> str:
+    """A command's output as text: asyncssh decodes UTF-8 unless asked for bytes (never here); its type has both."""
+    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+
+
+async def _one(host: Host, ssh: SshSettings, timeout: float, job: Job, sem: asyncio.Semaphore) -> HostResult:
     async with sem:
         started = time.monotonic()
         try:
             async with asyncio.timeout(timeout):
                 conn = await connect(host, ssh)
                 async with conn:
-                    return await job(conn, host, started)
+                    result = await job(conn, host, started)
+                return result
         except Unreachable as exc:
             return HostResult(host, None, error=exc.message, hint=exc.hint, duration_s=time.monotonic() - started)
         except TimeoutError:
@@ -68,7 +78,7 @@ async def _one(host: Host, ssh: SshSettings, timeout: float, job: Callable, sem:
             return HostResult(host, None, error=f"{type(exc).__name__}: {exc}", duration_s=time.monotonic() - started)
 
 
-async def fan_out(hosts: list[Host], job: Callable, ssh: SshSettings, *, parallel: int, timeout: float,
+async def fan_out(hosts: list[Host], job: Job, ssh: SshSettings, *, parallel: int, timeout: float,
                   on_result: Callable[[HostResult], None] | None = None) -> list[HostResult]:
     """`job(conn, host, started)` on every host, at most `parallel` at once; results in the hosts' order."""
     sem = asyncio.Semaphore(max(1, parallel))
@@ -85,6 +95,6 @@ async def fan_out(hosts: list[Host], job: Callable, ssh: SshSettings, *, paralle
 def run_everywhere(hosts: list[Host], command: str | Callable[[Host], str], ssh: SshSettings, *, parallel: int,
                    timeout: float, on_result: Callable[[HostResult], None] | None = None) -> list[HostResult]:
     """A shell command (or one per host) on every host; blocks until each has answered or timed out."""
-    def job(conn, host: Host, started: float):
+    def job(conn: asyncssh.SSHClientConnection, host: Host, started: float) -> Awaitable[HostResult]:
         return run_command(conn, host, command(host) if callable(command) else command, started)
     return asyncio.run(fan_out(hosts, job, ssh, parallel=parallel, timeout=timeout, on_result=on_result))

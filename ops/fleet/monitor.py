@@ -12,13 +12,17 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, TypeVar
 
 from .fanout import HostResult
 from .inventory import Host
 from .ssh import SshSettings, Unreachable, connect
 from .summary import NodeRow, from_snapshot
 
+if TYPE_CHECKING:
+    import asyncssh
+
+T = TypeVar("T")
 RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # back-off between reconnections of a node that went away
 
 
@@ -33,7 +37,7 @@ class NodeFeed:
     error: str | None = None
     hint: str | None = None
     connected: bool = False
-    conn: Any = None
+    conn: asyncssh.SSHClientConnection | None = None
 
 
 class FleetMonitor:
@@ -46,14 +50,14 @@ class FleetMonitor:
         self.command = command  # command(*args) -> the remote shell line running `gpuwarden ARGS`
         self.interval = interval
         self.feeds = {h.name: NodeFeed(h) for h in self.hosts}
-        self._parallel = parallel
         self._changed = threading.Condition()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="gpuwarden-fleet", daemon=True)
-        self._sem: asyncio.Semaphore | None = None
+        # Connection set-up only; streams then run side by side. Bound to the monitor's loop on first use.
+        self._sem = asyncio.Semaphore(parallel)
         # The nodes streamed over SSH: every node by default; a subclass that reads elsewhere picks them.
         self._initial = tuple(self.feeds) if follow is None else tuple(follow)
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._closed = False
 
     # --- life cycle ---------------------------------------------------------------------------
@@ -63,7 +67,6 @@ class FleetMonitor:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._sem = asyncio.Semaphore(self._parallel)  # connection set-up only; streams then run side by side
         for name in self._initial:
             self._start_stream(name)
         try:
@@ -132,9 +135,9 @@ class FleetMonitor:
             failures += 1
             await asyncio.sleep(RETRY_S[min(failures - 1, len(RETRY_S) - 1)])
 
-    async def _stream(self, feed: NodeFeed, conn: Any) -> None:
+    async def _stream(self, feed: NodeFeed, conn: asyncssh.SSHClientConnection) -> None:
         command = self.command("status", "--watch", "--json", "--interval", f"{self.interval:g}")
-        import asyncssh
+        import asyncssh  # deferred: asyncssh (and cryptography) load only when a node is reached over ssh
         proc = await conn.create_process(command, stderr=asyncssh.DEVNULL)
         try:
             async for line in proc.stdout:
@@ -198,10 +201,10 @@ class FleetMonitor:
             return feed.seq, feed.snapshot, feed.error
 
     # --- remote commands on the same connections ----------------------------------------------
-    def submit(self, coro: Coroutine) -> Future:
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
-    def run_remote(self, name: str, command: str, on_line: Callable[[str], None]) -> Future:
+    def run_remote(self, name: str, command: str, on_line: Callable[[str], None]) -> Future[tuple[int, str]]:
         """Run `command` on node `name` over its open connection; on_line(line) for each stdout line (in the
         monitor's thread). The future's result is (exit status, stderr)."""
         feed = self.feeds[name]

@@ -76,16 +76,20 @@ class PrometheusApi:
             raise PrometheusError(f"prometheus at {self.url} did not answer: {reason}",
                                   "check the URL and that Prometheus runs (curl URL/-/ready)") from None
         doc = _json(body)
-        if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(doc.get("data"), dict):
+        data = doc.get("data") if isinstance(doc, dict) and doc.get("status") == "success" else None
+        if not isinstance(data, dict):
             reason = doc.get("error") if isinstance(doc, dict) else "not a Prometheus API reply"
             raise PrometheusError(f"prometheus at {self.url}: {reason}", "is this URL a Prometheus server?")
-        return doc["data"]
+        return data
 
     def query(self, expr: str, at: float | None = None) -> list[Sample]:
         """An instant query; a scalar result comes back as one sample without labels."""
         params = {"query": expr, **({"time": f"{at:.3f}"} if at is not None else {})}
         data = self._post("query", params)
         kind, result = data.get("resultType"), data.get("result")
+        if not isinstance(result, list):  # a Prometheus-compatible server that left it out: say so, no traceback
+            raise PrometheusError(f"prometheus at {self.url}: {expr!r} gave a {kind} without a result list",
+                                  "is this URL a Prometheus server?")
         if kind == "scalar":
             return [Sample({}, float(result[0]), _number(result[1]))]
         if kind != "vector":

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from .inventory import Host, parse_target
-from .promapi import PrometheusApi
+from .promapi import PrometheusApi, Sample
 from .summary import NodeHistory, NodeRow
 
 # The gpuwarden_* families a fleet row needs (names as ops/metrics/families.py exports them).
@@ -91,7 +91,8 @@ def selector(settings: PromSettings, name: str = "", *extra: str) -> str:
     return f"{name}{{{', '.join(matchers)}}}" if matchers else name
 
 
-def _exporters(api: PrometheusApi, settings: PromSettings) -> tuple[float, dict[tuple[str, str], Exporter], list]:
+def _exporters(api: PrometheusApi,
+               settings: PromSettings) -> tuple[float, dict[tuple[str, str], Exporter], list[Sample]]:
     """Every gpuwarden exporter Prometheus has current series of, plus the failing scrapes (`up == 0`)."""
     families = "|".join(ROW_FAMILIES)
     values = api.query(selector(settings, "", f'__name__=~"gpuwarden_({families})"'))
@@ -150,10 +151,13 @@ def _row(host: Host, e: Exporter) -> NodeRow:
 
 
 def _match(host: Host, exporters: list[Exporter]) -> Exporter | None:
-    """The exporter that is this node: its name or address is the instance (port aside) or the hostname label;
-    failing that, the short names agree (gpu01 and gpu01.cluster). Two candidates: the freshest wins."""
+    """The exporter that is this node: its name is the instance itself (a node found in Prometheus); else its name
+    or address is the instance (port aside) or the hostname label; failing that, the short names agree (gpu01 and
+    gpu01.cluster). Two candidates: the freshest wins."""
+    hits = [e for e in exporters if e.instance == host.name]
     wanted = {n for n in (host.name, host.address) if n}
-    hits = [e for e in exporters if wanted & e.names()]
+    if not hits:
+        hits = [e for e in exporters if wanted & e.names()]
     if not hits:
         short = {_short(n) for n in wanted}
         hits = [e for e in exporters if short & {_short(n) for n in e.names()}]
@@ -168,17 +172,26 @@ def read_fleet(settings: PromSettings, hosts: list[Host] | None, api: Prometheus
     at, found, down = _exporters(api, settings)
     exporters = list(found.values())
     if hosts is None:
-        names = {_without_port(e.instance) or e.hostname or "" for e in exporters if e.ts is not None} - {""}
-        hosts = [Host(n) for n in sorted(names)]
+        hosts = _discovered(exporters)
     failing = [_without_port(s.labels.get("instance", "")) for s in down]
     rows: dict[str, NodeRow] = {}
     missing: dict[str, str] = {}
     matched: dict[str, Exporter] = {}
+    found_for = {host.name: _match(host, exporters) for host in hosts}
+    claimed: dict[tuple[str, str], list[str]] = {}
+    for name, e in found_for.items():
+        if e is not None:
+            claimed.setdefault(e.key, []).append(name)
     for host in hosts:
-        e = _match(host, exporters)
+        e = found_for[host.name]
         if e is None:
             fails = {host.name, host.address} & set(failing)
             missing[host.name] = "not in Prometheus" + (": its scrape fails (up=0)" if fails else "")
+            continue
+        others = [n for n in claimed[e.key] if n != host.name]
+        if others:  # one address, several nodes (ports, users, a bastion): the series cannot say whose they are
+            missing[host.name] = f"{', '.join(others)} match{'es' if len(others) == 1 else ''} the same series " \
+                                 f"(instance {e.instance})"
             continue
         matched[host.name] = e
         if e.ts is None:
@@ -190,6 +203,23 @@ def read_fleet(settings: PromSettings, hosts: list[Host] | None, api: Prometheus
         else:
             rows[host.name] = _row(host, e)
     return PromReading(at, tuple(hosts), rows, missing, matched)
+
+
+def _discovered(exporters: list[Exporter]) -> list[Host]:
+    """The fleet when no inventory names it: a node per scraped instance, called by its address (what the SSH
+    fallback connects to), or by the whole instance where several share one address."""
+    instances = sorted({e.instance for e in exporters if e.ts is not None and e.instance})
+    by_address: dict[str, list[str]] = {}
+    for instance in instances:
+        by_address.setdefault(_without_port(instance), []).append(instance)
+    hosts = []
+    for address, shared in sorted(by_address.items()):
+        hosts += [Host(address)] if len(shared) == 1 else [Host(i, address=address) for i in shared]
+    known = {h.address or h.name for h in hosts}
+    # An exporter without an instance label: its hostname is all there is to call it.
+    hosts += [Host(n) for n in sorted({e.hostname for e in exporters if e.ts is not None and not e.instance
+                                       and e.hostname} - known)]
+    return hosts
 
 
 def history(settings: PromSettings, reading: PromReading, window_s: float, api: PrometheusApi | None = None,

@@ -11,10 +11,13 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import GpuwardenError
-from .inventory import Host
+from .inventory import Host, parse_target
+
+if TYPE_CHECKING:
+    import asyncssh
 
 DEFAULT_PORT = 22
 
@@ -41,7 +44,7 @@ def known_hosts_name(host: str, port: int) -> str:
     return host if port == DEFAULT_PORT else f"[{host}]:{port}"
 
 
-def key_line(name: str, key: Any) -> str:
+def key_line(name: str, key: asyncssh.SSHKey) -> str:
     """The known_hosts line for `key` (an asyncssh public key) under `name`, without a comment."""
     algo, blob = key.export_public_key("openssh").decode().split()[:2]
     return f"{name} {algo} {blob}"
@@ -53,17 +56,17 @@ class _Policy:
     def __init__(self, files: list[str], accept_new: bool):
         self.files = files
         self.accept_new = accept_new
-        self.offered: Any = None
+        self.offered: asyncssh.SSHKey | None = None
         self.known = False  # the host has some key in known_hosts (so a mismatch is a change)
         self.added: str | None = None
 
-    def client(self):
-        import asyncssh
+    def client(self) -> asyncssh.SSHClient:
+        import asyncssh  # deferred: asyncssh (and cryptography) load only when a node is reached over ssh
 
         policy = self
 
         class Client(asyncssh.SSHClient):
-            def validate_host_public_key(self, host: str, addr: str, port: int, key: Any) -> bool:
+            def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
                 # asyncssh calls this only for a key that is not trusted by known_hosts.
                 policy.offered = key
                 policy.known = policy._has_entry(host, addr, port)
@@ -75,7 +78,7 @@ class _Policy:
         return Client()
 
     def _has_entry(self, host: str, addr: str, port: int) -> bool:
-        import asyncssh
+        import asyncssh  # deferred: asyncssh (and cryptography) load only when a node is reached over ssh
         for path in self.files:
             try:
                 found = asyncssh.match_known_hosts(path, host, addr, port if port != DEFAULT_PORT else None)
@@ -85,7 +88,7 @@ class _Policy:
                 return True
         return False
 
-    def _append(self, name: str, key: Any) -> str:
+    def _append(self, name: str, key: asyncssh.SSHKey) -> str:
         line = key_line(name, key)
         path = Path(self.files[0])
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -97,8 +100,8 @@ class _Policy:
         return line
 
 
-def _options(host: Host, ssh: SshSettings, **extra: Any):
-    import asyncssh
+def _options(host: Host, ssh: SshSettings, **extra: Any) -> asyncssh.SSHClientConnectionOptions:
+    import asyncssh  # deferred: asyncssh (and cryptography) load only when a node is reached over ssh
     config = [str(p) for p in ssh.config_files] if ssh.config_files else ()
     kwargs: dict[str, Any] = {"config": config, "host": host.address or host.name,
                               "connect_timeout": ssh.connect_timeout, "login_timeout": ssh.connect_timeout, **extra}
@@ -113,19 +116,22 @@ def _options(host: Host, ssh: SshSettings, **extra: Any):
                           "check ~/.ssh/config (or --ssh-config) and the IdentityFile it names") from None
 
 
-def _known_files(options: Any) -> list[str]:
+def _known_files(options: asyncssh.SSHClientConnectionOptions) -> list[str]:
     files = options.known_hosts
     if files is None:
         return []
     if not files:  # nothing configured: ssh's default user file
         return [str(Path("~/.ssh/known_hosts").expanduser())]
-    return [str(Path(f).expanduser()) for f in files if isinstance(f, (str, Path))]
+    # Options built without a known_hosts argument carry the ssh config's known hosts files as a list of names.
+    names = files if isinstance(files, (list, tuple)) else ()
+    return [str(Path(f).expanduser()) for f in names if isinstance(f, (str, Path))]
 
 
 MAX_HOPS = 8  # a ProxyJump that names itself (Host * ProxyJump bastion) must not recurse for ever
 
 
-async def connect(host: Host, ssh: SshSettings, via: Any = None, hops: int = 0):
+async def connect(host: Host, ssh: SshSettings, via: asyncssh.SSHClientConnection | None = None,
+                  hops: int = 0) -> asyncssh.SSHClientConnection:
     """An open asyncssh connection to `host` (through the connection `via`, or the ProxyJump hosts its ssh
     config names, each checked the same way); Unreachable (with the reason) when that cannot be."""
     policy = _Policy([], ssh.accept_new)
@@ -142,14 +148,13 @@ async def connect(host: Host, ssh: SshSettings, via: Any = None, hops: int = 0):
         raise
 
 
-async def _hops(host: Host, ssh: SshSettings, jump: str, hops: int):
+async def _hops(host: Host, ssh: SshSettings, jump: str, hops: int) -> asyncssh.SSHClientConnection:
     """Open the ProxyJump chain hop by hop ourselves: asyncssh would open jump hosts without this config and
     host key policy. Returns the last hop's connection (closing it closes the chain)."""
-    from .inventory import parse_target
     if hops >= MAX_HOPS:
         raise Unreachable(f"{host.name}: more than {MAX_HOPS} ProxyJump hops (does a jump host name itself?)",
                           "exclude the jump host from its own ProxyJump, e.g. `Host * !bastion`")
-    via = None
+    via: asyncssh.SSHClientConnection | None = None
     try:
         for hop in jump.split(","):
             try:
@@ -167,11 +172,13 @@ async def _hops(host: Host, ssh: SshSettings, jump: str, hops: int):
         if via is not None:
             via.close()
         raise
+    assert via is not None  # split() yields at least one hop, and each either connected or raised
     return via
 
 
-async def _open(host: Host, ssh: SshSettings, options: Any, policy: _Policy, via: Any):
-    import asyncssh
+async def _open(host: Host, ssh: SshSettings, options: asyncssh.SSHClientConnectionOptions, policy: _Policy,
+                via: asyncssh.SSHClientConnection | None) -> asyncssh.SSHClientConnection:
+    import asyncssh  # deferred: asyncssh (and cryptography) load only when a node is reached over ssh
     extra: dict[str, Any] = {"tunnel": via} if via is not None else {}
     files = policy.files = _known_files(options)
     if not files:

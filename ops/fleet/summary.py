@@ -84,7 +84,7 @@ class NodeRow:
     def exit_code(self) -> int:
         return EXIT[self.state]
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[int, int, int, str]:
         """Worst first: nodes we cannot see, then attention (most residual, most crashes), then healthy."""
         rank = {"unreachable": 0, "error": 0, "attention": 1, "ok": 2}[self.state]
         return (rank, -(self.residual_bytes or 0), -self.crashed, self.name)
@@ -182,19 +182,22 @@ def from_snapshot(result: HostResult, snap: dict[str, Any]) -> NodeRow:
 
 def from_result(result: HostResult) -> NodeRow:
     """A row from one node's `gpuwarden status --json` run (exit 0 healthy, 1 attention, 2 error)."""
-    base = {"name": result.host.name, "target": result.host.target, "duration_s": result.duration_s}
+    def unseen(state: str, reason: str | None, hint: str | None) -> NodeRow:
+        return NodeRow(name=result.host.name, target=result.host.target, state=state, reason=reason, hint=hint,
+                       duration_s=result.duration_s)
+
     if not result.reached:
-        return NodeRow(state="unreachable", reason=result.error, hint=result.hint, **base)
+        return unseen("unreachable", result.error, result.hint)
     try:
         doc = json.loads(result.stdout)
     except ValueError:
         doc = None
     if not isinstance(doc, dict):
         first = (result.stderr.strip().splitlines() or result.stdout.strip().splitlines() or ["no output"])[-1]
-        return NodeRow(state="error", reason=f"status exited {result.exit_status} without JSON: {first[:200]}",
-                       hint="run `gpuwarden status` on that node", **base)
+        return unseen("error", f"status exited {result.exit_status} without JSON: {first[:200]}",
+                      "run `gpuwarden status` on that node")
     if "error" in doc and "gpus" not in doc:  # gpuwarden.error/1: the node's own one-line failure
-        return NodeRow(state="error", reason=str(doc.get("error")), hint=doc.get("hint"), **base)
+        return unseen("error", str(doc.get("error")), doc.get("hint"))
     return from_snapshot(result, doc)
 
 
@@ -208,15 +211,16 @@ def exit_code(rows: list[NodeRow]) -> int:
 
 
 def document(rows: list[NodeRow], taken_at: float | None = None, duration_s: float | None = None,
-             prometheus: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The gpuwarden.fleet-status/1 document; `prometheus` ({"url", "error"}) when --prometheus was asked."""
+             prometheus: dict[str, Any] | None = None, duplicates: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The gpuwarden.fleet-status/1 document; `prometheus` ({"url", "error"}) when --prometheus was asked;
+    `duplicates` the inventory entries that named a node again (inventory.Duplicate.to_dict)."""
     taken_at = time.time() if taken_at is None else taken_at
     counts = {s: sum(1 for r in rows if r.state == s) for s in STATES}
     return jsondoc.document(SCHEMA, {
         "taken_at": taken_at, "taken_at_iso": jsondoc.iso(taken_at), "duration_s": _round(duration_s),
         "exit_code": exit_code(rows),
         "counts": {"nodes": len(rows), **counts}, "sources": {s: sum(1 for r in rows if r.source == s) for s in SOURCES},
-        "prometheus": prometheus, "nodes": [r.to_dict() for r in worst_first(rows)]})
+        "prometheus": prometheus, "duplicates": list(duplicates or []), "nodes": [r.to_dict() for r in worst_first(rows)]})
 
 
 def table(rows: list[NodeRow]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Protocol, TypedDict
 
 from ..model import GpuProcess, Holder, NodeSnapshot, PodGpus, Residual
 from .cgroup import PodCgroup, parse
@@ -22,6 +22,19 @@ class PodLookup(Protocol):
     version: int
 
     def get(self, uid: str) -> PodInfo | None: ...
+
+
+class _PodFields(TypedDict, total=False):
+    """The pod fields a GpuProcess or Holder gets (dataclasses.replace keywords)."""
+
+    pod_uid: str
+    namespace: str
+    pod: str
+    container_name: str | None
+
+
+class _HolderFields(_PodFields, total=False):
+    pod_deleted_at: float
 
 
 class _NoPods:
@@ -102,16 +115,18 @@ class PodAttributor:
         if cg is None:
             return p
         self._last[p.pid] = (cg, now)
-        fields = self._fields(cg)
-        return dataclasses.replace(p, **fields) if fields else p
+        fields: _PodFields = {}
+        self._fill(fields, cg)
+        return dataclasses.replace(p, **fields)
 
-    def _fields(self, cg: PodCgroup) -> dict:
+    def _fill(self, out: _PodFields, cg: PodCgroup) -> PodInfo | None:
+        """Put the pod fields of `cg` into `out`; the pod, when the cache knows it."""
         info = self.pods.get(cg.pod_uid)
-        out = {"pod_uid": cg.pod_uid}
+        out["pod_uid"] = cg.pod_uid
         if info is not None:
-            out.update(namespace=info.namespace, pod=info.name,
-                       container_name=info.containers.get(cg.container_id) if cg.container_id else None)
-        return out
+            out["namespace"], out["pod"] = info.namespace, info.name
+            out["container_name"] = info.containers.get(cg.container_id) if cg.container_id else None
+        return info
 
     def _residual(self, r: Residual) -> Residual:
         if not r.holders:
@@ -127,13 +142,13 @@ class PodAttributor:
         cg = self._cgroups.get((h.pid, h.start_time)) or self.cgroup(h.pid, h.start_time)
         if cg is None:
             return h
-        fields = self._fields(cg)
-        info = self.pods.get(cg.pod_uid)
+        fields: _HolderFields = {}
+        info = self._fill(fields, cg)
         if info is not None and info.deleted_at is not None:
             fields["pod_deleted_at"] = info.deleted_at
         return dataclasses.replace(h, **fields)
 
-    def _forget(self, current: dict, now: float) -> None:
+    def _forget(self, current: dict[int, tuple[GpuProcess, int, GpuProcess]], now: float) -> None:
         # Identities not in this sample are dropped; "last seen" lives an hour for the driver's dead PIDs.
         if len(self._cgroups) > 2 * len(current) + 64:
             self._cgroups = {k: v for k, v in self._cgroups.items() if k[0] in current}

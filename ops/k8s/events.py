@@ -10,14 +10,16 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from .. import journal, statedir
 from ..errors import GpuwardenError
 from ..jsondoc import iso
 from .kube import Kube, KubeError
 
-PLAYBOOKS = {"purge": "GPUPurge", "reset": "GPUReset", "drain": "GPUDrain", "undrain": "GPUUndrain"}
+T = TypeVar("T")
+
+PLAYBOOKS = {"purge": "GPUPurge", "reset": "GPUReset", "drain": "GPUDrain", "undrain": "GPUUndrain", "fix": "GPUFix"}
 FINISHED = ("ok", "failed", "refused", "interrupted")
 
 
@@ -67,7 +69,7 @@ class JournalFollower:
         self._offset = self._size_and(lambda fd, size: size) or 0
         self.reset_needed: set[int] = set()
 
-    def _size_and(self, then: Callable[[int, int], Any]) -> Any:
+    def _size_and(self, then: Callable[[int, int], T]) -> T | None:
         """then(fd, size) on the journal opened through the checked state dir; None when it cannot be read."""
         try:
             with statedir.open_dir(self.state_dir) as d:
@@ -79,7 +81,7 @@ class JournalFollower:
         finally:
             os.close(fd)
 
-    def new_entries(self) -> list[dict]:
+    def new_entries(self) -> list[dict[str, Any]]:
         def read(fd: int, size: int) -> bytes:
             if size < self._offset:
                 self._offset = 0  # the journal was rotated or replaced
@@ -107,10 +109,12 @@ class JournalFollower:
             detail += f": {'; '.join(map(str, e.get('reasons', [])))}" if e.get("reasons") else ""
             emit(PLAYBOOKS[action], f"{action} {where} by {e.get('who', '?')}: {result}{detail}",
                  "Normal" if result == "ok" else "Warning")
-            if action in ("purge", "reset") and result == "ok":
+            # fix ends "ok" only once its GPU is verified clean (after a purge, or a reset and its verify).
+            if action in ("purge", "reset", "fix") and result == "ok":
                 verified.update(gpus)
-            if action == "reset" and result == "ok":
+            if action in ("reset", "fix") and result == "ok":
                 self.reset_needed.difference_update(gpus)
-            elif action == "reset" and result == "failed":
+            elif (action == "reset" and result == "failed") or \
+                    (action == "fix" and result == "failed" and e.get("failed_step") in ("reset", "verify")):
                 self.reset_needed.update(gpus)
         return frozenset(verified)

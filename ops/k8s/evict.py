@@ -12,6 +12,7 @@ from typing import Callable
 from ..model import NodeSnapshot
 from .attribution import PodAttributor
 from .kube import Kube, TooManyRequests
+from .objects import Node
 from .podresources import GpuAssignments
 from .pods import PodInfo, pod_info
 
@@ -34,7 +35,7 @@ class PodOnGpu:
 def pods_on_gpu(kube: Kube, node: str, snap: NodeSnapshot, gpu: int, *, proc_root: Path,
                 pod_resources_socket: str) -> tuple[list[PodOnGpu], list[str]]:
     """Pods that hold GPU `gpu` (kubelet assignment or processes on it), and notes on what could not be read."""
-    notes = []
+    notes: list[str] = []
     listed = [p for p in (pod_info(o) for o in kube.pods_on(node).get("items") or ()) if p is not None]
     by_uid: dict[str, PodInfo] = {p.uid: p for p in listed}
     found: dict[str, PodOnGpu] = {}
@@ -95,7 +96,7 @@ def wait_gone(kube: Kube, pods: list[PodOnGpu], timeout_s: float, *, poll_s: flo
 
 def cordon(kube: Kube, node: str) -> bool:
     """Mark the node unschedulable; True when gpuwarden did it (False: it already was, left as it was)."""
-    def change(obj: dict) -> dict | None:
+    def change(obj: Node) -> Node | None:
         if (obj.get("spec") or {}).get("unschedulable"):
             return None
         return {"metadata": {"annotations": {CORDON_ANNOTATION: CORDON_OWNER}}, "spec": {"unschedulable": True}}
@@ -104,10 +105,10 @@ def cordon(kube: Kube, node: str) -> bool:
 
 def uncordon_if_ours(kube: Kube, node: str) -> str:
     """Lift the cordon only when gpuwarden's drain set it; says what it did."""
-    def change(obj: dict) -> dict | None:
+    def change(obj: Node) -> Node | None:
         if ((obj.get("metadata") or {}).get("annotations") or {}).get(CORDON_ANNOTATION) != CORDON_OWNER:
             return None
-        body: dict = {"metadata": {"annotations": {CORDON_ANNOTATION: None}}}
+        body: Node = {"metadata": {"annotations": {CORDON_ANNOTATION: None}}}
         if (obj.get("spec") or {}).get("unschedulable"):
             body["spec"] = {"unschedulable": None}
         return body

@@ -7,6 +7,7 @@ this process may see through ROCR/CUDA/HIP_VISIBLE_DEVICES, else every GPU of th
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ class GpuVerdict:
     ok: bool
     reasons: tuple[str, ...]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"gpu": self.gpu, "ok": self.ok, "reasons": list(self.reasons)}
 
 
@@ -36,11 +37,11 @@ def own_pod_uid(proc_root: Path = Path("/proc")) -> str | None:
     return found.pod_uid if found else None
 
 
-def visible_gpus(snap: NodeSnapshot, env: dict[str, str] | None = None) -> tuple[list[int] | None, str]:
+def visible_gpus(snap: NodeSnapshot, env: Mapping[str, str] | None = None) -> tuple[list[int] | None, str]:
     """GPU indexes named by the first visibility variable set (indexes or UUIDs), and which it was."""
-    env = os.environ if env is None else env
+    source = os.environ if env is None else env
     for var in VISIBILITY_ORDER:
-        value = env.get(var)
+        value = source.get(var)
         if value is None or value.strip() == "":
             continue
         out = []
@@ -58,7 +59,7 @@ def visible_gpus(snap: NodeSnapshot, env: dict[str, str] | None = None) -> tuple
 
 
 def choose_gpus(snap: NodeSnapshot, named: list[int], *, pod_uid: str | None = None,
-                env: dict[str, str] | None = None) -> tuple[list[int], str]:
+                env: Mapping[str, str] | None = None) -> tuple[list[int], str]:
     """(GPU indexes to check, where they came from)."""
     if named:
         return named, "named"

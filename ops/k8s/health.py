@@ -12,15 +12,29 @@ import socket
 import threading
 from concurrent import futures
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 from ..config.kubernetes import HEALTH_SOCKET as DEFAULT_SOCKET
 from ..errors import GpuwardenError
 from ..model import NodeSnapshot
 
+if TYPE_CHECKING:
+    import grpc
+
 HEALTHY, UNHEALTHY = "healthy", "unhealthy"
 
 
-def gpu_states(snap: NodeSnapshot, unhealthy: set[int] | frozenset[int]) -> list[dict]:
+class GpuState(TypedDict):
+    """One GPU as metricssvc.GPUState carries it (field names as in AMD's proto)."""
+
+    ID: str
+    UUID: str
+    Device: str
+    Health: str
+    AssociatedWorkload: list[str]
+
+
+def gpu_states(snap: NodeSnapshot, unhealthy: set[int] | frozenset[int]) -> list[GpuState]:
     """One state per GPU: unhealthy when it holds residual VRAM, needs a reset or is drained."""
     bad = set(unhealthy) | set(snap.drained)
     pods: dict[int, list[str]] = {}
@@ -51,8 +65,8 @@ class HealthService:
     def __init__(self, socket_path: str = DEFAULT_SOCKET):
         self.socket_path = socket_path
         self.calls = 0
-        self._states: list[dict] = []
-        self._server = None
+        self._states: list[GpuState] = []
+        self._server: grpc.Server | None = None
         self._lock = threading.Lock()
 
     def update(self, snap: NodeSnapshot, unhealthy: set[int] | frozenset[int]) -> None:
@@ -60,12 +74,13 @@ class HealthService:
         with self._lock:
             self._states = states
 
-    def states(self) -> list[dict]:
+    def states(self) -> list[GpuState]:
         with self._lock:
             return list(self._states)
 
     def start(self) -> None:
         try:
+            # deferred: optional (the kubernetes extra), and grpc with protobuf only when the service starts
             import grpc
 
             from .proto import metricssvc_pb2, metricssvc_pb2_grpc
@@ -74,15 +89,18 @@ class HealthService:
         service = self
 
         class Servicer(metricssvc_pb2_grpc.MetricsServiceServicer):
-            def _reply(self, wanted=None):
+            def _reply(self, wanted: set[str] | None = None) -> metricssvc_pb2.GPUStateResponse:
                 service.calls += 1
-                return metricssvc_pb2.GPUStateResponse(GPUState=[
-                    metricssvc_pb2.GPUState(**s) for s in service.states() if not wanted or s["ID"] in wanted])
+                states = [metricssvc_pb2.GPUState(**s) for s in service.states() if not wanted or s["ID"] in wanted]
+                # Built apart: protoc's stub names the field like its message type (GPUState), and a list built
+                # in the call would be checked against the stub's Mapping alternative only.
+                return metricssvc_pb2.GPUStateResponse(GPUState=states)
 
-            def List(self, request, context):
+            def List(self, request: object, context: grpc.ServicerContext) -> metricssvc_pb2.GPUStateResponse:
                 return self._reply()
 
-            def GetGPUState(self, request, context):
+            def GetGPUState(self, request: metricssvc_pb2.GPUGetRequest,
+                            context: grpc.ServicerContext) -> metricssvc_pb2.GPUStateResponse:
                 return self._reply(set(request.ID))
 
         path = Path(self.socket_path)

@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Mapping
+from types import ModuleType
 from typing import Any, Callable, Iterator
 
 from ..errors import GpuwardenError
+from .objects import Lease, Node, Pod, PodList, WatchEvent
 
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-RBAC_HINT = "grant it in the ClusterRole of deploy/k8s/rbac.yaml (kubectl apply -f deploy/k8s/rbac.yaml)"
+RBAC_HINT = ("grant it in the ClusterRole of deploy/k8s/base/rbac.yaml "
+             "(kubectl apply -k deploy/k8s/overlays/amd, or .../nvidia)")
 
 
 class KubeError(GpuwardenError):
@@ -47,9 +51,11 @@ class NotFoundError(KubeError):
 _BY_STATUS = {403: Forbidden, 409: Conflict, 429: TooManyRequests, 404: NotFoundError}
 
 
-def _load_client():
+def _load_client() -> tuple[ModuleType, ModuleType]:
+    """The client's `client` and `config` modules (untyped: the official client ships no annotations)."""
     try:
-        import kubernetes  # noqa: F401  (heavy: only Kubernetes mode pays for it)
+        # deferred: optional (the kubernetes extra), and heavy: only Kubernetes mode pays for it
+        import kubernetes  # noqa: F401
         from kubernetes import client, config
     except ImportError:
         raise GpuwardenError("the Kubernetes client is not installed",
@@ -90,7 +96,10 @@ class Kube:
         self.api_client.close()
 
     # ------------------------------------------------------------------------------------------
-    def _call(self, what: str, fn, *args: Any, raw: bool = True, **kw: Any) -> Any:
+    def _call(self, what: str, fn: Callable[..., Any], *args: object, raw: bool = True, **kw: object) -> Any:
+        """fn(*args, **kw) with a deadline; the JSON it answered (raw) or the client's response object. Any: the
+        typed methods below say which object each call answers."""
+        # deferred: the client's modules, loaded by _load_client() when Kubernetes mode starts
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
         self.calls += 1
@@ -117,6 +126,11 @@ class Kube:
         try:
             body = json.loads(exc.body or "{}")
             message, reason = body.get("message") or message, body.get("reason", "")
+            # A 429 from an eviction names the PodDisruptionBudget only in its causes.
+            causes = [str(c["message"]) for c in (body.get("details") or {}).get("causes") or ()
+                      if isinstance(c, dict) and c.get("message")]
+            if causes:
+                message = f"{message} ({'; '.join(causes)})"
         except (TypeError, ValueError):
             pass
         cls = _BY_STATUS.get(exc.status, KubeError)
@@ -128,23 +142,28 @@ class Kube:
                    hint, status=exc.status, reason=reason)
 
     # --- nodes ---------------------------------------------------------------------------------
-    def node(self, name: str) -> dict:
-        return self._call(f"get node {name}", self.core.read_node, name)
+    def node(self, name: str) -> Node:
+        node: Node = self._call(f"get node {name}", self.core.read_node, name)
+        return node
 
-    def patch_node(self, name: str, body: Any, content_type: str = SMP) -> dict:
+    def patch_node(self, name: str, body: Mapping[str, object], content_type: str = SMP) -> Node:
         # The client's default for a patch is JSON Patch; a dict body must say which patch it is.
-        return self._call(f"patch node {name}", self.core.patch_node, name, body, _content_type=content_type)
+        node: Node = self._call(f"patch node {name}", self.core.patch_node, name, body, _content_type=content_type)
+        return node
 
-    def update_node(self, name: str, change: Callable[[dict], dict | None], tries: int = 5) -> dict | None:
+    def update_node(self, name: str, change: Callable[[Node], Mapping[str, object] | None],
+                    tries: int = 5) -> Node | None:
         """Read-modify-write of a node: change(node) gives a strategic merge patch (None: nothing to do),
         sent with the resourceVersion it was made from, so a write by anyone else in between is a 409;
         then the node is read again and the change made afresh."""
         for _ in range(tries):
             node = self.node(name)
-            body = change(node)
-            if body is None:
+            patch = change(node)
+            if patch is None:
                 return None
-            body.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
+            meta = patch.get("metadata")
+            body = {**patch, "metadata": {**(meta if isinstance(meta, Mapping) else {}),
+                                          "resourceVersion": node["metadata"]["resourceVersion"]}}
             try:
                 return self.patch_node(name, body)
             except Conflict:
@@ -152,15 +171,17 @@ class Kube:
         raise KubeError(f"node {name} kept changing: gave up after {tries} conflicting writes",
                         "gpuwarden tries again later")
 
-    def patch_node_status(self, name: str, body: Any, content_type: str = SMP) -> dict:
-        return self._call(f"patch nodes/status of {name}", self.core.patch_node_status, name, body,
-                          _content_type=content_type)
+    def patch_node_status(self, name: str, body: Mapping[str, object], content_type: str = SMP) -> Node:
+        node: Node = self._call(f"patch nodes/status of {name}", self.core.patch_node_status, name, body,
+                                _content_type=content_type)
+        return node
 
     # --- pods ----------------------------------------------------------------------------------
-    def pods_on(self, node: str) -> dict:
+    def pods_on(self, node: str) -> PodList:
         """PodList of the pods bound to `node` (fieldSelector spec.nodeName)."""
-        return self._call(f"list pods on node {node}", self.core.list_pod_for_all_namespaces,
-                          field_selector=f"spec.nodeName={node}")
+        pods: PodList = self._call(f"list pods on node {node}", self.core.list_pod_for_all_namespaces,
+                                   field_selector=f"spec.nodeName={node}")
+        return pods
 
     def watch_pods(self, node: str, resource_version: str, timeout_s: int) -> "WatchStream":
         """A watch of the pods on `node` from `resource_version`; iterate it for (type, object)."""
@@ -170,10 +191,11 @@ class Kube:
                           _request_timeout=(self.timeout_s, timeout_s + 15))
         return WatchStream(resp)
 
-    def pod(self, namespace: str, name: str) -> dict | None:
+    def pod(self, namespace: str, name: str) -> Pod | None:
         # A list by name, not a get: the agent's role has list/watch on pods and nothing more.
-        items = self._call(f"list pod {namespace}/{name}", self.core.list_namespaced_pod, namespace,
-                           field_selector=f"metadata.name={name}").get("items") or []
+        listed: PodList = self._call(f"list pod {namespace}/{name}", self.core.list_namespaced_pod, namespace,
+                                     field_selector=f"metadata.name={name}")
+        items = listed.get("items") or []
         return items[0] if items else None
 
     def evict(self, namespace: str, name: str, grace_s: int | None = None, dry_run: bool = False) -> None:
@@ -187,24 +209,28 @@ class Kube:
         self._call(f"evict pod {namespace}/{name}", self.core.create_namespaced_pod_eviction, name, namespace, body)
 
     # --- events --------------------------------------------------------------------------------
-    def create_event(self, namespace: str, body: dict) -> dict:
-        return self._call(f"create an event in {namespace}", self.core.create_namespaced_event, namespace, body)
+    def create_event(self, namespace: str, body: Mapping[str, object]) -> None:
+        self._call(f"create an event in {namespace}", self.core.create_namespaced_event, namespace, body)
 
 
     # --- leases (coordination.k8s.io/v1) ------------------------------------------------------------
-    def lease(self, namespace: str, name: str) -> dict:
-        return self._call(f"get lease {namespace}/{name}", self.coordination.read_namespaced_lease, name, namespace)
+    def lease(self, namespace: str, name: str) -> Lease:
+        lease: Lease = self._call(f"get lease {namespace}/{name}", self.coordination.read_namespaced_lease, name,
+                                  namespace)
+        return lease
 
-    def create_lease(self, namespace: str, body: dict) -> dict:
+    def create_lease(self, namespace: str, body: Lease) -> Lease:
         """409 (Conflict) when a lease of that name exists already."""
-        return self._call(f"create lease {namespace}/{body['metadata']['name']}",
-                          self.coordination.create_namespaced_lease, namespace, body)
+        lease: Lease = self._call(f"create lease {namespace}/{body['metadata']['name']}",
+                                  self.coordination.create_namespaced_lease, namespace, body)
+        return lease
 
-    def update_lease(self, namespace: str, body: dict) -> dict:
+    def update_lease(self, namespace: str, body: Lease) -> Lease:
         """PUT with the resourceVersion it was read at: 409 (Conflict) when anyone wrote it since."""
         name = body["metadata"]["name"]
-        return self._call(f"update lease {namespace}/{name}", self.coordination.replace_namespaced_lease, name,
-                          namespace, body)
+        lease: Lease = self._call(f"update lease {namespace}/{name}", self.coordination.replace_namespaced_lease,
+                                  name, namespace, body)
+        return lease
 
 
 class WatchStream:
@@ -213,14 +239,14 @@ class WatchStream:
     def __init__(self, resp: Any):
         self._resp = resp
 
-    def __iter__(self) -> Iterator[tuple[str, dict]]:
+    def __iter__(self) -> Iterator[tuple[str, Pod]]:
         buf = b""
         for chunk in self._resp.stream(amt=None, decode_content=False):
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 if line.strip():
-                    event = json.loads(line)
+                    event: WatchEvent = json.loads(line)
                     yield event.get("type", ""), event.get("object") or {}
         if buf.strip():
             event = json.loads(buf)

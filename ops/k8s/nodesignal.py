@@ -13,15 +13,17 @@ from typing import Callable
 
 from ..config.kubernetes import POLICIES
 from ..jsondoc import iso
-from ..model import NodeSnapshot
+from ..model import Holder, NodeSnapshot
 from ..units import fmt_bytes
 from .kube import Forbidden, Kube, KubeError
+from .objects import Node, Taint
 
 CONDITION = "GPUResidualVRAM"
 TAINT_KEY = "gpuwarden.io/gpu-unhealthy"
 # Set with our taint, removed with it: a taint with our key but without this annotation is someone else's.
 OWNER_ANNOTATION = "gpuwarden.io/taint-set-by"
 OWNER = "gpuwarden-agent"
+HELD_TAINT = "remediation-failed"  # the taint's value while a failed remediation holds the node (ops/k8s/remediation)
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class GpuTrouble:
         return what
 
 
-def holder_text(h) -> str:
+def holder_text(h: Holder) -> str:
     who = f"pid {h.pid} ({h.reason})" if h.pid is not None else h.reason
     if h.pod:
         who += f" of pod {h.namespace}/{h.pod}" + (" (deleted)" if h.pod_deleted_at else "")
@@ -100,8 +102,13 @@ class NodeSignal:
         self.problem: str | None = None
         self.trouble: dict[int, GpuTrouble] = {}
         self.tainted: str | None = None  # the value of our taint on the node, None when off
-        self.condition: dict | None = None  # what we last wrote (or found at start)
+        self.condition: dict[str, str | None] | None = None  # what we last wrote (or found at start)
         self.foreign_taint = False
+        # Set by a failed remediation (its reason): the condition says it and the taint stays HELD_TAINT
+        # whatever the samples say, until the remediation clears it.
+        self.held: str | None = None
+        # Set while a remediation runs (cordon to uncordon): the taint stays until it has verified the GPUs.
+        self.keep = False
         self._bad_since: dict[int, float] = {}
         self._clean_since: float | None = None
         self._written_at = float("-inf")
@@ -149,6 +156,11 @@ class NodeSignal:
             # Forbidden stays forbidden until someone fixes RBAC: ask again slowly, never in a tight loop.
             self._retry_at = now + (self.retry_s * 4 if isinstance(exc, Forbidden) else self.retry_s)
 
+    def bad_for(self, now: float | None = None) -> dict[int, float]:
+        """Seconds each GPU in trouble has been so (the remediation's grace counts from there)."""
+        now = self.clock() if now is None else now
+        return {g: now - t for g, t in self._bad_since.items()}
+
     def due_in(self) -> float | None:
         """Seconds until a GPU's grace runs out (None: nothing pending): the sampler should look again then,
         so the taint comes at the grace, not up to one sample interval after it."""
@@ -157,22 +169,23 @@ class NodeSignal:
         due = max(min(self._bad_since.values()) + self.taint_after_s, self._retry_at)  # not before a retry
         return max(0.0, due - self.clock())
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, object]:
         """For the agent's status: what the node says now and what went wrong last."""
         return {"node": self.node_name, "policy": self.policy,
                 "condition": self.condition, "taint": self.tainted, "foreign_taint": self.foreign_taint,
-                "gpus_in_trouble": sorted(self.trouble), "problem": self.problem}
+                "gpus_in_trouble": sorted(self.trouble), "problem": self.problem, "held": self.held}
 
     # ------------------------------------------------------------------------------------------
     def _start(self) -> None:
         node = self.kube.node(self.node_name)
         for c in (node.get("status") or {}).get("conditions") or ():
             if c.get("type") == CONDITION:
-                self.condition = {k: c.get(k) for k in ("type", "status", "reason", "message", "lastTransitionTime")}
+                self.condition = {"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason"),
+                                  "message": c.get("message"), "lastTransitionTime": c.get("lastTransitionTime")}
         self._learn_taint(node)
         self._started = True
 
-    def _learn_taint(self, node: dict) -> list[dict]:
+    def _learn_taint(self, node: Node) -> list[Taint]:
         taints = (node.get("spec") or {}).get("taints") or []
         annotations = (node.get("metadata") or {}).get("annotations") or {}
         ours = [t for t in taints if t.get("key") == TAINT_KEY]
@@ -183,13 +196,16 @@ class NodeSignal:
 
     def _reconcile_condition(self, trouble: dict[int, GpuTrouble], now: float, gpu_count: int) -> None:
         status, reason, message = condition_for(trouble, gpu_count)
+        if self.held:
+            status, reason = "True", "RemediationFailed"
+            message = f"remediation failed: {self.held}" + (f"; {message}" if trouble else "")
         old = self.condition or {}
         same = (old.get("status"), old.get("reason"), old.get("message")) == (status, reason, message)
         if same and now - self._written_at < self.heartbeat_s:
             return
         transition = old.get("lastTransitionTime") if old.get("status") == status else None
         stamp = iso(self.wall())
-        cond = {"type": CONDITION, "status": status, "reason": reason, "message": message[:1024],
+        cond: dict[str, str | None] = {"type": CONDITION, "status": status, "reason": reason, "message": message[:1024],
                 "lastTransitionTime": transition or stamp}
         # Conditions merge by type (strategic merge patch): the kubelet's own are never touched.
         self.kube.patch_node_status(self.node_name, {"status": {"conditions": [{**cond, "lastHeartbeatTime": stamp}]}})
@@ -200,6 +216,10 @@ class NodeSignal:
         self.condition = cond
 
     def _reconcile_taint(self, trouble: dict[int, GpuTrouble], now: float, verified: frozenset[int]) -> None:
+        if self.held:
+            if self.tainted != HELD_TAINT and not self.foreign_taint:
+                self._set_taint(HELD_TAINT, f"tainted {TAINT_KEY}={HELD_TAINT}:NoSchedule: {self.held}")
+            return
         due = [g for g, t in trouble.items()
                if t.reason == "reset-needed" or now - self._bad_since.get(g, now) >= self.taint_after_s]
         if due:
@@ -208,7 +228,7 @@ class NodeSignal:
                 why = "; ".join(trouble[g].describe() for g in sorted(due))
                 self._set_taint(value, f"tainted {TAINT_KEY}={value}:NoSchedule: {why}")
             return
-        if self.tainted is None or trouble:
+        if self.tainted is None or trouble or self.keep:
             return  # nothing set, or still in trouble (within the grace for GPUs that came since)
         # Off only once verified: a purge or reset said so, or the node stayed clean for clear_after_s.
         clean_for = now - self._clean_since if self._clean_since is not None else 0.0
@@ -217,12 +237,12 @@ class NodeSignal:
             self._set_taint(None, f"removed {TAINT_KEY}: the GPUs hold no residual VRAM ({how})")
 
     def _set_taint(self, value: str | None, why: str) -> None:
-        def change(node: dict) -> dict | None:
+        def change(node: Node) -> Node | None:
             taints = self._learn_taint(node)
             if self.foreign_taint or self.tainted == value:
                 return None
             others = [t for t in taints if t.get("key") != TAINT_KEY]
-            mine = [{"key": TAINT_KEY, "value": value, "effect": "NoSchedule"}] if value else []
+            mine: list[Taint] = [{"key": TAINT_KEY, "value": value, "effect": "NoSchedule"}] if value else []
             # spec.taints is an atomic list: the patch carries every taint, ours changed and the rest as read.
             return {"metadata": {"annotations": {OWNER_ANNOTATION: OWNER if value else None}},
                     "spec": {"taints": others + mine}}

@@ -30,6 +30,7 @@ class Assignment:
 def list_assignments(socket_path: str = DEFAULT_SOCKET, timeout_s: float = 2.0) -> list[Assignment]:
     """One List call; GpuwardenError (one line) when the socket is missing or the kubelet does not answer."""
     try:
+        # deferred: optional (the kubernetes extra), and grpc with protobuf only when the kubelet is asked
         import grpc
 
         from .proto import podresources_pb2, podresources_pb2_grpc
@@ -42,7 +43,7 @@ def list_assignments(socket_path: str = DEFAULT_SOCKET, timeout_s: float = 2.0) 
     except grpc.RpcError as exc:
         raise GpuwardenError(f"the kubelet's pod-resources API at {socket_path} did not answer: "
                              f"{exc.code().name} {exc.details() or ''}".strip(),
-                             "mount /var/lib/kubelet/pod-resources into the agent (see deploy/k8s/daemonset.yaml)") from None
+                             "mount /var/lib/kubelet/pod-resources into the agent (see deploy/k8s/base/daemonset.yaml)") from None
     out = []
     for pod in reply.pod_resources:
         for c in pod.containers:

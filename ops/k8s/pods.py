@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .kube import Kube, KubeError
+from .kube import Kube, KubeError, WatchStream
+from .objects import Pod
 
 RETAIN_DELETED_S = 3600.0
 
@@ -31,15 +32,16 @@ class PodInfo:
         return f"{self.namespace}/{self.name}"
 
 
-def pod_info(obj: dict) -> PodInfo | None:
+def pod_info(obj: Pod) -> PodInfo | None:
     meta = obj.get("metadata") or {}
     uid = meta.get("uid")
     if not uid:
         return None
-    containers = {}
+    containers: dict[str, str] = {}
     status = obj.get("status") or {}
-    for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
-        for cs in status.get(key) or ():
+    for statuses in (status.get("initContainerStatuses"), status.get("containerStatuses"),
+                     status.get("ephemeralContainerStatuses")):
+        for cs in statuses or ():
             cid = (cs.get("containerID") or "").split("://", 1)[-1]
             if cid:
                 containers[cid] = cs.get("name", "")
@@ -64,7 +66,7 @@ class PodCache:
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stop = threading.Event()
-        self._stream = None
+        self._stream: WatchStream | None = None
         self._thread = threading.Thread(target=self._run, name="gpuwarden-k8s-pods", daemon=True)
 
     # --- readers -------------------------------------------------------------------------------
@@ -99,7 +101,7 @@ class PodCache:
         backoff = 1.0
         while not self._stop.is_set():
             try:
-                rv = self._relist()
+                rv: str | None = self._relist()
                 backoff = 1.0
                 while not self._stop.is_set() and rv is not None:
                     rv = self._watch(rv)
@@ -139,9 +141,9 @@ class PodCache:
 
     def _watch(self, rv: str) -> str | None:
         """Follow the watch until it ends; the resourceVersion to go on from, or None to list again."""
-        self._stream = self.kube.watch_pods(self.node_name, rv, self.watch_timeout_s)
+        stream = self._stream = self.kube.watch_pods(self.node_name, rv, self.watch_timeout_s)
         try:
-            for kind, obj in self._stream:
+            for kind, obj in stream:
                 if self._stop.is_set():
                     return None
                 if kind == "ERROR":

@@ -3,7 +3,7 @@ one node's agent. Taking, renewing and freeing a slot are writes at the resource
 agents racing for the last slot the API server lets exactly one win (the other gets 409 and looks elsewhere).
 
 A holder that stopped renewing for leaseDurationSeconds (a crashed agent, a lost node) loses its slot to the
-next agent that asks. Not yet driven by the agent: the building block of the remediation loop (issue 27).
+next agent that asks. The remediation loop (ops/k8s/remediation.py) takes one before it cordons a node.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from .kube import Conflict, Kube, NotFoundError
+from .objects import Lease
 
 PREFIX = "gpuwarden-remediation-"
 
@@ -45,10 +46,10 @@ class ClusterSlots:
         self.slots, self.duration_s, self.wall = slots, int(duration_s), wall
         self.held: str | None = None  # the name of the slot this agent holds
 
-    def _mine(self, lease: dict) -> bool:
+    def _mine(self, lease: Lease) -> bool:
         return (lease.get("spec") or {}).get("holderIdentity") == self.holder
 
-    def _free(self, lease: dict, now: float) -> bool:
+    def _free(self, lease: Lease, now: float) -> bool:
         spec = lease.get("spec") or {}
         if not spec.get("holderIdentity"):
             return True
@@ -77,11 +78,13 @@ class ClusterSlots:
                 return name
             if not (self._mine(lease) or self._free(lease, now)):
                 continue
-            spec = dict(lease.get("spec") or {})
+            spec = (lease.get("spec") or {}).copy()
             if not self._mine(lease):
                 spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
                 spec["acquireTime"] = _stamp(now)
-            spec.update(holderIdentity=self.holder, leaseDurationSeconds=self.duration_s, renewTime=_stamp(now))
+            spec["holderIdentity"] = self.holder
+            spec["leaseDurationSeconds"] = self.duration_s
+            spec["renewTime"] = _stamp(now)
             try:
                 self.kube.update_lease(self.namespace, {**lease, "spec": spec})
             except Conflict:

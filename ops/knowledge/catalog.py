@@ -49,7 +49,7 @@ class Entry:
     topics: tuple[str, ...] = ()
 
     @property
-    def pattern(self) -> "re.Pattern | _Literals | None":
+    def pattern(self) -> "re.Pattern[str] | _Literals | None":
         return _compile(self.pattern_source) if self.pattern_source else None
 
     def text(self) -> str:
@@ -98,7 +98,7 @@ class Catalog:
         return [e for e in self.entries if name in e.topics]
 
 
-def _strings(raw: dict, key: str, where: str) -> tuple[str, ...]:
+def _strings(raw: dict[str, object], key: str, where: str) -> tuple[str, ...]:
     value = raw.get(key, [])
     if isinstance(value, str):
         value = [value]
@@ -123,7 +123,7 @@ class _Literals:
 
 
 @lru_cache(maxsize=256)
-def _compile(pattern: str) -> "re.Pattern | _Literals":
+def _compile(pattern: str) -> "re.Pattern[str] | _Literals":
     """Case-insensitive matcher of a signature pattern (compiled once per process, on first use)."""
     if _PLAIN.fullmatch(pattern):
         return _Literals(pattern)
@@ -191,7 +191,7 @@ def parse(text: str, compile_patterns: bool = True) -> Catalog:
     return from_document(doc, compile_patterns)
 
 
-def from_document(doc: dict, compile_patterns: bool = True) -> Catalog:
+def from_document(doc: dict[str, object], compile_patterns: bool = True) -> Catalog:
     raw = doc.get("issue", [])
     if not isinstance(raw, list):
         raise GpuwardenError(f"{DATA}: entries must be [[issue]] tables", "fix the catalog file")
@@ -204,8 +204,9 @@ def from_document(doc: dict, compile_patterns: bool = True) -> Catalog:
     return Catalog(entries)
 
 
-def _trusted(doc: dict) -> Catalog:
-    """Entries of a document the build already checked (known_issues.json): no validation, no compiling."""
+def _trusted(doc: dict[str, Any]) -> Catalog:
+    """Entries of a document the build already checked (known_issues.json): no validation, no compiling, so its
+    values are read as the build wrote them."""
     entries = []
     for raw in doc["issue"]:
         sig = raw.get("signature") or {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .catalog import Entry
+from ..jsondoc import document
 
 SCHEMA = "known"
 
@@ -39,6 +40,5 @@ def listing(entries: list[Entry]) -> str:
 
 
 def as_document(query: str | None, entries: list[Entry], total: int) -> dict[str, Any]:
-    from ..jsondoc import document
     return document(SCHEMA, {"query": query, "total": total, "count": len(entries),
                              "entries": [e.to_dict() for e in entries]})

@@ -11,6 +11,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from .families import families
 from .reading import MetricsOptions, Reading
+from .exposition import Exposition
 
 
 class SnapshotCollector:
@@ -39,5 +40,4 @@ def registry_for(collector: SnapshotCollector) -> CollectorRegistry:
 
 def render(reading: Reading, options: MetricsOptions | None = None, accept: str | None = None) -> bytes:
     """One exposition, in Prometheus' text format unless `accept` asks for OpenMetrics."""
-    from .exposition import Exposition
     return Exposition().render(SnapshotCollector(lambda: reading, options).collect, accept)[0]

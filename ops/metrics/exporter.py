@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..model import NodeSnapshot
+from ..triage.patterns import RULES
 from .collector import SnapshotCollector
 from .exposition import Exposition
 from .plan import PlanCache
@@ -26,7 +27,6 @@ COUNTED_SEVERITIES = ("critical", "error", "warning")
 def finding_keys() -> list[tuple[str, str]]:
     """(category, severity) of every triage rule the watch can report: exported at 0 from the start, so the
     first fault of a kind shows as an increase (a series born at 1 shows none)."""
-    from ..triage.patterns import RULES
     return sorted({(r.category, r.severity) for r in RULES if r.severity in COUNTED_SEVERITIES})
 
 

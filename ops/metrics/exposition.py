@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import gc
 import threading
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 OM_EOF = b"# EOF\n"
 
@@ -32,7 +37,7 @@ class Exposition:
     """Family texts by (content type, family name), each kept with the samples it was made from."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, str], tuple[str, list, bytes]] = {}
+        self._cache: dict[tuple[str, str], tuple[str, list[Sample], bytes]] = {}
         self._lock = threading.Lock()
 
     def render(self, families: Callable[[], Iterable[Metric]], accept: str | None = None) -> tuple[bytes, str]:
@@ -40,7 +45,7 @@ class Exposition:
         Prometheus' text format). One scrape at a time, and without the cyclic garbage collector: a full
         collection of the agent's heap would otherwise land in a scrape now and then (most of its p99); it
         runs at the next allocation after the scrape instead."""
-        from prometheus_client.exposition import choose_encoder
+        from prometheus_client.exposition import choose_encoder  # deferred: the agent's exporter only
         encoder, content_type = choose_encoder(accept or "")
         openmetrics = content_type.startswith("application/openmetrics-text")
         parts: list[bytes] = []
@@ -57,10 +62,10 @@ class Exposition:
             parts.append(OM_EOF)
         return b"".join(parts), content_type
 
-    def _format(self, families: Iterable[Metric], encoder, content_type: str, openmetrics: bool,
-                parts: list[bytes]) -> None:
+    def _format(self, families: Iterable[Metric], encoder: Callable[[Collector], bytes], content_type: str,
+                openmetrics: bool, parts: list[bytes]) -> None:
         cache = self._cache
-        fresh: dict[tuple[str, str], tuple[str, list, bytes]] = {}
+        fresh: dict[tuple[str, str], tuple[str, list[Sample], bytes]] = {}
         for fam in families:
             key = (content_type, fam.name)
             hit = cache.get(key)
@@ -76,11 +81,11 @@ class Exposition:
         kept.update(fresh)
         self._cache = kept
 
-    def wsgi_app(self, families: Callable[[], Iterable[Metric]]):
+    def wsgi_app(self, families: Callable[[], Iterable[Metric]]) -> WSGIApplication:
         """A WSGI app serving GET (any path, like prometheus_client's) from `families()`."""
-        from prometheus_client.exposition import gzip_accepted
+        from prometheus_client.exposition import gzip_accepted  # deferred: the agent's exporter only
 
-        def app(environ, start_response):
+        def app(environ: WSGIEnvironment, start_response: StartResponse) -> list[bytes]:
             if environ["REQUEST_METHOD"] not in ("GET", "HEAD"):
                 start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")])
                 return [b"use GET\n"]

@@ -9,14 +9,15 @@ from __future__ import annotations
 import heapq
 import os
 import platform
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
 from .. import __version__
-from ..model import FAILED_REGISTRATION, EngineInfo, GpuInfo, NodeSnapshot, Residual
+from ..model import FAILED_REGISTRATION, EngineInfo, GpuInfo, Holder, NodeSnapshot, Registration, Residual
 from ..status_protocol import PHASES
 from .reading import MetricsOptions, Reading
+from .kubefamilies import kubernetes_families
 
 P = "gpuwarden_"
 GPU_LABELS = ("gpu", "bus_id", "uuid", "model")
@@ -39,6 +40,27 @@ def _gauge(name: str, doc: str, labels: tuple[str, ...], unit: str = "") -> Gaug
 
 def _counter(name: str, doc: str, labels: tuple[str, ...]) -> CounterMetricFamily:
     return CounterMetricFamily(P + name, doc, labels=list(labels))
+
+
+def _add_known(labels: tuple[str, ...], readings: Iterable[tuple[GaugeMetricFamily, float | None]],
+               unit: Callable[[float], float] | None = None) -> None:
+    """One sample per reading the source gave, in the family's base unit; none (no series, never a made-up 0)
+    for a reading it did not give."""
+    for fam, value in readings:
+        if value is not None:
+            fam.add_metric(labels, value if unit is None else unit(value))
+
+
+def _ratio(percent: float) -> float:
+    return percent / 100.0
+
+
+def _hertz(mhz: float) -> float:
+    return mhz * 1e6
+
+
+def _per_second(gts: float) -> float:
+    return gts * 1e9
 
 
 class _Labels:
@@ -66,7 +88,6 @@ def families(reading: Reading, options: MetricsOptions) -> list[Metric]:
     if options.per_process:
         out.extend(_process_families(snap, options))
     if snap.kubernetes is not None or snap.pods or any(h.pod for r in snap.residual for h in r.holders):
-        from .kubefamilies import kubernetes_families
         out.extend(kubernetes_families(snap, {g.index: _gpu_label_values(g) for g in snap.gpus}, GPU_LABELS, options))
     out.extend(_agent_families(reading, options))
     return [f for f in out if f.samples]  # a family with nothing to say (no engines yet) is left out
@@ -77,7 +98,7 @@ def _gpu_label_values(g: GpuInfo) -> tuple[str, ...]:
     return (str(g.index), g.bus_id or "", g.uuid or "", g.name or "")
 
 
-def _holder_kind(holder) -> str:
+def _holder_kind(holder: Holder) -> str:
     if not holder.vram_bytes:
         return "device-file"  # keeps a GPU device file open, no VRAM charged to it
     return _KIND_OF_REASON.get(holder.reason, "dead-pid")
@@ -116,9 +137,10 @@ def _gpu_families(reading: Reading, options: MetricsOptions) -> Iterator[Metric]
     stale = _gauge("gpu_stale", "1 when a read of the GPU (a sysfs file, an amdsmi or NVML call) did not answer "
                    "within the read deadline: the GPU may be hung, and the readings it did not give are absent.",
                    lab.names)
-    fams = [vram_used, vram_total, gtt_used, gtt_total, accounted, res, significant, holders]
+    fams: list[Metric] = [vram_used, vram_total, gtt_used, gtt_total, accounted, res, significant, holders]
     age = None
-    if reading.residual_since is not None:
+    since_by_gpu = reading.residual_since
+    if since_by_gpu is not None:
         age = _gauge("gpu_residual_age_seconds", "Seconds since the GPU's residual became significant "
                      "(0 when it is not).", lab.names)
         fams.append(age)
@@ -127,12 +149,9 @@ def _gpu_families(reading: Reading, options: MetricsOptions) -> Iterator[Metric]
     for g in snap.gpus:
         ident = _gpu_label_values(g)
         values = lab.of(*ident)
-        for fam, v in ((vram_used, g.vram_used), (vram_total, g.vram_total), (gtt_used, g.gtt_used),
-                       (gtt_total, g.gtt_total), (temp, g.temperature_c), (power, g.power_w)):
-            if v is not None:
-                fam.add_metric(values, v)
-        if g.busy_percent is not None:
-            busy.add_metric(values, g.busy_percent / 100.0)
+        _add_known(values, ((vram_used, g.vram_used), (vram_total, g.vram_total), (gtt_used, g.gtt_used),
+                            (gtt_total, g.gtt_total), (temp, g.temperature_c), (power, g.power_w)))
+        _add_known(values, ((busy, g.busy_percent),), _ratio)
         r: Residual | None = residual.get(g.index)
         counts = dict.fromkeys(HOLDER_KINDS, 0)
         if r is not None:
@@ -147,11 +166,11 @@ def _gpu_families(reading: Reading, options: MetricsOptions) -> Iterator[Metric]
         significant.add_metric(values, 1 if is_significant else 0)
         for kind in HOLDER_KINDS:
             holders.add_metric(kind_lab.of(*ident, kind), counts[kind])
-        if age is not None:
-            since = reading.residual_since.get(g.index) if is_significant else None  # type: ignore[union-attr]
+        if age is not None and since_by_gpu is not None:
+            since = since_by_gpu.get(g.index) if is_significant else None
             age.add_metric(values, max(0.0, reading.now - since) if since is not None else 0.0)
         drained_f.add_metric(values, 1 if g.index in drained else 0)
-        reset.add_metric(values, 1 if is_significant and not r.holders else 0)  # type: ignore[union-attr]
+        reset.add_metric(values, 1 if r is not None and r.significant and not r.holders else 0)
         procs.add_metric(values, users.get(g.index, 0))
         stale.add_metric(values, 1 if g.stale is not None else 0)
     fams += list(_sensor_families(snap, lab, options))
@@ -189,24 +208,15 @@ def _sensor_families(snap: NodeSnapshot, lab: "_Labels", options: MetricsOptions
             continue
         ident = _gpu_label_values(g)
         values = lab.of(*ident)
-        for fam, kind, v in ((clock, "sclk", s.sclk_mhz), (clock, "mclk", s.mclk_mhz),
-                             (clock_max, "sclk", s.sclk_max_mhz), (clock_max, "mclk", s.mclk_max_mhz)):
-            if v is not None:
-                fam.add_metric(clock_lab.of(*ident, kind), v * 1e6)
-        for fam, v in ((fan_rpm, s.fan_rpm), (cap, s.power_cap_w), (retired, s.retired_pages),
-                       (pending, s.pending_pages), (threshold, s.bad_page_threshold)):
-            if v is not None:
-                fam.add_metric(values, v)
-        if s.fan_percent is not None:
-            fan.add_metric(values, s.fan_percent / 100.0)
-        if s.mem_busy_percent is not None:
-            mem_busy.add_metric(values, s.mem_busy_percent / 100.0)
-        for which, v, w in (("current", s.link_speed_gts, s.link_width), ("max", s.link_max_speed_gts,
-                                                                          s.link_max_width)):
-            if v is not None:
-                speed.add_metric(link_lab.of(*ident, which), v * 1e9)
-            if w is not None:
-                width.add_metric(link_lab.of(*ident, which), w)
+        for kind, now, top in (("sclk", s.sclk_mhz, s.sclk_max_mhz), ("mclk", s.mclk_mhz, s.mclk_max_mhz)):
+            _add_known(clock_lab.of(*ident, kind), ((clock, now), (clock_max, top)), _hertz)
+        _add_known(values, ((fan_rpm, s.fan_rpm), (cap, s.power_cap_w), (retired, s.retired_pages),
+                            (pending, s.pending_pages), (threshold, s.bad_page_threshold)))
+        _add_known(values, ((fan, s.fan_percent), (mem_busy, s.mem_busy_percent)), _ratio)
+        for which, gts, lanes in (("current", s.link_speed_gts, s.link_width),
+                                  ("max", s.link_max_speed_gts, s.link_max_width)):
+            _add_known(link_lab.of(*ident, which), ((speed, gts),), _per_second)
+            _add_known(link_lab.of(*ident, which), ((width, lanes),))
         for sensor, c in s.temperatures.items():
             temp.add_metric(sensor_lab.of(*ident, sensor), c)
         for block, counts in s.ras.items():
@@ -219,9 +229,9 @@ def _sensor_families(snap: NodeSnapshot, lab: "_Labels", options: MetricsOptions
 
 
 # --- engines ---------------------------------------------------------------------------------------------------
-def _last_run(e: EngineInfo) -> list:
+def _last_run(e: EngineInfo) -> list[Registration]:
     """The registration records of the engine's current (or last) run: those of its newest pid."""
-    records = getattr(e, "registrations", ()) or ()
+    records = e.registrations
     if not records:
         return []
     pid = e.pid if any(r.pid == e.pid for r in records) else records[-1].pid
@@ -360,12 +370,22 @@ def _process_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[M
                  f"{options.per_process_max} pairs.", lab.names)
     rest = _gauge("process_vram_unlisted_bytes", "VRAM of the processes left out of process_vram_bytes by its cap.",
                   gpu_lab.names)
+    # GPU% of the same (process, GPU) pairs, so its cardinality has the same cap (and the series join on labels).
+    busy = _gauge("process_gpu_busy_percent", "GPU time per process and GPU over the agent's interval (AMD: DRM fdinfo "
+                  "gfx+compute, NVIDIA: NVML SM utilisation), for the pairs process_vram_bytes lists (--per-process).",
+                  lab.names)
     pairs = [(b, -gi, -p.pid, p) for p in snap.processes for gi, b in p.vram.items() if b > 0]
     keep = heapq.nlargest(options.per_process_max, pairs, key=lambda t: t[:3])
+    loads = snap.process_load
     for b, gi, _, p in keep:
         gi = -gi
-        fam.add_metric(lab.of(str(gi), str(p.pid), p.user or "", _program(p.command),
-                              p.container_name or p.container or "", p.namespace or "", p.pod or ""), b)
+        values = lab.of(str(gi), str(p.pid), p.user or "", _program(p.command),
+                        p.container_name or p.container or "", p.namespace or "", p.pod or "")
+        fam.add_metric(values, b)
+        load = loads.get(p.pid)
+        gpu_load = load.gpus.get(gi) if load is not None else None
+        if gpu_load is not None and gpu_load.percent is not None:
+            busy.add_metric(values, gpu_load.percent)
     left: dict[int, int] = {}
     for b, gi, _, _ in pairs:
         left[-gi] = left.get(-gi, 0) + b
@@ -373,7 +393,7 @@ def _process_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[M
         left[-gi] -= b
     for g in snap.gpus:
         rest.add_metric(gpu_lab.of(str(g.index)), left.get(g.index, 0))
-    return iter((fam, rest))
+    return iter((fam, rest, busy))
 
 
 # --- the agent -------------------------------------------------------------------------------------------------
@@ -382,9 +402,10 @@ def _agent_families(reading: Reading, options: MetricsOptions) -> Iterator[Metri
     none = _Labels((), options.hostname)
     out: list[Metric] = []
     if snap.duration_s is not None:
-        out.append(GaugeMetricFamily(P + "agent_sample_duration_seconds", "How long the latest snapshot took.",
-                                     labels=list(none.names)))
-        out[-1].add_metric(none.of(), snap.duration_s)
+        duration = GaugeMetricFamily(P + "agent_sample_duration_seconds", "How long the latest snapshot took.",
+                                     labels=list(none.names))
+        duration.add_metric(none.of(), snap.duration_s)
+        out.append(duration)
     stale = _gauge("agent_stale", "1 when the agent has no fresh snapshot (a backend call hangs or sampling "
                    "stopped): every other series is as old as agent_snapshot_age_seconds.", none.names)
     stale.add_metric(none.of(), 1 if reading.stale else 0)

@@ -48,7 +48,18 @@ def kubernetes_families(snap: NodeSnapshot, gpu_labels: dict[int, tuple[str, ...
          k8s.get("taint") is not None),
         ("kubernetes_api_problem", "1 while the last call to the API server failed (RBAC refusal, outage): the "
          "condition and the taint may be out of date; the agent's status says why.", k8s.get("problem") is not None),
-    ):
+    ) + _remediation(k8s.get("remediation")):
         fam = GaugeMetricFamily(P + name, doc, labels=list(host_name))
         fam.add_metric(list(host), 1 if value else 0)
         yield fam
+
+
+def _remediation(state: dict[str, object] | None) -> tuple[tuple[str, str, bool], ...]:
+    """The remediation loop's gauges, only when [kubernetes] remediate is on."""
+    if not state:
+        return ()
+    phase = state.get("phase")
+    return (("kubernetes_remediating", "1 while gpuwarden's remediation holds the node (cordoned, evicting, fixing, "
+             "verifying).", phase in ("cordon", "evict", "fix", "lift")),
+            ("kubernetes_remediation_failed", "1 while a failed remediation keeps the node cordoned and tainted "
+             "(the condition and the node's gpuwarden.io/remediation annotation say why).", phase == "failed"))

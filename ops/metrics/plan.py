@@ -8,6 +8,8 @@ import time
 
 from ..errors import GpuwardenError
 from ..settings import Settings
+from .. import nodeconfig
+from ..arena import budget
 from .reading import PlanBudget
 
 REFRESH_S = 60.0
@@ -30,12 +32,10 @@ class PlanCache:
         return self._value
 
     def _compute(self) -> PlanBudget | None:
-        from ..arena import budget
         settings = self.settings
         if settings.replay or not settings.config_path.exists() or budget.count_gpus(settings.sysfs_root) is None:
             return None
         try:
-            from .. import nodeconfig
             cfg = nodeconfig.load(settings)
             if cfg.arena is None or not cfg.engines:
                 return None

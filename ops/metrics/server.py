@@ -14,10 +14,14 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from ..connlimit import ConnectionCap
 from ..errors import GpuwardenError
+
+if TYPE_CHECKING:
+    from wsgiref.types import WSGIApplication
 
 DEFAULT_LISTEN = "127.0.0.1:9835"
 IO_TIMEOUT_S = 10.0  # a scraper that stops reading (or a half-open TLS handshake) is dropped after this
@@ -61,8 +65,9 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 class _Quiet(WSGIRequestHandler):
     timeout = IO_TIMEOUT_S
+    server: MetricsServer
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
         pass  # one line per scrape would drown the agent's log
 
     def parse_request(self) -> bool:
@@ -75,7 +80,8 @@ class MetricsServer(ConnectionCap, ThreadingMixIn, WSGIServer):
     daemon_threads = True
     request_queue_size = 64
 
-    def __init__(self, address: tuple[str, int], app, tls: ssl.SSLContext | None, max_clients: int = MAX_CLIENTS):
+    def __init__(self, address: tuple[str, int], app: WSGIApplication, tls: ssl.SSLContext | None,
+                 max_clients: int = MAX_CLIENTS):
         self.address_family = socket.getaddrinfo(address[0], address[1], type=socket.SOCK_STREAM,
                                                  flags=socket.AI_PASSIVE)[0][0]
         self.tls = tls
@@ -88,10 +94,12 @@ class MetricsServer(ConnectionCap, ThreadingMixIn, WSGIServer):
             self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         # HTTPServer.server_bind would ask getfqdn() for a name: a reverse DNS lookup that can hang at start.
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[0], self.server_address[1]
+        # What server_bind set server_address to: the bound socket's (host, port, ...), host as text.
+        self.server_name, self.server_port = self.socket.getsockname()[:2]
         self.setup_environ()
 
-    def finish_request(self, request, client_address) -> None:  # type: ignore[override]
+    # A TCP server's request is its connection's socket: typeshed's BaseServer types it for datagram servers too.
+    def finish_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
         request.settimeout(IO_TIMEOUT_S)
         if self.tls is None:
             super().finish_request(request, client_address)
@@ -107,14 +115,14 @@ class MetricsServer(ConnectionCap, ThreadingMixIn, WSGIServer):
             self.forget(wrapped)
             wrapped.close()
 
-    def handle_error(self, request, client_address) -> None:  # type: ignore[override]
+    def handle_error(self, request: object, client_address: object) -> None:
         pass  # a scraper that hung up, a failed handshake: not the agent's problem
 
 
 class Listener:
     """The running listener: start() binds (errors name the address), stop() closes."""
 
-    def __init__(self, listen: str, app, tls: TlsFiles | None = None):
+    def __init__(self, listen: str, app: WSGIApplication, tls: TlsFiles | None = None):
         self.listen = listen
         self.address = parse_listen(listen)
         self.app = app
@@ -124,7 +132,7 @@ class Listener:
 
     @property
     def url(self) -> str:
-        host, port = self.server.server_address[:2] if self.server else self.address
+        host, port = (self.server.server_name, self.server.server_port) if self.server else self.address
         shown = f"[{host}]" if ":" in host else host
         return f"{'https' if self.tls else 'http'}://{shown}:{port}/metrics"
 

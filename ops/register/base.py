@@ -39,9 +39,9 @@ class Registration:
     device_address: int | None = None
     chunks: list[tuple[int, int]] = field(default_factory=list)  # (host address, bytes) as registered
     seconds: float = 0.0
-    detail: dict = field(default_factory=dict)
+    detail: dict[str, object] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"runtime": self.runtime, "gpu": self.gpu, "bytes": self.size, "chunks": len(self.chunks),
                 "register_seconds": round(self.seconds, 4),
                 "device_address": hex(self.device_address) if self.device_address is not None else None,

@@ -17,13 +17,14 @@ _UNAVAILABLE = {"cudaErrorInsufficientDriver", "cudaErrorNoDevice", "cudaErrorIn
 
 
 def _import() -> Any:
+    # deferred: optional (cuda-bindings or cuda-python), and only the cuda runtime needs it
     try:
-        from cuda.bindings import runtime as cudart  # type: ignore
+        from cuda.bindings import runtime as cudart
         return cudart
     except ImportError:
         pass
     try:
-        from cuda import cudart  # type: ignore
+        from cuda import cudart
         return cudart
     except ImportError:
         raise RuntimeUnavailable("cuda: the cuda runtime needs cuda-bindings, which is not installed",
@@ -43,7 +44,7 @@ class CudaApi(GpuApi):
     def unavailable(self, err: Any) -> bool:
         return self.error_name(err) in _UNAVAILABLE
 
-    def call(self, name: str, *args: Any) -> tuple:
+    def call(self, name: str, *args: Any) -> tuple[Any, ...]:
         try:
             return super().call(name, *args)
         except RuntimeError as exc:  # the bindings raise when libcudart/libcuda cannot be loaded at all

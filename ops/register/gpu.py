@@ -38,11 +38,10 @@ class GpuApi:
         """True for errors that mean "no driver / no GPU here" rather than "this call failed"."""
         return False
 
-    def call(self, name: str, *args: Any) -> tuple:
+    def call(self, name: str, *args: Any) -> tuple[Any, ...]:
         fn = getattr(self.mod, self.prefix + name)
-        result = fn(*args)
-        if not isinstance(result, tuple):
-            result = (result,)
+        raw = fn(*args)
+        result: tuple[Any, ...] = raw if isinstance(raw, tuple) else (raw,)
         err, rest = result[0], result[1:]
         if self.code(err) != 0:
             what = f"{self.prefix}{name} failed: {self.error_name(err)} ({self.describe(err)})"

@@ -17,8 +17,9 @@ _UNAVAILABLE = {"hipErrorNoDevice", "hipErrorInsufficientDriver", "hipErrorInval
 
 
 def _import() -> Any:
+    # deferred: optional (hip-python), and only the hip runtime needs it
     try:
-        from hip import hip  # type: ignore
+        from hip import hip
         return hip
     except ImportError:
         raise RuntimeUnavailable("hip: the hip runtime needs hip-python, which is not installed",
@@ -38,7 +39,7 @@ class HipApi(GpuApi):
     def unavailable(self, err: Any) -> bool:
         return self.error_name(err) in _UNAVAILABLE
 
-    def call(self, name: str, *args: Any) -> tuple:
+    def call(self, name: str, *args: Any) -> tuple[Any, ...]:
         try:
             return super().call(name, *args)
         except RuntimeError as exc:

@@ -64,13 +64,14 @@ class HostRuntime(Runtime):
     def __init__(self) -> None:
         self._c = _libc()
 
-    def register(self, address: int, size: int, **kw) -> Registration:  # type: ignore[override]
+    def register(self, address: int, size: int, *, chunk_size: int | None = None,
+                 path: str | None = None) -> Registration:
         limit = memlock_limit()
         if limit is not None and size > limit and not has_ipc_lock():
             raise RegisterFailed(
                 f"host: cannot pin {fmt_bytes(size)}: RLIMIT_MEMLOCK is {fmt_bytes(limit)} ({limit} bytes) "
                 f"and this process lacks CAP_IPC_LOCK", _limit_hint())
-        return super().register(address, size, **kw)
+        return super().register(address, size, chunk_size=chunk_size, path=path)
 
     def _register_one(self, address: int, size: int, reg: Registration) -> None:
         if self._c.mlock(ctypes.c_void_p(address), ctypes.c_size_t(size)) != 0:

@@ -7,6 +7,7 @@ this module names them, so nothing imports in a circle and `host` never pays for
 from __future__ import annotations
 
 import importlib
+from typing import Callable
 
 from ..errors import GpuwardenError
 from .base import RUNTIMES, Runtime
@@ -26,5 +27,5 @@ def get(name: str, **options: object) -> Runtime:
     if name not in _IMPLS:
         raise GpuwardenError(f"unknown runtime {name!r}", f"choose one of: {', '.join(RUNTIMES)}")
     module_name, cls_name = _IMPLS[name]
-    cls = getattr(importlib.import_module(module_name), cls_name)
+    cls: Callable[..., Runtime] = getattr(importlib.import_module(module_name), cls_name)  # options differ per runtime
     return cls(**options) if options else cls()

@@ -11,6 +11,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from gpuwarden.ops.errors import GpuwardenError
 
@@ -33,7 +34,7 @@ class Shared:
     seconds: float = 0.0
     keeper: bool = False
     payload: int | None = None  # the arena's bytes within the (granularity-rounded) mapping; None: all of it
-    handles: dict = field(default_factory=dict)  # runtime-private (handle, mmap, ...)
+    handles: dict[str, object] = field(default_factory=dict)  # runtime-private (handle, mmap, ...)
 
 
 def _no_keeper_hint(path: str) -> str:
@@ -44,7 +45,7 @@ def _no_keeper_hint(path: str) -> str:
 class Keeper:
     """The keeper's listening socket; serve() passes the descriptor to whoever connects, without blocking."""
 
-    def __init__(self, path: str, fd: int, meta: dict) -> None:
+    def __init__(self, path: str, fd: int, meta: Mapping[str, object]) -> None:
         self.path = path
         self.fd = fd
         self.meta = {"protocol": PROTOCOL, **meta}
@@ -105,7 +106,7 @@ class Keeper:
             pass
 
 
-def join(path: str, timeout_s: float = JOIN_TIMEOUT_S) -> tuple[int, dict]:
+def join(path: str, timeout_s: float = JOIN_TIMEOUT_S) -> tuple[int, dict[str, object]]:
     """Connect to the keeper at `path`; return (descriptor, keeper's description). One ShareFailed line otherwise."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.units import fmt_bytes, parse_size
+from gpuwarden.ops.sim import registrations
+from gpuwarden.ops.sim.node import SimNode
 
 from .base import DEFAULT_COPY_BUFFER, CopyResult, RegisterFailed, Registration, Runtime, host_copy, physical_gpu
 from .share import Shared, ShareFailed
@@ -36,13 +38,11 @@ class SimRuntime(Runtime):
         return super().register(address, size, chunk_size=chunk_size, path=path)
 
     def _register_one(self, address: int, size: int, reg: Registration) -> None:
-        from gpuwarden.ops.sim import registrations
         limit = os.environ.get(ENV_LIMIT)
         if not limit:
             registrations.add(self.state_dir, gpu=self.gpu, size=size, address=address,
                               path=getattr(self, "_path", None))
             return
-        from gpuwarden.ops.sim.node import SimNode
         # Like KFD: one node-wide counter, checked and charged under one lock (KFD's is a spinlock), so
         # registrations at once cannot all slip under the limit together.
         with SimNode(self.state_dir)._lock():
@@ -56,7 +56,6 @@ class SimRuntime(Runtime):
                               path=getattr(self, "_path", None))
 
     def _unregister_one(self, address: int, size: int, reg: Registration) -> None:
-        from gpuwarden.ops.sim import registrations
         registrations.remove(self.state_dir, gpu=self.gpu, address=address)
 
     def _device_address(self, reg: Registration) -> int | None:
@@ -82,7 +81,6 @@ class SimRuntime(Runtime):
         limit = os.environ.get(ENV_LIMIT)
         t0 = time.perf_counter()
         if limit:
-            from gpuwarden.ops.sim import registrations
             used = registrations.charged(self.state_dir)
             if used + size > parse_size(limit):
                 raise ShareFailed(f"sim: allocating {fmt_bytes(size)} of shared host memory failed: out of memory "
@@ -95,7 +93,6 @@ class SimRuntime(Runtime):
             os.close(fd)
             raise ShareFailed(f"sim: sizing the shared allocation to {fmt_bytes(size)} failed: {exc.strerror}") from None
         shared = self._map(fd, size, keeper=True)
-        from gpuwarden.ops.sim import registrations
         registrations.add(self.state_dir, gpu=self.gpu, size=size, address=shared.address, path=None)
         shared.seconds = time.perf_counter() - t0
         return shared
@@ -121,7 +118,6 @@ class SimRuntime(Runtime):
 
     def share_release(self, shared: Shared) -> None:
         if shared.keeper:
-            from gpuwarden.ops.sim import registrations
             registrations.remove(self.state_dir, gpu=self.gpu, address=shared.address)
         _LIBC.munmap(ctypes.c_void_p(shared.address), shared.size)
         os.close(shared.fd)

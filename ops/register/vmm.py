@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuwarden.ops.units import fmt_bytes
 
@@ -27,6 +27,21 @@ class VmmShare:
 
     def _granularity(self, prop: Any) -> int:
         raise NotImplementedError
+
+    if TYPE_CHECKING:  # the binding's spellings, which CudaVmm and HipVmm define
+        def _prop(self) -> Any: ...
+        def _create(self, size: int, prop: Any) -> Any: ...
+        def _export(self, handle: Any) -> int: ...
+        def _import(self, fd: int) -> Any: ...
+        def _reserve(self, size: int) -> Any: ...
+        def _map_handle(self, ptr: Any, size: int, handle: Any) -> Any: ...
+        def _set_access(self, ptr: Any, size: int) -> Any: ...
+        def _copy(self, dst: int, src: int, n: int, *, to_device: bool) -> Any: ...
+        def _sync(self) -> Any: ...
+        def _alloc_device(self, n: int) -> Any: ...
+        def _free_device(self, ptr: Any) -> None: ...
+        def _unmap(self, address: int, size: int) -> None: ...
+        def _release_handle(self, handle: Any) -> None: ...
 
     def share_create(self, size: int) -> Shared:
         t0 = time.perf_counter()
@@ -103,7 +118,8 @@ class CudaVmm(VmmShare):
     def _drv(self) -> Any:
         if getattr(self, "_d", None) is None:
             try:
-                from cuda.bindings import driver  # type: ignore
+                # deferred: optional (cuda-bindings), and only --share on the cuda runtime needs it
+                from cuda.bindings import driver
             except ImportError:
                 raise RuntimeUnavailable("cuda: --share needs cuda-bindings' driver module (cuda.bindings.driver)",
                                          "pip install 'cuda-bindings>=12.6'") from None
@@ -195,7 +211,8 @@ class HipVmm(VmmShare):
 
     def _check(self, result: Any, what: str) -> Any:
         err, *rest = result if isinstance(result, tuple) else (result,)
-        if int(getattr(err, "value", err)) != 0:
+        code: Any = getattr(err, "value", err)  # an enum member from hip-python, or a plain int
+        if int(code) != 0:
             name = getattr(err, "name", str(err))
             if self.api.unavailable(err):
                 raise RuntimeUnavailable(f"hip: no usable GPU here: {what} failed: {name}",

@@ -21,6 +21,11 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status`
 if TYPE_CHECKING:
     from ..backends.base import Backend
 
+    # What a GpuProcess was built from: its facts, the device files it holds, its usage records.
+    MadeOf = tuple[ProcInfo | None, tuple[str, ...], list[ProcessUsage] | None]
+    # residual()'s pass: VRAM accounted per GPU, GPUs with an unknown share, holders per GPU, holders of no one GPU
+    PerGpu = tuple[dict[int, int], set[int], dict[int, list[Holder]], tuple[Holder, ...]]
+
 # Below these, unexplained VRAM is driver noise, not a tenant's leftovers.
 TOLERANCE_WITH_BASELINE = 256 << 20
 TOLERANCE_NO_BASELINE = 512 << 20
@@ -57,6 +62,8 @@ class Attribution:
         self.last_deep = float("-inf")
         # (pid, start ticks) -> device files, for processes seen holding GPU device files
         self._holders: dict[tuple[int, int], tuple[str, ...]] = {}
+        # (pid, start ticks) -> {fd: render node} of the holders: what DRM fdinfo is read through (ops/sampling/procload)
+        self.drm_fds: dict[tuple[int, int], dict[int, str]] = {}
         self._visibility: dict[tuple[int, int], dict[str, str]] = {}
         self.nested_ns = in_nested_pid_namespace(settings.proc_root)
         # With pidfds, a GPU process's stat is re-read only when it exits, when it is new, while it is in
@@ -66,15 +73,16 @@ class Attribution:
         self.watch = PidWatch() if use_pidfds and not self.nested_ns and pidfds_usable(settings.proc_root) else None
         self.procs = ProcReader(settings.proc_root, held=HeldFiles() if self.watch is None else None)
         self._known: dict[int, ProcInfo] = {}  # pid -> facts read while its pidfd was watched
+        self._sleeping: set[int] = set()  # the PIDs of _known in disk sleep (kept with it: no scan of 2,000)
         self._reread_all = True
         # pid -> (what it was built from, the GpuProcess): reused while nothing it shows changed
-        self._built: dict[int, tuple[tuple, GpuProcess]] = {}
+        self._built: dict[int, tuple[MadeOf, GpuProcess]] = {}
         # The last refresh's backend answer and result: when the backend hands back the very same objects and no
         # watched process exited, nothing a refresh would compute can differ.
         self._last: tuple[list[ProcessUsage], tuple[GpuProcess, ...]] | None = None
         self._scanned: set[int] = set()  # PIDs whose fds the last deep scans looked at
         # residual()'s pass over the processes, kept while the processes tuple is the very same (see sample)
-        self._by_gpu: tuple[tuple[GpuProcess, ...], dict[str, int], tuple] | None = None
+        self._by_gpu: tuple[tuple[GpuProcess, ...], dict[str, int], PerGpu] | None = None
         self.last_full = float("-inf")
 
     def close(self) -> None:
@@ -93,6 +101,7 @@ class Attribution:
         process that allocates GPU memory at once, so what waits is a holder without VRAM)."""
         globs = self.backend.device_globs()
         found: dict[tuple[int, int], tuple[str, ...]] = {}
+        drm: dict[tuple[int, int], dict[int, str]] = {}
         live = set()
         me = os.getpid() if self.settings.live else None
         known_holders = {pid for pid, _ in self._holders}
@@ -100,13 +109,18 @@ class Attribution:
             live.add(pid)
             if pid == me or (not full and pid in self._scanned and pid not in known_holders):
                 continue  # NVML (and amdsmi) open device files in gpuwarden itself: not a GPU user
-            files = self.procs.open_files(pid, globs)
+            fds: dict[int, str] = {}
+            files = self.procs.open_files(pid, globs, fds)
             if not files:
                 continue
             info = self.procs.read(pid)
             if info is not None:
                 found[(pid, info.start_ticks)] = files
+                render = {fd: t for fd, t in fds.items() if "/dri/" in t}
+                if render:
+                    drm[(pid, info.start_ticks)] = render
         self._holders = found
+        self.drm_fds = drm  # a partial scan looks at every known holder again, so this is all of them
         self._scanned = live
         self.procs.forget_dead(live)
         self._visibility = {k: v for k, v in self._visibility.items() if k[0] in live}
@@ -121,6 +135,8 @@ class Attribution:
         usage = self.backend.process_usage()
         last = self._last
         if last is not None and self._unchanged(usage, last[0]):
+            # The new list of the same objects is what the next refresh is compared with: `usage is before` again.
+            self._last = (usage, last[1])
             return gpus, last[1]
         processes = self._attribute(usage)
         self._last = (usage, processes) if self.watch is not None else None
@@ -130,7 +146,7 @@ class Attribution:
         """True when a refresh can only repeat the last one: same usage objects, nothing exited or re-read."""
         if self._reread_all or len(usage) != len(before) or self.watch is None or self.watch.exited():
             return False
-        if any(info.state == "disk-sleep" for info in self._known.values()):
+        if self._sleeping:
             return False  # one in disk sleep is re-read every refresh until it wakes
         return usage is before or all(a is b for a, b in zip(usage, before))
 
@@ -147,7 +163,7 @@ class Attribution:
         pids = sorted(by_pid.keys() | holder_files.keys()) if holder_files else sorted(by_pid)
         infos = self._infos(pids)
         built = self._built
-        fresh: dict[int, tuple[tuple, GpuProcess]] = {}
+        fresh: dict[int, tuple[MadeOf, GpuProcess]] = {}
         out = []
         for pid in pids:
             info = infos[pid]
@@ -168,7 +184,8 @@ class Attribution:
         self._built = fresh
         return tuple(out)
 
-    def _build(self, pid: int, info: ProcInfo | None, usages, files: tuple[str, ...]) -> GpuProcess:
+    def _build(self, pid: int, info: ProcInfo | None, usages: list[ProcessUsage] | tuple[()],
+               files: tuple[str, ...]) -> GpuProcess:
         vram: dict[int, int] = {}
         sources: dict[int, str] = {}
         for u in usages:
@@ -191,6 +208,7 @@ class Attribution:
         known = self._known
         reread_all, self._reread_all = self._reread_all, False
         exited = watch.exited()
+        sleeping = self._sleeping
         out: dict[int, ProcInfo | None] = {}
         for pid in pids:
             info = known.get(pid)
@@ -211,13 +229,19 @@ class Attribution:
                     info = read(pid)
             if info is not None and pid in watch:
                 known[pid] = info
+                if info.state == "disk-sleep":
+                    sleeping.add(pid)
+                else:
+                    sleeping.discard(pid)
             else:
                 known.pop(pid, None)
+                sleeping.discard(pid)
                 watch.forget(pid)
             out[pid] = info
         for pid in watch.pids() - out.keys():  # no longer a GPU process: stop watching it
             watch.forget(pid)
             known.pop(pid, None)
+            sleeping.discard(pid)
         return out
 
     def _visible(self, info: ProcInfo) -> dict[str, str]:
@@ -263,7 +287,7 @@ class Attribution:
                                 residual=res, holders=holders, significant=significant))
         return tuple(out), warnings
 
-    def _per_gpu(self, processes: tuple[GpuProcess, ...], render_to_gpu: dict[str, int]) -> tuple:
+    def _per_gpu(self, processes: tuple[GpuProcess, ...], render_to_gpu: dict[str, int]) -> PerGpu:
         """(VRAM live processes account for, GPUs where some share is unknown, holders, holders of no one GPU)."""
         holders_by_gpu: dict[int, list[Holder]] = {}
         shared_holders: list[Holder] = []

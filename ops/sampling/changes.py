@@ -138,16 +138,16 @@ def diff(before: NodeSnapshot | None, now: NodeSnapshot,
         if w not in old_warnings and w.code != "simulated":
             out.append(NodeEvent(ts, "warning", w.message, "warning", w.gpu, {"code": w.code}))
     if before is not None:
-        for g in sorted(set(now.drained) - set(before.drained)):
-            out.append(NodeEvent(ts, "warning", f"GPU {g} drained", "drained", g))
-        for g in sorted(set(before.drained) - set(now.drained)):
-            out.append(NodeEvent(ts, "ok", f"GPU {g} back in service (undrained)", "undrained", g))
+        for index in sorted(set(now.drained) - set(before.drained)):
+            out.append(NodeEvent(ts, "warning", f"GPU {index} drained", "drained", index))
+        for index in sorted(set(before.drained) - set(now.drained)):
+            out.append(NodeEvent(ts, "ok", f"GPU {index} back in service (undrained)", "undrained", index))
         old_gpus = {g.index for g in before.gpus}
         new_gpus = {g.index for g in now.gpus}
-        for g in sorted(old_gpus - new_gpus):
-            out.append(NodeEvent(ts, "error", f"GPU {g} disappeared from the backend", "gpu-gone", g))
-        for g in sorted(new_gpus - old_gpus):
-            out.append(NodeEvent(ts, "info", f"GPU {g} appeared", "gpu-appeared", g))
+        for index in sorted(old_gpus - new_gpus):
+            out.append(NodeEvent(ts, "error", f"GPU {index} disappeared from the backend", "gpu-gone", index))
+        for index in sorted(new_gpus - old_gpus):
+            out.append(NodeEvent(ts, "info", f"GPU {index} appeared", "gpu-appeared", index))
     return out
 
 

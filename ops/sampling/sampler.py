@@ -11,7 +11,7 @@ import time
 from ..backends.select import open_backend
 from ..errors import GpuwardenError
 from ..fdbudget import OutOfDescriptors
-from ..model import NodeSnapshot, Residual, SnapshotWarning
+from ..model import NodeSnapshot, Residual, SnapshotWarning, Holder
 from ..records import replace
 from ..settings import Settings
 from .attribution import Attribution
@@ -19,14 +19,21 @@ from .extras import NodeExtras
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
+    from typing import Any
+
     from ..backends.base import Backend
+    from ..deadline import LateRead
+    from ..debugfs.books import Books
+    from ..debugfs.reader import DebugfsReader
+    from ..model import GpuInfo, GpuProcess
+    from ..pidwatch import PidWatch
 
 
 class Sampler:
     """Takes snapshots of one node. Not thread-safe: one sampler per worker."""
 
     def __init__(self, settings: Settings, backend: Backend | None = None, *, deep_every_s: float = 10.0,
-                 use_pidfds: bool = True, full_scan_every_s: float = 0.0):
+                 use_pidfds: bool = True, full_scan_every_s: float = 0.0, process_load: bool = True):
         self.settings = settings
         self.backend = backend or open_backend(settings)
         self.deep_every_s = deep_every_s
@@ -34,11 +41,19 @@ class Sampler:
         self.full_scan_every_s = full_scan_every_s
         self.attribution = Attribution(settings, self.backend, use_pidfds=use_pidfds)
         self.extras = NodeExtras(settings)
+        # Host CPU/RSS and GPU time per process (None: left out, e.g. to measure what it costs).
+        self.load = None
+        if process_load:
+            from .procload import ProcLoadReader
+            self.load = ProcLoadReader(settings.proc_root, getattr(self.backend, "fdinfo_root", None),
+                                       deadline_s=settings.read_timeout_s,
+                                       before_read=getattr(self.backend, "fdinfo_refresh", None))
         self._hostname = os.uname().nodename  # what socket.gethostname() returns, without importing socket
-        self._debugfs = None  # the allow-listed debugfs reader, made at the first AMD refresh
+        self._debugfs: DebugfsReader | None = None  # the allow-listed debugfs reader, made at the first AMD refresh
+        self._books: Books | None = None  # the driver's books read through it, refresh after refresh
 
     @property
-    def _watch(self):  # the pidfd watch, for tests that check what is tracked
+    def _watch(self) -> PidWatch | None:  # the pidfd watch, for tests that check what is tracked
         return self.attribution.watch
 
     def close(self) -> None:
@@ -48,6 +63,8 @@ class Sampler:
     def close_readers(self) -> None:
         """Close what the sampler itself holds open (pidfds, stat files), leaving the backend open."""
         self.attribution.close()
+        if self.load is not None:
+            self.load.close()
 
     def deep_scan(self) -> None:
         self.attribution.deep_scan()
@@ -65,6 +82,11 @@ class Sampler:
         except OutOfDescriptors as exc:
             raise GpuwardenError(f"out of file descriptors while sampling ({exc.strerror})",
                                  "raise the open-files limit (ulimit -n, LimitNOFILE=) for gpuwarden") from None
+        loads = {}
+        if self.load is not None and not self.settings.replay:
+            utilisation = getattr(self.backend, "process_utilisation", None)
+            loads = self.load.sample(processes, gpus, attribution.drm_fds,
+                                     utilisation() if utilisation is not None else None)
         extras = self.extras.sample()
         residual, residual_warnings = attribution.residual(gpus, processes, extras.baseline)
         late = getattr(self.backend, "late", ())  # late reads of the refresh that belong to no one GPU
@@ -81,6 +103,10 @@ class Sampler:
         warnings.extend(SnapshotWarning("stale", f"{r.message}; per-process VRAM is from the last complete read and "
                                         "residual VRAM is unknown", r.gpu) for r in late)
         warnings.extend(residual_warnings)
+        late_load = self.load.late if self.load is not None else None
+        if late_load is not None:
+            warnings.append(SnapshotWarning("stale", f"{late_load.message}; per-process GPU% is from the last complete "
+                                            "read", late_load.gpu))
         if not extras.baseline and not extras.baseline_problem:
             warnings.append(SnapshotWarning(
                 "no-baseline", "no idle baseline recorded: residual counts all unexplained VRAM "
@@ -99,20 +125,24 @@ class Sampler:
             engines=extras.engines, arenas=extras.arenas, drained=extras.drained, warnings=tuple(warnings),
             baseline_recorded=bool(extras.baseline),
             source=f"bundle:{self.settings.replay}" if self.settings.replay else "live",
-            duration_s=round(time.perf_counter() - t0, 6), driver=driver,
+            duration_s=round(time.perf_counter() - t0, 6), driver=driver, process_load=loads,
         )
 
-    def _gem_holders(self, residual, processes, warnings):
+    def _gem_holders(self, residual: tuple[Residual, ...], processes: tuple[GpuProcess, ...],
+                     warnings: list[SnapshotWarning]) -> tuple[tuple[Residual, ...], list[SnapshotWarning]]:
         """Residual VRAM no live process and no holder explains: amdgpu_gem_info's per-client buffer lists name
         who holds buffers there (a DRM client KFD has no per-process entry for). Read only for such a GPU."""
+        # deferred: only the AMD backends read debugfs: status on an NVIDIA node goes without it
         from ..debugfs import books
-        from ..model import Holder, Residual
+        reader = self._debugfs
+        if reader is None:
+            return residual, warnings  # no books read this refresh: nothing to look in
         out, named = [], set()
         for r in residual:
             if not (r.significant and not r.holders):
                 out.append(r)
                 continue
-            by_pid, _why = books.holders(self._debugfs, r.gpu_index)
+            by_pid, _why = books.holders(reader, r.gpu_index)
             accounted = {p.pid for p in processes if p.vram.get(r.gpu_index)}
             found = tuple(Holder(pid=h["pid"], start_time=None, reason="gem-buffers", gpus=(r.gpu_index,),
                                  vram_bytes=h["vram_bytes"], command=h["command"],
@@ -127,20 +157,25 @@ class Sampler:
         warnings = [w for w in warnings if not (w.code == "ownerless-leak" and w.gpu in named)]
         return tuple(out), warnings
 
-    def _driver_books(self, gpus) -> dict | None:
+    def _driver_books(self, gpus: tuple[GpuInfo, ...]) -> dict[str, Any] | None:
         """KFD system memory and VRAM free space from debugfs, for AMD backends on a live node (root only)."""
         if self.settings.replay or self.backend.name not in ("sysfs", "amdsmi", "sim") or not gpus:
             return None
         if self._debugfs is None:
+            # deferred: only the AMD backends read debugfs: status on an NVIDIA node goes without it
             from ..debugfs.reader import DebugfsReader
             # the backend's own tree: the sim node's root, a --sysfs-root, or /sys (debugfs is <sys>/kernel/debug)
             sysfs = getattr(self.backend, "sysfs_root", None) or self.settings.sysfs_root
             self._debugfs = DebugfsReader(sysfs / "kernel" / "debug")
-        from ..debugfs import books
-        return books.read(self._debugfs, [g.index for g in gpus])
+        kept = self._books
+        if kept is None or kept.reader is not self._debugfs:
+            # deferred: only the AMD backends read debugfs: status on an NVIDIA node goes without it
+            from ..debugfs.books import Books
+            kept = self._books = Books(self._debugfs)
+        return kept.read([g.index for g in gpus])
 
 
-def _unknown_residual(residual: tuple[Residual, ...], late) -> tuple[Residual, ...]:
+def _unknown_residual(residual: tuple[Residual, ...], late: tuple[LateRead, ...]) -> tuple[Residual, ...]:
     """Residual VRAM when the per-process files did not all answer: unknown, never a guess that blames someone."""
     return tuple(replace(r, residual=None, significant=False, holders=()) for r in residual)
 

@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         assert tenant.stdout is not None
         tenant.stdout.readline()  # "holding ...": the VRAM is charged
         os.write(w, f"{os.getpid()} {tenant.pid}\n".encode())
-        tenant._child_created = False  # never wait for it, not even from Popen's finaliser
+        # Never wait for it, not even from Popen's finaliser (a CPython-private flag typeshed does not declare).
+        tenant._child_created = False  # type: ignore[attr-defined]
         while True:
             time.sleep(3600)
     os.close(w)

@@ -14,28 +14,47 @@ import time
 from pathlib import Path
 
 from .. import statedir, statefiles
-from . import platform
+from . import platform, registrations
 from ..errors import GpuwardenError, NotFound
 from ..procs import identity
 from ..statedir import StateFileError
+from ..debugfs.allowlist import TRIGGERS
+from ..units import fmt_bytes
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
-    from typing import Iterator
+    from typing import Any, Iterator
+
+    from ..settings import Settings
+
+    # node.json and one allocation record, as statefiles.SIM_NODE and SIM_ALLOC checked them.
+    Config = dict[str, Any]
+    Alloc = dict[str, Any]
+
+    from .drm import SimDrm
 
 GPU_ID_BASE = 41000  # KFD gpu_ids are opaque numbers; distinct from indexes on purpose
 RENDER_MINOR_BASE = 128
+# `sim init` bounds: 64 GPUs (the state file's limit); VRAM per GPU from 64 MiB to 16 TiB (MI355X has 288 GiB),
+# so 64 of them still sum far below the 2^63 bytes the state file and sysfs counters hold.
+MIN_GPUS, MAX_GPUS = 1, 64
+MIN_VRAM, MAX_VRAM = 64 << 20, 16 << 40
 FAULTS = ("leak-on-kill", "reset-fails", "hang", "vram-fragmented")
 # debugfs files that ACT when read on a real node (reset, evict, ring tests, scheduler hang): the sim has them
 # as inert files so the tests can prove gpuwarden never opens them (ops/debugfs/allowlist.py).
 TRIGGER_TEXT = "on a real node, reading this file acts on the GPU: gpuwarden must never open it\n"
 
 
+def _fmt(n: int) -> str:
+    from ..units import fmt_bytes  # on the error path only: `status` imports this module
+    return fmt_bytes(n)
+
+
 def _has_gpu_tree(sysfs_root: Path) -> bool:
     return (sysfs_root / "class/kfd/kfd/topology/nodes").is_dir() or (sysfs_root / "module/nvidia").is_dir()
 
 
-def active_sim_root(settings) -> Path | None:
+def active_sim_root(settings: Settings) -> Path | None:
     """The simulated node's sysfs tree when it stands in for this node's GPUs (forced, or no real GPU tree)."""
     sim = SimNode(settings.state_dir)
     if sim.exists and (settings.backend == "sim" or (settings.backend is None and not _has_gpu_tree(settings.sysfs_root))):
@@ -59,11 +78,26 @@ class SimNode:
         return self._node_file.exists()
 
     def init(self, gpus: int = 4, vram: int = 24 << 30, *, hive: bool = False, idle_used: int = 0,
-             force: bool = False) -> None:
-        if not 1 <= gpus <= 64:
-            raise GpuwardenError(f"a simulated node has 1 to 64 GPUs, not {gpus}")
-        if vram < (64 << 20):
-            raise GpuwardenError("simulated VRAM must be at least 64 MiB per GPU")
+             force: bool = False, partition: str = "SPX") -> None:
+        # Everything is checked before the state dir is touched: a refused init leaves the old node as it was.
+        if not MIN_GPUS <= gpus <= MAX_GPUS:
+            raise GpuwardenError(f"a simulated node has {MIN_GPUS} to {MAX_GPUS} GPUs, not {gpus}",
+                                 f"e.g. --gpus 8; nothing in {self.dir} was changed")
+        if not MIN_VRAM <= vram <= MAX_VRAM:
+            raise GpuwardenError(f"simulated VRAM per GPU must be between {_fmt(MIN_VRAM)} and {_fmt(MAX_VRAM)}, "
+                                 f"not {_fmt(vram)}", f"e.g. --vram 192GiB; nothing in {self.dir} was changed")
+        per = platform.PARTITIONS.get(partition)
+        if per is None or gpus % per:
+            raise GpuwardenError(f"cannot cut {gpus} simulated GPU(s) into {partition} partitions",
+                                 f"give --partition {'/'.join(platform.PARTITIONS)} with --gpus a multiple of its "
+                                 "partitions per device (SPX 1, DPX 2, QPX 4, CPX 8)")
+        cfg = {"gpus": gpus, "vram": vram, "gtt": vram // 2, "idle_used": idle_used,
+               "hive": hive, "faults": [], "leaked": {}, "resets": {}, "created": time.time(),
+               **({"partition": partition} if partition != "SPX" else {})}
+        wrong = statefiles.problem(cfg, statefiles.SIM_NODE)
+        if wrong is not None:  # what no command could read back
+            raise GpuwardenError(f"a simulated node with {wrong} cannot be made",
+                                 f"nothing in {self.dir} was changed")
         statedir.ensure(self.dir.parent, statedir.SIM)
         with self._lock():
             if self.exists and not force and self._allocs():
@@ -74,20 +108,20 @@ class SimNode:
             import shutil  # here, not at the top: it loads bz2 and lzma, which `status` never needs
             for sub in ("root", "allocs", "dev"):
                 shutil.rmtree(self.dir / sub, ignore_errors=True)  # fd-based: never follows a planted link
+            statedir.unlink(self.dir / "drm-clients.json", root=self.state_dir)
             self._dir("allocs", create=True).close()
             with self._dir("dev", create=True) as dev:
                 os.close(dev.open("kfd", os.O_WRONLY | os.O_CREAT, 0o644))
                 with dev.subdir("dri", create=True) as dri:
                     for i in range(gpus):
                         os.close(dri.open(f"renderD{RENDER_MINOR_BASE + i}", os.O_WRONLY | os.O_CREAT, 0o644))
-            self._save({"gpus": gpus, "vram": vram, "gtt": vram // 2, "idle_used": idle_used,
-                        "hive": hive, "faults": [], "leaked": {}, "resets": {}, "created": time.time()})
+            self._save(cfg)
             self._write_static_tree()
             self._write_dynamic_tree()
 
-    def config(self) -> dict:
+    def config(self) -> Config:
         try:
-            cfg = statefiles.load(self._node_file, statefiles.SIM_NODE, root=self.state_dir)
+            cfg: Config | None = statefiles.load(self._node_file, statefiles.SIM_NODE, root=self.state_dir)
         except StateFileError as exc:
             raise GpuwardenError(f"the simulated node's {self._node_file} is corrupt: {exc.problem}",
                                  "start over with `gpuwarden sim init --force`") from None
@@ -96,7 +130,7 @@ class SimNode:
                 f"no simulated node in {self.dir}", "create one with `gpuwarden sim init`") from None
         return cfg
 
-    def _save(self, cfg: dict) -> None:
+    def _save(self, cfg: Config) -> None:
         statedir.write_json(self._node_file, cfg, root=self.state_dir)
 
     def _dir(self, *parts: str, create: bool = False) -> statedir.Dir:
@@ -120,9 +154,48 @@ class SimNode:
     def render_node(self, gpu: int) -> Path:
         return self.dev_root / "dri" / f"renderD{RENDER_MINOR_BASE + gpu}"
 
-    def _check_gpu(self, gpu: int, cfg: dict) -> None:
+    def _check_gpu(self, gpu: int, cfg: Config) -> None:
         if not 0 <= gpu < cfg["gpus"]:
             raise NotFound(f"no GPU {gpu} on the simulated node (it has GPUs 0-{cfg['gpus'] - 1})")
+
+    def bus_ids(self, cfg: dict[str, Any] | None = None) -> dict[int, str]:
+        """GPU index -> its PCI address, as the static tree spells it (a device's partitions share one)."""
+        cfg = cfg if cfg is not None else self.config()
+        per = platform.PARTITIONS.get(cfg.get("partition", "SPX"), 1)
+        return {g: f"0000:{0x10 + g // per:02x}:00.0" for g in range(cfg["gpus"])}
+
+    @property
+    def drm(self) -> "SimDrm":
+        """The simulated DRM clients (fdinfo with engine time) of this node."""
+        from .drm import SimDrm
+        return SimDrm(self.state_dir, self.root / "proc")
+
+    def open_client(self, pid: int, fd: int, gpu: int, busy: float = 0.0) -> int:
+        """A DRM client for the render node `pid` holds open at `fd`, its gfx engine busy `busy` (0-1) of the time;
+        returns the client id its fdinfo shows."""
+        if not 0.0 <= busy <= 1.0:
+            raise GpuwardenError(f"busy is a share of the time, 0 to 1, not {busy}")
+        with self._lock():
+            cfg = self.config()
+            self._check_gpu(gpu, cfg)
+            vram = sum(a["bytes"] for a in self._allocs() if a["pid"] == pid and a["gpu"] == gpu)
+            drm = self.drm
+            client: int = drm.open(pid, fd, gpu, busy, vram)
+            drm.tick(self.bus_ids(cfg))
+            return client
+
+    def share_client(self, client: int, pid: int, fd: int) -> None:
+        """`pid` shows `client` through its `fd` too (a fork kept the descriptor, or it was passed over a socket)."""
+        with self._lock():
+            drm = self.drm
+            drm.share(client, pid, fd)
+            drm.tick(self.bus_ids())
+
+    def close_clients(self, pid: int) -> None:
+        with self._lock():
+            drm = self.drm
+            drm.close(pid)
+            drm.sweep({c["pid"] for c in drm.clients()})
 
     def allocate(self, pid: int, gpu: int, nbytes: int) -> None:
         """Charge `nbytes` of GPU `gpu` to process `pid` (which must exist)."""
@@ -157,7 +230,7 @@ class SimNode:
                     statedir.unlink(self.allocs_dir / a["_file"], root=self.state_dir)
             self._write_dynamic_tree()
 
-    def _allocs(self) -> list[dict]:
+    def _allocs(self) -> list[Alloc]:
         out = []
         for name in statedir.listdir(self.allocs_dir, root=self.state_dir):
             if not name.endswith(".json"):
@@ -170,10 +243,11 @@ class SimNode:
             out.append(data)
         return out
 
-    def _used(self, cfg: dict, gpu: int, allocs: list[dict] | None = None) -> int:
+    def _used(self, cfg: Config, gpu: int, allocs: list[Alloc] | None = None) -> int:
         allocs = self._allocs() if allocs is None else allocs
-        return (cfg.get("idle_used", 0) + int(cfg.get("leaked", {}).get(str(gpu), 0))
-                + sum(a["bytes"] for a in allocs if a["gpu"] == gpu))
+        used: int = (cfg.get("idle_used", 0) + int(cfg.get("leaked", {}).get(str(gpu), 0))
+                     + sum(a["bytes"] for a in allocs if a["gpu"] == gpu))
+        return used
 
     # --- the driver's work -------------------------------------------------------------------
     def sync(self) -> None:
@@ -213,7 +287,7 @@ class SimNode:
             if fault == "hang":
                 self._write_dynamic_tree(cfg)
 
-    def hung_gpus(self, cfg: dict | None = None) -> set[int]:
+    def hung_gpus(self, cfg: Config | None = None) -> set[int]:
         """The GPUs whose driver files block on read (the hang fault)."""
         cfg = cfg or self.config()
         if "hang" not in cfg.get("faults", []):
@@ -226,7 +300,6 @@ class SimNode:
         with self._lock():
             cfg = self.config()
             self._check_gpu(gpu, cfg)
-            from ..units import fmt_bytes
             if nbytes <= 0:
                 raise GpuwardenError(f"a leak must be more than 0 bytes, not {nbytes}", "e.g. --size 14GiB")
             free = cfg["vram"] - self._used(cfg, gpu)
@@ -249,10 +322,14 @@ class SimNode:
             if "reset-fails" in cfg.get("faults", []):
                 raise GpuwardenError(f"simulated GPU {gpu}: reset failed (fault 'reset-fails' is on)",
                                      "clear it with `gpuwarden sim fault reset-fails off`")
+            # A reset acts on the physical device: every partition of it loses its contexts and leaks.
+            per = platform.PARTITIONS.get(cfg.get("partition", "SPX"), 1)
+            device = set(range(gpu // per * per, gpu // per * per + per))
             for a in self._allocs():
-                if a["gpu"] == gpu:
+                if a["gpu"] in device:
                     statedir.unlink(self.allocs_dir / a["_file"], root=self.state_dir)
-            cfg.setdefault("leaked", {}).pop(str(gpu), None)
+            for g in device:
+                cfg.setdefault("leaked", {}).pop(str(g), None)
             hung = self.hung_gpus(cfg)
             if gpu in hung:  # a reset recovers a wedged GPU, as amdgpu's does a hung SMU
                 cfg["hang_gpus"] = sorted(hung - {gpu})
@@ -263,7 +340,7 @@ class SimNode:
             self._save(cfg)
             self._write_dynamic_tree(cfg)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         cfg = self.config()
         allocs = self._allocs()
         return {
@@ -282,8 +359,9 @@ class SimNode:
             cpu.write_atomic("gpu_id", "0\n", 0o644)
             cpu.write_atomic("name", "\n", 0o644)
             cpu.write_atomic("properties", "cpu_cores_count 16\nsimd_count 0\nmem_banks_count 1\n", 0o644)
+        per = platform.PARTITIONS.get(cfg.get("partition", "SPX"), 1)
         for i in range(cfg["gpus"]):
-            bus = 0x10 + i
+            bus = 0x10 + i // per  # bus_ids() spells the same address; a device's partitions share it
             self._dir(f"root/sys/class/drm/card{i}/device/drm/renderD{RENDER_MINOR_BASE + i}", create=True).close()
             self._dir(f"root/sys/class/drm/card{i}/device/hwmon/hwmon0", create=True).close()
             files = {
@@ -305,18 +383,17 @@ class SimNode:
                                   "cpu_cores_count 0\nsimd_count 1216\ngfx_target_version 90402\nvendor_id 4098\n"
                                   f"device_id 29857\nlocation_id {bus << 8}\ndomain 0\n"
                                   f"drm_render_minor {RENDER_MINOR_BASE + i}\nhive_id {hive}\n", 0o644)
-        platform.write(self.sysfs_root, cfg["gpus"], cfg["vram"], bool(cfg.get("hive")))
-        from ..debugfs.allowlist import TRIGGERS
+        platform.write(self.sysfs_root, cfg["gpus"], cfg["vram"], bool(cfg.get("hive")), cfg.get("partition", "SPX"))
         for i in range(cfg["gpus"]):
             self._dir(f"root/sys/kernel/debug/dri/{i}", create=True).close()
         self._dir("root/sys/kernel/debug/kfd", create=True).close()
         for template in TRIGGERS:
-            for i in (range(cfg["gpus"]) if "{minor}" in template else [None]):
-                rel = template.format(minor=i)
+            for minor in (range(cfg["gpus"]) if "{minor}" in template else [None]):
+                rel = template.format(minor=minor)
                 with self._dir("root/sys/kernel/debug", *rel.split("/")[:-1]) as d:
                     d.write_atomic(rel.split("/")[-1], TRIGGER_TEXT, 0o400)
 
-    def _write_dynamic_tree(self, cfg: dict | None = None) -> None:
+    def _write_dynamic_tree(self, cfg: Config | None = None) -> None:
         """Used VRAM per GPU and the KFD per-process files, rewritten only where they changed."""
         cfg = cfg or self.config()
         allocs = self._allocs()
@@ -359,6 +436,8 @@ class SimNode:
             for name in procs.listdir():
                 if not name.isdigit() or int(name) not in per_pid:
                     import shutil
+                    if name.isdigit():
+                        _empty_files(procs, name)
                     shutil.rmtree(proc_dir / name, ignore_errors=True)
             for pid, gpus in per_pid.items():
                 with procs.subdir(str(pid), create=True) as d:
@@ -370,9 +449,8 @@ class SimNode:
                         _put_in_place(d, f"vram_{self.gpu_id(g)}", b)
 
 
-    def _write_debugfs(self, cfg: dict, allocs: list[dict]) -> None:
+    def _write_debugfs(self, cfg: Config, allocs: list[Alloc]) -> None:
         """kfd/mem_limit and dri/N/amdgpu_{gem_info,vm_info,vram_mm}, in the kernel's own print formats."""
-        from . import registrations
         try:
             charged = registrations.charged(self.state_dir)
         except (OSError, GpuwardenError):
@@ -483,10 +561,13 @@ def _unwedge(d: statedir.Dir, name: str) -> None:
     if st is None or not stat.S_ISFIFO(st.st_mode):
         return
     try:
-        # Non-blocking: succeeds only while some reader is blocked opening it; that reader then gets end-of-file.
-        writer = os.open(name, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=d.fd)
+        # Read-write (Linux opens a FIFO so without waiting): while it is held every reader's open succeeds at
+        # once, whether it was blocked already or arrives before the unlink; closing it gives them end-of-file.
+        # A write-only open fails (ENXIO) when nobody waits at that instant, and a reader arriving between that
+        # and the unlink blocked for good (the likely cause of a clean-clone run whose sampling did not resume).
+        writer = os.open(name, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=d.fd)
     except OSError:
-        writer = None  # ENXIO: nobody is waiting on it
+        writer = None
     try:
         d.unlink(name)  # _put_in_place makes the regular file again
     finally:
@@ -497,6 +578,15 @@ def _unwedge(d: statedir.Dir, name: str) -> None:
 def _put_text_in_place(d: statedir.Dir, name: str, text: str) -> None:
     """Rewrite a text attribute in place (same inode, truncated to its new length), as _put_in_place does numbers."""
     _put_in_place(d, name, None, text.encode())
+
+
+def _empty_files(procs: statedir.Dir, pid: str) -> None:
+    """Empty a leaving process's vram files first: a reader holding one open then reads nothing, as a real KFD
+    attribute of a removed process reads an error, never the old number (a new process may take the PID)."""
+    with contextlib.suppress(OSError, GpuwardenError), procs.subdir(pid) as d:
+        for name in d.listdir():
+            with contextlib.suppress(OSError, GpuwardenError):
+                os.close(d.open(name, os.O_WRONLY | os.O_TRUNC))
 
 
 def _put_in_place(d: statedir.Dir, name: str, value: int | None, data: bytes | None = None) -> None:

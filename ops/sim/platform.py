@@ -50,7 +50,11 @@ def _io_link(path: Path, kind: int, node_from: int, node_to: int, root: Path) ->
                "recommended_transfer_size 0\nflags 1\n", root)
 
 
-def write(sysfs_root: Path, gpus: int, vram: int, hive: bool) -> None:
+# MI300X compute partition modes -> logical GPUs per physical device (one per XCD in CPX).
+PARTITIONS = {"SPX": 1, "DPX": 2, "QPX": 4, "CPX": 8}
+
+
+def write(sysfs_root: Path, gpus: int, vram: int, hive: bool, partition: str = "SPX") -> None:
     # A tree this module makes (the sim node's, a test's): its root may be new, with its parents. The checked
     # opens below refuse to create more than one missing level, which guards a mistyped --state-dir.
     sysfs_root.mkdir(parents=True, exist_ok=True)
@@ -69,14 +73,15 @@ def write(sysfs_root: Path, gpus: int, vram: int, hive: bool) -> None:
         _put(dev / "hwmon/hwmon0/power1_cap", str(POWER_CAP_UW), sysfs_root)
         _put(dev / "hwmon/hwmon0/power1_cap_max", str(POWER_CAP_UW), sysfs_root)
         _put(dev / "numa_node", "0", sysfs_root)
-        # MI300X's defaults: one partition per device (SPX), memory interleaved over the whole HBM (NPS1).
-        _put(dev / "current_compute_partition", "SPX", sysfs_root)
-        _put(dev / "current_memory_partition", "NPS1", sysfs_root)
+        # MI300X's defaults: one partition per device (SPX), memory interleaved over the whole HBM (NPS1); NPS4
+        # (a quarter of the HBM per NUMA domain) goes only with CPX.
+        _put(dev / "current_compute_partition", partition, sysfs_root)
+        _put(dev / "current_memory_partition", "NPS4" if partition == "CPX" else "NPS1", sysfs_root)
         _put(dev / "local_cpulist", f"0-{cpus - 1}" if cpus > 1 else "0", sysfs_root)
         _put(dev / "revision", "0x00", sysfs_root)
         _put(dev / "vbios_version", VBIOS, sysfs_root)
-        for name, value in FIRMWARE.items():
-            _put(dev / "fw_version" / name, f"0x{value:08x}", sysfs_root)
+        for fw, version in FIRMWARE.items():
+            _put(dev / "fw_version" / fw, f"0x{version:08x}", sysfs_root)
         for block in RAS_BLOCKS:
             _put(dev / "ras" / f"{block}_err_count",
                  "ue: 0\nce: 0\nde: 0\n" if block == "umc" else "ue: 0\nce: 0\n", sysfs_root)

@@ -13,6 +13,10 @@ from pathlib import Path
 from .. import statedir, statefiles
 from ..errors import GpuwardenError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from typing import Any
+
 DIRNAME = Path("sim") / "registrations"
 
 
@@ -45,7 +49,7 @@ def remove(state_dir: Path, *, gpu: int, address: int) -> bool:
     return statedir.unlink(directory(state_dir) / f"{os.getpid()}-{gpu}-{address:x}.json", root=Path(state_dir))
 
 
-def list_all(state_dir: Path) -> list[dict]:
+def list_all(state_dir: Path) -> list[dict[str, Any]]:
     """Every record, each with "stale": True when its process is gone (or the pid was reused)."""
     out = []
     for name in sorted(statedir.listdir(directory(state_dir), root=Path(state_dir))):

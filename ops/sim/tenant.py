@@ -10,17 +10,23 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from types import FrameType
+from typing import TextIO
 
 from .. import statedir
+from ..errors import NotFound
+from ..units import fmt_bytes
 from .node import SimNode
 
 
-def hold(state_dir: Path, gpus: list[int], nbytes: int, *, ready_fd=None) -> int:
+def hold(state_dir: Path, gpus: list[int], nbytes: int, *, ready_fd: TextIO | None = None,
+         busy: float | None = None) -> int:
+    """Hold `nbytes` on each GPU until a signal; with `busy` (0-1), each render node is a DRM client whose gfx
+    engine is busy that share of the time (what its fdinfo shows)."""
     node = SimNode(state_dir)
     cfg = node.config()
     for g in gpus:
         if not 0 <= g < cfg["gpus"]:
-            from ..errors import NotFound
             raise NotFound(f"no GPU {g} on the simulated node (it has GPUs 0-{cfg['gpus'] - 1})")
     # Held open for as long as the tenant lives: that is what marks it a GPU holder.
     with statedir.open_dir(state_dir, statedir.SIM, "dev") as dev, dev.subdir("dri") as dri:
@@ -28,7 +34,7 @@ def hold(state_dir: Path, gpus: list[int], nbytes: int, *, ready_fd=None) -> int
         files += [os.fdopen(dri.open(node.render_node(g).name), "rb") for g in gpus]
     stop = threading.Event()
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
@@ -38,14 +44,18 @@ def hold(state_dir: Path, gpus: list[int], nbytes: int, *, ready_fd=None) -> int
     try:
         for g in gpus:
             node.allocate(pid, g, nbytes)
+        if busy is not None:
+            for g, f in zip(gpus, files[1:]):
+                node.open_client(pid, f.fileno(), g, busy)
         out = ready_fd or sys.stdout
-        from ..units import fmt_bytes
         out.write(f"holding {fmt_bytes(nbytes)} on GPU {','.join(map(str, gpus))} as pid {pid}\n")
         out.flush()
         while not stop.wait(3600):
             pass
     finally:
         node.free(pid)
+        if busy is not None:
+            node.close_clients(pid)
         for f in files:
             f.close()
     return 0

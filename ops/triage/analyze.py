@@ -58,7 +58,7 @@ def _normalise(message: str) -> str:
     return _NORM_NUM.sub("N", _NORM_HEX.sub("0x…", _DEVICE.sub("<dev>", message))).strip()
 
 
-def _follow_groups(rule: Rule, message: str, low: str) -> tuple[dict[str, str], dict] | None:
+def _follow_groups(rule: Rule, message: str, low: str) -> tuple[dict[str, str], dict[tuple[str, str], Finding]] | None:
     """The groups of the first of rule's detail-line patterns that matches message (None: none does), with
     an empty record of the findings they were applied to."""
     for pat, hint in zip(rule.follow, rule.follow_hints):
@@ -70,7 +70,7 @@ def _follow_groups(rule: Rule, message: str, low: str) -> tuple[dict[str, str], 
     return None
 
 
-class _Blank(dict):
+class _Blank(dict[str, str]):
     """Format mapping where a group that did not take part in the match prints as nothing."""
 
     def __missing__(self, k: str) -> str:
@@ -186,7 +186,7 @@ class Analyzer:
         if plan is None:
             plan = self._plan(msg)
         dev = plan.dev
-        if plan.gpu_line:
+        if plan.gpu_line and dev is not None:  # a GPU driver line names its device (Plan.gpu_line)
             self.last_gpu_device = (dev, self.number)
             active = self.active
             if active is not None and not active[1].devices and active[0].gpu and self.following:
@@ -194,7 +194,7 @@ class Analyzer:
                 f = active[1]
                 f.devices.append(dev)
                 f.title = f.title.replace("the GPU", dev, 1)
-        if self.active is not None and self._follow(line, plan):
+        if self.active is not None and self._follow(line, plan, self.active):
             return True
         if (plan.traceback or self.tracebacks.open) and self.tracebacks.feed(line):
             return True
@@ -257,8 +257,8 @@ class Analyzer:
         if isinstance(values, list) and value not in values and len(values) < MAX_DETAIL_VALUES:
             values.append(value)
 
-    def _follow(self, line: LogLine, plan: Plan) -> bool:
-        rule, f, at = self.active
+    def _follow(self, line: LogLine, plan: Plan, active: tuple[Rule, Finding, int]) -> bool:
+        rule, f, at = active
         if self.number - at > rule.window:
             self.active = None
             return False
@@ -485,7 +485,8 @@ class Analyzer:
         self._oom_victim(line, m["proc"], int(m["pid"]), ctx, m.groupdict(), m["scope"])
         return True
 
-    def _oom_victim(self, line: LogLine, proc: str, pid: int, ctx: dict, g: dict, scope: str) -> None:
+    def _oom_victim(self, line: LogLine, proc: str, pid: int, ctx: dict[str, Any], g: dict[str, str | None],
+                    scope: str) -> None:
         f = self._finding(("oom.kill", proc), category="oom", severity="error", title=f"OOM killer killed {proc}",
                           meaning="host memory ran out (or a cgroup limit was hit); the victim is the process the "
                                   "kernel chose, not necessarily the one that grew",
@@ -495,9 +496,10 @@ class Analyzer:
             return
         self._add(f, line, None)
         victim: dict[str, Any] = {"process": proc, "pid": pid}
-        if g.get("anon"):
-            victim["anon_rss"] = int(g["anon"]) * 1024
-            victim["total_vm"] = int(g["vm"]) * 1024
+        anon, vm = g.get("anon"), g.get("vm")
+        if anon and vm:  # one optional group of the kill line: both or neither
+            victim["anon_rss"] = int(anon) * 1024
+            victim["total_vm"] = int(vm) * 1024
         if ctx.get("constraint"):
             victim["constraint"] = ctx["constraint"]
         if ctx.get("memcg"):

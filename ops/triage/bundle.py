@@ -7,10 +7,10 @@ Used by `gpuwarden triage BUNDLE` (ops.bundle.triage_file reads the archive) and
 from __future__ import annotations
 
 import io
-import json
 import re
 from typing import Any, Callable
 
+from .. import jsondoc
 from ..knowledge import cite
 from . import focus
 from .analyze import Analyzer, add_snapshot
@@ -25,13 +25,18 @@ VERSIONS = "node/versions.json"
 _HIP_VERSION = re.compile(r"libamdhip64\.so\.(\d+\.\d+(?:\.\d+)?)")
 
 
-def json_or_none(data: bytes | None) -> Any:
-    """A bundle member's JSON, or None when it is missing or unreadable."""
+def json_or_none(data: bytes | None, name: str | None = None, notes: list[str] | None = None) -> Any:
+    """A bundle member's JSON, or None when it is missing or unreadable (said in `notes`, naming `name`).
+
+    Nesting past jsondoc.MAX_DEPTH is refused before parsing: a bundle may come from anywhere."""
     if not data:
         return None
     try:
-        return json.loads(data)
-    except ValueError:
+        return jsondoc.loads(data)
+    except ValueError as exc:
+        if notes is not None:
+            why = str(exc) if isinstance(exc, jsondoc.TooDeep) else "not valid JSON"
+            notes.append(f"the bundle's {name} is unreadable ({why}): triage goes on without it")
         return None
 
 
@@ -62,11 +67,11 @@ def triage_members(read: Callable[[str], bytes | None], names: list[str], source
                                "triage covers the snapshot and the engines only")
     else:
         report = analyze_stream(io.BytesIO(log), source=f"{source}:{KERNEL_LOG}" if source else KERNEL_LOG)
-    snapshot = json_or_none(read(SNAPSHOT))
+    snapshot = json_or_none(read(SNAPSHOT), SNAPSHOT, report.notes)
     if isinstance(snapshot, dict):
         add_snapshot(report, snapshot, SNAPSHOT)
-    arenas = json_or_none(read(ARENAS))
-    arena_paths = [a.get("path") for a in arenas if isinstance(a, dict) and isinstance(a.get("path"), str)] \
+    arenas = json_or_none(read(ARENAS), ARENAS, report.notes)
+    arena_paths = [p for a in arenas if isinstance(a, dict) and isinstance(p := a.get("path"), str)] \
         if isinstance(arenas, list) else []
     evidence = evidence_from(read, names)
     findings, engines = engine_findings(evidence, report, arena_paths)
@@ -77,7 +82,7 @@ def triage_members(read: Callable[[str], bytes | None], names: list[str], source
     if any(e.get("backtrace_note") for e in engines):
         report.notes.append("a crashed engine dumped core but no backtrace was stored (gdb/eu-stack missing on the "
                             "node, or the core was not found): see manifest.json")
-    report.environment = environment(json_or_none(read(VERSIONS)))
+    report.environment = environment(json_or_none(read(VERSIONS), VERSIONS, report.notes))
     if known:
         cite(report, report.environment)
     return report

@@ -6,9 +6,19 @@ plain substring test per literal does the same, slower.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from .patterns import Rule
+
+
+class _LiteralSet(Protocol):
+    """What is used of a re2.Set (google-re2 ships no type information)."""
+
+    def Add(self, pattern: str) -> int: ...
+
+    def Compile(self) -> None: ...
+
+    def Match(self, text: bytes) -> list[int] | None: ...  # the indices of the literals found, None for none
 
 
 class Dispatch:
@@ -27,16 +37,16 @@ class Dispatch:
             self.owner.append((name, -1))
         self._set = self._compile()
 
-    def _compile(self):
+    def _compile(self) -> _LiteralSet | None:
         try:
-            import re2
+            import re2  # deferred: optional (google-re2); without it the prefilter is Python's re
         except ImportError:
             return None
         opts = re2.Options()
         opts.case_sensitive = False
         opts.literal = True
         opts.log_errors = False
-        s = re2.Set.SearchSet(opts)
+        s: _LiteralSet = re2.Set.SearchSet(opts)
         for lit in self.literals:
             s.Add(lit)
         s.Compile()

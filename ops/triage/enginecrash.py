@@ -10,8 +10,9 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
+from .. import jsondoc
 from ..model import FAILED_REGISTRATION
 from . import backtrace, registration
 from .analyze import Analyzer
@@ -37,7 +38,7 @@ class EngineEvidence:
 
 def _json(data: bytes | None) -> dict[str, Any]:
     try:
-        value = json.loads(data or b"{}")
+        value = jsondoc.loads(data or b"{}")  # nesting bounded: a bundle may come from anywhere
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
@@ -68,7 +69,7 @@ def _log_error(e: EngineEvidence) -> Finding | None:
     return max(found, key=lambda f: f.last_line or 0) if found else None
 
 
-def _kernel_fault(kernel: Report | None, pid: Any) -> tuple[Finding, dict] | None:
+def _kernel_fault(kernel: Report | None, pid: Any) -> tuple[Finding, dict[str, Any]] | None:
     if kernel is None or not isinstance(pid, int):
         return None
     for f in kernel.findings:
@@ -92,7 +93,7 @@ def _phase_phrase(state: dict[str, Any]) -> str:
 
 
 def engine_findings(evidence: list[EngineEvidence], kernel: Report | None = None,
-                    arenas: list[str] = ()) -> tuple[list[Finding], list[dict[str, Any]]]:
+                    arenas: Sequence[str] = ()) -> tuple[list[Finding], list[dict[str, Any]]]:
     """(findings, one summary per dead engine) for the engines that died."""
     findings: list[Finding] = []
     summaries: list[dict[str, Any]] = []
@@ -186,9 +187,9 @@ def _failed_alive(evidence: list[EngineEvidence]) -> list[Finding]:
 
 
 def _storms(summaries: list[dict[str, Any]], evidence: list[EngineEvidence], kernel: Report | None,
-            arenas: list[str]) -> list[Finding]:
+            arenas: Sequence[str]) -> list[Finding]:
     """Several engines dead of the same signal at the same place: one cause, said first."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}  # (signal, library, offset) -> engines
     for info in summaries:
         if info.get("signal") and info.get("library"):
             groups.setdefault((info["signal"], info["library"], info.get("offset")), []).append(info)
@@ -200,9 +201,9 @@ def _storms(summaries: list[dict[str, Any]], evidence: list[EngineEvidence], ker
         states = [by_name[i["name"]].state for i in infos]
         times = [t for t in ((s.get("phases") or {}).get("crashed") for s in states) if isinstance(t, (int, float))]
         if len(times) < len(infos) and kernel is not None:
-            times = [v.get("time") for f in kernel.findings if f.rule == "userspace.crash"
+            times = [when for f in kernel.findings if f.rule == "userspace.crash"
                      for v in f.victims if v.get("pid") in {i.get("pid") for i in infos}
-                     and isinstance(v.get("time"), (int, float))]
+                     and isinstance(when := v.get("time"), (int, float))]
         span = f" within {max(1, math.ceil(max(times) - min(times)))} s" if len(times) >= 2 else ""
         phrases = {_phase_phrase(s) for s in states}
         after = ""

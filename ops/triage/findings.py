@@ -80,7 +80,7 @@ class Finding:
         return False
 
     @property
-    def rank(self) -> tuple:
+    def rank(self) -> tuple[bool, int, int, int, int]:
         severity = 0 if self.tier in TIME_ORDERED else _RANK.get(self.severity, 9)
         lead = _SCOPE_RANK.get(self.scope, 2)
         if lead == 2 and self.details.get("registration_failed"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from .analyze import Analyzer
 from .findings import Finding, Report
 from .stream import HEAD_LINES
+from .stream import line_filter
 
 _LEVELS = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
 
@@ -21,7 +22,6 @@ class LiveTriage:
     """One analyzer kept across lines; feed() returns what changed, report() the whole picture."""
 
     def __init__(self, source: str = "kernel log (live)") -> None:
-        from .stream import line_filter  # noqa: PLC0415
         self.analyzer = Analyzer(source)
         self.wanted = line_filter(self.analyzer)
         self.pending: str | None = None  # a skipped line, counted when the next one shows it is not a header

@@ -148,7 +148,7 @@ class LineParser:
         continuation = not prefixed and raw[:1] in (" ", "\t")
         return LogLine(number, line_raw, rest, stamp, mono, wall, level, program, continuation, prefixed)
 
-    def _stamp(self, rest: str, prefixed: bool):
+    def _stamp(self, rest: str, prefixed: bool) -> tuple[str | None, float | None, str | None, str, bool]:
         """(stamp, wall, program, rest, prefixed) for the date/time prefix of `rest`, if any."""
         first = rest[:1]
         if first == "[":
@@ -175,6 +175,7 @@ class LineParser:
             return None, None, None, rest, prefixed
         if first == "k" and rest.startswith("kernel:"):  # a bare `kernel:` prefix: no stamp below starts so
             m = _BARE_KERNEL.match(rest)
+            assert m is not None  # the pattern asks for nothing past the "kernel:" just seen
             return None, None, "kernel", rest[m.end():], True
         if rest[4:5] == "-":
             m = _ISO.match(rest)

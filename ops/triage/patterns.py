@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 # The regex parser: used only to find a literal every match must contain.
-import re._parser as _sre_parse  # type: ignore[import-not-found]
-from re._constants import LITERAL as _LITERAL  # type: ignore[import-not-found]
+import re._parser as _sre_parse
+from re._constants import LITERAL as _LITERAL
 
 from .findings import CAUSE, CONSEQUENCE, FIRMWARE, HARDWARE, INIT, OTHER
 
@@ -27,7 +27,7 @@ class Rule:
     id: str
     category: str
     severity: str
-    regex: re.Pattern
+    regex: re.Pattern[str]
     # str.format over the named groups (+ {device}, {place}); unknown names print ""; a [[...]] part is kept
     # only when a field in it matched
     title: str
@@ -37,11 +37,11 @@ class Rule:
     tier: int = OTHER
     gpu: bool = False  # a GPU driver message: may take the device of a nearby driver line
     victim: tuple[str, ...] = ()  # groups recorded per occurrence as the affected process
-    follow: tuple[re.Pattern, ...] = field(default=())  # detail lines after the match
+    follow: tuple[re.Pattern[str], ...] = field(default=())  # detail lines after the match
     window: int = FOLLOW_WINDOW
     # Lower-case text every match contains: a cheap `in` test skips the regex on most lines.
     hint: str | tuple[str, ...] | None = None
-    adjust: Callable[[dict], str | None] | None = None  # severity from the groups (e.g. -14 is benign)
+    adjust: Callable[[dict[str, str | None]], str | None] | None = None  # severity from the groups (e.g. -14 is benign)
     follow_hints: tuple[str | None, ...] = ()  # the literal each follow pattern needs, like hint
 
     def __post_init__(self) -> None:
@@ -66,8 +66,10 @@ def required_literal(pattern: str, flags: int = 0) -> str | None:
     return best.lower() if len(best) >= 3 else None
 
 
-def _r(id, category, severity, pattern, title, *, tier, meaning, check, key=(), gpu=False, victim=(), follow=(),
-       window=FOLLOW_WINDOW, hint=None, adjust=None, flags=0):
+def _r(id: str, category: str, severity: str, pattern: str, title: str, *, tier: int, meaning: str, check: str,
+       key: Iterable[str] = (), gpu: bool = False, victim: Iterable[str] = (), follow: Iterable[str] = (),
+       window: int = FOLLOW_WINDOW, hint: str | tuple[str, ...] | None = None,
+       adjust: Callable[[dict[str, str | None]], str | None] | None = None, flags: int = 0) -> Rule:
     return Rule(id, category, severity, re.compile(pattern, flags), title, tuple(key), meaning, check, tier, gpu,
                 tuple(victim), tuple(re.compile(p) for p in follow), window,
                 hint or required_literal(pattern, flags), adjust)
@@ -95,17 +97,17 @@ _APEI_FOLLOW = (r"event severity: (?P<event_severity>\w+)", r"section_type: (?P<
 _GPU_FW = ("amdgpu/", "radeon/", "nvidia/", "amdtee/")
 
 
-def _userptr_severity(g: dict) -> str | None:
+def _userptr_severity(g: dict[str, str | None]) -> str | None:
     # -14 (EFAULT): the host range was unmapped while still registered; KFD retries. AMD calls it normal.
     return "info" if g.get("rc") == "-14" else None
 
 
-def _firmware_severity(g: dict) -> str | None:
+def _firmware_severity(g: dict[str, str | None]) -> str | None:
     fw = g.get("fw") or g.get("fw2") or ""
     return None if fw.startswith(_GPU_FW) else "info"
 
 
-def _apei_severity(g: dict) -> str | None:
+def _apei_severity(g: dict[str, str | None]) -> str | None:
     return {"corrected": "warning", "recoverable": "error", "fatal": "critical"}.get(
         (g.get("event_severity") or "").lower())
 
@@ -310,7 +312,7 @@ RULES: tuple[Rule, ...] = (
     _r("ras.cper_severity", "ras", "warning", r"\[Hardware Error\]:\s+event severity: (?P<sev>\w+)",
        "platform hardware error record: severity {sev}", key=("sev",), tier=HARDWARE,
        meaning="a firmware (CPER) error record", check="the record's section and device lines",
-       adjust=lambda g: {"fatal": "critical", "recoverable": "error"}.get(g.get("sev", "").lower())),
+       adjust=lambda g: {"fatal": "critical", "recoverable": "error"}.get((g.get("sev") or "").lower())),
     _r("ras.aca", "ras", "error", r"Accelerator Check Architecture", "ACA error record on {device}", tier=HARDWARE,
        gpu=True, meaning="an AMD accelerator machine-check record", check="the aca entry STATUS/IPID lines"),
     _r("ras.hw_error_corrected", "ras", "warning", r"\[Hardware Error\]: Corrected error",

@@ -10,6 +10,7 @@ import re
 from typing import Any, Callable
 
 from .dispatch import Dispatch
+from .findings import Finding
 from .patterns import Rule
 
 DEVICE = re.compile(r"\b(?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)\b")
@@ -32,7 +33,7 @@ class Hit:
 
     __slots__ = ("rule", "groups", "device", "tail", "severity", "how_bad", "details", "victim", "keys", "seen")
 
-    def __init__(self, rule: Rule, m: re.Match, dev: str | None) -> None:
+    def __init__(self, rule: Rule, m: re.Match[str], dev: str | None) -> None:
         groups = {k: v for k, v in m.groupdict().items() if v is not None}
         self.rule = rule
         self.groups = groups  # shared by every repeat: read, never changed
@@ -51,7 +52,7 @@ class Hit:
         self.keys: dict[str | None, tuple[str, str]] = {}  # device -> finding key (rule id, signature)
         # finding key -> the Finding this hit's details and victim went into: a finding's detail values and
         # victims only ever grow, so adding the same ones again to the same Finding changes nothing
-        self.seen: dict[tuple[str, str], Any] = {}
+        self.seen: dict[tuple[str, str], Finding] = {}
 
 
 class Plan:
@@ -73,13 +74,16 @@ class Plan:
         self.hits: list[Hit] | None = None  # the candidate rules that match, once the analyzer asks
         self.found: dict[Any, Any] = {}  # id(regex) or a name -> its result on this message
 
-    def search(self, regex: re.Pattern) -> re.Match | None:
+    def search(self, regex: re.Pattern[str]) -> re.Match[str] | None:
         """regex.search(message), remembered (keyed by the pattern's identity: hashing a Pattern is slow)."""
         found = self.found
         m = found.get(id(regex), MISS)
+        hit: re.Match[str] | None  # what found holds under id(regex): that regex's search result
         if m is MISS:
-            m = found[id(regex)] = regex.search(self.message)
-        return m
+            hit = found[id(regex)] = regex.search(self.message)
+        else:
+            hit = m
+        return hit
 
     def once(self, key: Any, compute: Callable[..., Any], *args: Any) -> Any:
         """compute(*args), remembered under key (for results that are not one regex search of the message)."""

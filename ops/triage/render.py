@@ -12,6 +12,7 @@ from typing import Any
 from .. import redact
 from ..safetext import printable
 from ..units import fmt_bytes
+from ..jsondoc import iso, document, dumps
 from .findings import Finding, Report, line_of
 
 _MARK = {"critical": "CRITICAL", "error": "ERROR", "warning": "warning", "info": "info"}
@@ -56,18 +57,19 @@ def summary_lines(report: Report, limit: int = 12) -> list[str]:
 def timeline_lines(report: Report, limit: int = 30) -> list[str]:
     """Warnings and worse by where they first appear: what went wrong first is often the cause."""
     shown = sorted((f for f in report.findings if f.severity != "info" and f.first_line is not None),
-                   key=lambda f: f.first_line)
+                   key=lambda f: f.first_line or 0)  # every one has a first line (filtered above)
     return [sanitize(f"{f.first_stamp or f'line {f.first_line}'}: {f.title}") for f in shown[:limit]]
 
 
-def _victim(v: dict) -> str:
+def _victim(v: dict[str, object]) -> str:
     parts = [f"{v.get('process', '?')}[{v.get('pid', '?')}]"]
     for key in ("engine", "thread", "ip", "address", "error", "cpu", "constraint", "reason", "stamp"):
         if v.get(key) not in (None, ""):
             parts.append(f"{key}={v[key]}")
     for key in ("anon_rss", "vram"):
-        if isinstance(v.get(key), int):
-            parts.append(f"{key.replace('_', '-')}={fmt_bytes(v[key])}")
+        size = v.get(key)
+        if isinstance(size, int):
+            parts.append(f"{key.replace('_', '-')}={fmt_bytes(size)}")
     return sanitize(" ".join(str(p) for p in parts))
 
 
@@ -134,7 +136,6 @@ def markdown(report: Report) -> str:
 
 
 def _iso_times(d: dict[str, Any], f: Finding) -> None:
-    from ..jsondoc import iso
     for name in ("first_time", "last_time"):
         value = d.get(name)
         # seconds since boot (dmesg [mono]) have no calendar date; epoch seconds do
@@ -143,7 +144,6 @@ def _iso_times(d: dict[str, Any], f: Finding) -> None:
 
 def as_document(report: Report) -> dict[str, Any]:
     """The gpuwarden.triage/1 document (ops/schemas/triage.v1.json)."""
-    from ..jsondoc import document, iso
     body = report.to_dict()
     for d, f in zip(body["findings"], report.ordered()):
         _iso_times(d, f)
@@ -153,5 +153,4 @@ def as_document(report: Report) -> dict[str, Any]:
 
 
 def as_json(report: Report, indent: int | None = 2) -> str:
-    from ..jsondoc import dumps
     return dumps(as_document(report), indent=indent)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Protocol
 
 from .analyze import DEVICE_CARRY, SPECIALS, Analyzer, add_snapshot
 from .findings import Report
 from .logline import HUMAN_HINT_BYTES, MAX_LINE
 from .patterns import PF_DETAIL  # noqa: F401  (their literals are listed below)
+from .dispatch import Dispatch
 
 CHUNK = 4 << 20
 PIECE = 1 << 20  # the prefilter-or-not decision is taken per piece, so a storm in a quiet log is found
@@ -46,22 +47,35 @@ def trigger_literals(analyzer: Analyzer) -> list[str]:
     return sorted(out, key=len, reverse=True)
 
 
-def _compile(literals: list[str]):
+class _Found(Protocol):
+    def start(self) -> int: ...
+
+    def end(self) -> int: ...
+
+
+class _LineFinder(Protocol):
+    """The prefilter: a compiled bytes pattern, Python's re.Pattern or re2's (google-re2 ships no types)."""
+
+    def finditer(self, text: bytes, pos: int = 0, endpos: int = ..., /) -> Iterator[_Found]: ...
+
+
+def _compile(literals: list[str]) -> _LineFinder:
     body = b"|".join(re.escape(lit).encode() for lit in literals)
     pattern = rb"(?m)^[^\n]*?(?:" + body + rb")[^\n]*$"
     try:
-        import re2  # linear-time matching in C; the prefilter is where a hostile log would bite
+        # deferred: optional (google-re2): linear-time matching in C; the prefilter is where a hostile log would bite
+        import re2
         opts = re2.Options()
         opts.case_sensitive = False
         opts.log_errors = False
-        return re2.compile(pattern, opts)
+        finder: _LineFinder = re2.compile(pattern, opts)
+        return finder
     except ImportError:
         return re.compile(pattern, re.IGNORECASE)
 
 
-def line_filter(analyzer: Analyzer):
+def line_filter(analyzer: Analyzer) -> Callable[[str], bool] | None:
     """A test of one line: does it hold any literal the analyzer looks for? (None: every line matters.)"""
-    from .dispatch import Dispatch
     lits = trigger_literals(analyzer)
     if not lits:
         return None
@@ -186,7 +200,7 @@ class StreamFeeder:
     def _piece(self, block: bytes) -> None:
         base = self.lines  # lines before this piece
         count = block.count(b"\n")
-        if self.prefilter is None or base + count <= HEAD_LINES or self._dense(block, count):
+        if self.prefilter is None or base + count <= HEAD_LINES or self._dense(self.prefilter, block):
             # every line: a storm where most lines matter anyway costs less without the prefilter
             feed = self.a.feed
             lines = block.split(b"\n")
@@ -273,13 +287,13 @@ class StreamFeeder:
             pos = nl + 1
         return pos, number
 
-    def _dense(self, block: bytes, count: int) -> bool:
+    def _dense(self, prefilter: _LineFinder, block: bytes) -> bool:
         """Whether more than DENSE of the first PROBE bytes' lines are candidates."""
         probe_end = block.find(b"\n", min(PROBE, len(block) - 1)) + 1 or len(block)
         lines = block.count(b"\n", 0, probe_end)
         if lines < 64:
             return False
-        hits = sum(1 for _ in self.prefilter.finditer(block, 0, probe_end))
+        hits = sum(1 for _ in prefilter.finditer(block, 0, probe_end))
         return hits > DENSE * lines
 
 

@@ -16,6 +16,8 @@ import typer
 
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.statedir import ensure
+from gpuwarden.ops.units import parse_duration
 
 from .playbook_options import JsonOut, Yes
 
@@ -23,6 +25,7 @@ from .playbook_options import JsonOut, Yes
 def _config(settings: Settings, interval: float | None):
     from dataclasses import replace
 
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops import nodeconfig
     from gpuwarden.ops.config.agent import AgentConfig
     cfg = nodeconfig.load(settings).agent if settings.config_path.exists() else AgentConfig()
@@ -34,6 +37,7 @@ def _config(settings: Settings, interval: float | None):
 def _sampler(settings: Settings):
     """The agent's sampler. An agent on the automatic sim fallback would serve a fake node as if it were this
     one: without a real backend (or --backend sim) it refuses, exit 2."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.backends.select import open_backend
     from gpuwarden.ops.sampling.sampler import Sampler
     return Sampler(settings, open_backend(settings, fallback_to_sim=False))
@@ -43,9 +47,9 @@ def _detach(settings: Settings, argv: list[str]) -> int:
     """Start the agent as a daemon (its log in the state dir) and wait until it answers or fails."""
     import subprocess
 
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.agent.client import get
     from gpuwarden.ops.agent.daemon import agent_dir, socket_path
-    from gpuwarden.ops.statedir import ensure
     ensure(settings.state_dir, "agent")
     log = agent_dir(settings.state_dir) / "agent.log"
     with open(log, "ab") as out:
@@ -104,7 +108,10 @@ def register(app: typer.Typer) -> None:
             help="Kubernetes mode: name the pod of every GPU process and holder, keep the node condition "
                  "GPUResidualVRAM and the taint gpuwarden.io/gpu-unhealthy current, post node Events, and (opt-in) "
                  "serve AMD's device-plugin health; the node config's [kubernetes] table sets it up. In-cluster "
-                 "credentials, else KUBECONFIG."),
+                 "credentials, else KUBECONFIG. With [kubernetes] remediate = true (off by default) a GPU still in "
+                 "trouble after remediate_after is remediated: a cluster slot (Leases, remediation_slots), cordon, "
+                 "evictions (PodDisruptionBudgets respected), fix (purge, reset, verify), then uncordon and untaint "
+                 "only once verified clean; at most once per remediation_interval per node."),
         node_name: Optional[str] = typer.Option(None, "--node-name", metavar="NAME",
                                                 help="Kubernetes: this node's name (default: [kubernetes] node_name, "
                                                      "NODE_NAME, the host name)."),
@@ -137,18 +144,21 @@ def register(app: typer.Typer) -> None:
                            health_socket=amd_health_socket)
         k8s_cfg = _kubernetes_config(settings, kubernetes, **k8s_options)
         if install_systemd:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.playbooks.agentinstall import InstallUnitPlaybook
             from gpuwarden.playbooks.output import execute, exit_with
             exit_with(execute(InstallUnitPlaybook(unit_dir), settings, dry_run=not yes, yes=yes, json_out=json_out))
         cfg = _config(settings, interval)
         tls = _tls(metrics_listen, metrics_tls_cert, metrics_tls_key, metrics_client_ca)
         if metrics_listen is not None:  # an empty value (a blank env var) is a mistake, not "no listener"
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.ops.metrics.server import parse_listen
             parse_listen(metrics_listen)  # a typo fails here, before anything starts or detaches
         sampler = _sampler(settings)
         if not foreground and sys.stdin.isatty() and not os.environ.get("NOTIFY_SOCKET"):
             sampler.close()
             raise typer.Exit(_detach(settings, sys.argv[1:]))
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops.agent.daemon import Agent
         from gpuwarden.playbooks.agentpolicies import Policies
         agent = Agent(settings, cfg, socket=listen_unix, sampler=sampler)
@@ -190,9 +200,9 @@ def _kubernetes_config(settings: Settings, on: bool, **overrides):
             raise GpuwardenError(f"{given[0]} is an option of Kubernetes mode",
                                  "add --kubernetes (or run `gpuwarden k8s-agent`)")
         return None
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.nodeconfig import kubernetes_config as for_settings
     from gpuwarden.ops.k8s.nodesignal import POLICIES
-    from gpuwarden.ops.units import parse_duration
     policy, taint_after = overrides.get("policy"), overrides.get("taint_after")
     if policy is not None and policy not in POLICIES:
         raise GpuwardenError(f"unknown --k8s-policy {policy!r}", f"choose one of: {', '.join(POLICIES)}")
@@ -203,12 +213,17 @@ def _kubernetes_config(settings: Settings, on: bool, **overrides):
 
 def _kubernetes_node(settings: Settings, k8s_cfg, agent, reread):
     """Kubernetes mode attached to the agent: its lines are the agent's events (kind "kubernetes")."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.k8s.node import KubernetesNode
     from gpuwarden.ops.sampling.changes import NodeEvent
 
     def log(level: str, text: str) -> None:
         agent.emit(NodeEvent(time.time(), level, text, "kubernetes"))
-    node = KubernetesNode(settings, k8s_cfg, log=log, reread=reread)  # credentials are checked here
+    fixer = None
+    if k8s_cfg.remediate:
+        from gpuwarden.playbooks.k8s_remediate import fixer as fix_playbook
+        fixer = fix_playbook(settings)
+    node = KubernetesNode(settings, k8s_cfg, log=log, reread=reread, fixer=fixer)  # credentials are checked here
     node.attach(agent)
     return node
 
@@ -222,6 +237,7 @@ def _tls(listen: str | None, cert: Path | None, key: Path | None, client_ca: Pat
     if cert is None or key is None:
         raise GpuwardenError("HTTPS for /metrics needs both --metrics-tls-cert and --metrics-tls-key",
                              "give the PEM certificate chain and its key")
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.metrics.server import TlsFiles
     files = TlsFiles(cert, key, client_ca)
     files.context()  # an unreadable certificate fails here, with its name
@@ -230,6 +246,7 @@ def _tls(listen: str | None, cert: Path | None, key: Path | None, client_ca: Pat
 
 def _exporter(agent, listen: str | None, tls, per_process: bool, hostname_label: bool):
     """The exporter is always attached: `gpuwarden metrics` asks it over the API socket."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.metrics.exporter import MetricsExporter
     from gpuwarden.ops.metrics.reading import MetricsOptions
     options = MetricsOptions(per_process=per_process, hostname=os.uname().nodename if hostname_label else None)

@@ -6,6 +6,7 @@ Each reports with --json; verify and create show progress on a terminal; errors 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -54,13 +55,24 @@ def _doc(name: str, body: dict) -> dict:
     return document(name, body)
 
 
-def _fail_json(exc: GpuwardenError) -> None:
-    """With --json, an arena failure is still one JSON object on stdout (and the same exit code)."""
-    obj = document("arena-error", {"ok": False, "error": exc.message, "hint": exc.hint,
+def _fail_json(exc: GpuwardenError, path: str | None = None) -> None:
+    """With --json, an arena failure is still one JSON object on stdout (and the same exit code), naming the path."""
+    obj = document("arena-error", {"ok": False, "path": path, "error": exc.message, "hint": exc.hint,
                                    "kind": getattr(exc, "kind", None), **getattr(exc, "detail", {}),
                                    "exit_code": exc.exit_code})
     sys.stdout.write(json.dumps(obj) + "\n")
     raise typer.Exit(exc.exit_code)
+
+
+def _interrupted_json(exc: KeyboardInterrupt, path: str) -> None:
+    """With --json, an interrupt is a document too; the interrupt then goes on to its usual end (exit 128+N)."""
+    from gpuwarden.ops import interrupts
+    code = 128 + interrupts.signal_of(exc)
+    obj = document("arena-error", {"ok": False, "path": path, "error": f"{interrupts.describe(exc)}: {path} was not "
+                                   "finished", "hint": "run the command again", "kind": "interrupted",
+                                   "exit_code": code})
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
 
 
 def register(app: typer.Typer) -> None:
@@ -83,13 +95,28 @@ def create_cmd(
 
     Written under a temporary name and renamed at the end: a failure (e.g. a full tmpfs) leaves nothing behind.
     """
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    from gpuwarden.ops import interrupts
+    settings: Settings = ctx.find_root().obj
+    held = interrupts.Held()  # create() holds interrupts from just before its rename; released once reported
+    try:
+        _create_and_report(settings, held, path, size, source, chunk_size, force, workers, json_out, quiet)
+    finally:
+        late = held.release()
+    if late is not None:
+        from gpuwarden.ops.safetext import printable as _p
+        what = "interrupted" if late == signal.SIGINT else f"{signal.Signals(late).name} came"
+        typer.echo(f"gpuwarden: {what} after the arena was created: {_p(path)} is complete", err=True)
+
+
+def _create_and_report(settings: Settings, held, path: str, size: Optional[str], source: Optional[str],
+                       chunk_size: str, force: bool, workers: Optional[int], json_out: bool, quiet: bool) -> None:
     from gpuwarden.ops import journal
     from gpuwarden.ops.arena.create import create
-    settings: Settings = ctx.find_root().obj
     try:
         made = create(path, size=parse_size(size) if size else None, source=source,
                       chunk_size=parse_size(chunk_size), force=force, workers=workers,
-                      progress=_progress("creating", not quiet and not json_out))
+                      progress=_progress("creating", not quiet and not json_out), held=held)
     except GpuwardenError as exc:
         if Path(path).is_dir() and exc.message.endswith("is a directory"):
             # The pasteable form: this same command with a file name inside that directory.
@@ -99,7 +126,11 @@ def create_cmd(
                        f"{shlex.quote(str(Path(path) / 'weights.arena'))} {what}`"
         journal.write(settings.state_dir, "arena create", "failed", path=str(path), error=exc.message)
         if json_out:
-            _fail_json(exc)
+            _fail_json(exc, path)
+        raise
+    except KeyboardInterrupt as exc:
+        if json_out:
+            _interrupted_json(exc, path)
         raise
     journal.write(settings.state_dir, "arena create", "ok", path=str(path), bytes=made.header.payload_size)
     if json_out:
@@ -125,13 +156,24 @@ def verify_cmd(
     Exit status: 0 good; 1 the arena is damaged (truncated, bad magic, newer version, size or hash mismatch);
     2 it cannot be read (missing, no permission).
     """
+    from gpuwarden.ops.arena.format import ArenaError
     from gpuwarden.ops.arena.verify import verify
     try:
-        done = verify(path, expect_size=parse_size(expect_size, bare_bytes=True) if expect_size else None, workers=workers,
-                      method=method, progress=_progress("verifying", not quiet and not json_out))
+        try:
+            done = verify(path, expect_size=parse_size(expect_size, bare_bytes=True) if expect_size else None,
+                          workers=workers, method=method, progress=_progress("verifying", not quiet and not json_out))
+        except OSError as exc:  # one the reader did not expect: still one line (one document) naming the file
+            import errno
+            import os
+            raise ArenaError("unreadable", f"verifying arena {path} failed: {exc.strerror or os.strerror(errno.EIO)}",
+                             "check the path and the device under it (dmesg)") from None
     except GpuwardenError as exc:
         if json_out:
-            _fail_json(exc)
+            _fail_json(exc, path)
+        raise
+    except KeyboardInterrupt as exc:
+        if json_out:
+            _interrupted_json(exc, path)
         raise
     d = done.to_dict()
     if json_out:
@@ -152,6 +194,7 @@ def inspect_cmd(
     For each mapper: resident (Rss) and proportional (Pss) share of the arena from /proc/<pid>/smaps, and
     whether it registered the arena, when its status-protocol file says so. Exit 1 when the header is bad.
     """
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.arena.inspect import inspect
     settings: Settings = ctx.find_root().obj
     info = inspect(path, settings.proc_root, settings.state_dir)
@@ -196,6 +239,7 @@ def budget_cmd(
     global limit of about RAM - RAM/64 - 1.5 GiB, unless amdgpu.no_system_mem_limit=1. Without flags the
     arena and engines come from the node config.
     """
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.arena.budget import compute, engine_names, from_config
     settings: Settings = ctx.find_root().obj
     names: list[str] = []
@@ -247,6 +291,7 @@ def probe_cmd(
     Reports per canary the register seconds, copy GB/s and how it ended (the signal's name if it crashed),
     then stops them all. Exit 0 when every canary registered, served and stopped cleanly, 1 otherwise.
     """
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.playbooks.probe import Probe, ProbeOptions, table
     settings: Settings = ctx.find_root().obj
     if runtime not in ("hip", "cuda", "host", "sim"):

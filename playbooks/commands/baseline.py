@@ -14,6 +14,10 @@ import typer
 from gpuwarden.ops.settings import Settings
 from gpuwarden.playbooks.commands import completion
 from gpuwarden.playbooks.commands.playbook_options import DryRun, JsonOut, Wait
+from gpuwarden.ops import statedir, statefiles
+from gpuwarden.ops.jsondoc import document, iso
+from gpuwarden.ops.safetext import printable
+from gpuwarden.ops.units import fmt_bytes
 
 baseline_app = typer.Typer(name="baseline", no_args_is_help=True, rich_markup_mode=None,
                            help="The idle VRAM baseline per GPU: record it on an idle node, show it.")
@@ -34,6 +38,7 @@ def record_cmd(
 
     Refuses a GPU that any process uses or holds, and one whose idle use is large enough to be a leak.
     """
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.playbooks import nodecheck
     from gpuwarden.playbooks.baseline import BaselinePlaybook
     from gpuwarden.playbooks.output import execute, exit_with
@@ -47,15 +52,11 @@ def record_cmd(
 @baseline_app.command("show")
 def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show the recorded baseline per GPU (when and from which backend)."""
-    from gpuwarden.ops import statedir, statefiles
-    from gpuwarden.ops.safetext import printable
-    from gpuwarden.ops.units import fmt_bytes
     settings: Settings = ctx.obj
     data = statefiles.load(settings.state_dir / statedir.BASELINE, statefiles.BASELINE, {"gpus": {}},
                            root=settings.state_dir)
     gpus = {int(k): v for k, v in data["gpus"].items()}
     if json_out:
-        from gpuwarden.ops.jsondoc import document, iso
         body = {str(k): {**v, "recorded_at_iso": iso(v.get("recorded_at"))} for k, v in sorted(gpus.items())}
         typer.echo(json.dumps(document("baseline", {"gpus": body}), indent=2))
         return

@@ -14,6 +14,7 @@ import typer
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.units import fmt_bytes, parse_size
+from gpuwarden.ops.jsondoc import document
 
 HELP = """Collect an incident bundle: kernel log (dmesg, else journalctl -k, else /dev/kmsg), amd-smi /
 rocm-smi / nvidia-smi output, the gpuwarden snapshot, the raw sysfs/KFD/DRM-fdinfo and /proc files
@@ -64,6 +65,7 @@ def _print_result(result) -> None:
     if red["total"]:
         typer.echo(f"  redacted {red['total']} secret(s): "
                    + ", ".join(f"{k} x{v}" for k, v in sorted(red["by_pattern"].items())))
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.triage.render import headline, summary_lines
     typer.echo(f"triage: {headline(result.report)}")
     for note in result.report.notes:
@@ -90,12 +92,14 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print the result (path, collectors, triage) as JSON."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be collected, collect nothing."),
     ) -> None:
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.playbooks.bundle import BundlePlaybook  # here, not at import: every gpuwarden command loads this module
         from gpuwarden.playbooks.framework import Event, run
         settings: Settings = ctx.obj
         playbook = BundlePlaybook(output=output, since=since, safe_mode=safe_mode, timeout_s=timeout,
                                   max_bytes=parse_size(max_bytes, bare_bytes=True))
         if dry_run:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.playbooks.output import event_printer
             raise typer.Exit(run(playbook, settings, sink=event_printer(json_out, settings.cli_words), dry_run=True).exit_code)
         progress = None if json_out else _progress_printer()
@@ -116,7 +120,6 @@ def register(app: typer.Typer) -> None:
             raise GpuwardenError(f"bundle: {failed}", "see the journal (`gpuwarden journal`) for details")
         result = outcome.data["result"]
         if json_out:
-            from gpuwarden.ops.jsondoc import document
             sys.stdout.write(json.dumps(document("bundle", result.to_dict()), indent=2, default=str) + "\n")
         else:
             _print_result(result)

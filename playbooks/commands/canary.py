@@ -38,6 +38,7 @@ def register(app: typer.Typer) -> None:
         (GPUWARDEN_STATUS_FILE or GPUWARDEN_STATUS_FD) and holds a registration-gate slot
         (GPUWARDEN_GATE_DIR, GPUWARDEN_GATE_SLOTS) only around the register call.
         """
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops.canary import FAULT_PHASES, VERIFY_MODES, Options, run
         for name, value, allowed in (("--runtime", runtime, ("hip", "cuda", "host", "sim")),
                                      ("--verify", verify, VERIFY_MODES),

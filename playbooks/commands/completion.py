@@ -11,13 +11,16 @@ from pathlib import Path
 
 import typer
 
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.engines import state as st
+
 LOOKUP_S = 1.0
 
 
 def _settings(ctx: typer.Context):
     """Settings from the global options typed so far (completion never runs the global callback)."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.nodeconfig import effective_settings
-    from gpuwarden.ops.settings import Settings
     params = ctx.find_root().params
     paths = {k: params.get(k) for k in ("state_dir", "sysfs_root", "proc_root")}
     settings = Settings.from_env(state_dir=paths["state_dir"], config_path=params.get("config"),
@@ -30,6 +33,7 @@ def _gpu_list(ctx: typer.Context) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
 
     def look() -> None:
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops.backends.select import open_backend
         backend = open_backend(_settings(ctx))
         try:
@@ -53,7 +57,6 @@ def gpus(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
 def engines(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
     """(name, "GPU n: phase") of every engine in the state dir whose name starts with what was typed."""
     try:
-        from gpuwarden.ops.engines import state as st
         settings = _settings(ctx)
         out = []
         for name in st.names(Path(settings.state_dir)):
@@ -68,6 +71,7 @@ def engines(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
 def config_engines(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
     """Engines the node config lists (what `launch` can start)."""
     try:
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops import nodeconfig
         config = nodeconfig.load(_settings(ctx))
         return [(e.name, f"GPU {e.gpu}") for e in config.engines if e.name.startswith(incomplete)]

@@ -15,6 +15,8 @@ import typer
 from gpuwarden.ops.safetext import printable
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.jsondoc import document
 
 FOUR_ENGINES = '''\
 # /etc/gpuwarden/node.toml — four data-parallel engines, one GPU each, sharing one weight arena.
@@ -130,6 +132,7 @@ def check_cmd(ctx: typer.Context,
     Exit 0 with a summary when it is valid; exit 2 when it is not, with one line per error that names the
     file, the line and the key, and says what is expected (every error, not only the first).
     """
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops import nodeconfig, redact  # here, not at import: every gpuwarden command loads this module
     settings: Settings = ctx.obj
     if config is not None:
@@ -138,7 +141,6 @@ def check_cmd(ctx: typer.Context,
     # The engines' GPUs are checked with every other key: `gpu = 7` is not saved for after the others are fixed.
     cfg = nodeconfig.load(settings, gpu_count=gpus)
     if json_out:
-        from gpuwarden.ops.jsondoc import document
         sys.stdout.write(json.dumps(document("config", {
             "path": str(cfg.path), "state_dir": str(cfg.state_dir) if cfg.state_dir else None,
             "arena": cfg.arena.__dict__ if cfg.arena else None, "stagger": cfg.stagger.__dict__,
@@ -156,6 +158,11 @@ def check_cmd(ctx: typer.Context,
             e.progress, f"log /{printable(e.registered_pattern or '')}/")
         typer.echo(f"  engine  {e.name:<12} {gpu:<8} {follow}, restart {e.restart}: "
                    f"{printable(redact.command_line(e.argv))}")
+    if cfg.kubernetes is not None:
+        k = cfg.kubernetes
+        rem = (f"remediation after {k.remediate_after:g}s ({k.remediation_slots} node(s) of the cluster at once, "
+               f"once per {k.remediation_interval:g}s)" if k.remediate else "remediation off")
+        typer.echo(f"  kubernetes policy {k.policy}, taint after {k.taint_after:g}s, {rem}")
     if note:
         typer.echo(f"  note: {note}")
 
@@ -163,13 +170,14 @@ def check_cmd(ctx: typer.Context,
 def _node_gpus(settings: Settings) -> tuple[int | None, str | None]:
     """How many GPUs this node has (None and why when no backend can tell; the simulated node counts
     only when chosen with --backend sim)."""
-    from gpuwarden.ops.errors import GpuwardenError
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.sim.node import SimNode
     if settings.backend == "sim":
         sim = SimNode(settings.state_dir)
         if not sim.exists:
             return None, "GPU indexes not checked: no simulated node in the state dir (`gpuwarden sim init`)"
         return sim.config()["gpus"], None
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.backends.select import open_backend
     try:
         backend = open_backend(settings, fallback_to_sim=False)
@@ -190,7 +198,6 @@ def example_cmd(canary: bool = typer.Option(False, "--canary", help="The canary 
         -> None:
     """Print a complete, commented node config to start from (four engines on four GPUs, or canaries)."""
     if runtime not in RUNTIMES:
-        from gpuwarden.ops.errors import GpuwardenError
         raise GpuwardenError(f"unknown runtime {runtime!r}", f"choose one of: {', '.join(RUNTIMES)}")
     sys.stdout.write(canary_example(runtime) if canary else FOUR_ENGINES)
 

@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.jsondoc import dumps
 
 
 def _progress_printer():
@@ -52,6 +53,7 @@ def register(app: typer.Typer) -> None:
         and the fix. Exit status: 0 nothing to fix, 1 a warning or failure, 2 the doctor could not run.
         """
         settings: Settings = ctx.obj
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops.doctor.checks import REGISTRY
         if list_checks:
             width = max(len(c.id) for c in REGISTRY)
@@ -59,6 +61,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{c.id:<{width}}  {c.group:<7}  {c.title}")
             raise typer.Exit(0)
         names = [n for n in (only or "").split(",") if n.strip()] or None
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops.doctor.diagnose import diagnose, diagnose_bundle, document
         progress = _progress_printer()
         try:
@@ -71,9 +74,9 @@ def register(app: typer.Typer) -> None:
                 sys.stderr.write("\r\x1b[2K")
                 sys.stderr.flush()
         if json_out:
-            from gpuwarden.ops.jsondoc import dumps
             sys.stdout.write(dumps(document(report)) + "\n")
         else:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.playbooks.doctor_report import render, use_colour
             typer.echo(render(report, shutil.get_terminal_size((100, 24)).columns, verbose=verbose,
                               colour=use_colour(sys.stdout)))

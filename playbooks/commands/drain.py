@@ -47,12 +47,14 @@ def register(app: typer.Typer) -> None:
         names the reset (`gpuwarden reset N`, or `gpuwarden fix N`). Exit 1 when a process still uses or
         holds the GPU (purge removes dead holders).
         """
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.playbooks import nodecheck
         from gpuwarden.playbooks.drain import DrainPlaybook
         from gpuwarden.playbooks.output import execute, exit_with
         settings: Settings = ctx.obj
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
         if kubernetes:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.ops.nodeconfig import kubernetes_config as for_settings
             from gpuwarden.ops.k8s.kube import connect
             from gpuwarden.playbooks.k8s_drain import KubernetesDrainPlaybook
@@ -78,6 +80,7 @@ def register(app: typer.Typer) -> None:
         wait: Wait = 0.0,
     ) -> None:
         """Undrain GPU N: clear its drained mark so launch may use it again."""
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.playbooks import nodecheck
         from gpuwarden.playbooks.drain import UndrainPlaybook
         from gpuwarden.playbooks.output import execute, exit_with
@@ -85,6 +88,7 @@ def register(app: typer.Typer) -> None:
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
         pb = UndrainPlaybook(gpu)
         if kubernetes:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.ops.nodeconfig import kubernetes_config as for_settings
             from gpuwarden.ops.k8s.kube import connect
             from gpuwarden.playbooks.k8s_drain import KubernetesUndrainPlaybook

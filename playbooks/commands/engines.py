@@ -17,9 +17,10 @@ from gpuwarden.playbooks.commands import completion
 
 from gpuwarden.ops.engines import state as st  # control, logs and registrations load in the commands that use them
 from gpuwarden.ops.errors import GpuwardenError, NotFound
-from gpuwarden.ops.model import FAILED_REGISTRATION
+from gpuwarden.ops.model import FAILED_REGISTRATION, plain
 from gpuwarden.ops.safetext import printable
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.jsondoc import document
 
 engines_app = typer.Typer(help="Supervised engines: list, logs, stop, restart.", no_args_is_help=True,
                           rich_markup_mode=None)
@@ -60,12 +61,11 @@ def list_cmd(ctx: typer.Context,
     An engine whose shim is gone while it claimed to be running shows as `stale`: its record is not
     to be trusted (the shim was killed, or the node rebooted).
     """
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.engines import registrations
     settings = _settings(ctx)
     infos = st.list_engines(settings)
     if json_out:
-        from gpuwarden.ops.jsondoc import document
-        from gpuwarden.ops.model import plain
         out = []
         for info in infos:
             record = _record_or_empty(settings, info.name)
@@ -112,6 +112,7 @@ def logs_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine na
              follow: bool = typer.Option(False, "--follow", "-f",
                                          help="Keep printing new lines until Ctrl-C (or the engine has ended).")) -> None:
     """Print an engine's stdout and stderr (the shim keeps them, size-capped, in the state dir)."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.engines import logs
     settings = _settings(ctx)
     path = st.engine_dir(settings.state_dir, name) / st.LOG
@@ -158,6 +159,7 @@ def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help
         targets = tuple((i.name, i.gpu) for i in infos if i.phase not in st.FINAL_PHASES)
     results = []
     if targets:
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.playbooks.framework import run
         from gpuwarden.playbooks.stop import StopEnginePlaybook
         # Naming the engine (or --all) is the operator's confirmation; the runner adds locks and journal.
@@ -166,7 +168,6 @@ def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help
             raise GpuwardenError(outcome.refused, "see `gpuwarden engines list` for the engines there are")
         results = outcome.data.get("results", [])
     if json_out:
-        from gpuwarden.ops.jsondoc import document
         doc = document("engine-actions", {"action": "stop", "results": [dataclasses.asdict(r) for r in results]})
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
@@ -181,6 +182,7 @@ def restart_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine
                 timeout: Optional[float] = typer.Option(None, "--timeout", min=0,
                                                         help="Grace before SIGKILL when stopping it.")) -> None:
     """Stop an engine (if it runs) and start it again under a new shim, with the spec it was launched with."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.engines import control
     settings = _settings(ctx)
     shim_pid = control.restart(settings, name, timeout_s=timeout)

@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
         A clean GPU is checked and left alone (exit 0, no question asked). Exit 1 when the GPU is not
         clean at the end; the last line says why and what to run next.
         """
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.playbooks import nodecheck
         from gpuwarden.playbooks.fix import FixPlaybook
         from gpuwarden.playbooks.output import execute, exit_with

@@ -14,6 +14,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from gpuwarden.ops.fleet.hostlist import MAX_HOSTS
+from gpuwarden.ops.jsondoc import dumps
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.units import parse_duration
+
 fleet_app = typer.Typer(
     name="fleet", no_args_is_help=True, rich_markup_mode=None,
     help="Many nodes over SSH with your own ~/.ssh/config, keys and known_hosts: `fleet status` (one table, "
@@ -21,13 +26,19 @@ fleet_app = typer.Typer(
          "bundle). Each node runs its own gpuwarden with its own locks and journal.")
 
 HostsFile = Annotated[Optional[Path], typer.Option(
-    "--hosts", metavar="FILE", help="One [user@]host[:port] per line; # starts a comment; gpu[01-16] ranges allowed.")]
+    "--hosts", metavar="FILE", help="One [user@]host[:port] per line; # starts a comment; gpu[01-16] ranges allowed. "
+                                    "Lines for one address on other ports or for other users are other nodes; an "
+                                    "identical line is a duplicate (warned, asked once). A regular file of at most "
+                                    "4 MiB.")]
 HostsFrom = Annotated[Optional[Path], typer.Option(
-    "--hosts-from", metavar="INVENTORY", help="An Ansible INI inventory (ansible_host/_port/_user are honoured).")]
+    "--hosts-from", metavar="INVENTORY", help="An Ansible INI inventory (ansible_host/_port/_user are honoured); "
+                                              "a regular file of at most 4 MiB.")]
 Group = Annotated[Optional[str], typer.Option(
     "--group", help="The inventory group to take with --hosts-from (default: all hosts).")]
 Nodelist = Annotated[Optional[str], typer.Option(
-    "--nodelist", metavar="HOSTLIST", help="Slurm hostlist syntax, e.g. 'gpu[01-16],gpu-b[1-4]'.")]
+    "--nodelist", metavar="HOSTLIST", help="Slurm hostlist syntax, e.g. 'gpu[01-16],gpu-b[1-4]'. A fleet command "
+                                           f"takes at most {MAX_HOSTS:,} hosts in all (--hosts, --hosts-from and "
+                                           "--nodelist together): ranges are counted before they are expanded.")]
 FleetConfigOpt = Annotated[Optional[Path], typer.Option(
     "--fleet-config", metavar="FILE", envvar="GPUWARDEN_FLEET_CONFIG",
     help="Fleet config TOML with a [fleet] table: hosts, command, parallel, timeout, prometheus, "
@@ -83,10 +94,14 @@ def _fleet_target_decorator(options_spec: tuple, reads_prometheus: bool):
 
         @functools.wraps(func)
         def command(*args, **kwargs):
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.playbooks.fleet.target import resolve
             options = {name: kwargs.pop(name) for name, _, _ in options_spec}
-            kwargs["fleet_target"] = resolve(hosts_file=options.pop("hosts"), reads_prometheus=reads_prometheus,
-                                             **options)
+            target = kwargs["fleet_target"] = resolve(hosts_file=options.pop("hosts"),
+                                                      reads_prometheus=reads_prometheus, **options)
+            warning = target.duplicates_warning()
+            if warning:  # on stderr whatever the output: `fleet status --json` also lists them in its document
+                typer.echo(f"gpuwarden: warning: {warning}", err=True)
             return func(*args, **kwargs)
 
         command.__signature__ = sig.replace(parameters=[*own, *added])
@@ -140,8 +155,8 @@ def status_cmd(
 
     Exit status: the worst node's — 0 all healthy, 1 some need attention, 2 some could not be seen.
     """
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.fleet import summary
-    from gpuwarden.ops.jsondoc import dumps
     from gpuwarden.playbooks.fleet.status import collect
     t = fleet_target
     history_s = _history_window(history, t)
@@ -154,7 +169,8 @@ def status_cmd(
             if prom and prom["error"] and not json_out:
                 typer.echo(f"gpuwarden: warning: {prom['error']}; every node read over SSH", err=True)
             if json_out:
-                doc = summary.document(rows, duration_s=time.monotonic() - started, prometheus=prom)
+                doc = summary.document(rows, duration_s=time.monotonic() - started, prometheus=prom,
+                                       duplicates=[d.to_dict() for d in t.duplicates])
                 sys.stdout.write(dumps(doc, indent=None if watch else 2) + "\n")
             else:
                 text = summary.table(rows)
@@ -171,8 +187,6 @@ def status_cmd(
 
 
 def _history_window(text: str | None, t) -> float | None:
-    from gpuwarden.ops.errors import GpuwardenError
-    from gpuwarden.ops.units import parse_duration
     if text is None:
         return None
     if t.prometheus is None:
@@ -202,7 +216,7 @@ JsonOut = Annotated[bool, typer.Option("--json", help="One JSON line per node ev
 
 def run_playbook(t, rp, *, dry_run: bool, yes: bool, json_out: bool) -> int:
     """Plan or run `rp` on every node: ask once for the whole set when it is destructive; exit the worst node's."""
-    from gpuwarden.ops.jsondoc import dumps
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.playbooks.fleet import actions
     from gpuwarden.playbooks.output import event_printer
     names = [h.name for h in t.hosts]
@@ -256,6 +270,7 @@ def purge_cmd(
 ) -> None:
     """Run each node's own `gpuwarden purge [GPU]`: remove what holds residual VRAM, with the node's checks,
     locks and journal (which records you and that it came from the fleet). Asks once for the whole set."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.playbooks.fleet import actions
     t = fleet_target
     raise typer.Exit(run_playbook(t, actions.purge(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
@@ -271,6 +286,7 @@ def drain_cmd(
 ) -> None:
     """Run each node's own `gpuwarden drain GPU`: mark it drained, stop its engines, wait until it is idle.
     Asks once for the whole set."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.playbooks.fleet import actions
     t = fleet_target
     raise typer.Exit(run_playbook(t, actions.drain(gpu, reason), dry_run=dry_run, yes=yes, json_out=json_out))
@@ -284,6 +300,7 @@ def undrain_cmd(
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:
     """Run each node's own `gpuwarden undrain GPU`."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.playbooks.fleet import actions
     t = fleet_target
     raise typer.Exit(run_playbook(t, actions.undrain(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
@@ -297,6 +314,7 @@ def baseline_cmd(
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:
     """Run each node's own `gpuwarden baseline record [GPU]` (on idle nodes: the idle VRAM per GPU)."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.playbooks.fleet import actions
     t = fleet_target
     raise typer.Exit(run_playbook(t, actions.baseline(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
@@ -318,7 +336,7 @@ def bundle_cmd(
 
     Exit status: 0 every node's bundle pulled, 2 some could not be collected.
     """
-    from gpuwarden.ops.jsondoc import dumps
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.playbooks.fleet import bundles
     t = fleet_target
     out_dir = bundles.make_output_dir(output)

@@ -13,8 +13,10 @@ from typing import Optional
 
 import typer
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.errors import GpuwardenError, NotFound
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.paths import AGENT_SOCKET
+from gpuwarden.ops.units import fmt_bytes, parse_duration
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -41,12 +43,13 @@ def _sample(values: list, width: int) -> list:
 
 
 def _document(settings: Settings, gpu: int | None, since: float, resolution: str) -> tuple[dict, str]:
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.agent.client import get
-    from gpuwarden.ops.paths import AGENT_SOCKET
     q = f"/v1/history?since={since:.3f}&resolution={resolution}&events=1" + (f"&gpu={gpu}" if gpu is not None else "")
     reply = get(settings.state_dir / AGENT_SOCKET, q)
     if reply is not None and reply.status == 200:
         return reply.json(), "agent"
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.agent.daemon import agent_dir
     from gpuwarden.ops.agent.events import read_files
     from gpuwarden.ops.agent.history import read_trend
@@ -62,7 +65,7 @@ def _document(settings: Settings, gpu: int | None, since: float, resolution: str
 def _require_gpu(settings: Settings, gpu: int) -> None:
     """"no GPU 9" (exit 1) as fix, drain and gpu-check say it; a node that cannot be read here (a copied state
     dir) leaves the question to the history itself."""
-    from gpuwarden.ops.errors import NotFound
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.playbooks import nodecheck
     try:
         snap = nodecheck.snapshot(settings)
@@ -86,7 +89,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show VRAM used, residual VRAM and holders per GPU over time, and the node's events (residual
         appeared/cleared, holders, engine phases, crashes, drains, playbook steps, kernel-log findings)."""
-        from gpuwarden.ops.units import fmt_bytes, parse_duration
         settings: Settings = ctx.obj
         if resolution not in ("auto", "fine", "minute"):
             raise GpuwardenError(f"unknown resolution {resolution!r}", "choose auto, fine or minute")

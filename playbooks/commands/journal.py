@@ -13,6 +13,9 @@ import typer
 
 from gpuwarden.ops.safetext import printable
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.jsondoc import document, iso
+from gpuwarden.ops.units import parse_duration
 
 _BASE = ("ts", "time", "host", "who", "pid", "action", "result")
 
@@ -29,8 +32,6 @@ def when(text: str, now: float | None = None) -> float:
     """--since/--until: a time ago (30m, 2h, 7d) or a local date and time (2026-12-01, 2026-12-01 21:30[:15],
     with T between them as well); the epoch seconds it names."""
     import time
-    from gpuwarden.ops.errors import GpuwardenError
-    from gpuwarden.ops.units import parse_duration
     raw = text.strip()
     for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
         try:
@@ -46,7 +47,6 @@ def when(text: str, now: float | None = None) -> float:
 
 def _show(entry: dict, json_out: bool) -> None:
     if json_out:
-        from gpuwarden.ops.jsondoc import document, iso
         ts = entry.get("ts")
         doc = document("journal-entry", {**entry, "ts_iso": iso(ts) if isinstance(ts, (int, float)) else None})
         sys.stdout.write(json.dumps(doc, default=str) + "\n")
@@ -70,12 +70,12 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="One JSON object per line, as stored."),
     ) -> None:
         """Show the journal of every change gpuwarden made: playbook steps, signals sent, resets, removed files."""
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops import journal
         settings: Settings = ctx.obj
         start = when(since) if since else None
         end = when(until) if until else None
         if start is not None and end is not None and end < start:
-            from gpuwarden.ops.errors import GpuwardenError
             raise GpuwardenError(f"--until {until} is before --since {since}", "swap them")
         window = start is not None or end is not None
         source = ctx.get_parameter_source("tail")

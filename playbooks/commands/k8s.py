@@ -10,6 +10,10 @@ from typing import List, Optional
 import typer
 
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.jsondoc import document, dumps
+from gpuwarden.ops.model import snapshot_from_dict
+from gpuwarden.playbooks.hints import Invocation
 
 
 def register(app: typer.Typer) -> None:
@@ -29,11 +33,12 @@ def register(app: typer.Typer) -> None:
         falls back to sampling the node itself. A GPU is not clean when it holds residual VRAM, a
         dead holder keeps it, or it is drained.
         """
-        from gpuwarden.ops.jsondoc import document, dumps
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops.k8s.gpucheck import check, choose_gpus, own_pod_uid
         from gpuwarden.playbooks.statusview import agent_reply
         settings: Settings = ctx.obj
         if node:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.playbooks.nodecheck_npd import node_check
             if gpus:
                 raise typer.BadParameter("--node checks every GPU of the node: name no GPU with it")
@@ -42,9 +47,9 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code)
         reply = None if no_agent else agent_reply(settings)
         if reply is not None:
-            from gpuwarden.ops.model import snapshot_from_dict
             snap, source = snapshot_from_dict(reply.json()), "agent"
         else:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.ops.sampling.sampler import take_snapshot
             snap, source = take_snapshot(settings), "sampled here"
         chosen, why = choose_gpus(snap, list(gpus or []), pod_uid=own_pod_uid(settings.proc_root))
@@ -58,7 +63,6 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"GPU {v.gpu}: " + ("clean" if v.ok else "NOT CLEAN — " + "; ".join(v.reasons)),
                            err=not v.ok)
             if not ok:
-                from gpuwarden.playbooks.hints import Invocation
                 line = ("gpu-check: a GPU is not fit for a new tenant (ask the operator: `gpuwarden status`, "
                         + ", ".join(_remedy(v) for v in verdicts if not v.ok) + ")")
                 typer.echo(Invocation(list(settings.cli_words)).paste_ready(line), err=True)
@@ -82,7 +86,7 @@ def register(app: typer.Typer) -> None:
         journal. Needs the host's PID namespace and root, as the agent's DaemonSet has. Exit 0 clean, 1 when
         something stays (named), 2 on error.
         """
-        from gpuwarden.ops.errors import GpuwardenError
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops.k8s.gpucheck import own_pod_uid
         from gpuwarden.ops.k8s.postclean import wait_pod_gone
         from gpuwarden.ops.sampling.sampler import take_snapshot

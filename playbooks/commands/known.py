@@ -10,6 +10,8 @@ from typing import List, Optional
 
 import typer
 
+from gpuwarden.ops.jsondoc import dumps
+
 
 def register(app: typer.Typer) -> None:
     @app.command("known")
@@ -26,6 +28,7 @@ def register(app: typer.Typer) -> None:
         `triage`, `doctor` and `report` cite the entries a finding matches; this command reads the catalog itself.
         """
         query = " ".join(words) if words else None
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops.knowledge import load
         from gpuwarden.ops.knowledge.render import as_document, entry_text, listing
         cat = load()
@@ -34,7 +37,6 @@ def register(app: typer.Typer) -> None:
         if topic:
             entries = [e for e in entries if topic in e.topics]
         if json_out:
-            from gpuwarden.ops.jsondoc import dumps
             sys.stdout.write(dumps(as_document(query, entries, len(cat)), indent=2) + "\n")
         elif not entries:
             sys.stderr.write(f"no known issue matches {query!r}" + (f" in topic {topic!r}" if topic else "")

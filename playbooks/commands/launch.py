@@ -41,10 +41,12 @@ def register(app: typer.Typer) -> None:
         had not begun registering, leaves the others, prints the dead engine's signal and last log lines,
         and exits 1.
         """
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.playbooks.launch import LaunchPlaybook, select
         from gpuwarden.playbooks.output import execute, exit_with
 
         settings: Settings = ctx.obj
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops import nodeconfig  # here, not at import: every gpuwarden command loads this module
         config = nodeconfig.load(settings)
         playbook = LaunchPlaybook(config=config, engines=select(config, engines or []),

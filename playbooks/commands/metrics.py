@@ -10,13 +10,14 @@ from typing import Optional
 import typer
 
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.paths import AGENT_SOCKET
 
 
 def _from_agent(settings: Settings, per_process: bool, hostname: bool) -> bytes | None:
     """The running agent's exposition over its socket (with its kernel-log counts and residual ages); None
     when no agent answers, or it samples another backend than the one asked for."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.agent.client import get
-    from gpuwarden.ops.paths import AGENT_SOCKET
     query = "&".join(f"{k}=1" for k, on in (("per_process", per_process), ("hostname", hostname)) if on)
     reply = get(settings.state_dir / AGENT_SOCKET, "/metrics" + (f"?{query}" if query else ""))
     if reply is None or reply.status != 200:
@@ -30,6 +31,7 @@ def _exposition(settings: Settings, per_process: bool, hostname: str | None) -> 
     """The exposition of a snapshot taken now, and what did not answer in time (one line per stale GPU or file)."""
     import time
 
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.metrics.collector import render
     from gpuwarden.ops.metrics.plan import PlanCache
     from gpuwarden.ops.metrics.reading import MetricsOptions, Reading
@@ -89,6 +91,7 @@ def register(app: typer.Typer) -> None:
         if textfile is None:
             typer.echo(body.decode(), nl=False)
         else:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.ops.metrics.textfile import write
             path = write(textfile, body)
             typer.echo(f"wrote {path} ({len(body)} bytes)", err=True)

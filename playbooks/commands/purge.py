@@ -43,6 +43,7 @@ def register(app: typer.Typer) -> None:
         signal re-checks PID + start time first and is journalled. When residual stays with no holder,
         purge names the next step (reset), or resets with --escalate-reset.
         """
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.playbooks import nodecheck
         from gpuwarden.playbooks.output import execute, exit_with
         from gpuwarden.playbooks.purge import PurgePlaybook

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from gpuwarden.ops.errors import GpuwardenError, NotFound
+from gpuwarden.ops.jsondoc import document, dumps
 
 
 def register(app: typer.Typer) -> None:
@@ -27,11 +28,12 @@ def register(app: typer.Typer) -> None:
             raise NotFound(f"no such bundle: {bundle}", "make one with `gpuwarden bundle`")
         if not bundle.is_file():
             raise GpuwardenError(f"{bundle} is not a file", "give the .tar.gz that `gpuwarden bundle` wrote")
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops.bugreport import build
         body = build(bundle, ctx.find_root().obj)
         if json_out:
-            from gpuwarden.ops.jsondoc import document, dumps
             sys.stdout.write(dumps(document("report", body), indent=2) + "\n")
         else:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.ops.bugreport.render import markdown
             sys.stdout.write(markdown(body))

@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
         way (amdsmi library, amd-smi, rocm-smi; nvidia-smi -r; the simulated driver), then verifies that the
         GPU enumerates again, its VRAM is back at the baseline and no residual is left. Needs root on real GPUs.
         """
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.playbooks import nodecheck
         from gpuwarden.playbooks.output import execute, exit_with
         from gpuwarden.playbooks.reset import ResetPlaybook

@@ -6,7 +6,7 @@ The sim node is a fake amdgpu/KFD tree in the state dir; tenants are real proces
 from __future__ import annotations
 
 import json
-from typing import List
+from typing import List, Optional
 
 import typer
 
@@ -14,6 +14,9 @@ from gpuwarden.playbooks.commands import completion
 
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.units import fmt_bytes, parse_size
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.jsondoc import document, dumps
+from gpuwarden.playbooks.hints import Invocation
 
 sim_app = typer.Typer(help="The simulated node: a fake amdgpu/KFD node in the state dir for demos, tests and drills.",
                       no_args_is_help=True)
@@ -22,16 +25,21 @@ sim_app = typer.Typer(help="The simulated node: a fake amdgpu/KFD node in the st
 @sim_app.command("init")
 def init_cmd(
     ctx: typer.Context,
-    gpus: int = typer.Option(4, "--gpus", help="Number of simulated GPUs."),
-    vram: str = typer.Option("24GiB", "--vram", help="VRAM per GPU, e.g. 24GiB or 192GiB."),
+    gpus: int = typer.Option(4, "--gpus", help="Number of simulated GPUs (1 to 64)."),
+    vram: str = typer.Option("24GiB", "--vram", help="VRAM per GPU, e.g. 24GiB or 192GiB (64MiB to 16TiB)."),
     hive: bool = typer.Option(False, "--hive", help="Put all GPUs in one XGMI hive (a reset reaches them all)."),
     force: bool = typer.Option(False, "--force", help="Start over even if simulated tenants hold memory."),
+    partition: str = typer.Option("SPX", "--partition", help="MI300 compute partition mode: SPX, DPX (2 logical "
+                                  "GPUs per device), QPX (4) or CPX (8); --gpus counts the logical GPUs."),
 ) -> None:
-    """Create (or recreate) the simulated node in the state dir."""
+    """Create (or recreate) the simulated node in the state dir.
+
+    Every value is checked first: a refused init leaves an existing node exactly as it was."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.sim.node import SimNode
     settings: Settings = ctx.obj
     node = SimNode(settings.state_dir)
-    node.init(gpus=gpus, vram=parse_size(vram), hive=hive, force=force)
+    node.init(gpus=gpus, vram=parse_size(vram), hive=hive, force=force, partition=partition.upper())
     typer.echo(f"simulated node: {gpus} GPU(s) of {fmt_bytes(parse_size(vram))} in {node.dir}")
     typer.echo("use it with --backend sim (or GPUWARDEN_BACKEND=sim)")
 
@@ -41,11 +49,16 @@ def hold_cmd(
     ctx: typer.Context,
     gpu: List[int] = typer.Option(..., "--gpu", help="GPU index to allocate on (repeat for several)."),
     size: str = typer.Option("1GiB", "--size", help="VRAM to hold on each GPU."),
+    busy: Optional[float] = typer.Option(None, "--busy", min=0, max=100,
+                                         help="Keep each GPU's gfx engine busy this percent of the time (its DRM "
+                                              "client's fdinfo engine time grows at that rate: the GPU% column)."),
 ) -> None:
     """Run a simulated tenant: hold VRAM and the GPU device files until SIGTERM/Ctrl-C."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.sim.tenant import hold
     settings: Settings = ctx.obj
-    raise typer.Exit(hold(settings.state_dir, list(gpu), parse_size(size)))
+    raise typer.Exit(hold(settings.state_dir, list(gpu), parse_size(size),
+                          busy=None if busy is None else busy / 100))
 
 
 @sim_app.command("fault")
@@ -59,7 +72,7 @@ def fault_cmd(
     gpu: List[int] = typer.Option([], "--gpu", help="hang only: wedge this GPU (repeat for several; default all)."),
 ) -> None:
     """Switch a fault of the simulated driver on or off."""
-    from gpuwarden.ops.errors import GpuwardenError
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.sim.node import SimNode
     if state not in ("on", "off"):
         raise GpuwardenError(f"fault state must be on or off, not {state!r}")
@@ -74,6 +87,7 @@ def leak_cmd(
     size: str = typer.Option(..., "--size", help="Ownerless VRAM to leave behind, e.g. 14GiB."),
 ) -> None:
     """Leave ownerless residual VRAM on a simulated GPU (only a reset clears it)."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.sim.node import SimNode
     nbytes = parse_size(size)
     SimNode(ctx.obj.state_dir).leak(gpu, nbytes)
@@ -83,10 +97,10 @@ def leak_cmd(
 @sim_app.command("show")
 def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show the simulated node's configuration, faults, leaks and allocations."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.sim.node import SimNode
     info = SimNode(ctx.obj.state_dir).describe()
     if json_out:
-        from gpuwarden.ops.jsondoc import document
         typer.echo(json.dumps(document("sim-node", info), indent=2))
         return
     typer.echo(f"{info['gpus']} GPU(s) x {fmt_bytes(info['vram'])} in {info['dir']}"
@@ -115,7 +129,7 @@ def scenario_cmd(
     clean: ends what an earlier scenario started and starts the simulated node over, empty.
     Every scenario first does what clean does. The sim node must be in use (--backend sim or no GPU).
     """
-    from gpuwarden.ops.errors import GpuwardenError
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.playbooks import scenarios
     if name not in scenarios.SCENARIOS:
         raise GpuwardenError(f"unknown scenario {name!r}", f"choose one of: {', '.join(scenarios.SCENARIOS)}")
@@ -132,13 +146,11 @@ def scenario_cmd(
 
     extra = getattr(scenarios, name)(settings, say) or {}
     if json_out:
-        from gpuwarden.ops.jsondoc import document, dumps
         typer.echo(dumps(document("sim-scenario", {"scenario": name, "lines": said, **extra})))
         return
     nxt = {"residual": "see it with `gpuwarden status`, fix it with `gpuwarden fix 1` and `gpuwarden fix 2`",
            "arena": "see it with `gpuwarden engines list` or in the console (`gpuwarden tui`)",
            "clean": "the simulated node is empty"}[name]
-    from gpuwarden.playbooks.hints import Invocation
     typer.echo(f"scenario {name}: ready; " + (Invocation(list(settings.cli_words)).paste_ready(nxt) or nxt))
 
 

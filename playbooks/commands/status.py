@@ -37,7 +37,9 @@ def register(app: typer.Typer) -> None:
         if topology:
             if watch or bundle is not None:
                 raise typer.BadParameter("--topology shows the live node once: leave out --watch and --bundle")
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.playbooks import topologyview
             raise typer.Exit(topologyview.run(settings, json_out=json_out))
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.playbooks import statusview
         raise typer.Exit(statusview.run(settings, json_out=json_out, watch=watch, interval=interval, bundle=bundle))

@@ -76,7 +76,11 @@ def _progress(size: int | None):
 
 
 def _analyze_fd(fd: int, name: str, size: int | None):
-    """Stream the log behind fd; refuse binary data and text that is no log at all (exit 2)."""
+    """Stream the log behind fd; refuse binary data and text that is no log at all (exit 2).
+
+    A file (`size` given) is read to the size it had when triage started: a log still being written would
+    otherwise be followed for as long as its writer writes; the report says how much it grew meanwhile."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.triage.analyze import Analyzer
     from gpuwarden.ops.triage.stream import StreamFeeder
     a = Analyzer(name)
@@ -84,11 +88,15 @@ def _analyze_fd(fd: int, name: str, size: int | None):
     first = True
     got = 0
     show = _progress(size)
+    left = size
+    grew = 0
     with os.fdopen(fd, "rb", closefd=True) as f:
-        while True:
-            chunk = f.read(4 << 20)
+        while left is None or left > 0:
+            chunk = f.read(4 << 20 if left is None else min(4 << 20, left))
             if not chunk:
                 break
+            if left is not None:
+                left -= len(chunk)
             if first and b"\0" in chunk[:SNIFF]:
                 raise GpuwardenError(f"{name} is not a kernel log (it holds binary data)", _WHAT_TO_GIVE)
             first = False
@@ -96,6 +104,8 @@ def _analyze_fd(fd: int, name: str, size: int | None):
             feeder.push(chunk)
             if show:
                 show(got)
+        if size is not None:
+            grew = os.fstat(f.fileno()).st_size - size
     if show:
         sys.stderr.write("\n")
     feeder.close()
@@ -104,6 +114,10 @@ def _analyze_fd(fd: int, name: str, size: int | None):
     report = a.finish(lines=feeder.lines)
     if feeder.cut:
         report.notes.append(f"{feeder.cut} line(s) longer than the line limit were cut")
+    if grew > 0:
+        from gpuwarden.ops.units import fmt_bytes
+        report.notes.append(f"{name} grew by {fmt_bytes(grew)} while triage read it: this report covers its first "
+                            f"{fmt_bytes(got)}, as it was when triage started (run triage again for the rest)")
     if not report.findings and not a.stamped:
         # nothing matched and no line is shaped like a log line: "no findings" would be a false all-clear
         raise GpuwardenError(f"{name} does not look like a kernel log: no line has a log timestamp and none "
@@ -114,6 +128,7 @@ def _analyze_fd(fd: int, name: str, size: int | None):
 def _report_for(path: str):
     report = _read_report(path)
     if not report.known:  # a bundle's triage cited already, with the bundle's versions
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops.knowledge import cite
         cite(report)  # a bare log says nothing of the node's versions: matches say "not known"
     return report
@@ -126,10 +141,10 @@ def _read_report(path: str):
     fd = _open_path(p)
     size = os.fstat(fd).st_size
     head = os.pread(fd, 512, 0)  # leaves the offset where it is, for the read that follows
-    import tarfile
     if head[:2] == b"\x1f\x8b" or (len(head) >= 262 and head[257:262] == b"ustar"):
         os.close(fd)
-        if tarfile.is_tarfile(p):
+        from gpuwarden.ops.bundle.replay import is_tar
+        if is_tar(p):  # a truncated or corrupt gzip is one line naming it
             from gpuwarden.ops.bundle.triage_file import triage_bundle
             return triage_bundle(p)
         raise GpuwardenError(f"{p} is compressed or archived but is not a bundle", _WHAT_TO_GIVE)
@@ -137,15 +152,18 @@ def _read_report(path: str):
 
 
 def _explain(name: str) -> None:
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.triage import explain
     if name in ("list", "all"):
         sys.stdout.write(explain.listing())
         return
     entry = explain.lookup(name)
     if entry is None:
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops.knowledge import load
         known = load().get(name)
         if known is not None:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
             from gpuwarden.ops.knowledge.render import entry_text
             sys.stdout.write(entry_text(known))
             return
@@ -154,6 +172,7 @@ def _explain(name: str) -> None:
                              (f"did you mean {', '.join(close)}? " if close else "")
                              + "`gpuwarden triage --explain list` lists every rule")
     sys.stdout.write(explain.text(entry))
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.knowledge import load
     cited = load().by_rule.get(entry.id, [])
     if entry.id.startswith("xid"):  # an Xid number: the nvidia.xid entries whose pattern names that number
@@ -192,6 +211,7 @@ def register(app: typer.Typer) -> None:
             return
         if path is None:
             raise GpuwardenError("give a bundle, a log file or - (stdin)", "or --explain RULE to read about a rule")
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
         from gpuwarden.ops.triage.render import as_json, markdown
         report = _report_for(path)
         sys.stdout.write(as_json(report) + "\n" if json_out else markdown(report))

@@ -17,6 +17,14 @@ from gpuwarden.ops.fleet.inventory import Host
 
 from gpuwarden.ops.journal import FLEET_ORIGIN_ENV as ORIGIN_ENV
 from gpuwarden.playbooks.framework import Event
+from gpuwarden.ops import jsondoc
+from gpuwarden.playbooks.baseline import BaselinePlaybook
+from gpuwarden.playbooks.bundle import BundlePlaybook
+from gpuwarden.playbooks.drain import DrainPlaybook, UndrainPlaybook
+from gpuwarden.playbooks.launch import LaunchPlaybook
+from gpuwarden.playbooks.purge import PurgePlaybook
+from gpuwarden.playbooks.reset import ResetPlaybook
+from gpuwarden.playbooks.stop import StopEnginePlaybook
 
 from .target import FleetTarget, fleet_origin
 
@@ -36,46 +44,38 @@ class RemotePlaybook:
 
 
 def purge(gpu: int | None) -> RemotePlaybook:
-    from gpuwarden.playbooks.purge import PurgePlaybook
     return RemotePlaybook("purge", ("purge",) + ((str(gpu),) if gpu is not None else ()), PurgePlaybook.destructive,
                           "purge residual VRAM holders" + (f" on GPU {gpu}" if gpu is not None else " on every GPU"))
 
 
 def drain(gpu: int, reason: str = "") -> RemotePlaybook:
-    from gpuwarden.playbooks.drain import DrainPlaybook
     return RemotePlaybook("drain", ("drain", str(gpu)) + (("--reason", reason) if reason else ()),
                           DrainPlaybook.destructive, f"drain GPU {gpu}")
 
 
 def undrain(gpu: int) -> RemotePlaybook:
-    from gpuwarden.playbooks.drain import UndrainPlaybook
     return RemotePlaybook("undrain", ("undrain", str(gpu)), UndrainPlaybook.destructive, f"undrain GPU {gpu}")
 
 
 def reset(gpu: int) -> RemotePlaybook:
-    from gpuwarden.playbooks.reset import ResetPlaybook
     return RemotePlaybook("reset", ("reset", str(gpu)), ResetPlaybook.destructive, f"reset GPU {gpu}")
 
 
 def baseline(gpu: int | None) -> RemotePlaybook:
-    from gpuwarden.playbooks.baseline import BaselinePlaybook
     return RemotePlaybook("baseline", ("baseline", "record") + ((str(gpu),) if gpu is not None else ()),
                           BaselinePlaybook.destructive, "record the idle baseline")
 
 
 def launch() -> RemotePlaybook:
-    from gpuwarden.playbooks.launch import LaunchPlaybook
     return RemotePlaybook("launch", ("launch",), LaunchPlaybook.destructive, "launch the configured engines")
 
 
 def stop_engine(name: str) -> RemotePlaybook:
-    from gpuwarden.playbooks.stop import StopEnginePlaybook
     return RemotePlaybook("stop", ("engines", "stop", name), StopEnginePlaybook.destructive, f"stop engine {name}",
                           run_flags=("--json",))  # engines stop asks nothing itself
 
 
 def bundle() -> RemotePlaybook:
-    from gpuwarden.playbooks.bundle import BundlePlaybook
     return RemotePlaybook("bundle", ("bundle",), BundlePlaybook.destructive, "collect an incident bundle",
                           run_flags=("--json",))
 
@@ -123,7 +123,6 @@ def event_from_dict(d: dict[str, Any]) -> Event:
 def fleet_event(node: str, *, event: dict[str, Any] | None = None, exit_code: int | None = None,
                 error: str | None = None, hint: str | None = None) -> dict[str, Any]:
     """One line of `fleet <playbook> --json`: a node's event, its end (exit_code), or why it could not run."""
-    from gpuwarden.ops import jsondoc
     ts = time.time()
     kind = "event" if event is not None else ("unreachable" if error else "exit")
     return jsondoc.document("fleet-event", {"ts": ts, "ts_iso": jsondoc.iso(ts), "node": node, "kind": kind,

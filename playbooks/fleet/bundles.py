@@ -17,6 +17,9 @@ from gpuwarden.ops import jsondoc
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.fleet.fanout import HostResult, fan_out
 from gpuwarden.ops.fleet.inventory import Host
+from gpuwarden.ops.bundle import kernellog
+from gpuwarden.ops.bundle.replay import open_bundle, read_member, top_dir
+from gpuwarden.ops.triage import analyze_text
 
 from .actions import ACTION_DEADLINE_S, ORIGIN_ENV
 from .target import FleetTarget, fleet_origin
@@ -74,9 +77,9 @@ def pull_all(target: FleetTarget, out_dir: Path, bundle_args: tuple[str, ...] = 
             item.hint = (result or {}).get("hint") or "run `gpuwarden bundle` on that node"
             return HostResult(host, done.exit_status)
         item.remote_path = str(result["path"])
-        local = out_dir / host.name / os.path.basename(item.remote_path)
+        local = out_dir / node_dir(host.name) / os.path.basename(item.remote_path)
         local.parent.mkdir(mode=0o700, exist_ok=True)
-        import asyncssh
+        import asyncssh  # deferred: asyncssh (and cryptography) load only when a node is reached over ssh
         try:
             async with conn.start_sftp_client() as sftp:
                 await sftp.get(item.remote_path, str(local))
@@ -108,19 +111,23 @@ def pull_all(target: FleetTarget, out_dir: Path, bundle_args: tuple[str, ...] = 
     return [pulled[h.name] for h in target.hosts]
 
 
+def node_dir(name: str) -> str:
+    """The directory of node `name` under --output: its name, made one path component (an inventory name is
+    anything a person wrote; `root@10.0.0.1:2201` stays as it is)."""
+    safe = name.replace("/", "_").replace("\0", "_")
+    return "_" + safe if safe in ("", ".", "..") else safe
+
+
 def node_findings(bundle: Path, node: str) -> list[Any]:
     """One node's kernel-log findings, by the same triage as `gpuwarden triage` (gpuwarden.ops.triage.analyze_text)."""
-    from gpuwarden.ops.bundle.kernellog import PATH
-    from gpuwarden.ops.bundle.replay import open_bundle, read_member, top_dir
-    from gpuwarden.ops.triage import analyze_text
     try:
         with open_bundle(bundle) as tar:
-            text = read_member(tar, top_dir(tar), PATH)
+            text = read_member(tar, top_dir(tar), kernellog.PATH)
     except GpuwardenError:
         return []
     if not text:
         return []
-    return analyze_text(text.decode(errors="replace"), source=f"{node}:{PATH}").findings
+    return analyze_text(text.decode(errors="replace"), source=f"{node}:{kernellog.PATH}").findings
 
 
 def _fleet_signature(finding: Any) -> str:

@@ -11,6 +11,8 @@ from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.fleet.fanout import HostResult, run_everywhere
 from gpuwarden.ops.fleet.inventory import Host
 from gpuwarden.ops.fleet.summary import NodeHistory, NodeRow, from_result
+from gpuwarden.ops.fleet import promfleet
+from gpuwarden.ops.fleet.promapi import PrometheusError
 
 from .target import FleetTarget
 
@@ -24,8 +26,6 @@ def collect(target: FleetTarget, on_row: Callable[[NodeRow], None] | None = None
     hist: dict[str, NodeHistory] = {}
     prom = None
     if target.prometheus is not None:
-        from gpuwarden.ops.fleet import promfleet
-        from gpuwarden.ops.fleet.promapi import PrometheusError
         p = target.prometheus
         api = p.api()
         prom = {"url": api.url, "selector": p.selector or None, "max_age_s": p.max_age_s, "error": None}

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.fleet.inventory import FleetConfig, Host, load_fleet_config, read_hosts_file, unique
+from gpuwarden.ops.fleet.hostlist import HostBudget
+from gpuwarden.ops.fleet.inventory import Duplicate, FleetConfig, Host, distinct, load_fleet_config, read_hosts_file
 from gpuwarden.ops.fleet.promfleet import DEFAULT_MAX_AGE_S, PromSettings
 from gpuwarden.ops.fleet.ssh import SshSettings
+from gpuwarden.ops.journal import who
 
 
 def default_fleet_config() -> Path:
@@ -31,6 +33,11 @@ class FleetTarget:
     parallel: int
     timeout: float
     prometheus: PromSettings | None = None  # read the fleet from there first (fleet status / tui)
+    duplicates: tuple[Duplicate, ...] = ()  # inventory entries that named a node again (asked once)
+
+    def duplicates_warning(self) -> str | None:
+        from gpuwarden.ops.fleet.inventory import Inventory
+        return Inventory(self.hosts, self.duplicates).warning()
 
     def remote(self, *args: str, env: dict[str, str] | None = None) -> str:
         """The shell command line that runs `gpuwarden ARGS` on a node, every argument quoted."""
@@ -51,16 +58,17 @@ def resolve(*, hosts_file: Path | None, hosts_from: Path | None, group: str | No
     explicit = fleet_config is not None
     config: FleetConfig = load_fleet_config(fleet_config or default_fleet_config(), explicit)
     hosts: list[Host] = []
+    budget = HostBudget()  # --hosts, --hosts-from and --nodelist add up: the cap is on the whole fleet
     if hosts_file is not None:
-        hosts += read_hosts_file(hosts_file)
+        hosts += read_hosts_file(hosts_file, budget)
     if hosts_from is not None:
         from gpuwarden.ops.fleet.ansible import read_group
-        hosts += read_group(hosts_from, group)
+        hosts += read_group(hosts_from, group, budget)
     elif group is not None:
         raise GpuwardenError("--group needs --hosts-from", "give the Ansible inventory: --hosts-from inventory.ini")
     if nodelist:
         from gpuwarden.ops.fleet.inventory import expand_nodelist
-        hosts += [Host(n) for n in expand_nodelist(nodelist)]
+        hosts += [Host(n, source="--nodelist") for n in expand_nodelist(nodelist, budget)]
     if not hosts:
         hosts = list(config.hosts)
     prom = _prometheus(config, prometheus, prometheus_selector, prometheus_max_age) if reads_prometheus else None
@@ -74,8 +82,9 @@ def resolve(*, hosts_file: Path | None, hosts_from: Path | None, group: str | No
     t = timeout if timeout is not None else config.timeout
     if t <= 0:
         raise GpuwardenError(f"--timeout {t:g} must be more than 0 seconds", "e.g. --timeout 15")
+    inventory = distinct(hosts)
     return FleetTarget(
-        hosts=tuple(unique(hosts)),
+        hosts=inventory.hosts, duplicates=inventory.duplicates,
         ssh=SshSettings(config_files=(ssh_config,) if ssh_config else (), accept_new=accept_new,
                         connect_timeout=t),
         command=remote_command or config.command,
@@ -98,5 +107,4 @@ def _prometheus(config: FleetConfig, url: str | None, selector: str | None,
 def fleet_origin() -> str:
     """Who is asking, as the nodes' journals record it: operator@console-host."""
     import socket
-    from gpuwarden.ops.journal import who
     return f"{who()}@{socket.gethostname()}"

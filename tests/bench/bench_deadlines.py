@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -42,14 +41,6 @@ for _ in range(int(sys.argv[2])):
 sampler.close()
 print(json.dumps(sorted(times)[len(times) // 2]))
 '''
-
-
-def env_for(pkgs: Path) -> dict[str, str]:
-    # PYTHONPATH's path finder comes before the editable install's finder: `gpuwarden` is the tree linked there.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: compiled once, then read from __pycache__
-    env["PYTHONPATH"] = str(pkgs)
-    return env
 
 
 def status_ms(env: dict, state: Path, runs: int, *extra: str) -> list[float]:
@@ -92,7 +83,7 @@ def main() -> int:
             pkgs = tmp_path / f"pkgs-{len(rows)}"
             pkgs.mkdir()
             (pkgs / "gpuwarden").symlink_to(tree)
-            env = env_for(pkgs)
+            env = benchlib.tree_env(pkgs)
             state = tmp_path / f"state-{len(rows)}"
             subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", "--state-dir", str(state), "sim", "init",
                             "--gpus", "4"], env=env, check=True, capture_output=True)
@@ -105,7 +96,7 @@ def main() -> int:
         bare = []
         for _ in range(opts.runs):
             t = time.perf_counter()
-            subprocess.run([sys.executable, "-c", "pass"], capture_output=True, env=env_for(tmp_path))
+            subprocess.run([sys.executable, "-c", "pass"], capture_output=True, env=benchlib.tree_env(tmp_path))
             bare.append((time.perf_counter() - t) * 1e3)
         print(f"bare python -c pass: best {min(bare):.1f} ms, median {statistics.median(bare):.1f} ms")
         print("| tree | status --json best | median | imports (sum) | modules | 8-GPU refresh (median) |")

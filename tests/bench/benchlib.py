@@ -54,6 +54,15 @@ def median_ms(fn, runs: int, warmup: int = 2) -> float:
     return statistics.median(times_ms(fn, runs, warmup))
 
 
+def tree_env(pkgs: Path) -> dict[str, str]:
+    """The environment that runs the `gpuwarden` linked at pkgs/gpuwarden (a tree under test or a peer): PYTHONPATH's
+    path finder comes before the editable install's. No GPUWARDEN_* leaks in; bytecode is written as installed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: compiled once, then read from __pycache__
+    env["PYTHONPATH"] = str(pkgs)
+    return env
+
+
 def export_tree(repo: Path, ref: str, dest: Path) -> Path:
     """The files of `ref` (git archive) under dest/peer: a peer tree to run the code before a change."""
     import subprocess

@@ -21,6 +21,7 @@ python3 -c 'import nvitop_exporter' 2>/dev/null || need+=(nvitop_exporter)
 python3 -c 'import xxhash' 2>/dev/null || need+=(xxhash)
 python3 -c 'import re2' 2>/dev/null || need+=(google_re2)
 python3 -c 'import rich' 2>/dev/null || need+=(rich pygments)
+python3 -c 'import textual_plotext' 2>/dev/null || need+=(textual_plotext plotext)
 if [ ${#need[@]} -gt 0 ] && [ -d .device/wheels ]; then
     files=()
     for n in "${need[@]}"; do files+=($(ls .device/wheels/${n}-*.whl 2>/dev/null)); done

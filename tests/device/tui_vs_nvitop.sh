@@ -3,7 +3,8 @@
 # with the sensor fields on). Both run in their own tmux session at 160x48 for $SECONDS_EACH seconds (default 120),
 # at the same time, each refreshing once a second; CPU = utime+stime of each process tree from /proc, read at the
 # start and the end. Run from the repo root: bash tests/device/tui_vs_nvitop.sh   (results in $OUT/tui_vs_nvitop.txt)
-# Touches no GPU setting; starts no GPU work (the node as it is: idle GPUs still have every sensor to read).
+# Touches no GPU setting. LOAD=1 runs a CUDA process busy ~50% (tests/device/gpu_busy.py) during the window, so
+# both tools show per-process utilisation (nvmlDeviceGetProcessUtilization) as well; default: no GPU work.
 
 source tests/device/setup.sh
 set -uo pipefail
@@ -28,6 +29,12 @@ tree_ticks() {  # utime+stime (clock ticks) of a process and its descendants
     echo $total
 }
 
+if [ "${LOAD:-0}" = 1 ]; then
+    python3 tests/device/gpu_busy.py 0.5 > "$STATE/busy.out" 2>&1 &
+    BUSY=$!
+    trap 'kill $BUSY 2>/dev/null; cleanup' EXIT
+    for _ in $(seq 120); do grep -q busy "$STATE/busy.out" && break; sleep 0.5; done
+fi
 tmux -S "$SOCK" new-session -d -s gw -x 160 -y 48 "gpuwarden --backend nvml tui --refresh 1"
 tmux -S "$SOCK" new-session -d -s nv -x 160 -y 48 "python3 -m nvitop --interval 1"
 sleep 5  # both past their start-up (imports, first NVML init) before counting
@@ -52,3 +59,4 @@ print(f"nvitop:               {nv:.2f} s CPU = {100 * nv / wall:.2f}% of a core"
 print(f"ratio gpuwarden/nvitop: {gw / nv:.2f}x (target <= 0.5x)" if nv else "nvitop used no CPU?")
 PY
 echo "== gpuwarden GPU 0 detail"; cat "$OUT/tui_vs_nvitop_gw_detail.txt"
+if [ "${LOAD:-0}" = 1 ]; then echo "== gpuwarden at the start (GPU% of the busy process)"; cat "$OUT/tui_vs_nvitop_gw_start.txt"; fi

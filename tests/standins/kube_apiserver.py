@@ -239,19 +239,38 @@ class FakeApiServer:
             self._bump(self.nodes[name])
 
     def add_pod(self, namespace: str, name: str, node: str, *, uid: str | None = None,
-                containers: dict[str, str] | None = None, labels: dict | None = None) -> dict:
-        """containers: name -> container id (with its runtime prefix, e.g. containerd://<64 hex>)."""
+                containers: dict[str, str] | None = None, labels: dict | None = None, ready: bool = True,
+                limits: dict[str, int] | None = None, owner_kind: str | None = None) -> dict:
+        """containers: name -> container id (with its runtime prefix, e.g. containerd://<64 hex>); limits: what
+        each container's resources.limits say (e.g. {"amd.com/gpu": 1}); owner_kind: its controller's kind."""
         with self.cond:
-            pod = {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4()),
-                                "labels": labels or {}},
-                   "spec": {"nodeName": node, "containers": [{"name": c} for c in (containers or {})]},
+            meta = {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4()), "labels": labels or {}}
+            if owner_kind:
+                meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner_kind, "name": f"{name}-owner",
+                                            "uid": str(uuid.uuid4()), "controller": True}]
+            specs = [{"name": c, **({"resources": {"limits": {k: str(v) for k, v in limits.items()}}}
+                                    if limits else {})} for c in (containers or ({"main": ""} if limits else {}))]
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                   "spec": {"nodeName": node, "containers": specs},
                    "status": {"phase": "Running", "containerStatuses": [
-                       {"name": c, "containerID": cid, "ready": True} for c, cid in (containers or {}).items()]}}
+                       {"name": c, "containerID": cid, "ready": ready} for c, cid in (containers or {}).items()],
+                              "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
             self._bump(pod)
             self.pods[(namespace, name)] = pod
             self._record("ADDED", pod)
             return copy.deepcopy(pod)
+
+    def set_ready(self, namespace: str, name: str, ready: bool = True) -> None:
+        """The kubelet reports the pod's readiness (what a PodDisruptionBudget counts as healthy)."""
+        with self.cond:
+            pod = self.pods[(namespace, name)]
+            for c in pod["status"].get("conditions") or []:
+                if c["type"] == "Ready":
+                    c["status"] = "True" if ready else "False"
+            for cs in pod["status"].get("containerStatuses") or []:
+                cs["ready"] = ready
+            self._bump(pod)
+            self._record("MODIFIED", pod)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         with self.cond:
@@ -263,16 +282,38 @@ class FakeApiServer:
             for hook in self.on_delete:  # the "kubelet" stopping the pod's containers
                 hook(namespace, name)
 
-    def add_pdb(self, namespace: str, name: str, match_labels: dict, disruptions_allowed: int) -> None:
+    def add_pdb(self, namespace: str, name: str, match_labels: dict, disruptions_allowed: int | None = None, *,
+                min_available: int | str | None = None, max_unavailable: int | str | None = None,
+                expected_pods: int | None = None) -> None:
+        """A PodDisruptionBudget. With min_available or max_unavailable (a count or "50%") the budget is worked
+        out at each eviction as the disruption controller does, from the matching pods that are Ready and not
+        terminating; expected_pods stands in for the controller's scale (default: the matching pods).
+        disruptions_allowed alone: a fixed status.disruptionsAllowed, counted down by each eviction."""
         with self.cond:
             self.pdbs.append({"namespace": namespace, "name": name, "matchLabels": match_labels,
-                              "disruptionsAllowed": disruptions_allowed})
+                              "disruptionsAllowed": disruptions_allowed, "minAvailable": min_available,
+                              "maxUnavailable": max_unavailable, "expectedPods": expected_pods})
 
     def set_pdb(self, name: str, disruptions_allowed: int) -> None:
         with self.cond:
             for p in self.pdbs:
                 if p["name"] == name:
                     p["disruptionsAllowed"] = disruptions_allowed
+
+    def _budget(self, pdb: dict) -> tuple[int, int, int]:
+        """(disruptionsAllowed, desiredHealthy, currentHealthy) of a PDB now (called with the lock held)."""
+        pods = [p for (ns, _), p in self.pods.items() if ns == pdb["namespace"]
+                and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in pdb["matchLabels"].items())]
+        healthy = sum(1 for p in pods if _ready(p) and not p["metadata"].get("deletionTimestamp"))
+        if pdb["minAvailable"] is None and pdb["maxUnavailable"] is None:
+            allowed = pdb["disruptionsAllowed"] or 0
+            return allowed, max(healthy - allowed, 0), healthy
+        expected = pdb["expectedPods"] if pdb["expectedPods"] is not None else len(pods)
+        if pdb["minAvailable"] is not None:
+            desired = _scaled(pdb["minAvailable"], expected)
+        else:
+            desired = max(expected - _scaled(pdb["maxUnavailable"], expected), 0)
+        return max(healthy - desired, 0), desired, healthy
 
     def compact(self) -> None:
         """Forget watch history (as etcd compaction does): open watches end with 410 Gone, and a watch
@@ -463,13 +504,15 @@ class FakeApiServer:
             labels = pod["metadata"].get("labels") or {}
             for pdb in self.pdbs:
                 if pdb["namespace"] == namespace and all(labels.get(k) == v for k, v in pdb["matchLabels"].items()):
-                    if pdb["disruptionsAllowed"] <= 0:
+                    allowed, desired, healthy = self._budget(pdb)
+                    # An unready pod may go while the budget is met (unhealthyPodEvictionPolicy IfHealthyBudget).
+                    if allowed <= 0 and not (not _ready(pod) and healthy >= desired):
                         raise ApiError(429, "TooManyRequests",
                                        "Cannot evict pod as it would violate the pod's disruption budget.",
                                        {"causes": [{"reason": "DisruptionBudget", "message":
-                                                    f"The disruption budget {pdb['name']} needs 1 healthy pods "
-                                                    "and has 1 currently"}]})
-                    if not dry:
+                                                    f"The disruption budget {pdb['name']} needs {desired} healthy "
+                                                    f"pods and has {healthy} currently"}]})
+                    if not dry and pdb["disruptionsAllowed"] is not None and _ready(pod):
                         pdb["disruptionsAllowed"] -= 1
             if dry:
                 return 201, _status_ok()
@@ -537,6 +580,18 @@ class FakeApiServer:
             self._bump(event)
             self.events.append(event)
         return 201, event
+
+
+def _ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or ())
+
+
+def _scaled(value: int | str, expected: int) -> int:
+    """An IntOrString of a PDB: a count, or a percentage of the expected pods rounded up (as the controller does)."""
+    if isinstance(value, str) and value.endswith("%"):
+        return -(-int(value[:-1]) * expected // 100)
+    return int(value)
 
 
 def _lease_not_found(name: str) -> ApiError:

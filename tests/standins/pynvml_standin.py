@@ -233,14 +233,34 @@ class _Replay:
         return self._processes(handle, "G")
 
 
+    def nvmlDeviceGetProcessUtilization(self, handle: DeviceHandle, timeStamp: int) -> list:
+        """NVML's documented answer: the samples newer than timeStamp (us), NOT_FOUND when there are none."""
+        newer = [s for s in self.utilisation.get(handle.index, ()) if s[1] > timeStamp]
+        if not newer:
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        out = []
+        for pid, stamp, sm, mem, enc, dec in newer:
+            struct = real.c_nvmlProcessUtilizationSample_t()
+            struct.pid, struct.timeStamp, struct.smUtil, struct.memUtil = pid, stamp, sm, mem
+            struct.encUtil, struct.decUtil = enc, dec
+            out.append(struct)
+        return out
+
+
 def build(gpus: list[SmiGpu], *, init_error: int | None = None, memory_v2: bool = True,
           process_memory: bool = True, process_v3: bool = True,
-          denied: frozenset[int] = frozenset()) -> types.ModuleType:
-    """A module that looks like `import pynvml` on the node the capture describes."""
+          denied: frozenset[int] = frozenset(),
+          utilisation: dict[int, list[tuple[int, int, int, int, int, int]]] | None = None) -> types.ModuleType:
+    """A module that looks like `import pynvml` on the node the capture describes. `utilisation`: gpu index ->
+    process samples (pid, timestamp us, sm, mem, enc, dec) nvmlDeviceGetProcessUtilization answers from; without
+    it the call is NOT_SUPPORTED, as nvidia-smi -q captures say nothing about it."""
     mod = types.ModuleType("pynvml", "stand-in pynvml replaying nvidia-smi -q")
     mod.calls = []
     replay = _Replay(mod, gpus, init_error=init_error, memory_v2=memory_v2, process_memory=process_memory,
                      process_v3=process_v3, denied=denied)
+    replay.utilisation = utilisation or {}
+    if utilisation is None:
+        replay.nvmlDeviceGetProcessUtilization = None  # type: ignore[assignment]
     for name in dir(real):
         obj = getattr(real, name)
         if name.startswith("nvml") and inspect.isfunction(obj):

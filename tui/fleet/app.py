@@ -17,8 +17,11 @@ from gpuwarden.ops.settings import Settings
 
 from ..app import GpuwardenApp
 from ..history import VramHistory
+from ..widgets.events import EventsPanel
 from gpuwarden.ops.sampling.thread import SamplingThread
+from gpuwarden.playbooks.fleet import actions
 from .screen import FleetScreen
+from .remote_run import RemotePlaybookRun
 
 # Which remote playbook each console key runs on the node.
 REMOTE = {
@@ -58,8 +61,8 @@ class FleetApp(GpuwardenApp):
         self.node, self._seq = name, 0
         self.snapshot, self.last_arrival, self.sample_error = None, None, None
         self.history = VramHistory()
+        self.reset_chart_history()  # the charts follow the node open now, nothing of the previous one
         self.last_bundle = None
-        from ..widgets.events import EventsPanel
         events = self.query_one(EventsPanel)
         events.events.clear()
         events.refresh()
@@ -112,9 +115,6 @@ class FleetApp(GpuwardenApp):
 
     # --- keys act on the open node, remotely -----------------------------------------------------
     def _new_run(self, spec, target, title: str):
-        from gpuwarden.playbooks.fleet import actions
-
-        from .remote_run import RemotePlaybookRun
         if self.node is None:
             raise GpuwardenError("no node open", "press Enter on a node first")
         builder, args = REMOTE[spec.name](target)

@@ -7,6 +7,8 @@ import typer
 
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.playbooks.commands import fleet as fleet_cli
+from gpuwarden.ops.units import parse_duration
+from ..command import in_browser, require_terminal
 
 MIN_REFRESH_S = 0.5
 
@@ -14,8 +16,8 @@ MIN_REFRESH_S = 0.5
 def open_fleet_tui(settings, target, *, refresh_s: float, read_only: bool, history_s: float | None = None) -> int:
     if refresh_s < MIN_REFRESH_S:
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
-    from ..command import in_browser, require_terminal
     require_terminal("the fleet console", "`gpuwarden fleet status --json`")
+    # deferred: every command loads this module with the CLI; Textual and the console load when it opens
     from .app import FleetApp
     monitor = _monitor(target, refresh_s, history_s).start()
     try:
@@ -34,8 +36,10 @@ def _monitor(target, refresh_s: float, history_s: float | None):
     """SSH streams for every node, or Prometheus first with streams only where its series fall short."""
     hosts = list(target.hosts)
     if target.prometheus is None:
+        # deferred: every command loads this module with the CLI; the fleet's sources (asyncio, ssl) when it opens
         from gpuwarden.ops.fleet.monitor import FleetMonitor
         return FleetMonitor(hosts, target.ssh, target.remote, interval=refresh_s, parallel=target.parallel)
+    # deferred: every command loads this module with the CLI; the fleet's sources (asyncio, http) when it opens
     from gpuwarden.ops.fleet.promfleet import read_fleet
     from gpuwarden.ops.fleet.promwatch import PromFleetMonitor
     if not hosts:  # the fleet is every node Prometheus knows now (one that appears later needs a restart)
@@ -67,7 +71,6 @@ def register(fleet_group: typer.Typer) -> None:
         With --prometheus the rows come from Prometheus (with each node's trend over --history) and only nodes
         whose series are missing or stale, and the node you open, are streamed over SSH.
         """
-        from gpuwarden.ops.units import parse_duration
         history_s = parse_duration(history) or None
         code = open_fleet_tui(ctx.obj, fleet_target, refresh_s=refresh, read_only=read_only, history_s=history_s)
         if code:

@@ -15,6 +15,9 @@ from rich.text import Text
 from textual.widgets import Label, RichLog, Static
 
 from gpuwarden.ops.model import EngineInfo
+from gpuwarden.ops.bundle.triage_file import triage_bundle
+from gpuwarden.ops.engines.logs import follow
+from gpuwarden.ops.triage.render import headline
 
 from ..styles import STYLES as S
 from ..widgets.keystrip import KeyStrip
@@ -41,8 +44,6 @@ def triage_headline(bundle: Path, engine: str | None = None) -> str:
     A narrow call on purpose: triage_bundle and render.headline only (the triage package evolves).
     """
     try:
-        from gpuwarden.ops.bundle.triage_file import triage_bundle
-        from gpuwarden.ops.triage.render import headline
         return headline(triage_bundle(bundle, engine))
     except Exception as exc:  # evidence that cannot be read must not take the view down
         return f"unreadable ({exc}); `gpuwarden triage {bundle}` says more"
@@ -87,7 +88,6 @@ class EngineLogScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="engine-log")
     def _follow(self) -> None:
-        from gpuwarden.ops.engines.logs import follow
         log = self.query_one(RichLog)
         for line in follow(Path(self.log_path), from_end_lines=200, poll_s=0.2,
                            keep_going=lambda: not self._stop_follow.is_set()):

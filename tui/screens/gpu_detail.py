@@ -1,4 +1,5 @@
-"""One GPU in detail: its numbers, where its VRAM went (processes, baseline, residual) and who holds the residual.
+"""One GPU in detail: its numbers, its charts (last hour, seven days), where its VRAM went (processes, baseline,
+residual) and who holds the residual.
 
 Follows the live snapshots while open; Escape goes back.
 """
@@ -16,6 +17,7 @@ from gpuwarden.ops.model import NodeSnapshot
 from .. import text
 from ..sensor_text import sensor_lines
 from ..styles import STYLES as S
+from ..widgets.charts import ChartsPane
 from ..widgets.keystrip import KeyStrip
 
 
@@ -61,12 +63,15 @@ def gpu_summary(snap: NodeSnapshot, index: int) -> Text:
 class GpuDetailScreen(Screen[None]):
     # q and backspace as well as Esc: a terminal holds a lone Esc back ~100 ms (ESCDELAY) in case more follows.
     BINDINGS = [("escape", "app.pop_screen", "Back"), ("q", "app.pop_screen", "Back"),
-                ("backspace", "app.pop_screen", "Back")]
+                ("backspace", "app.pop_screen", "Back"), ("c", "charts", "Charts")]
 
-    def __init__(self, index: int, snap: NodeSnapshot):
+    def __init__(self, index: int, snap: NodeSnapshot, *, charts: bool = False):
         super().__init__()
         self.index = index
         self.snap = snap
+        self.charts_first = charts  # opened for its charts (c): scrolled down to them
+        self._summary: tuple | None = None  # what the summary and the table show now
+        self._rows: list[tuple] | None = None
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -74,24 +79,48 @@ class GpuDetailScreen(Screen[None]):
             table = DataTable(cursor_type="row", id="gpu-procs")
             table.border_title = "Processes on this GPU"
             yield table
-        yield KeyStrip([("q/esc", "Back")])
+            yield ChartsPane(self.index)
+        yield KeyStrip([("q/esc", "Back"), ("c", "Charts")])
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns("PID", "USER", "STATE", "VRAM", "FROM", "CONTAINER", "COMMAND")
         self.show_snapshot(self.snap)
 
+    def charts_drawn(self, builds: int) -> None:
+        """(ChartsPane) A build has landed: opened for the charts, scroll to them now that they have their size
+        (again after the next builds: the first can land before the view is laid out)."""
+        if self.charts_first:
+            self.charts_first = builds < 3
+            self.call_after_refresh(self.action_charts)
+
+    def action_charts(self) -> None:
+        """Scroll down to the charts (below the processes)."""
+        self.query_one(VerticalScroll).scroll_to_widget(self.query_one(ChartsPane), animate=False, top=True)
+
     def show_snapshot(self, snap: NodeSnapshot) -> None:
         self.snap = snap
-        self.query_one("#gpu-summary", Static).update(gpu_summary(snap, self.index))
-        table = self.query_one(DataTable)
-        table.clear()
+        # Redrawn only when changed: a new table or summary re-lays the whole view out, charts included.
+        summary = gpu_summary(snap, self.index)
+        if (summary.plain, summary.spans) != self._summary:
+            self._summary = (summary.plain, summary.spans)
+            self.query_one("#gpu-summary", Static).update(summary)
+        self.query_one(ChartsPane).update(snap)
         g = snap.gpu(self.index)
         files = set(g.device_files) if g else set()
+        rows = []
         for p in snap.processes:
             if self.index not in p.vram and not files.intersection(p.device_files):
                 continue
             vram = p.vram.get(self.index)
-            table.add_row(str(p.pid), p.user or "?", Text(p.state, style="" if p.alive else S["phase.bad"]),
-                          text.size(vram) if vram is not None else "files only", p.sources.get(self.index, "-"),
-                          f"{p.namespace}/{p.pod}" if p.pod else (p.container or "-"),  # Kubernetes: the pod
-                          text.command_line(p.command, 60), key=str(p.pid))
+            rows.append((str(p.pid), p.user or "?", Text(p.state, style="" if p.alive else S["phase.bad"]),
+                         text.size(vram) if vram is not None else "files only", p.sources.get(self.index, "-"),
+                         f"{p.namespace}/{p.pod}" if p.pod else (p.container or "-"),  # Kubernetes: the pod
+                         text.command_line(p.command, 60)))
+        shown = [tuple((c.plain, str(c.style)) if isinstance(c, Text) else c for c in row) for row in rows]
+        if shown == self._rows:
+            return
+        self._rows = shown
+        table = self.query_one(DataTable)
+        table.clear()
+        for row in rows:
+            table.add_row(*row, key=row[0])

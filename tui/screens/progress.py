@@ -14,13 +14,13 @@ from textual.widgets import Label, Static
 from gpuwarden.playbooks.framework import Event
 from ..styles import STYLES as S
 from ..widgets.keystrip import KeyStrip
+from ..keyhints import with_keys
 
 MARK = {"step_ok": ("ok", S["phase.good"]), "step_failed": ("FAILED", S["phase.bad"]),
         "step_skipped": ("skipped", S["phase.busy"])}
 
 
 def event_line(event: Event) -> Text:
-    from ..keyhints import with_keys
     if event.kind != "planned":  # hints name the console's keys, not commands to paste into a shell
         event = Event(event.kind, event.playbook, event.step, with_keys(event.message), event.data, event.ts)
     t = Text()

@@ -7,6 +7,8 @@ and the file or call that did not answer, as `status` does (gpuwarden.ops.deadli
 from __future__ import annotations
 
 from ...errors import BackendUnavailable, GpuwardenError
+from ...backends.select import open_backend
+from ...model import snapshot_from_dict
 from ..model import Result, fail, passed, skip
 from ..probe import CheckIO
 
@@ -16,18 +18,17 @@ TIMEOUT_S = 8.0
 
 def _captured(io: CheckIO) -> tuple[list[str], list[int], int, float] | None:
     """What the bundle's own snapshot said (its GPUs, the stale ones); None without one."""
-    import json
-    from ...model import snapshot_from_dict
+    from ... import jsondoc
     path = io.settings.state_dir / "gpuwarden" / "snapshot.json"
     io.note("the bundle's gpuwarden/snapshot.json")
     try:
-        snap = snapshot_from_dict(json.loads(path.read_text()))
+        snap = snapshot_from_dict(jsondoc.loads(path.read_bytes()))  # a bundle's: nesting bounded
     except (OSError, ValueError, TypeError, KeyError):
         return None
-    stale = [g for g in snap.gpus if g.stale is not None]
-    late = [g.stale.message for g in stale] + [w.message for w in snap.warnings if w.code == "stale" and w.gpu is None]
-    deadline = stale[0].stale.deadline_s if stale else io.settings.read_timeout_s
-    return late, [g.index for g in stale], len(snap.gpus), deadline
+    stale = [(g.index, g.stale) for g in snap.gpus if g.stale is not None]
+    late = [s.message for _, s in stale] + [w.message for w in snap.warnings if w.code == "stale" and w.gpu is None]
+    deadline = stale[0][1].deadline_s if stale else io.settings.read_timeout_s
+    return late, [i for i, _ in stale], len(snap.gpus), deadline
 
 
 def check_answers(io: CheckIO) -> Result:
@@ -39,7 +40,6 @@ def check_answers(io: CheckIO) -> Result:
         return _verdict(late, stale, count, deadline, "when the bundle was taken")
     if not io.live:
         return skip("not the live node: a captured tree has no driver to ask")
-    from ...backends.select import open_backend
     settings = io.settings
     deadline = min(settings.read_timeout_s, TIMEOUT_S - 2.0)
     settings = settings.with_(read_timeout_s=deadline, **({"backend": "sim"} if io.roots.simulated else {}))

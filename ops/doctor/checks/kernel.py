@@ -45,7 +45,8 @@ def check_gpu_driver(io: CheckIO) -> Result:
     amd, dkms = amdgpu_module(io)
     nv = nvidia_present(io)
     gpus = amd_gpus(io)
-    parts, details = [], {}
+    parts: list[str] = []
+    details: dict[str, str | None] = {}
     if amd:
         parts.append(f"amdgpu {dkms} (AMD's DKMS driver)" if dkms else "amdgpu (the kernel's own driver, no version file)")
         details["amdgpu"] = dkms or "in-tree"
@@ -83,7 +84,7 @@ def check_rocm_compat(io: CheckIO) -> Result:
     if not installs:
         return skip("no ROCm user space under /opt (no /opt/rocm*/.info/version)")
     rocm = active or sorted(installs.values())[-1]
-    details = {"rocm": rocm, "installs": installs}
+    details: dict[str, object] = {"rocm": rocm, "installs": installs}
     loaded, dkms = amdgpu_module(io)
     if not loaded:
         return unknown(f"ROCm {rocm} installed but amdgpu is not loaded", "modprobe amdgpu", **details)

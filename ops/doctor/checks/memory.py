@@ -15,27 +15,27 @@ import re
 import resource
 
 from ...arena import budget as kfd_budget
-from ...arena.format import DEFAULT_CHUNK, chunk_count_for, header_size_for
+from ...arena.format import DEFAULT_CHUNK, chunk_count_for, header_size_for, load_header
 from ...engines import state as engine_state
 from ...errors import GpuwardenError
+from ...nodeconfig import ArenaConfig
 from ...units import fmt_bytes, parse_kernel_size
 from ..model import Result, fail, passed, skip, unknown, warn
 from ..node import is_live_proc, meminfo, node_config
 from ..probe import CheckIO
 
 
-def _arena(io: CheckIO):
+def _arena(io: CheckIO) -> ArenaConfig | None:
     cfg = node_config(io)
     return None if cfg is None else cfg.arena
 
 
-def _arena_bytes(arena, live: bool = True) -> int | None:
+def _arena_bytes(arena: ArenaConfig, live: bool = True) -> int | None:
     """Bytes the arena file takes: header + payload (from its header when the config gives no size)."""
     if not arena.size:
         if not live:
             return None  # the file on this machine is not the captured node's
         try:
-            from ...arena.format import load_header
             h = load_header(arena.path)
             return h.header_size + h.payload_size
         except (GpuwardenError, OSError):
@@ -185,12 +185,13 @@ def check_memlock(io: CheckIO) -> Result:
         io.note("getrlimit(RLIMIT_MEMLOCK)")
         soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
         limits["engines launched from this shell"] = INFINITY if soft == resource.RLIM_INFINITY else soft
-        uid = os.getuid()
+        uid: int | None = os.getuid()
     else:
         recorded = io.probe.extra.get("memlock_soft")
         if recorded is not None:
             limits["the bundle's collector"] = INFINITY if recorded == "unlimited" else int(recorded)
-        uid = io.probe.extra.get("uid")
+        recorded_uid = io.probe.extra.get("uid")  # the bundle's node.json collected_by.uid
+        uid = recorded_uid if isinstance(recorded_uid, int) else None
     try:
         user = pwd.getpwuid(uid).pw_name if uid is not None else None
     except KeyError:

@@ -83,7 +83,7 @@ def parse_smi_xml(text: str) -> list[dict[str, Any]]:
     root = ET.fromstring(text.strip())
     gpus = []
     for i, g in enumerate(root.findall("gpu")):
-        def get(path: str, g=g) -> str | None:
+        def get(path: str, g: ET.Element = g) -> str | None:
             node = g.find(path)
             return node.text if node is not None else None
         cur_mig, pend_mig = _flag(get("mig_mode/current_mig")), _flag(get("mig_mode/pending_mig"))
@@ -130,6 +130,7 @@ def nvidia_facts(io: CheckIO) -> dict[str, Any]:
         nv = io.probe.extra.get("pynvml")
         if nv is None:
             try:
+                # deferred: optional (nvidia-ml-py), and only a check of a live NVIDIA node asks NVML
                 import pynvml as nv  # type: ignore[no-redef]
             except ImportError:
                 return {"error": "nvidia-ml-py (pynvml) is not installed"}
@@ -140,13 +141,14 @@ def nvidia_facts(io: CheckIO) -> dict[str, Any]:
     return io.shared("nvidia_facts", collect)
 
 
-def _gpus_or(io: CheckIO) -> tuple[list[dict[str, Any]] | None, Result | None]:
+def _gpus_or(io: CheckIO) -> list[dict[str, Any]] | Result:
+    """The GPUs NVML (or the bundle's nvidia-smi report) describes; the check's answer when there are none to ask."""
     if not nvidia_present(io):
-        return None, skip("no NVIDIA driver loaded")
+        return skip("no NVIDIA driver loaded")
     facts = nvidia_facts(io)
     if "error" in facts:
-        return None, unknown(facts["error"], "install nvidia-ml-py, or run on the node itself")
-    return [g for g in facts["gpus"] if "error" not in g], None
+        return unknown(facts["error"], "install nvidia-ml-py, or run on the node itself")
+    return [g for g in facts["gpus"] if "error" not in g]
 
 
 def _label(g: dict[str, Any]) -> str:
@@ -154,9 +156,9 @@ def _label(g: dict[str, Any]) -> str:
 
 
 def check_persistence(io: CheckIO) -> Result:
-    gpus, early = _gpus_or(io)
-    if early:
-        return early
+    gpus = _gpus_or(io)
+    if isinstance(gpus, Result):
+        return gpus
     off = [_label(g) for g in gpus if g.get("persistence") is False]
     known = [g for g in gpus if g.get("persistence") is not None]
     details = {"persistence": {_label(g): g.get("persistence") for g in gpus}}
@@ -198,17 +200,17 @@ def check_persistenced(io: CheckIO) -> Result:
                       "open, so `nvidia-smi -r` (and `gpuwarden reset` on NVIDIA) fails with \"In use by another "
                       "client\" until it is stopped: systemctl stop nvidia-persistenced, reset, then start it again",
                       pids=pids)
-    gpus, early = _gpus_or(io)
-    if gpus and all(g.get("persistence") for g in gpus):
+    gpus = _gpus_or(io)
+    if not isinstance(gpus, Result) and gpus and all(g.get("persistence") for g in gpus):
         return passed("nvidia-persistenced is not running; persistence mode is on (legacy `nvidia-smi -pm 1`), "
                       "which NVIDIA replaced with the daemon", pids=[])
     return warn("nvidia-persistenced is not running", "systemctl enable --now nvidia-persistenced", pids=[])
 
 
 def check_mig(io: CheckIO) -> Result:
-    gpus, early = _gpus_or(io)
-    if early:
-        return early
+    gpus = _gpus_or(io)
+    if isinstance(gpus, Result):
+        return gpus
     pending = [f"{_label(g)} ({'on' if g['mig'][0] else 'off'} -> {'on' if g['mig'][1] else 'off'})"
                for g in gpus if g.get("mig") and g["mig"][0] != g["mig"][1]]
     on = [_label(g) for g in gpus if g.get("mig") and g["mig"][0]]
@@ -223,9 +225,9 @@ def check_mig(io: CheckIO) -> Result:
 
 
 def check_ecc(io: CheckIO) -> Result:
-    gpus, early = _gpus_or(io)
-    if early:
-        return early
+    gpus = _gpus_or(io)
+    if isinstance(gpus, Result):
+        return gpus
     details = {"ecc": {_label(g): {"mode": g.get("ecc"), "uncorrected_volatile": g.get("ecc_uncorrected_volatile")}
                        for g in gpus}}
     errors = [f"{_label(g)} {g['ecc_uncorrected_volatile']}" for g in gpus if g.get("ecc_uncorrected_volatile")]
@@ -247,9 +249,9 @@ def check_ecc(io: CheckIO) -> Result:
 
 
 def check_pages(io: CheckIO) -> Result:
-    gpus, early = _gpus_or(io)
-    if early:
-        return early
+    gpus = _gpus_or(io)
+    if isinstance(gpus, Result):
+        return gpus
     failed, pending, unc = [], [], []
     for g in gpus:
         rows = g.get("remapped") or {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ...arena.budget import kfd_system_limit
 from ...errors import GpuwardenError
 from ...units import fmt_bytes
+from ...arena import budget
 from ..model import Result, passed, skip, unknown, warn
 from ..node import amd_gpus, mem_total, node_config
 from ..probe import CheckIO
@@ -26,20 +27,20 @@ def _no_amdgpu(io: CheckIO) -> Result | None:
     return None
 
 
-def _param(io: CheckIO, name: str) -> tuple[str, None] | tuple[None, Result]:
-    """(the parameter's value, None), or (None, the verdict when amdgpu is absent or the file unreadable)."""
+def _param(io: CheckIO, name: str) -> str | Result:
+    """The parameter's value, or the verdict when amdgpu is absent or the file unreadable."""
     if (absent := _no_amdgpu(io)):
-        return None, absent
+        return absent
     raw = io.line("gpu", f"{PARAMS}/{name}")
     if raw is None:
-        return None, unknown(f"cannot read /sys/{PARAMS}/{name} (a driver older than the parameter?)")
-    return raw, None
+        return unknown(f"cannot read /sys/{PARAMS}/{name} (a driver older than the parameter?)")
+    return raw
 
 
 def check_gpu_recovery(io: CheckIO) -> Result:
-    raw, early = _param(io, "gpu_recovery")
-    if early:
-        return early
+    raw = _param(io, "gpu_recovery")
+    if isinstance(raw, Result):
+        return raw
     try:
         value = int(raw)
     except ValueError:
@@ -70,9 +71,9 @@ def parse_lockup_timeout(raw: str) -> dict[str, int | None]:
 
 
 def check_lockup_timeout(io: CheckIO) -> Result:
-    raw, early = _param(io, "lockup_timeout")
-    if early:
-        return early
+    raw = _param(io, "lockup_timeout")
+    if isinstance(raw, Result):
+        return raw
     try:
         per = parse_lockup_timeout(raw)
     except ValueError:
@@ -89,12 +90,11 @@ def check_lockup_timeout(io: CheckIO) -> Result:
                   value=raw, engines=per)
 
 
-def _plan_budget(io: CheckIO):
+def _plan_budget(io: CheckIO) -> budget.Budget | None:
     """The node config's arena plan against KFD's limit (ops/arena/budget), or None without a plan."""
     cfg = node_config(io)
     if cfg is None or cfg.arena is None or not cfg.engines:
         return None
-    from ...arena import budget
     settings = io.settings.with_(sysfs_root=io.roots.gpu, proc_root=io.roots.proc)
     try:
         size, visible = budget.from_config(settings)
@@ -104,9 +104,9 @@ def _plan_budget(io: CheckIO):
 
 
 def check_kfd_limit(io: CheckIO) -> Result:
-    raw, early = _param(io, "no_system_mem_limit")
-    if early:
-        return early
+    raw = _param(io, "no_system_mem_limit")
+    if isinstance(raw, Result):
+        return raw
     total = mem_total(io)
     limit = kfd_system_limit(total) if total else None
     shown = fmt_bytes(limit) if limit else "RAM - RAM/64 - 1.5 GiB"

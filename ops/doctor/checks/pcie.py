@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+from typing import TypedDict
 
 from ...backends.sysfs import AMD_VENDOR
 from ...engines import state as engine_state
@@ -68,7 +69,7 @@ def acs_control(config: bytes) -> int | None:
         if header in (0, 0xFFFFFFFF):
             return None
         if header & 0xFFFF == ACS_ID:
-            return struct.unpack_from("<H", config, offset + 6)[0]
+            return int(struct.unpack_from("<H", config, offset + 6)[0])
         offset = (header >> 20) & 0xFFC
         if offset == 0:
             return None
@@ -229,25 +230,31 @@ def _engine_cpus(io: CheckIO) -> dict[str, tuple[int | None, set[int]]]:
     return out
 
 
+class _Placement(TypedDict):
+    numa_node: int | None
+    cpus: str | None  # local_cpulist
+
+
 def check_numa(io: CheckIO) -> Result:
     nodes = readable_cpus(io.line("sys", "devices/system/node/online"))
     gpus = [g for g in amd_gpus(io) if g.dev]
-    placement = {}
+    placement: dict[int, _Placement] = {}
     for g in gpus:
         node = io.int("gpu", f"{g.dev}/numa_node")
         placement[g.index] = {"numa_node": node, "cpus": io.line("gpu", f"{g.dev}/local_cpulist")}
     balancing = io.int("proc", "sys/kernel/numa_balancing")
-    details = {"numa_nodes": sorted(nodes), "gpus": placement, "numa_balancing": balancing}
+    details: dict[str, object] = {"numa_nodes": sorted(nodes), "gpus": placement, "numa_balancing": balancing}
     if len(nodes) <= 1:
         return passed(f"one NUMA node{'' if nodes else ' (or none reported)'}: every CPU is as close to every GPU",
                       **details)
     problems = []
     engines = _engine_cpus(io)
     for name, (gpu, cpus) in engines.items():
-        local = readable_cpus((placement.get(gpu) or {}).get("cpus")) if gpu is not None else set()
-        if local and cpus - local:
+        at = placement.get(gpu) if gpu is not None else None
+        local = readable_cpus(at["cpus"]) if at is not None else set()
+        if at is not None and local and cpus - local:
             problems.append(f"engine {name} may run on {len(cpus - local)} CPU(s) outside GPU {gpu}'s NUMA node "
-                            f"{placement[gpu]['numa_node']}")
+                            f"{at['numa_node']}")
     if any(p["numa_node"] == -1 for p in placement.values()):
         problems.append("a GPU has no NUMA node (numa_node -1: the firmware's ACPI tables do not say)")
     details["engines_checked"] = sorted(engines)

@@ -1,4 +1,5 @@
-"""The node config: one-line errors naming file, line and key; the README examples parse."""
+"""The node config (ops/nodeconfig): one-line errors naming file, line and key; `config check` lists each error
+once; the README examples parse."""
 
 from __future__ import annotations
 
@@ -9,21 +10,11 @@ import pytest
 from gpuwarden.ops.errors import ConfigError
 from gpuwarden.ops.nodeconfig import parse
 from gpuwarden.playbooks.commands.config import FOUR_ENGINES, RUNTIMES, canary_example
+from helpers.configs import BROKEN, GOOD
 
-GOOD = """\
-[stagger]
-slots = 2
+# The sim node the `config check` tests run on (conftest.py's sim_cli reads it): BROKEN names GPU 7 of four.
+SIM_NODE = {"gpus": 4}
 
-[[engines]]
-name = "e0"
-gpu = 0
-argv = ["/bin/true"]
-
-[[engines]]
-name = "e1"
-gpu = 1
-argv = ["/bin/true"]
-"""
 
 
 @pytest.mark.parametrize("broken, line, words", [
@@ -75,3 +66,18 @@ def test_cli_check_one_line_error(tmp_path, cli):
     assert proc.returncode == 0 and "ok" in proc.stdout
     proc = cli("--config", str(tmp_path / "missing.toml"), "config", "check")
     assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_config_check_lists_each_error_once_with_the_missing_gpu_and_takes_config_after_the_command(sim_cli, tmp_path):
+    config = tmp_path / "node.toml"
+    config.write_text(BROKEN)
+    for args in (("--config", str(config), "config", "check"), ("config", "check", "--config", str(config))):
+        proc = sim_cli(*args)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("gpuwarden: error: ")]
+        assert len(lines) == len(set(lines)) == 3, proc.stderr  # stop_grace once, though two engines inherit it
+        text = "\n".join(lines)
+        assert "node.toml:2: arena.path: must be an absolute path, got 'relative.arena'" in text
+        assert "node.toml:5: defaults.stop_grace" in text
+        assert "node.toml:9: engines[0].gpu: GPU 7 does not exist on this node (it has GPUs 0-3)" in text
