@@ -88,6 +88,37 @@ def test_read_only_removes_action_bindings_and_palette_entries(settings):
     run(go())
 
 
+def test_every_action_path_refuses_in_read_only_and_while_a_playbook_runs(settings):
+    """The GPU actions, the process stop dialog and the process view's signal menu share one guard."""
+    async def go():
+        app = make_app(settings, read_only=True)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            process = next(iter(app.snapshot.processes), None)
+            app.action_act("drain")
+            app.action_stop_process()
+            app.send_process_signal(process, "TERM", True)
+            def said(text: str) -> int:
+                return [n.message for n in app._notifications].count(text)
+            await wait_for(pilot, lambda: said("read-only: actions are disabled") == 3, what="three refusals")
+            assert app.current_run is None
+
+            app.read_only = False
+            app._notifications.clear()
+
+            class Running:  # what the app keeps of a playbook it started, still going
+                title, running = "Drain GPU 1", True
+            app.current_run = Running()
+            app.action_act("purge")
+            app.action_stop_process()
+            app.send_process_signal(process, "KILL", True)
+            await wait_for(pilot, lambda: said("Drain GPU 1 is still running (o shows it)") == 3,
+                           what="three refusals while one runs")
+            assert isinstance(app.current_run, Running) and len(app.screen_stack) == 1
+            app.current_run = None  # nothing for the app's exit to cancel
+    run(go())
+
+
 def test_confirm_dialog_focuses_cancel_and_enter_cancels():
     from gpuwarden.tui.screens.confirm import ConfirmScreen
     from textual.app import App

@@ -453,14 +453,20 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         return Target(gpu=self.query_one(GpusPanel).selected_gpu(), engine=engine.name if engine else None,
                       engine_gpu=engine.gpu if engine else None)
 
-    def action_act(self, name: str) -> None:
+    def may_act(self) -> bool:
+        """Whether a playbook may start now; when not, the operator is told why."""
         if self.read_only:  # the keys are gone; this catches anything else that asks
             self.notify("read-only: actions are disabled", severity="warning")
-            return
-        spec = by_name(name)
+            return False
         if self.current_run is not None and self.current_run.running:
             self.notify(f"{self.current_run.title} is still running (o shows it)", severity="warning")
+            return False
+        return True
+
+    def action_act(self, name: str) -> None:
+        if not self.may_act():
             return
+        spec = by_name(name)
         target = self._target()
         if spec.needs == "gpu" and target.gpu is None:
             self.notify("select a GPU first", severity="warning")

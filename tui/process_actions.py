@@ -70,12 +70,7 @@ class ProcessActionsMixin:
             (event.input.target or self.query_one(ProcessesPanel)).focus()  # type: ignore[attr-defined]
 
     def action_stop_process(self) -> None:
-        if self.read_only:  # type: ignore[attr-defined]
-            self.notify("read-only: actions are disabled", severity="warning")  # type: ignore[attr-defined]
-            return
-        run = self.current_run  # type: ignore[attr-defined]
-        if run is not None and run.running:
-            self.notify(f"{run.title} is still running (o shows it)", severity="warning")  # type: ignore
+        if not self.may_act():  # type: ignore[attr-defined]
             return
         panel = self.query_one(ProcessesPanel)  # type: ignore[attr-defined]
         process = panel.selected() if panel.display else None
@@ -105,12 +100,7 @@ class ProcessActionsMixin:
 
     def send_process_signal(self, process, name: str, ends: bool) -> None:
         """The process view's menu: send SIG`name` through the signal playbook (asks first when `ends`)."""
-        if self.read_only:  # type: ignore[attr-defined]
-            self.notify("read-only: actions are disabled", severity="warning")  # type: ignore[attr-defined]
-            return
-        run = self.current_run  # type: ignore[attr-defined]
-        if run is not None and run.running:
-            self.notify(f"{run.title} is still running (o shows it)", severity="warning")  # type: ignore
+        if not self.may_act():  # type: ignore[attr-defined]
             return
         from gpuwarden.playbooks.signalproc import SignalProcessPlaybook
         from .runner import PlaybookRun
