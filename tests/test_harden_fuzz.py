@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from helpers.bundles import real_bundle  # noqa: F401  (a fixture: the tests below take it by name)
 from hypothesis import strategies as st
 
 from gpuwarden.ops.errors import GpuwardenError
@@ -246,17 +247,6 @@ def test_fuzz_arena_cli(tmp_path_factory, body):
 
 
 # --- bundles ------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def real_bundle(tmp_path_factory) -> bytes:
-    from gpuwarden.ops.bundle.collect import collect_bundle
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.ops.sim.node import SimNode
-    state = tmp_path_factory.mktemp("bundle-state")
-    SimNode(state).init(gpus=2, vram=4 << 30)
-    result = collect_bundle(Settings(state_dir=state, config_path=state / "none.toml", backend="sim"),
-                            output=tmp_path_factory.mktemp("bundle-out"), safe_mode=True, timeout_s=5)
-    return result.path.read_bytes()
 
 
 def _members(raw: bytes) -> list[tuple[tarfile.TarInfo, bytes | None]]:

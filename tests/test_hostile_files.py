@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import gpuwarden
+from helpers.bundles import real_bundle  # noqa: F401  (a fixture: the tests below take it by name)
 from simnode import wait_for
 from gpuwarden.ops import jsondoc
 from gpuwarden.ops.errors import GpuwardenError
@@ -29,18 +30,6 @@ def one_line(proc: subprocess.CompletedProcess, needle: str, code: int = 2) -> N
     lines = proc.stderr.strip().splitlines()
     assert lines and lines[0].startswith("gpuwarden: error: ") and needle in lines[0], proc.stderr
     assert len(lines) <= 2 and "Traceback" not in proc.stderr, proc.stderr
-
-
-@pytest.fixture(scope="module")
-def real_bundle(tmp_path_factory) -> bytes:
-    from gpuwarden.ops.bundle.collect import collect_bundle
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.ops.sim.node import SimNode
-    state = tmp_path_factory.mktemp("bundle-state")
-    SimNode(state).init(gpus=2, vram=4 << 30)
-    result = collect_bundle(Settings(state_dir=state, config_path=state / "none.toml", backend="sim"),
-                            output=tmp_path_factory.mktemp("bundle-out"), safe_mode=True, timeout_s=5)
-    return result.path.read_bytes()
 
 
 def with_member(raw: bytes, rel: str, data: bytes) -> bytes:

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 from test_tui_app import live_app
-from test_tui_support import fixed_snapshot, make_app, screen_text, wait_for
+from test_tui_support import fixed_snapshot, make_app, palette_highlighted, screen_text, wait_for
 
 from gpuwarden.ops.settings import Settings
 
@@ -163,15 +163,7 @@ def test_colon_reaches_the_topology_view(settings):
             await pilot.press("colon")
             await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", what="the palette")
             await pilot.press(*"go to topology")
-            from textual.widgets import OptionList
-
-            def highlighted() -> str:
-                options = app.screen.query(OptionList)
-                if not options or options.first().highlighted is None:
-                    return ""
-                option = options.first().get_option_at_index(options.first().highlighted)
-                return str(getattr(option.prompt, "plain", option.prompt))
-            await wait_for(pilot, lambda: "Go to topology" in highlighted(), timeout=30, what="the topology entry")
+            await wait_for(pilot, lambda: "Go to topology" in palette_highlighted(app), timeout=30, what="the topology entry")
             await pilot.press("enter")
             await wait_for(pilot, lambda: type(app.screen).__name__ == "TopologyScreen", what="the topology view")
             await wait_for(pilot, lambda: app.screen.computed >= 1, timeout=30, what="the topology read")

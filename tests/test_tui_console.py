@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 from test_tui_app import live_app
-from test_tui_support import make_app, open_processes, screen_text, wait_for
+from test_tui_support import make_app, open_processes, palette_highlighted, screen_text, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 # The sim node of the live-console tests (conftest.py's sim_settings fixture reads it).
@@ -256,16 +256,8 @@ def test_colon_jumps_to_a_gpu_through_the_palette(settings):
             await pilot.press("colon")
             await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", what="the palette")
             await pilot.press(*"go to gpu 2")
-            from textual.widgets import OptionList
-
-            def highlighted() -> str:
-                options = app.screen.query(OptionList)
-                if not options or options.first().highlighted is None:
-                    return ""
-                option = options.first().get_option_at_index(options.first().highlighted)
-                return str(getattr(option.prompt, "plain", option.prompt))
             # Hits arrive as the search runs: Enter only once the GPU 2 entry is the one highlighted.
-            await wait_for(pilot, lambda: "Go to GPU 2" in highlighted(), timeout=30, what="the GPU 2 entry on top")
+            await wait_for(pilot, lambda: "Go to GPU 2" in palette_highlighted(app), timeout=30, what="the GPU 2 entry on top")
             await pilot.press("enter")
             await wait_for(pilot, lambda: type(app.screen).__name__ == "GpuDetailScreen", what="GPU 2's detail")
             assert app.screen.index == 2

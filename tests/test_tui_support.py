@@ -94,3 +94,13 @@ def screen_text(app) -> str:
     """What the active screen shows, as plain text lines (Textual's compositor output, colours dropped)."""
     strips = app.screen._compositor.render_strips()
     return "\n".join("".join(seg.text for seg in strip) for strip in strips)
+
+
+def palette_highlighted(app) -> str:
+    """The text of the command palette's highlighted hit ("" while none is)."""
+    from textual.widgets import OptionList
+    options = app.screen.query(OptionList)
+    if not options or options.first().highlighted is None:
+        return ""
+    option = options.first().get_option_at_index(options.first().highlighted)
+    return str(getattr(option.prompt, "plain", option.prompt))

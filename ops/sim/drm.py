@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from .. import statedir, statefiles
+from . import inplace
 from ..procs import identity
 
 FILE = "drm-clients.json"
@@ -100,9 +101,7 @@ class SimDrm:
         data = text.encode()
         f = os.open(d / str(fd), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o444)
         try:
-            if os.pread(f, len(data) + 1, 0) != data:
-                os.pwrite(f, data, 0)
-                os.ftruncate(f, len(data))
+            inplace.rewrite(f, data)
         finally:
             os.close(f)
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from .. import statedir, statefiles
-from . import platform, registrations
+from . import inplace, platform, registrations
 from ..errors import GpuwardenError, NotFound
 from ..procs import identity
 from ..statedir import StateFileError
@@ -536,9 +536,7 @@ def _put_text(d: statedir.Dir, name: str, text: str) -> None:
     data = text.encode()
     fd = d.open(name, os.O_RDWR | os.O_CREAT, 0o444)
     try:
-        if os.pread(fd, len(data) + 1, 0) != data:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, data, 0)
+        inplace.rewrite(fd, data)
     finally:
         os.close(fd)
 
@@ -602,8 +600,6 @@ def _put_in_place(d: statedir.Dir, name: str, value: int | None, data: bytes | N
             f"cannot update the simulated node's file {d.path / name}: it belongs to another user",
             "run the sim node's tenants and gpuwarden as the same user, or use a state dir of your own") from None
     try:
-        if os.pread(fd, len(data) + 1, 0) != data:
-            os.pwrite(fd, data, 0)
-            os.ftruncate(fd, len(data))
+        inplace.rewrite(fd, data)
     finally:
         os.close(fd)
