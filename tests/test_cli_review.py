@@ -20,6 +20,7 @@ import pytest
 
 from conftest import REPO, gpuwarden
 from helpers.signals import default_signals
+from helpers.journal import read_journal
 
 
 def one_line_error(proc: subprocess.CompletedProcess, needle: str, code: int = 2) -> None:
@@ -279,7 +280,7 @@ def test_interrupted_playbook_says_so_and_journals_where_it_stopped(cli, state_d
         _, err = proc.communicate(timeout=20)
         assert proc.returncode == 130 and "Traceback" not in err, err
         assert "drain: interrupted; the steps already done stay done" in err
-        entries = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+        entries = read_journal(state_dir)
         assert entries[-1]["action"] == "drain" and entries[-1]["result"] == "interrupted"
         assert entries[-1]["step"] == "wait-idle"
     finally:

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 from engines.harness import records, start_sim_tenant_engine, supervised  # noqa: F401
 
+from helpers.journal import read_journal
 from gpuwarden.ops import nodestate
 from gpuwarden.ops.engines import state as st
 from gpuwarden.ops.settings import Settings
@@ -82,7 +83,7 @@ def test_two_playbooks_on_one_gpu_do_not_interleave(sim_cli, state_dir):
         waited = sim_cli("undrain", "1", "--wait", "20")
         drain.wait(20)
         assert waited.returncode == 0, waited.stdout + waited.stderr
-        entries = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+        entries = read_journal(state_dir)
         kinds = [e["action"].split(":")[0] for e in entries]
         drain_at = [i for i, k in enumerate(kinds) if k == "drain"]
         undrain_at = [i for i, k in enumerate(kinds) if k == "undrain"]

@@ -12,6 +12,7 @@ import time
 
 from engines.harness import records, start_sim_tenant_engine, supervised  # noqa: F401
 
+from helpers.journal import read_journal
 from gpuwarden.ops import jsondoc, nodestate
 from gpuwarden.ops.engines import state as st
 from simnode import cli_argv, on_terminal, start_tenant, wait_for
@@ -58,7 +59,7 @@ def test_ownerless_leak_is_reset_verified_and_undrained_in_seconds(sim_cli, stat
     assert took < 20, took
     assert _residual(sim_cli, 2) == 0 and _resets(sim_cli) == {"2": 1}
     assert nodestate.drained(state_dir) == {}
-    journal = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+    journal = read_journal(state_dir)
     assert ("gpu-reset", "ok") in [(e["action"], e["result"]) for e in journal]
     assert ("fix", "ok") in [(e["action"], e["result"]) for e in journal]
 
@@ -108,8 +109,7 @@ def test_the_whole_xgmi_hive_is_drained_reset_and_undrained(sim_cli, state_dir):
     assert "GPU 2 stays drained as before" in proc.stdout  # wording: it said "GPU 2 stay drained"
     assert "GPUs 1, 0, 2 drained, nothing uses them" in proc.stdout
     assert _resets(sim_cli) == {"1": 1} and set(nodestate.drained(state_dir)) == {2}
-    locked = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()
-              if '"action": "fix"' in line]
+    locked = [e for e in read_journal(state_dir) if e["action"] == "fix"]
     assert locked[-1]["gpus_locked"] == [0, 1, 2]
 
 

@@ -11,6 +11,7 @@ import pytest
 from conftest import gpuwarden
 from sshfleet import black_hole, client_env, node_cli
 
+from helpers.journal import read_journal
 from gpuwarden.ops import jsondoc
 
 ALL = "gpu[01-09]"
@@ -148,7 +149,7 @@ def test_drain_refused_without_terminal_then_dry_run_then_run_with_journal(ssh_f
         assert {x["node"] for x in lines if x["kind"] == "exit" and x["exit_code"] == 0} == {"gpu05", "gpu06"}
         for node in (n5, ssh_fleet.node("gpu06")):
             assert json.loads(node_cli(node, "status", "--json", check=False).stdout)["drained"] == [1]
-        journal = [json.loads(x) for x in (n5.state_dir / "journal.log").read_text().splitlines()]
+        journal = read_journal(n5.state_dir)
         entry = next(e for e in journal if e["action"] == "drain" and e["result"] == "ok")
         assert entry["via"] == "fleet" and entry["operator"].endswith("@" + socket.gethostname())
     finally:

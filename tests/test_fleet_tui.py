@@ -14,6 +14,7 @@ import pytest
 from sshfleet import client_env, node_cli
 from test_tui_terminal import Tmux
 
+from helpers.journal import read_journal
 from gpuwarden.ops.settings import Settings
 
 pytestmark = pytest.mark.timeout(180)
@@ -93,7 +94,7 @@ async def test_fleet_console_rows_filter_open_node_and_remote_keys(ssh_fleet, tm
             await until(pilot, lambda: app.current_run and not app.current_run.running, timeout=60, what="drain")
             assert app.current_run.result.ok, [e.message for e in app.current_run.events]
             assert drained(node) == [0]
-            entry = [json.loads(x) for x in (node.state_dir / "journal.log").read_text().splitlines()][-1]
+            entry = read_journal(node.state_dir)[-1]
             assert entry["via"] == "fleet"
             await until(pilot, lambda: app.snapshot and app.snapshot.drained == (0,), what="drain seen in console")
 

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import gpuwarden
 from k8s_helpers import NODE, PodCgroup
+from helpers.journal import read_journal
 from gpuwarden.ops.jsondoc import validate
 from simnode import start_tenant
 from standins.kube_apiserver import FakeApiServer
@@ -142,7 +143,7 @@ def test_post_clean_waits_for_the_pods_processes_then_purges(state_dir, cli):
             tenant.kill()
             tenant.wait()
         cg.remove()
-    journal = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+    journal = read_journal(state_dir)
     assert any(e["action"] == "purge" and e["result"] == "ok" for e in journal)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.journal import read_journal
 from gpuwarden.ops import nodestate, procs
 from simnode import cli_argv, on_terminal, start_tenant
 from test_reaper_family import holds_sim_vram, proc_state, start_family, wait_for
@@ -91,7 +92,7 @@ def test_no_terminal_and_no_yes_runs_nothing(node, state_dir, args):
     assert proc_state(fam.tenant) == "Z" and tenant.poll() is None
     assert nodestate.drained(state_dir) == drained
     assert json.loads(sim("sim", "show", "--json").stdout)["resets"] == {}
-    journal = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+    journal = read_journal(state_dir)
     assert journal[-1]["result"] == "refused" and journal[-1]["action"] == args[0]
     assert not any(e["action"] == "reaper-signal" for e in journal)
 

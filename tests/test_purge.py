@@ -14,6 +14,7 @@ import pytest
 
 from simnode import cli_argv, start_tenant
 from test_reaper_family import holds_sim_vram, proc_state, start_family, wait_for
+from helpers.journal import read_journal
 
 
 # The sim node these tests run on (conftest.py's sim_cli fixture reads it).
@@ -63,7 +64,7 @@ def test_zombie_residual_is_reported_then_purged_and_bystanders_survive(sim_cli,
         # Bystanders: the healthy tenant still holds its VRAM, the unrelated process still runs.
         assert bystander.poll() is None and unrelated.poll() is None
         assert next(g for g in snap["gpus"] if g["index"] == 2)["vram_used"] == 3 << 30
-        signalled = {e["pid"] for e in map(json.loads, (state_dir / "journal.log").read_text().splitlines())
+        signalled = {e["pid"] for e in read_journal(state_dir)
                      if e["action"] == "reaper-signal" and e["result"] == "ok"}
         assert signalled == {fam.parent}
     finally:
@@ -98,7 +99,7 @@ def test_ownerless_leak_is_named_then_cleared_by_escalation(sim_cli, state_dir):
     assert _residual(_status(sim_cli), 3) == 0
     resets = json.loads(sim_cli("sim", "show", "--json").stdout)["resets"]
     assert resets == {"3": 1}
-    journal = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+    journal = read_journal(state_dir)
     assert any(e["action"] == "gpu-reset" and e["result"] == "ok" and e["gpu"] == 3 for e in journal)
 
 
@@ -152,7 +153,7 @@ def test_arenas_removes_only_unmapped_arena_files(sim_cli, state_dir, tmp_path):
         assert not free.exists()
         assert mapped.exists() and other.exists()
         assert f"mapped by pid {mapper.pid}" in proc.stdout
-        journal = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+        journal = read_journal(state_dir)
         assert [e["path"] for e in journal if e["action"] == "arena-remove"] == [str(free)]
     finally:
         mapper.kill()
@@ -268,7 +269,7 @@ def test_purge_never_signals_a_pid_reused_between_plan_and_action(sim_cli, state
             steps[0].action(ctx)
         time.sleep(0.2)
         assert reused.poll() is None, "the process now holding the reused PID was signalled"
-        journal = [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
+        journal = read_journal(state_dir)
         assert not any(e["action"] == "reaper-signal" and e["pid"] == zombie and e["result"] == "ok"
                        for e in journal)
     finally:

@@ -17,6 +17,7 @@ import pytest
 from conftest import REPO
 from simnode import cli_argv
 from test_reaper_family import holds_sim_vram, proc_state, start_family, wait_for
+from helpers.journal import read_journal
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                                 reason="needs root and setpriv to run gpuwarden as another user")
@@ -59,7 +60,7 @@ def test_another_users_careless_parent_is_reported_not_signalled(shared_state):
         skipped = next(e for e in events if e["step"] == "drop-caches" and e["kind"] == "step_skipped")
         assert "needs root" in skipped["message"]
         assert proc_state(fam.tenant) == "Z" and proc_state(fam.parent) in ("S", "R")
-        journal = [json.loads(line) for line in (state / "journal.log").read_text().splitlines()]
+        journal = read_journal(state)
         assert not any(e["action"] == "reaper-signal" and e["result"] == "ok" for e in journal)
     finally:
         fam.stop()

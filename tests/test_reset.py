@@ -8,15 +8,12 @@ import pytest
 
 from simnode import start_tenant
 
+from helpers.journal import read_journal
 from gpuwarden.ops import nodestate
 
 
 # The sim node these tests run on (conftest.py's sim_cli fixture reads it).
 SIM_NODE = None
-
-
-def _journal(state_dir):
-    return [json.loads(line) for line in (state_dir / "journal.log").read_text().splitlines()]
 
 
 def _resets(sim_cli) -> dict:
@@ -49,7 +46,7 @@ def test_reset_needs_a_drained_idle_gpu_then_clears_the_leak(sim_cli, state_dir)
     snap = json.loads(sim_cli("status", "--json").stdout)
     assert next(r for r in snap["residual"] if r["gpu_index"] == 1)["residual"] == 0
     assert 1 in snap["drained"]  # reset does not undrain: the operator decides
-    actions = [(e["action"], e["result"]) for e in _journal(state_dir)]
+    actions = [(e["action"], e["result"]) for e in read_journal(state_dir)]
     assert ("gpu-reset", "ok") in actions and ("reset:verify", "ok") in actions
 
 
@@ -66,7 +63,7 @@ def test_hive_peers_must_be_drained_too(sim_cli, state_dir):
         nodestate.set_drained(state_dir, g, True)  # setup only: drain itself is tested elsewhere
     proc = sim_cli("reset", "2", "--yes")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    started = [e for e in _journal(state_dir) if e["action"] == "reset" and e["result"] == "started"]
+    started = [e for e in read_journal(state_dir) if e["action"] == "reset" and e["result"] == "started"]
     assert started[-1]["gpus_locked"] == [2, 0, 1, 3]
 
 
@@ -77,7 +74,7 @@ def test_a_failed_reset_is_a_failed_step_and_journalled(sim_cli, state_dir):
     proc = sim_cli("reset", "0", "--yes")
     assert proc.returncode == 1
     assert "reset failed (fault 'reset-fails' is on)" in proc.stderr
-    assert ("gpu-reset", "failed") in [(e["action"], e["result"]) for e in _journal(state_dir)]
+    assert ("gpu-reset", "failed") in [(e["action"], e["result"]) for e in read_journal(state_dir)]
 
 
 def test_dry_run_names_the_reset_and_changes_nothing(sim_cli, state_dir):

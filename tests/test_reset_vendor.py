@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from helpers.journal import read_journal
 from gpuwarden.ops import gpureset
 from gpuwarden.ops.errors import BackendUnavailable, GpuwardenError
 from gpuwarden.ops.gpureset import Ran
@@ -91,7 +92,7 @@ def test_amd_prefers_the_amdsmi_library_call(settings):
                          ("amdsmi_reset_gpu", "handle:0000:c1:00.0"),
                          ("amdsmi_shut_down",)]
     assert run.calls == []  # no tool was run besides the library
-    journal = [json.loads(line) for line in (settings.state_dir / "journal.log").read_text().splitlines()]
+    journal = read_journal(settings.state_dir)
     assert journal[-1]["action"] == "gpu-reset" and journal[-1]["method"] == "amdsmi"
 
 
@@ -153,7 +154,7 @@ def test_nonzero_exit_names_the_command(settings):
     with pytest.raises(GpuwardenError) as err:
         gpureset.perform(settings, path, runner=run)
     assert "`nvidia-smi -r -i 3` failed: Unable to reset GPU" in err.value.message
-    journal = [json.loads(line) for line in (settings.state_dir / "journal.log").read_text().splitlines()]
+    journal = read_journal(settings.state_dir)
     assert journal[-1]["result"] == "failed"
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -12,6 +11,7 @@ import time
 from engines.harness import engine_argv, supervised  # noqa: F401
 from simnode import ignores, proc_state, wait_for
 
+from helpers.journal import read_journal
 from gpuwarden.ops import procs
 from gpuwarden.ops.engines import control
 from gpuwarden.ops.engines import state as st
@@ -190,7 +190,7 @@ def test_an_exited_engines_leftover_children_are_killed_and_journalled(supervise
     wait_for(lambda: _phase(supervised, "forker") == "exited", 10, "the engine to exit")
     child = int(pidfile.read_text())
     wait_for(lambda: proc_state(child) in (None, "Z"), 5, "the leftover child to die")
-    lines = [json.loads(x) for x in (supervised / "journal.log").read_text().splitlines()]
+    lines = read_journal(supervised)
     killed = [x for x in lines if x.get("action") == "engine-leftovers"]
     assert len(killed) == 1 and killed[0]["pids"] == [child] and killed[0]["engine"] == "forker"
     assert st.read_state(supervised, "forker")["exit_code"] == 0

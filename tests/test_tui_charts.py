@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 from test_tui_app import live_app
-from test_tui_support import fixed_snapshot, make_app, palette_highlighted, screen_text, wait_for
+from test_tui_support import fixed_snapshot, make_app, palette_choose, screen_text, wait_for
 
 from gpuwarden.ops.settings import Settings
 
@@ -160,11 +160,7 @@ def test_colon_reaches_the_topology_view(settings):
         app = make_app(settings)
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
-            await pilot.press("colon")
-            await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", what="the palette")
-            await pilot.press(*"go to topology")
-            await wait_for(pilot, lambda: "Go to topology" in palette_highlighted(app), timeout=30, what="the topology entry")
-            await pilot.press("enter")
+            await palette_choose(app, pilot, "go to topology", "Go to topology")
             await wait_for(pilot, lambda: type(app.screen).__name__ == "TopologyScreen", what="the topology view")
             await wait_for(pilot, lambda: app.screen.computed >= 1, timeout=30, what="the topology read")
             assert "Topology of node-a17: 4 GPU(s), no XGMI hive" in screen_text(app)

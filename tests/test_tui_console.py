@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 from test_tui_app import live_app
-from test_tui_support import make_app, open_processes, palette_highlighted, screen_text, wait_for
+from test_tui_support import make_app, open_processes, palette_choose, screen_text, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 # The sim node of the live-console tests (conftest.py's sim_settings fixture reads it).
@@ -253,12 +253,7 @@ def test_colon_jumps_to_a_gpu_through_the_palette(settings):
         app = make_app(settings)
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
-            await pilot.press("colon")
-            await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", what="the palette")
-            await pilot.press(*"go to gpu 2")
-            # Hits arrive as the search runs: Enter only once the GPU 2 entry is the one highlighted.
-            await wait_for(pilot, lambda: "Go to GPU 2" in palette_highlighted(app), timeout=30, what="the GPU 2 entry on top")
-            await pilot.press("enter")
+            await palette_choose(app, pilot, "go to gpu 2", "Go to GPU 2")
             await wait_for(pilot, lambda: type(app.screen).__name__ == "GpuDetailScreen", what="GPU 2's detail")
             assert app.screen.index == 2
             await pilot.press("escape")

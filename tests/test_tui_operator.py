@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
-import json
 import os
 import tarfile
 import time
@@ -17,6 +16,7 @@ import pytest
 from engines.harness import supervised  # noqa: F401  (fixture)
 from test_tui_support import TAKEN_AT, fixed_snapshot, make_app, screen_text, wait_for
 
+from helpers.journal import read_journal
 from gpuwarden.ops.model import EngineInfo, GpuProcess
 
 pytestmark = pytest.mark.timeout(90)
@@ -259,7 +259,7 @@ def test_k_stops_a_real_process_after_the_dialog(tmp_path, state_dir):
         assert proc_state(tenant) is None
     finally:
         fam.stop()
-    lines = [json.loads(x) for x in (state_dir / "journal.log").read_text().splitlines()]
+    lines = read_journal(state_dir)
     sent = [x for x in lines if x["action"] == "reaper-signal" and x["result"] == "ok"]
     assert sent and sent[0]["pid"] == tenant and sent[0]["signal"] == "SIGTERM"
     assert sent[0]["why"] == "the operator asked to stop it"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import subprocess
 import sys
 from pathlib import Path
 
+from helpers.journal import read_journal
 from gpuwarden.ops.model import GpuLoad, GpuProcess, ProcessLoad
 from gpuwarden.ops.procs import ProcReader
 from simnode import wait_for as wait_until
@@ -117,7 +117,7 @@ def test_a_handled_usr1_is_sent_at_once_and_term_asks_first(settings, tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    lines = [json.loads(x) for x in (settings.state_dir / "journal.log").read_text().splitlines()]
+    lines = read_journal(settings.state_dir)
     sent = [x for x in lines if x["action"] == "reaper-signal"]
     assert [(x["signal"], x["result"], x["pid"]) for x in sent] == [("SIGUSR1", "ok", gp.pid)]
 
@@ -144,6 +144,6 @@ def test_a_recycled_pid_is_refused_right_before_sending(settings, tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    lines = [json.loads(x) for x in (settings.state_dir / "journal.log").read_text().splitlines()]
+    lines = read_journal(settings.state_dir)
     assert any(x["action"] == "reaper-signal" and x["result"] == "skipped" and x["signal"] == "SIGUSR1"
                for x in lines)

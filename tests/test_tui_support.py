@@ -96,6 +96,16 @@ def screen_text(app) -> str:
     return "\n".join("".join(seg.text for seg in strip) for strip in strips)
 
 
+async def palette_choose(app, pilot, query: str, entry: str) -> None:
+    """Open the command palette (:), type `query`, and press Enter once `entry` is the highlighted hit (hits
+    arrive as the search runs)."""
+    await pilot.press("colon")
+    await wait_for(pilot, lambda: type(app.screen).__name__ == "CommandPalette", what="the palette")
+    await pilot.press(*query)
+    await wait_for(pilot, lambda: entry in palette_highlighted(app), timeout=30, what=f"{entry!r} highlighted")
+    await pilot.press("enter")
+
+
 def palette_highlighted(app) -> str:
     """The text of the command palette's highlighted hit ("" while none is)."""
     from textual.widgets import OptionList

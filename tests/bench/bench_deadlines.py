@@ -77,13 +77,9 @@ def main() -> int:
     print(benchlib.machine_line())
     with tempfile.TemporaryDirectory(prefix="bench-deadlines-") as tmp:
         tmp_path = Path(tmp)
-        peer = benchlib.export_tree(REPO, opts.peer, tmp_path)
         rows = []
-        for name, tree in (("this tree", REPO), (f"peer ({opts.peer})", peer)):
-            pkgs = tmp_path / f"pkgs-{len(rows)}"
-            pkgs.mkdir()
-            (pkgs / "gpuwarden").symlink_to(tree)
-            env = benchlib.tree_env(pkgs)
+        for name, tree in benchlib.compared_trees(REPO, opts.peer, tmp_path).items():
+            env = benchlib.linked_env(tree, tmp_path / f"pkgs-{len(rows)}")
             state = tmp_path / f"state-{len(rows)}"
             subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", "--state-dir", str(state), "sim", "init",
                             "--gpus", "4"], env=env, check=True, capture_output=True)

@@ -143,13 +143,9 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-slowloris-") as tmp:
             tmp_path = Path(tmp)
-            trees = {"this tree": REPO, f"peer ({opts.peer})": benchlib.export_tree(REPO, opts.peer, tmp_path)}
-            envs = {}
-            for i, (name, tree) in enumerate(trees.items()):
-                pkgs = tmp_path / f"pkgs-{i}"
-                pkgs.mkdir()
-                (pkgs / "gpuwarden").symlink_to(tree)
-                envs[name] = benchlib.tree_env(pkgs)
+            trees = benchlib.compared_trees(REPO, opts.peer, tmp_path)
+            envs = {name: benchlib.linked_env(tree, tmp_path / f"pkgs-{i}")
+                    for i, (name, tree) in enumerate(trees.items())}
             results: dict[str, list[float]] = {name: [] for name in trees}
             for r in range(opts.rounds):
                 for name, env in envs.items():

@@ -123,12 +123,9 @@ def start_peer(ref: str, node: SimNode, state: Path, tmp: Path) -> subprocess.Po
     """The peer tree's worker on this node (PYTHONPATH's gpuwarden is the peer's: benchlib.tree_env)."""
     import benchlib
     repo = Path(__file__).resolve().parents[2]
-    tree = benchlib.export_tree(repo, ref, tmp)
-    pkgs = tmp / "pkgs"
-    pkgs.mkdir()
-    (pkgs / "gpuwarden").symlink_to(tree)
+    env = benchlib.linked_env(benchlib.export_tree(repo, ref, tmp), tmp / "pkgs")
     worker = subprocess.Popen([sys.executable, "-c", PEER_WORKER, str(state), str(node.sysfs_root),
-                               str(node.dev_root), str(node.root / "proc")], env=benchlib.tree_env(pkgs),
+                               str(node.dev_root), str(node.root / "proc")], env=env,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert worker.stdout is not None and worker.stdout.readline().strip() == "ready", "the peer worker did not start"
     return worker

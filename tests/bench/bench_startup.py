@@ -46,14 +46,10 @@ def main() -> int:
     print(benchlib.machine_line())
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         tmp_path = Path(tmp)
-        peer = benchlib.export_tree(REPO, opts.peer, tmp_path)
-        trees = {"this tree": REPO, f"peer ({opts.peer})": peer}
+        trees = benchlib.compared_trees(REPO, opts.peer, tmp_path)
         setups = {}
         for i, (name, tree) in enumerate(trees.items()):
-            pkgs = tmp_path / f"pkgs-{i}"
-            pkgs.mkdir()
-            (pkgs / "gpuwarden").symlink_to(tree)
-            env = benchlib.tree_env(pkgs)
+            env = benchlib.linked_env(tree, tmp_path / f"pkgs-{i}")
             state = tmp_path / f"state-{i}"
             subprocess.run([sys.executable, "-m", "gpuwarden", "--state-dir", str(state), "sim", "init", "--gpus",
                             "2"], env=env, check=True, capture_output=True)

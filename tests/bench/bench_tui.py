@@ -95,6 +95,27 @@ def find_pid(sock: Path, window: str, name: str) -> int:
     raise RuntimeError(f"{name!r} not found under tmux window {window}")
 
 
+def cpu_percent_over(pids: dict[str, int], window_s: float) -> dict[str, float]:
+    """Each named process's CPU, its children's included, over the next window_s, as % of one core."""
+    before = {k: descendants_cpu(p) for k, p in pids.items()}
+    t0 = time.monotonic()
+    time.sleep(window_s)
+    wall = time.monotonic() - t0
+    after = {k: descendants_cpu(p) for k, p in pids.items()}
+    return {k: 100.0 * (after[k] - before[k]) / wall for k in pids}
+
+
+def end_sessions(sock: Path, pids: dict[str, int]) -> None:
+    """End each measured process by its pid, then the tmux server (top -b writing to /dev/null outlives its
+    terminal's hangup)."""
+    for pid in pids.values():
+        try:
+            psutil.Process(pid).terminate()
+        except psutil.NoSuchProcess:
+            pass
+    tmux(sock, "kill-server")
+
+
 def measure_cpu(state: Path, config: Path) -> dict[str, float]:
     sock = state / "tmux.sock"
     base = f"{GPUWARDEN} --state-dir {state} --config {config} --backend sim"
@@ -107,20 +128,9 @@ def measure_cpu(state: Path, config: Path) -> dict[str, float]:
                 "top -b -d 1": find_pid(sock, "top", "top -b")}
         time.sleep(WARMUP_S)
         screen = tmux(sock, "capture-pane", "-p", "-t", "tui").stdout
-        before = {k: descendants_cpu(p) for k, p in pids.items()}
-        t0 = time.monotonic()
-        time.sleep(WINDOW_S)
-        wall = time.monotonic() - t0
-        after = {k: descendants_cpu(p) for k, p in pids.items()}
-        return {"screen": screen, **{k: 100.0 * (after[k] - before[k]) / wall for k in pids}}
+        return {"screen": screen, **cpu_percent_over(pids, WINDOW_S)}
     finally:
-        # top -b writing to /dev/null outlives its terminal's hangup: end each peer by the pid found above.
-        for pid in pids.values():
-            try:
-                psutil.Process(pid).terminate()
-            except psutil.NoSuchProcess:
-                pass
-        tmux(sock, "kill-server")
+        end_sessions(sock, pids)
 
 
 class SimLockHang:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 import psutil  # noqa: E402
 
-from bench_tui import descendants_cpu, find_pid, tmux  # noqa: E402
+from bench_tui import cpu_percent_over, end_sessions, find_pid, tmux  # noqa: E402
 from benchlib import cpu_model  # noqa: E402
 from gpuwarden.ops.sim.node import SimNode  # noqa: E402
 
@@ -55,19 +55,9 @@ def measure_cpu(state: Path) -> dict[str, float]:
         tmux(sock, "send-keys", "-t", names["tui, charts open"], "c")
         time.sleep(WARMUP_S / 2)
         screen = tmux(sock, "capture-pane", "-p", "-t", names["tui, charts open"]).stdout
-        before = {k: descendants_cpu(p) for k, p in pids.items()}
-        t0 = time.monotonic()
-        time.sleep(WINDOW_S)
-        wall = time.monotonic() - t0
-        after = {k: descendants_cpu(p) for k, p in pids.items()}
-        return {"screen": screen, **{k: 100.0 * (after[k] - before[k]) / wall for k in pids}}
+        return {"screen": screen, **cpu_percent_over(pids, WINDOW_S)}
     finally:
-        for pid in pids.values():
-            try:
-                psutil.Process(pid).terminate()
-            except psutil.NoSuchProcess:
-                pass
-        tmux(sock, "kill-server")
+        end_sessions(sock, pids)
 
 
 async def loop_cost(state: Path, charts: bool) -> tuple[list[float], list[float], list[float]]:

@@ -71,3 +71,16 @@ def export_tree(repo: Path, ref: str, dest: Path) -> Path:
     archive = subprocess.run(["git", "archive", ref], cwd=repo, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
     return root
+
+
+def linked_env(tree: Path, where: Path) -> dict[str, str]:
+    """The environment that runs the gpuwarden at `tree` (this checkout or an exported peer): `where` is made to
+    hold the package link that PYTHONPATH points at."""
+    where.mkdir()
+    (where / "gpuwarden").symlink_to(tree)
+    return tree_env(where)
+
+
+def compared_trees(repo: Path, ref: str, dest: Path) -> dict[str, Path]:
+    """This tree and the peer `ref` (exported under dest), under the names the benches print."""
+    return {"this tree": repo, f"peer ({ref})": export_tree(repo, ref, dest)}
