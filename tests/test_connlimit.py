@@ -30,11 +30,14 @@ class Handler(BaseHTTPRequestHandler):
         super().setup()
         first = self.request.recv(64, socket.MSG_PEEK)
         self.server.started.append(first)
-        if first.startswith(b"GET /honest"):
+        if first.startswith(b"GET /honest") and not self.server.hold_after_read:
             self.server.release.wait(30)  # a handler thread the scheduler has not run yet
 
     def parse_request(self) -> bool:
         ok = super().parse_request()
+        if self.path == "/honest" and self.server.hold_after_read:
+            self.server.read_in.set()
+            self.server.release.wait(30)  # its bytes taken off the socket, not yet reported as read
         self.server.request_read(self.connection)
         return ok
 
@@ -56,28 +59,34 @@ class Server(ConnectionCap, socketserver.ThreadingMixIn, socketserver.UnixStream
         self.init_cap(max_clients)
         self.started: list[bytes] = []
         self.release = threading.Event()
+        self.hold_after_read = False
+        self.read_in = threading.Event()
+        self.thread: threading.Thread | None = None
         super().__init__(path, Handler)
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # the crowd hanging up mid-request
 
+    def serve_in_background(self) -> None:
+        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
 
 @pytest.fixture
 def server_at(tmp_path):
-    made: list[tuple[Server, threading.Thread]] = []
+    made: list[Server] = []
 
     def make(max_clients: int, serve: bool = True) -> Server:
         server = Server(str(tmp_path / f"s{len(made)}.sock"), max_clients)
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        made.append((server, thread))
+        made.append(server)
         if serve:
-            thread.start()
+            server.serve_in_background()
         return server
 
     yield make
-    for server, thread in made:
+    for server in made:
         server.release.set()
-        if thread.is_alive():
+        if server.thread is not None:
             server.shutdown()
         server.server_close()
 
@@ -102,7 +111,7 @@ def test_a_whole_request_is_served_ahead_of_a_crowd_queued_before_it(server_at):
     crowd = [connect(server, CROWD_HEAD) for _ in range(40)]
     honest = connect(server, HONEST)
     server.release.set()
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    server.serve_in_background()
     try:
         assert answer(honest).startswith(b"HTTP/1.1 200")
         wait_for(lambda: len(server.started) == 41, 30, "every queued connection's handler")
@@ -119,6 +128,24 @@ def test_a_whole_request_not_yet_read_is_never_dropped_as_slow(server_at):
     honest = connect(server, HONEST)
     wait_for(lambda: server.started, 30, "the honest client's handler")
     # The one slot left is fought over by a crowd: each newcomer takes the slot of the oldest still sending.
+    crowd = [connect(server, CROWD_HEAD) for _ in range(5)]
+    try:
+        wait_for(lambda: server.evicted >= 3, 30, "the crowd dropping its own")
+        server.release.set()
+        assert answer(honest).startswith(b"HTTP/1.1 200")
+    finally:
+        for s in crowd:
+            s.close()
+
+
+def test_a_whole_request_its_handler_is_still_parsing_is_never_dropped_as_slow(server_at):
+    server = server_at(2, serve=False)
+    server.hold_after_read = True
+    honest = connect(server, HONEST)  # queued whole before the server takes it, as behind a crowd
+    server.serve_in_background()
+    assert server.read_in.wait(30), "the honest handler never read its request"
+    # Its socket peeks empty now (the handler's buffered reader holds the bytes): only what was seen at accept
+    # keeps it from being taken for the slowest connection.
     crowd = [connect(server, CROWD_HEAD) for _ in range(5)]
     try:
         wait_for(lambda: server.evicted >= 3, 30, "the crowd dropping its own")
