@@ -8,15 +8,18 @@ for the agent's latest snapshot. Nothing here imports the rest of the agent: any
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from ..paths import AGENT_SOCKET
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` asks the agent through here
 if TYPE_CHECKING:
+    import socket
     from typing import Any
 
 TIMEOUT_S = 2.0
+_FULL_QUEUE_RETRY_S = 0.01  # how soon a connect that met a full listen queue tries again
 SNAPSHOT = "/v1/snapshot"
 
 
@@ -37,17 +40,40 @@ class Reply:
         return doc
 
 
+def connect(sock_path: Path | str, timeout: float = TIMEOUT_S) -> socket.socket:
+    """A unix stream socket connected to `sock_path`, each operation on it bounded by `timeout`. A full listen
+    queue is waited on, up to `timeout`: a unix connect meets it with EAGAIN at once (TCP would retry its SYN),
+    and a crowd of connections must not make a listening agent look absent. OSError when none is made."""
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    s.settimeout(timeout)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                s.connect(str(sock_path))
+                return s
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{sock_path}: its listen queue stayed full for {timeout:g} s") from None
+                time.sleep(min(_FULL_QUEUE_RETRY_S, left))
+    except BaseException:
+        s.close()
+        raise
+
+
 def get(sock_path: Path | str, target: str, timeout: float = TIMEOUT_S) -> Reply | None:
     """GET `target` (e.g. "/v1/snapshot") from the agent at `sock_path`; None when no agent answers."""
     try:
         os.stat(sock_path)
     except OSError:
         return None  # no agent here: not even worth importing socket
-    import socket
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    s.settimeout(timeout)
     try:
-        s.connect(str(sock_path))
+        s = connect(sock_path, timeout)
+    except OSError:  # nobody listening, no permission, its queue full past the timeout
+        return None
+    try:
         s.sendall(f"GET {target} HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n".encode())
         chunks = []
         while True:
@@ -55,7 +81,7 @@ def get(sock_path: Path | str, target: str, timeout: float = TIMEOUT_S) -> Reply
             if not data:
                 break
             chunks.append(data)
-    except OSError:  # no socket file, nobody listening, no permission, timed out
+    except OSError:  # the agent went, or did not answer in time
         return None
     finally:
         s.close()

@@ -8,12 +8,12 @@ schedulable. Opt-in: it takes the socket path AMD's metrics exporter would use, 
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from concurrent import futures
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+from ..agent import client
 from ..config.kubernetes import HEALTH_SOCKET as DEFAULT_SOCKET
 from ..errors import GpuwardenError
 from ..model import NodeSnapshot
@@ -48,15 +48,11 @@ def gpu_states(snap: NodeSnapshot, unhealthy: set[int] | frozenset[int]) -> list
 
 
 def _answers(path: Path) -> bool:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        s.settimeout(0.5)
-        s.connect(str(path))
+        client.connect(path, 0.5).close()
         return True
     except OSError:
         return False
-    finally:
-        s.close()
 
 
 class HealthService:

@@ -6,9 +6,9 @@ The socket is `<state dir>/agent.sock` (the agent of issue 10); without it the c
 from __future__ import annotations
 
 import os
-import socket
 import stat
 
+from ...agent import client
 from ..model import Result, fail, passed, skip, unknown, warn
 from ..probe import CheckIO
 
@@ -30,17 +30,13 @@ def check_agent(io: CheckIO) -> Result:
         return fail(f"{path} is not a socket", "remove it and restart the agent (gpuwarden agent)")
     mode = stat.S_IMODE(st.st_mode)
     details = {"socket": str(path), "mode": oct(mode), "uid": st.st_uid}
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(0.5)
     try:
-        s.connect(str(path))
+        client.connect(path, 0.5).close()
     except (ConnectionRefusedError, FileNotFoundError):
         return fail(f"{path} exists but nothing listens on it: the agent died and left its socket",
                     "systemctl restart gpuwarden-agent  (or start `gpuwarden agent`)", **details)
     except OSError as exc:
         return unknown(f"cannot connect to {path}: {exc.strerror or exc}", **details)
-    finally:
-        s.close()
     if mode & stat.S_IWOTH:
         return warn(f"the agent answers on {path}, but every user on the node may write to it (mode {oct(mode)})",
                     f"chmod o-w {path}, and set the agent's socket mode to 0660 with a group for operators",
