@@ -11,12 +11,14 @@ import os
 import time
 from pathlib import Path
 
-from ..paths import AGENT_SOCKET
+from gpuwarden.ops.foundation.paths import AGENT_SOCKET
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` asks the agent through here
 if TYPE_CHECKING:
     import socket
     from typing import Any
+
+    from gpuwarden.ops.foundation.settings import Settings
 
 TIMEOUT_S = 2.0
 _FULL_QUEUE_RETRY_S = 0.01  # how soon a connect that met a full listen queue tries again
@@ -109,3 +111,11 @@ def snapshot(state_dir: Path, backend: str | None = None, timeout: float = TIMEO
     if backend and backend != "auto" and reply.headers.get("x-gpuwarden-backend") != backend:
         return None
     return reply
+
+
+def reply_for(settings: Settings) -> Reply | None:
+    """The agent's latest snapshot reply, when an agent serves this node as the calling command would read it."""
+    if settings.captured:
+        return None  # a captured tree: the agent samples the live node (the host's roots under a mount are live)
+    return snapshot(settings.state_dir, settings.backend)  # None too when --backend names another source
+

@@ -1,4 +1,4 @@
-"""sd_notify without libsystemd: one datagram to $NOTIFY_SOCKET (READY=1, STOPPING=1, STATUS=..., WATCHDOG=1).
+"""sd_notify without libsystemd: one datagram to $NOTIFY_SOCKET (READY=1, STOPPING=1, STATUS=...).
 
 A leading "@" names an abstract socket. Without NOTIFY_SOCKET (not under systemd) nothing is sent.
 """
@@ -22,15 +22,3 @@ def notify(message: str, env: Mapping[str, str] | None = None) -> bool:
         return True
     except OSError:
         return False  # systemd gone or the socket unreachable: the agent runs on regardless
-
-
-def watchdog_interval_s(env: Mapping[str, str] | None = None) -> float | None:
-    """Half of WATCHDOG_USEC when systemd asks for keep-alives for this process, else None."""
-    source = env if env is not None else os.environ
-    usec, pid = source.get("WATCHDOG_USEC"), source.get("WATCHDOG_PID")
-    if not usec or (pid and pid != str(os.getpid())):
-        return None
-    try:
-        return int(usec) / 2e6
-    except ValueError:
-        return None

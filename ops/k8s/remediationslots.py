@@ -3,7 +3,7 @@ one node's agent. Taking, renewing and freeing a slot are writes at the resource
 agents racing for the last slot the API server lets exactly one win (the other gets 409 and looks elsewhere).
 
 A holder that stopped renewing for leaseDurationSeconds (a crashed agent, a lost node) loses its slot to the
-next agent that asks. The remediation loop (ops/k8s/remediation.py) takes one before it cordons a node.
+next agent that asks. The remediation loop (ops/services/k8s_remediation.py) takes one before it cordons a node.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-from .kube import Conflict, Kube, NotFoundError
-from .objects import Lease
+from gpuwarden.ops.k8s.kube import Conflict, Kube, NotFoundError
+from gpuwarden.ops.k8s.objects import Lease
 
 PREFIX = "gpuwarden-remediation-"
 
@@ -23,7 +23,7 @@ def _stamp(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(stamp: str | None) -> float | None:
+def parse_stamp(stamp: str | None) -> float | None:
     if not stamp:
         return None
     try:
@@ -53,7 +53,7 @@ class ClusterSlots:
         spec = lease.get("spec") or {}
         if not spec.get("holderIdentity"):
             return True
-        renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+        renewed = parse_stamp(spec.get("renewTime")) or parse_stamp(spec.get("acquireTime"))
         duration = spec.get("leaseDurationSeconds") or self.duration_s
         return renewed is None or now > renewed + duration
 

@@ -11,9 +11,9 @@ import os
 import re
 from typing import Any, Callable
 
-from .findings import CAUSE
-from .logline import LogLine
-from .patterns import Rule, _r
+from gpuwarden.ops.triage.findings import CAUSE
+from gpuwarden.ops.triage.logline import LogLine
+from gpuwarden.ops.triage.patterns import Rule, rule
 
 _CHECK_RUNTIME = ("the engine's log just before it (which call failed); then the kernel log at the same time "
                   "for a GPU page fault, reset or Xid on its GPU")
@@ -21,7 +21,7 @@ _CHECK_RUNTIME = ("the engine's log just before it (which call failed); then the
 _NCCL_CODES = r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError)"
 
 RULES: tuple[Rule, ...] = (
-    _r("engine.gpu_oom", "engine", "error",
+    rule("engine.gpu_oom", "engine", "error",
        r"(?:(?P<rt>CUDA|HIP) out of memory\. Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)"
        r"|torch\.(?:cuda\.)?OutOfMemoryError(?:: (?P<rt3>CUDA|HIP) out of memory\. Tried to allocate (?P<size2>[\d.]+ [KMGT]?i?B))?"
        r"|(?P<rt2>CUDA|HIP) error: out of memory|\bhipErrorOutOfMemory\b|\bcudaErrorMemoryAllocation\b"
@@ -30,35 +30,35 @@ RULES: tuple[Rule, ...] = (
        meaning="an allocation on the GPU failed: the model, its KV cache and other tenants did not fit",
        check="residual VRAM on that GPU (`gpuwarden status`), other processes on it, and the engine's memory "
              "settings (gpu_memory_utilization, max batch/sequence)"),
-    _r("engine.hip_error", "engine", "error",
+    rule("engine.hip_error", "engine", "error",
        r"(?:\b(?P<code>hipError(?!OutOfMemory)[A-Z]\w{2,60})\b|HIP error: (?!out of memory)(?P<msg>[^\n]{1,160}?)\s*$)",
        "HIP runtime error: {code}{msg}", key=("code", "msg"), tier=CAUSE, hint="hip",
        meaning="a HIP (ROCm) runtime call failed in the engine", check=_CHECK_RUNTIME),
-    _r("engine.hsa_error", "engine", "error", r"\b(?P<code>HSA_STATUS_ERROR(?:_[A-Z_]{2,60})?)\b",
+    rule("engine.hsa_error", "engine", "error", r"\b(?P<code>HSA_STATUS_ERROR(?:_[A-Z_]{2,60})?)\b",
        "HSA runtime error {code}", key=("code",), tier=CAUSE, hint="hsa_status_error",
        meaning="the ROCr (HSA) runtime reported an error (MEMORY_APERTURE_VIOLATION = a GPU page fault)",
        check=_CHECK_RUNTIME),
-    _r("engine.cuda_error", "engine", "error",
+    rule("engine.cuda_error", "engine", "error",
        r"(?:CUDA error: (?!out of memory)(?P<msg>[^\n]{1,160}?)\s*$|\b(?P<code>cudaError(?!MemoryAllocation)[A-Z]\w{2,60}"
        r"|CUDA_ERROR_(?!OUT_OF_MEMORY)[A-Z_]{2,60})\b|CUDA driver error: (?P<drv>[^\n]{1,160}?)\s*$)",
        "CUDA runtime error: {code}{msg}{drv}", key=("code", "msg", "drv"), tier=CAUSE, hint="cuda",
        meaning="a CUDA runtime or driver call failed in the engine (an illegal address is usually a kernel bug; "
                "'unspecified launch failure' or ECC errors point at the GPU)", check=_CHECK_RUNTIME),
-    _r("engine.nccl_error", "engine", "error",
+    rule("engine.nccl_error", "engine", "error",
        r"(?:NCCL error in: (?P<where>\S{1,200})(?:[^\n]{0,400}?\b(?P<code>" + _NCCL_CODES + r"))?"
        r"|\b(?P<code2>" + _NCCL_CODES + r"))",
        "NCCL/RCCL error {code}{code2}[[ in {where}]]", key=("code", "code2"), tier=CAUSE, hint="nccl",
        meaning="a collective communication call failed (a peer died, a link failed, or a CUDA/HIP error inside)",
        check="the other ranks' logs: the first rank to fail is the cause; NCCL_DEBUG=INFO for the transport"),
-    _r("engine.nccl_timeout", "engine", "error",
+    rule("engine.nccl_timeout", "engine", "error",
        r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>[^\n]{1,300}?)\) ran for (?P<ms>\d+) milliseconds",
        "a collective timed out after {ms} ms (NCCL watchdog)", tier=CAUSE,
        meaning="one rank stopped taking part in a collective: it hung, died, or its GPU did",
        check="which rank did not arrive (its log and its GPU's kernel log)"),
-    _r("engine.nccl_warn", "engine", "warning", r"NCCL WARN (?P<warn>[^\n]{1,200})", "NCCL warning: {warn}",
+    rule("engine.nccl_warn", "engine", "warning", r"NCCL WARN (?P<warn>[^\n]{1,200})", "NCCL warning: {warn}",
        key=("warn",), tier=CAUSE, meaning="NCCL/RCCL reported a problem it may recover from",
        check="whether an NCCL error followed"),
-    _r("engine.fatal_signal", "engine", "error",
+    rule("engine.fatal_signal", "engine", "error",
        r"(?:Fatal Python error: (?P<what>Segmentation fault|Aborted|Bus error|Floating point exception|Illegal instruction)"
        r"|\*\*\* (?P<sig>SIG[A-Z]{2,8}) received at time=|Caught signal (?P<signo>\d+) \((?P<signame>[A-Za-z ]{3,30})\))",
        "the engine got a fatal signal: {what}{sig}{signame}", key=("what", "sig", "signame"), tier=CAUSE,
@@ -66,7 +66,7 @@ RULES: tuple[Rule, ...] = (
        check="the frames printed after it and the kernel's segfault line (library + offset)",
        follow=(r'^\s*File "(?P<frame_file>[^"]{1,300})", line (?P<frame_line>\d+) in (?P<frame_func>\S{1,120})',
                r"^\s*@\s+0x[0-9a-f]+\s+(?P<native_frame>[^\n]{1,200})"), window=40),
-    _r("engine.cpp_terminate", "engine", "error",
+    rule("engine.cpp_terminate", "engine", "error",
        r"terminate called after throwing an instance of '(?P<type>[^'\n]{1,120})'",
        "the engine aborted on an uncaught C++ exception {type}", key=("type",), tier=CAUSE,
        meaning="a C++ exception escaped: std::terminate aborted the process",
@@ -83,7 +83,7 @@ _EXC = re.compile(r"^(?P<exc>[A-Za-z_][\w.]{0,100}(?:Error|Exception|Exit|Interr
 _CHAIN = ("The above exception was the direct cause", "During handling of the above exception")
 MAX_FRAMES_LINES = 400  # a traceback longer than this is given up (bounded state)
 
-TRACEBACK_RULE = _r(
+TRACEBACK_RULE = rule(
     "engine.python_exception", "engine", "error", r"Traceback \(most recent call last\)",
     "Python exception", tier=CAUSE,
     meaning="the engine raised an exception it did not handle; the last frame is where it was raised",

@@ -200,8 +200,3 @@ class LineParser:
 def parse(number: int, raw: str) -> LogLine:
     """One line on its own (no `dmesg -H` context)."""
     return LineParser().parse(number, raw)
-
-
-def parse_lines(text: str) -> list[LogLine]:
-    p = LineParser()
-    return [p.parse(i, line) for i, line in enumerate(text.splitlines(), 1)]
