@@ -7,6 +7,7 @@ no other command. Measured with `python -X importtime` on the real program.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -102,6 +103,29 @@ def test_status_json_via_the_agent_loads_only_the_socket_client(sim_state):
 def test_other_commands_still_get_the_full_cli(sim_state):
     names, proc = imported(sim_state, "--backend", "sim", "journal")
     assert proc.returncode == 0 and "typer" in names
+
+
+def test_a_command_loads_its_own_command_module_and_no_other(sim_state):
+    # The root group imports a command's module when the line names it (playbooks/cli/lazy.py); the old CLI
+    # imported all 23 and pruned Typer's list afterwards.
+    code = ("import sys, json\nfrom gpuwarden.tui import main\ncode = main.main(sys.argv[1:])\n"
+            "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\nsys.exit(code)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")}
+    proc = subprocess.run([sys.executable, "-c", code, "--state-dir", str(sim_state), "--backend", "sim", "journal",
+                           "-n", "1"], cwd=REPO, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = json.loads(proc.stderr.strip().splitlines()[-1])
+    commands = [n for n in names if n.startswith("gpuwarden.playbooks.cli.commands.")]
+    assert commands == ["gpuwarden.playbooks.cli.commands.journal"], commands
+    assert "gpuwarden.tui.command" not in names and "textual" not in names
+
+
+def test_help_lists_every_command_in_order():
+    proc = subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", "--help"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    listed = [line.split()[0] for line in proc.stdout.split("Commands:")[1].splitlines() if line.startswith("  ")
+              and not line.startswith("   ")]
+    assert listed[:5] == ["status", "doctor", "fix", "launch", "engines"] and {"tui", "serve", "fleet"} <= set(listed)
 
 
 def _imports(path: Path) -> list[str]:

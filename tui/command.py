@@ -66,26 +66,28 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
     return app.return_code or 0
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("tui")
-    def tui_cmd(
-        ctx: typer.Context,
-        read_only: bool = typer.Option(False, "--read-only",
-                                       help="Watch only: the action keys (launch, stop, drain, reset, purge, "
-                                            "baseline, bundle) are not bound and not in the command palette."),
-        refresh: Optional[float] = typer.Option(None, "--refresh", metavar="SECONDS",
-                                                help="Seconds between snapshots (0.25 or more; default: the one "
-                                                     "chosen in the console last time, else 1). A slow backend "
-                                                     "call delays the next one; it is never overlapped."),
-        bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="FILE",
-                                              help="Show the node captured in an incident bundle (read-only)."),
-    ) -> None:
-        """Open the live console: GPUs with residual VRAM, engines, arena, events; keys run the playbooks.
+cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loads it only when one is named
 
-        Press ? inside for the keys and ctrl+p for the command palette. Destructive actions ask first,
-        with Cancel as the default button. Theme, refresh and layout (p) are remembered in
-        $XDG_CONFIG_HOME/gpuwarden/tui.toml (default ~/.config).
-        """
-        code = open_tui(ctx.obj, read_only=read_only, refresh_s=refresh, bundle=bundle)
-        if code:
-            raise typer.Exit(code)
+
+@cli.command("tui")
+def tui_cmd(
+    ctx: typer.Context,
+    read_only: bool = typer.Option(False, "--read-only",
+                                   help="Watch only: the action keys (launch, stop, drain, reset, purge, "
+                                        "baseline, bundle) are not bound and not in the command palette."),
+    refresh: Optional[float] = typer.Option(None, "--refresh", metavar="SECONDS",
+                                            help="Seconds between snapshots (0.25 or more; default: the one "
+                                                 "chosen in the console last time, else 1). A slow backend "
+                                                 "call delays the next one; it is never overlapped."),
+    bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="FILE",
+                                          help="Show the node captured in an incident bundle (read-only)."),
+) -> None:
+    """Open the live console: GPUs with residual VRAM, engines, arena, events; keys run the playbooks.
+
+    Press ? inside for the keys and ctrl+p for the command palette. Destructive actions ask first,
+    with Cancel as the default button. Theme, refresh and layout (p) are remembered in
+    $XDG_CONFIG_HOME/gpuwarden/tui.toml (default ~/.config).
+    """
+    code = open_tui(ctx.obj, read_only=read_only, refresh_s=refresh, bundle=bundle)
+    if code:
+        raise typer.Exit(code)

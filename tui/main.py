@@ -10,19 +10,30 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts here
+if TYPE_CHECKING:
+    import typer
+
+    from gpuwarden.ops.foundation.settings import Settings
+
 from gpuwarden.playbooks.cli import fastcli
 
 
-def build_cli():
+def build_cli() -> "typer.Typer":
     """The whole command line: the playbooks' commands, with the console (`tui`, and plain `gpuwarden`),
     `serve` and `fleet tui` added."""
     # deferred: `status` goes by playbooks.fastcli, without Typer or any command module
     from gpuwarden.playbooks.cli import root as cli
+    return cli.build_app(console=open_console,
+                         commands={"tui": ("gpuwarden.tui.command:cli", "command"),
+                                   "serve": ("gpuwarden.tui.serve:cli", "command")},
+                         fleet_commands={"tui": ("gpuwarden.tui.fleet.command:cli", "command")})
 
-    from gpuwarden.tui import command, serve
-    from gpuwarden.tui.fleet import command as fleet_command
-    return cli.build_app(console=command.open_tui, commands=(command.register, serve.register),
-                         fleet_commands=(fleet_command.register,))
+
+def open_console(settings: "Settings") -> int | None:
+    """Plain `gpuwarden`: the console (Textual loads here, not for a command)."""
+    from gpuwarden.tui.command import open_tui
+    return open_tui(settings)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -241,67 +241,69 @@ def make_server(command: str, host: str, port: int, token: str | None, public_ur
     return GuardedServer(command, host=host, port=port, title=title, public_url=shown)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("serve")
-    def serve_cmd(
-        ctx: typer.Context,
-        listen: str = typer.Option("127.0.0.1:8080", "--listen", metavar="HOST:PORT",
-                                   help="Address to serve on; anything but loopback requires a token."),
-        token: Optional[str] = typer.Option(None, "--token", envvar=TOKEN_ENV, show_default=False,
-                                            help="Token the browser must present (default: none on loopback, a "
-                                                 "new random one elsewhere, printed in the URL)."),
-        allow_actions: bool = typer.Option(False, "--allow-actions",
-                                           help="Let the browser run playbooks (default: read-only consoles)."),
-        public_url: Optional[str] = typer.Option(None, "--public-url", metavar="URL",
-                                                 help="The URL browsers use to reach this server (behind a proxy, "
-                                                      "or when listening on 0.0.0.0)."),
-        fleet: bool = typer.Option(False, "--fleet", help="Serve the fleet console instead of this node's."),
-        nodelist: Optional[str] = typer.Option(None, "--nodelist", help="With --fleet: Slurm hostlist of nodes."),
-        hosts: Optional[Path] = typer.Option(None, "--hosts", metavar="FILE", help="With --fleet: hosts file."),
-        fleet_config: Optional[Path] = typer.Option(None, "--fleet-config", metavar="FILE",
-                                                    help="With --fleet: fleet config TOML."),
-        ssh_config: Optional[Path] = typer.Option(None, "--ssh-config", "-F", metavar="FILE",
-                                                  help="With --fleet: OpenSSH client config."),
-        prometheus: Optional[str] = typer.Option(None, "--prometheus", metavar="URL",
-                                                 help="With --fleet: read the fleet from this Prometheus first "
-                                                      "(see `fleet tui --help`)."),
-    ) -> None:
-        """Serve the console in a browser (textual-serve): this node's, or with --fleet the fleet console.
+cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loads it only when one is named
 
-        Listens on loopback unless told otherwise; on any other address a token is required (a random one is
-        made and printed when --token is not given). Consoles are read-only unless --allow-actions.
-        """
-        host, port = parse_listen(listen)
-        if token is None and not is_loopback(host):
-            token = secrets.token_urlsafe(24)
-        if token is not None and len(token) < 16:
-            raise GpuwardenError("--token is too short", "use 16 characters or more (or leave it out for a random one)")
-        settings = ctx.obj
-        settings_args = ["--state-dir", str(settings.state_dir), "--config", str(settings.config_path)]
-        if settings.backend:
-            settings_args += ["--backend", settings.backend]
-        fleet_args = None
-        if fleet:
-            fleet_args = []
-            for flag, value in (("--nodelist", nodelist), ("--hosts", hosts), ("--fleet-config", fleet_config),
-                                ("--ssh-config", ssh_config)):
-                if value is not None:
-                    fleet_args += [flag, str(Path(value).resolve()) if isinstance(value, Path) else value]
-            if prometheus is not None:
-                # Through the environment: a URL with credentials in it stays out of every process's argv.
-                os.environ["GPUWARDEN_PROMETHEUS"] = prometheus
-        elif any(v is not None for v in (nodelist, hosts, fleet_config, ssh_config, prometheus)):
-            raise GpuwardenError("--nodelist/--hosts/--fleet-config/--ssh-config/--prometheus go with --fleet",
-                                 "add --fleet to serve the fleet console")
-        command = served_command(settings_args, fleet_args=fleet_args, allow_actions=allow_actions)
-        server = make_server(command, host, port, token, public_url,
-                             "gpuwarden fleet" if fleet else "gpuwarden")
-        url = server.public_url + (f"/?token={token}" if token else "/")
-        mode = "actions allowed" if allow_actions else "read-only"
-        typer.echo(f"gpuwarden serve: {'fleet console' if fleet else 'console'} ({mode}) at {url}", err=True)
-        os.environ.pop("TEXTUAL_DRIVER", None)  # the served consoles get the web driver from textual-serve
-        try:
-            server.serve()
-        except OSError as exc:
-            raise GpuwardenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-                                 "choose another --listen port, or stop what uses this one") from None
+
+@cli.command("serve")
+def serve_cmd(
+    ctx: typer.Context,
+    listen: str = typer.Option("127.0.0.1:8080", "--listen", metavar="HOST:PORT",
+                               help="Address to serve on; anything but loopback requires a token."),
+    token: Optional[str] = typer.Option(None, "--token", envvar=TOKEN_ENV, show_default=False,
+                                        help="Token the browser must present (default: none on loopback, a "
+                                             "new random one elsewhere, printed in the URL)."),
+    allow_actions: bool = typer.Option(False, "--allow-actions",
+                                       help="Let the browser run playbooks (default: read-only consoles)."),
+    public_url: Optional[str] = typer.Option(None, "--public-url", metavar="URL",
+                                             help="The URL browsers use to reach this server (behind a proxy, "
+                                                  "or when listening on 0.0.0.0)."),
+    fleet: bool = typer.Option(False, "--fleet", help="Serve the fleet console instead of this node's."),
+    nodelist: Optional[str] = typer.Option(None, "--nodelist", help="With --fleet: Slurm hostlist of nodes."),
+    hosts: Optional[Path] = typer.Option(None, "--hosts", metavar="FILE", help="With --fleet: hosts file."),
+    fleet_config: Optional[Path] = typer.Option(None, "--fleet-config", metavar="FILE",
+                                                help="With --fleet: fleet config TOML."),
+    ssh_config: Optional[Path] = typer.Option(None, "--ssh-config", "-F", metavar="FILE",
+                                              help="With --fleet: OpenSSH client config."),
+    prometheus: Optional[str] = typer.Option(None, "--prometheus", metavar="URL",
+                                             help="With --fleet: read the fleet from this Prometheus first "
+                                                  "(see `fleet tui --help`)."),
+) -> None:
+    """Serve the console in a browser (textual-serve): this node's, or with --fleet the fleet console.
+
+    Listens on loopback unless told otherwise; on any other address a token is required (a random one is
+    made and printed when --token is not given). Consoles are read-only unless --allow-actions.
+    """
+    host, port = parse_listen(listen)
+    if token is None and not is_loopback(host):
+        token = secrets.token_urlsafe(24)
+    if token is not None and len(token) < 16:
+        raise GpuwardenError("--token is too short", "use 16 characters or more (or leave it out for a random one)")
+    settings = ctx.obj
+    settings_args = ["--state-dir", str(settings.state_dir), "--config", str(settings.config_path)]
+    if settings.backend:
+        settings_args += ["--backend", settings.backend]
+    fleet_args = None
+    if fleet:
+        fleet_args = []
+        for flag, value in (("--nodelist", nodelist), ("--hosts", hosts), ("--fleet-config", fleet_config),
+                            ("--ssh-config", ssh_config)):
+            if value is not None:
+                fleet_args += [flag, str(Path(value).resolve()) if isinstance(value, Path) else value]
+        if prometheus is not None:
+            # Through the environment: a URL with credentials in it stays out of every process's argv.
+            os.environ["GPUWARDEN_PROMETHEUS"] = prometheus
+    elif any(v is not None for v in (nodelist, hosts, fleet_config, ssh_config, prometheus)):
+        raise GpuwardenError("--nodelist/--hosts/--fleet-config/--ssh-config/--prometheus go with --fleet",
+                             "add --fleet to serve the fleet console")
+    command = served_command(settings_args, fleet_args=fleet_args, allow_actions=allow_actions)
+    server = make_server(command, host, port, token, public_url,
+                         "gpuwarden fleet" if fleet else "gpuwarden")
+    url = server.public_url + (f"/?token={token}" if token else "/")
+    mode = "actions allowed" if allow_actions else "read-only"
+    typer.echo(f"gpuwarden serve: {'fleet console' if fleet else 'console'} ({mode}) at {url}", err=True)
+    os.environ.pop("TEXTUAL_DRIVER", None)  # the served consoles get the web driver from textual-serve
+    try:
+        server.serve()
+    except OSError as exc:
+        raise GpuwardenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                             "choose another --listen port, or stop what uses this one") from None

@@ -5,9 +5,6 @@ Each command lives in playbooks/cli/commands/<name>.py and registers itself on t
 
 from __future__ import annotations
 
-import importlib
-import math
-import os
 import re
 import sys
 from pathlib import Path
@@ -17,8 +14,10 @@ import typer
 
 try:  # newer typer vendors click; older releases depend on it
     from typer._click import ClickException  # type: ignore
+    from typer._click.exceptions import NoArgsIsHelpError  # type: ignore
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import ClickException  # type: ignore
+    from click.exceptions import NoArgsIsHelpError  # type: ignore
 
 from gpuwarden.ops import __version__
 from gpuwarden.ops.foundation import interrupts
@@ -29,12 +28,37 @@ from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.cli.hints import Invocation
 from gpuwarden.playbooks.cli.fastcli import guarded
 from gpuwarden.playbooks.cli.globalopts import resolve
+from gpuwarden.playbooks.cli.lazy import Interrupted, Lazy, LazyGroup, refuse_non_finite
 
-# Order is the order of `gpuwarden --help`.
-COMMAND_MODULES = (
-    "status", "doctor", "fix", "launch", "engines", "arena", "canary", "drain", "reset", "purge",
-    "baseline", "bundle", "triage", "report", "known", "config", "journal", "agent", "history", "metrics", "sim", "k8s", "fleet",
-)
+# Every command, in the order of `gpuwarden --help`. Only the module of the command a line names is imported.
+COMMANDS: Lazy = {
+    "status": ("gpuwarden.playbooks.cli.commands.status:cli", "command"),
+    "doctor": ("gpuwarden.playbooks.cli.commands.doctor:cli", "command"),
+    "fix": ("gpuwarden.playbooks.cli.commands.fix:cli", "command"),
+    "launch": ("gpuwarden.playbooks.cli.commands.launch:cli", "command"),
+    "engines": ("gpuwarden.playbooks.cli.commands.engines:engines_app", "group"),
+    "arena": ("gpuwarden.playbooks.cli.commands.arena:arena_app", "group"),
+    "canary": ("gpuwarden.playbooks.cli.commands.canary:cli", "command"),
+    "drain": ("gpuwarden.playbooks.cli.commands.drain:cli", "command"),
+    "undrain": ("gpuwarden.playbooks.cli.commands.drain:cli", "command"),
+    "reset": ("gpuwarden.playbooks.cli.commands.reset:cli", "command"),
+    "purge": ("gpuwarden.playbooks.cli.commands.purge:cli", "command"),
+    "baseline": ("gpuwarden.playbooks.cli.commands.baseline:baseline_app", "group"),
+    "bundle": ("gpuwarden.playbooks.cli.commands.bundle:cli", "command"),
+    "triage": ("gpuwarden.playbooks.cli.commands.triage:cli", "command"),
+    "report": ("gpuwarden.playbooks.cli.commands.report:cli", "command"),
+    "known": ("gpuwarden.playbooks.cli.commands.known:cli", "command"),
+    "config": ("gpuwarden.playbooks.cli.commands.config:config_app", "group"),
+    "journal": ("gpuwarden.playbooks.cli.commands.journal:cli", "command"),
+    "agent": ("gpuwarden.playbooks.cli.commands.agent:cli", "command"),
+    "k8s-agent": ("gpuwarden.playbooks.cli.commands.agent:cli", "command"),
+    "history": ("gpuwarden.playbooks.cli.commands.history:cli", "command"),
+    "metrics": ("gpuwarden.playbooks.cli.commands.metrics:cli", "command"),
+    "sim": ("gpuwarden.playbooks.cli.commands.sim:sim_app", "group"),
+    "gpu-check": ("gpuwarden.playbooks.cli.commands.k8s:cli", "command"),
+    "post-clean": ("gpuwarden.playbooks.cli.commands.k8s:cli", "command"),
+    "fleet": ("gpuwarden.playbooks.cli.commands.fleet:fleet_app", "group"),
+}
 
 
 def _version(value: bool) -> None:
@@ -68,15 +92,13 @@ ReadTimeoutOpt = Annotated[Optional[float], typer.Option(
 VersionOpt = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")]
 
-Adds = Callable[[typer.Typer], None]
-
-
-def build_app(*, console: Callable[[Settings], int | None] | None = None, commands: tuple[Adds, ...] = (),
-              fleet_commands: tuple[Adds, ...] = ()) -> typer.Typer:
+def build_app(*, console: Callable[[Settings], int | None] | None = None, commands: Lazy | None = None,
+              fleet_commands: Lazy | None = None) -> typer.Typer:
     """The whole command line, built anew on each call: the playbooks' commands, then what the caller adds
-    (gpuwarden.tui.main adds the console as `tui` and as what plain `gpuwarden` does, `serve`, `fleet tui`).
-    Without a console, plain `gpuwarden` prints the help."""
+    (gpuwarden.tui.main adds the console as `tui` and as what plain `gpuwarden` does, `serve`, `fleet tui`), each
+    named by "module:attribute" and imported only when used. Without a console, plain `gpuwarden` prints the help."""
     app = typer.Typer(
+        cls=LazyGroup.with_commands({**COMMANDS, **(commands or {})}, nested={"fleet": fleet_commands or {}}),
         name="gpuwarden",
         help="Operations console for multi-GPU LLM inference nodes: see every GPU's memory and "
         "residual VRAM, supervise engines sharing a weight arena, and run playbooks "
@@ -108,14 +130,6 @@ def build_app(*, console: Callable[[Settings], int | None] | None = None, comman
             if code:
                 raise typer.Exit(code)
 
-    for name in COMMAND_MODULES:
-        module = importlib.import_module(f"gpuwarden.playbooks.cli.commands.{name}")
-        if name == "fleet":
-            module.register(app, fleet_commands)
-        else:
-            module.register(app)
-    for add in commands:
-        add(app)
     return app
 
 
@@ -134,19 +148,10 @@ def main(argv: list[str] | None = None, app: typer.Typer | None = None) -> int:
     exit code."""
     args = argv if argv is not None else sys.argv[1:]
     app = app if app is not None else build_app()
-    _keep_only_the_invoked(app, args)
-    command = typer.main.get_command(app)
+    command = typer.main.get_command(app)  # a LazyGroup: the command the line names is imported when resolved
     invocation = Invocation()
-    _finite_numbers(command)
+    refuse_non_finite(command)  # the global options; each command's own when it loads
     interrupts.install()
-    inner = command.invoke
-
-    def invoke(ctx):  # typer turns an interrupt into a silent Exit(130): carry it past typer instead
-        try:
-            return inner(ctx)
-        except KeyboardInterrupt as exc:
-            raise _Interrupted(exc) from None
-    command.invoke = invoke  # type: ignore[method-assign]
 
     def call() -> int:
         try:
@@ -155,7 +160,7 @@ def main(argv: list[str] | None = None, app: typer.Typer | None = None) -> int:
         except GpuwardenError as exc:
             exc.hint = invocation.paste_ready(exc.hint)  # the commands it names get this line's global options
             raise
-        except _Interrupted as exc:
+        except Interrupted as exc:
             raise exc.interrupt from None
         except typer.Exit as exc:
             return exc.exit_code
@@ -163,6 +168,10 @@ def main(argv: list[str] | None = None, app: typer.Typer | None = None) -> int:
             print("gpuwarden: aborted", file=sys.stderr)
             return 130
         except ClickException as exc:
+            if isinstance(exc, NoArgsIsHelpError) and exc.ctx is not None:
+                # a bare group (`gpuwarden engines`) asks for its help: print it as --help does
+                typer.echo(exc.ctx.get_help())
+                return 0
             # Click's own usage errors, in the same one-line shape as ours.
             print(f"gpuwarden: error: {printable(_plain_usage_message(exc))}", file=sys.stderr)
             option = getattr(exc, "option_name", None)
@@ -185,21 +194,6 @@ def main(argv: list[str] | None = None, app: typer.Typer | None = None) -> int:
 
 _GLOBAL_FLAGS = ("--state-dir", "--config", "--backend", "--sysfs-root", "--proc-root")
 _GLOBAL_WITH_VALUES = (*_GLOBAL_FLAGS, "--read-timeout")
-
-
-def _keep_only_the_invoked(app: typer.Typer, args: list[str]) -> None:
-    """Leave in `app` only the command or group the line names, so that typer works out one command's
-    parameters instead of all 48 (about 0.1 s of CPU in every command). A line that names none (help, the
-    version, a typo Click should answer with its suggestions) and shell completion keep them all."""
-    if any(name.startswith("_") and name.endswith("_COMPLETE") for name in os.environ):
-        return
-    word = _command_word(args)
-    commands = [c for c in app.registered_commands
-                if (c.name or typer.main.get_command_name(getattr(c.callback, "__name__", ""))) == word]
-    groups = [g for g in app.registered_groups
-              if (g.name or getattr(g.typer_instance, "info", None) and g.typer_instance.info.name) == word]
-    if commands or groups:
-        app.registered_commands, app.registered_groups = commands, groups
 
 
 def _command_word(args: list[str]) -> str:
@@ -254,35 +248,6 @@ def _plain_usage_message(exc) -> str:
     what = "a GPU index (`gpuwarden status` lists them)" if name in ("gpu", "gpus") else kind
     prefix = message.split(": ", 1)[0] if ": " in message else f"Invalid value for {name!r}"
     return f"{prefix}: {given!r} is not {what}"
-
-
-def _finite_numbers(command) -> None:
-    """Every number option of every command refuses nan and inf (`--timeout nan` compares false with any
-    bound, so it would pass min=/max= and then never time out)."""
-    for param in getattr(command, "params", ()):
-        if getattr(param, "_finite", False):
-            continue
-        inner = param.process_value
-
-        def process_value(ctx, value, inner=inner, param=param):
-            value = inner(ctx, value)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise typer.BadParameter(f"{value!r} is not a finite number", ctx=ctx, param=param)
-            return value
-        param.process_value = process_value
-        param._finite = True
-    for sub in getattr(command, "commands", {}).values():
-        _finite_numbers(sub)
-
-
-class _Interrupted(Exception):
-    """An interrupt on its way out past typer (which would swallow a KeyboardInterrupt)."""
-
-    def __init__(self, interrupt: KeyboardInterrupt):
-        super().__init__(str(interrupt))
-        self.interrupt = interrupt
-
-
 
 
 if __name__ == "__main__":

@@ -51,27 +51,29 @@ def _monitor(target, refresh_s: float, history_s: float | None):
                             parallel=target.parallel, history_s=history_s)
 
 
-def register(fleet_group: typer.Typer) -> None:
-    @fleet_group.command("tui")
-    @fleet_cli.with_fleet_view
-    def fleet_tui_cmd(
-        ctx: typer.Context,
-        fleet_target=None,
-        refresh: float = typer.Option(1.0, "--refresh", metavar="SECONDS",
-                                      help="Seconds between each node's snapshots (0.5 or more)."),
-        read_only: bool = typer.Option(False, "--read-only", help="Watch only: no playbook keys on any node."),
-        history: str = typer.Option("1h", "--history", metavar="DURATION",
-                                    help="With --prometheus: the span of each node's residual trend and crash "
-                                         "count (0 for none)."),
-    ) -> None:
-        """Open the fleet console: a row per node, worst first (`/` filters). Enter opens that node's full
-        live console, fed over one persistent SSH connection per node; its playbook keys act on that node
-        (destructive ones ask first), Escape goes back to the fleet.
+cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loads it only when one is named
 
-        With --prometheus the rows come from Prometheus (with each node's trend over --history) and only nodes
-        whose series are missing or stale, and the node you open, are streamed over SSH.
-        """
-        history_s = parse_duration(history) or None
-        code = open_fleet_tui(ctx.obj, fleet_target, refresh_s=refresh, read_only=read_only, history_s=history_s)
-        if code:
-            raise typer.Exit(code)
+
+@cli.command("tui")
+@fleet_cli.with_fleet_view
+def fleet_tui_cmd(
+    ctx: typer.Context,
+    fleet_target=None,
+    refresh: float = typer.Option(1.0, "--refresh", metavar="SECONDS",
+                                  help="Seconds between each node's snapshots (0.5 or more)."),
+    read_only: bool = typer.Option(False, "--read-only", help="Watch only: no playbook keys on any node."),
+    history: str = typer.Option("1h", "--history", metavar="DURATION",
+                                help="With --prometheus: the span of each node's residual trend and crash "
+                                     "count (0 for none)."),
+) -> None:
+    """Open the fleet console: a row per node, worst first (`/` filters). Enter opens that node's full
+    live console, fed over one persistent SSH connection per node; its playbook keys act on that node
+    (destructive ones ask first), Escape goes back to the fleet.
+
+    With --prometheus the rows come from Prometheus (with each node's trend over --history) and only nodes
+    whose series are missing or stale, and the node you open, are streamed over SSH.
+    """
+    history_s = parse_duration(history) or None
+    code = open_fleet_tui(ctx.obj, fleet_target, refresh_s=refresh, read_only=read_only, history_s=history_s)
+    if code:
+        raise typer.Exit(code)

@@ -75,10 +75,6 @@ def _interrupted_json(exc: KeyboardInterrupt, path: str) -> None:
     sys.stdout.flush()
 
 
-def register(app: typer.Typer) -> None:
-    app.add_typer(arena_app, name="arena")
-
-
 @arena_app.command("create")
 def create_cmd(
     ctx: typer.Context,
@@ -95,7 +91,7 @@ def create_cmd(
 
     Written under a temporary name and renamed at the end: a failure (e.g. a full tmpfs) leaves nothing behind.
     """
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.foundation import interrupts
     settings: Settings = ctx.find_root().obj
     held = interrupts.Held()  # create() holds interrupts from just before its rename; released once reported
@@ -194,7 +190,7 @@ def inspect_cmd(
     For each mapper: resident (Rss) and proportional (Pss) share of the arena from /proc/<pid>/smaps, and
     whether it registered the arena, when its status-protocol file says so. Exit 1 when the header is bad.
     """
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.arena.inspect import inspect
     settings: Settings = ctx.find_root().obj
     info = inspect(path, settings.proc_root, settings.state_dir)
@@ -239,7 +235,7 @@ def budget_cmd(
     global limit of about RAM - RAM/64 - 1.5 GiB, unless amdgpu.no_system_mem_limit=1. Without flags the
     arena and engines come from the node config.
     """
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.arena.budget import compute, engine_names, from_config
     settings: Settings = ctx.find_root().obj
     names: list[str] = []
@@ -291,7 +287,7 @@ def probe_cmd(
     Reports per canary the register seconds, copy GB/s and how it ended (the signal's name if it crashed),
     then stops them all. Exit 0 when every canary registered, served and stopped cleanly, 1 otherwise.
     """
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.playbooks.probe import Probe, ProbeOptions, table
     settings: Settings = ctx.find_root().obj
     if runtime not in ("hip", "cuda", "host", "sim"):

@@ -38,7 +38,7 @@ def record_cmd(
 
     Refuses a GPU that any process uses or holds, and one whose idle use is large enough to be a leak.
     """
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.playbooks import nodecheck
     from gpuwarden.playbooks.baseline import BaselinePlaybook
     from gpuwarden.playbooks.cli.output import execute, exit_with
@@ -66,7 +66,3 @@ def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", 
     for g, v in sorted(gpus.items()):
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v.get("recorded_at", 0)))
         typer.echo(f"GPU {g}: {fmt_bytes(int(v['vram_bytes']))}  recorded {when}  backend {printable(v.get('backend', '?'))}")
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(baseline_app, name="baseline")

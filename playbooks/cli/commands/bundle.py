@@ -15,6 +15,9 @@ from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.units import fmt_bytes, parse_size
 from gpuwarden.ops.foundation.jsondoc import document
+from gpuwarden.ops.triage.render import headline, summary_lines
+from gpuwarden.playbooks.bundle import BundlePlaybook
+from gpuwarden.playbooks.framework import Event, run
 
 HELP = """Collect an incident bundle: kernel log (dmesg, else journalctl -k, else /dev/kmsg), amd-smi /
 rocm-smi / nvidia-smi output, the gpuwarden snapshot, the raw sysfs/KFD/DRM-fdinfo and /proc files
@@ -65,8 +68,6 @@ def _print_result(result) -> None:
     if red["total"]:
         typer.echo(f"  redacted {red['total']} secret(s): "
                    + ", ".join(f"{k} x{v}" for k, v in sorted(red["by_pattern"].items())))
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
-    from gpuwarden.ops.triage.render import headline, summary_lines
     typer.echo(f"triage: {headline(result.report)}")
     for note in result.report.notes:
         if note.startswith("no kernel log"):
@@ -75,51 +76,50 @@ def _print_result(result) -> None:
         typer.echo(f"  - {line}")
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("bundle", help=HELP)
-    def bundle_cmd(
-        ctx: typer.Context,
-        # a str, not a Path: Path drops the trailing "/" that says "a directory to make"
-        output: Optional[str] = typer.Option(None, "--output", "-o", metavar="<path>",
-                                             help="File or directory (an existing one, or one ending in /) for the "
-                                                  "bundle (default <state dir>/bundles/)."),
-        since: Optional[str] = typer.Option(None, "--since", help="Only log lines from the last DURATION (30m, 2h, 1d)."),
-        safe_mode: bool = typer.Option(False, "--safe-mode",
-                                       help="Skip the vendor tools that can hang on a wedged GPU (amd-smi, rocm-smi, nvidia-smi)."),
-        timeout: float = typer.Option(10.0, "--timeout", help="Seconds each collector may take.", min=0.1),
-        max_bytes: str = typer.Option("16MiB", "--max-bytes", help="Cap per output file; the tail is kept "
-                                      "(e.g. 4MiB; a plain number is bytes)."),
-        json_out: bool = typer.Option(False, "--json", help="Print the result (path, collectors, triage) as JSON."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be collected, collect nothing."),
-    ) -> None:
-        # deferred: the CLI imports every command module at start; this code loads only when the command runs
-        from gpuwarden.playbooks.bundle import BundlePlaybook  # here, not at import: every gpuwarden command loads this module
-        from gpuwarden.playbooks.framework import Event, run
-        settings: Settings = ctx.obj
-        playbook = BundlePlaybook(output=output, since=since, safe_mode=safe_mode, timeout_s=timeout,
-                                  max_bytes=parse_size(max_bytes, bare_bytes=True))
-        if dry_run:
-            # deferred: the CLI imports every command module at start; this code loads only when the command runs
-            from gpuwarden.playbooks.cli.output import event_printer
-            raise typer.Exit(run(playbook, settings, sink=event_printer(json_out, settings.cli_words), dry_run=True).exit_code)
-        progress = None if json_out else _progress_printer()
+cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loads it only when one is named
 
-        def sink(event: "Event") -> None:
-            if progress and event.kind == "info" and "collector" in event.data:
-                progress("collected", event.data["collector"], event.data["done"], event.data["total"])
-        try:
-            outcome = run(playbook, settings, sink=sink)
-        finally:
-            if progress:
-                sys.stderr.write("\r\x1b[2K")
-                sys.stderr.flush()
-        if "error" in outcome.data:
-            raise outcome.data["error"]
-        if "result" not in outcome.data:
-            failed = next((e.message for e in outcome.events if e.kind == "step_failed"), "collection failed")
-            raise GpuwardenError(f"bundle: {failed}", "see the journal (`gpuwarden journal`) for details")
-        result = outcome.data["result"]
-        if json_out:
-            sys.stdout.write(json.dumps(document("bundle", result.to_dict()), indent=2, default=str) + "\n")
-        else:
-            _print_result(result)
+
+@cli.command("bundle", help=HELP)
+def bundle_cmd(
+    ctx: typer.Context,
+    # a str, not a Path: Path drops the trailing "/" that says "a directory to make"
+    output: Optional[str] = typer.Option(None, "--output", "-o", metavar="<path>",
+                                         help="File or directory (an existing one, or one ending in /) for the "
+                                              "bundle (default <state dir>/bundles/)."),
+    since: Optional[str] = typer.Option(None, "--since", help="Only log lines from the last DURATION (30m, 2h, 1d)."),
+    safe_mode: bool = typer.Option(False, "--safe-mode",
+                                   help="Skip the vendor tools that can hang on a wedged GPU (amd-smi, rocm-smi, nvidia-smi)."),
+    timeout: float = typer.Option(10.0, "--timeout", help="Seconds each collector may take.", min=0.1),
+    max_bytes: str = typer.Option("16MiB", "--max-bytes", help="Cap per output file; the tail is kept "
+                                  "(e.g. 4MiB; a plain number is bytes)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result (path, collectors, triage) as JSON."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be collected, collect nothing."),
+) -> None:
+    settings: Settings = ctx.obj
+    playbook = BundlePlaybook(output=output, since=since, safe_mode=safe_mode, timeout_s=timeout,
+                              max_bytes=parse_size(max_bytes, bare_bytes=True))
+    if dry_run:
+        # deferred: only this path of the command needs it
+        from gpuwarden.playbooks.cli.output import event_printer
+        raise typer.Exit(run(playbook, settings, sink=event_printer(json_out, settings.cli_words), dry_run=True).exit_code)
+    progress = None if json_out else _progress_printer()
+
+    def sink(event: "Event") -> None:
+        if progress and event.kind == "info" and "collector" in event.data:
+            progress("collected", event.data["collector"], event.data["done"], event.data["total"])
+    try:
+        outcome = run(playbook, settings, sink=sink)
+    finally:
+        if progress:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+    if "error" in outcome.data:
+        raise outcome.data["error"]
+    if "result" not in outcome.data:
+        failed = next((e.message for e in outcome.events if e.kind == "step_failed"), "collection failed")
+        raise GpuwardenError(f"bundle: {failed}", "see the journal (`gpuwarden journal`) for details")
+    result = outcome.data["result"]
+    if json_out:
+        sys.stdout.write(json.dumps(document("bundle", result.to_dict()), indent=2, default=str) + "\n")
+    else:
+        _print_result(result)

@@ -19,7 +19,7 @@ LOOKUP_S = 1.0
 
 def _settings(ctx: typer.Context):
     """Settings from the global options typed so far (completion never runs the global callback)."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.config.nodeconfig import effective_settings
     params = ctx.find_root().params
     paths = {k: params.get(k) for k in ("state_dir", "sysfs_root", "proc_root")}
@@ -33,7 +33,7 @@ def _gpu_list(ctx: typer.Context) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
 
     def look() -> None:
-        # deferred: the CLI imports every command module at start; this code loads only when the command runs
+        # deferred: only this path of the command needs it
         from gpuwarden.ops.node.backends.select import open_backend
         backend = open_backend(_settings(ctx))
         try:
@@ -71,7 +71,7 @@ def engines(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
 def config_engines(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
     """Engines the node config lists (what `launch` can start)."""
     try:
-        # deferred: the CLI imports every command module at start; this code loads only when the command runs
+        # deferred: only this path of the command needs it
         from gpuwarden.ops.config import nodeconfig
         config = nodeconfig.load(_settings(ctx))
         return [(e.name, f"GPU {e.gpu}") for e in config.engines if e.name.startswith(incomplete)]

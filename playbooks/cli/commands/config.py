@@ -132,7 +132,7 @@ def check_cmd(ctx: typer.Context,
     Exit 0 with a summary when it is valid; exit 2 when it is not, with one line per error that names the
     file, the line and the key, and says what is expected (every error, not only the first).
     """
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.config import nodeconfig
     from gpuwarden.ops.foundation import redact  # here, not at import: every gpuwarden command loads this module
     settings: Settings = ctx.obj
@@ -171,14 +171,14 @@ def check_cmd(ctx: typer.Context,
 def _node_gpus(settings: Settings) -> tuple[int | None, str | None]:
     """How many GPUs this node has (None and why when no backend can tell; the simulated node counts
     only when chosen with --backend sim)."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.node import SimNode
     if settings.backend == "sim":
         sim = SimNode(settings.state_dir)
         if not sim.exists:
             return None, "GPU indexes not checked: no simulated node in the state dir (`gpuwarden sim init`)"
         return sim.config()["gpus"], None
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.node.backends.select import open_backend
     try:
         backend = open_backend(settings, fallback_to_sim=False)
@@ -201,7 +201,3 @@ def example_cmd(canary: bool = typer.Option(False, "--canary", help="The canary 
     if runtime not in RUNTIMES:
         raise GpuwardenError(f"unknown runtime {runtime!r}", f"choose one of: {', '.join(RUNTIMES)}")
     sys.stdout.write(canary_example(runtime) if canary else FOUR_ENGINES)
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(config_app, name="config")

@@ -61,7 +61,7 @@ def list_cmd(ctx: typer.Context,
     An engine whose shim is gone while it claimed to be running shows as `stale`: its record is not
     to be trusted (the shim was killed, or the node rebooted).
     """
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.engines import registrations
     settings = _settings(ctx)
     infos = st.list_engines(settings)
@@ -112,7 +112,7 @@ def logs_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine na
              follow: bool = typer.Option(False, "--follow", "-f",
                                          help="Keep printing new lines until Ctrl-C (or the engine has ended).")) -> None:
     """Print an engine's stdout and stderr (the shim keeps them, size-capped, in the state dir)."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.engines import logs
     settings = _settings(ctx)
     path = st.engine_dir(settings.state_dir, name) / st.LOG
@@ -159,7 +159,7 @@ def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help
         targets = tuple((i.name, i.gpu) for i in infos if i.phase not in st.FINAL_PHASES)
     results = []
     if targets:
-        # deferred: the CLI imports every command module at start; this code loads only when the command runs
+        # deferred: only this path of the command needs it
         from gpuwarden.playbooks.framework import run
         from gpuwarden.playbooks.stop import StopEnginePlaybook
         # Naming the engine (or --all) is the operator's confirmation; the runner adds locks and journal.
@@ -182,13 +182,9 @@ def restart_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine
                 timeout: Optional[float] = typer.Option(None, "--timeout", min=0,
                                                         help="Grace before SIGKILL when stopping it.")) -> None:
     """Stop an engine (if it runs) and start it again under a new shim, with the spec it was launched with."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.engines import control
     settings = _settings(ctx)
     shim_pid = control.restart(settings, name, timeout_s=timeout)
     control.wait_for_record(settings, name, shim_pid)
     typer.echo(f"{name}: restarted under shim {shim_pid} (follow it with `gpuwarden engines list`)")
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(engines_app, name="engines")

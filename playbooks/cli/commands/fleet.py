@@ -18,9 +18,10 @@ from gpuwarden.ops.fleet.hostlist import MAX_HOSTS
 from gpuwarden.ops.foundation.jsondoc import dumps
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.units import parse_duration
+from gpuwarden.playbooks.cli.lazy import LazyGroup
 
 fleet_app = typer.Typer(
-    name="fleet", no_args_is_help=True, rich_markup_mode=None,
+    cls=LazyGroup, name="fleet", no_args_is_help=True, rich_markup_mode=None,  # the console adds `fleet tui`
     help="Many nodes over SSH with your own ~/.ssh/config, keys and known_hosts: `fleet status` (one table, "
          "worst node first), `fleet tui`, and the node playbooks run remotely (purge, drain, undrain, baseline, "
          "bundle). Each node runs its own gpuwarden with its own locks and journal.")
@@ -94,7 +95,7 @@ def _fleet_target_decorator(options_spec: tuple, reads_prometheus: bool):
 
         @functools.wraps(func)
         def command(*args, **kwargs):
-            # deferred: the CLI imports every command module at start; this code loads only when the command runs
+            # deferred: only this path of the command needs it
             from gpuwarden.playbooks.fleet.target import resolve
             options = {name: kwargs.pop(name) for name, _, _ in options_spec}
             target = kwargs["fleet_target"] = resolve(hosts_file=options.pop("hosts"),
@@ -155,7 +156,7 @@ def status_cmd(
 
     Exit status: the worst node's — 0 all healthy, 1 some need attention, 2 some could not be seen.
     """
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.fleet import summary
     from gpuwarden.playbooks.fleet.status import collect
     t = fleet_target
@@ -197,17 +198,6 @@ def _history_window(text: str | None, t) -> float | None:
     return seconds
 
 
-def register(app: typer.Typer, extra: tuple = ()) -> None:
-    """`gpuwarden fleet`: the commands declared on fleet_app above, plus `extra` (the console adds `fleet
-    tui`), on a group made for this app, so that building the command line twice never adds a command twice."""
-    group = typer.Typer(name=fleet_app.info.name, help=fleet_app.info.help, no_args_is_help=True,
-                        rich_markup_mode=None)
-    group.registered_commands = list(fleet_app.registered_commands)
-    for add in extra:
-        add(group)
-    app.add_typer(group, name="fleet")
-
-
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Show each node's plan; change nothing anywhere.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask; required without a terminal (a destructive "
                                    "playbook is refused otherwise, exit 1, and no node is touched).")]
@@ -216,7 +206,7 @@ JsonOut = Annotated[bool, typer.Option("--json", help="One JSON line per node ev
 
 def run_playbook(t, rp, *, dry_run: bool, yes: bool, json_out: bool) -> int:
     """Plan or run `rp` on every node: ask once for the whole set when it is destructive; exit the worst node's."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.playbooks.fleet import actions
     from gpuwarden.playbooks.cli.output import event_printer
     names = [h.name for h in t.hosts]
@@ -270,7 +260,7 @@ def purge_cmd(
 ) -> None:
     """Run each node's own `gpuwarden purge [GPU]`: remove what holds residual VRAM, with the node's checks,
     locks and journal (which records you and that it came from the fleet). Asks once for the whole set."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.playbooks.fleet import actions
     t = fleet_target
     raise typer.Exit(run_playbook(t, actions.purge(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
@@ -286,7 +276,7 @@ def drain_cmd(
 ) -> None:
     """Run each node's own `gpuwarden drain GPU`: mark it drained, stop its engines, wait until it is idle.
     Asks once for the whole set."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.playbooks.fleet import actions
     t = fleet_target
     raise typer.Exit(run_playbook(t, actions.drain(gpu, reason), dry_run=dry_run, yes=yes, json_out=json_out))
@@ -300,7 +290,7 @@ def undrain_cmd(
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:
     """Run each node's own `gpuwarden undrain GPU`."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.playbooks.fleet import actions
     t = fleet_target
     raise typer.Exit(run_playbook(t, actions.undrain(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
@@ -314,7 +304,7 @@ def baseline_cmd(
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:
     """Run each node's own `gpuwarden baseline record [GPU]` (on idle nodes: the idle VRAM per GPU)."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.playbooks.fleet import actions
     t = fleet_target
     raise typer.Exit(run_playbook(t, actions.baseline(gpu), dry_run=dry_run, yes=yes, json_out=json_out))
@@ -336,7 +326,7 @@ def bundle_cmd(
 
     Exit status: 0 every node's bundle pulled, 2 some could not be collected.
     """
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.playbooks.fleet import bundles
     t = fleet_target
     out_dir = bundles.make_output_dir(output)

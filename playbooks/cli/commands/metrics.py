@@ -11,13 +11,16 @@ import typer
 
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.paths import AGENT_SOCKET
+from gpuwarden.ops.agent.client import get
+from gpuwarden.ops.metrics.collector import render
+from gpuwarden.ops.metrics.plan import PlanCache
+from gpuwarden.ops.metrics.reading import MetricsOptions, Reading
+from gpuwarden.ops.sampling.sampler import take_snapshot
 
 
 def _from_agent(settings: Settings, per_process: bool, hostname: bool) -> bytes | None:
     """The running agent's exposition over its socket (with its kernel-log counts and residual ages); None
     when no agent answers, or it samples another backend than the one asked for."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
-    from gpuwarden.ops.agent.client import get
     query = "&".join(f"{k}=1" for k, on in (("per_process", per_process), ("hostname", hostname)) if on)
     reply = get(settings.state_dir / AGENT_SOCKET, "/metrics" + (f"?{query}" if query else ""))
     if reply is None or reply.status != 200:
@@ -31,11 +34,6 @@ def _exposition(settings: Settings, per_process: bool, hostname: str | None) -> 
     """The exposition of a snapshot taken now, and what did not answer in time (one line per stale GPU or file)."""
     import time
 
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
-    from gpuwarden.ops.metrics.collector import render
-    from gpuwarden.ops.metrics.plan import PlanCache
-    from gpuwarden.ops.metrics.reading import MetricsOptions, Reading
-    from gpuwarden.ops.sampling.sampler import take_snapshot
     snap = take_snapshot(settings)
     reading = Reading(snap, "oneshot", now=time.time(), plan=PlanCache(settings).current())
     late = [w.message for w in snap.warnings if w.code == "stale"]
@@ -60,42 +58,44 @@ def _stale_in(body: bytes) -> list[str]:
     return out
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("metrics")
-    def metrics_cmd(
-        ctx: typer.Context,
-        textfile: Optional[Path] = typer.Option(
-            None, "--textfile", metavar="DIR",
-            help="Write DIR/gpuwarden.prom atomically (node_exporter's --collector.textfile.directory) instead "
-                 "of printing."),
-        per_process: bool = typer.Option(False, "--per-process",
-                                         help="Add VRAM per process and GPU (the largest 256 pairs)."),
-        hostname_label: bool = typer.Option(False, "--hostname-label",
-                                            help="Add a hostname label to every series (Prometheus adds "
-                                                 "instance itself; this is for textfiles and federation)."),
-    ) -> None:
-        """Print the node's metrics once, in Prometheus' text format: the running agent's (over its socket),
-        else a sample taken now, in which the kernel-log counts and residual ages that only the agent keeps
-        are left out.
+cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loads it only when one is named
 
-        A GPU whose reads do not answer within --read-timeout is exported with gpuwarden_gpu_stale 1 and
-        without the readings it did not give; it is named on stderr and the exit status is 1.
-        """
-        import os
-        settings: Settings = ctx.obj
-        body = None if settings.replay else _from_agent(settings, per_process, hostname_label)
-        if body is None:
-            body, late = _exposition(settings, per_process, os.uname().nodename if hostname_label else None)
-        else:
-            late = _stale_in(body)
-        if textfile is None:
-            typer.echo(body.decode(), nl=False)
-        else:
-            # deferred: the CLI imports every command module at start; this code loads only when the command runs
-            from gpuwarden.ops.metrics.textfile import write
-            path = write(textfile, body)
-            typer.echo(f"wrote {path} ({len(body)} bytes)", err=True)
-        for line in late:
-            typer.echo(f"gpuwarden: {line}", err=True)
-        if late:
-            raise typer.Exit(1)
+
+@cli.command("metrics")
+def metrics_cmd(
+    ctx: typer.Context,
+    textfile: Optional[Path] = typer.Option(
+        None, "--textfile", metavar="DIR",
+        help="Write DIR/gpuwarden.prom atomically (node_exporter's --collector.textfile.directory) instead "
+             "of printing."),
+    per_process: bool = typer.Option(False, "--per-process",
+                                     help="Add VRAM per process and GPU (the largest 256 pairs)."),
+    hostname_label: bool = typer.Option(False, "--hostname-label",
+                                        help="Add a hostname label to every series (Prometheus adds "
+                                             "instance itself; this is for textfiles and federation)."),
+) -> None:
+    """Print the node's metrics once, in Prometheus' text format: the running agent's (over its socket),
+    else a sample taken now, in which the kernel-log counts and residual ages that only the agent keeps
+    are left out.
+
+    A GPU whose reads do not answer within --read-timeout is exported with gpuwarden_gpu_stale 1 and
+    without the readings it did not give; it is named on stderr and the exit status is 1.
+    """
+    import os
+    settings: Settings = ctx.obj
+    body = None if settings.replay else _from_agent(settings, per_process, hostname_label)
+    if body is None:
+        body, late = _exposition(settings, per_process, os.uname().nodename if hostname_label else None)
+    else:
+        late = _stale_in(body)
+    if textfile is None:
+        typer.echo(body.decode(), nl=False)
+    else:
+        # deferred: only this path of the command needs it
+        from gpuwarden.ops.metrics.textfile import write
+        path = write(textfile, body)
+        typer.echo(f"wrote {path} ({len(body)} bytes)", err=True)
+    for line in late:
+        typer.echo(f"gpuwarden: {line}", err=True)
+    if late:
+        raise typer.Exit(1)

@@ -35,7 +35,7 @@ def init_cmd(
     """Create (or recreate) the simulated node in the state dir.
 
     Every value is checked first: a refused init leaves an existing node exactly as it was."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.node import SimNode
     settings: Settings = ctx.obj
     node = SimNode(settings.state_dir)
@@ -54,7 +54,7 @@ def hold_cmd(
                                               "client's fdinfo engine time grows at that rate: the GPU% column)."),
 ) -> None:
     """Run a simulated tenant: hold VRAM and the GPU device files until SIGTERM/Ctrl-C."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.tenant import hold
     settings: Settings = ctx.obj
     raise typer.Exit(hold(settings.state_dir, list(gpu), parse_size(size),
@@ -72,7 +72,7 @@ def fault_cmd(
     gpu: List[int] = typer.Option([], "--gpu", help="hang only: wedge this GPU (repeat for several; default all)."),
 ) -> None:
     """Switch a fault of the simulated driver on or off."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.node import SimNode
     if state not in ("on", "off"):
         raise GpuwardenError(f"fault state must be on or off, not {state!r}")
@@ -87,7 +87,7 @@ def leak_cmd(
     size: str = typer.Option(..., "--size", help="Ownerless VRAM to leave behind, e.g. 14GiB."),
 ) -> None:
     """Leave ownerless residual VRAM on a simulated GPU (only a reset clears it)."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.node import SimNode
     nbytes = parse_size(size)
     SimNode(ctx.obj.state_dir).leak(gpu, nbytes)
@@ -97,7 +97,7 @@ def leak_cmd(
 @sim_app.command("show")
 def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show the simulated node's configuration, faults, leaks and allocations."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.node import SimNode
     info = SimNode(ctx.obj.state_dir).describe()
     if json_out:
@@ -129,7 +129,7 @@ def scenario_cmd(
     clean: ends what an earlier scenario started and starts the simulated node over, empty.
     Every scenario first does what clean does. The sim node must be in use (--backend sim or no GPU).
     """
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    # deferred: only this path of the command needs it
     from gpuwarden.playbooks import scenarios
     if name not in scenarios.SCENARIOS:
         raise GpuwardenError(f"unknown scenario {name!r}", f"choose one of: {', '.join(scenarios.SCENARIOS)}")
@@ -152,7 +152,3 @@ def scenario_cmd(
            "arena": "see it with `gpuwarden engines list` or in the console (`gpuwarden tui`)",
            "clean": "the simulated node is empty"}[name]
     typer.echo(f"scenario {name}: ready; " + (Invocation(list(settings.cli_words)).paste_ready(nxt) or nxt))
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(sim_app, name="sim")

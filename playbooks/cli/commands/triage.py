@@ -13,6 +13,10 @@ from pathlib import Path
 import typer
 
 from gpuwarden.ops.foundation.errors import GpuwardenError, NotFound
+from gpuwarden.ops.triage.analyze import Analyzer
+from gpuwarden.ops.triage.stream import StreamFeeder
+from gpuwarden.ops.triage import explain
+from gpuwarden.ops.triage.render import as_json, markdown
 
 _WHAT_TO_GIVE = ("give `dmesg` / `journalctl -k` output, a syslog file, an engine log, or a bundle from "
                  "`gpuwarden bundle`")
@@ -80,9 +84,6 @@ def _analyze_fd(fd: int, name: str, size: int | None):
 
     A file (`size` given) is read to the size it had when triage started: a log still being written would
     otherwise be followed for as long as its writer writes; the report says how much it grew meanwhile."""
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
-    from gpuwarden.ops.triage.analyze import Analyzer
-    from gpuwarden.ops.triage.stream import StreamFeeder
     a = Analyzer(name)
     feeder = StreamFeeder(a)
     first = True
@@ -128,7 +129,7 @@ def _analyze_fd(fd: int, name: str, size: int | None):
 def _report_for(path: str):
     report = _read_report(path)
     if not report.known:  # a bundle's triage cited already, with the bundle's versions
-        # deferred: the CLI imports every command module at start; this code loads only when the command runs
+        # deferred: only this path of the command needs it
         from gpuwarden.ops.knowledge import cite
         cite(report)  # a bare log says nothing of the node's versions: matches say "not known"
     return report
@@ -152,18 +153,16 @@ def _read_report(path: str):
 
 
 def _explain(name: str) -> None:
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
-    from gpuwarden.ops.triage import explain
     if name in ("list", "all"):
         sys.stdout.write(explain.listing())
         return
     entry = explain.lookup(name)
     if entry is None:
-        # deferred: the CLI imports every command module at start; this code loads only when the command runs
+        # deferred: only this path of the command needs it
         from gpuwarden.ops.knowledge import load
         known = load().get(name)
         if known is not None:
-            # deferred: the CLI imports every command module at start; this code loads only when the command runs
+            # deferred: only this path of the command needs it
             from gpuwarden.ops.knowledge.render import entry_text
             sys.stdout.write(entry_text(known))
             return
@@ -172,8 +171,6 @@ def _explain(name: str) -> None:
                              (f"did you mean {', '.join(close)}? " if close else "")
                              + "`gpuwarden triage --explain list` lists every rule")
     sys.stdout.write(explain.text(entry))
-    # deferred: the CLI imports every command module at start; this code loads only when the command runs
-    from gpuwarden.ops.knowledge import load
     cited = load().by_rule.get(entry.id, [])
     if entry.id.startswith("xid"):  # an Xid number: the nvidia.xid entries whose pattern names that number
         cited = [e for e in load().by_rule.get("nvidia.xid", [])
@@ -183,36 +180,36 @@ def _explain(name: str) -> None:
         sys.stdout.write("".join(f"  {e.id:44} {e.title}\n" for e in cited))
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("triage")
-    def triage_cmd(
-        path: str = typer.Argument(None, metavar="[BUNDLE|LOGFILE|-]",
-                                   help="An incident bundle (.tar.gz), a kernel log (dmesg, dmesg -T/-H, "
-                                        "journalctl -k, syslog), an engine's log, or - to read a pipe."),
-        json_out: bool = typer.Option(False, "--json", help="Print the report as a gpuwarden.triage/1 document."),
-        explain_rule: str = typer.Option(None, "--explain", metavar="RULE",
-                                         help="Say what a finding's rule means, the first thing to check and the known "
-                                              "issues with that signature (a rule id from the report, xidN for an "
-                                              "NVIDIA Xid, a known-issue id, or `list`)."),
-    ) -> None:
-        """Find what went wrong on a GPU node, most important first: the headline names the cause and what it led to.
+cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loads it only when one is named
 
-        Reads kernel logs (GPU page faults, ring timeouts, resets, RAS/ECC, EDAC/MCE, PCIe AER, KFD, MES/KIQ,
-        SMU/PSP/firmware, NVIDIA Xids and GSP, hung tasks, OOM kills, segfaults grouped by library + offset) and
-        engine logs (HIP/HSA/CUDA errors, NCCL/RCCL, Python tracebacks). For a bundle it also says what each
-        crashed engine died of (signal, faulting library + offset, core backtrace) and shows residual VRAM.
-        Files of any size are streamed; a FIFO or a device is refused (pipe into - instead).
 
-        Exit status: 0 nothing at error level, 1 errors or critical findings, 2 bad input (missing, empty,
-        binary, not a log).
-        """
-        if explain_rule is not None:
-            _explain(explain_rule)
-            return
-        if path is None:
-            raise GpuwardenError("give a bundle, a log file or - (stdin)", "or --explain RULE to read about a rule")
-        # deferred: the CLI imports every command module at start; this code loads only when the command runs
-        from gpuwarden.ops.triage.render import as_json, markdown
-        report = _report_for(path)
-        sys.stdout.write(as_json(report) + "\n" if json_out else markdown(report))
-        raise typer.Exit(report.exit_code())
+@cli.command("triage")
+def triage_cmd(
+    path: str = typer.Argument(None, metavar="[BUNDLE|LOGFILE|-]",
+                               help="An incident bundle (.tar.gz), a kernel log (dmesg, dmesg -T/-H, "
+                                    "journalctl -k, syslog), an engine's log, or - to read a pipe."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as a gpuwarden.triage/1 document."),
+    explain_rule: str = typer.Option(None, "--explain", metavar="RULE",
+                                     help="Say what a finding's rule means, the first thing to check and the known "
+                                          "issues with that signature (a rule id from the report, xidN for an "
+                                          "NVIDIA Xid, a known-issue id, or `list`)."),
+) -> None:
+    """Find what went wrong on a GPU node, most important first: the headline names the cause and what it led to.
+
+    Reads kernel logs (GPU page faults, ring timeouts, resets, RAS/ECC, EDAC/MCE, PCIe AER, KFD, MES/KIQ,
+    SMU/PSP/firmware, NVIDIA Xids and GSP, hung tasks, OOM kills, segfaults grouped by library + offset) and
+    engine logs (HIP/HSA/CUDA errors, NCCL/RCCL, Python tracebacks). For a bundle it also says what each
+    crashed engine died of (signal, faulting library + offset, core backtrace) and shows residual VRAM.
+    Files of any size are streamed; a FIFO or a device is refused (pipe into - instead).
+
+    Exit status: 0 nothing at error level, 1 errors or critical findings, 2 bad input (missing, empty,
+    binary, not a log).
+    """
+    if explain_rule is not None:
+        _explain(explain_rule)
+        return
+    if path is None:
+        raise GpuwardenError("give a bundle, a log file or - (stdin)", "or --explain RULE to read about a rule")
+    report = _report_for(path)
+    sys.stdout.write(as_json(report) + "\n" if json_out else markdown(report))
+    raise typer.Exit(report.exit_code())
