@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import sys
 
+from gpuwarden.playbooks.cli import fastcli
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts here
 if TYPE_CHECKING:
     import typer
 
     from gpuwarden.ops.foundation.settings import Settings
-
-from gpuwarden.playbooks.cli import fastcli
 
 
 def build_cli() -> "typer.Typer":
