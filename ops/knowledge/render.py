@@ -14,6 +14,7 @@ from ..jsondoc import document
 SCHEMA = "known"
 VERSION = 2  # 2: kind "myth", "check", "sources" (located evidence) and "own_reasoning"; nothing of 1 removed
 OWN = "    (gpuwarden's own reasoning: no upstream source says this)"
+OWN_TOO = "    (and in part gpuwarden's own reasoning, beyond what the sources above say)"
 UNLOCATED = "    (not located in a source yet: treat as unconfirmed)"
 KIND_NOTE = {"myth": "myth: claimed somewhere, but does not exist or does not do what is claimed"}
 
@@ -22,7 +23,7 @@ def _located(e: Entry, claim: str) -> list[str]:
     """The lines under one claim: each source, then whether it is gpuwarden's own reasoning or unlocated."""
     out = [f"    - {ev.url} ({ev.locator}; checked {ev.checked}): {ev.says}" for ev in e.sources(claim)]
     if claim in e.own_reasoning:
-        out.append(OWN)
+        out.append(OWN_TOO if out else OWN)
     elif not out and claim != "title":
         out.append(UNLOCATED)
     return out
