@@ -220,9 +220,9 @@ def parse_entry(raw: Any, index: int, compile_patterns: bool = True) -> Entry:
             raise GpuwardenError(f"{where}: {k} must be a string", "fix it")
     evidence = _evidence(evidence_raw, where)
     own = _strings(raw, "own_reasoning", where)
-    bad = [c for c in own if c not in CLAIMS]
-    if bad:
-        raise GpuwardenError(f"{where}: own_reasoning names {', '.join(bad)}, not a claim",
+    not_claims = [c for c in own if c not in CLAIMS]
+    if not_claims:
+        raise GpuwardenError(f"{where}: own_reasoning names {', '.join(not_claims)}, not a claim",
                              "name fields among " + ", ".join(CLAIMS))
     return Entry(id=raw["id"], title=raw["title"].strip(), kind=raw["kind"], meaning=raw["meaning"].strip(),
                  url=raw["url"].strip(), rules=rules, pattern_source=pattern, versions=dict(ranges),
