@@ -305,6 +305,7 @@ def test_search_needs_every_word():
     assert {e.id for e in cat.search("gsp timeout")} >= {"nvidia-gsp-rpc-timeout-xid119",
                                                          "nvidia-gsp-heartbeat-timeout-open595"}
     assert cat.search("gsp strixhalo-no-such-word") == []
+    assert "gfx1103-mes-remove-queue-cwsr" in {e.id for e in cat.search("schung-amd vgprs")}  # evidence is searched
     assert len(cat.search(None)) == len(cat)
     assert {e.id for e in cat.topic("arena")} >= {"arena-alt-one-gpu-visible", "arena-alt-vmm-host-fd",
                                                   "kfd-system-mem-limit-shared-registration"}

@@ -88,7 +88,8 @@ class Entry:
         """Everything a search looks through, lower-cased."""
         return " ".join((self.id, self.title, self.meaning, self.maintainers, self.workaround, self.fixed_in,
                          self.check, self.caveats, " ".join(self.rules), " ".join(self.gpus),
-                         " ".join(self.topics), self.url)).lower()
+                         " ".join(self.topics), self.url,
+                         " ".join(f"{ev.url} {ev.locator} {ev.says}" for ev in self.evidence))).lower()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "title": self.title, "kind": self.kind, "meaning": self.meaning,
