@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .catalog import Entry
-from ..jsondoc import document
+from gpuwarden.ops.knowledge.catalog import Entry
+from gpuwarden.ops.foundation.jsondoc import document
 
 SCHEMA = "known"
 VERSION = 2  # 2: kind "myth", "check", "sources" (located evidence) and "own_reasoning"; nothing of 1 removed
