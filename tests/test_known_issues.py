@@ -1,11 +1,13 @@
-"""The catalog of known issues (ops/knowledge): it loads and is well-formed, every issue entry matches a real
-log excerpt it was written from (tests/fixtures/SOURCES.md, tests/triage_corpus/SOURCES.md), healthy logs match
-nothing, and `triage`, `triage --json` and `gpuwarden known` cite or list the entries.
+"""The catalog of known issues (ops/knowledge): it loads and is well-formed, every claim is located in a source
+or marked as gpuwarden's own reasoning, every id the code cites exists, every entry with a log signature matches
+a real log excerpt it was written from (tests/fixtures/SOURCES.md, tests/triage_corpus/SOURCES.md), healthy logs
+match nothing, and `triage`, `triage --json` and `gpuwarden known` cite or list the entries.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -91,9 +93,126 @@ def test_catalog_is_big_enough_and_every_issue_has_a_real_excerpt():
     cat = load()
     issues = [e for e in cat.entries if e.kind == "issue"]
     assert len(issues) >= 30
-    assert sorted(e.id for e in issues) == sorted(set(CASES) | set(SOURCE_ONLY))
+    assert {e.id for e in issues} <= set(CASES) | set(SOURCE_ONLY)
     public = [e for e in issues if e.id in CASES]
     assert len(public) >= 30 and all("github.com" in e.url for e in public)
+
+
+def test_every_entry_with_a_log_signature_has_an_excerpt_test():
+    """An entry triage can cite (it names rules: every issue, and a myth with a log line) is tested on a real
+    excerpt in CASES/MORE, or on the line gpuwarden itself prints (SOURCE_ONLY); every test names an entry."""
+    cat = load()
+    tested = set(CASES) | {i for i, _ in MORE} | set(SOURCE_ONLY)
+    untested = sorted(e.id for e in cat.entries if e.rules and e.id not in tested)
+    assert not untested, f"entries with a log signature but no excerpt test (add them to CASES): {untested}"
+    assert sorted(tested - set(cat.by_id)) == [], "excerpt tests name entries the catalog lacks"
+
+
+# --- located evidence -------------------------------------------------------------------------------------
+
+def test_every_claim_is_located_or_marked_as_own_reasoning():
+    missing = {e.id: e.unlocated() for e in load().entries if e.unlocated()}
+    assert not missing, ("claims with no [[issue.evidence]] and not in own_reasoning (locate them or mark them): "
+                         f"{missing}")
+
+
+# Where code cites catalog entries: an operator is told `gpuwarden known <id>`, or code looks an id up.
+_CITED = (re.compile(r"gpuwarden known ([a-z0-9][a-z0-9.]*-[a-z0-9.-]*[a-z0-9])"),
+          re.compile(r"(?:known|catalog)_?(?:id|ids|entry|entries)\s*(?:=|:|\()\s*[\[(]?\s*[\"']([a-z0-9][a-z0-9.-]+)"),
+          re.compile(r"(?:load\(\)|catalog|cat)\.(?:get|by_id)\s*[(\[]\s*[\"']([a-z0-9][a-z0-9.-]+)"))
+
+
+def _cited_ids(text: str) -> set[str]:
+    return {m.group(1) for rx in _CITED for m in rx.finditer(text)}
+
+
+def test_the_citation_scanner_finds_every_way_code_cites_an_id():
+    text = ('hint = "see `gpuwarden known mes-no-such-entry` for more"\n'
+            'finding.known_id = "kfd-made-up"\n'
+            'e = knowledge.load().get("amdgpu-made-up")\n'
+            'words = "`gpuwarden known arena` searches"\n')
+    assert _cited_ids(text) == {"mes-no-such-entry", "kfd-made-up", "amdgpu-made-up"}
+
+
+def test_every_id_cited_by_code_or_by_another_entry_is_in_the_catalog():
+    cat = load()
+    cited: dict[str, set[str]] = {}
+    for top in ("ops", "playbooks", "tui"):
+        for path in sorted((REPO / top).rglob("*")):
+            if path.suffix not in {".py", ".toml", ".yaml", ".yml", ".md"} or path.name.startswith("known_issues"):
+                continue
+            for i in _cited_ids(path.read_text(encoding="utf-8", errors="replace")):
+                cited.setdefault(i, set()).add(str(path.relative_to(REPO)))
+    for e in cat.entries:
+        for i in _cited_ids(" ".join((e.meaning, e.maintainers, e.workaround, e.fixed_in, e.check, e.caveats))):
+            cited.setdefault(i, set()).add(f"catalog entry {e.id}")
+    absent = {i: sorted(where) for i, where in cited.items() if i not in cat.by_id}
+    assert not absent, f"ids cited but not in the catalog: {absent}"
+
+
+_ENTRY = '[[issue]]\nid = "x-y-z"\ntitle = "t"\nkind = "myth"\nmeaning = "m"\nurl = "https://e"\n'
+_EV = '[[issue.evidence]]\nclaim = "meaning"\nurl = "https://e"\nlocator = "l"\nchecked = "2026-12-05"\nsays = "s"\n'
+
+
+@pytest.mark.parametrize("text,message", [
+    (_ENTRY + _EV.replace('"meaning"', '"meening"'), "claim 'meening' is not one of"),
+    (_ENTRY + _EV.replace('locator = "l"\n', ""), "lacks locator"),
+    (_ENTRY + _EV.replace("2026-12-05", "5 Dec"), "checked must be a date"),
+    (_ENTRY + _EV.replace('url = "https://e"', 'url = "e.org"'), "url must be an https:// link"),
+    (_ENTRY + _EV + 'quote = "pasted"\n', "unknown key(s) quote"),
+    (_ENTRY + 'own_reasoning = ["workarround"]\n', "own_reasoning names workarround"),
+    (_ENTRY.replace('"myth"', '"rumour"'), "kind must be"),
+])
+def test_malformed_evidence_is_refused_with_what_to_fix(text, message):
+    with pytest.raises(GpuwardenError) as exc:
+        catalog.parse(text)
+    assert message in exc.value.message
+
+
+_MYTH = """[[issue]]
+id = "made-up-knob"
+title = "options made_up knob=1 does nothing"
+kind = "myth"
+meaning = "No module has this parameter."
+url = "https://example.org/article"
+workaround = "Leave it out."
+own_reasoning = ["workaround"]
+
+[[issue.evidence]]
+claim = "meaning"
+url = "https://example.org/source.c"
+locator = "drivers/x/source.c: module parameter list"
+checked = "2026-12-05"
+says = "the parameter list has no knob"
+"""
+
+
+def test_a_myth_is_shown_as_one_with_its_sources_and_its_own_reasoning():
+    from gpuwarden.ops.knowledge.render import OWN, UNLOCATED, entry_text, listing
+    e = catalog.parse(_MYTH).get("made-up-knob")
+    assert e.kind == "myth" and e.unlocated() == []
+    text = entry_text(e)
+    assert "(myth: claimed somewhere, but does not exist" in text
+    meaning, workaround = text.split("What it means:")[1].split("Workaround:")
+    assert "https://example.org/source.c (drivers/x/source.c: module parameter list; checked 2026-12-05)" in meaning
+    assert OWN in workaround.split("Upstream:")[0] and "example.org" not in workaround.split("Upstream:")[0]
+    assert "myth options made_up" in listing([e])
+    bare = catalog.parse(_MYTH.replace('own_reasoning = ["workaround"]\n', "")).get("made-up-knob")
+    assert bare.unlocated() == ["workaround"] and UNLOCATED in entry_text(bare)
+
+
+def test_version_2_only_adds_to_version_1():
+    """A reader of gpuwarden.known/1 still validates what version 2 says about issues and alternatives."""
+    from gpuwarden.ops.foundation import jsondoc
+    from gpuwarden.ops.knowledge.render import as_document
+    cat = load()
+    doc = as_document(None, [e for e in cat.entries if e.kind != "myth"], len(cat))
+    jsondoc.validate(doc)
+    assert any(e["sources"] for e in doc["entries"])
+    jsondoc.validate({**doc, "schema": "gpuwarden.known/1"})
+    myth = as_document(None, catalog.parse(_MYTH).entries, 1)
+    jsondoc.validate(myth)
+    assert myth["entries"][0]["kind"] == "myth" and myth["entries"][0]["own_reasoning"] == ["workaround"]
 
 
 def test_every_rule_an_entry_names_exists_and_every_entry_says_what_to_do():
@@ -104,8 +223,10 @@ def test_every_rule_an_entry_names_exists_and_every_entry_says_what_to_do():
         if e.kind == "issue":
             assert e.workaround, e.id
             assert e.maintainers, e.id  # what upstream said, or that nothing was recorded
+        elif e.kind == "myth":
+            assert e.workaround, e.id  # what to do instead
         else:
-            assert e.caveats and e.evidence, e.id
+            assert e.caveats and e.check, e.id
 
 
 def test_every_excerpt_is_listed_in_a_sources_file():
@@ -184,6 +305,7 @@ def test_search_needs_every_word():
     assert {e.id for e in cat.search("gsp timeout")} >= {"nvidia-gsp-rpc-timeout-xid119",
                                                          "nvidia-gsp-heartbeat-timeout-open595"}
     assert cat.search("gsp strixhalo-no-such-word") == []
+    assert "gfx1103-mes-remove-queue-cwsr" in {e.id for e in cat.search("schung-amd vgprs")}  # evidence is searched
     assert len(cat.search(None)) == len(cat)
     assert {e.id for e in cat.topic("arena")} >= {"arena-alt-one-gpu-visible", "arena-alt-vmm-host-fd",
                                                   "kfd-system-mem-limit-shared-registration"}
@@ -207,13 +329,16 @@ def test_known_lists_searches_and_shows_one(cli):
     assert proc.returncode == 0
     for text in ("What upstream said:", "Workaround:", "Fixed in:", "https://github.com/ROCm/ROCm/issues/5724"):
         assert text in proc.stdout
+    said = proc.stdout.split("What upstream said:")[1].split("\n\n")[0]
+    assert "    - https://github.com/ROCm/ROCm/issues/5724 (comment by @" in said  # the evidence under its claim
     proc = cli("known", "no-such-thing-anywhere")
     assert proc.returncode == 1 and "no known issue matches" in proc.stderr and not proc.stdout
 
 
 def test_known_json_follows_its_schema(cli):
     d = _doc(cli("known", "--json").stdout)
-    assert d["schema"] == "gpuwarden.known/1" and d["count"] == d["total"] == len(load())
+    assert d["schema"] == "gpuwarden.known/2" and d["count"] == d["total"] == len(load())
+    assert all(e["sources"] or e["own_reasoning"] for e in d["entries"])
     d = _doc(cli("known", "--topic", "arena", "--json").stdout)
     assert {e["kind"] for e in d["entries"]} == {"issue", "alternative"}
 

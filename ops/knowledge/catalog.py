@@ -1,9 +1,12 @@
 """The catalog of known issues: entries read from known_issues.toml (package data), checked as they load.
 
-An entry is either an `issue` (a signature a triage finding can match: the rules it comes from, a pattern in
-the finding's text, the versions it was reported on) or an `alternative` (a way around a limit, with its
-evidence and caveats, cited by `arena budget`, `doctor` and `report`). Nothing here knows the triage rules:
-the tests check that every rule an entry names exists.
+An entry is an `issue` (a signature a triage finding can match: the rules it comes from, a pattern in
+the finding's text, the versions it was reported on), an `alternative` (a way around a limit, with how to
+check it and its caveats, cited by `arena budget`, `doctor` and `report`) or a `myth` (a knob or behaviour
+that is claimed somewhere but does not exist or does not do what is claimed). Each claim an entry makes
+(meaning, maintainers, workaround, fixed_in) carries located evidence (`Evidence`: URL, a locator a reader
+finds in seconds, the date checked, what is there in gpuwarden's words) or is named in `own_reasoning`.
+Nothing here knows the triage rules: the tests check that every rule an entry names exists.
 """
 
 from __future__ import annotations
@@ -21,11 +24,30 @@ from gpuwarden.ops.knowledge import versions
 
 DATA = "known_issues.toml"
 COMPILED = "known_issues.json"
-KINDS = ("issue", "alternative")
+KINDS = ("issue", "alternative", "myth")
+# The fields an evidence item can back; CHECKED_CLAIMS are those that, when an entry has them, must be located.
+CLAIMS = ("title", "meaning", "maintainers", "workaround", "fixed_in")
+CHECKED_CLAIMS = ("meaning", "maintainers", "workaround", "fixed_in")
+_EVIDENCE_KEYS = ("claim", "url", "locator", "checked", "says")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _ID = re.compile(r"^[a-z0-9][a-z0-9.-]{2,79}$")
 _REQUIRED = ("id", "title", "kind", "meaning", "url")
 _KEYS = frozenset(_REQUIRED + ("signature", "related", "maintainers", "workaround", "fixed_in", "evidence", "caveats",
-                               "topics"))
+                               "topics", "check", "own_reasoning"))
+_TEXT = ("maintainers", "workaround", "fixed_in", "check", "caveats")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Where one claim of an entry comes from: `says` is gpuwarden's paraphrase of what is at `url` + `locator`."""
+    claim: str
+    url: str
+    locator: str  # "comment by @fxkamd, 2024-05-02", "commit 1a2b3c4", "file.c: function", "section 'X'"
+    checked: str  # YYYY-MM-DD: when someone last read it there
+    says: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {k: getattr(self, k) for k in _EVIDENCE_KEYS}
 _SIG_KEYS = frozenset(("rules", "pattern", "versions", "gpus"))
 
 
@@ -44,9 +66,19 @@ class Entry:
     maintainers: str = ""
     workaround: str = ""
     fixed_in: str = ""
-    evidence: str = ""
+    check: str = ""  # an alternative: how to see it on this node (was `evidence = "..."` before located evidence)
     caveats: str = ""
     topics: tuple[str, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    own_reasoning: tuple[str, ...] = ()  # claims that are gpuwarden's reasoning, not something upstream said
+
+    def sources(self, claim: str) -> list[Evidence]:
+        return [ev for ev in self.evidence if ev.claim == claim]
+
+    def unlocated(self) -> list[str]:
+        """The claims this entry makes with neither located evidence nor an own_reasoning mark."""
+        return [c for c in CHECKED_CLAIMS
+                if getattr(self, c) and c not in self.own_reasoning and not self.sources(c)]
 
     @property
     def pattern(self) -> "re.Pattern[str] | _Literals | None":
@@ -55,18 +87,23 @@ class Entry:
     def text(self) -> str:
         """Everything a search looks through, lower-cased."""
         return " ".join((self.id, self.title, self.meaning, self.maintainers, self.workaround, self.fixed_in,
-                         self.evidence, self.caveats, " ".join(self.rules), " ".join(self.gpus),
-                         " ".join(self.topics), self.url)).lower()
+                         self.check, self.caveats, " ".join(self.rules), " ".join(self.gpus),
+                         " ".join(self.topics), self.url,
+                         " ".join(f"{ev.url} {ev.locator} {ev.says}" for ev in self.evidence))).lower()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "title": self.title, "kind": self.kind, "meaning": self.meaning,
                                "url": self.url, "related": list(self.related)}
-        if self.kind == "issue":
+        if self.kind == "issue" or self.rules:
             out["signature"] = {"rules": list(self.rules), "pattern": self.pattern_source,
                                 "versions": dict(self.versions), "gpus": list(self.gpus)}
-        for name in ("maintainers", "workaround", "fixed_in", "evidence", "caveats"):
+        for name in ("maintainers", "workaround", "fixed_in", "caveats"):
             out[name] = getattr(self, name) or None
+        # gpuwarden.known/1 had "evidence" as the alternative's check text: kept under that key for its readers
+        out["evidence"] = out["check"] = self.check or None
         out["topics"] = list(self.topics)
+        out["sources"] = [ev.to_dict() for ev in self.evidence]
+        out["own_reasoning"] = list(self.own_reasoning)
         return out
 
 
@@ -172,14 +209,53 @@ def parse_entry(raw: Any, index: int, compile_patterns: bool = True) -> Entry:
         bad = versions.check_range(spec)
         if bad:
             raise GpuwardenError(f"{where}: versions.{comp}: {bad}", "fix the range")
-    text = {k: raw.get(k, "") for k in ("maintainers", "workaround", "fixed_in", "evidence", "caveats")}
+    evidence_raw = raw.get("evidence", [])
+    if isinstance(evidence_raw, str):  # the old spelling of an alternative's check
+        if "check" in raw:
+            raise GpuwardenError(f"{where}: both check and a text evidence", "keep check; evidence is [[issue.evidence]]")
+        raw = {**raw, "check": evidence_raw}
+        evidence_raw = []
+    text = {k: raw.get(k, "") for k in _TEXT}
     for k, v in text.items():
         if not isinstance(v, str):
             raise GpuwardenError(f"{where}: {k} must be a string", "fix it")
+    evidence = _evidence(evidence_raw, where)
+    own = _strings(raw, "own_reasoning", where)
+    not_claims = [c for c in own if c not in CLAIMS]
+    if not_claims:
+        raise GpuwardenError(f"{where}: own_reasoning names {', '.join(not_claims)}, not a claim",
+                             "name fields among " + ", ".join(CLAIMS))
     return Entry(id=raw["id"], title=raw["title"].strip(), kind=raw["kind"], meaning=raw["meaning"].strip(),
                  url=raw["url"].strip(), rules=rules, pattern_source=pattern, versions=dict(ranges),
                  gpus=_strings(sig, "gpus", where), related=_strings(raw, "related", where),
-                 topics=_strings(raw, "topics", where), **{k: v.strip() for k, v in text.items()})
+                 topics=_strings(raw, "topics", where), evidence=evidence, own_reasoning=own,
+                 **{k: v.strip() for k, v in text.items()})
+
+
+def _evidence(items: Any, where: str) -> tuple[Evidence, ...]:
+    """The [[issue.evidence]] tables, each checked: a known claim, an https URL, a locator, a date, a paraphrase."""
+    if not isinstance(items, list):
+        raise GpuwardenError(f"{where}: evidence must be [[issue.evidence]] tables", "see the file's header")
+    out = []
+    for n, item in enumerate(items, 1):
+        at = f"{where} evidence {n}"
+        if not isinstance(item, dict):
+            raise GpuwardenError(f"{at} is not a table", "write it as [[issue.evidence]]")
+        unknown = sorted(set(item) - set(_EVIDENCE_KEYS))
+        if unknown:
+            raise GpuwardenError(f"{at}: unknown key(s) {', '.join(unknown)}", "keys are " + ", ".join(_EVIDENCE_KEYS))
+        missing = [k for k in _EVIDENCE_KEYS if not isinstance(item.get(k), str) or not item[k].strip()]
+        if missing:
+            raise GpuwardenError(f"{at} lacks {', '.join(missing)}", "every evidence item needs "
+                                 + ", ".join(_EVIDENCE_KEYS))
+        if item["claim"] not in CLAIMS:
+            raise GpuwardenError(f"{at}: claim {item['claim']!r} is not one of {', '.join(CLAIMS)}", "fix the claim")
+        if not item["url"].startswith("https://"):
+            raise GpuwardenError(f"{at}: url must be an https:// link", "fix it")
+        if not _DATE.match(item["checked"]):
+            raise GpuwardenError(f"{at}: checked must be a date YYYY-MM-DD", "write the day it was read")
+        out.append(Evidence(**{k: item[k].strip() for k in _EVIDENCE_KEYS}))
+    return tuple(out)
 
 
 def parse(text: str, compile_patterns: bool = True) -> Catalog:
@@ -210,12 +286,18 @@ def _trusted(doc: dict[str, Any]) -> Catalog:
     entries = []
     for raw in doc["issue"]:
         sig = raw.get("signature") or {}
+        evidence = raw.get("evidence", [])
+        if isinstance(evidence, str):
+            raw = {**raw, "check": evidence}
+            evidence = []
         entries.append(Entry(
             id=raw["id"], title=raw["title"].strip(), kind=raw["kind"], meaning=raw["meaning"].strip(),
             url=raw["url"].strip(), rules=tuple(sig.get("rules", ())), pattern_source=sig.get("pattern") or None,
             versions=dict(sig.get("versions") or {}), gpus=tuple(sig.get("gpus", ())),
             related=tuple(raw.get("related", ())), topics=tuple(raw.get("topics", ())),
-            **{k: raw.get(k, "").strip() for k in ("maintainers", "workaround", "fixed_in", "evidence", "caveats")}))
+            evidence=tuple(Evidence(**{k: ev[k].strip() for k in _EVIDENCE_KEYS}) for ev in evidence),
+            own_reasoning=tuple(raw.get("own_reasoning", ())),
+            **{k: raw.get(k, "").strip() for k in _TEXT}))
     return Catalog(entries)
 
 

@@ -15,6 +15,7 @@ import typer
 from gpuwarden.ops.foundation.errors import GpuwardenError, NotFound
 from gpuwarden.ops.triage.analyze import Analyzer
 from gpuwarden.ops.triage.stream import StreamFeeder
+from gpuwarden.ops.knowledge import load
 from gpuwarden.ops.triage import explain
 from gpuwarden.ops.triage.render import as_json, markdown
 
@@ -158,8 +159,6 @@ def _explain(name: str) -> None:
         return
     entry = explain.lookup(name)
     if entry is None:
-        # deferred: only this path of the command needs it
-        from gpuwarden.ops.knowledge import load
         known = load().get(name)
         if known is not None:
             # deferred: only this path of the command needs it
