@@ -5,7 +5,10 @@ tests/conftest.py compiled the tree once).
 Each configuration runs the same commands on the same sim node, interleaved run by run; the figure is the child's
 user+system CPU (getrusage of the reaped child), which a busy machine inflates far less than wall time.
 
-    python tests/bench/bench_cli_cpu.py [--runs 15]
+With --peer REF a fourth configuration runs the tree at that git ref (bytecode cached too): the before/after of a
+change to how the CLI loads (the lazy root of playbooks/cli/lazy.py against the pruned eager one, for example).
+
+    python tests/bench/bench_cli_cpu.py [--runs 15] [--peer REF]
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ def uncompiled_copy(pkgs: Path) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--peer", help="also run the tree at this git ref")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmpd = Path(tmp)
@@ -77,8 +81,17 @@ def main() -> int:
         # Bytecode for this tree, written whatever PYTHONDONTWRITEBYTECODE says (what tests/conftest.py does).
         subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", "ops", "playbooks", "tui"],
                        cwd=Path(__file__).resolve().parents[2], check=True, capture_output=True)
+        repo = Path(__file__).resolve().parents[2]
+        peer: dict[str, dict[str, str]] = {}
+        if args.peer:
+            tree = benchlib.export_tree(repo, args.peer, tmpd)
+            subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", "ops", "playbooks", "tui"], cwd=tree,
+                           check=True, capture_output=True)
+            linked = benchlib.linked_env(tree, tmpd / "peer-pkgs")
+            peer[f"peer {args.peer}"] = {**base, "PYTHONPATH": linked["PYTHONPATH"]}
         configs = {
             "this tree (typer 0.28, bytecode cached)": base,
+            **peer,
             "typer 0.29.2 (pydantic coercion)": {**base, "PYTHONPATH": str(typer_029(tmpd / "typer029"))},
             "gpuwarden without bytecode (compiled in each child)": {
                 **base, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(uncompiled_copy(tmpd / "pkgs"))},
