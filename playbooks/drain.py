@@ -10,6 +10,7 @@ from typing import Any
 from gpuwarden.ops import journal, nodestate
 from gpuwarden.ops.units import fmt_bytes
 from gpuwarden.ops.engines.control import stop_gpu
+from gpuwarden.ops.signalplan import Classifier, SignalPlan, engine_entries
 
 from . import nodecheck
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
@@ -19,8 +20,11 @@ class DrainPlaybook(Playbook):
     name = "drain"
     destructive = True
 
-    def __init__(self, gpu: int, *, timeout_s: float = 60.0, grace_s: float | None = None, reason: str = ""):
+    def __init__(self, gpu: int, *, timeout_s: float = 60.0, grace_s: float | None = None, reason: str = "",
+                 stop_engines: bool = True):
         self.gpu = gpu
+        # False for an unattended policy: engines on the GPU are named and left running; drain stops there.
+        self.stop_engines = stop_engines
         self.timeout_s = timeout_s
         self.grace_s = grace_s
         self.reason = reason
@@ -30,19 +34,26 @@ class DrainPlaybook(Playbook):
         return (self.gpu,)
 
     def summary(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "reason": self.reason}
+        return {"gpu": self.gpu, "reason": self.reason, **({} if self.stop_engines else {"stop_engines": False})}
 
     def preconditions(self, ctx: RunContext) -> list[str]:
         snap = nodecheck.snapshot(ctx.settings)
         nodecheck.require_gpu(snap, self.gpu)
         engines = [e for e in snap.engines if e.gpu == self.gpu and e.phase not in ("exited", "crashed")]
         ctx.scratch["engines_planned"] = [e.name for e in engines]
+        self.signal_plan = SignalPlan(engine_entries(Classifier(ctx.settings.proc_root, ctx.settings.state_dir),
+                                                     ctx.settings.state_dir, [e.name for e in engines],
+                                                     allowed=self.stop_engines, grace_s=self.grace_s))
         return []
 
     def plan(self, ctx: RunContext) -> list[Step]:
         names = ctx.scratch.get("engines_planned", [])
         stop_what = f"stop engine(s) {', '.join(names)} through their shims" if names else \
             "stop any engine on it through its shim (none running now)"
+        if not self.stop_engines:
+            stop_what = (f"leave engine(s) {', '.join(names)} running: an unattended policy never ends a supervised "
+                         "engine (the drain stops here if one runs)" if names else
+                         "check that no supervised engine runs on it (an unattended policy never stops one)")
         return [
             Step("mark", f"mark GPU {self.gpu} drained (launch refuses it, status shows it)", self._mark,
                  destructive=True),
@@ -58,6 +69,13 @@ class DrainPlaybook(Playbook):
         return f"GPU {self.gpu} {'was already' if already else 'is now'} drained"
 
     def _stop(self, ctx: RunContext) -> str:
+        if not self.stop_engines:
+            names = ctx.scratch.get("engines_planned", [])
+            if not names:
+                raise SkipStep(f"no supervised engine runs on GPU {self.gpu}")
+            raise StepFailed(f"engine(s) {', '.join(names)} run on GPU {self.gpu}: not stopped, an unattended "
+                             "policy never ends a supervised engine", f"stop them by hand: `gpuwarden drain {self.gpu}`"
+                             " (asks first), or `gpuwarden engines stop NAME`")
         results = stop_gpu(ctx.settings, self.gpu, timeout_s=self.grace_s)
         stopped = [{"engine": r.name, "result": r.result, "detail": r.detail} for r in results]
         ctx.scratch["stopped"] = stopped

@@ -13,6 +13,7 @@ from gpuwarden.ops import gpureset, nodestate
 from gpuwarden.ops.gpureset import ResetPath
 from gpuwarden.ops.model import NodeSnapshot
 from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.signalplan import SignalPlan
 from gpuwarden.ops.topology import reset_reach, topology
 
 from . import nodecheck
@@ -100,6 +101,8 @@ class ResetPlaybook(Playbook):
         self._locked = (gpu,)
         self._path: ResetPath | None = None
         self._reach: str | None = None  # "resetting GPU 2 also resets ...", set by preconditions
+        # A reset signals no process (it refuses while one uses the GPU, unless --force): an empty, shown plan.
+        self.signal_plan = SignalPlan()
 
     def gpus(self) -> tuple[int, ...]:
         return self._locked
