@@ -174,7 +174,8 @@ def untouchable(pid: int, proc_root: Path = Path("/proc"), *, container_init_ok:
     if st.comm in PROTECTED_COMMS or st.comm.startswith("containerd-shim"):
         return f"it is {st.comm}, which the node or its containers depend on"
     if not container_init_ok and namespace_init(pid, proc_root):
-        return "it is the init (PID 1) of a container's PID namespace: ending it stops the whole container"
+        return ("it is the init (PID 1) of a container's PID namespace: ending it stops the whole container "
+                "(only an operator's --end-parents allows it)")
     cmd = _cmdline(pid, proc_root)
     if SHIM_MARKER in cmd:
         return "it is a gpuwarden shim: stop its engine with `gpuwarden engines stop` instead"

@@ -179,7 +179,7 @@ def run(
             try:
                 failed = _run_steps(ctx, playbook, steps, emit)
             finally:
-                if signals is not None:  # what was planned and what was really sent, even after Ctrl-C
+                if signals is not None and signals.entries:  # planned and really sent, even after Ctrl-C
                     journal.write(settings.state_dir, f"{playbook.name}:signals", "ok", processes=signals.to_list(),
                                   sent=sum(len(e.sent) for e in signals.entries))
     except Refused as exc:
