@@ -193,3 +193,26 @@ def test_the_program_name_comes_first_and_secrets_never_show(settings):
     finally:
         p.kill()
         p.wait()
+
+
+def test_after_the_residual_scenario_purge_and_fix_name_the_careless_parent(sim_cli, state_dir):
+    # The issue's own finding: the plan said "reap zombie pid N" and the run sent SIGTERM to its parent, unnamed.
+    sim_cli("sim", "scenario", "residual", check=True)
+    try:
+        made = next(e for e in read_journal(state_dir) if e["action"] == "sim-scenario")
+        zombie, parent = made["zombie"], made["parent"]
+        plan = sim_cli("purge", "1", "--dry-run", "--json")
+        planned = next(e for e in _events(plan) if e["kind"] == "planned")
+        assert [(p["pid"], p["role"], p["signals"]) for p in planned["data"]["signals"]] == \
+            [(parent, PLAIN, ["SIGCHLD", "SIGTERM", "SIGKILL"])]
+        assert planned["data"]["signals"][0]["command"].startswith("python") and \
+            "gpuwarden.ops.sim.family" in planned["data"]["signals"][0]["command"]
+        text = sim_cli("purge", "1", "--dry-run").stdout
+        assert f"reap zombie pid {zombie}" in text and f"through its parent pid {parent}" in text
+        assert f"- pid {parent} (" in text and "gpuwarden.ops.sim.family" in text
+        proc = sim_cli("fix", "1", "--yes", "--json", "--grace", "1")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        signalled = {e["pid"] for e in read_journal(state_dir) if e["action"] == "reaper-signal" and e["result"] == "ok"}
+        assert signalled == {parent}
+    finally:
+        sim_cli("sim", "scenario", "clean")
