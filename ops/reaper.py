@@ -10,14 +10,32 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
-from . import journal, procs
+from . import journal, procs, redact
 from .settings import Settings
 from .model import PROC_STATES
+from .safetext import printable
 
-if TYPE_CHECKING:  # signalplan imports this module
-    from .signalplan import SignalPlan
+
+class PlannedProcess(Protocol):
+    """What the reaper reads of one planned process (gpuwarden.playbooks.signalplan.Entry)."""
+
+    signals: list[str]
+    withheld: str
+    user: str | None
+    role: str
+    command: str
+
+
+class SignalPlan(Protocol):
+    """The processes a run may signal (gpuwarden.playbooks.signalplan.SignalPlan): the reaper sends nothing else."""
+
+    def find(self, pid: int, start_ticks: int) -> PlannedProcess | None: ...
+
+    def allows(self, pid: int, start_ticks: int, signal_name: str) -> PlannedProcess | None: ...
+
+    def record(self, pid: int, start_ticks: int, signal_name: str) -> None: ...
 
 # Processes whose death takes the node (or other tenants) down with them: never signalled.
 PROTECTED_COMMS = frozenset({
@@ -106,6 +124,24 @@ def _uid(pid: int, proc_root: Path) -> int | None:
 
 def _cmdline(pid: int, proc_root: Path) -> str:
     return procs.command_line(pid, proc_root)
+
+
+def command_parts(pid: int, proc_root: Path = Path("/proc")) -> tuple[str, str]:
+    """(program, command line with the program's name first), both redacted and printable.
+
+    The program is argv[0]'s last path part (a zombie or kernel thread has no argv: its [comm])."""
+    try:
+        raw = (proc_root / str(pid) / "cmdline").read_bytes()[:65536]
+    except OSError:
+        raw = b""
+    args = [a for a in raw.decode(errors="replace").split("\0") if a]
+    if not args:
+        st = read_stat(pid, proc_root)
+        name = f"[{st.comm}]" if st else "?"
+        return printable(name), printable(name)
+    redacted, _ = redact.redact_argv(args)
+    program = os.path.basename(redacted[0]) or redacted[0]
+    return printable(program), printable(" ".join([program, *redacted[1:]])).strip()
 
 
 def _short(command: str, width: int = 100) -> str:
@@ -210,6 +246,10 @@ class Reaper:
         """Send `sig` to pid only if it is still the process first seen and, with a plan, the plan lists that
         signal for it. Returns "sent", "gone", "denied" or "unplanned"."""
         name = signal.Signals(sig).name
+        if procs.identity(pid, self.proc_root) != start_ticks:
+            journal.write(self.settings.state_dir, "reaper-signal", "skipped", pid=pid, signal=name, role=role,
+                          target=target, reason="process gone or its PID now names another process")
+            return "gone"
         entry = None
         if self.plan is not None:
             entry = self.plan.allows(pid, start_ticks, name)
@@ -217,10 +257,6 @@ class Reaper:
                 journal.write(self.settings.state_dir, "reaper-signal", "refused", pid=pid, signal=name, role=role,
                               target=target, reason="not in the plan shown before the run")
                 return "unplanned"
-        if procs.identity(pid, self.proc_root) != start_ticks:
-            journal.write(self.settings.state_dir, "reaper-signal", "skipped", pid=pid, signal=name, role=role,
-                          target=target, reason="process gone or its PID now names another process")
-            return "gone"
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
@@ -352,7 +388,6 @@ class Reaper:
             out.detail = f"zombie whose parent pid {ppid} is gone and nobody reaps it"
             out.next_step = "its new parent (init) should reap it; if not, a reboot or GPU reset clears the VRAM"
             return out
-        from .signalplan import command_parts  # signalplan imports this module
         parent_cmd = _short(command_parts(ppid, self.proc_root)[1])
         if ppid > 1 and self.send(ppid, parent.start_ticks, signal.SIGCHLD, role="parent", target=target.pid,
                                   why="ask the parent to reap its zombie child") == "sent":

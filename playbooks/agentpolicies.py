@@ -19,7 +19,7 @@ from gpuwarden.ops.config.agent import AgentConfig
 from gpuwarden.ops.agent.kernelwatch import FAULT_CATEGORIES
 from gpuwarden.ops.model import NodeSnapshot
 from gpuwarden.ops.sampling.changes import NodeEvent
-from gpuwarden.ops.signalplan import describe_entries
+from gpuwarden.playbooks.signalplan import describe_entries
 
 from .framework import Event, Playbook, run
 from .bundle import BundlePlaybook

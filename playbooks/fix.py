@@ -15,7 +15,7 @@ from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.model import NodeSnapshot
 from gpuwarden.ops.units import fmt_bytes
 from gpuwarden.ops.engines.control import stop_gpu
-from gpuwarden.ops.signalplan import Classifier, SignalPlan, engine_entries
+from gpuwarden.playbooks.signalplan import Classifier, SignalPlan, engine_entries
 
 from . import nodecheck
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed

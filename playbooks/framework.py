@@ -15,7 +15,7 @@ from gpuwarden.ops.errors import GpuwardenError, Refused
 from gpuwarden.ops.gpulock import hold
 from gpuwarden.ops.jsondoc import document, iso
 from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.signalplan import SignalPlan
+from gpuwarden.playbooks.signalplan import SignalPlan
 
 @dataclass(frozen=True)
 class Event:
@@ -74,7 +74,7 @@ class Playbook:
     # What else the run takes down, said in the confirmation ("resetting GPU 2 also resets ..."); set by
     # preconditions() or plan(), empty when there is nothing more to say.
     confirm_note = ""
-    # Every process the run may signal (gpuwarden.ops.signalplan), set by preconditions() or plan(); None for a
+    # Every process the run may signal (gpuwarden.playbooks.signalplan), set by preconditions() or plan(); None for a
     # playbook that signals nothing by its nature (bundle, undrain). Shown with the plan, journalled after the run.
     signal_plan: SignalPlan | None = None
 

@@ -14,7 +14,7 @@ import typer
 
 from gpuwarden.ops.settings import Settings
 
-from gpuwarden.ops.signalplan import describe_entries
+from gpuwarden.playbooks.signalplan import describe_entries
 
 from .framework import Event, Playbook, Result, run
 from .hints import Invocation

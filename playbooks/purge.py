@@ -14,7 +14,7 @@ from typing import Any, Callable
 from gpuwarden.ops import gpureset, journal
 from gpuwarden.ops.model import Holder, NodeSnapshot
 from gpuwarden.ops.reaper import Reaper, Target, container_managed, read_stat, target_ticks, untouchable
-from gpuwarden.ops.signalplan import Classifier, SignalPlan
+from gpuwarden.playbooks.signalplan import Classifier, SignalPlan
 from gpuwarden.ops.units import fmt_bytes
 from gpuwarden.ops.arena import format as arena_format
 from gpuwarden.ops.arena.mappers import find_mappers

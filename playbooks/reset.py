@@ -13,7 +13,7 @@ from gpuwarden.ops import gpureset, nodestate
 from gpuwarden.ops.gpureset import ResetPath
 from gpuwarden.ops.model import NodeSnapshot
 from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.signalplan import SignalPlan
+from gpuwarden.playbooks.signalplan import SignalPlan
 from gpuwarden.ops.topology import reset_reach, topology
 
 from . import nodecheck

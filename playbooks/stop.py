@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuwarden.ops.engines import control
 from gpuwarden.ops.engines import state as st
-from gpuwarden.ops.signalplan import Classifier, SignalPlan, engine_entries
+from gpuwarden.playbooks.signalplan import Classifier, SignalPlan, engine_entries
 from gpuwarden.playbooks.framework import Playbook, RunContext, SkipStep, Step
 
 

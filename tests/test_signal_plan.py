@@ -16,7 +16,7 @@ from engines.harness import records, start_sim_tenant_engine, supervised  # noqa
 
 from gpuwarden.ops import jsondoc, procs
 from gpuwarden.ops.reaper import Reaper, Target
-from gpuwarden.ops.signalplan import (CONTAINER_INIT, PLAIN, UNIT_MAIN, Classifier, SignalPlan, command_parts)
+from gpuwarden.playbooks.signalplan import (CONTAINER_INIT, PLAIN, UNIT_MAIN, Classifier, SignalPlan, command_parts)
 from gpuwarden.playbooks.drain import DrainPlaybook
 from gpuwarden.playbooks.framework import run
 from gpuwarden.playbooks.purge import PurgePlaybook

@@ -36,7 +36,7 @@ class ConfirmScreen(ModalScreen[bool]):
             t.append(f"{i}. {s.get('description', s.get('name', '?'))}")
             if s.get("destructive"):
                 t.append("  [changes the node]", style=S["phase.busy"])
-        # The processes the run may signal (gpuwarden.ops.signalplan), named before Proceed like the steps.
+        # The processes the run may signal (gpuwarden.playbooks.signalplan), named before Proceed like the steps.
         signals = [s["signal"] for s in self.steps if "signal" in s]
         if signals:
             t.append("\nProcesses it may signal:", style="bold")

@@ -31,7 +31,7 @@ def event_line(event: Event) -> Text:
             if s.get("destructive"):
                 t.append("  [changes the node]", style=S["phase.busy"])
         if event.data.get("signals"):
-            from gpuwarden.ops.signalplan import describe_entries
+            from gpuwarden.playbooks.signalplan import describe_entries
             t.append("\n  processes it may signal:", style="bold")
             for line in describe_entries(event.data["signals"]):
                 t.append(f"\n    - {line}")

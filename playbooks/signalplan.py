@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from . import procs, redact
-from .reaper import SHIM_MARKER, namespace_init, read_stat
-from .safetext import printable
+from gpuwarden.ops import procs
+from gpuwarden.ops.reaper import SHIM_MARKER, command_parts, namespace_init, read_stat
 
 # Roles, as --json shows them; ROLE_TEXT is how a person reads them.
 ENGINE, LAUNCHER, CONTAINER_INIT, UNIT_MAIN, INIT, PLAIN = (
@@ -151,24 +150,6 @@ def describe_entries(entries: list[dict[str, Any]]) -> list[str]:
                   start_ticks=0).line() for e in entries]
 
 
-def command_parts(pid: int, proc_root: Path) -> tuple[str, str]:
-    """(program, command line with the program's name first), both redacted and printable.
-
-    The program is argv[0]'s last path part (a zombie or kernel thread has no argv: its [comm])."""
-    try:
-        raw = (proc_root / str(pid) / "cmdline").read_bytes()[:65536]
-    except OSError:
-        raw = b""
-    args = [a for a in raw.decode(errors="replace").split("\0") if a]
-    if not args:
-        st = read_stat(pid, proc_root)
-        name = f"[{st.comm}]" if st else "?"
-        return printable(name), printable(name)
-    redacted, _ = redact.redact_argv(args)
-    program = os.path.basename(redacted[0]) or redacted[0]
-    return printable(program), printable(" ".join([program, *redacted[1:]])).strip()
-
-
 def _owner(pid: int, proc_root: Path) -> int | None:
     try:
         return os.stat(proc_root / str(pid)).st_uid
@@ -178,7 +159,7 @@ def _owner(pid: int, proc_root: Path) -> int | None:
 
 def engine_pids(state_dir: Path, proc_root: Path) -> tuple[dict[int, str], dict[int, str]]:
     """({engine pid: name}, {shim pid: name}) of the supervised engines whose records say they run."""
-    from .engines import state as st  # engines import the reaper's neighbours: loaded only when a plan is made
+    from gpuwarden.ops.engines import state as st  # loaded only when a plan is made
     engines: dict[int, str] = {}
     shims: dict[int, str] = {}
     for name in st.names(state_dir):
@@ -252,8 +233,8 @@ def engine_entries(classifier: Classifier, state_dir: Path, names: Iterable[str]
 
     allowed=False (an unattended policy): listed with every signal withheld, so the plan says what it will not do.
     """
-    from .engines import state as st  # see engine_pids
-    from .nodeconfig import EngineConfig, signal_number
+    from gpuwarden.ops.engines import state as st  # see engine_pids
+    from gpuwarden.ops.nodeconfig import EngineConfig, signal_number
     out = []
     for name in names:
         rec = st.read_state(state_dir, name) or {}
