@@ -9,7 +9,8 @@ from typing import Any
 
 from gpuwarden.ops import journal, nodestate
 from gpuwarden.ops.units import fmt_bytes
-from gpuwarden.ops.engines.control import stop_gpu
+from gpuwarden.ops.engines import control
+from gpuwarden.ops.engines import state as st
 from gpuwarden.playbooks.signalplan import Classifier, SignalPlan, engine_entries
 
 from . import nodecheck
@@ -76,7 +77,13 @@ class DrainPlaybook(Playbook):
             raise StepFailed(f"engine(s) {', '.join(names)} run on GPU {self.gpu}: not stopped, an unattended "
                              "policy never ends a supervised engine", f"stop them by hand: `gpuwarden drain {self.gpu}`"
                              " (asks first), or `gpuwarden engines stop NAME`")
-        results = stop_gpu(ctx.settings, self.gpu, timeout_s=self.grace_s)
+        # Only the engines the plan named: one launched on the GPU since is reported, not stopped unseen.
+        planned = ctx.scratch.get("engines_planned", [])
+        for info in st.list_engines(ctx.settings):
+            if info.gpu == self.gpu and info.phase not in st.FINAL_PHASES and info.name not in planned:
+                ctx.info(f"engine {info.name} started on GPU {self.gpu} after the plan: not stopped (run "
+                         f"`gpuwarden drain {self.gpu}` again to see it in a plan)", engine=info.name, result="unplanned")
+        results = [control.stop(ctx.settings, n, timeout_s=self.grace_s) for n in planned]
         stopped = [{"engine": r.name, "result": r.result, "detail": r.detail} for r in results]
         ctx.scratch["stopped"] = stopped
         for r in results:

@@ -14,7 +14,7 @@ from gpuwarden.ops import gpureset, journal, nodestate
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.model import NodeSnapshot
 from gpuwarden.ops.units import fmt_bytes
-from gpuwarden.ops.engines.control import stop_gpu
+from gpuwarden.ops.engines import control
 from gpuwarden.playbooks.signalplan import Classifier, SignalPlan, engine_entries
 
 from . import nodecheck
@@ -214,9 +214,10 @@ class FixPlaybook(Playbook):
         ctx.scratch["drained_by_fix"] = marked
         stopped = []
         if self.stop_engines:
-            for g in self._hive:
-                for r in stop_gpu(ctx.settings, g, timeout_s=self.grace_s):
-                    ctx.info(f"engine {r.name}: {r.result}", engine=r.name, result=r.result)
+            for name, _ in self._engines:  # the engines the plan named, no other
+                r = control.stop(ctx.settings, name, timeout_s=self.grace_s)
+                ctx.info(f"engine {r.name}: {r.result}", engine=r.name, result=r.result)
+                if r.result != "not-running":
                     stopped.append(r.name)
         ctx.scratch["engines_stopped"] = stopped
         busy = nodecheck.wait_unused(ctx.settings, self._hive, self.timeout_s, cancelled=ctx.cancelled)
