@@ -216,3 +216,31 @@ def test_after_the_residual_scenario_purge_and_fix_name_the_careless_parent(sim_
         assert signalled == {parent}
     finally:
         sim_cli("sim", "scenario", "clean")
+
+
+def test_the_agent_reports_a_policys_plan_before_it_runs():
+    from gpuwarden.playbooks.agentpolicies import Policies
+    from gpuwarden.playbooks.framework import Event
+
+    class Agent:
+        events: list = []
+
+        def emit(self, event):
+            self.events.append(event)
+
+    agent = Agent()
+    policies = Policies.__new__(Policies)  # only the forwarding is under test: no worker thread
+    policies.agent = agent
+    entry = {"pid": 4425, "user": "svc", "uid": 1000, "role": PLAIN, "program": "python3",
+             "command": "python3 -m server --port 8000", "signals": ["SIGCHLD"], "why": "parent of zombie pid 4426",
+             "withheld": "not ended: an unattended policy only asks it to reap", "sent": []}
+    policies._forward(Event("planned", "purge", None, "purge GPU 1", {"steps": [], "signals": [entry]}))
+    [event] = agent.events
+    assert "purge may signal: pid 4425 (svc, plain process): python3 -m server --port 8000 — SIGCHLD" in event.text
+    assert "only asks it to reap" in event.text and event.data["signals"] == [entry]
+
+
+def test_the_cli_offers_end_parents_on_fix_and_purge_and_yes_on_engines_stop(cli):
+    for args in (("fix", "--help"), ("purge", "--help")):
+        assert "--end-parents" in cli(*args).stdout
+    assert "--yes" in cli("engines", "stop", "--help").stdout
