@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from gpuwarden.ops import procs
-from gpuwarden.ops.reaper import SHIM_MARKER, command_parts, namespace_init, read_stat
+from gpuwarden.ops.node import procs
+from gpuwarden.ops.clean.reaper import SHIM_MARKER, command_parts, namespace_init, read_stat
 
 # Roles, as --json shows them; ROLE_TEXT is how a person reads them.
 ENGINE, LAUNCHER, CONTAINER_INIT, UNIT_MAIN, INIT, PLAIN = (
@@ -234,7 +234,7 @@ def engine_entries(classifier: Classifier, state_dir: Path, names: Iterable[str]
     allowed=False (an unattended policy): listed with every signal withheld, so the plan says what it will not do.
     """
     from gpuwarden.ops.engines import state as st  # see engine_pids
-    from gpuwarden.ops.nodeconfig import EngineConfig, signal_number
+    from gpuwarden.ops.config.nodeconfig import EngineConfig, signal_number
     out = []
     for name in names:
         rec = st.read_state(state_dir, name) or {}

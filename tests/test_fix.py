@@ -13,7 +13,8 @@ import time
 from engines.harness import records, start_sim_tenant_engine, supervised  # noqa: F401
 
 from helpers.journal import read_journal
-from gpuwarden.ops import jsondoc, nodestate
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.node import nodestate
 from gpuwarden.ops.engines import state as st
 from simnode import cli_argv, on_terminal, start_tenant, wait_for
 from test_reaper_family import holds_sim_vram, proc_state, start_family
@@ -159,7 +160,7 @@ def test_the_confirmation_names_the_gpus_and_engines_a_reset_takes_down(sim_cli,
     flat = " ".join(out.split())
     assert f"If a reset is needed, {reach}. It may signal 2 process(es), listed above. Proceed? [y/N]" in flat, out
     # The engine and its shim are named before the question: role, command (program first), signals.
-    assert "(root, supervised engine dp0): python -m gpuwarden.playbooks.cli" in flat or \
+    assert "(root, supervised engine dp0): python -m gpuwarden.playbooks.cli.root" in flat or \
         "supervised engine dp0): python" in flat, out
-    assert "launcher of a supervised engine dp0): python -m gpuwarden.ops.engines.shim" in flat, out
+    assert "launcher of a supervised engine dp0): python -m gpuwarden.ops.services.shim" in flat, out
     assert rc == 1 and _resets(sim_cli) == {} and records(state_dir)["dp0"]["phase"] == "serving"

@@ -14,8 +14,9 @@ import sys
 
 from engines.harness import records, start_sim_tenant_engine, supervised  # noqa: F401
 
-from gpuwarden.ops import jsondoc, procs
-from gpuwarden.ops.reaper import Reaper, Target
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.node import procs
+from gpuwarden.ops.clean.reaper import Reaper, Target
 from gpuwarden.playbooks.signalplan import (CONTAINER_INIT, PLAIN, UNIT_MAIN, Classifier, SignalPlan, command_parts)
 from gpuwarden.playbooks.drain import DrainPlaybook
 from gpuwarden.playbooks.framework import run
@@ -206,10 +207,10 @@ def test_after_the_residual_scenario_purge_and_fix_name_the_careless_parent(sim_
         assert [(p["pid"], p["role"], p["signals"]) for p in planned["data"]["signals"]] == \
             [(parent, PLAIN, ["SIGCHLD", "SIGTERM", "SIGKILL"])]
         assert planned["data"]["signals"][0]["command"].startswith("python") and \
-            "gpuwarden.ops.sim.family" in planned["data"]["signals"][0]["command"]
+            "gpuwarden.ops.node.sim.family" in planned["data"]["signals"][0]["command"]
         text = sim_cli("purge", "1", "--dry-run").stdout
         assert f"reap zombie pid {zombie}" in text and f"through its parent pid {parent}" in text
-        assert f"- pid {parent} (" in text and "gpuwarden.ops.sim.family" in text
+        assert f"- pid {parent} (" in text and "gpuwarden.ops.node.sim.family" in text
         proc = sim_cli("fix", "1", "--yes", "--json", "--grace", "1")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         signalled = {e["pid"] for e in read_journal(state_dir) if e["action"] == "reaper-signal" and e["result"] == "ok"}

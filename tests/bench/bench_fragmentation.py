@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO.parent))
 
-from gpuwarden.ops.debugfs.parse import VramFree  # noqa: E402
+from gpuwarden.ops.node.debugfs.parse import VramFree  # noqa: E402
 
 MIB, GIB = 1 << 20, 1 << 30
 BLOCK = 2 * MIB  # the smallest block amdgpu's VRAM manager hands a large BO (its pages_per_block)
