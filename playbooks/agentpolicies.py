@@ -3,7 +3,8 @@ node config's [agent] table asks for it. All are off by default.
 
 bundle_on: an incident bundle on residual / crash / kernel-fault events, at most one per bundle_min_interval.
 purge_dead_holders: a purge limited to zombies whose parents are only asked to reap (never a live process).
-drain_on_residual_after: drain a GPU whose residual VRAM has lasted that long (once per episode).
+drain_on_residual_after: drain a GPU whose residual VRAM has lasted that long (once per episode); a supervised
+engine on it is named and left running (the drain stops there): unattended, nothing ends an engine or a parent.
 One worker thread runs them one at a time, so the sampling never waits for a playbook.
 """
 
@@ -18,6 +19,7 @@ from gpuwarden.ops.config.agent import AgentConfig
 from gpuwarden.ops.agent.kernelwatch import FAULT_CATEGORIES
 from gpuwarden.ops.foundation.model import NodeSnapshot
 from gpuwarden.ops.sampling.changes import NodeEvent
+from gpuwarden.playbooks.signalplan import describe_entries
 
 from gpuwarden.playbooks.framework import Event, Playbook, run
 from gpuwarden.playbooks.bundle import BundlePlaybook
@@ -111,7 +113,8 @@ class Policies:
             if snap.taken_at - started >= after_s:
                 self._drained_for.add(g)
                 self._submit(f"drain GPU {g}: residual VRAM for {snap.taken_at - started:.0f}s",
-                             DrainPlaybook(g, reason=f"agent policy: residual VRAM lasted {after_s:g}s"))
+                             DrainPlaybook(g, reason=f"agent policy: residual VRAM lasted {after_s:g}s",
+                                           stop_engines=False))
 
     def _submit(self, why: str, playbook: Playbook) -> None:
         try:
@@ -140,6 +143,12 @@ class Policies:
                                       {"playbook": playbook.name, "why": why}))
 
     def _forward(self, event: Event) -> None:
+        if event.kind == "planned" and event.data.get("signals"):
+            # The processes the policy may signal, before it signals any (the journal has them after the run).
+            lines = describe_entries(event.data["signals"])
+            self.agent.emit(NodeEvent(event.ts, "warning", f"{event.playbook} may signal: " + "; ".join(lines),
+                                      "playbook", None, {"playbook": event.playbook, "kind": "planned",
+                                                         "signals": event.data["signals"]}))
         if event.kind in ("step_ok", "step_failed", "step_skipped"):
             self.agent.emit(NodeEvent(event.ts, _LEVEL[event.kind], f"{event.playbook}/{event.step}: {event.message}",
                                       "playbook", None, {"playbook": event.playbook, "step": event.step,

@@ -10,7 +10,9 @@ from typing import Any
 from gpuwarden.ops.foundation import journal
 from gpuwarden.ops.node import nodestate
 from gpuwarden.ops.foundation.units import fmt_bytes
-from gpuwarden.ops.engines.control import stop_gpu
+from gpuwarden.ops.engines import control
+from gpuwarden.ops.engines import state as st
+from gpuwarden.playbooks.signalplan import Classifier, SignalPlan, engine_entries
 
 from gpuwarden.playbooks import nodecheck
 from gpuwarden.playbooks.framework import Playbook, RunContext, SkipStep, Step, StepFailed
@@ -20,8 +22,11 @@ class DrainPlaybook(Playbook):
     name = "drain"
     destructive = True
 
-    def __init__(self, gpu: int, *, timeout_s: float = 60.0, grace_s: float | None = None, reason: str = ""):
+    def __init__(self, gpu: int, *, timeout_s: float = 60.0, grace_s: float | None = None, reason: str = "",
+                 stop_engines: bool = True):
         self.gpu = gpu
+        # False for an unattended policy: engines on the GPU are named and left running; drain stops there.
+        self.stop_engines = stop_engines
         self.timeout_s = timeout_s
         self.grace_s = grace_s
         self.reason = reason
@@ -31,19 +36,26 @@ class DrainPlaybook(Playbook):
         return (self.gpu,)
 
     def summary(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "reason": self.reason}
+        return {"gpu": self.gpu, "reason": self.reason, **({} if self.stop_engines else {"stop_engines": False})}
 
     def preconditions(self, ctx: RunContext) -> list[str]:
         snap = nodecheck.snapshot(ctx.settings)
         nodecheck.require_gpu(snap, self.gpu)
         engines = [e for e in snap.engines if e.gpu == self.gpu and e.phase not in ("exited", "crashed")]
         ctx.scratch["engines_planned"] = [e.name for e in engines]
+        self.signal_plan = SignalPlan(engine_entries(Classifier(ctx.settings.proc_root, ctx.settings.state_dir),
+                                                     ctx.settings.state_dir, [e.name for e in engines],
+                                                     allowed=self.stop_engines, grace_s=self.grace_s))
         return []
 
     def plan(self, ctx: RunContext) -> list[Step]:
         names = ctx.scratch.get("engines_planned", [])
         stop_what = f"stop engine(s) {', '.join(names)} through their shims" if names else \
             "stop any engine on it through its shim (none running now)"
+        if not self.stop_engines:
+            stop_what = (f"leave engine(s) {', '.join(names)} running: an unattended policy never ends a supervised "
+                         "engine (the drain stops here if one runs)" if names else
+                         "check that no supervised engine runs on it (an unattended policy never stops one)")
         return [
             Step("mark", f"mark GPU {self.gpu} drained (launch refuses it, status shows it)", self._mark,
                  destructive=True),
@@ -59,7 +71,20 @@ class DrainPlaybook(Playbook):
         return f"GPU {self.gpu} {'was already' if already else 'is now'} drained"
 
     def _stop(self, ctx: RunContext) -> str:
-        results = stop_gpu(ctx.settings, self.gpu, timeout_s=self.grace_s)
+        if not self.stop_engines:
+            names = ctx.scratch.get("engines_planned", [])
+            if not names:
+                raise SkipStep(f"no supervised engine runs on GPU {self.gpu}")
+            raise StepFailed(f"engine(s) {', '.join(names)} run on GPU {self.gpu}: not stopped, an unattended "
+                             "policy never ends a supervised engine", f"stop them by hand: `gpuwarden drain {self.gpu}`"
+                             " (asks first), or `gpuwarden engines stop NAME`")
+        # Only the engines the plan named: one launched on the GPU since is reported, not stopped unseen.
+        planned = ctx.scratch.get("engines_planned", [])
+        for info in st.list_engines(ctx.settings):
+            if info.gpu == self.gpu and info.phase not in st.FINAL_PHASES and info.name not in planned:
+                ctx.info(f"engine {info.name} started on GPU {self.gpu} after the plan: not stopped (run "
+                         f"`gpuwarden drain {self.gpu}` again to see it in a plan)", engine=info.name, result="unplanned")
+        results = [control.stop(ctx.settings, n, timeout_s=self.grace_s) for n in planned]
         stopped = [{"engine": r.name, "result": r.result, "detail": r.detail} for r in results]
         ctx.scratch["stopped"] = stopped
         for r in results:

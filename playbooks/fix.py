@@ -16,7 +16,8 @@ from gpuwarden.ops.node import nodestate
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.model import NodeSnapshot
 from gpuwarden.ops.foundation.units import fmt_bytes
-from gpuwarden.ops.engines.control import stop_gpu
+from gpuwarden.ops.engines import control
+from gpuwarden.playbooks.signalplan import Classifier, SignalPlan, engine_entries
 
 from gpuwarden.playbooks import nodecheck
 from gpuwarden.playbooks.framework import Playbook, RunContext, SkipStep, Step, StepFailed
@@ -30,8 +31,9 @@ class FixPlaybook(Playbook):
     def __init__(self, gpu: int, *, allow_reset: bool = True, stop_engines: bool = False, grace_s: float = 5.0,
                  timeout_s: float = 10.0, reset_timeout_s: float = 60.0,
                  runner: gpureset.Runner = gpureset.run_command, which: gpureset.Which = shutil.which,
-                 amdsmi_loader: Callable[[], Any] = gpureset.load_amdsmi):
+                 amdsmi_loader: Callable[[], Any] = gpureset.load_amdsmi, end_parents: bool = False):
         self.gpu = gpu
+        self.end_parents = end_parents
         self.allow_reset = allow_reset
         self.stop_engines = stop_engines
         self.grace_s = grace_s
@@ -53,7 +55,7 @@ class FixPlaybook(Playbook):
 
     def summary(self) -> dict[str, Any]:
         return {"gpu": self.gpu, "allow_reset": self.allow_reset, "stop_engines": self.stop_engines,
-                "gpus_locked": list(self.gpus())}
+                "gpus_locked": list(self.gpus()), **({"end_parents": True} if self.end_parents else {})}
 
     # --- planning ------------------------------------------------------------------------------
     def preconditions(self, ctx: RunContext) -> list[str]:
@@ -70,9 +72,12 @@ class FixPlaybook(Playbook):
         ctx.scratch["diagnosis"] = self._diagnose(snap, left, holders)
         if self._clean:
             self._hive, self._purge = [self.gpu], None
+            self.signal_plan = SignalPlan()
             return []
-        self._purge = PurgePlaybook(self.gpu, grace_s=self.grace_s, timeout_s=self.timeout_s)
+        self._purge = PurgePlaybook(self.gpu, grace_s=self.grace_s, timeout_s=self.timeout_s,
+                                    end_parents=self.end_parents)
         self._purge.preconditions(ctx)
+        self.signal_plan = self._purge.signal_plan
         # Everything a reset takes down: the XGMI hive and the other partitions of the physical device.
         self._hive = [self.gpu, *nodecheck.reset_peers(snap, self.gpu)]
         self._engines = [(e.name, e.gpu) for e in snap.engines
@@ -82,6 +87,13 @@ class FixPlaybook(Playbook):
         reach = reset_reach(topology(snap, ctx.settings.sysfs_root), self.gpu)
         self._reach = reach
         self.confirm_note = f"if a reset is needed, {reach}" if reach and self._no_reset is None else ""
+        if self._no_reset is None and self.stop_engines and self.signal_plan is not None:
+            # --stop-engines is the operator's word for ending these supervised engines (only if a reset is needed).
+            who = Classifier(ctx.settings.proc_root, ctx.settings.state_dir)
+            for e in engine_entries(who, ctx.settings.state_dir, [n for n, _ in self._engines], allowed=True,
+                                    grace_s=self.grace_s):
+                e.condition = "only if a reset is needed; " + e.condition
+                self.signal_plan.add(e)
         return []
 
     def _diagnose(self, snap: NodeSnapshot, left: int | None, holders: tuple) -> list[str]:
@@ -204,9 +216,10 @@ class FixPlaybook(Playbook):
         ctx.scratch["drained_by_fix"] = marked
         stopped = []
         if self.stop_engines:
-            for g in self._hive:
-                for r in stop_gpu(ctx.settings, g, timeout_s=self.grace_s):
-                    ctx.info(f"engine {r.name}: {r.result}", engine=r.name, result=r.result)
+            for name, _ in self._engines:  # the engines the plan named, no other
+                r = control.stop(ctx.settings, name, timeout_s=self.grace_s)
+                ctx.info(f"engine {r.name}: {r.result}", engine=r.name, result=r.result)
+                if r.result != "not-running":
                     stopped.append(r.name)
         ctx.scratch["engines_stopped"] = stopped
         busy = nodecheck.wait_unused(ctx.settings, self._hive, self.timeout_s, cancelled=ctx.cancelled)

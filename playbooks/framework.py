@@ -15,6 +15,7 @@ from gpuwarden.ops.foundation.errors import GpuwardenError, Refused
 from gpuwarden.ops.foundation.gpulock import hold
 from gpuwarden.ops.foundation.jsondoc import document, iso
 from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.playbooks.signalplan import SignalPlan
 
 @dataclass(frozen=True)
 class Event:
@@ -73,6 +74,9 @@ class Playbook:
     # What else the run takes down, said in the confirmation ("resetting GPU 2 also resets ..."); set by
     # preconditions() or plan(), empty when there is nothing more to say.
     confirm_note = ""
+    # Every process the run may signal (gpuwarden.playbooks.signalplan), set by preconditions() or plan(); None for a
+    # playbook that signals nothing by its nature (bundle, undrain). Shown with the plan, journalled after the run.
+    signal_plan: SignalPlan | None = None
 
     def gpus(self) -> tuple[int, ...]:
         """GPUs whose locks are held while the playbook runs."""
@@ -147,15 +151,19 @@ def run(
             journal.write(settings.state_dir, playbook.name, "refused", reasons=problems, **playbook.summary())
         return finish(False, "refused: " + "; ".join(problems), refused="; ".join(problems))
 
+    signals = playbook.signal_plan
     emit(Event("planned", playbook.name, None, playbook.description,
                {"steps": [{"name": s.name, "description": s.description, "destructive": s.destructive}
-                          for s in steps]}))
+                          for s in steps],
+                **({"signals": signals.to_list()} if signals is not None else {})}))
     if dry_run:
         return finish(True, f"dry run: {len(steps)} step(s) planned, nothing changed")
 
     if playbook.destructive and not assume_yes:
         note = f" {playbook.confirm_note[:1].upper()}{playbook.confirm_note[1:]}." if playbook.confirm_note else ""
-        question = f"{playbook.description} — {len(steps)} step(s).{note} Proceed?"
+        named = "" if signals is None else (f" It may signal {len(signals.entries)} process(es), listed above."
+                                            if signals.entries else " It signals no process.")
+        question = f"{playbook.description} — {len(steps)} step(s).{note}{named} Proceed?"
         if confirm is None:
             reason = "destructive playbook needs confirmation: no terminal to ask on; pass --yes to run it from a script"
             journal.write(settings.state_dir, playbook.name, "refused", reasons=[reason], **playbook.summary())
@@ -166,8 +174,14 @@ def run(
 
     try:
         with hold(settings.state_dir, playbook.gpus(), playbook.name, wait_s=lock_wait_s):
-            journal.write(settings.state_dir, playbook.name, "started", **playbook.summary())
-            failed = _run_steps(ctx, playbook, steps, emit)
+            journal.write(settings.state_dir, playbook.name, "started", **playbook.summary(),
+                          **({"signal_plan": signals.to_list()} if signals is not None else {}))
+            try:
+                failed = _run_steps(ctx, playbook, steps, emit)
+            finally:
+                if signals is not None and signals.entries:  # planned and really sent, even after Ctrl-C
+                    journal.write(settings.state_dir, f"{playbook.name}:signals", "ok", processes=signals.to_list(),
+                                  sent=sum(len(e.sent) for e in signals.entries))
     except Refused as exc:
         journal.write(settings.state_dir, playbook.name, "refused", reasons=[str(exc)], **playbook.summary())
         return finish(False, f"refused: {exc}", refused=str(exc))

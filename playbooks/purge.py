@@ -14,7 +14,8 @@ from typing import Any, Callable
 from gpuwarden.ops.clean import gpureset
 from gpuwarden.ops.foundation import journal
 from gpuwarden.ops.foundation.model import Holder, NodeSnapshot
-from gpuwarden.ops.clean.reaper import Reaper, Target, container_managed, target_ticks
+from gpuwarden.ops.clean.reaper import Reaper, Target, container_managed, read_stat, target_ticks, untouchable
+from gpuwarden.playbooks.signalplan import Classifier, SignalPlan
 from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.arena import format as arena_format
 from gpuwarden.ops.arena.mappers import find_mappers
@@ -46,8 +47,12 @@ class PurgePlaybook(Playbook):
                  drop_caches: bool = False, escalate_reset: bool = False, grace_s: float = 5.0,
                  timeout_s: float = 10.0, reset_timeout_s: float = 60.0,
                  runner: gpureset.Runner = gpureset.run_command, which: gpureset.Which = shutil.which,
-                 amdsmi_loader: Callable[[], Any] = gpureset.load_amdsmi, dead_only: bool = False):
+                 amdsmi_loader: Callable[[], Any] = gpureset.load_amdsmi, dead_only: bool = False,
+                 end_parents: bool = False):
         self.gpu = gpu
+        # end_parents: the operator allows ending a supervised engine, a container's PID 1 or a unit's main
+        # process (a zombie's parent or a holder); without it the plan withholds their TERM/KILL.
+        self.end_parents = end_parents and not dead_only
         # dead_only: zombies only, and their parents only asked to reap (SIGCHLD): never a live process.
         self.dead_only = dead_only
         self.arenas = arenas or bool(arena_paths)
@@ -72,7 +77,7 @@ class PurgePlaybook(Playbook):
     def summary(self) -> dict[str, Any]:
         return {"gpu": self.gpu, "arenas": self.arenas, "drop_caches": self.drop_caches,
                 "escalate_reset": self.escalate_reset, "gpus_locked": list(self.gpus()),
-                **({"dead_only": True} if self.dead_only else {})}
+                **({"dead_only": True} if self.dead_only else {}), **({"end_parents": True} if self.end_parents else {})}
 
     # --- planning ------------------------------------------------------------------------------
     def preconditions(self, ctx: RunContext) -> list[str]:
@@ -107,7 +112,45 @@ class PurgePlaybook(Playbook):
         if self.escalate_reset:
             self._peers = [p for g in self._leaky for p in nodecheck.hive_peers(snap, g)]
         ctx.scratch["arena_candidates"] = self._arena_candidates(ctx, snap) if self.arenas else []
+        self.signal_plan = self._signals(ctx)
         return []
+
+    def _signals(self, ctx: RunContext) -> SignalPlan:
+        """Every process the removal steps may signal: live holders (TERM, KILL) and zombies' parents (SIGCHLD,
+        then TERM, KILL only if they still do not reap). Nothing else is ever sent (Reaper checks the plan)."""
+        proc_root = ctx.settings.proc_root
+        who = Classifier(proc_root, ctx.settings.state_dir)
+        plan = SignalPlan()
+        for t in self._targets:
+            st = read_stat(t.pid, proc_root)
+            if st is None or st.start_ticks != t.start_ticks or st.state == "disk-sleep":
+                continue
+            holds = f"holds {fmt_bytes(t.vram_bytes) if t.vram_bytes is not None else 'VRAM'} on GPU " \
+                    f"{','.join(map(str, t.gpus)) or '?'}"
+            if st.state not in ("zombie", "dead"):
+                refusal = untouchable(t.pid, proc_root, container_init_ok=self.end_parents)
+                e = who.entry(t.pid, t.start_ticks, [] if refusal else ["SIGTERM", "SIGKILL"], f"it {holds}",
+                              condition=f"SIGKILL only if it is still there {self.grace_s:g}s after SIGTERM",
+                              end_guarded=self.end_parents)
+                if refusal:
+                    e.withheld = f"not signalled: {refusal}"
+                plan.add(e)
+                continue
+            parent = read_stat(st.ppid, proc_root)
+            if st.ppid <= 1 or parent is None:
+                continue  # init reaps it, or nobody can: the step reports it
+            refusal = untouchable(st.ppid, proc_root, container_init_ok=self.end_parents)
+            ending = [] if refusal or self.dead_only else ["SIGTERM", "SIGKILL"]
+            e = who.entry(st.ppid, parent.start_ticks, ["SIGCHLD", *ending],
+                          f"parent of zombie pid {t.pid}, which {holds}",
+                          condition=f"SIGTERM, SIGKILL only if it has not reaped pid {t.pid} after SIGCHLD",
+                          end_guarded=self.end_parents)
+            if refusal:
+                e.withheld = f"not ended: {refusal}"
+            elif self.dead_only:
+                e.withheld = "not ended: an unattended policy only asks it to reap"
+            plan.add(e)
+        return plan
 
     def _container_orphans(self, snap: NodeSnapshot, proc_root: Path) -> list[Target]:
         """Live GPU users from a container whose runtime shim is gone: tenants nobody will ever stop."""
@@ -140,8 +183,11 @@ class PurgePlaybook(Playbook):
             size = fmt_bytes(t.vram_bytes) if t.vram_bytes is not None else "VRAM"
             how = {"zombie": "reap zombie", "disk-sleep": "report D-state process",
                    "container-orphan": "end orphan of a gone container:"}.get(t.reason, "remove")
+            parents = [e for e in (self.signal_plan.entries if self.signal_plan else [])
+                       if t.reason == "zombie" and f"zombie pid {t.pid}," in e.why]
+            through = f" through its parent pid {parents[0].pid}" if parents else ""
             steps.append(Step(f"pid-{t.pid}", f"{how} pid {t.pid} holding {size} on GPU {gpus} "
-                                              + bracketed(t.command[:50]), self._remover(t),
+                                              + bracketed(t.command[:50]) + through, self._remover(t),
                               destructive=t.reason != "disk-sleep", continue_on_failure=True))
         if self.arenas:
             cands = ctx.scratch.get("arena_candidates", [])
@@ -166,7 +212,7 @@ class PurgePlaybook(Playbook):
     def _remover(self, target: Target):
         def act(ctx: RunContext) -> str:
             reaper = Reaper(ctx.settings, grace_s=self.grace_s, progress=lambda m: ctx.info(m),
-                            end_parents=not self.dead_only)
+                            end_parents=not self.dead_only, plan=self.signal_plan)
             out = reaper.handle(target)
             ctx.scratch.setdefault("removed" if out.ok else "remaining", []).append(
                 {"pid": out.pid, "reason": out.reason, "result": out.result, "detail": out.detail,

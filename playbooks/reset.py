@@ -14,6 +14,7 @@ from gpuwarden.ops.node import nodestate
 from gpuwarden.ops.clean.gpureset import ResetPath
 from gpuwarden.ops.foundation.model import NodeSnapshot
 from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.playbooks.signalplan import SignalPlan
 from gpuwarden.ops.node.topology import reset_reach, topology
 
 from gpuwarden.playbooks import nodecheck
@@ -101,6 +102,8 @@ class ResetPlaybook(Playbook):
         self._locked = (gpu,)
         self._path: ResetPath | None = None
         self._reach: str | None = None  # "resetting GPU 2 also resets ...", set by preconditions
+        # A reset signals no process (it refuses while one uses the GPU, unless --force): an empty, shown plan.
+        self.signal_plan = SignalPlan()
 
     def gpus(self) -> tuple[int, ...]:
         return self._locked

@@ -11,6 +11,7 @@ from typing import Any
 from gpuwarden.ops.node import procs
 from gpuwarden.ops.foundation.model import GpuProcess
 from gpuwarden.ops.clean.reaper import Reaper, target_ticks, untouchable
+from gpuwarden.playbooks.signalplan import Classifier, SignalPlan
 
 from gpuwarden.playbooks.framework import Playbook, RunContext, Step, StepFailed
 
@@ -42,7 +43,11 @@ class SignalProcessPlaybook(Playbook):
             return [f"pid {p.pid} is gone, or its PID now names another process (its start time differs): "
                     f"no SIG{self.signal_name} sent"]
         refusal = untouchable(p.pid, ctx.settings.proc_root)
-        return [f"pid {p.pid} is not signalled: {refusal}"] if refusal else []
+        if refusal:
+            return [f"pid {p.pid} is not signalled: {refusal}"]
+        self.signal_plan = SignalPlan([Classifier(ctx.settings.proc_root, ctx.settings.state_dir).entry(
+            p.pid, self._ticks, [f"SIG{self.signal_name}"], "picked in the console", end_guarded=True)])
+        return []
 
     def plan(self, ctx: RunContext) -> list[Step]:
         return [Step(f"sig{self.signal_name.lower()}-{self.process.pid}", self.description, self._send,
@@ -51,11 +56,14 @@ class SignalProcessPlaybook(Playbook):
     def _send(self, ctx: RunContext) -> str:
         p = self.process
         assert self._ticks is not None
-        sent = Reaper(ctx.settings).send(p.pid, self._ticks, procs.signal_number(self.signal_name), role="operator",
+        sent = Reaper(ctx.settings, plan=self.signal_plan).send(p.pid, self._ticks, procs.signal_number(self.signal_name), role="operator",
                                          target=p.pid, why=f"SIG{self.signal_name} chosen in the console")
         if sent == "gone":
             raise StepFailed(f"pid {p.pid} exited, or its PID now names another process: no SIG{self.signal_name} "
                              "sent", None)
+        if sent == "unplanned":
+            raise StepFailed(f"pid {p.pid}: SIG{self.signal_name} is not in the plan shown before the run: not sent",
+                             "pick the process again in the console")
         if sent == "denied":
             raise StepFailed(f"no permission to signal pid {p.pid}", "run gpuwarden as root or as the process's user")
         return f"SIG{self.signal_name} sent to pid {p.pid}"

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuwarden.ops.engines import control
 from gpuwarden.ops.engines import state as st
+from gpuwarden.playbooks.signalplan import Classifier, SignalPlan, engine_entries
 from gpuwarden.playbooks.framework import Playbook, RunContext, SkipStep, Step
 
 
@@ -40,6 +41,9 @@ class StopEnginePlaybook(Playbook):
         return {"engines": [n for n, _ in self.targets()]}
 
     def preconditions(self, ctx: RunContext) -> list[str]:
+        self.signal_plan = SignalPlan(engine_entries(Classifier(ctx.settings.proc_root, ctx.settings.state_dir),
+                                                     ctx.settings.state_dir, [n for n, _ in self.targets()],
+                                                     allowed=True, grace_s=self.timeout_s))
         return [f"no engine named {n!r} in {ctx.settings.state_dir}" for n, _ in self.targets()
                 if st.read_state(ctx.settings.state_dir, n) is None and st.read_spec(ctx.settings.state_dir, n) is None]
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuwarden.ops.foundation.model import GpuProcess
 from gpuwarden.ops.clean.reaper import Reaper, Target, target_ticks, untouchable
+from gpuwarden.playbooks.signalplan import Classifier, SignalPlan
 from gpuwarden.ops.foundation.units import fmt_bytes
 
 from gpuwarden.playbooks.framework import Playbook, RunContext, Step, StepFailed
@@ -40,7 +41,15 @@ class StopProcessPlaybook(Playbook):
         if self._ticks is None:
             return [f"pid {p.pid} is gone, or its PID now names another process: nothing to stop"]
         refusal = untouchable(p.pid, ctx.settings.proc_root)
-        return [f"pid {p.pid} is not stopped: {refusal}"] if refusal else []
+        if refusal:
+            return [f"pid {p.pid} is not stopped: {refusal}"]
+        # The operator picked this very process: it is named, whatever its role. Its parent is not: if it stays a
+        # zombie, that is reported rather than its parent signalled.
+        sigs = ["SIGKILL"] if self.kill_now else ["SIGTERM", "SIGKILL"]
+        self.signal_plan = SignalPlan([Classifier(ctx.settings.proc_root, ctx.settings.state_dir).entry(
+            p.pid, self._ticks, sigs, "picked in the console", end_guarded=True,
+            condition="" if self.kill_now else f"SIGKILL only if it is still there {self.grace_s:g}s after SIGTERM")])
+        return []
 
     def plan(self, ctx: RunContext) -> list[Step]:
         p = self.process
@@ -51,7 +60,7 @@ class StopProcessPlaybook(Playbook):
     def _stop(self, ctx: RunContext) -> str:
         p = self.process
         assert self._ticks is not None
-        reaper = Reaper(ctx.settings, grace_s=self.grace_s, progress=lambda m: ctx.info(m))
+        reaper = Reaper(ctx.settings, grace_s=self.grace_s, progress=lambda m: ctx.info(m), plan=self.signal_plan)
         out = reaper.terminate(Target(p.pid, self._ticks, "operator", p.command, tuple(sorted(p.vram)),
                                       sum(p.vram.values()) or None),
                                first=signal.SIGKILL if self.kill_now else signal.SIGTERM)

@@ -163,7 +163,7 @@ def test_vram_mm_buddy_and_drm_mm():
              "order- 0 free:      488 MiB, blocks: 124928\nreserved:\n")
     v = parse.vram_mm(buddy.encode())
     assert v.allocator == "drm_buddy" and v.free == 1000 * MIB and v.largest_free_block == MIB
-    assert v.fragmentation == pytest.approx(0.999, abs=1e-3)
+    assert v.fragmentation == pytest.approx(1 - 1 / 512, abs=1e-3)  # 1 MiB, where 1000 MiB free could form 512 MiB
     mm = ("0x0000000000000000-0x0000000000000100: 256: used\n0x0000000000000100-0x0000000000000200: 256: free\n"
           "0x0000000000000200-0x0000000000000300: 256: used\n0x0000000000000300-0x0000000000000700: 1024: free\n"
           "total: 1792, used 512 free 1280\n")
@@ -356,3 +356,24 @@ def test_history_keeps_fragmentation_and_reads_old_trend_lines(tmp_path):
     again = History(tmp_path, interval_s=1.0, writable=False)
     minute = again.series(0, since=0, resolution="minute")["minute"]
     assert minute["fragmentation_permille_max"][:2] == [None, 750]
+
+
+def test_an_idle_gpu_reads_unfragmented_whatever_its_size(cli, state_dir):
+    # drm_buddy_init makes one root per set bit of the size (drivers/gpu/drm/drm_buddy.c): an idle 24 GiB manager is
+    # a 16 GiB and an 8 GiB block, which 1 - largest/free called 33% fragmented (issue 35).
+    assert cli("sim", "init", "--gpus", "1", "--vram", "24GiB").returncode == 0
+    doc = json.loads(cli("--backend", "sim", "status", "--json").stdout)
+    v = doc["gpus"][0]["driver"]["vram_free"]
+    assert v["free_blocks"] == 2 and v["largest_free_block"] == 16 << 30 and v["fragmentation"] == 0.0
+    # An MI210-like manager of 65520 MiB has 12 roots: still 0 when idle (the old ratio read 0.50).
+    idle = "chunk_size: 4KiB, total: 65520MiB, free: 65520MiB, clear_free: 0MiB\n" + "".join(
+        f"order-{o:2d} free: {(4096 << o) >> 20:8d} MiB, blocks: {(65520 * MIB // 4096) >> o & 1}\n"
+        for o in range(23, 7, -1))
+    v = parse.vram_mm(idle.encode())
+    assert v.free_blocks == 12 and v.largest_free_block == 32 << 30 and v.fragmentation == 0.0
+    # Half the best block is a real split (0.5); 2 MiB crumbs read near 1.
+    half = "chunk_size: 4KiB, total: 24576MiB, free: 16384MiB\norder-21 free:     16384 MiB, blocks: 2\n"
+    assert parse.vram_mm(half.encode()).fragmentation == 0.5
+    assert cli("sim", "fault", "vram-fragmented", "on").returncode == 0
+    doc = json.loads(cli("--backend", "sim", "status", "--json").stdout)
+    assert doc["gpus"][0]["driver"]["vram_free"]["fragmentation"] > 0.999

@@ -8,7 +8,7 @@ import sys
 
 from conftest import REPO
 from engines.harness import records, supervised, write_config  # noqa: F401
-from simnode import wait_for
+from simnode import cli_argv, on_terminal, wait_for
 
 
 def test_list_logs_stop_restart(tmp_path, supervised, cli):
@@ -35,7 +35,18 @@ def test_list_logs_stop_restart(tmp_path, supervised, cli):
     follower = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(supervised),
                                  "engines", "logs", "e1", "--follow", "-n", "1"],
                                 cwd=REPO, stdout=subprocess.PIPE, text=True)
-    proc = cli("engines", "stop", "--all", "--json")
+    # --all without a terminal and without --yes: refused like drain, nothing stopped.
+    refused = cli("engines", "stop", "--all", check=False)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "needs confirmation" in refused.stderr and "--yes" in refused.stderr and "e0, e1" in refused.stderr
+    assert all(r["phase"] == "serving" for r in records(supervised).values())
+    # On a terminal it lists every process it would signal, then asks; "n" stops nothing.
+    rc, out = on_terminal(cli_argv(supervised, "engines", "stop", "--all"), b"n\n")
+    flat = " ".join(out.split())
+    assert rc == 1 and "Proceed? [y/N]" in flat and "no engine was stopped" in flat, out
+    assert "supervised engine e0)" in flat and "launcher of a supervised engine e1)" in flat, out
+    assert all(r["phase"] == "serving" for r in records(supervised).values())
+    proc = cli("engines", "stop", "--all", "--json", "--yes")
     assert proc.returncode == 0, proc.stderr
     assert sorted(r["name"] for r in json.loads(proc.stdout)["results"]) == ["e0", "e1"]
     out, _ = follower.communicate(timeout=15)

@@ -158,5 +158,9 @@ def test_the_confirmation_names_the_gpus_and_engines_a_reset_takes_down(sim_cli,
     assert reach in plan.stdout  # in the reset step of the plan
     rc, out = on_terminal(cli_argv(state_dir, "fix", "2", "--stop-engines"), b"n\n")
     flat = " ".join(out.split())
-    assert f"If a reset is needed, {reach}. Proceed? [y/N]" in flat, out
+    assert f"If a reset is needed, {reach}. It may signal 2 process(es), listed above. Proceed? [y/N]" in flat, out
+    # The engine and its shim are named before the question: role, command (program first), signals.
+    assert "(root, supervised engine dp0): python -m gpuwarden.playbooks.cli.root" in flat or \
+        "supervised engine dp0): python" in flat, out
+    assert "launcher of a supervised engine dp0): python -m gpuwarden.ops.services.shim" in flat, out
     assert rc == 1 and _resets(sim_cli) == {} and records(state_dir)["dp0"]["phase"] == "serving"

@@ -95,3 +95,26 @@ def test_rules_and_dashboard_use_only_names_that_exist():
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))
     assert all(p["datasource"]["uid"] == "${datasource}" for p in dash["panels"] if p["type"] != "row")
+
+
+FRAG_ALERTS = REPO / "deploy" / "prometheus" / "gpuwarden-fragmentation-alerts.yml"
+FRAG_TESTS = REPO / "tests" / "prometheus" / "gpuwarden-fragmentation-alerts.test.yml"
+
+
+def test_the_amd_fragmentation_contract_records_and_its_opt_in_alert_passes_and_can_fail(tmp_path):
+    # amd_hbm_fragmentation_ratio is recorded by the shipped rules; its alert is a file of its own (opt-in).
+    assert "record: amd_hbm_fragmentation_ratio" in RULES.read_text()
+    assert "alert:" not in RULES.read_text().split("name: gpuwarden.amd-contract")[1].split("- name:")[0]
+    proc = _promtool("check", "rules", str(FRAG_ALERTS))
+    assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
+    proc = _promtool("test", "rules", FRAG_TESTS.name, cwd=FRAG_TESTS.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The write-up's own threshold (0.25) fires on the healthy GPUs of the same tests: the tests must catch it.
+    (tmp_path / "deploy" / "prometheus").mkdir(parents=True)
+    (tmp_path / "tests" / "prometheus").mkdir(parents=True)
+    shutil.copy(RULES, tmp_path / "deploy" / "prometheus")
+    (tmp_path / "deploy" / "prometheus" / FRAG_ALERTS.name).write_text(
+        FRAG_ALERTS.read_text().replace("amd_hbm_fragmentation_ratio > 0.95", "amd_hbm_fragmentation_ratio > 0.25"))
+    shutil.copy(FRAG_TESTS, tmp_path / "tests" / "prometheus")
+    proc = _promtool("test", "rules", FRAG_TESTS.name, cwd=tmp_path / "tests" / "prometheus")
+    assert proc.returncode != 0 and 'gpu="3"' in proc.stdout + proc.stderr, proc.stdout + proc.stderr

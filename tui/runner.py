@@ -63,6 +63,9 @@ class PlaybookRun:
     def _confirm(self, question: str) -> bool:
         planned = next((e for e in reversed(self.events) if e.kind == "planned"), None)
         steps = list(planned.data.get("steps", [])) if planned is not None else []
+        if planned is not None and planned.data.get("signals"):
+            from gpuwarden.playbooks.signalplan import describe_entries
+            steps += [{"signal": line} for line in describe_entries(planned.data["signals"])]
         self.asking = True
         try:
             return ask_in_dialog(self.app, self.title, question, self.cancelled, steps)

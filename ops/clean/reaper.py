@@ -10,12 +10,33 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
-from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.foundation import journal, redact
 from gpuwarden.ops.node import procs
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.model import PROC_STATES
+from gpuwarden.ops.foundation.safetext import printable
+
+
+class PlannedProcess(Protocol):
+    """What the reaper reads of one planned process (gpuwarden.playbooks.signalplan.Entry)."""
+
+    signals: list[str]
+    withheld: str
+    user: str | None
+    role: str
+    command: str
+
+
+class SignalPlan(Protocol):
+    """The processes a run may signal (gpuwarden.playbooks.signalplan.SignalPlan): the reaper sends nothing else."""
+
+    def find(self, pid: int, start_ticks: int) -> PlannedProcess | None: ...
+
+    def allows(self, pid: int, start_ticks: int, signal_name: str) -> PlannedProcess | None: ...
+
+    def record(self, pid: int, start_ticks: int, signal_name: str) -> None: ...
 
 # Processes whose death takes the node (or other tenants) down with them: never signalled.
 PROTECTED_COMMS = frozenset({
@@ -106,6 +127,29 @@ def _cmdline(pid: int, proc_root: Path) -> str:
     return procs.command_line(pid, proc_root)
 
 
+def command_parts(pid: int, proc_root: Path = Path("/proc")) -> tuple[str, str]:
+    """(program, command line with the program's name first), both redacted and printable.
+
+    The program is argv[0]'s last path part (a zombie or kernel thread has no argv: its [comm])."""
+    try:
+        raw = (proc_root / str(pid) / "cmdline").read_bytes()[:65536]
+    except OSError:
+        raw = b""
+    args = [a for a in raw.decode(errors="replace").split("\0") if a]
+    if not args:
+        st = read_stat(pid, proc_root)
+        name = f"[{st.comm}]" if st else "?"
+        return printable(name), printable(name)
+    redacted, _ = redact.redact_argv(args)
+    program = os.path.basename(redacted[0]) or redacted[0]
+    return printable(program), printable(" ".join([program, *redacted[1:]])).strip()
+
+
+def _short(command: str, width: int = 100) -> str:
+    """A command for a one-line message: the program name first (command_parts), the tail cut, never the head."""
+    return command if len(command) <= width else command[:width - 1] + "…"
+
+
 def _ancestors_of_self(proc_root: Path) -> set[int]:
     out, pid = set(), os.getpid()
     while pid > 1 and pid not in out:
@@ -148,11 +192,12 @@ def namespace_init(pid: int, proc_root: Path = Path("/proc")) -> bool:
     return False
 
 
-def untouchable(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+def untouchable(pid: int, proc_root: Path = Path("/proc"), *, container_init_ok: bool = False) -> str | None:
     """Why `pid` must never be signalled by gpuwarden, or None when it may be.
 
     Not PID 1, not a kernel thread, not init/systemd/sshd/a container runtime or a gpuwarden shim,
-    not gpuwarden itself or one of its ancestors, and the same user unless we are root.
+    not gpuwarden itself or one of its ancestors, and the same user unless we are root. A container's init only
+    when `container_init_ok` (a plan the operator confirmed with --end-parents lists it).
     """
     if pid <= 1:
         return "it is PID 1 (init): killing it takes the node down"
@@ -165,8 +210,9 @@ def untouchable(pid: int, proc_root: Path = Path("/proc")) -> str | None:
         return "it is this gpuwarden or one of its parents"
     if st.comm in PROTECTED_COMMS or st.comm.startswith("containerd-shim"):
         return f"it is {st.comm}, which the node or its containers depend on"
-    if namespace_init(pid, proc_root):
-        return "it is the init (PID 1) of a container's PID namespace: ending it stops the whole container"
+    if not container_init_ok and namespace_init(pid, proc_root):
+        return ("it is the init (PID 1) of a container's PID namespace: ending it stops the whole container "
+                "(only an operator's --end-parents allows it)")
     cmd = _cmdline(pid, proc_root)
     if SHIM_MARKER in cmd:
         return "it is a gpuwarden shim: stop its engine with `gpuwarden engines stop` instead"
@@ -181,10 +227,14 @@ class Reaper:
 
     def __init__(self, settings: Settings, *, grace_s: float = 5.0, kill_wait_s: float = 5.0,
                  reap_wait_s: float = 0.5, orphan_wait_s: float = 5.0,
-                 progress: Callable[[str], None] = lambda msg: None, end_parents: bool = True):
+                 progress: Callable[[str], None] = lambda msg: None, end_parents: bool = True,
+                 plan: SignalPlan | None = None):
         self.settings = settings
         # False: a zombie's parent only ever gets SIGCHLD, never TERM/KILL (the agent's unattended policy).
         self.end_parents = end_parents
+        # With a plan, only the processes and signals it lists are ever sent (a playbook's run); without one
+        # (a scenario's own clean-up, a signal the operator picked for one process) the caller named the target.
+        self.plan = plan
         self.proc_root = settings.proc_root
         self.grace_s = grace_s
         self.kill_wait_s = kill_wait_s
@@ -194,12 +244,20 @@ class Reaper:
 
     # --- the one place a signal is sent -------------------------------------------------------
     def send(self, pid: int, start_ticks: int, sig: int, *, role: str, target: int, why: str) -> str:
-        """Send `sig` to pid only if it is still the process first seen. Returns "sent", "gone" or "denied"."""
+        """Send `sig` to pid only if it is still the process first seen and, with a plan, the plan lists that
+        signal for it. Returns "sent", "gone", "denied" or "unplanned"."""
         name = signal.Signals(sig).name
         if procs.identity(pid, self.proc_root) != start_ticks:
             journal.write(self.settings.state_dir, "reaper-signal", "skipped", pid=pid, signal=name, role=role,
                           target=target, reason="process gone or its PID now names another process")
             return "gone"
+        entry = None
+        if self.plan is not None:
+            entry = self.plan.allows(pid, start_ticks, name)
+            if entry is None:
+                journal.write(self.settings.state_dir, "reaper-signal", "refused", pid=pid, signal=name, role=role,
+                              target=target, reason="not in the plan shown before the run")
+                return "unplanned"
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
@@ -208,9 +266,16 @@ class Reaper:
             journal.write(self.settings.state_dir, "reaper-signal", "failed", pid=pid, signal=name, role=role,
                           target=target, reason="no permission")
             return "denied"
+        extra = {"user": entry.user, "process_role": entry.role, "command": entry.command} if entry else {}
         journal.write(self.settings.state_dir, "reaper-signal", "ok", pid=pid, signal=name, role=role,
-                      target=target, why=why)
+                      target=target, why=why, **extra)
+        if self.plan is not None:
+            self.plan.record(pid, start_ticks, name)
         return "sent"
+
+    def _planned_to_end(self, pid: int, ticks: int) -> bool:
+        entry = self.plan.find(pid, ticks) if self.plan is not None else None
+        return entry is not None and ("SIGTERM" in entry.signals or "SIGKILL" in entry.signals)
 
     def _wait(self, done: Callable[[], bool], timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -255,12 +320,22 @@ class Reaper:
     def terminate(self, target: Target, *, first: int = signal.SIGTERM) -> Outcome:
         """A live process that should be gone: TERM, grace, KILL (or KILL at once when `first` is SIGKILL);
         then reap it if it stays a zombie."""
-        refusal = untouchable(target.pid, self.proc_root)
+        refusal = untouchable(target.pid, self.proc_root,
+                              container_init_ok=self._planned_to_end(target.pid, target.start_ticks))
         if refusal:
             journal.write(self.settings.state_dir, "reaper", "reported", pid=target.pid, reason=target.reason,
                           why=refusal)
             return Outcome(target.pid, target.reason, "reported", f"not signalled: {refusal}",
                            next_step="stop it by hand if it really is a leftover")
+        planned = self.plan.find(target.pid, target.start_ticks) if self.plan is not None else None
+        if self.plan is not None and (planned is None or signal.Signals(first).name not in planned.signals):
+            why = (planned.withheld if planned is not None and planned.withheld else
+                   "the plan shown before the run does not end it")
+            journal.write(self.settings.state_dir, "reaper", "reported", pid=target.pid, reason=target.reason,
+                          why=why)
+            return Outcome(target.pid, target.reason, "reported", f"not signalled: {why}",
+                           next_step="run the playbook again to see a new plan" if planned is None else
+                           "stop it by hand, or run again with --end-parents if ending it is right")
         out = Outcome(target.pid, target.reason, "failed", "")
         result = self._term_then_kill(target.pid, target.start_ticks, role="holder", target=target.pid, out=out,
                                       first=first, why="the operator asked to stop it"
@@ -268,6 +343,9 @@ class Reaper:
         if result == "denied":
             out.detail = "no permission to signal it"
             out.next_step = "run gpuwarden as root or as its owner"
+            return out
+        if result == "unplanned":
+            out.result, out.detail = "reported", "not signalled further: the plan does not list SIGKILL for it"
             return out
         # Its parent normally reaps it within moments; only a parent that does not gets SIGCHLD.
         if self._wait(lambda: self._gone(target.pid, target.start_ticks), self.reap_wait_s):
@@ -311,33 +389,42 @@ class Reaper:
             out.detail = f"zombie whose parent pid {ppid} is gone and nobody reaps it"
             out.next_step = "its new parent (init) should reap it; if not, a reboot or GPU reset clears the VRAM"
             return out
-        parent_cmd = _cmdline(ppid, self.proc_root) or f"[{parent.comm}]"
+        parent_cmd = _short(command_parts(ppid, self.proc_root)[1])
         if ppid > 1 and self.send(ppid, parent.start_ticks, signal.SIGCHLD, role="parent", target=target.pid,
                                   why="ask the parent to reap its zombie child") == "sent":
             out.signals.append(f"SIGCHLD->{ppid}")
             if self._wait(lambda: self._gone(target.pid, target.start_ticks), self.reap_wait_s):
                 out.result, out.detail = "removed", f"reaped by its parent pid {ppid} after SIGCHLD"
                 return out
-        refusal = untouchable(ppid, self.proc_root) or (
+        refusal = untouchable(ppid, self.proc_root, container_init_ok=self._planned_to_end(ppid, parent.start_ticks)) or (
             None if self.end_parents else "ending a live parent needs an operator (the agent only asks it to reap)")
+        if refusal is None and self.plan is not None:
+            entry = self.plan.find(ppid, parent.start_ticks)
+            if entry is None:
+                refusal = "the plan shown before the run did not name it (its parent changed since?)"
+            elif "SIGTERM" not in entry.signals:
+                refusal = entry.withheld or "the plan only asks it to reap"
         if refusal:
             out.result = "reported"
-            out.detail = (f"zombie not reaped by its parent pid {ppid} ({parent_cmd[:60]}), "
+            out.detail = (f"zombie not reaped by its parent pid {ppid} ({parent_cmd}), "
                           f"which was left alone: {refusal}")
             out.next_step = (f"restart or fix pid {ppid} so it waits for its children; "
                              "or reset the GPU once it is drained")
             journal.write(self.settings.state_dir, "reaper", "reported", pid=target.pid, reason="zombie",
                           parent=ppid, why=refusal)
             return out
-        self.progress(f"parent pid {ppid} ({parent_cmd[:40]}) does not reap zombie {target.pid}: ending the parent")
+        self.progress(f"parent pid {ppid} ({parent_cmd}) does not reap zombie {target.pid}: ending the parent")
         r = self._term_then_kill(ppid, parent.start_ticks, role="parent", target=target.pid, out=out)
+        if r == "unplanned":
+            out.result, out.detail = "reported", f"parent pid {ppid} not signalled further: the plan does not list it"
+            return out
         if r == "denied":
             out.detail = f"no permission to signal parent pid {ppid}"
             out.next_step = "run gpuwarden as root or as the parent's owner"
             return out
         if self._wait(lambda: self._gone(target.pid, target.start_ticks), self.orphan_wait_s):
             out.result = "removed"
-            out.detail = f"parent pid {ppid} ({parent_cmd[:40]}) ended; the zombie was reaped by its new parent"
+            out.detail = f"parent pid {ppid} ({parent_cmd}) ended; the zombie was reaped by its new parent"
             return out
         now = read_stat(target.pid, self.proc_root)
         out.result = "reported"

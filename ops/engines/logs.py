@@ -99,6 +99,14 @@ def follow(path: Path, *, from_end_lines: int = 20, poll_s: float = 0.2,
             f = None
             continue
         time.sleep(poll_s)
+    # The engine may have written its last lines during the final sleep ("stopping" as it exits): keep_going()
+    # turning False says it has ended, not that everything it wrote was read.
+    rest = partial + (f.read(1 << 20) if f is not None else b"")
+    for raw in rest.split(b"\n"):
+        if raw:
+            yield log_line(redact.text(raw[:MAX_LINE].decode(errors="replace")))
+    if f is not None:
+        f.close()
 
 
 def _open_log(path: Path) -> BinaryIO | None:

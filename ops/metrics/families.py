@@ -328,8 +328,9 @@ def _driver_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[Me
                   lab.names)
     largest = _gauge("vram_largest_free_block_bytes", "The largest free VRAM block: the biggest one allocation can "
                      "get (debugfs amdgpu_vram_mm).", lab.names)
-    frag = _gauge("vram_fragmentation_ratio", "1 - largest free block / free VRAM: 0 all free VRAM is one block, "
-                  "near 1 it is in crumbs.", lab.names)
+    frag = _gauge("vram_fragmentation_ratio", "1 - largest free block / the largest block the free VRAM could form "
+                  "(all of it for drm_mm, its highest power of two for drm_buddy): 0 unfragmented (an idle GPU), "
+                  "near 1 in crumbs.", lab.names)
     d = snap.driver or {}
     k = d.get("kfd_mem_limit")
     if k:

@@ -14,6 +14,8 @@ import typer
 
 from gpuwarden.ops.foundation.settings import Settings
 
+from gpuwarden.playbooks.signalplan import describe_entries
+
 from gpuwarden.playbooks.framework import Event, Playbook, Result, run
 from gpuwarden.playbooks.cli.hints import Invocation
 
@@ -40,6 +42,11 @@ def event_printer(json_out: bool, cli_words: tuple[str, ...] = (), prefix: str =
             for i, s in enumerate(steps, 1):
                 flag = "  [changes the node]" if s.get("destructive") else ""
                 echo(f"  {i}. {s['description']}{flag}")
+            if "signals" in event.data:
+                lines = describe_entries(event.data["signals"])
+                echo("  processes it may signal:" if lines else "  processes it may signal: none")
+                for line in lines:
+                    echo(f"    - {line}")
         elif event.kind == "step_started":
             echo(f"→ {event.message}")
         elif event.kind in _MARK:

@@ -29,12 +29,19 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def plan_text(self) -> Text:
         t = Text()
-        for i, s in enumerate(self.steps, 1):
+        steps = [s for s in self.steps if "signal" not in s]
+        for i, s in enumerate(steps, 1):
             if i > 1:
                 t.append("\n")
             t.append(f"{i}. {s.get('description', s.get('name', '?'))}")
             if s.get("destructive"):
                 t.append("  [changes the node]", style=S["phase.busy"])
+        # The processes the run may signal (gpuwarden.playbooks.signalplan), named before Proceed like the steps.
+        signals = [s["signal"] for s in self.steps if "signal" in s]
+        if signals:
+            t.append("\nProcesses it may signal:", style="bold")
+            for line in signals:
+                t.append(f"\n  - {line}")
         return t
 
     def compose(self) -> ComposeResult:

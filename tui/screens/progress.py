@@ -30,6 +30,11 @@ def event_line(event: Event) -> Text:
             t.append(f"\n  {i}. {s['description']}")
             if s.get("destructive"):
                 t.append("  [changes the node]", style=S["phase.busy"])
+        if event.data.get("signals"):
+            from gpuwarden.playbooks.signalplan import describe_entries
+            t.append("\n  processes it may signal:", style="bold")
+            for line in describe_entries(event.data["signals"]):
+                t.append(f"\n    - {line}")
     elif event.kind == "step_started":
         t.append(f"→ {event.message}")
     elif event.kind in MARK:

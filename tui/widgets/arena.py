@@ -59,7 +59,9 @@ class ArenaPanel(Static):
                      style=S["phase.bad"] if share > 0.9 else S["phase.good"])
         else:
             t.append("not readable (root, debugfs): `arena budget` computes it", style="dim")
-        frag = [v for v in d.get("vram_free") or () if (v.get("fragmentation") or 0) > 0.5]
+        # 0.95: above every healthy serving GPU measured (0.9375 at most), below crumbs (tests/bench/
+        # bench_fragmentation.py; the opt-in alert in deploy/prometheus/gpuwarden-fragmentation-alerts.yml agrees).
+        frag = [v for v in d.get("vram_free") or () if (v.get("fragmentation") or 0) > 0.95]
         for v in frag:
             t.append(f"\n GPU{v['gpu']} VRAM fragmented: largest free {text.size(v['largest_free_block'])} "
                      f"of {text.size(v['free'])} free", style=S["phase.busy"])

@@ -170,8 +170,17 @@ class VramFree:
 
     @property
     def fragmentation(self) -> float | None:
-        """1 - largest/total free: 0 when all free VRAM is one block, near 1 when it is in crumbs."""
-        return None if self.free <= 0 else round(1.0 - self.largest_free_block / self.free, 4)
+        """1 - largest free block / the largest block the free VRAM could form: 0 unfragmented, near 1 in crumbs.
+
+        drm_mm hands out any contiguous range, so its best is one block of all the free VRAM. drm_buddy hands out
+        power-of-two blocks and starts as one root per set bit of its size (drivers/gpu/drm/drm_buddy.c,
+        drm_buddy_init: n_roots = hweight64(size)): an idle 24 GiB manager is a 16 and an 8 GiB block, and
+        largest/free would call it 33% fragmented. Its best is the highest power of two within the free VRAM.
+        """
+        if self.free <= 0:
+            return None
+        best = self.free if self.allocator != "drm_buddy" else 1 << (self.free.bit_length() - 1)
+        return round(max(0.0, 1.0 - self.largest_free_block / best), 4)
 
     def to_dict(self) -> dict[str, Any]:
         return {"allocator": self.allocator, "total": self.total, "free": self.free,

@@ -141,8 +141,14 @@ def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help
              all_: bool = typer.Option(False, "--all", help="Stop every running engine."),
              timeout: Optional[float] = typer.Option(None, "--timeout", min=0,
                                                      help="Grace before SIGKILL (default: the engine's stop_grace)."),
-             json_out: bool = typer.Option(False, "--json", help="Print what was done as JSON.")) -> None:
+             json_out: bool = typer.Option(False, "--json", help="Print what was done as JSON."),
+             yes: bool = typer.Option(False, "--yes", "-y", help="With --all: do not ask; required when there is "
+                                      "no terminal (without it a script is refused, exit 2, and nothing stops).")
+             ) -> None:
     """Stop an engine through its shim: its stop signal, the grace, then SIGKILL.
+
+    With --all, the processes it would signal (every engine and its shim: pid, user, command, signals)
+    are listed and it asks first, like `gpuwarden drain`; scripts pass --yes.
 
     Every signal re-checks the target's pid and start time first, so a reused pid is never signalled;
     each is written to the journal. When the shim is gone the engine is signalled directly, with the
@@ -162,8 +168,24 @@ def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help
         # deferred: only this path of the command needs it
         from gpuwarden.playbooks.framework import run
         from gpuwarden.playbooks.stop import StopEnginePlaybook
-        # Naming the engine (or --all) is the operator's confirmation; the runner adds locks and journal.
-        outcome = run(StopEnginePlaybook(engines=targets, timeout_s=timeout), settings, assume_yes=True)
+        pb = StopEnginePlaybook(engines=targets, timeout_s=timeout)
+        if name or yes:
+            # Naming one engine is the operator's confirmation; the runner adds locks and journal.
+            outcome = run(pb, settings, assume_yes=True)
+        else:
+            from gpuwarden.playbooks.cli.output import event_printer, terminal_confirm
+            confirm = None if json_out else terminal_confirm()
+            names = ", ".join(n for n, _ in targets)
+            if confirm is None:
+                raise GpuwardenError(f"engines stop --all needs confirmation and there is no terminal to ask on: "
+                                     f"nothing was stopped (running: {names})",
+                                     "pass --yes to stop every running engine from a script, or name one engine")
+            printer = event_printer(False, settings.cli_words)
+            outcome = run(pb, settings, confirm=confirm,
+                          sink=lambda e: printer(e) if e.kind == "planned" else None)
+            if outcome.refused == "cancelled":
+                typer.echo("cancelled: no engine was stopped", err=True)
+                raise typer.Exit(1)
         if outcome.refused:
             raise GpuwardenError(outcome.refused, "see `gpuwarden engines list` for the engines there are")
         results = outcome.data.get("results", [])

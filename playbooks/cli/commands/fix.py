@@ -9,7 +9,7 @@ import typer
 
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.cli.commands import completion
-from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, JsonOut, Wait, Yes
+from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, EndParents, JsonOut, Wait, Yes
 from gpuwarden.playbooks import nodecheck
 from gpuwarden.playbooks.fix import FixPlaybook
 from gpuwarden.playbooks.cli.output import execute, exit_with
@@ -33,6 +33,7 @@ def fix_cmd(
                                   "for the GPU to be unused before a reset."),
     reset_timeout: float = typer.Option(60.0, "--reset-timeout", help="Seconds to wait for the GPU to come "
                                         "back clean after a reset."),
+    end_parents: EndParents = False,
     dry_run: DryRun = False,
     yes: Yes = False,
     json_out: JsonOut = False,
@@ -49,11 +50,14 @@ def fix_cmd(
        drained. A reset is not allowed while a process other than a supervised engine uses the
        hive, while engines run there without --stop-engines, or with --no-reset.
 
+    Before anything runs, the plan lists every process it may signal: pid, user, role, command and
+    signals (--json: the planned event's "signals"); the journal keeps what was sent.
+
     A clean GPU is checked and left alone (exit 0, no question asked). Exit 1 when the GPU is not
     clean at the end; the last line says why and what to run next.
     """
     settings: Settings = ctx.obj
     nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
     pb = FixPlaybook(gpu, allow_reset=not no_reset, stop_engines=stop_engines, grace_s=grace,
-                     timeout_s=timeout, reset_timeout_s=reset_timeout)
+                     timeout_s=timeout, reset_timeout_s=reset_timeout, end_parents=end_parents)
     exit_with(execute(pb, settings, dry_run=dry_run, yes=yes, json_out=json_out, wait_s=wait))

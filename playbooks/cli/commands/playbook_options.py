@@ -14,3 +14,8 @@ Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask; required whe
                                     "(without it a script is refused, exit 1, and nothing changes).")]
 JsonOut = Annotated[bool, typer.Option("--json", help="One JSON event per line.")]
 Wait = Annotated[float, typer.Option("--wait", help="Seconds to wait for another playbook's lock on the GPU(s).")]
+EndParents = Annotated[bool, typer.Option("--end-parents", help="Allow ending a process whose end takes down "
+                                          "more than itself: a supervised engine, a container's PID 1 or a systemd "
+                                          "unit's main process (as a zombie's parent or a holder). Without it the plan "
+                                          "names them and only asks a parent to reap (SIGCHLD). Never PID 1 of the "
+                                          "node.")]

@@ -12,7 +12,7 @@ import typer
 
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.cli.commands import completion
-from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, JsonOut, Wait, Yes
+from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, EndParents, JsonOut, Wait, Yes
 from gpuwarden.playbooks import nodecheck
 from gpuwarden.playbooks.cli.output import execute, exit_with
 from gpuwarden.playbooks.purge import PurgePlaybook
@@ -34,6 +34,7 @@ def purge_cmd(
                                         "holder left, reset the GPU (only if no live process uses it)."),
     grace: float = typer.Option(5.0, "--grace", help="Seconds between SIGTERM and SIGKILL."),
     timeout: float = typer.Option(10.0, "--timeout", help="Seconds to wait for the residual to go."),
+    end_parents: EndParents = False,
     dry_run: DryRun = False,
     yes: Yes = False,
     json_out: JsonOut = False,
@@ -42,7 +43,9 @@ def purge_cmd(
     """Remove what keeps residual VRAM held, safely, then check that it is gone.
 
     Zombies: SIGCHLD to the parent; if it still does not reap and may be touched, TERM then KILL the
-    parent so init reaps. GPU tenants of a container whose runtime shim is gone: TERM, grace, KILL.
+    parent so init reaps (a parent that is a supervised engine, a container's PID 1 or a unit's main
+    process only with --end-parents). The plan lists every process it may signal, with pid, user,
+    role, command and signals, before anything runs; nothing outside it is signalled. GPU tenants of a container whose runtime shim is gone: TERM, grace, KILL.
     Processes in disk sleep and leaks with no process are reported. Never touched: PID 1, kernel
     threads, init/systemd/sshd, container runtimes, gpuwarden shims, other users (unless root). Every
     signal re-checks PID + start time first and is journalled. When residual stays with no holder,
@@ -52,5 +55,6 @@ def purge_cmd(
     if gpu is not None:
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
     pb = PurgePlaybook(gpu, arenas=arenas, arena_paths=tuple(str(p) for p in arena), drop_caches=drop_caches,
-                       escalate_reset=escalate_reset, grace_s=grace, timeout_s=timeout)
+                       escalate_reset=escalate_reset, grace_s=grace, timeout_s=timeout,
+                       end_parents=end_parents)
     exit_with(execute(pb, settings, dry_run=dry_run, yes=yes, json_out=json_out, wait_s=wait))
