@@ -230,24 +230,28 @@ def budget_cmd(
     ctx: typer.Context,
     size: Optional[str] = typer.Option(None, "--size", help="Arena size (default: from the node config)."),
     engines: Optional[int] = typer.Option(None, "--engines", help="Engine processes registering it."),
-    visible_gpus: Optional[int] = typer.Option(None, "--visible-gpus", help="GPUs each engine can see."),
+    visible_gpus: Optional[int] = typer.Option(None, "--visible-gpus", help="GPUs each engine can see (changes the "
+                                               "mappings, not KFD's charge)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
 ) -> None:
-    """Will the registrations fit KFD's system-memory limit? Exit 0 fits, 1 does not.
+    """Will the registrations and the engines' pinned allocations fit KFD's system-memory limit? Exit 0 fits, 1 not.
 
-    KFD charges each process's registration once per GPU it can see (N engines x G GPUs x size) against one
-    global limit of about RAM - RAM/64 - 1.5 GiB, unless amdgpu.no_system_mem_limit=1. Without flags the
-    arena and engines come from the node config.
+    KFD charges each engine process's registration once (N engines x size), whatever GPUs it sees: the other GPUs
+    get DMA mappings of the same pages, not a second charge. The same node-wide limit (about RAM - RAM/64 - 1.5 GiB,
+    unless amdgpu.no_system_mem_limit=1) also holds every engine's pinned host allocations (hipHostMalloc & co):
+    the budget adds each engine's pinned headroom (its last run's ledger, `pinned_headroom` in the node config, or
+    a stated 4 GiB default) and, when that headroom is only assumed, says the verdict is not certain and what
+    decides it. Without flags the arena and engines come from the node config.
     """
     # deferred: the CLI imports every command module at start; this code loads only when the command runs
     from gpuwarden.ops.arena.budget import compute, engine_names, from_config
     settings: Settings = ctx.find_root().obj
     names: list[str] = []
-    if size is None or engines is None or visible_gpus is None:
+    if size is None or engines is None:
         if not settings.config_path.exists():
             raise GpuwardenError(f"no node config at {settings.config_path} to take the arena and engines from",
-                                 "pass all of --size, --engines and --visible-gpus (e.g. --size 64GiB --engines 4 "
-                                 "--visible-gpus 4), or --config PATH")
+                                 "pass --size and --engines (e.g. --size 64GiB --engines 4; --visible-gpus only "
+                                 "changes the mappings, not the charge), or --config PATH")
         size_b, visible = from_config(settings, parse_size(size) if size else None)
         names = engine_names(settings)
         if engines is not None:
@@ -256,7 +260,7 @@ def budget_cmd(
             visible = [visible_gpus] * len(visible)
     else:
         size_b = parse_size(size)
-        visible = [visible_gpus] * engines
+        visible = [visible_gpus or 1] * engines
     result = compute(settings, size_b, visible, names)
     if json_out:
         sys.stdout.write(json.dumps(_doc("arena-budget", result.to_dict())) + "\n")
