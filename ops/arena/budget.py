@@ -76,6 +76,9 @@ GiB = 1 << 30
 # verifier buffers, a KV swap space), assumed when neither its last run's ledger nor the node config says.
 # A stated guess, not a measurement: set `pinned_headroom` per engine, or run once with progress = "preload".
 DEFAULT_PINNED_HEADROOM = 4 * GiB
+# An unmeasured headroom decides the verdict only when the room left could not hold this many times the default
+# per engine; past that the plan fits whatever the engines pin within reason.
+TIGHT_FACTOR = 2
 
 
 @dataclass(frozen=True)
@@ -291,8 +294,10 @@ def compute(settings: Settings, size: int, visible_per_engine: list[int], names:
         verdict = "does-not-fit"
     elif extra > left:
         verdict = "pinned-does-not-fit"
+    elif measured or left >= engines * TIGHT_FACTOR * DEFAULT_PINNED_HEADROOM:
+        verdict = "fits"  # measured, or room for every engine to pin several times the default
     else:
-        verdict = "fits" if measured else "decided-by-pinned"
+        verdict = "decided-by-pinned"
     fits = verdict in ("fits", "decided-by-pinned")
     crossing = None if nolimit else crossing_message(size, names, base, limit, [h.bytes for h in pinned])
     decides = None
