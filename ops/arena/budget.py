@@ -216,7 +216,7 @@ def _verdict_words(b: Budget) -> str:
                                "cross the limit; the first that does fails (the arena incident's sequence)",
         "decided-by-pinned": "fits by registrations alone; NOT CERTAIN: it fits only if the pinned allocations "
                              "stay within the headroom assumed",
-    }[b.verdict]
+    }[b.verdict] + assumed
 
 
 def _seen(visible: tuple[int, ...]) -> str:
