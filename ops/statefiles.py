@@ -180,7 +180,8 @@ SCENARIO = Obj({"name": Str(64), "ts": TIME, "engines": ListOf(Str(64), 64), "fi
                                                         "reaps": ListOf(PID, 64)}, ("pid", "ticks")), 64)},
                ("name",))
 REGISTRATION = Obj({"pid": PID, "start_ticks": Opt(COUNT), "gpu": Num(0, 1 << 16, integer=True), "bytes": COUNT,
-                    "address": STR, "arena": Opt(STR), "chunks": COUNT, "since": TIME},
+                    "address": STR, "arena": Opt(STR), "chunks": COUNT, "since": TIME,
+                    "kind": Opt(STR), "call": Opt(STR)},
                    ("pid", "gpu", "bytes"))
 
 

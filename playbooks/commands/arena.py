@@ -288,9 +288,18 @@ def probe_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
     trace: bool = typer.Option(False, "--trace", help="Run each canary with HIP/ROCr/thunk logging (AMD_LOG_LEVEL=3, "
                                "HSAKMT_DEBUG_LEVEL=5, serialized kernels/copies) and under rocprofv3 --hip-trace "
-                               "--hsa-trace when installed; the capped, redacted logs are kept and triaged."),
+                               "--hsa-trace when installed; the capped, redacted logs are kept and triaged; as "
+                               "root also KFD's memory-limit debug message (dynamic debug, restored after)."),
+    on_pin_failure: str = typer.Option("segv", "--on-pin-failure",
+                                       help="sim runtime: a canary whose pinned allocation fails after it is up dies "
+                                            "of SIGSEGV in a simulated runtime frame, as the incident's engines did "
+                                            "(segv, the default), or exits 2 naming the failed call (report)."),
 ) -> None:
     """Reproduce N concurrent arena registrations: N canaries, one per GPU, at most K registering at once.
+
+    With --runtime sim (and no GPUWARDEN_SIM_KFD_LIMIT) it replays the arena incident: every registration fits,
+    KFD's ledger ends near its limit, each canary's next pinned allocation fails and the canary dies of SIGSEGV.
+    GPUs the node lacks are refused (exit 2).
 
     Reports per canary the register seconds, copy GB/s and how it ended (the signal's name if it crashed),
     then stops them all. Exit 0 when every canary registered, served and stopped cleanly, 1 otherwise.
@@ -302,11 +311,14 @@ def probe_cmd(
         raise GpuwardenError(f"unknown runtime {runtime!r}", "choose one of: hip, cuda, host, sim")
     if visibility not in ("own", "all"):
         raise GpuwardenError(f"unknown visibility {visibility!r}", "own or all")
+    if on_pin_failure not in ("segv", "report"):
+        raise GpuwardenError(f"unknown --on-pin-failure {on_pin_failure!r}", "segv or report")
     say = (lambda s: None) if json_out else (lambda s: typer.echo(f"  · {s}", err=True))
     opts = ProbeOptions(engines=engines, concurrency=concurrency, runtime=runtime,
                         arena=str(arena) if arena else None, size=parse_size(size) if size else None,
                         verify=verify, register_chunk=register_chunk, copy_buffer=copy_buffer,
-                        visibility=visibility, timeout_s=timeout, hold_s=hold, trace=trace)
+                        visibility=visibility, timeout_s=timeout, hold_s=hold, trace=trace,
+                        pin_failure=on_pin_failure)
     report = Probe(settings, opts, say).run()
     if json_out:
         sys.stdout.write(json.dumps(_doc("arena-probe", report)) + "\n")
