@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from .. import jsondoc
 from ..knowledge import cite
-from . import focus
+from . import focus, kfdrank
 from .analyze import Analyzer, add_snapshot
 from .enginecrash import engine_findings, evidence_from
 from .findings import Report
@@ -83,8 +83,11 @@ def triage_members(read: Callable[[str], bytes | None], names: list[str], source
         report.notes.append("a crashed engine dumped core but no backtrace was stored (gdb/eu-stack missing on the "
                             "node, or the core was not found): see manifest.json")
     report.environment = environment(json_or_none(read(VERSIONS), VERSIONS, report.notes))
+    report.kfd_context = kfdrank.context_from(read, evidence, json_or_none(read(kfdrank.KFD_LIMIT_MEMBER),
+                                                                          kfdrank.KFD_LIMIT_MEMBER, report.notes))
     if known:
         cite(report, report.environment)
+        kfdrank.rank(report, report.kfd_context)
     return report
 
 

@@ -199,7 +199,7 @@ def _died_together(evidence: list[EngineEvidence], storms: list[Finding]) -> lis
                         for _, e in cluster)
         out.append(Finding(
             rule="engine.died_together", category="engine", severity="critical", tier=SHARED_CRASH,
-            title=f"{len(cluster)} engines died within {span:.1f} s: {how}", signature="|".join(names),
+            title=f"{len(cluster)} engines died within {_secs(span)} s: {how}", signature="|".join(names),
             count=len(cluster), source="engines", first_time=cluster[0][0], last_time=cluster[-1][0],
             time_base="epoch",
             meaning="several engines ended within seconds of each other: one shared event, not independent failures",
@@ -207,8 +207,12 @@ def _died_together(evidence: list[EngineEvidence], storms: list[Finding]) -> lis
                   "`gpuwarden arena budget`; debugfs kfd/mem_limit as root), the GPU, a reset, the node's memory",
             victims=[{"process": e.name, "pid": e.state.get("pid"), "engine": e.name} for _, e in cluster],
             details={"engines": names, "span_s": round(span, 3),
-                     "short": f"{len(cluster)} engines died within {span:.1f} s"}))
+                     "short": f"{len(cluster)} engines died within {_secs(span)} s"}))
     return out
+
+
+def _secs(span: float) -> str:
+    return f"{span:.1f}" if span >= 0.1 else f"{span:.2f}"
 
 
 def _failed_alive(evidence: list[EngineEvidence]) -> list[Finding]:
