@@ -78,3 +78,29 @@ def test_a_bare_dmesg_through_the_cli_says_which_context_it_needs(cli, tmp_path)
     log.write_bytes(kernel_log())
     out = cli("triage", str(log))
     assert "to rank it, triage needs" in out.stdout, out.stdout
+
+
+def test_a_manual_bundle_labels_non_gpu_processes_as_other_and_never_leads_with_them():
+    m = members()
+    log = kernel_log().decode() + (f"{stamp(T0 + 20)} sshd[999]: segfault at 0 ip 0000555555554000 sp "
+                                   "00007ffd00000000 error 4 in sshd[555555554000+1000] likely on CPU 0\n"
+                                   f"{stamp(T0 + 21)} sshd[998]: segfault at 0 ip 0000555555554000 sp "
+                                   "00007ffd00000000 error 4 in sshd[555555554000+1000] likely on CPU 0\n")
+    m["kernel/kernel.log"] = log.encode()
+    report = triage_members(m.get, [f"dp{i}" for i in range(4)], "bundle")
+    sshd = next(f for f in report.findings if "sshd" in f.title)
+    assert sshd.scope == "other-process" and "other processes on this host" in sshd.title
+    assert "sshd" not in (report.headline() or "")
+
+
+def test_engines_dying_together_are_one_finding_without_any_kernel_line():
+    m = members()
+    m["kernel/kernel.log"] = b""
+    for i in range(4):  # no kernel line: the state files' crash times and exit statuses alone
+        state = json.loads(m[f"engines/dp{i}/state.json"])
+        state["phases"]["crashed"] = T0 + 10 + i * 0.37
+        m[f"engines/dp{i}/state.json"] = json.dumps(state).encode()
+    report = triage_members(m.get, [f"dp{i}" for i in range(4)], "bundle")
+    (f,) = [f for f in report.findings if f.rule == "engine.died_together"]
+    assert f.title == "4 engines died within 1.1 s: dp0 SIGSEGV, dp1 SIGSEGV, dp2 SIGSEGV, dp3 SIGSEGV", f.title
+    assert report.known[0]["id"] == kfdrank.PINNED and "dp0-dp3 registered" in report.known[0]["because"]

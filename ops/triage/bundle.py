@@ -79,6 +79,8 @@ def triage_members(read: Callable[[str], bytes | None], names: list[str], source
     report.engines = engines
     if subject and isinstance(subject.get("engine"), str):
         focus.apply(report, subject["engine"], subject.get("reason"), evidence)
+    else:
+        focus.apply_host(report, evidence, snapshot)
     if any(e.get("backtrace_note") for e in engines):
         report.notes.append("a crashed engine dumped core but no backtrace was stored (gdb/eu-stack missing on the "
                             "node, or the core was not found): see manifest.json")

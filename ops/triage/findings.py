@@ -126,7 +126,8 @@ class Report:
 
     def headline(self) -> str | None:
         """One sentence: the top finding, and what it led to on the same GPU (reset, VRAM lost)."""
-        top = next((f for f in self.ordered() if f.severity != "info"), None)
+        # Other processes' crashes (ops/triage/focus.py) are kept in the report but never lead it.
+        top = next((f for f in self.ordered() if f.severity != "info" and f.scope != "other-process"), None)
         if top is None:
             return None
         text = line_of(top)
