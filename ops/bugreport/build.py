@@ -37,11 +37,21 @@ def _runtime(env: dict[str, Any], specs: list[dict[str, Any]], snapshot: dict[st
     return "hip" if "amd" in vendors else "cuda"
 
 
+def _spec_arena(specs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The arena an engine's argv names (--arena PATH), when the bundle's arena list has none."""
+    for spec in specs:
+        argv = [str(a) for a in spec.get("argv") or []] if isinstance(spec, dict) else []
+        for i, arg in enumerate(argv[:-1]):
+            if arg == "--arena":
+                return {"path": argv[i + 1], "mappers": []}
+    return None
+
+
 def _reproduction(arenas: list[Any], snapshot: dict[str, Any], env: dict[str, Any],
                   registered: list[str], specs: list[dict[str, Any]]) -> dict[str, Any]:
     """`arena probe` with the bundle's runtime, no more canaries than its GPUs, and as many as engines that
     actually registered in their last run (not every engine record ever kept in the state dir)."""
-    arena = next((a for a in arenas if isinstance(a, dict) and a.get("path")), None)
+    arena = next((a for a in arenas if isinstance(a, dict) and a.get("path")), None) or _spec_arena(specs)
     gpus = len([g for g in env.get("gpus") or [] if isinstance(g, dict)]) or None
     engines = len(registered) or (len([m for m in arena.get("mappers") or [] if isinstance(m, dict)
                                        and m.get("registered")]) if arena else 0)
@@ -125,7 +135,8 @@ def build(path: Path | str, settings: Settings | None = None) -> dict[str, Any]:
         snapshot = _member_object(path, read, "gpuwarden/snapshot.json")
         arenas = _member_array(path, read, "gpuwarden/arenas.json")
         probe = _member_json(path, read, "gpuwarden/probe.json")
-        specs = [v for n in names if n.startswith("engines/") and n.endswith("/spec.json")
+        specs = [v.get("engine") if isinstance(v.get("engine"), dict) else v
+                 for n in names if n.startswith("engines/") and n.endswith("/spec.json")
                  and isinstance(v := _member_json(path, read, n), dict)]
     from concurrent.futures import ThreadPoolExecutor
 

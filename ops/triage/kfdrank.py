@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..knowledge.catalog import load
+from ..errors import GpuwardenError
 from ..units import fmt_bytes
 from ..engines.runtime_errors import name as error_name
 from .findings import Finding, Report
@@ -56,7 +57,9 @@ def _end(record: dict[str, Any]) -> float | None:
 
 
 def _gib(n: int) -> str:
-    return f"{n / GiB:.2f}".rstrip("0").rstrip(".")
+    if n < GiB:
+        return fmt_bytes(n)
+    return f"{n / GiB:.2f}".rstrip("0").rstrip(".") + " GiB"
 
 
 def context_from(read: Callable[[str], bytes | None], evidence: list[Any], kfd: Any) -> KfdContext:
@@ -93,7 +96,25 @@ def context_from(read: Callable[[str], bytes | None], evidence: list[Any], kfd: 
         ctx.used = kfd.get("used") if isinstance(kfd.get("used"), int) else None
         ctx.limit = kfd.get("limit") if isinstance(kfd.get("limit"), int) else None
         ctx.limit_source = kfd.get("source") if isinstance(kfd.get("source"), str) else None
+    simulated = _simulated_limit(evidence)
+    if simulated is not None and ctx.limit_source != "debugfs":
+        ctx.limit, ctx.limit_source, ctx.used = simulated, "simulated", None
     return ctx
+
+
+def _simulated_limit(evidence: list[Any]) -> int | None:
+    """The sim runtime's KFD limit (GPUWARDEN_SIM_KFD_LIMIT in an engine's spec), for a simulated incident."""
+    from ..units import parse_size
+    for e in evidence:
+        spec = e.spec.get("engine") if isinstance(e.spec.get("engine"), dict) else e.spec
+        env = spec.get("env") if isinstance(spec, dict) else None
+        raw = env.get("GPUWARDEN_SIM_KFD_LIMIT") if isinstance(env, dict) else None
+        if isinstance(raw, str):
+            try:
+                return parse_size(raw)
+            except GpuwardenError:
+                continue
+    return None
 
 
 def _storm(report: Report) -> Finding | None:
@@ -137,11 +158,12 @@ def rank(report: Report, ctx: KfdContext | None) -> None:
     parts = [f"{_names(sorted(reg))} registered {each} = {fmt_bytes(total)}"]
     over = False
     if ctx.limit:
-        src = "KFD's own limit (debugfs)" if ctx.limit_source == "debugfs" else "the limit computed from RAM"
-        parts[0] += f" of a {_gib(ctx.limit)} GiB limit ({src})"
+        src = {"debugfs": "KFD's own limit (debugfs)", "simulated": "the sim runtime's simulated limit"}.get(
+            ctx.limit_source or "", "the limit computed from RAM")
+        parts[0] += f" of a {_gib(ctx.limit)} limit ({src})"
         over = total > ctx.limit
         if ctx.used is not None:
-            parts.append(f"KFD charged {_gib(ctx.used)} GiB when the bundle was taken")
+            parts.append(f"KFD charged {_gib(ctx.used)} when the bundle was taken")
     crash_times = [f.first_time for f in report.findings if f.time_base == "epoch" and f.first_time is not None
                    and f.rule in ("engine.died", "userspace.crash") + _STORM_RULES]
     first_crash = min(crash_times) if crash_times else None
