@@ -113,6 +113,7 @@ class Probe:
         self.trace = None  # a probetrace.Trace with --trace
         self._already: list[dict] = []  # sim: live charges of other processes when the probe started
         self._replay = False  # sim: replaying the incident (a pinned allocation after each canary is up)
+        self._dyndbg_notes: list[str] = []  # --trace: what was done with KFD's memory-limit debug message
 
     def run(self) -> dict:
         o = self.o
@@ -130,11 +131,17 @@ class Probe:
         self._require_gpus()
         self._already = self._sim_already_charged() if o.runtime == "sim" else []
         work = Path(tempfile.mkdtemp(prefix="gpuwarden-probe-", dir=o.workdir))
+        dyndbg = None
         if o.trace:
             self.trace = Trace(o.runtime, work)
             self.trace.dir.mkdir()
             if self.trace.plan()["note"]:
                 self.say(f"trace: {self.trace.plan()['note']}")
+            if o.runtime in ("hip", "sim"):
+                from gpuwarden.ops.debugfs.dyndbg import KfdLimitDebug
+                dyndbg = KfdLimitDebug(self.settings.sysfs_root, self.settings.state_dir)
+                self._dyndbg_notes = [dyndbg.enable()]
+                self.say(self._dyndbg_notes[0])
         t0 = time.time()
         journal.write(self.settings.state_dir, "arena probe", "started", engines=o.engines,
                       concurrency=o.concurrency, runtime=o.runtime)
@@ -154,6 +161,9 @@ class Probe:
                 if r.proc.poll() is None:
                     r.proc.kill()
                     r.proc.wait()
+            if dyndbg is not None and (restored := dyndbg.restore()):
+                self._dyndbg_notes.append(restored)
+                self.say(restored)
             if self.created_arena and self.arena_path:
                 Path(self.arena_path).unlink(missing_ok=True)
             shutil.rmtree(work / "gate", ignore_errors=True)
@@ -167,6 +177,7 @@ class Probe:
         }
         if self.trace is not None:
             report["trace"] = self.trace.collect([r.log_path for r in self.runs])
+            report["trace"]["kfd_debug"] = list(self._dyndbg_notes)
         journal.write(self.settings.state_dir, "arena probe", "ok" if ok else "failed",
                       engines=o.engines, concurrency=o.concurrency, runtime=o.runtime,
                       ended=[r.ended for r in self.runs])

@@ -109,7 +109,8 @@ def test_trace_caps_and_redacts_a_log(tmp_path):
     (f,) = out["files"]
     kept = open(f["path"]).read()
     assert f["truncated"] and token not in kept and "cut by gpuwarden" in kept
-    assert any("out of GPU memory" in x for x in out["findings"])
+    # a failed registration is KFD's system-memory limit, not GPU memory (issue 33)
+    assert any("host memory KFD charges" in x for x in out["findings"]), out["findings"]
 
 
 def test_the_readme_probe_replays_the_incident_on_the_sim_by_default(cli, monkeypatch):
@@ -175,3 +176,31 @@ def test_a_probe_whose_runtime_library_is_missing_is_one_line_exit_2(cli):
     lines = proc.stderr.splitlines()
     assert lines[0] == "gpuwarden: error: cuda: the cuda runtime needs cuda-bindings, which is not installed", lines
     assert len(lines) == 2 and lines[1].startswith("  hint: ") and "canary" not in proc.stderr
+
+
+def test_probe_trace_turns_kfds_limit_message_on_for_the_probe_and_restores_it(tmp_path, state_dir):
+    import os
+    from gpuwarden.ops.debugfs.dyndbg import FUNCTION, KfdLimitDebug
+    sys_root = tmp_path / "sys"
+    control = sys_root / "kernel" / "debug" / "dynamic_debug" / "control"
+    control.parent.mkdir(parents=True)
+    control.write_text("# filename:lineno [module]function flags format\n"
+                       f"drivers/gpu/drm/amd/amdgpu/amdgpu_amdkfd_gpuvm.c:230 [amdgpu]{FUNCTION} =_ "
+                       '"Set no_system_mem_limit=1 if using shared memory\\012"\n')
+    lines: list[str] = []
+    settings = Settings(state_dir=state_dir, sysfs_root=sys_root)
+    report = Probe(settings, ProbeOptions(engines=1, concurrency=1, runtime="sim", size=1 << 20, trace=True,
+                                          workdir=str(tmp_path)), lines.append).run()
+    queries = [ln for ln in control.read_text().splitlines() if ln.startswith("func ")]
+    assert queries == [f"func {FUNCTION} +p", f"func {FUNCTION} -p"], control.read_text()
+    notes = report["trace"]["kfd_debug"]
+    assert "turned on" in notes[0] and "journaled" in notes[0] and "off again" in notes[1]
+    journal = (state_dir / "journal.log").read_text()
+    assert journal.count('"action": "dynamic-debug"') == 2
+    # Not root: nothing written, and it says why.
+    assert "needs root" in KfdLimitDebug(sys_root, state_dir, euid=1000).enable()
+    # Already on: left as it is, and not turned off after.
+    control.write_text(control.read_text().replace(" =_ ", " =p "))
+    already = KfdLimitDebug(sys_root, state_dir)
+    assert "already on" in already.enable() and already.restore() is None
+    assert os.path.exists(control)
