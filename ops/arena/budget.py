@@ -302,7 +302,7 @@ def compute(settings: Settings, size: int, visible_per_engine: list[int], names:
     crossing = None if nolimit else crossing_message(size, names, base, limit, [h.bytes for h in pinned])
     decides = None
     if not nolimit and verdict != "does-not-fit":
-        share = left / engines
+        share = left // engines
         decides = (f"after the registrations ({gib(charged)} of {gib(limit)} GiB"
                    + (f", with {gib(base)} GiB already in use" if base else "")
                    + f"), the {gib(left)} GiB left must hold every engine's pinned allocations (hipHostMalloc, "

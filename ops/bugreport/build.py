@@ -135,9 +135,13 @@ def build(path: Path | str, settings: Settings | None = None) -> dict[str, Any]:
         snapshot = _member_object(path, read, "gpuwarden/snapshot.json")
         arenas = _member_array(path, read, "gpuwarden/arenas.json")
         probe = _member_json(path, read, "gpuwarden/probe.json")
-        specs = [v.get("engine") if isinstance(v.get("engine"), dict) else v
-                 for n in names if n.startswith("engines/") and n.endswith("/spec.json")
-                 and isinstance(v := _member_json(path, read, n), dict)]
+        specs: list[dict[str, Any]] = []
+        for n in names:
+            if n.startswith("engines/") and n.endswith("/spec.json"):
+                v = _member_json(path, read, n)
+                if isinstance(v, dict):
+                    inner = v.get("engine")
+                    specs.append(inner if isinstance(inner, dict) else v)
     from concurrent.futures import ThreadPoolExecutor
 
     # doctor unpacks the bundle to a temporary tree (zlib and file writes release the GIL) while triage reads it

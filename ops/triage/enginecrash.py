@@ -170,7 +170,8 @@ TOGETHER_S = 5.0
 
 
 def _ended_at(state: dict[str, Any]) -> float | None:
-    phases = state.get("phases") if isinstance(state.get("phases"), dict) else {}
+    raw = state.get("phases")
+    phases: dict[str, Any] = raw if isinstance(raw, dict) else {}
     for value in (phases.get("crashed"), phases.get("exited"), state.get("ended_at")):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)

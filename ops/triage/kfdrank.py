@@ -194,9 +194,13 @@ def rank(report: Report, ctx: KfdContext | None) -> None:
         entry = cat.get(entry_id)
         if existing is None and entry is None:
             continue
-        k = existing or {"id": entry.id, "title": entry.title, "url": entry.url, "rule": storm.rule,
-                         "finding": storm.title, "versions": "no range given", "workaround": entry.workaround or None,
-                         "fixed_in": entry.fixed_in or None}
+        if existing is not None:
+            k = existing
+        else:
+            assert entry is not None
+            k = {"id": entry.id, "title": entry.title, "url": entry.url, "rule": storm.rule, "finding": storm.title,
+                 "versions": "no range given", "workaround": entry.workaround or None,
+                 "fixed_in": entry.fixed_in or None}
         k["ranked_by"] = "node context"
         if entry_id == lead:
             k["because"] = because
