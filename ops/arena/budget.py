@@ -166,7 +166,9 @@ class Budget:
     def lines(self) -> list[str]:
         lim = "none (amdgpu.no_system_mem_limit=1)" if self.no_limit else f"{gib(self.limit)} GiB"
         where = (f"read from debugfs: {self.limit_note}" if self.limit_source == "debugfs" else
-                 f"computed: RAM {fmt_bytes(self.mem_total)} - RAM/64 - 1.5 GiB at driver load"
+                 f"computed: RAM {fmt_bytes(self.mem_total)} - RAM/64 - 1.5 GiB at driver load, as kernels since "
+                 f"the late-2023 change do; older kernels took RAM/16 off free RAM, so the sources disagree by "
+                 f"kernel: debugfs kfd/mem_limit (root) shows the figure enforced here"
                  + (f"; {self.limit_note}" if self.limit_note else ""))
         seen = _seen(self.visible_gpus)
         out = [
