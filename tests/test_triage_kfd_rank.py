@@ -78,6 +78,7 @@ def test_a_bare_dmesg_through_the_cli_says_which_context_it_needs(cli, tmp_path)
     log.write_bytes(kernel_log())
     out = cli("triage", str(log))
     assert "to rank it, triage needs" in out.stdout, out.stdout
+    assert "`kfd-system-mem-limit-pinned-after-registration`" in out.stdout and "sudo gpuwarden bundle" in out.stdout
 
 
 def test_a_manual_bundle_labels_non_gpu_processes_as_other_and_never_leads_with_them():

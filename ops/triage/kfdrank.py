@@ -148,6 +148,11 @@ def rank(report: Report, ctx: KfdContext | None) -> None:
         what = "; ".join(NEEDS)
         report.notes.append(f"this crash storm can be KFD's system-memory limit ({PINNED}, {SHARED}); to rank it, "
                             f"triage needs {what}")
+        if not any(k["id"] in (SHARED, PINNED) for k in report.known) and (entry := load().get(PINNED)):
+            # Listed, not ranked: without the node's numbers it is a candidate, not the leading explanation.
+            report.known.append({"id": entry.id, "title": entry.title, "url": entry.url, "rule": storm.rule,
+                                 "finding": storm.title, "versions": "no range given",
+                                 "workaround": entry.workaround or None, "fixed_in": entry.fixed_in or None})
         for k in report.known:
             if k["id"] in (SHARED, PINNED):
                 k["needs"] = list(NEEDS)
