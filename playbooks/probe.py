@@ -360,7 +360,18 @@ class Probe:
         self._poll()
         for r in self.runs:
             if r.error is None and r.returncode not in (0, None):
-                r.error = _last_line(r.log_path)
+                r.error = _failed_call(r.log_path) or _last_line(r.log_path)
+
+
+def _failed_call(path: Path) -> str | None:
+    """The log's last failed runtime call ("hipHostMalloc of 16.0 MiB returned hipErrorOutOfMemory ..."): what a
+    crash that follows it is about, said before the crash's own last words."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    hits = [ln for ln in lines if " returned hipError" in ln or " returned cudaError" in ln]
+    return hits[-1][-300:] if hits else None
 
 
 def _last_line(path: Path) -> str | None:
@@ -382,6 +393,11 @@ def table(report: dict) -> list[str]:
             ended += f"  ({c['error']})"
         rows.append(f"{c['canary']:>6} {c['gpu']:>3} {c['pid']:>8} {waited:>8} {reg:>10} {gbps:>7}  {ended}")
     verdict = "all canaries registered, served and stopped cleanly" if report["ok"] else "PROBLEMS: see the rows above"
+    rows_ = report["canaries"]
+    if not report["ok"] and rows_ and all(c["register_seconds"] is not None for c in rows_) \
+            and any("hipHostMalloc" in (c["error"] or "") for c in rows_):
+        verdict += ("; every registration succeeded, then the next pinned allocation failed: registrations and "
+                    "pinned host memory share KFD's system-memory limit (`gpuwarden arena budget`)")
     rows.append(f"{report['engines']} canaries, concurrency {report['concurrency']}, runtime {report['runtime']}, "
                 f"arena {fmt_bytes(report['arena_bytes'])}: {verdict}")
     return rows
