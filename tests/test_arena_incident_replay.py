@@ -76,3 +76,18 @@ def test_measured_pinned_headroom_turns_the_25_gib_case_into_the_incident(cli, t
     assert "every registration fits" in b["crossing"] and "dp" in b["crossing"]
     small, b2 = budget(cli, node(tmp_path / "s", pinned="2GiB"), "--size", "25GiB", "--json")
     assert small.returncode == 0 and b2["verdict"] == "fits"  # measured and within: certain
+
+
+def test_the_ledger_of_an_engines_last_run_beats_the_config_and_the_default(tmp_path, state_dir):
+    from gpuwarden.ops.arena.budget import DEFAULT_PINNED_HEADROOM, pinned_headroom_for
+    from gpuwarden.ops.engines import state as engine_state
+    from gpuwarden.ops.nodeconfig import EngineConfig
+    engine = EngineConfig(name="dp0", argv=("true",), pinned_headroom=6 * GiB)
+    assert pinned_headroom_for(engine, state_dir).source == "config"
+    assert pinned_headroom_for("dp9", state_dir) == type(pinned_headroom_for("dp9", state_dir))(
+        DEFAULT_PINNED_HEADROOM, "default")
+    path = engine_state.engine_dir(state_dir, "dp0")
+    path.mkdir(parents=True)
+    (path / "state.json").write_text(json.dumps({"name": "dp0", "phase": "exited", "pinned_bytes": 9 * GiB}))
+    measured = pinned_headroom_for(engine, state_dir)
+    assert measured.bytes == 9 * GiB and measured.source == "ledger", measured

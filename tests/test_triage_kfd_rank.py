@@ -105,3 +105,14 @@ def test_engines_dying_together_are_one_finding_without_any_kernel_line():
     (f,) = [f for f in report.findings if f.rule == "engine.died_together"]
     assert f.title == "4 engines died within 1.1 s: dp0 SIGSEGV, dp1 SIGSEGV, dp2 SIGSEGV, dp3 SIGSEGV", f.title
     assert report.known[0]["id"] == kfdrank.PINNED and "dp0-dp3 registered" in report.known[0]["because"]
+
+
+def test_a_bundle_records_kfds_limit_computed_when_debugfs_is_not_readable(tmp_path, state_dir):
+    from gpuwarden.ops.bundle.collectors import _kfd_limit
+    from gpuwarden.ops.settings import Settings
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "meminfo").write_text(f"MemTotal:       {125 * GiB // 1024} kB\n")
+    got = _kfd_limit(Settings(state_dir=state_dir, proc_root=proc, sysfs_root=tmp_path / "sys", backend="fake"))
+    assert got["source"] == "computed" and got["used"] is None and got["limit"] == int(121.546875 * GiB)
+    assert "kfd/mem_limit" in got["where"]  # says which file it could not read
