@@ -124,8 +124,10 @@ def scenario_cmd(
     residual: a tenant killed while the driver leaked its memory left 14 GiB on GPU 2 that no process
     owns, and a worker killed under a parent that never reaps it is a zombie holding 2 GiB on GPU 1
     (then: `gpuwarden status`, `gpuwarden fix 1`, `gpuwarden fix 2`).
-    arena: four canaries share one arena through the real launch playbook; the last dies by SIGSEGV
-    while registering, with its incident bundle (then: `gpuwarden engines list`, `gpuwarden triage`).
+    arena: the arena incident through the real launch playbook: four canaries register one arena (every
+    registration succeeds, the simulated KFD ledger ends near its limit), then each one's next pinned
+    allocation fails and all four die of SIGSEGV, with an incident bundle (then: `gpuwarden engines list`,
+    `gpuwarden triage BUNDLE`).
     clean: ends what an earlier scenario started and starts the simulated node over, empty.
     Every scenario first does what clean does. The sim node must be in use (--backend sim or no GPU).
     """
