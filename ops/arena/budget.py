@@ -213,7 +213,8 @@ def _verdict_words(b: Budget) -> str:
     return {
         "fits": "fits",
         "does-not-fit": "DOES NOT FIT: the registrations alone exceed the limit; the one that crosses it fails "
-                        "(hipErrorInvalidValue in today's HIP, hipErrorOutOfMemory in older releases)",
+                        "(hipErrorInvalidValue in today's HIP, hipErrorOutOfMemory in older releases); confirm on "
+                        "this node: /sys/kernel/debug/kfd/mem_limit (root) reaches the limit as the engines register",
         "pinned-does-not-fit": "DOES NOT FIT: every registration fits, then the engines' pinned allocations "
                                "cross the limit; the first that does fails (the arena incident's sequence)",
         "decided-by-pinned": "fits by registrations alone; NOT CERTAIN: it fits only if the pinned allocations "

@@ -433,8 +433,9 @@ RULES: tuple[Rule, ...] = (
        adjust=_userptr_severity,
        meaning="pinning or mapping registered host memory failed (-14 alone is benign: the range was freed "
                "while still registered and KFD retries)",
-       check="the KFD system-memory limit (amdgpu.no_system_mem_limit), memlock limits and how many GPUs each "
-             "process sees (`gpuwarden arena budget`)"),
+       check="the KFD system-memory limit (amdgpu.no_system_mem_limit): confirm on this node with "
+             "/sys/kernel/debug/kfd/mem_limit (root) and what each process registered and pinned (`gpuwarden arena "
+             "budget`, `gpuwarden engines list`); then memlock limits"),
     # drivers/gpu/drm/amd/amdkfd/kfd_svm.c, svm_range_new(): with XNACK off each new SVM range is charged once per
     # process through amdgpu_amdkfd_reserve_mem_limit(); when it does not fit this pr_info is the only trace (the
     # limit's own hint, "Set no_system_mem_limit=1 if using shared memory", is pr_debug: dynamic debug only).
