@@ -158,6 +158,7 @@ def arena(settings: Settings, say: Callable[[str], None]) -> dict:
         lines += ["[[engines]]", f'name = "{name}"', f"gpu = {i}", f"argv = {json.dumps(canary)}",
                   f'env = {{ GPUWARDEN_SIM_KFD_LIMIT = "{limit}B" }}', ""]
     statedir.atomic_write(config, "\n".join(lines), root=settings.state_dir)
+    node.set_kfd_limit(limit)  # the simulated debugfs kfd/mem_limit shows the limit the canaries are held to
     _write_record(node, {"name": "arena", "engines": names, "files": [str(path)], "config": str(config)})
     cfg = nodeconfig.load(settings.with_(config_path=config))
     say(f"simulated KFD limit {limit >> 20} MiB: {CANARIES} registrations of {ARENA_BYTES >> 20} MiB fit, "

@@ -168,7 +168,8 @@ def rank(report: Report, ctx: KfdContext | None) -> None:
         parts[0] += f" of a {_gib(ctx.limit)} limit ({src})"
         over = total > ctx.limit
         if ctx.used is not None:
-            parts.append(f"KFD charged {_gib(ctx.used)} when the bundle was taken")
+            parts.append(f"KFD charged {_gib(ctx.used)} when the bundle was taken"
+                         + (" (after the crashes: a dead process's charges are freed)" if ctx.used < total else ""))
     crash_times = [f.first_time for f in report.findings if f.time_base == "epoch" and f.first_time is not None
                    and f.rule in ("engine.died", "userspace.crash") + _STORM_RULES]
     first_crash = min(crash_times) if crash_times else None
