@@ -116,3 +116,18 @@ def test_a_bundle_records_kfds_limit_computed_when_debugfs_is_not_readable(tmp_p
     got = _kfd_limit(Settings(state_dir=state_dir, proc_root=proc, sysfs_root=tmp_path / "sys", backend="fake"))
     assert got["source"] == "computed" and got["used"] is None and got["limit"] == int(121.546875 * GiB)
     assert "kfd/mem_limit" in got["where"]  # says which file it could not read
+
+
+def test_the_svm_line_and_hips_cannot_create_memory_line_are_kfd_limit_findings_not_gpu_oom():
+    from gpuwarden.ops.triage import analyze_text
+    report = analyze_text(
+        "[ 812.301] amdgpu: SVM mapping failed, exceeds resident system memory limit\n"
+        ":1:hip_memory.cpp:257 : 9912 us: [pid:41 tid:0x7f] Cannot create memory for size: 26843545600 with "
+        "flags: 3\n"
+        "dp2: hipHostMalloc of 8.0 GiB returned hipErrorOutOfMemory\n")
+    rules = {f.rule: f for f in report.findings}
+    assert {"kfd.svm_mem_limit", "engine.hip_create_memory_failed", "engine.host_memory_failed"} <= set(rules)
+    assert "engine.gpu_oom" not in rules  # pinned host memory is KFD's system-memory limit, not GPU memory
+    assert "hipErrorInvalidValue" in rules["engine.hip_create_memory_failed"].meaning
+    for f in (rules["kfd.svm_mem_limit"], rules["engine.host_memory_failed"]):
+        assert "confirm on this node" in f.check and "kfd/mem_limit" in f.check
