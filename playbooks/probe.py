@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gpuwarden.ops import journal
-from gpuwarden.ops.errors import GpuwardenError, NotFound
-from gpuwarden.ops.paths import child_pythonpath
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.status_protocol import ENV_FILE, StatusFollower
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.foundation.errors import GpuwardenError, NotFound
+from gpuwarden.ops.foundation.paths import child_pythonpath
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.status_protocol import ENV_FILE, StatusFollower
+from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.arena import create, format as fmt
-from .probetrace import Trace
+from gpuwarden.playbooks.probetrace import Trace
 
 # Variables that narrow which GPUs a canary sees. ROCR_ acts at the ROCr level, so a HIP registration is
 # mapped (and charged by KFD) for that one GPU only; HIP then numbers it 0.
@@ -138,7 +138,7 @@ class Probe:
             if self.trace.plan()["note"]:
                 self.say(f"trace: {self.trace.plan()['note']}")
             if o.runtime in ("hip", "sim"):
-                from gpuwarden.ops.debugfs.dyndbg import KfdLimitDebug
+                from gpuwarden.ops.node.debugfs.dyndbg import KfdLimitDebug
                 dyndbg = KfdLimitDebug(self.settings.sysfs_root, self.settings.state_dir)
                 self._dyndbg_notes = [dyndbg.enable()]
                 self.say(self._dyndbg_notes[0])
@@ -199,17 +199,17 @@ class Probe:
         if self.o.runtime == "host":
             return None
         if self.o.runtime == "sim":
-            from gpuwarden.ops.sim.node import SimNode
+            from gpuwarden.ops.node.sim.node import SimNode
             node = SimNode(self.settings.state_dir)
             return list(range(node.config()["gpus"])) if node.exists else None
-        from .nodecheck import snapshot
+        from gpuwarden.playbooks.nodecheck import snapshot
         return [g.index for g in snapshot(self.settings).gpus]
 
     def _sim_already_charged(self) -> list[dict]:
         """Live charges in the simulated KFD ledger that are not this probe's: whose (engine name when one of the
         node's engines has that pid) and how much. The probe's limit leaves room for them and says so."""
         from gpuwarden.ops.engines import state as engine_state
-        from gpuwarden.ops.sim import registrations
+        from gpuwarden.ops.node.sim import registrations
         owners: dict[int, str] = {}
         for name in engine_state.names(self.settings.state_dir):
             record = engine_state.read_state(self.settings.state_dir, name) or {}

@@ -81,7 +81,7 @@ def test_measured_pinned_headroom_turns_the_25_gib_case_into_the_incident(cli, t
 def test_the_ledger_of_an_engines_last_run_beats_the_config_and_the_default(tmp_path, state_dir):
     from gpuwarden.ops.arena.budget import DEFAULT_PINNED_HEADROOM, pinned_headroom_for
     from gpuwarden.ops.engines import state as engine_state
-    from gpuwarden.ops.nodeconfig import EngineConfig
+    from gpuwarden.ops.config.nodeconfig import EngineConfig
     engine = EngineConfig(name="dp0", argv=("true",), pinned_headroom=6 * GiB)
     assert pinned_headroom_for(engine, state_dir).source == "config"
     assert pinned_headroom_for("dp9", state_dir) == type(pinned_headroom_for("dp9", state_dir))(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.probe import Probe, ProbeOptions, table
 
 
@@ -72,8 +72,8 @@ def test_probe_trace_keeps_capped_redacted_logs_and_says_what_it_would_capture(t
     import os
     import stat
 
-    from gpuwarden.ops import jsondoc
-    from gpuwarden.ops.jsondoc import document
+    from gpuwarden.ops.foundation import jsondoc
+    from gpuwarden.ops.foundation.jsondoc import document
     from gpuwarden.playbooks import probetrace
     settings = Settings(state_dir=state_dir, config_path=state_dir / "node.toml")
     opts = ProbeOptions(engines=1, concurrency=1, runtime="hip", size=4 << 20, copy_buffer="0", trace=True,
@@ -152,7 +152,7 @@ def test_a_probe_on_gpus_the_node_lacks_is_refused(cli):
 
 
 def test_the_sim_probe_after_the_scenario_names_what_is_already_charged(tmp_path, state_dir, monkeypatch):
-    from gpuwarden.ops.sim import registrations
+    from gpuwarden.ops.node.sim import registrations
     monkeypatch.delenv("GPUWARDEN_SIM_KFD_LIMIT", raising=False)
     # Another live process's charge in the simulated ledger: this test's own pid, 5 MiB.
     registrations.add(state_dir, gpu=0, size=5 << 20, address=0x1000, path=None)
@@ -180,7 +180,7 @@ def test_a_probe_whose_runtime_library_is_missing_is_one_line_exit_2(cli):
 
 def test_probe_trace_turns_kfds_limit_message_on_for_the_probe_and_restores_it(tmp_path, state_dir):
     import os
-    from gpuwarden.ops.debugfs.dyndbg import FUNCTION, KfdLimitDebug
+    from gpuwarden.ops.node.debugfs.dyndbg import FUNCTION, KfdLimitDebug
     sys_root = tmp_path / "sys"
     control = sys_root / "kernel" / "debug" / "dynamic_debug" / "control"
     control.parent.mkdir(parents=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.foundation.model import NodeSnapshot
 from gpuwarden.ops.sampling.changes import KINDS, diff
 
 GiB = 1 << 30

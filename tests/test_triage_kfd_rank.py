@@ -109,7 +109,7 @@ def test_engines_dying_together_are_one_finding_without_any_kernel_line():
 
 def test_a_bundle_records_kfds_limit_computed_when_debugfs_is_not_readable(tmp_path, state_dir):
     from gpuwarden.ops.bundle.collectors import _kfd_limit
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     proc = tmp_path / "proc"
     proc.mkdir()
     (proc / "meminfo").write_text(f"MemTotal:       {125 * GiB // 1024} kB\n")
