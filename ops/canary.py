@@ -47,6 +47,15 @@ class Options:
     gate_timeout: float | None = None
     share: str | None = None  # "keeper" or "import": the shared-by-descriptor mode
     share_socket: str | None = None
+    # After "session is up": one pinned host allocation of this size (the engine's verifier buffer), as the
+    # arena incident's engines made next; modelled by the sim runtime (its KFD ledger charges it).
+    pin: int | None = None
+    pin_after_peers: int | None = None  # sim: first wait until this many processes registered this arena
+    on_pin_failure: str = "segv"  # "segv": die in a simulated runtime frame, as the incident did; "report"
+
+
+PIN_FAILURE_MODES = ("segv", "report")
+PEER_WAIT_S = 30.0
 
 
 class _Stop:
@@ -69,6 +78,8 @@ class Canary:
         self.out = out
         self.status = StatusWriter()
         self.stop = _Stop()
+        self.started = time.time()
+        self._keep_charges = False
         # The node's number for the GPU, which differs from --gpu when *_VISIBLE_DEVICES narrow the view.
         self.node_gpu = physical_gpu(opts.gpu)
 
@@ -137,18 +148,66 @@ class Canary:
                        copy_seconds=round(copy.seconds, 4) if copy else None,
                        gbps=round(copy.gbps, 3) if copy else None)
             self.say("session is up, serving until SIGTERM")
+            if self.o.pin:
+                self._pin(runtime)
             deadline = None if self.o.serve_seconds is None else time.monotonic() + self.o.serve_seconds
             while not self.stop.requested and (deadline is None or time.monotonic() < deadline):
                 time.sleep(0.05)
             return self._finish(runtime, arena, reg)
         except BaseException:
-            if reg is not None:
+            if reg is not None and not self._keep_charges:
                 try:
                     runtime.unregister(reg)
                 except GpuwardenError:
                     pass
             arena.close()
             raise
+
+    def _pin(self, runtime: Any) -> None:
+        """The engine's next allocation after it is up: a pinned host buffer, charged by KFD like the arena."""
+        from gpuwarden.ops.register.sim import PinFailed
+        from gpuwarden.ops.node.sim import registrations
+        assert self.o.pin is not None
+        used = registrations.charged(runtime.state_dir)
+        if self.o.pin_after_peers:
+            # Engines load for a while after registering; the incident's four all registered before any allocated.
+            # Peers that registered since this canary started count even if one has died since: the charges are
+            # what they were when the last peer registered.
+            deadline = time.monotonic() + PEER_WAIT_S
+            while not self.stop.requested:
+                peers = registrations.registered_since(runtime.state_dir, self.o.arena, self.started - PEER_WAIT_S)
+                if len({p["pid"] for p in peers}) >= self.o.pin_after_peers or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            used = max(used, registrations.charged(runtime.state_dir)
+                       + sum(p["bytes"] for p in peers if p["stale"]))
+        if self.stop.requested:
+            return
+        self.say(f"allocating a {fmt_bytes(self.o.pin)} pinned host buffer (hipHostMalloc); the KFD ledger holds "
+                 f"{fmt_bytes(used)}")
+        try:
+            runtime.pin(self.o.pin, seen=used)
+        except PinFailed as exc:
+            record_failed_call(runtime.state_dir, call="hipHostMalloc", size=exc.size, result=exc.code,
+                               used=exc.used, limit=exc.limit, gpu=self.node_gpu)
+            self.say(f"sim: {exc}")
+            if self.o.on_pin_failure == "report":
+                # Exit with the registration held: the process's teardown frees it, as KFD does, so peers
+                # allocating at the same moment still see it charged (the sim record goes stale at exit).
+                self._keep_charges = True
+                raise GpuwardenError(f"{exc}", "see `gpuwarden arena budget`: registrations and pinned host "
+                                     "allocations draw on the same KFD limit") from None
+            # What the operator saw: the runtime goes on with the NULL it got and faults at a small offset.
+            self.say("sim: SIGSEGV: segfault at 8 ip 00007f3a1c2b71c9 sp 00007ffd5a1e0c40 error 6 in "
+                     "libamdhip64.so.7[7f3a1c200000+400000] (simulated runtime frame: hipHostMalloc -> "
+                     "amd::Memory::create, NULL dereference after the failed allocation)")
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGSEGV)
+            time.sleep(5)
+        else:
+            self.say(f"pinned {fmt_bytes(self.o.pin)}")
+            self.phase("serving", pinned=self.o.pin)  # tells a waiting probe the next allocation is done
 
     def _run_shared(self, runtime: Runtime) -> int:
         """--share: the keeper loads and verifies the arena once; importers map the keeper's allocation."""
@@ -258,6 +317,19 @@ class Canary:
         return 0
 
 
+def record_failed_call(state_dir: Any, **call: Any) -> None:
+    """The sim ledger's failed calls (<state dir>/sim/failed-calls.jsonl), which triage reads as node context."""
+    import json
+    from pathlib import Path
+    path = Path(state_dir) / "sim" / "failed-calls.jsonl"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(json.dumps({"ts": time.time(), "pid": os.getpid(), **call}) + "\n")
+    except OSError:
+        pass  # the call's failure is also in the log; the ledger file is a convenience
+
+
 def default_socket(arena: str) -> str:
     """The keeper's socket beside the arena: one keeper per arena file."""
     return os.path.realpath(arena) + ".keeper.sock"
@@ -285,6 +357,13 @@ def parser() -> argparse.ArgumentParser:
                    help="shared-by-descriptor mode: keeper allocates host memory once (VMM), loads the arena into it "
                         "and passes its descriptor over a unix socket; import maps the keeper's allocation")
     p.add_argument("--share-socket", default=None, help="the keeper's unix socket (default: ARENA.keeper.sock)")
+    p.add_argument("--pin", default=None, help="sim runtime: after the session is up, allocate a pinned host buffer "
+                   "of this size (hipHostMalloc), charged against the simulated KFD limit like the registration")
+    p.add_argument("--pin-after-peers", type=int, default=None,
+                   help="sim runtime: before --pin, wait (up to 30 s) until this many processes registered the arena")
+    p.add_argument("--on-pin-failure", choices=PIN_FAILURE_MODES, default="segv",
+                   help="segv (default): die of SIGSEGV in a simulated runtime frame, as the arena incident's "
+                        "engines did; report: exit 2 naming the failed call")
     return p
 
 
@@ -293,11 +372,17 @@ def options_from(ns: argparse.Namespace) -> Options:
                    register_chunk=parse_size(ns.register_chunk) if ns.register_chunk else None,
                    copy_buffer=parse_size(ns.copy_buffer), crash_at=ns.crash_at, crash_signal=ns.crash_signal,
                    hang_at=ns.hang_at, serve_seconds=ns.serve_seconds, gate_timeout=ns.gate_timeout,
-                   share=ns.share, share_socket=ns.share_socket)
+                   share=ns.share, share_socket=ns.share_socket, pin=parse_size(ns.pin) if ns.pin else None,
+                   pin_after_peers=ns.pin_after_peers, on_pin_failure=ns.on_pin_failure)
 
 
 def run(opts: Options) -> int:
     """Run a canary; expected failures print one line, emit "exited" with the error, and return 2."""
+    if opts.pin and opts.runtime != "sim":
+        print("gpuwarden: error: --pin is modelled by the sim runtime only", file=sys.stderr)
+        print("  hint: use --runtime sim, or watch a real engine's pinned allocations with progress = \"preload\"",
+              file=sys.stderr)
+        return 2
     canary = Canary(opts)
     _signal_number(opts.crash_signal)
     try:

@@ -126,7 +126,12 @@ class LaunchPlaybook(Playbook):
                              "other ways to share one host buffer")
         now = (f", {fmt_bytes(verdict.kfd_used)} already in use (debugfs kfd/mem_limit)"
                if verdict.kfd_used is not None else " (limit computed from RAM: debugfs not readable)")
-        return f"fits: KFD charges {fmt_bytes(verdict.charged)} of {fmt_bytes(verdict.limit)}{now}"
+        head = (f"KFD charges {fmt_bytes(verdict.charged)} for the registrations (once per engine process) of "
+                f"{fmt_bytes(verdict.limit)}{now}")
+        if verdict.verdict == "decided-by-pinned":
+            ctx.info(f"warning: fits by registrations alone; not certain: {verdict.decides}")
+            return f"fits by registrations: {head}; pinned headroom assumed, not measured"
+        return f"fits: {head}, with {fmt_bytes(verdict.pinned_total)} of pinned headroom"
 
     # --- starting and following ---------------------------------------------------------------
 

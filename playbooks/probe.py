@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from gpuwarden.ops.foundation import journal
-from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError, NotFound
 from gpuwarden.ops.foundation.paths import child_pythonpath
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.status_protocol import ENV_FILE, StatusFollower
@@ -46,6 +46,7 @@ class CanaryRun:
     returncode: int | None = None
     gate_wait_s: float | None = None
     phase_ts: dict[str, float] = field(default_factory=dict)
+    pinned: bool = False  # sim replay: its pinned allocation after "serving" went through
 
     def to_dict(self) -> dict:
         return {"canary": self.index, "gpu": self.gpu, "pid": self.proc.pid, "phase": self.phase,
@@ -69,11 +70,15 @@ class ProbeOptions:
     workdir: str | None = None
     extra: tuple[str, ...] = ()  # more canary flags (fault switches for drills)
     trace: bool = False  # HIP/ROCr/thunk logging (and rocprofv3) around every canary: playbooks/probetrace.py
+    pin_failure: str = "segv"  # sim: a canary whose pinned allocation fails dies of SIGSEGV ("segv") or reports it
 
 
 SIM_ARENA_BYTES = 64 << 20  # the incident's 64 GiB arena, scaled down 1024 times for the simulated node
-SIM_FITS = 3  # registrations of the arena the simulated node's KFD limit holds by default
 SIM_LIMIT_ENV = "GPUWARDEN_SIM_KFD_LIMIT"
+# The incident's sequence on the simulated node, by default: every canary's registration fits, leaving 1/8 of an
+# arena (the ledger near the limit); then each canary's next allocation, a pinned buffer of 1/4 arena, fails.
+SIM_SLACK_DIVISOR = 8
+SIM_PIN_DIVISOR = 4
 _LIBRARIES = {"hip": "gpuwarden.ops.register.hip", "cuda": "gpuwarden.ops.register.cuda"}
 
 
@@ -106,6 +111,9 @@ class Probe:
         self.created_arena = False
         self._arena_bytes: int | None = None
         self.trace = None  # a probetrace.Trace with --trace
+        self._already: list[dict] = []  # sim: live charges of other processes when the probe started
+        self._replay = False  # sim: replaying the incident (a pinned allocation after each canary is up)
+        self._dyndbg_notes: list[str] = []  # --trace: what was done with KFD's memory-limit debug message
 
     def run(self) -> dict:
         o = self.o
@@ -120,12 +128,20 @@ class Probe:
                                      "the default")
             o.size = SIM_ARENA_BYTES
         _require_runtime(o.runtime)
+        self._require_gpus()
+        self._already = self._sim_already_charged() if o.runtime == "sim" else []
         work = Path(tempfile.mkdtemp(prefix="gpuwarden-probe-", dir=o.workdir))
+        dyndbg = None
         if o.trace:
             self.trace = Trace(o.runtime, work)
             self.trace.dir.mkdir()
             if self.trace.plan()["note"]:
                 self.say(f"trace: {self.trace.plan()['note']}")
+            if o.runtime in ("hip", "sim"):
+                from gpuwarden.ops.node.debugfs.dyndbg import KfdLimitDebug
+                dyndbg = KfdLimitDebug(self.settings.sysfs_root, self.settings.state_dir)
+                self._dyndbg_notes = [dyndbg.enable()]
+                self.say(self._dyndbg_notes[0])
         t0 = time.time()
         journal.write(self.settings.state_dir, "arena probe", "started", engines=o.engines,
                       concurrency=o.concurrency, runtime=o.runtime)
@@ -145,22 +161,67 @@ class Probe:
                 if r.proc.poll() is None:
                     r.proc.kill()
                     r.proc.wait()
+            if dyndbg is not None and (restored := dyndbg.restore()):
+                self._dyndbg_notes.append(restored)
+                self.say(restored)
             if self.created_arena and self.arena_path:
                 Path(self.arena_path).unlink(missing_ok=True)
             shutil.rmtree(work / "gate", ignore_errors=True)
         ok = all(r.returncode == 0 and r.register_seconds is not None for r in self.runs)
         report = {
             "ok": ok, "engines": o.engines, "concurrency": o.concurrency, "runtime": o.runtime,
+            "already_charged": self._already,
             "visibility": o.visibility, "arena": self.arena_path, "arena_bytes": self._arena_bytes,
             "seconds": round(time.time() - t0, 3), "workdir": str(work),
             "canaries": [r.to_dict() for r in self.runs],
         }
         if self.trace is not None:
             report["trace"] = self.trace.collect([r.log_path for r in self.runs])
+            report["trace"]["kfd_debug"] = list(self._dyndbg_notes)
         journal.write(self.settings.state_dir, "arena probe", "ok" if ok else "failed",
                       engines=o.engines, concurrency=o.concurrency, runtime=o.runtime,
                       ended=[r.ended for r in self.runs])
         return report
+
+    def _require_gpus(self) -> None:
+        """Refuse canaries on GPUs the node lacks, in the words every other command uses (exit 2)."""
+        have = self._gpu_indexes()
+        if have is None:
+            return  # host runtime, or a sim runtime with no sim node: no GPU is touched
+        missing = [i for i in range(self.o.engines) if i not in have]
+        if missing:
+            shown = ", ".join(map(str, have)) or "none"
+            raise NotFound(f"no GPU {missing[0]} on this node (GPUs: {shown})",
+                           f"see `gpuwarden status` for the GPU indexes; --engines {self.o.engines} runs a canary on "
+                           f"each of GPUs 0-{self.o.engines - 1}, so pass --engines {len(have)} or fewer")
+
+    def _gpu_indexes(self) -> list[int] | None:
+        if self.o.runtime == "host":
+            return None
+        if self.o.runtime == "sim":
+            from gpuwarden.ops.node.sim.node import SimNode
+            node = SimNode(self.settings.state_dir)
+            return list(range(node.config()["gpus"])) if node.exists else None
+        from gpuwarden.playbooks.nodecheck import snapshot
+        return [g.index for g in snapshot(self.settings).gpus]
+
+    def _sim_already_charged(self) -> list[dict]:
+        """Live charges in the simulated KFD ledger that are not this probe's: whose (engine name when one of the
+        node's engines has that pid) and how much. The probe's limit leaves room for them and says so."""
+        from gpuwarden.ops.engines import state as engine_state
+        from gpuwarden.ops.node.sim import registrations
+        owners: dict[int, str] = {}
+        for name in engine_state.names(self.settings.state_dir):
+            record = engine_state.read_state(self.settings.state_dir, name) or {}
+            if isinstance(record.get("pid"), int):
+                owners[record["pid"]] = name
+        by_pid: dict[int, dict] = {}
+        for r in registrations.list_all(self.settings.state_dir):
+            if r["stale"]:
+                continue
+            entry = by_pid.setdefault(r["pid"], {"pid": r["pid"], "engine": owners.get(r["pid"]), "bytes": 0})
+            entry["bytes"] += r["bytes"]
+        return sorted(by_pid.values(), key=lambda e: e["pid"])
 
     # Steps.
     def _arena(self, work: Path) -> None:
@@ -187,7 +248,8 @@ class Probe:
             log = work / f"canary-{i}.log"
             env = {k: v for k, v in os.environ.items() if k not in ("GPUWARDEN_STATUS_FD",)}
             env = child_pythonpath(env)  # the canaries import this very gpuwarden, installed or not
-            if o.runtime == "sim" and not env.get(SIM_LIMIT_ENV):
+            replay = self._replay = o.runtime == "sim" and not env.get(SIM_LIMIT_ENV)
+            if replay:
                 env[SIM_LIMIT_ENV] = f"{self._sim_limit()}B"
             env.update({ENV_FILE: str(status), "GPUWARDEN_GATE_DIR": str(gate_dir),
                         "GPUWARDEN_GATE_SLOTS": str(o.concurrency),
@@ -203,6 +265,10 @@ class Probe:
                     "--runtime", o.runtime, "--verify", o.verify, "--copy-buffer", o.copy_buffer, *o.extra]
             if o.register_chunk:
                 argv += ["--register-chunk", o.register_chunk]
+            if replay:
+                assert self._arena_bytes is not None
+                argv += ["--pin", f"{self._arena_bytes // SIM_PIN_DIVISOR}B", "--pin-after-peers", str(o.engines),
+                         "--on-pin-failure", o.pin_failure]
             if self.trace is not None:
                 env.update(self.trace.env())
                 argv = self.trace.wrap(argv, i)
@@ -213,15 +279,24 @@ class Probe:
         self.say(f"started {o.engines} canar{'y' if o.engines == 1 else 'ies'} ({o.runtime}), "
                  f"at most {o.concurrency} registering at once")
         if o.runtime == "sim" and not os.environ.get(SIM_LIMIT_ENV):
-            self.say(f"simulated KFD limit {fmt_bytes(self._sim_limit())}: {SIM_FITS} registrations of this arena "
-                     f"fit, as on the incident's node ({SIM_LIMIT_ENV}=SIZE models another)")
+            assert self._arena_bytes is not None
+            self.say(f"simulated KFD limit {fmt_bytes(self._sim_limit())}: all {o.engines} registrations fit, "
+                     f"leaving {fmt_bytes(self._arena_bytes // SIM_SLACK_DIVISOR)}; each canary's next allocation, "
+                     f"a {fmt_bytes(self._arena_bytes // SIM_PIN_DIVISOR)} pinned buffer, then fails, as on the "
+                     f"incident's node ({SIM_LIMIT_ENV}=SIZE models another limit, registrations only)")
+            if self._already:
+                who = ", ".join(f"{e['engine'] or 'pid'} (pid {e['pid']}) {fmt_bytes(e['bytes'])}" for e in self._already)
+                self.say(f"the simulated KFD ledger already holds {fmt_bytes(sum(e['bytes'] for e in self._already))} "
+                         f"charged by {who}: the limit leaves room for them, so only this probe's canaries are "
+                         f"measured (stop them, e.g. `gpuwarden sim scenario clean`, to start from an empty ledger)")
 
     def _sim_limit(self) -> int:
-        """The simulated node's KFD system-memory limit when GPUWARDEN_SIM_KFD_LIMIT does not set one: room for
-        SIM_FITS registrations of this arena, as on the README's node, where one or two engines served for hours
-        and four crashed together. Registrations of canaries that saw every GPU are charged once per GPU."""
+        """The simulated node's KFD system-memory limit when GPUWARDEN_SIM_KFD_LIMIT does not set one: what others
+        already charged, plus every canary's registration (once per process, whatever GPUs it sees), plus 1/8 of an
+        arena: the ledger ends near the limit, as on the incident's node, and the next pinned allocation fails."""
         assert self._arena_bytes is not None
-        return SIM_FITS * self._arena_bytes
+        already = sum(e["bytes"] for e in getattr(self, "_already", []))
+        return already + self.o.engines * self._arena_bytes + self._arena_bytes // SIM_SLACK_DIVISOR
 
     def _poll(self) -> None:
         for r in self.runs:
@@ -234,6 +309,8 @@ class Probe:
                         r.gate_wait_s = round(max(0.0, ev.ts - r.phase_ts["registering"] - r.register_seconds), 3)
                     self.say(f"canary {r.index} (GPU {r.gpu}): registered {fmt_bytes(ev.data.get('bytes'))} "
                              f"in {r.register_seconds:.2f}s")
+                elif ev.phase == "serving" and ev.data.get("pinned"):
+                    r.pinned = True
                 elif ev.phase == "serving":
                     r.gbps = ev.data.get("gbps")
                     if r.gbps is not None:
@@ -251,7 +328,9 @@ class Probe:
         deadline = time.monotonic() + self.o.timeout_s
         while True:
             self._poll()
-            if all(r.returncode is not None or r.phase == "serving" for r in self.runs):
+            # In the sim replay a canary's next allocation follows "serving": wait for it as well.
+            if all(r.returncode is not None or (r.phase == "serving" and (r.pinned or not self._replay))
+                   for r in self.runs):
                 return
             if time.monotonic() > deadline:
                 self.say(f"timed out after {self.o.timeout_s:.0f}s waiting for every canary to serve")
@@ -281,7 +360,18 @@ class Probe:
         self._poll()
         for r in self.runs:
             if r.error is None and r.returncode not in (0, None):
-                r.error = _last_line(r.log_path)
+                r.error = _failed_call(r.log_path) or _last_line(r.log_path)
+
+
+def _failed_call(path: Path) -> str | None:
+    """The log's last failed runtime call ("hipHostMalloc of 16.0 MiB returned hipErrorOutOfMemory ..."): what a
+    crash that follows it is about, said before the crash's own last words."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    hits = [ln for ln in lines if " returned hipError" in ln or " returned cudaError" in ln]
+    return hits[-1][-300:] if hits else None
 
 
 def _last_line(path: Path) -> str | None:
@@ -303,6 +393,11 @@ def table(report: dict) -> list[str]:
             ended += f"  ({c['error']})"
         rows.append(f"{c['canary']:>6} {c['gpu']:>3} {c['pid']:>8} {waited:>8} {reg:>10} {gbps:>7}  {ended}")
     verdict = "all canaries registered, served and stopped cleanly" if report["ok"] else "PROBLEMS: see the rows above"
+    rows_ = report["canaries"]
+    if not report["ok"] and rows_ and all(c["register_seconds"] is not None for c in rows_) \
+            and any("hipHostMalloc" in (c["error"] or "") for c in rows_):
+        verdict += ("; every registration succeeded, then the next pinned allocation failed: registrations and "
+                    "pinned host memory share KFD's system-memory limit (`gpuwarden arena budget`)")
     rows.append(f"{report['engines']} canaries, concurrency {report['concurrency']}, runtime {report['runtime']}, "
                 f"arena {fmt_bytes(report['arena_bytes'])}: {verdict}")
     return rows

@@ -1,7 +1,8 @@
 """Drills on the simulated node: set it up as the README's two incidents, or clean, in one command.
 
-residual: a killed tenant left 14 GiB on GPU 2, a zombie holds 2 GiB on GPU 1. arena: four canaries on one
-arena, the last crashing (SIGSEGV) while registering. clean: nothing running, nothing held.
+residual: a killed tenant left 14 GiB on GPU 2, a zombie holds 2 GiB on GPU 1. arena: the arena incident's
+sequence: four canaries register one arena, every registration succeeds and the simulated KFD ledger ends near
+its limit; each canary's next pinned allocation fails and it dies of SIGSEGV. clean: nothing running, nothing held.
 """
 
 from __future__ import annotations
@@ -136,35 +137,53 @@ def residual(settings: Settings, say: Callable[[str], None]) -> None:
 
 
 def arena(settings: Settings, say: Callable[[str], None]) -> dict:
-    """Four canaries on one arena through the real launch playbook; the last crashes while registering."""
+    """The arena incident through the real launch playbook: four canaries register (all succeed), then each one's
+    next allocation, a pinned host buffer, crosses the simulated KFD limit and the canary dies of SIGSEGV."""
     clean(settings, say)
     node = SimNode(settings.state_dir)
     path = node.dir / "scenario.arena"
     create(path, size=ARENA_BYTES, force=True)
     config = node.dir / "scenario-arena.toml"
-    canary = [sys.executable, "-m", "gpuwarden.ops.canary", "--arena", str(path), "--gpu", "0", "--runtime", "sim"]
-    lines = [f"# written by `gpuwarden sim scenario arena`: {CANARIES} canaries share one arena; the last",
-             "# crashes (SIGSEGV) while registering, as the engines of the README's first incident did.",
+    # Room for every registration (charged once per process) and 1/8 arena more; each pins 1/4 arena next.
+    limit = CANARIES * ARENA_BYTES + ARENA_BYTES // 8
+    canary = [sys.executable, "-m", "gpuwarden.ops.canary", "--arena", str(path), "--gpu", "0", "--runtime", "sim",
+              "--pin", f"{ARENA_BYTES // 4}B", "--pin-after-peers", str(CANARIES)]
+    lines = [f"# written by `gpuwarden sim scenario arena`: {CANARIES} canaries share one arena; every registration",
+             "# succeeds, then each canary's next pinned allocation crosses the simulated KFD limit and it dies of",
+             "# SIGSEGV, as the engines of the README's first incident did.",
              "", "[arena]", f"path = {json.dumps(str(path))}", f'size = "{ARENA_BYTES >> 20}MiB"', "",
              "[stagger]", "slots = 1", "registration_timeout = 60", "",
-             "[defaults]", 'progress = "status"', "stop_grace = 5", 'restart = "no"', ""]
+             "[defaults]", 'progress = "status"', "stop_grace = 5", 'restart = "no"',
+             f'pinned_headroom = "{ARENA_BYTES // 4}B"', ""]
     names = [f"canary{i}" for i in range(CANARIES)]
     for i, name in enumerate(names):
-        argv = canary + (["--crash-at", "registering", "--crash-signal", "SEGV"] if i == CANARIES - 1 else [])
-        lines += ["[[engines]]", f'name = "{name}"', f"gpu = {i}", f"argv = {json.dumps(argv)}", ""]
+        lines += ["[[engines]]", f'name = "{name}"', f"gpu = {i}", f"argv = {json.dumps(canary)}",
+                  f'env = {{ GPUWARDEN_SIM_KFD_LIMIT = "{limit}B" }}', ""]
     statedir.atomic_write(config, "\n".join(lines), root=settings.state_dir)
+    node.set_kfd_limit(limit)  # the simulated debugfs kfd/mem_limit shows the limit the canaries are held to
     _write_record(node, {"name": "arena", "engines": names, "files": [str(path)], "config": str(config)})
     cfg = nodeconfig.load(settings.with_(config_path=config))
-    # One after the other, so the first three serve before the last one registers and dies.
+    say(f"simulated KFD limit {limit >> 20} MiB: {CANARIES} registrations of {ARENA_BYTES >> 20} MiB fit, "
+        f"leaving {(limit - CANARIES * ARENA_BYTES) >> 20} MiB; each canary then pins {ARENA_BYTES >> 22} MiB")
+    # One after the other, so every canary serves before the last one registers; then they all allocate.
     result = framework.run(LaunchPlaybook(config=cfg, engines=cfg.engines, stagger=1, sequential=True),
                  settings.with_(config_path=config),
                  assume_yes=True, sink=lambda e: say(e.message) if e.kind == "info" and "engine" in e.data
                  and "phase" in e.data else None)
     crashed = result.data.get("crashed") or {}
-    if crashed.get("engine") != names[-1]:
-        raise GpuwardenError(f"sim scenario arena: expected {names[-1]} to crash while registering, got "
+    if not crashed.get("engine"):
+        raise GpuwardenError(f"sim scenario arena: expected the canaries to crash after registering, got "
                              f"{crashed or 'no crash'}", "see `gpuwarden engines list`")
-    say(f"{names[-1]} died by {crashed.get('signal')} while {crashed.get('while')}; "
-        f"{', '.join(names[:-1])} serve")
+    records: dict[str, dict] = {}
+
+    def all_dead() -> bool:
+        records.update({n: st.read_state(settings.state_dir, n) or {} for n in names})
+        return all(r.get("phase") in ("crashed", "exited") for r in records.values())
+    _wait("every canary to end", all_dead)
+    registered = [n for n in names if records[n].get("registrations") or records[n].get("registered_at")
+                  or records[n].get("died_while") not in (None, "registering", "starting", "mapping", "verifying")]
+    say(f"{', '.join(registered)} registered; then each one's pinned allocation failed: "
+        + ", ".join(f"{n} died by {records[n].get('signal') or 'exit ' + str(records[n].get('exit_code'))}"
+                    f" while {records[n].get('died_while') or '?'}" for n in names))
     journal.write(settings.state_dir, "sim-scenario", "ok", scenario="arena", config=str(config))
     return {"config": str(config), "arena": str(path)}

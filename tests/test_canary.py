@@ -191,3 +191,22 @@ def test_help_explains_both_entries(cli):
     for sub in ("create", "verify", "inspect", "budget", "probe"):
         h = cli("arena", sub, "--help")
         assert h.returncode == 0 and "--json" in h.stdout, sub
+
+
+def test_pin_is_the_sim_runtimes_and_a_failed_pin_is_reported_or_crashes(tmp_path, state_dir):
+    from gpuwarden.ops.arena.create import create
+    arena = tmp_path / "a.arena"
+    create(arena, size=1 << 20)
+    status = tmp_path / "s.jsonl"
+    host = spawn(arena, status, state_dir, "--runtime", "host", "--pin", "1MiB")
+    out, err = host.communicate(timeout=30)
+    assert host.returncode == 2 and "--pin is modelled by the sim runtime only" in err
+    limit = {"GPUWARDEN_SIM_KFD_LIMIT": f"{(1 << 20) + (1 << 19)}B"}  # the registration fits, 1 MiB more does not
+    report = spawn(arena, tmp_path / "r.jsonl", state_dir, "--runtime", "sim", "--pin", "1MiB", "--on-pin-failure",
+                   "report", "--verify", "none", "--copy-buffer", "0", env=limit)
+    out, err = report.communicate(timeout=30)
+    assert report.returncode == 2 and "hipHostMalloc of 1.0 MiB returned hipErrorOutOfMemory" in err, err
+    crash = spawn(arena, tmp_path / "c.jsonl", state_dir, "--runtime", "sim", "--pin", "1MiB", "--verify", "none",
+                  "--copy-buffer", "0", env=limit)
+    out, err = crash.communicate(timeout=30)
+    assert crash.returncode == -11 and "libamdhip64.so.7" in out and "session is up" in out, (out, err)

@@ -91,5 +91,5 @@ trap 'echo "EXIT $? FROM: $BASH_COMMAND" >&2' ERR
     assert "Traceback" not in proc.stdout + proc.stderr
     out = proc.stdout
     assert "scenario residual: ready" in out and "GPU 2 is clean and verified after a reset" in out
-    assert "canary3 died by SIGSEGV while registering" in out
+    assert "canary3 died by SIGSEGV while serving" in out and "canary0, canary1, canary2, canary3 registered" in out
     assert "2 engine(s) serving" in out and "canary1: stopped" in out

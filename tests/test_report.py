@@ -77,10 +77,26 @@ def test_json_follows_its_schema_and_matches_the_manifest(cli, bundle):
 
 def test_reproduction_names_the_probe_for_the_incidents_arena():
     from gpuwarden.ops.bugreport.build import _reproduction
+    gpus = {"gpus": [{"vendor": "amd"}] * 4}
     rep = _reproduction([{"path": "/dev/shm/w.arena", "size": 64 << 30, "mappers": [{}, {}, {}, {}]}],
-                        {"engines": [{"name": f"dp{i}"} for i in range(4)]}, {"gpus": [{"vendor": "amd"}]})
+                        {"engines": [{"name": f"dp{i}"} for i in range(4)]}, gpus,
+                        [f"dp{i}" for i in range(4)], [])
     assert rep["command"] == ("gpuwarden arena probe --engines 4 --concurrency 4 --arena /dev/shm/w.arena "
                               "--runtime hip --visibility all --hold 30")
+
+
+def test_reproduction_uses_the_bundles_runtime_its_gpus_and_the_engines_that_registered():
+    from gpuwarden.ops.bugreport.build import _reproduction
+    # A sim bundle whose state dir kept 12 engine records; 4 registered in their last run on a 4-GPU node.
+    snapshot = {"engines": [{"name": f"canary{i}"} for i in range(12)], "warnings": [{"code": "simulated"}]}
+    specs = [{"argv": ["python", "-m", "gpuwarden.ops.canary", "--runtime", "sim"]}]
+    rep = _reproduction([{"path": "/x/scenario.arena", "size": 64 << 20, "mappers": [{}] * 12}], snapshot,
+                        {"gpus": [{"vendor": "amd"}] * 4}, [f"canary{i}" for i in range(4)], specs)
+    assert "--engines 4 --concurrency 4" in rep["command"] and "--runtime sim" in rep["command"], rep
+    assert "canary0, canary1, canary2, canary3" in rep["why"]
+    many = _reproduction([{"path": "/x/a.arena", "mappers": []}], {}, {"gpus": [{"vendor": "amd"}] * 4},
+                         [f"e{i}" for i in range(6)], [])
+    assert "--engines 4 " in many["command"] and "2 more registered than the node has GPUs" in many["why"]
 
 
 def test_a_missing_or_foreign_file_is_one_line(cli, tmp_path):

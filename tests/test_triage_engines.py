@@ -212,18 +212,24 @@ def test_the_arena_scenarios_bundle_leads_with_the_crashed_canary(standins, supe
     assert foreign.returncode == -signal.SIGSEGV
     proc = cli("sim", "scenario", "arena", timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    wait_for(lambda: records(supervised).get("canary3", {}).get("bundle"), 60, "canary3's automatic bundle")
-    bundle = records(supervised)["canary3"]["bundle"]
+    # Issue 33: every canary registers, then each one's pinned allocation fails and all four die of SIGSEGV.
+    names = [f"canary{i}" for i in range(4)]
+    wait_for(lambda: any(records(supervised).get(n, {}).get("bundle") for n in names), 60, "an automatic bundle")
+    subject = next(n for n in names if records(supervised).get(n, {}).get("bundle"))
+    bundle = records(supervised)[subject]["bundle"]
     doc = json.loads(cli("triage", bundle, "--json").stdout)
-    assert doc["headline"] == "engine canary3 died of SIGSEGV while registering", doc["headline"]
-    assert doc["subject"]["engine"] == "canary3"
+    assert doc["headline"].startswith(f"engine {subject} died of SIGSEGV after registering: hipHostMalloc of "
+                                      "16.0 MiB returned hipErrorOutOfMemory"), doc["headline"]
+    assert doc["subject"]["engine"] == subject
+    assert doc["known_issues"][0]["id"] == "kfd-system-mem-limit-pinned-after-registration"
+    assert "canary0-canary3 registered 4 x 64.0 MiB" in doc["known_issues"][0]["because"]
     others = [f for f in doc["findings"] if f["category"] == "segfault" and
               not any(v.get("engine") for v in f["victims"])]
-    assert all(f["scope"] == "other-process" and "not canary3 nor another engine" in f["title"] for f in others)
+    assert all(f["scope"] == "other-process" and f"not {subject} nor another engine" in f["title"] for f in others)
     # The kernel rate-limits fault lines (printk_ratelimit), so the foreign one may be missing; when logged, it is
     # among the other processes' (the line is the real kernel's "engine_dlopen[pid]: segfault at 8 ... error 6").
     log = subprocess.run(["tar", "-xzOf", bundle, "--wildcards", "*/kernel/kernel.log"], capture_output=True).stdout
     if b"engine_dlopen[" in log:
         assert any(v.get("process") == "engine_dlopen" for f in others for v in f["victims"])
     from gpuwarden.tui.screens.engine_log import triage_headline
-    assert triage_headline(Path(bundle), "canary3") == doc["headline"]
+    assert triage_headline(Path(bundle), subject) == doc["headline"]

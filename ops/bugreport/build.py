@@ -21,20 +21,61 @@ MAX_ATTACHMENTS = 60
 SCHEMA = "report"
 
 
-def _reproduction(arenas: list[Any], snapshot: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
-    arena = next((a for a in arenas if isinstance(a, dict) and a.get("path")), None)
-    engines = len(snapshot.get("engines") or []) or (len(arena.get("mappers") or []) if arena else 0)
-    amd = any((g.get("vendor") or "") in ("amd", "sim") for g in env.get("gpus") or [])
-    runtime = "hip" if amd else "cuda"
+def _runtime(env: dict[str, Any], specs: list[dict[str, Any]], snapshot: dict[str, Any]) -> str:
+    """The registration runtime the incident used: an engine's own --runtime, else the sim for a simulated node,
+    else hip on AMD and cuda on NVIDIA."""
+    for spec in specs:
+        argv = [str(a) for a in spec.get("argv") or []] if isinstance(spec, dict) else []
+        for i, arg in enumerate(argv[:-1]):
+            if arg == "--runtime" and argv[i + 1] in ("hip", "cuda", "host", "sim"):
+                return argv[i + 1]
+    vendors = {(g.get("vendor") or "") for g in env.get("gpus") or [] if isinstance(g, dict)}
+    simulated = "sim" in vendors or any(isinstance(w, dict) and w.get("code") == "simulated"
+                                        for w in snapshot.get("warnings") or [])
+    if simulated:
+        return "sim"
+    return "hip" if "amd" in vendors else "cuda"
+
+
+def _spec_arena(specs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The arena an engine's argv names (--arena PATH), when the bundle's arena list has none."""
+    for spec in specs:
+        argv = [str(a) for a in spec.get("argv") or []] if isinstance(spec, dict) else []
+        for i, arg in enumerate(argv[:-1]):
+            if arg == "--arena":
+                return {"path": argv[i + 1], "mappers": []}
+    return None
+
+
+def _reproduction(arenas: list[Any], snapshot: dict[str, Any], env: dict[str, Any],
+                  registered: list[str], specs: list[dict[str, Any]]) -> dict[str, Any]:
+    """`arena probe` with the bundle's runtime, no more canaries than its GPUs, and as many as engines that
+    actually registered in their last run (not every engine record ever kept in the state dir)."""
+    arena = next((a for a in arenas if isinstance(a, dict) and a.get("path")), None) or _spec_arena(specs)
+    gpus = len([g for g in env.get("gpus") or [] if isinstance(g, dict)]) or None
+    engines = len(registered) or (len([m for m in arena.get("mappers") or [] if isinstance(m, dict)
+                                       and m.get("registered")]) if arena else 0)
+    runtime = _runtime(env, specs, snapshot)
     if not arena or engines < 1:
-        return {"command": None, "why": "the bundle names no arena and engines to reproduce with; run "
+        return {"command": None, "why": "the bundle names no arena and no engine that registered it; run "
                                        "`gpuwarden arena probe --engines N --size SIZE` with the incident's numbers"}
+    capped = min(engines, gpus) if gpus else engines
     size = arena.get("size")
     target = f"--arena {arena['path']}" if arena.get("path") else f"--size {size}B"
-    return {"command": f"gpuwarden arena probe --engines {engines} --concurrency {engines} {target} "
-                       f"--runtime {runtime} --visibility all --hold 30",
-            "why": f"{engines} engine(s) registering the {arena.get('path')} arena at once (as in the incident; "
-                   f"rerun with --visibility own and --concurrency 1 to compare)"}
+    who = f" ({', '.join(registered)})" if registered else ""
+    why = (f"{capped} engine(s){who} registered the {arena.get('path')} arena (as in the incident), on a node with "
+           f"{gpus if gpus else 'an unknown number of'} GPU(s), runtime {runtime}; rerun with --visibility own and "
+           f"--concurrency 1 to compare")
+    if capped < engines:
+        why += f"; {engines - capped} more registered than the node has GPUs: one canary per GPU"
+    return {"command": f"gpuwarden arena probe --engines {capped} --concurrency {capped} {target} "
+                       f"--runtime {runtime} --visibility all --hold 30", "why": why}
+
+
+def _registered(report: Any) -> list[str]:
+    """Engines whose last run registered (triage's node context, from the bundle's engine state files)."""
+    ctx = getattr(report, "kfd_context", None)
+    return sorted(getattr(ctx, "registered", {}) or {})
 
 
 Reader = Callable[[str], "bytes | None"]
@@ -94,6 +135,13 @@ def build(path: Path | str, settings: Settings | None = None) -> dict[str, Any]:
         snapshot = _member_object(path, read, "gpuwarden/snapshot.json")
         arenas = _member_array(path, read, "gpuwarden/arenas.json")
         probe = _member_json(path, read, "gpuwarden/probe.json")
+        specs: list[dict[str, Any]] = []
+        for n in names:
+            if n.startswith("engines/") and n.endswith("/spec.json"):
+                v = _member_json(path, read, n)
+                if isinstance(v, dict):
+                    inner = v.get("engine")
+                    specs.append(inner if isinstance(inner, dict) else v)
     from concurrent.futures import ThreadPoolExecutor
 
     # doctor unpacks the bundle to a temporary tree (zlib and file writes release the GIL) while triage reads it
@@ -131,7 +179,7 @@ def build(path: Path | str, settings: Settings | None = None) -> dict[str, Any]:
         "environment": env,
         "what_happened": {"headline": report.headline(), "summary": report.summary()[:12], "crashes": crashes,
                           "registrations": registrations, "engines": report.engines},
-        "reproduction": {**_reproduction(arenas, snapshot, env), "probe_result": probe},
+        "reproduction": {**_reproduction(arenas, snapshot, env, _registered(report), specs), "probe_result": probe},
         "ruled_out": ruled_out, "concerns": concerns, "known_issues": known,
         "attachments": attachments, "attachments_total": len(items),
         "attachments_bytes": sum(i.get("bytes") or 0 for i in items),

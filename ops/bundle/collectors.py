@@ -243,7 +243,27 @@ def _crash_backtrace(ctx: Context, name: str) -> list[Entry]:
 def _arena(ctx: Context) -> list[Entry]:
     arenas = list_arenas(ctx.settings)
     return [Entry("arena", "gpuwarden.ops.arena.watch.list_arenas", "python", path="gpuwarden/arenas.json",
-                  data=json.dumps([plain(a) for a in arenas], indent=2).encode())]
+                  data=json.dumps([plain(a) for a in arenas], indent=2).encode()),
+            Entry("arena", "debugfs kfd/mem_limit (or the limit computed from RAM)", "generated",
+                  path=KFD_LIMIT_MEMBER, data=json.dumps(_kfd_limit(ctx.settings), indent=2).encode())]
+
+
+KFD_LIMIT_MEMBER = "gpuwarden/kfd_limit.json"
+
+
+def _kfd_limit(settings: Settings) -> dict[str, object]:
+    """KFD's system-memory use and limit for triage's context: debugfs when readable (root), else the limit the
+    driver computes from RAM (amdgpu_amdkfd_gpuvm_init_mem_limits) with no figure for what is in use."""
+    from gpuwarden.ops.arena import budget  # deferred: most bundles never need the arithmetic
+    live, where = budget.live_limit(settings)
+    if live is not None:
+        return {"used": live.system_used, "limit": live.system_limit, "source": "debugfs", "where": where}
+    try:
+        limit: int | None = budget.kfd_system_limit(budget.mem_total(settings.proc_root))
+    except GpuwardenError:
+        limit = None
+    return {"used": None, "limit": limit, "source": "computed", "where": where,
+            "no_system_mem_limit": budget.no_system_mem_limit(settings.sysfs_root)}
 
 
 def _coredumps(ctx: Context) -> list[Entry]:

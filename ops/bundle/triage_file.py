@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gpuwarden.ops.knowledge import cite
 from gpuwarden.ops.triage.bundle import engine_names, json_or_none, subject_of, triage_members
+from gpuwarden.ops.triage import kfdrank
 from gpuwarden.ops.triage.findings import Report
 from gpuwarden.ops.bundle.collect import collector_findings
 from gpuwarden.ops.bundle.replay import open_bundle, read_member, top_dir
@@ -34,4 +35,5 @@ def triage_bundle(path: Path, engine: str | None = None) -> Report:
     elif not notes:
         report.notes.append("the bundle's manifest.json is unreadable")
     cite(report, report.environment)  # after the collectors' findings: they can match entries too
+    kfdrank.rank(report, report.kfd_context)  # the node's context (registrations, failed calls, KFD) ranks them
     return report

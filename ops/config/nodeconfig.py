@@ -42,7 +42,7 @@ _ENGINE_KEYS = {
     "name", "argv", "gpu", "env", "workdir", "progress", "registered_pattern", "ready_pattern",
     "stop_signal", "stop_grace", "restart", "restart_backoff", "restart_backoff_max",
     "start_limit_burst", "start_limit_interval", "log_max", "gated",
-    "gate_release", "register_threshold",
+    "gate_release", "register_threshold", "pinned_headroom",
 }
 # Keys that make sense once per node, so [defaults] may not set them.
 _PER_ENGINE_ONLY = {"name", "gpu"}
@@ -86,6 +86,9 @@ class EngineConfig:
     gated: bool = True  # take part in the registration gate
     gate_release: str = "registered"  # or "ready", or "<N>s" after registered (preload and log engines)
     register_threshold: int = DEFAULT_REGISTER_THRESHOLD  # preload: smaller registrations pass ungated
+    # Pinned host memory (hipHostMalloc & co) the engine allocates besides the arena: KFD charges it against the
+    # same system-memory limit as the registration (ops/arena/budget.py). None: the budget's stated default.
+    pinned_headroom: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -539,6 +542,12 @@ class _Validator:
                 *where("register_threshold"), "register_threshold",
                 raw.get("register_threshold", DEFAULT_REGISTER_THRESHOLD),
                 'e.g. register_threshold = "256MiB" (registrations below it pass ungated)', low=0, high=1 << 50)
+        if "pinned_headroom" in raw:
+            with self.check():
+                values["pinned_headroom"] = self.size(
+                    *where("pinned_headroom"), "pinned_headroom", raw["pinned_headroom"],
+                    'e.g. pinned_headroom = "6GiB" (pinned host memory the engine allocates besides the arena)',
+                    low=0, high=1 << 50)
         return None if len(self.errors) > failed else EngineConfig(**values)
 
     def gate_release(self, where: Callable[[str], tuple[str, int | None]], raw: dict[str, Any], progress: str, patterns: dict[str, Any]) -> str:

@@ -166,7 +166,7 @@ JOURNAL_ENTRY = Obj({"ts": TIME, "time": Str(64), "who": Str(256), "action": Str
                     ("action",))
 SIM_NODE = Obj({"gpus": Num(1, 64, integer=True), "vram": COUNT, "gtt": COUNT, "idle_used": COUNT,
                 "hive": Bool(), "faults": ListOf(Str(64), 16), "leaked": MapOf(COUNT, key="index"),
-                "resets": MapOf(COUNT, key="index")}, ("gpus", "vram", "gtt"))
+                "resets": MapOf(COUNT, key="index"), "kfd_limit": Opt(COUNT)}, ("gpus", "vram", "gtt"))
 SIM_ALLOC = Obj({"pid": PID, "ticks": COUNT, "gpu": Num(0, 63, integer=True), "bytes": COUNT},
                 ("pid", "ticks", "gpu", "bytes"))
 # The simulated driver's DRM clients: one record per (process, fd) that shows a client (a forked child that kept
@@ -180,7 +180,8 @@ SCENARIO = Obj({"name": Str(64), "ts": TIME, "engines": ListOf(Str(64), 64), "fi
                                                         "reaps": ListOf(PID, 64)}, ("pid", "ticks")), 64)},
                ("name",))
 REGISTRATION = Obj({"pid": PID, "start_ticks": Opt(COUNT), "gpu": Num(0, 1 << 16, integer=True), "bytes": COUNT,
-                    "address": STR, "arena": Opt(STR), "chunks": COUNT, "since": TIME},
+                    "address": STR, "arena": Opt(STR), "chunks": COUNT, "since": TIME,
+                    "kind": Opt(STR), "call": Opt(STR)},
                    ("pid", "gpu", "bytes"))
 
 

@@ -302,12 +302,12 @@ def _arena_families(reading: Reading, options: MetricsOptions) -> Iterator[Metri
     fams: list[Metric] = [size, ok, mappers, registered]
     plan = reading.plan
     if plan is not None:
-        limit = _gauge("kfd_system_limit_bytes", "KFD's system-memory limit for userptr registrations (absent with "
-                       "amdgpu.no_system_mem_limit=1).", none.names)
-        charge = _gauge("arena_plan_charge_bytes", "What the node config's launch plan charges against the KFD "
-                        "limit: arena size x GPUs each engine sees, summed.", lab.names)
-        fits = _gauge("arena_plan_fits", "1 when the launch plan's registrations fit under the KFD limit.",
-                      lab.names)
+        limit = _gauge("kfd_system_limit_bytes", "KFD's system-memory limit for host registrations and pinned host "
+                       "allocations (absent with amdgpu.no_system_mem_limit=1).", none.names)
+        charge = _gauge("arena_plan_charge_bytes", "What the node config's launch plan's registrations charge against "
+                        "the KFD limit: arena size once per engine process, whatever GPUs it sees.", lab.names)
+        fits = _gauge("arena_plan_fits", "1 when the launch plan's registrations plus each engine's pinned headroom "
+                      "fit under the KFD limit.", lab.names)
         if not plan.no_limit:
             limit.add_metric(none.of(), plan.limit)
         charge.add_metric(lab.of(plan.arena), plan.charged)

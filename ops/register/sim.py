@@ -1,7 +1,10 @@
 """The sim runtime: records each registration in the sim node (gpuwarden.ops.node.sim.registrations), copies on the host.
 
 The GPU number recorded is the node's, translated through *_VISIBLE_DEVICES; GPUWARDEN_SIM_KFD_LIMIT (bytes or
-a size such as 24GiB) makes registrations past that node-wide sum fail, as KFD's system-memory limit does.
+a size such as 24GiB) makes charges past that node-wide sum fail, as KFD's system-memory limit does. A
+registration is charged once per process whatever GPUs it sees (amdgpu_amdkfd_gpuvm.c, kfd_mem_attach: the
+other GPUs get attachments, not reservations); pin() models a pinned host allocation (hipHostMalloc), which
+KFD charges against the same counter (a GTT-domain object, amdgpu_amdkfd_reserve_mem_limit).
 Its --share allocation is a memfd: the keeper charges it once, importers mmap the passed descriptor.
 """
 
@@ -24,11 +27,23 @@ from gpuwarden.ops.register.share import Shared, ShareFailed
 ENV_LIMIT = "GPUWARDEN_SIM_KFD_LIMIT"
 
 
+class PinFailed(Exception):
+    """A simulated pinned host allocation KFD refused: hipHostMalloc returns hipErrorOutOfMemory."""
+
+    code = "hipErrorOutOfMemory"
+
+    def __init__(self, size: int, used: int, limit: int) -> None:
+        self.size, self.used, self.limit = size, used, limit
+        super().__init__(f"hipHostMalloc of {fmt_bytes(size)} returned hipErrorOutOfMemory: the simulated KFD "
+                         f"ledger holds {fmt_bytes(used)} of its {fmt_bytes(limit)} system-memory limit")
+
+
 class SimRuntime(Runtime):
     name = "sim"
 
     def __init__(self, state_dir: Path | None = None) -> None:
         self.state_dir = Path(state_dir) if state_dir else Settings.from_env().state_dir
+        self._pinned: list[ctypes.Array[ctypes.c_char]] = []
 
     def open(self, gpu: int) -> None:
         self.gpu = physical_gpu(gpu, os.environ)
@@ -48,12 +63,40 @@ class SimRuntime(Runtime):
         with SimNode(self.state_dir)._lock():
             used = registrations.charged(self.state_dir)
             if used + size > parse_size(limit):
+                # clr's hipHostRegister answers a memory object it cannot create with hipErrorInvalidValue
+                # ("Cannot create memory for size", hip_memory.cpp), not out-of-memory.
                 raise RegisterFailed(
-                    f"sim: registering {fmt_bytes(size)} on GPU {self.gpu} failed: out of memory "
-                    f"(simulated KFD system limit {fmt_bytes(parse_size(limit))}, {fmt_bytes(used)} already charged)",
-                    "see `gpuwarden arena budget`")
+                    f"sim: registering {fmt_bytes(size)} on GPU {self.gpu} failed: hipErrorInvalidValue (the "
+                    f"simulated KFD refused the userptr object: limit {fmt_bytes(parse_size(limit))}, "
+                    f"{fmt_bytes(used)} already charged)", "see `gpuwarden arena budget`")
             registrations.add(self.state_dir, gpu=self.gpu, size=size, address=address,
                               path=getattr(self, "_path", None))
+
+    def pin(self, size: int, seen: int = 0) -> int:
+        """A pinned host allocation of `size` bytes (what hipHostMalloc asks KFD for): charged against the same
+        node-wide counter as registrations. Returns its address; raises PinFailed past the simulated limit.
+
+        `seen`: the ledger as the caller last saw it. Peers that fail at the same moment die a little later on a
+        real node (a crashed process's KFD memory is freed as its teardown completes), so a peer's crash between
+        that look and this call does not make room here."""
+        buf = ctypes.create_string_buffer(max(1, min(size, 1 << 20)))  # a stand-in: the charge is the point
+        address = ctypes.addressof(buf)
+        self._pinned.append(buf)
+        limit = os.environ.get(ENV_LIMIT)
+        with SimNode(self.state_dir)._lock():
+            used = max(registrations.charged(self.state_dir), seen)
+            if limit and used + size > parse_size(limit):
+                raise PinFailed(size, used, parse_size(limit))
+            registrations.add(self.state_dir, gpu=self.gpu, size=size, address=address, path=None, kind="gtt",
+                              call="hipHostMalloc")
+        return address
+
+    def close(self) -> None:
+        # The pinned buffers go with the runtime, as hipHostFree would free them; a crash leaves them stale.
+        for buf in self._pinned:
+            registrations.remove(self.state_dir, gpu=self.gpu, address=ctypes.addressof(buf))
+        self._pinned.clear()
+        super().close()
 
     def _unregister_one(self, address: int, size: int, reg: Registration) -> None:
         registrations.remove(self.state_dir, gpu=self.gpu, address=address)

@@ -17,7 +17,7 @@ LEVELS = ("info", "ok", "warning", "error")
 KINDS = (
     "watching", "engine-phase", "engine-crashed", "engine-restarted", "engine-removed", "residual-appeared",
     "residual-cleared", "holder-appeared", "holder-gone", "warning", "drained", "undrained", "gpu-gone",
-    "gpu-appeared", "kernel", "playbook", "policy", "agent", "kubernetes",
+    "gpu-appeared", "kernel", "playbook", "policy", "agent", "kubernetes", "kfd-limit-near", "kfd-limit-ok",
 )
 
 
@@ -79,6 +79,44 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
+# KFD's system memory this full (every process's registrations and pinned host allocations) is worth a warning:
+# the next registration or pinned allocation that does not fit fails (amdgpu_amdkfd_reserve_mem_limit, -ENOMEM).
+KFD_WARN_FRACTION = 0.9
+
+
+def _kfd_fill(snap: NodeSnapshot | None) -> tuple[int, int] | None:
+    books = (snap.driver or {}).get("kfd_mem_limit") if snap is not None else None
+    if not isinstance(books, dict):
+        return None
+    used, limit = books.get("system_used"), books.get("system_limit")
+    if isinstance(used, int) and isinstance(limit, int) and limit > 0:
+        return used, limit
+    return None
+
+
+def _kfd_events(ts: float, before: NodeSnapshot | None, now: NodeSnapshot) -> list[NodeEvent]:
+    """A warning when KFD's system memory crosses KFD_WARN_FRACTION of its limit, and a note when it drops back."""
+    fill, was = _kfd_fill(now), _kfd_fill(before)
+    if fill is None:
+        return []
+    high = fill[0] >= KFD_WARN_FRACTION * fill[1]
+    was_high = was is not None and was[0] >= KFD_WARN_FRACTION * was[1]
+    gib = 1 << 30
+    if high and not was_high:
+        left = max(0, fill[1] - fill[0])
+        return [NodeEvent(ts, "warning", f"KFD system memory {fill[0] / gib:.1f}/{fill[1] / gib:.1f} GiB "
+                          f"({100 * fill[0] / fill[1]:.0f}%): registrations and pinned host allocations share this "
+                          f"limit; the next one over {left / gib:.1f} GiB fails (hipHostRegister: hipErrorInvalidValue, "
+                          f"hipHostMalloc: hipErrorOutOfMemory). Confirm who holds it: `gpuwarden engines list`, "
+                          f"`gpuwarden arena budget`", "kfd-limit-near", None,
+                          {"used": fill[0], "limit": fill[1]})]
+    if was_high and not high:
+        return [NodeEvent(ts, "ok", f"KFD system memory back under {KFD_WARN_FRACTION:.0%} of its limit "
+                          f"({fill[0] / gib:.1f}/{fill[1] / gib:.1f} GiB)", "kfd-limit-ok", None,
+                          {"used": fill[0], "limit": fill[1]})]
+    return []
+
+
 def diff(before: NodeSnapshot | None, now: NodeSnapshot,
          residual_since: dict[int, float] | None = None) -> list[NodeEvent]:
     """Events that explain how `now` differs from `before` (None: the first snapshot), oldest first.
@@ -89,6 +127,7 @@ def diff(before: NodeSnapshot | None, now: NodeSnapshot,
     if before is None:
         out.append(NodeEvent(ts, "info", f"watching {now.hostname}: {len(now.gpus)} GPU(s) via {now.backend}"
                              + (" (SIMULATED)" if now.simulated else ""), "watching"))
+    out.extend(_kfd_events(ts, before, now))
     old_engines = {e.name: e for e in before.engines} if before else {}
     for e in now.engines:
         out.extend(_engine_events(ts, old_engines.get(e.name), e))

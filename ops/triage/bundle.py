@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from gpuwarden.ops.foundation import jsondoc
 from gpuwarden.ops.knowledge import cite
-from gpuwarden.ops.triage import focus
+from gpuwarden.ops.triage import focus, kfdrank
 from gpuwarden.ops.triage.analyze import Analyzer, add_snapshot
 from gpuwarden.ops.triage.enginecrash import engine_findings, evidence_from
 from gpuwarden.ops.triage.findings import Report
@@ -79,12 +79,17 @@ def triage_members(read: Callable[[str], bytes | None], names: list[str], source
     report.engines = engines
     if subject and isinstance(subject.get("engine"), str):
         focus.apply(report, subject["engine"], subject.get("reason"), evidence)
+    else:
+        focus.apply_host(report, evidence, snapshot)
     if any(e.get("backtrace_note") for e in engines):
         report.notes.append("a crashed engine dumped core but no backtrace was stored (gdb/eu-stack missing on the "
                             "node, or the core was not found): see manifest.json")
     report.environment = environment(json_or_none(read(VERSIONS), VERSIONS, report.notes))
+    report.kfd_context = kfdrank.context_from(read, evidence, json_or_none(read(kfdrank.KFD_LIMIT_MEMBER),
+                                                                          kfdrank.KFD_LIMIT_MEMBER, report.notes))
     if known:
         cite(report, report.environment)
+        kfdrank.rank(report, report.kfd_context)
     return report
 
 

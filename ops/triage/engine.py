@@ -20,11 +20,43 @@ _CHECK_RUNTIME = ("the engine's log just before it (which call failed); then the
 
 _NCCL_CODES = r"nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError)"
 
+# Pinned host allocations and registrations: their failures are about KFD's system-memory limit, not GPU memory.
+_HOST_CALLS = (r"\b(?:hipHostMalloc|hipMallocHost|hipHostAlloc|hipExtHostAlloc|hipHostRegister|cudaHostAlloc"
+               r"|cudaMallocHost|cudaHostRegister|cuMemHostAlloc|cuMemAllocHost|cuMemHostRegister)\b")
+
 RULES: tuple[Rule, ...] = (
+    rule("engine.host_memory_failed", "engine", "error",
+       r"\b(?P<call>hipHostMalloc|hipMallocHost|hipHostAlloc|hipExtHostAlloc|hipHostRegister|cudaHostAlloc"
+       r"|cudaMallocHost|cudaHostRegister|cuMemHostAlloc|cuMemAllocHost|cuMemHostRegister)\b"
+       r"(?:\s+of\s+(?P<size>[\d.]+ [KMGT]?i?B))?[^\n]{0,200}?"
+       r"\b(?P<code>hipErrorOutOfMemory|hipErrorInvalidValue|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY)\b",
+       "{call}[[ of {size}]] returned {code}: host memory KFD charges against its system-memory limit",
+       key=("call", "code"), tier=CAUSE,
+       hint=("hostmalloc", "hostalloc", "mallochost", "allochost", "hostregister"), flags=re.IGNORECASE,
+       meaning="a host registration (userptr object) and pinned host memory (a GTT-domain object) are both charged "
+               "by KFD against one node-wide system-memory limit (amdgpu_amdkfd_gpuvm.c, "
+               "amdgpu_amdkfd_reserve_mem_limit from amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu); after large "
+               "registrations the next pinned allocation is what fails, and a runtime or engine that goes on with "
+               "the NULL crashes (a segfault at a small address). HIP returns hipErrorInvalidValue for a "
+               "registration it cannot back (older releases: hipErrorOutOfMemory)",
+       check="confirm on this node: KFD's used/limit in /sys/kernel/debug/kfd/mem_limit (root) near the limit, and "
+             "each engine's registered and pinned bytes (`gpuwarden engines list`, `gpuwarden arena budget`)"),
+    # clr hipamd/src/hip_memory.cpp, ihipHostRegister(): amd::Memory::create failed -> LogPrintfError(...) and
+    # hipErrorInvalidValue (older HIP, hipamd's hipHostRegister, returned hipErrorOutOfMemory after the same line).
+    rule("engine.hip_create_memory_failed", "engine", "error",
+       r"Cannot create memory for size: (?P<size>\d+) with flags: (?P<flags>-?\d+)",
+       "HIP could not create the memory object for a {size}-byte host registration (flags {flags})",
+       key=("size",), tier=CAUSE,
+       meaning="hipHostRegister could not back the registration: KFD usually refused the userptr object past its "
+               "system-memory limit (-ENOMEM). Today's HIP returns hipErrorInvalidValue for it, older releases "
+               "hipErrorOutOfMemory; the line is logged at AMD_LOG_LEVEL>=1",
+       check="confirm on this node: KFD's used/limit in /sys/kernel/debug/kfd/mem_limit (root) and the budget "
+             "(`gpuwarden arena budget`): registrations are charged once per process, plus every pinned allocation"),
     rule("engine.gpu_oom", "engine", "error",
        r"(?:(?P<rt>CUDA|HIP) out of memory\. Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)"
        r"|torch\.(?:cuda\.)?OutOfMemoryError(?:: (?P<rt3>CUDA|HIP) out of memory\. Tried to allocate (?P<size2>[\d.]+ [KMGT]?i?B))?"
-       r"|(?P<rt2>CUDA|HIP) error: out of memory|\bhipErrorOutOfMemory\b|\bcudaErrorMemoryAllocation\b"
+       r"|(?P<rt2>CUDA|HIP) error: out of memory|^(?!.{0,300}?" + _HOST_CALLS + r").{0,300}?\bhipErrorOutOfMemory\b"
+       r"|\bcudaErrorMemoryAllocation\b"
        r"|\bCUDA_ERROR_OUT_OF_MEMORY\b)",
        "the engine ran out of GPU memory[[ (tried to allocate {size}{size2})]]", tier=CAUSE, hint="memory",
        meaning="an allocation on the GPU failed: the model, its KV cache and other tenants did not fit",

@@ -158,9 +158,62 @@ def engine_findings(evidence: list[EngineEvidence], kernel: Report | None = None
                     details={k: v for k, v in info.items() if k not in ("name", "died_of") and v not in (None, [], "")})
         findings.append(f)
         summaries.append(info)
-    findings += _storms(summaries, evidence, kernel, arenas)
+    storms = _storms(summaries, evidence, kernel, arenas)
+    findings += storms
+    findings += _died_together(evidence, storms)
     findings += _failed_alive(evidence)
     return findings, summaries
+
+
+# Engines that end this close together are taken as one event (the arena incident's four died within ~1 s).
+TOGETHER_S = 5.0
+
+
+def _ended_at(state: dict[str, Any]) -> float | None:
+    raw = state.get("phases")
+    phases: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    for value in (phases.get("crashed"), phases.get("exited"), state.get("ended_at")):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def _died_together(evidence: list[EngineEvidence], storms: list[Finding]) -> list[Finding]:
+    """Engines dead within TOGETHER_S of each other, from their state files' crash times and exit statuses: one
+    finding, whether or not the kernel logged a fault line (a storm already grouping the same engines says it)."""
+    dead = sorted(((t, e) for e in evidence if e.died and (t := _ended_at(e.state)) is not None),
+                  key=lambda pair: pair[0])
+    clusters: list[list[tuple[float, EngineEvidence]]] = []
+    for pair in dead:
+        if clusters and pair[0] - clusters[-1][-1][0] <= TOGETHER_S:
+            clusters[-1].append(pair)
+        else:
+            clusters.append([pair])
+    covered = [set(f.details.get("engines") or []) for f in storms]
+    out = []
+    for cluster in clusters:
+        names = [e.name for _, e in cluster]
+        if len(cluster) < 2 or any(set(names) <= c for c in covered):
+            continue
+        span = cluster[-1][0] - cluster[0][0]
+        how = ", ".join(f"{e.name} {e.state.get('signal') or 'exit ' + str(e.state.get('exit_code'))}"
+                        for _, e in cluster)
+        out.append(Finding(
+            rule="engine.died_together", category="engine", severity="critical", tier=SHARED_CRASH,
+            title=f"{len(cluster)} engines died within {_secs(span)} s: {how}", signature="|".join(names),
+            count=len(cluster), source="engines", first_time=cluster[0][0], last_time=cluster[-1][0],
+            time_base="epoch",
+            meaning="several engines ended within seconds of each other: one shared event, not independent failures",
+            check="what they shared at that moment: the arena's KFD budget (registrations plus pinned allocations, "
+                  "`gpuwarden arena budget`; debugfs kfd/mem_limit as root), the GPU, a reset, the node's memory",
+            victims=[{"process": e.name, "pid": e.state.get("pid"), "engine": e.name} for _, e in cluster],
+            details={"engines": names, "span_s": round(span, 3),
+                     "short": f"{len(cluster)} engines died within {_secs(span)} s"}))
+    return out
+
+
+def _secs(span: float) -> str:
+    return f"{span:.1f}" if span >= 0.1 else f"{span:.2f}"
 
 
 def _failed_alive(evidence: list[EngineEvidence]) -> list[Finding]:
@@ -178,8 +231,9 @@ def _failed_alive(evidence: list[EngineEvidence]) -> list[Finding]:
             source=f"engines/{e.name}",
             meaning="a host-registration call of a supervised engine returned an error and the engine went on: "
                     "its first use of that memory as registered can crash it",
-            check="the error: out of memory from KFD means its system-memory limit (`gpuwarden arena budget`); "
-                  "stop the engine or restart it once the cause is fixed",
+            check="the error: KFD's system-memory limit refuses a registration as hipErrorInvalidValue in today's "
+                  "HIP (hipErrorOutOfMemory in older releases); confirm on this node with debugfs kfd/mem_limit "
+                  "(root) and `gpuwarden arena budget`; stop the engine or restart it once the cause is fixed",
             first_time=failed.get("at"), time_base="epoch" if failed.get("at") is not None else None,
             victims=[{"process": e.name, "pid": e.state.get("pid"), "engine": e.name}],
             details={"registration_failed": failed}))

@@ -59,15 +59,17 @@ _SPECIAL = (
           "the library and function named, and the engine's log tail in the bundle (engines/NAME/engine.log)",
           "engine dp0 died of SIGSEGV in libamdhip64.so.7 at offset 0xb71c9 after registering; when a registration "
           "of the engine had failed just before, the failed call leads: dp3: hipHostRegister of 64.0 GiB returned "
-          "hipErrorOutOfMemory at 12:00:03.1; SIGSEGV in libamdhip64.so.7 at 0xb71c9 0.4 s later: the engine used "
+          "hipErrorInvalidValue at 12:00:03.1; SIGSEGV in libamdhip64.so.7 at 0xb71c9 0.4 s later: the engine used "
           "a buffer it failed to register"),
     Entry("engine.register_failed", "engine", "error", CAUSE,
           "a supervised engine's host-registration call (hipHostRegister, cudaHostRegister, cuMemHostRegister) "
           "returned an error and the engine went on running (phase failed-registration): most engines ignore the "
           "result and crash when they use that memory",
-          "the error named: out of memory means KFD's system-memory limit (`gpuwarden arena budget`); stop the "
-          "engine or restart it once the cause is fixed",
-          "dp3: hipHostRegister of 64.0 GiB returned hipErrorOutOfMemory at 12:00:03.1; the engine runs on "
+          "the error named: a registration KFD refuses past its system-memory limit comes back as "
+          "hipErrorInvalidValue from today's HIP (clr hip_memory.cpp, \"Cannot create memory for size\" at "
+          "AMD_LOG_LEVEL>=1) and hipErrorOutOfMemory from older releases; confirm with debugfs kfd/mem_limit "
+          "(root) and `gpuwarden arena budget`; stop the engine or restart it once the cause is fixed",
+          "dp3: hipHostRegister of 64.0 GiB returned hipErrorInvalidValue at 12:00:03.1; the engine runs on "
           "without that memory registered"),
     Entry("engine.crash_storm", "engine", "critical", SHARED_CRASH,
           "several engines died of the same signal at the same place within seconds: one shared cause (for "
@@ -76,6 +78,12 @@ _SPECIAL = (
           "version; reproduce with `gpuwarden arena probe` and stagger with `launch --stagger 1`",
           "4 engines died of SIGSEGV in libamdhip64.so.7 at offset 0xb71c9 within 1 s, after registering a "
           "shared arena"),
+    Entry("engine.died_together", "engine", "critical", SHARED_CRASH,
+          "several engines ended within a few seconds of each other, by the state files' crash times and exit "
+          "statuses alone (with or without a kernel fault line): one event, not independent failures",
+          "what they shared at that moment: the arena's KFD budget (registrations plus pinned allocations, "
+          "`gpuwarden arena budget`), the GPU, a reset, the node's memory",
+          "4 engines died within 1.1 s: dp0 SIGSEGV, dp1 SIGSEGV, dp2 SIGSEGV, dp3 SIGSEGV"),
 )
 
 

@@ -104,6 +104,7 @@ class Report:
     subject: dict[str, Any] | None = None
     known: list[dict[str, Any]] = field(default_factory=list)  # catalog entries the findings match (ops/knowledge)
     environment: dict[str, Any] = field(default_factory=dict)  # versions the matches were judged against
+    kfd_context: Any = None  # a bundle's node context for ranking known issues (ops/triage/kfdrank.py)
 
     def ordered(self) -> list[Finding]:
         return sorted(self.findings, key=lambda f: f.rank)
@@ -125,7 +126,8 @@ class Report:
 
     def headline(self) -> str | None:
         """One sentence: the top finding, and what it led to on the same GPU (reset, VRAM lost)."""
-        top = next((f for f in self.ordered() if f.severity != "info"), None)
+        # Other processes' crashes (ops/triage/focus.py) are kept in the report but never lead it.
+        top = next((f for f in self.ordered() if f.severity != "info" and f.scope != "other-process"), None)
         if top is None:
             return None
         text = line_of(top)
@@ -148,6 +150,8 @@ class Report:
             out["environment"] = dict(self.environment)
         if self.known:
             out["known_issues"] = list(self.known)
+        if self.kfd_context is not None and getattr(self.kfd_context, "known", False):
+            out["node_context"] = dict(self.kfd_context.__dict__)
         out["findings"] = [f.to_dict() for f in self.ordered()]
         return out
 

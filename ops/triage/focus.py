@@ -68,12 +68,40 @@ def apply(report: Report, engine: str, reason: str | None, evidence: list[Engine
                 f.title += f" (outside {engine}'s run)"
 
 
-def _other_processes(f: Finding, engine: str) -> None:
+# Libraries whose fault means the process was doing GPU work even when it no longer holds a device file (it died).
+GPU_LIBRARIES = ("libamdhip64", "libhsa-runtime64", "libhsakmt", "libamd_comgr", "librocblas", "libMIOpen",
+                 "librccl", "libnccl", "libcuda", "libcudart", "libnvidia", "libcublas", "libtorch_hip",
+                 "libtorch_cuda", "libgwpreload")
+
+
+def apply_host(report: Report, evidence: list[EngineEvidence], snapshot: Any) -> None:
+    """A bundle taken by hand (no subject): crashes of processes that held no GPU device file and are no engine
+    are "other processes on this host", kept but never the headline. A process counts as GPU work when the
+    bundle's snapshot lists it as a GPU user, an engine had its pid, or it faulted in a GPU runtime library."""
+    engine_pids = {e.state.get("pid") for e in evidence if isinstance(e.state.get("pid"), int)}
+    gpu_pids = set(engine_pids)
+    procs = snapshot.get("processes") if isinstance(snapshot, dict) else None
+    for p in procs if isinstance(procs, list) else ():
+        if isinstance(p, dict) and isinstance(p.get("pid"), int):
+            gpu_pids.add(p["pid"])
+    for f in report.findings:
+        if f.category not in ("segfault", "oom") or not f.victims or f.scope is not None:
+            continue
+        if any(v.get("engine") or v.get("pid") in gpu_pids for v in f.victims):
+            continue
+        library = str(f.details.get("library") or "") + " " + f.title
+        if any(lib in library for lib in GPU_LIBRARIES):
+            continue
+        _other_processes(f, None)
+
+
+def _other_processes(f: Finding, engine: str | None) -> None:
     """A crash of processes that are no engine of this bundle: kept, said to be theirs, never the headline."""
     names = sorted({str(v.get("process")) for v in f.victims if v.get("process")})
     who = "another process" if len(names) <= 1 and len(f.victims) <= 1 else "other processes"
     f.scope = "other-process"
-    f.title = f"{who} on this host, not {engine} nor another engine of this bundle: {f.title}"
+    f.title = (f"{who} on this host, not {engine} nor another engine of this bundle: {f.title}" if engine else
+               f"{who} on this host (no GPU device file held, no engine): {f.title}")
     f.details["severity_as_found"] = f.severity
     if f.severity in ("critical", "error"):
         f.severity = "warning"

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+# The regex parser: used only to find a literal every match must contain.
+
 from gpuwarden.ops.foundation.regexshape import required_literal
 from gpuwarden.ops.triage.findings import CAUSE, CONSEQUENCE, FIRMWARE, HARDWARE, INIT, OTHER
 
@@ -413,8 +415,20 @@ RULES: tuple[Rule, ...] = (
        adjust=_userptr_severity,
        meaning="pinning or mapping registered host memory failed (-14 alone is benign: the range was freed "
                "while still registered and KFD retries)",
-       check="the KFD system-memory limit (amdgpu.no_system_mem_limit), memlock limits and how many GPUs each "
-             "process sees (`gpuwarden arena budget`)"),
+       check="the KFD system-memory limit (amdgpu.no_system_mem_limit): confirm on this node with "
+             "/sys/kernel/debug/kfd/mem_limit (root) and what each process registered and pinned (`gpuwarden arena "
+             "budget`, `gpuwarden engines list`); then memlock limits"),
+    # drivers/gpu/drm/amd/amdkfd/kfd_svm.c, svm_range_new(): with XNACK off each new SVM range is charged once per
+    # process through amdgpu_amdkfd_reserve_mem_limit(); when it does not fit this pr_info is the only trace (the
+    # limit's own hint, "Set no_system_mem_limit=1 if using shared memory", is pr_debug: dynamic debug only).
+    rule("kfd.svm_mem_limit", "kfd", "error", r"SVM mapping failed, exceeds resident system memory limit",
+       "KFD refused an SVM range: it exceeds the resident system-memory limit", tier=CAUSE,
+       meaning="KFD's node-wide system-memory limit (RAM - RAM/64 - 1.5 GiB at driver load) is full: every "
+               "process's host registrations, pinned host allocations and SVM ranges are charged against it "
+               "(amdgpu_amdkfd_gpuvm.c amdgpu_amdkfd_reserve_mem_limit, kfd_svm.c svm_range_new)",
+       check="confirm on this node: KFD's used/limit in /sys/kernel/debug/kfd/mem_limit (root) near the limit, and "
+             "what each engine registered and pinned (`gpuwarden arena budget`, `gpuwarden engines list`); "
+             "`gpuwarden arena probe --trace` as root also shows the limit's pr_debug hint"),
     rule("kfd.gpuvm_map_failed", "kfd", "error",
        r"(?:Failed to map bo to gpuvm|update_gpuvm_pte\(\) failed|amdgpu_vm_bo_update failed"
        r"|Failed to map peer:(?P<peer>\S*) mem_domain:(?P<domain>\d*))",

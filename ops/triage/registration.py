@@ -1,7 +1,7 @@
 """A failed host registration as triage evidence: which call, how much, which error, when, from the shim's records.
 
 When an engine crashes after a registration of its returned an error, the failed call comes first in the story
-("dp3: hipHostRegister of 64.0 GiB returned hipErrorOutOfMemory at 12:00:03.1; SIGSEGV ... 0.4 s later").
+("dp3: hipHostRegister of 64.0 GiB returned hipErrorInvalidValue at 12:00:03.1; SIGSEGV ... 0.4 s later").
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def clock(ts: float | None) -> str:
 
 
 def what_failed(name: str, failed: dict[str, Any]) -> str:
-    """'dp3: hipHostRegister of 64.0 GiB returned hipErrorOutOfMemory at 12:00:03.1'."""
+    """'dp3: hipHostRegister of 64.0 GiB returned hipErrorInvalidValue at 12:00:03.1'."""
     error = failed.get("error") or f"error {failed.get('result')}"
     return (f"{name}: {failed.get('call') or 'a host registration'} of {fmt_bytes(failed.get('bytes'))} returned "
             f"{error} at {clock(failed.get('at'))}")

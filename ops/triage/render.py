@@ -83,6 +83,10 @@ def known_lines(report: Report, limit: int = 12) -> list[str]:
     out = []
     for k in report.known[:limit]:
         text = f"- `{k['id']}`: {k['title']} (matches `{k['rule']}`; versions: {k['versions']})"
+        if k.get("because"):
+            text += f"; ranked first on this node's evidence: {k['because'].rstrip('.')}"
+        elif k.get("needs"):
+            text += "; to rank it, triage needs " + "; ".join(k["needs"])
         if k.get("workaround"):
             text += f"; workaround: {k['workaround'].rstrip('.')}"
         if k.get("fixed_in"):

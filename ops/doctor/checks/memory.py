@@ -236,12 +236,18 @@ def check_kfd_budget(io: CheckIO) -> Result:
     io.note("/proc/meminfo")
     settings = io.settings.with_(sysfs_root=io.roots.gpu, proc_root=io.roots.proc)
     size, visible = kfd_budget.from_config(settings)
-    b = kfd_budget.compute(settings, size, visible)
+    b = kfd_budget.compute(settings, size, visible, [e.name for e in cfg.engines])
     details = b.to_dict()
-    summary = " ".join(b.lines()[:3])
+    summary = " ".join(b.lines()[:4])
+    if b.verdict == "decided-by-pinned":
+        return warn(f"fits by registrations alone, not certain: {summary}; what decides it: {b.decides}",
+                    "measure each engine's pinned allocations (progress = \"preload\") or set pinned_headroom "
+                    "per engine in the node config", **details)
     if b.fits:
         return passed(f"fits: {summary}", **details)
-    return fail(f"does not fit: {summary} — registrations past the limit fail or crash the runtime",
+    what = ("the registrations alone exceed the limit: the one that crosses it fails" if b.verdict == "does-not-fit"
+            else "every registration fits, then the engines' pinned allocations cross the limit and fail")
+    return fail(f"does not fit: {summary} — {what}" + (f"; {b.crossing}" if b.crossing else ""),
                 "; ".join(b.advice) or None, **details)
 
 

@@ -114,7 +114,8 @@ def check_kfd_limit(io: CheckIO) -> Result:
     plan = _plan_budget(io)
     if off:
         needed = "" if plan is None else (
-            "; the arena plan would not fit without it" if plan.charged + (plan.kfd_used or 0) > plan.limit
+            "; the arena plan would not fit without it"
+            if plan.charged + plan.pinned_total + (plan.kfd_used or 0) > plan.limit
             else "; the arena plan fits even without it")
         return passed("no_system_mem_limit=Y: KFD does not count host-memory registrations against a node-wide limit; "
                       f"pinned pages are still real RAM{needed}", value=raw, limit=None)
@@ -124,11 +125,12 @@ def check_kfd_limit(io: CheckIO) -> Result:
         return warn(f"no_system_mem_limit=N, and the arena plan charges {fmt_bytes(plan.charged)} against "
                     f"{source} of {fmt_bytes(plan.limit)}: " + (plan.crossing or "registrations past it fail"),
                     "echo 1 > /sys/module/amdgpu/parameters/no_system_mem_limit (takes effect at once; keep it with "
-                    "`options amdgpu no_system_mem_limit=1` in /etc/modprobe.d/amdgpu.conf), or one GPU per engine "
-                    "(ROCR_VISIBLE_DEVICES)", value=raw, limit=plan.limit, charged=plan.charged,
+                    "`options amdgpu no_system_mem_limit=1` in /etc/modprobe.d/amdgpu.conf), or register less "
+                    "(one GPU per engine does not lower the charge: KFD charges once per process)", value=raw, limit=plan.limit, charged=plan.charged,
                     limit_source=plan.limit_source)
-    return passed(f"no_system_mem_limit=N: every hipHostRegister (userptr) registration, once per GPU the process "
-                  f"sees, counts against one node-wide limit of {shown}; kfd-budget checks the arena against it",
+    return passed(f"no_system_mem_limit=N: every process's hipHostRegister (userptr) registration, once per process "
+                  f"whatever GPUs it sees, and every pinned host allocation (hipHostMalloc & co) count against one "
+                  f"node-wide limit of {shown}; kfd-budget checks the arena plan against it",
                   value=raw, limit=limit)
 
 

@@ -287,6 +287,18 @@ class SimNode:
             if fault == "hang":
                 self._write_dynamic_tree(cfg)
 
+    def set_kfd_limit(self, limit: int | None) -> None:
+        """The simulated KFD system-memory limit its debugfs kfd/mem_limit shows (None: this host's RAM's), as a
+        scenario sets it for the canaries' GPUWARDEN_SIM_KFD_LIMIT."""
+        with self._lock():
+            cfg = self.config()
+            if limit is None:
+                cfg.pop("kfd_limit", None)
+            else:
+                cfg["kfd_limit"] = int(limit)
+            self._save(cfg)
+        self.sync()
+
     def hung_gpus(self, cfg: Config | None = None) -> set[int]:
         """The GPUs whose driver files block on read (the hang fault)."""
         cfg = cfg or self.config()
@@ -455,7 +467,7 @@ class SimNode:
             charged = registrations.charged(self.state_dir)
         except (OSError, GpuwardenError):
             charged = 0
-        limit = _kfd_limit()
+        limit = cfg.get("kfd_limit") or _kfd_limit()
         mib = 1 << 20
         try:
             with self._dir("root/sys/kernel/debug/kfd") as kfd:

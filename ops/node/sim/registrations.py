@@ -1,4 +1,4 @@
-"""The sim node's record of arena registrations: one JSON file per registration under <state dir>/sim/registrations/.
+"""The sim node's KFD ledger: one JSON file per registration or pinned allocation under <state dir>/sim/registrations/.
 
 Written by the sim runtime when a canary registers, removed when it unregisters; a record whose process
 has died is stale (the crash left it) and is reported as such, the way a real driver leaks one.
@@ -35,11 +35,13 @@ def _start_ticks(pid: int) -> int | None:
     return int(rest[19]) if len(rest) > 19 else None
 
 
-def add(state_dir: Path, *, gpu: int, size: int, address: int, path: str | None, chunks: int = 1) -> Path:
-    """Record a registration by this process; returns the record's path."""
+def add(state_dir: Path, *, gpu: int, size: int, address: int, path: str | None, chunks: int = 1,
+        kind: str = "userptr", call: str = "hipHostRegister") -> Path:
+    """Record a charge by this process: a registration (kind "userptr") or a pinned host allocation ("gtt",
+    what hipHostMalloc makes); returns the record's path. Both draw on KFD's one system-memory counter."""
     pid = os.getpid()
     record = {"pid": pid, "start_ticks": _start_ticks(pid), "gpu": gpu, "bytes": size, "address": hex(address),
-              "arena": path, "chunks": chunks, "since": time.time()}
+              "arena": path, "chunks": chunks, "since": time.time(), "kind": kind, "call": call}
     target = directory(state_dir) / f"{pid}-{gpu}-{address:x}.json"
     statedir.write_json(target, record, root=Path(state_dir))
     return target
@@ -66,6 +68,20 @@ def list_all(state_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def charged(state_dir: Path, gpu: int | None = None) -> int:
-    """Bytes registered by live processes (on one GPU, or all)."""
-    return sum(r["bytes"] for r in list_all(state_dir) if not r["stale"] and (gpu is None or r["gpu"] == gpu))
+def charged(state_dir: Path, gpu: int | None = None, kind: str | None = None) -> int:
+    """Bytes live processes have charged (on one GPU, or all; of one kind, or both)."""
+    return sum(r["bytes"] for r in list_all(state_dir) if not r["stale"] and (gpu is None or r["gpu"] == gpu)
+               and (kind is None or r.get("kind", "userptr") == kind))
+
+
+def registered_since(state_dir: Path, arena: str, since: float) -> list[dict[str, Any]]:
+    """Registrations of this arena made since `since`, live or not: peers that registered and then crashed count,
+    as their charge outlives them for a moment on a real node."""
+    return [r for r in list_all(state_dir) if r.get("kind", "userptr") == "userptr" and r.get("arena") == arena
+            and r.get("since", 0) >= since]
+
+
+def live_registrations(state_dir: Path, arena: str | None = None) -> list[dict[str, Any]]:
+    """Live registration records (not pinned allocations), of one arena file or all."""
+    return [r for r in list_all(state_dir) if not r["stale"] and r.get("kind", "userptr") == "userptr"
+            and (arena is None or r.get("arena") == arena)]

@@ -92,6 +92,7 @@ def create_cmd(
     Written under a temporary name and renamed at the end: a failure (e.g. a full tmpfs) leaves nothing behind.
     """
     # deferred: only this path of the command needs it
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.foundation import interrupts
     settings: Settings = ctx.find_root().obj
     held = interrupts.Held()  # create() holds interrupts from just before its rename; released once reported
@@ -226,24 +227,28 @@ def budget_cmd(
     ctx: typer.Context,
     size: Optional[str] = typer.Option(None, "--size", help="Arena size (default: from the node config)."),
     engines: Optional[int] = typer.Option(None, "--engines", help="Engine processes registering it."),
-    visible_gpus: Optional[int] = typer.Option(None, "--visible-gpus", help="GPUs each engine can see."),
+    visible_gpus: Optional[int] = typer.Option(None, "--visible-gpus", help="GPUs each engine can see (changes the "
+                                               "mappings, not KFD's charge)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as one JSON object."),
 ) -> None:
-    """Will the registrations fit KFD's system-memory limit? Exit 0 fits, 1 does not.
+    """Will the registrations and the engines' pinned allocations fit KFD's system-memory limit? Exit 0 fits, 1 not.
 
-    KFD charges each process's registration once per GPU it can see (N engines x G GPUs x size) against one
-    global limit of about RAM - RAM/64 - 1.5 GiB, unless amdgpu.no_system_mem_limit=1. Without flags the
-    arena and engines come from the node config.
+    KFD charges each engine process's registration once (N engines x size), whatever GPUs it sees: the other GPUs
+    get DMA mappings of the same pages, not a second charge. The same node-wide limit (about RAM - RAM/64 - 1.5 GiB,
+    unless amdgpu.no_system_mem_limit=1) also holds every engine's pinned host allocations (hipHostMalloc & co):
+    the budget adds each engine's pinned headroom (its last run's ledger, `pinned_headroom` in the node config, or
+    a stated 4 GiB default) and, when that headroom is only assumed, says the verdict is not certain and what
+    decides it. Without flags the arena and engines come from the node config.
     """
     # deferred: only this path of the command needs it
     from gpuwarden.ops.arena.budget import compute, engine_names, from_config
     settings: Settings = ctx.find_root().obj
     names: list[str] = []
-    if size is None or engines is None or visible_gpus is None:
+    if size is None or engines is None:
         if not settings.config_path.exists():
             raise GpuwardenError(f"no node config at {settings.config_path} to take the arena and engines from",
-                                 "pass all of --size, --engines and --visible-gpus (e.g. --size 64GiB --engines 4 "
-                                 "--visible-gpus 4), or --config PATH")
+                                 "pass --size and --engines (e.g. --size 64GiB --engines 4; --visible-gpus only "
+                                 "changes the mappings, not the charge), or --config PATH")
         size_b, visible = from_config(settings, parse_size(size) if size else None)
         names = engine_names(settings)
         if engines is not None:
@@ -252,7 +257,7 @@ def budget_cmd(
             visible = [visible_gpus] * len(visible)
     else:
         size_b = parse_size(size)
-        visible = [visible_gpus] * engines
+        visible = [visible_gpus or 1] * engines
     result = compute(settings, size_b, visible, names)
     if json_out:
         sys.stdout.write(json.dumps(_doc("arena-budget", result.to_dict())) + "\n")
@@ -280,9 +285,18 @@ def probe_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
     trace: bool = typer.Option(False, "--trace", help="Run each canary with HIP/ROCr/thunk logging (AMD_LOG_LEVEL=3, "
                                "HSAKMT_DEBUG_LEVEL=5, serialized kernels/copies) and under rocprofv3 --hip-trace "
-                               "--hsa-trace when installed; the capped, redacted logs are kept and triaged."),
+                               "--hsa-trace when installed; the capped, redacted logs are kept and triaged; as "
+                               "root also KFD's memory-limit debug message (dynamic debug, restored after)."),
+    on_pin_failure: str = typer.Option("segv", "--on-pin-failure",
+                                       help="sim runtime: a canary whose pinned allocation fails after it is up dies "
+                                            "of SIGSEGV in a simulated runtime frame, as the incident's engines did "
+                                            "(segv, the default), or exits 2 naming the failed call (report)."),
 ) -> None:
     """Reproduce N concurrent arena registrations: N canaries, one per GPU, at most K registering at once.
+
+    With --runtime sim (and no GPUWARDEN_SIM_KFD_LIMIT) it replays the arena incident: every registration fits,
+    KFD's ledger ends near its limit, each canary's next pinned allocation fails and the canary dies of SIGSEGV.
+    GPUs the node lacks are refused (exit 2).
 
     Reports per canary the register seconds, copy GB/s and how it ended (the signal's name if it crashed),
     then stops them all. Exit 0 when every canary registered, served and stopped cleanly, 1 otherwise.
@@ -294,11 +308,14 @@ def probe_cmd(
         raise GpuwardenError(f"unknown runtime {runtime!r}", "choose one of: hip, cuda, host, sim")
     if visibility not in ("own", "all"):
         raise GpuwardenError(f"unknown visibility {visibility!r}", "own or all")
+    if on_pin_failure not in ("segv", "report"):
+        raise GpuwardenError(f"unknown --on-pin-failure {on_pin_failure!r}", "segv or report")
     say = (lambda s: None) if json_out else (lambda s: typer.echo(f"  · {s}", err=True))
     opts = ProbeOptions(engines=engines, concurrency=concurrency, runtime=runtime,
                         arena=str(arena) if arena else None, size=parse_size(size) if size else None,
                         verify=verify, register_chunk=register_chunk, copy_buffer=copy_buffer,
-                        visibility=visibility, timeout_s=timeout, hold_s=hold, trace=trace)
+                        visibility=visibility, timeout_s=timeout, hold_s=hold, trace=trace,
+                        pin_failure=on_pin_failure)
     report = Probe(settings, opts, say).run()
     if json_out:
         sys.stdout.write(json.dumps(_doc("arena-probe", report)) + "\n")

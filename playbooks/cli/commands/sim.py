@@ -36,6 +36,7 @@ def init_cmd(
 
     Every value is checked first: a refused init leaves an existing node exactly as it was."""
     # deferred: only this path of the command needs it
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.node import SimNode
     settings: Settings = ctx.obj
     node = SimNode(settings.state_dir)
@@ -55,6 +56,7 @@ def hold_cmd(
 ) -> None:
     """Run a simulated tenant: hold VRAM and the GPU device files until SIGTERM/Ctrl-C."""
     # deferred: only this path of the command needs it
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.tenant import hold
     settings: Settings = ctx.obj
     raise typer.Exit(hold(settings.state_dir, list(gpu), parse_size(size),
@@ -73,6 +75,7 @@ def fault_cmd(
 ) -> None:
     """Switch a fault of the simulated driver on or off."""
     # deferred: only this path of the command needs it
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.node import SimNode
     if state not in ("on", "off"):
         raise GpuwardenError(f"fault state must be on or off, not {state!r}")
@@ -88,6 +91,7 @@ def leak_cmd(
 ) -> None:
     """Leave ownerless residual VRAM on a simulated GPU (only a reset clears it)."""
     # deferred: only this path of the command needs it
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.node import SimNode
     nbytes = parse_size(size)
     SimNode(ctx.obj.state_dir).leak(gpu, nbytes)
@@ -97,6 +101,7 @@ def leak_cmd(
 @sim_app.command("show")
 def show_cmd(ctx: typer.Context, json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show the simulated node's configuration, faults, leaks and allocations."""
+    # deferred: only this path of the command needs it
     # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.node import SimNode
     info = SimNode(ctx.obj.state_dir).describe()
@@ -124,8 +129,10 @@ def scenario_cmd(
     residual: a tenant killed while the driver leaked its memory left 14 GiB on GPU 2 that no process
     owns, and a worker killed under a parent that never reaps it is a zombie holding 2 GiB on GPU 1
     (then: `gpuwarden status`, `gpuwarden fix 1`, `gpuwarden fix 2`).
-    arena: four canaries share one arena through the real launch playbook; the last dies by SIGSEGV
-    while registering, with its incident bundle (then: `gpuwarden engines list`, `gpuwarden triage`).
+    arena: the arena incident through the real launch playbook: four canaries register one arena (every
+    registration succeeds, the simulated KFD ledger ends near its limit), then each one's next pinned
+    allocation fails and all four die of SIGSEGV, with an incident bundle (then: `gpuwarden engines list`,
+    `gpuwarden triage BUNDLE`).
     clean: ends what an earlier scenario started and starts the simulated node over, empty.
     Every scenario first does what clean does. The sim node must be in use (--backend sim or no GPU).
     """

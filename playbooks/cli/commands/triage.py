@@ -133,6 +133,8 @@ def _report_for(path: str):
         # deferred: only this path of the command needs it
         from gpuwarden.ops.knowledge import cite
         cite(report)  # a bare log says nothing of the node's versions: matches say "not known"
+        from gpuwarden.ops.triage import kfdrank
+        kfdrank.rank(report, None)  # a bare log has no node context: the report says which it would need
     return report
 
 
