@@ -150,8 +150,15 @@ class Probe:
             self._spawn(work)
             self._follow()
             if o.hold_s > 0:
-                self.say(f"holding {o.hold_s:.0f}s with every canary serving")
-                self._wait_hold()
+                serving = sum(1 for r in self.runs if r.returncode is None)
+                if serving == len(self.runs):
+                    self.say(f"holding {o.hold_s:.0f}s with every canary serving")
+                elif serving:
+                    self.say(f"holding {o.hold_s:.0f}s with {serving} of {len(self.runs)} canaries serving")
+                else:
+                    self.say("no canary is serving: nothing to hold")
+                if serving:
+                    self._wait_hold()
             self._stop()
         except BaseException as exc:
             journal.write(self.settings.state_dir, "arena probe", "failed", error=str(exc) or type(exc).__name__)

@@ -127,8 +127,10 @@ def test_launch_says_it_was_ended_and_leaves_engines_supervised(tmp_path, superv
 
 
 def test_probe_stops_its_canaries_and_removes_its_arena(tmp_path, state_dir):
+    # A simulated KFD limit far above the arena: the canaries' pinned allocations fit and they keep serving.
     proc = start(cli_argv(state_dir, "arena", "probe", "--engines", "2", "--runtime", "sim", "--size", "64MiB",
-                          "--copy-buffer", "0", "--hold", "120"))
+                          "--copy-buffer", "0", "--hold", "120"),
+                 env={**os.environ, "GPUWARDEN_SIM_KFD_LIMIT": "1TiB"})
     for line in proc.stderr:
         if "holding" in line:
             break

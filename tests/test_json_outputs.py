@@ -62,8 +62,10 @@ def test_arena_commands(node):
     check(run("arena", "verify", str(base / "missing.arena"), "--json", expect=(2,)), "gpuwarden.arena-error/1")
     check(run("arena", "create", str(base / "b.arena"), "--size", "4MiB", "--chunk-size", "4MiB", "--json"),
           "gpuwarden.arena-create/1")
-    check(run("arena", "probe", "--engines", "1", "--runtime", "sim", "--size", "4MiB", "--json"),
-          "gpuwarden.arena-probe/1")
+    # The sim probe replays the arena incident by default (the canary's pinned allocation fails, it dies): exit 1.
+    [probe] = check(run("arena", "probe", "--engines", "1", "--runtime", "sim", "--size", "4MiB", "--json",
+                        expect=(1,)), "gpuwarden.arena-probe/1")
+    assert probe["canaries"][0]["ended"] == "SIGSEGV"
 
 
 def test_playbook_lines_baseline_journal_engines(node):

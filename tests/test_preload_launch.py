@@ -166,6 +166,6 @@ def test_a_failed_registration_fails_the_launch_at_once(ready, standins, supervi
     assert doc["needs_attention"] is True
     assert {e["name"]: e["phase"] for e in doc["engines"]}[named[0]] == "failed-registration"
     # Stopped, it no longer needs attention.
-    assert cli("engines", "stop", "--all").returncode == 0
+    assert cli("engines", "stop", "--all", "--yes").returncode == 0
     status = cli("--backend", "sim", "status")
     assert status.returncode == 0 and "status: healthy" in status.stdout, status.stdout
