@@ -206,12 +206,20 @@ def test_the_cluster_role_grants_least_verbs():
                                     ("list", "pods"), ("watch", "pods"), ("create", "pods/eviction"),
                                     ("create", "events"),
                                     # the cluster-wide remediation limit (ops/k8s/remediationslots.py)
-                                    ("get", "leases"), ("create", "leases"), ("update", "leases")}
+                                    ("get", "leases"), ("create", "leases"), ("update", "leases"),
+                                    # DRA: the node's devices, and one DeviceTaintRule per device of a dirty GPU
+                                    ("list", "resourceslices"), ("list", "devicetaintrules"),
+                                    ("create", "devicetaintrules"), ("delete", "devicetaintrules"),
+                                    # the gpu-check gate verifies a tenant pod's projected token
+                                    ("create", "tokenreviews")}
     for variant in AGENT_VARIANTS:  # no overlay widens it
         docs = render(variant)
         rules = by_kind(docs, "ClusterRole")["rules"]
         assert {(v, r) for rule in rules for r in rule["resources"] for v in rule["verbs"]} == cluster_role_rules()
         assert [r["apiGroups"] for r in rules if r["resources"] == ["leases"]] == [["coordination.k8s.io"]]
+        assert {g for r in rules if {"resourceslices", "devicetaintrules"} & set(r["resources"])
+                for g in r["apiGroups"]} == {"resource.k8s.io"}
+        assert [r["apiGroups"] for r in rules if r["resources"] == ["tokenreviews"]] == [["authentication.k8s.io"]]
         binding = by_kind(docs, "ClusterRoleBinding")
         assert binding["subjects"][0]["name"] == by_kind(docs, "ServiceAccount")["metadata"]["name"]
 

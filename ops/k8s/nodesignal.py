@@ -109,6 +109,8 @@ class NodeSignal:
         self.held: str | None = None
         # Set while a remediation runs (cordon to uncordon): the taint stays until it has verified the GPUs.
         self.keep = False
+        # GPUs a per-GPU exclusion (a DeviceTaintRule) keeps from new tenants: their trouble needs no node taint.
+        self.covered: frozenset[int] = frozenset()
         self._bad_since: dict[int, float] = {}
         self._clean_since: float | None = None
         self._written_at = float("-inf")
@@ -166,7 +168,10 @@ class NodeSignal:
         so the taint comes at the grace, not up to one sample interval after it."""
         if self.policy != "taint" or self.tainted is not None or self.foreign_taint or not self._bad_since:
             return None
-        due = max(min(self._bad_since.values()) + self.taint_after_s, self._retry_at)  # not before a retry
+        pending = [t for g, t in self._bad_since.items() if g not in self.covered]
+        if not pending:
+            return None
+        due = max(min(pending) + self.taint_after_s, self._retry_at)  # not before a retry
         return max(0.0, due - self.clock())
 
     def status(self) -> dict[str, object]:
@@ -220,6 +225,7 @@ class NodeSignal:
             if self.tainted != HELD_TAINT and not self.foreign_taint:
                 self._set_taint(HELD_TAINT, f"tainted {TAINT_KEY}={HELD_TAINT}:NoSchedule: {self.held}")
             return
+        trouble = {g: t for g, t in trouble.items() if g not in self.covered}
         due = [g for g, t in trouble.items()
                if t.reason == "reset-needed" or now - self._bad_since.get(g, now) >= self.taint_after_s]
         if due:
