@@ -142,8 +142,11 @@ class DeviceTaints:
         return self.rule_version is not None and bool(self.devices)
 
     def covered(self) -> frozenset[int]:
-        """GPUs that a DeviceTaintRule can keep off claims (the node taint need not cover them)."""
-        return frozenset(g for d in self.devices for g in d.gpus) if self.active else frozenset()
+        """GPUs that a DeviceTaintRule keeps off claims (the node taint need not cover them); none while the
+        rules cannot be written (RBAC, an outage): the node taint then stands in, failing safe."""
+        if not self.active or self.problem is not None:
+            return frozenset()
+        return frozenset(g for d in self.devices for g in d.gpus)
 
     def status(self) -> dict[str, object]:
         return {"resource_version": self.rule_version, "devices": len(self.devices), "unmatched": self.unmatched[:8],
@@ -178,8 +181,13 @@ class DeviceTaints:
         """The GPUs a claim's device is (pod-resources' dynamic resources name driver, pool and device)."""
         return next((d.gpus for d in self.devices if (d.driver, d.pool, d.name) == (driver, pool, name)), ())
 
+    def prepare(self, gpus: Iterable[GpuInfo]) -> None:
+        """Discovery and the node's devices before anything else decides (the node taint leaves covered GPUs)."""
+        if not self.started:
+            self.reconcile({}, gpus, write=False)
+
     # ------------------------------------------------------------------------------------------
-    def reconcile(self, dirty: dict[int, str], gpus: Iterable[GpuInfo]) -> None:
+    def reconcile(self, dirty: dict[int, str], gpus: Iterable[GpuInfo], *, write: bool = True) -> None:
         """dirty: GPU -> why (the taint's value). Creates and deletes only what differs from what is there."""
         now = self.clock()
         if now < self._retry_at:
@@ -189,7 +197,7 @@ class DeviceTaints:
                 self.start(gpus)
             elif any(g not in self.covered() for g in dirty) and now - self._scanned_at >= self.rescan_s:
                 self._scan(gpus)  # a GPU with no device yet: the driver may have published it since
-            if self.rule_version is None:
+            if self.rule_version is None or not write:
                 return
             want = {rule_name(self.node, d): (d, dirty[g]) for d in self.devices for g in d.gpus if g in dirty}
             for name in [n for n in self.rules if n not in want]:

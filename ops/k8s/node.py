@@ -236,6 +236,9 @@ class KubernetesNode:
             verified = self.journal.follow(self.events, len(snap.gpus))
             if self.remediator is not None:
                 self.signal.keep = self.remediator.active
+            if self.device_taints is not None and self.signal.policy != "off":
+                self.device_taints.prepare(snap.gpus)
+                self.signal.covered = self.device_taints.covered()
             self.signal.observe(snap, reset_needed=frozenset(self.journal.reset_needed), verified=verified)
             if self.remediator is not None:
                 self.remediator.offer(snap, self.signal.trouble, self.signal.bad_for())

@@ -225,7 +225,13 @@ class NodeSignal:
             if self.tainted != HELD_TAINT and not self.foreign_taint:
                 self._set_taint(HELD_TAINT, f"tainted {TAINT_KEY}={HELD_TAINT}:NoSchedule: {self.held}")
             return
+        handed = sorted(g for g in trouble if g in self.covered)
         trouble = {g: t for g, t in trouble.items() if g not in self.covered}
+        if handed and not trouble and self.tainted is not None and not self.keep and not self.foreign_taint:
+            # Set before the per-GPU rules were in place: they keep those GPUs from new tenants now.
+            self._set_taint(None, f"removed {TAINT_KEY}: DeviceTaintRules keep GPU {', '.join(map(str, handed))} "
+                                  "from new tenants; the node's other GPUs stay schedulable")
+            return
         due = [g for g, t in trouble.items()
                if t.reason == "reset-needed" or now - self._bad_since.get(g, now) >= self.taint_after_s]
         if due:
