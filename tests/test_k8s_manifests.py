@@ -196,9 +196,16 @@ def test_the_daemonset_runs_the_agent_as_the_cli_parses_it_and_scrapes_where_it_
     params = group.get_command(ctx, name).make_context(name, rest, parent=ctx).params  # unknown options fail here
     assert params["kubernetes"] and params["foreground"]
     port = parse_listen(params["metrics_listen"])[1]
-    (cport,) = c["ports"]
+    cport, gport = c["ports"]
     (sport,) = by_kind(docs, "Service")["spec"]["ports"]
     assert cport["containerPort"] == port and sport["targetPort"] == cport["name"] and sport["port"] == port
+    # The gpu-check gate: on the host's address (tenants' init containers ask status.hostIP), where node.toml
+    # listens, at the port the admission params name; metrics stay off the host port.
+    gate = tomllib.loads(by_kind(docs, "ConfigMap")["data"]["node.toml"])["kubernetes"]["gate_listen"]
+    assert gport["name"] == "gate" and gport["hostPort"] == gport["containerPort"] == int(gate.rpartition(":")[2])
+    assert "hostPort" not in cport
+    params = yaml.safe_load((K8S / "admission/params/params.yaml").read_text())
+    assert params["data"]["gatePort"] == str(gport["hostPort"])
 
 
 def test_the_cluster_role_grants_least_verbs():

@@ -23,6 +23,8 @@ from .kube import Kube, connect
 from .nodesignal import NodeSignal
 from .dra import DeviceTaints
 from .exclusion import Exclusions
+from .gate import Caller, Gate, Refused, TokenVerifier, Verdict
+from .gpucheck import check
 from .podresources import GpuAssignments
 from .tenantclean import Cleaner, TenantCleaner
 from .pods import PodCache
@@ -150,6 +152,10 @@ class KubernetesNode:
         """Start the pod watch, the health service and the reconciler (a busy health socket fails here)."""
         if self.health is not None:
             self.health.start()
+        if self.cfg.gate_listen:
+            self.gate = Gate(self.cfg.gate_listen, TokenVerifier(self.kube, self.node_name, self.cfg.gate_audience),
+                             self.judge, log=self.log)
+            self.gate.start()
         self.pods.start()
         self._thread = threading.Thread(target=self._reconcile_loop, name="gpuwarden-k8s", daemon=True)
         self._thread.start()
@@ -301,6 +307,29 @@ class KubernetesNode:
                 self.log("error", f"kubernetes: reconcile failed: {type(exc).__name__}: {exc}")
                 time.sleep(1.0)
 
+    # --- the gpu-check gate (ops/k8s/gate.py) ------------------------------------------------------
+    def judge(self, caller: Caller) -> Verdict:
+        """Are the GPUs the kubelet gave this pod clean now? From a fresh pod-resources List and the last sample."""
+        snap = self.last
+        if snap is None:
+            raise Refused(503, "the agent has not sampled the node yet: try again in a few seconds")
+        try:
+            listed = self.assignments.lister(self.assignments.socket_path)
+        except GpuwardenError as exc:
+            raise Refused(503, f"the agent cannot ask the kubelet which GPUs the pod has: {exc.message}") from None
+        mine = [a for a in listed if (a.namespace, a.pod) == (caller.namespace, caller.pod)]
+        gpus = sorted({g for a in mine for g in self.assignments.gpus_of(a, snap.gpus, self._dra)})
+        if not gpus:
+            return Verdict(False, (), f"the kubelet lists no GPU of node {self.node_name} for pod "
+                                      f"{caller.namespace}/{caller.pod} (pod-resources API): nothing to vouch for")
+        excluded = dict(self.exclusions.excluded)
+        reasons = []
+        for v in check(snap, gpus, frozenset(self.journal.reset_needed)):
+            why = list(v.reasons) + ([f"kept from new tenants ({excluded[v.gpu]})"] if v.gpu in excluded else [])
+            if why:
+                reasons.append(f"GPU {v.gpu}: " + "; ".join(why))
+        return Verdict(not reasons, tuple(gpus), "; ".join(reasons) or "clean")
+
     # --- readers ----------------------------------------------------------------------------------
     def _uid_of(self, namespace: str, name: str) -> tuple[str | None, float | None]:
         info = self.pods.by_name(namespace, name)
@@ -312,6 +341,8 @@ class KubernetesNode:
                 "pods_known": len(self.pods.all()), "pod_watch_problem": self.pods.problem,
                 "pod_resources_problem": self.assignments.problem,
                 "health_socket": self.health.socket_path if self.health else None,
+                "health_upstream_problem": self.health.upstream_problem if self.health else None,
+                "gate": {"listen": self.cfg.gate_listen, "answered": self.gate.answered} if self.gate else None,
                 "remediation": self.remediator.status() if self.remediator else None,
                 "excluded_gpus": {str(g): why for g, why in sorted(self.exclusions.excluded.items())},
                 "device_taints": self.device_taints.status() if self.device_taints else None,
