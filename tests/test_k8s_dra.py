@@ -292,3 +292,18 @@ def test_a_restarted_agent_adopts_its_rules_and_a_racing_create_is_one_rule(api,
     assert api.rules() == []
     third.reconcile({}, snap.gpus)  # already gone: a 404 on delete is the wanted state
     assert third.problem is None and third.rules == {}
+
+
+def test_a_sample_older_than_the_verification_does_not_hold_the_gpu_back():
+    """The post-clean verifies GPU 2 with a fresh sample at t=100; the reconciler then still holds the agent's
+    sample of t=99 (the residual the clean removed): it must not keep the GPU excluded for clear_after_s."""
+    from gpuwarden.ops.k8s.exclusion import Exclusions
+    clock = Clock()
+    ex = Exclusions(clear_after_s=10.0, clock=clock)
+    assert ex.update({2: "residual-vram"}, taken_at=98.0) == {2: "residual-vram"}
+    assert ex.update({2: "residual-vram"}, {2: 100.0}, taken_at=99.0) == {}
+    assert ex.update({}, taken_at=101.0) == {}
+    assert ex.update({2: "residual-vram"}, taken_at=102.0) == {2: "residual-vram"}  # new news: dirty again
+    assert ex.update({}, taken_at=103.0) == {2: "residual-vram"}  # not verified: clean for clear_after_s first
+    clock.advance(10)
+    assert ex.update({}, taken_at=113.0) == {}

@@ -262,7 +262,10 @@ class KubernetesNode:
                     for a, at in self.assignments.gone()]
             assigned = {g for a in self.assignments.current() for g in self.assignments.gpus_of(a, snap.gpus, self._dra)}
             self.cleaner.observe(snap, gone, assigned, verified)
-            verified = verified | self.cleaner.take_verified()
+        # Verified by a playbook (the journal: now) or by the post-clean (the time of its verifying sample).
+        proven = {g: time.time() for g in verified}
+        if self.cleaner is not None:
+            proven.update(self.cleaner.take_verified())
         dirty: dict[int, str] = {}
         for g, t in self.signal.trouble.items():
             dirty[g] = "reset-needed" if t.reason == "reset-needed" else ("dead-holders" if t.holders else t.reason)
@@ -270,7 +273,7 @@ class KubernetesNode:
             dirty.setdefault(g, "drained")
         for g, why in (self.cleaner.dirty() if self.cleaner is not None else {}).items():
             dirty.setdefault(g, why)
-        excluded = self.exclusions.update(dirty, verified)
+        excluded = self.exclusions.update(dirty, proven, snap.taken_at)
         if self.device_taints is not None and self.signal.policy != "off":
             self.device_taints.reconcile(excluded, snap.gpus)
             self.signal.covered = self.device_taints.covered()

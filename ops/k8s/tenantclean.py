@@ -65,7 +65,7 @@ class TenantCleaner:
         self.leftovers: dict[int, Leftover] = {}
         self.cleaned = 0
         self._seen: set[tuple[str, float]] = set()  # (namespace/pod, when it left): each departure once
-        self._verified: set[int] = set()
+        self._verified: dict[int, float] = {}  # GPU -> taken_at of the sample that verified it
         self._lock = threading.Lock()
         self._busy: threading.Thread | None = None
         self._cancel = threading.Event()
@@ -75,10 +75,10 @@ class TenantCleaner:
         with self._lock:
             return {g: ("clean-failed" if lo.phase == "failed" else "tenant-left") for g, lo in self.leftovers.items()}
 
-    def take_verified(self) -> frozenset[int]:
-        """GPUs verified clean since the last call (their exclusion may go now)."""
+    def take_verified(self) -> dict[int, float]:
+        """GPUs verified clean since the last call, with the time of the sample that showed it."""
         with self._lock:
-            out, self._verified = frozenset(self._verified), set()
+            out, self._verified = self._verified, {}
             return out
 
     def due_in(self) -> float | None:
@@ -107,7 +107,7 @@ class TenantCleaner:
             settled = [lo for lo in self.leftovers.values() if lo.phase == "failed"
                        and (lo.gpu in verified or (snap.gpu(lo.gpu) is not None and check(snap, [lo.gpu])[0].ok))]
         for lo in settled:  # a failed clean that someone else finished: no need to wait for the retry
-            self._lift(lo, "verified clean since (a purge, reset or fix)")
+            self._lift(lo, "verified clean since (a purge, reset or fix)", snap.taken_at)
         for pod, gpus, left_at in gone:
             if (pod, left_at) in self._seen or not gpus:
                 continue
@@ -130,7 +130,7 @@ class TenantCleaner:
         for lo in sorted(due, key=lambda x: x.gpu):
             verdict = check(snap, [lo.gpu])[0] if snap.gpu(lo.gpu) is not None else None
             if verdict is not None and verdict.ok:
-                self._lift(lo, "checked clean after the grace: nothing to clean")
+                self._lift(lo, "checked clean after the grace: nothing to clean", snap.taken_at)
                 continue
             reasons = "; ".join(verdict.reasons) if verdict else "not in the snapshot"
             may_reset = False
@@ -165,17 +165,17 @@ class TenantCleaner:
         fresh = self.snapshot()
         verdict = check(fresh, [lo.gpu])[0] if fresh.gpu(lo.gpu) is not None else None
         if verdict is not None and verdict.ok:
-            self._lift(lo, f"cleaned and verified ({outcome.message})")
+            self._lift(lo, f"cleaned and verified ({outcome.message})", fresh.taken_at)
         else:
             why = "; ".join(verdict.reasons) if verdict else "gone from the snapshot"
             self._fail(lo, f"still not clean after the clean ({outcome.message}): {why}"
                            + ("" if may_reset else "; a reset was not allowed") + f": run `gpuwarden fix {lo.gpu}`")
         self.wake()
 
-    def _lift(self, lo: Leftover, how: str) -> None:
+    def _lift(self, lo: Leftover, how: str, taken_at: float) -> None:
         with self._lock:
             self.leftovers.pop(lo.gpu, None)
-            self._verified.add(lo.gpu)
+            self._verified[lo.gpu] = max(taken_at, self._verified.get(lo.gpu, taken_at))
             self.cleaned += 1
         self._say("GPUPostCleanVerified", f"GPU {lo.gpu} after pod {', '.join(lo.pods)}: {how}", "Normal", "ok",
                   gpus=[lo.gpu])
