@@ -114,7 +114,7 @@ class HealthService:
             theirs = ask_upstream(self.upstream)
         except GpuwardenError as exc:
             # The exporter's word is missing: gpuwarden's own still keeps dirty GPUs out; say so once.
-            self.upstream_problem = exc.message
+            self.upstream_problem = exc.message + (f" ({exc.hint})" if exc.hint else "")
             return ours
         self.upstream_problem = None
         return merge(ours, theirs)

@@ -222,7 +222,8 @@ class KubernetesNode:
         out = self.attributor.annotate(snap, pod_gpus)
         problems = [SnapshotWarning("kubernetes", f"kubernetes: {p}")
                     for p in (self.signal.problem, self.pods.problem, self.assignments.problem,
-                      self.device_taints.problem if self.device_taints else None) if p]
+                      self.device_taints.problem if self.device_taints else None,
+                      self.health.upstream_problem if self.health else None) if p]
         out = dataclasses.replace(out, warnings=out.warnings + tuple(problems), kubernetes=status)
         self._annotated = (snap, key, out)
         return out

@@ -232,7 +232,7 @@ def tenant_exclusion(rounds: int, quiet_s: float) -> dict:
         agent.start()
         node.start()
         try:
-            wait_for(lambda: node.device_taints.active and node.reconciled > 3, timeout=30, what="start")
+            wait_for(lambda node=node: node.device_taints.active and node.reconciled > 3, timeout=30, what="start")
             time.sleep(3)  # the start-up calls (discovery, lists, the condition) are counted apart
             q0 = time.time()
             time.sleep(quiet_s)
@@ -241,9 +241,9 @@ def tenant_exclusion(rounds: int, quiet_s: float) -> dict:
             tenant.wait()
             kubelet.remove_pod("team-a", "trainer-0")
             t0 = time.time()
-            wait_for(lambda: api.rules(), timeout=30, poll=0.01, what="the device taint")
+            wait_for(lambda api=api: api.rules(), timeout=30, poll=0.01, what="the device taint")
             excluded = time.time() - t0
-            wait_for(lambda: not api.rules(), timeout=120, poll=0.01, what="the device taint to go")
+            wait_for(lambda api=api: not api.rules(), timeout=120, poll=0.01, what="the device taint to go")
             lifted_at = time.time()
             ok = [e for e in journal.read(state) if e.get("action") == "post-clean" and e.get("result") == "ok"]
             verified_at = ok[-1]["ts"] if ok else float("nan")
