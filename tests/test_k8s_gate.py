@@ -108,3 +108,14 @@ def test_the_cli_runs_the_gate_client_with_one_line_and_its_exit_code(api, gated
                            "--gate-url", f"http://{host}:{port}", "--token-file", str(tmp_path / "tok")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "gpu-check: pod team-a/trainer-0: GPU 2 clean"
+
+
+def test_a_flood_of_bad_tokens_costs_the_api_server_a_bounded_number_of_reviews(api, gated):
+    """Any pod can reach the port: made-up tokens must not turn into one TokenReview each (the clock stands
+    still, so the whole flood falls in one second's budget)."""
+    _, gate, _ = gated
+    gate.verifier = TokenVerifier(api.kube(), NODE, AUDIENCE, clock=lambda: 1000.0)
+    codes = [gate.answer(f"Bearer junk-{i}")[0] for i in range(60)]
+    assert set(codes) == {401, 429} and codes.count(401) == 20
+    assert gate.answer("Bearer junk-0") == (401, {"ok": False, "reason": gate.answer("Bearer junk-0")[1]["reason"]})
+    assert len([c for c in api.calls() if c.resource == "tokenreviews"]) == 20  # the refusal was remembered

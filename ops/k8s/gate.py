@@ -24,6 +24,8 @@ SA_PREFIX = "system:serviceaccount:"
 MAX_BODY = 4096
 TOKEN_CACHE_S = 60.0
 TOKEN_CACHE_MAX = 512
+REFUSED_CACHE_S = 10.0  # a refused token is not sent to the API server again for this long
+REVIEWS_PER_S = 20.0  # TokenReviews a second at most: any pod can reach the port, none may flood the API server
 
 
 @dataclass(frozen=True)
@@ -56,15 +58,39 @@ class TokenVerifier:
 
     def __init__(self, kube: Kube, node: str, audience: str, clock: Callable[[], float] = time.monotonic):
         self.kube, self.node, self.audience, self.clock = kube, node, audience, clock
-        self._cache: dict[str, tuple[float, Caller]] = {}
+        self._cache: dict[str, tuple[float, Caller | Refused]] = {}
         self._lock = threading.Lock()
+        self._budget, self._budget_at = REVIEWS_PER_S, clock()
 
     def caller(self, token: str) -> Caller:
         now = self.clock()
         with self._lock:
             hit = self._cache.get(token)
-            if hit is not None and now - hit[0] < TOKEN_CACHE_S:
+            if hit is not None and now - hit[0] < (REFUSED_CACHE_S if isinstance(hit[1], Refused) else TOKEN_CACHE_S):
+                if isinstance(hit[1], Refused):
+                    raise hit[1]
                 return hit[1]
+            self._budget = min(REVIEWS_PER_S, self._budget + (now - self._budget_at) * REVIEWS_PER_S)
+            self._budget_at = now
+            if self._budget < 1.0:
+                raise Refused(429, "too many token checks at once: try again in a second")
+            self._budget -= 1.0
+        try:
+            caller = self._review(token)
+        except Refused as exc:
+            if exc.status in (401, 403):
+                self._remember(token, now, exc)
+            raise
+        self._remember(token, now, caller)
+        return caller
+
+    def _remember(self, token: str, now: float, what: Caller | Refused) -> None:
+        with self._lock:
+            if len(self._cache) >= TOKEN_CACHE_MAX:
+                self._cache.clear()
+            self._cache[token] = (now, what)
+
+    def _review(self, token: str) -> Caller:
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                 "spec": {"token": token, "audiences": [self.audience]}}
         try:
@@ -83,12 +109,7 @@ class TokenVerifier:
         node = (extra.get(NODE_NAME) or [None])[0]
         if node is not None and node != self.node:
             raise Refused(403, f"the token's pod runs on node {node}, not {self.node}: ask that node's agent")
-        caller = Caller(name[len(SA_PREFIX):].split(":", 1)[0], extra[POD_NAME][0], (extra.get(POD_UID) or [None])[0])
-        with self._lock:
-            if len(self._cache) >= TOKEN_CACHE_MAX:
-                self._cache.clear()
-            self._cache[token] = (now, caller)
-        return caller
+        return Caller(name[len(SA_PREFIX):].split(":", 1)[0], extra[POD_NAME][0], (extra.get(POD_UID) or [None])[0])
 
 
 class Gate:
