@@ -26,19 +26,21 @@ class Exclusions:
         excluded ones leave when verified (GPU -> when), or once clean for clear_after_s. A GPU dirty only in a
         sample older than its verification stays verified: that sample saw what the clean removed."""
         now = self.clock()
+        excluded = dict(self.excluded)  # replaced whole at the end: the gate's thread reads it meanwhile
         for g, at in (verified or {}).items():
             self._verified_at[g] = max(at, self._verified_at.get(g, at))
         for g, why in dirty.items():
             if taken_at is not None and taken_at < self._verified_at.get(g, float("-inf")):
                 continue
             self._verified_at.pop(g, None)
-            self.excluded.setdefault(g, why)
+            excluded.setdefault(g, why)
             self._clean_since.pop(g, None)
-        for g in [g for g in self.excluded if g not in dirty or g in self._verified_at]:
+        for g in [g for g in excluded if g not in dirty or g in self._verified_at]:
             since = self._clean_since.setdefault(g, now)
             if g in self._verified_at or now - since >= self.clear_after_s:
-                del self.excluded[g]
+                del excluded[g]
                 del self._clean_since[g]
+        self.excluded = excluded
         # A verification is news for the samples taken before it only; later ones say for themselves.
         if taken_at is not None:
             self._verified_at = {g: t for g, t in self._verified_at.items() if t > taken_at}

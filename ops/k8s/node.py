@@ -274,7 +274,10 @@ class KubernetesNode:
             dirty.setdefault(g, "drained")
         for g, why in (self.cleaner.dirty() if self.cleaner is not None else {}).items():
             dirty.setdefault(g, why)
+        before = self.exclusions.excluded
         excluded = self.exclusions.update(dirty, proven, snap.taken_at)
+        if self.health is not None and excluded != before:
+            self._say_health(before, excluded)
         if self.device_taints is not None and self.signal.policy != "off":
             self.device_taints.reconcile(excluded, snap.gpus)
             self.signal.covered = self.device_taints.covered()
@@ -283,6 +286,21 @@ class KubernetesNode:
                                               f"ResourceSlice of {', '.join(self.cfg.dra_drivers)} names this "
                                               "node's GPUs: the node taint stands in")
         return excluded
+
+    def _say_health(self, before: dict[int, str], now: dict[int, str]) -> None:
+        """Device-plugin clusters: each GPU the health service turns unhealthy or healthy, as an Event and a
+        journal line (what the device plugin will do with it: stop or resume giving it to new pods)."""
+        from .. import journal
+        for g in sorted(set(before) | set(now)):
+            if (g in before) == (g in now):
+                continue
+            bad = g in now
+            text = (f"GPU {g} reported unhealthy to the device plugin ({now[g]}): no new pod gets it" if bad else
+                    f"GPU {g} reported healthy to the device plugin again: verified clean")
+            self.log("warning" if bad else "ok", f"kubernetes: {text}")
+            self.events("GPUDeviceUnhealthy" if bad else "GPUDeviceHealthy", text, "Warning" if bad else "Normal")
+            journal.write(self.settings.state_dir, "device-health", "unhealthy" if bad else "healthy", gpu=g,
+                          reason=now.get(g, before.get(g)), node=self.node_name)
 
     def process(self, snap: NodeSnapshot) -> NodeSnapshot:
         """annotate and reconcile in the caller's thread (tests and benchmarks without an agent)."""
