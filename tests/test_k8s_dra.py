@@ -307,3 +307,34 @@ def test_a_sample_older_than_the_verification_does_not_hold_the_gpu_back():
     assert ex.update({}, taken_at=103.0) == {2: "residual-vram"}  # not verified: clean for clear_after_s first
     clock.advance(10)
     assert ex.update({}, taken_at=113.0) == {}
+
+
+@pytest.mark.parametrize("k8s, version", [("1.36.0", "v1beta2"), ("1.37.0", "v1")])
+def test_the_rules_gpuwarden_writes_and_the_slices_it_reads_validate_against_the_api(api, k8s, version):
+    """kubernetes-validate (strict: unknown fields fail) with the release's own schemas: DeviceTaintRule is beta
+    (v1beta2) in 1.36 and v1 in 1.37; the stand-in's ResourceSlices have the v1 shape the drivers publish."""
+    import kubernetes_validate
+    api.dra_versions = {version: {"resourceslices", "devicetaintrules"}}
+    api.add_resource_slice(NODE, AMD, amd_devices(2, {1: 2}))
+    taints = DeviceTaints(api.kube(), NODE, effect="NoExecute")
+    taints.reconcile({0: "tenant-left", 1: "clean-failed"}, snapshot(gpus=2).gpus)
+    rules = api.rules()
+    assert len(rules) == 3  # GPU 0, and each of GPU 1's two partitions
+    for rule in rules:
+        kubernetes_validate.validate({**rule, "apiVersion": f"resource.k8s.io/{version}"}, k8s, strict=True)
+    listed = api.kube().request("list", "GET", f"/apis/resource.k8s.io/{version}/resourceslices")
+    assert listed["items"]
+    for item in listed["items"]:
+        kubernetes_validate.validate(item, k8s, strict=True)
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+              "spec": {"token": "t", "audiences": ["gpuwarden"]}}
+    kubernetes_validate.validate(review, k8s, strict=True)
+
+
+def test_a_misspelt_rule_field_fails_validation():
+    import kubernetes_validate
+    bad = {"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule", "metadata": {"name": "x"},
+           "spec": {"deviceSelector": {"driver": AMD, "devce": "gpu-0-128"},
+                    "taint": {"key": TAINT_KEY, "effect": "NoSchedule"}}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, "1.36.0", strict=True)
