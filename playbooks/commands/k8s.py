@@ -37,7 +37,9 @@ def register(app: typer.Typer) -> None:
         """Are these GPUs fit for a new tenant? For an init container: exit 0 clean, 1 not (with the reason).
 
         Asks the agent over its socket (<state dir>/agent.sock: mount the agent's state dir into the pod) and
-        falls back to sampling the node itself. A GPU is not clean when it holds residual VRAM, a
+        falls back to sampling the node itself. With --gate-url (what the admission policies inject) it asks the
+        node's agent over the network instead, as an unprivileged container with no GPU: one line, exit 0 clean,
+        1 not clean or refused, 2 no token or no answer. A GPU is not clean when it holds residual VRAM, a
         dead holder keeps it, or it is drained.
         """
         if gate_url:
