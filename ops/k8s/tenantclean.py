@@ -112,15 +112,19 @@ class TenantCleaner:
             if (pod, left_at) in self._seen or not gpus:
                 continue
             self._seen.add((pod, left_at))
-            for g in gpus:
-                if g in assigned:
-                    continue  # given to a new pod already (the exclusion came too late): that tenant's now
+            # A GPU given to a new pod already (the kubelet was quicker than the exclusion) is that tenant's now:
+            # its gpu-check asks about it.
+            taken = [g for g in gpus if g not in assigned]
+            for g in taken:
                 with self._lock:
                     lo = self.leftovers.setdefault(g, Leftover(g, [], now))
                     lo.pods.append(pod)
                     lo.phase, lo.since = ("waiting", now) if lo.phase != "cleaning" else (lo.phase, lo.since)
-            self._say("GPUTenantLeft", f"pod {pod} left GPU {', '.join(map(str, gpus))}: kept from new tenants "
-                      f"until checked clean (in {self.grace_s:g}s)", "Normal", "tenant-left", pod=pod, gpus=list(gpus))
+            if taken:
+                self._say("GPUTenantLeft", f"pod {pod} left GPU {', '.join(map(str, taken))}: kept from new tenants "
+                          f"until checked clean (in {self.grace_s:g}s)", "Normal", "tenant-left", pod=pod, gpus=taken)
+        # Departures the pod-resources view has forgotten (after an hour) cannot come back: forget them too.
+        self._seen &= {(pod, left_at) for pod, _, left_at in gone}
         if self._busy is not None and self._busy.is_alive():
             return
         with self._lock:
