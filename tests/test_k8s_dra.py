@@ -338,3 +338,25 @@ def test_a_misspelt_rule_field_fails_validation():
                     "taint": {"key": TAINT_KEY, "effect": "NoSchedule"}}}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad, "1.36.0", strict=True)
+
+
+def test_the_new_keys_of_the_kubernetes_table_are_checked():
+    from gpuwarden.ops.config.kubernetes import parse
+
+    def fail(key, problem, hint):
+        return ValueError(f"{key}: {problem} ({hint})")
+    cfg = parse({"exclusion": "dra", "dra_drivers": ["gpu.amd.com"], "device_taint_effect": "NoExecute",
+                 "post_clean": False, "post_clean_grace": "30s", "post_clean_reset": True,
+                 "gate_listen": "0.0.0.0:9836", "gate_audience": "gw", "health_upstream": "/run/up.sock"}, fail)
+    assert (cfg.exclusion, cfg.dra_drivers, cfg.device_taint_effect, cfg.post_clean, cfg.post_clean_grace,
+            cfg.post_clean_reset, cfg.gate_listen, cfg.gate_audience, cfg.health_upstream) == \
+        ("dra", ("gpu.amd.com",), "NoExecute", False, 30.0, True, "0.0.0.0:9836", "gw", "/run/up.sock")
+    defaults = parse({}, fail)
+    assert (defaults.exclusion, defaults.device_taint_effect, defaults.post_clean, defaults.post_clean_reset,
+            defaults.gate_listen) == ("auto", "NoSchedule", True, False, "")
+    for bad, key in (({"exclusion": "pods"}, "exclusion"), ({"device_taint_effect": "PreferNoSchedule"},
+                                                              "device_taint_effect"),
+                     ({"dra_drivers": "gpu.amd.com"}, "dra_drivers"), ({"post_clean_grace": "soon"}, "post_clean_grace"),
+                     ({"post_clean_reset": "yes"}, "post_clean_reset"), ({"gate_listen": 9836}, "gate_listen")):
+        with pytest.raises(ValueError, match=f"^{key}: "):
+            parse(bad, fail)
