@@ -57,7 +57,9 @@ def test_a_pod_restricted_only_per_container_stays_restricted_too(flavour):
 
 
 def test_the_tenant_example_meets_restricted_and_pins_its_images():
+    import kubernetes_validate
     example = yaml.safe_load((REPO / "deploy/k8s/tenant-example.yaml").read_text())
+    kubernetes_validate.validate(example, "1.36.0", strict=True)
     assert violations(example) == []
     for c in example["spec"]["initContainers"] + example["spec"]["containers"]:
         image = c["image"]
