@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import threading
 
-from gpuwarden.ops.k8s.remediation import FixOutcome
+from gpuwarden.ops.services.k8s_remediation import FixOutcome
 from gpuwarden.ops.k8s.tenantclean import Cleaner
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.settings import Settings
 
-from .k8s_remediate import fix_once
+from gpuwarden.playbooks.k8s_remediate import fix_once
 
 
 def cleaner(settings: Settings, *, lock_wait_s: float = 30.0) -> Cleaner:

@@ -13,12 +13,12 @@ from helpers.journal import read_journal
 from k8s_helpers import NODE, Clock, GiB, api, cluster_role_rules, snapshot  # noqa: F401  (api is a fixture)
 from gpuwarden.ops.config.kubernetes import KubernetesConfig
 from gpuwarden.ops.k8s.dra import TAINT_KEY, DeviceTaints, discover, map_devices, rule_name
-from gpuwarden.ops.k8s.node import KubernetesNode
+from gpuwarden.ops.services.k8s_node import KubernetesNode
 from gpuwarden.ops.k8s.nodesignal import TAINT_KEY as NODE_TAINT
 from gpuwarden.ops.k8s.podresources import GpuAssignments
-from gpuwarden.ops.k8s.remediation import FixOutcome
-from gpuwarden.ops.model import Holder
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.services.k8s_remediation import FixOutcome
+from gpuwarden.ops.foundation.model import Holder
+from gpuwarden.ops.foundation.settings import Settings
 from standins.podresources_server import PodResourcesServer
 
 AMD = "gpu.amd.com"

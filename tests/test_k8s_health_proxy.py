@@ -56,7 +56,7 @@ def test_the_plugin_hears_unhealthy_when_either_the_exporter_or_gpuwarden_says_s
 
 
 def test_the_upstream_cannot_be_the_front_socket(tmp_path):
-    from gpuwarden.ops.errors import GpuwardenError
+    from gpuwarden.ops.foundation.errors import GpuwardenError
     sock = str(tmp_path / "same.socket")
     with pytest.raises(GpuwardenError, match="health_upstream is the health socket itself"):
         HealthService(sock, upstream=sock).start()

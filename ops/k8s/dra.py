@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .. import journal
-from ..model import GpuInfo
-from .kube import Conflict, Forbidden, Kube, KubeError, NotFoundError
+from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.foundation.model import GpuInfo
+from gpuwarden.ops.k8s.kube import Conflict, Forbidden, Kube, KubeError, NotFoundError
 
 GROUP = "resource.k8s.io"
 # Newest first: v1 is DRA's GA version (1.34 for slices; DeviceTaintRule GA later), v1beta2 serves DeviceTaintRule

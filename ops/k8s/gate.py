@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
-from ..errors import GpuwardenError
-from .kube import Kube, KubeError
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.k8s.kube import Kube, KubeError
 
 PATH = "/v1/gpu-check"
 POD_NAME = "authentication.kubernetes.io/pod-name"

@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .gate import PATH
+from gpuwarden.ops.k8s.gate import PATH
 
 
 def ask(url: str, token_file: str, timeout_s: float = 10.0) -> tuple[int, str]:

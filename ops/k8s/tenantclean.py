@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import journal
-from ..model import NodeSnapshot
-from ..topology import topology
-from .gpucheck import check
-from .remediation import FixOutcome
+from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.foundation.model import NodeSnapshot
+from gpuwarden.ops.node.topology import topology
+from gpuwarden.ops.k8s.gpucheck import check
+from gpuwarden.ops.services.k8s_remediation import FixOutcome
 
 Cleaner = Callable[[int, bool, threading.Event], FixOutcome]  # (gpu, may_reset, cancelled) -> outcome
 
@@ -45,7 +45,7 @@ def free_gpus(snap: NodeSnapshot, assigned: set[int]) -> set[int]:
 
 
 def reset_reaches(snap: NodeSnapshot, gpu: int, sysfs_root: Path) -> set[int]:
-    """Every GPU one reset of `gpu` reaches (its device, its XGMI hive: ops/topology reset_scope)."""
+    """Every GPU one reset of `gpu` reaches (its device, its XGMI hive: ops/node/topology reset_scope)."""
     row = next((r for r in topology(snap, sysfs_root)["gpus"] if r["index"] == gpu), None)
     return set(row["reset_scope"]) if row else {gpu}
 
