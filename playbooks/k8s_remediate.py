@@ -13,16 +13,23 @@ from gpuwarden.playbooks.fix import FixPlaybook
 from gpuwarden.playbooks.framework import run
 
 
+def fix_once(settings: Settings, gpu: int, cancelled: threading.Event, *, allow_reset: bool = True,
+             lock_wait_s: float = 30.0) -> FixOutcome:
+    """One unattended `gpuwarden fix N --yes` (--no-reset unless allow_reset), its result in one line."""
+    result = run(FixPlaybook(gpu, allow_reset=allow_reset), settings, assume_yes=True, lock_wait_s=lock_wait_s,
+                 cancelled=cancelled)
+    done = next((e.message for e in reversed(result.events) if e.kind == "done"), "")
+    if result.ok:
+        return FixOutcome(True, done or f"GPU {gpu} is clean and verified")
+    if result.refused:
+        return FixOutcome(False, f"refused: {result.refused}")
+    failed = next((e.message for e in reversed(result.events) if e.kind == "step_failed"), done)
+    return FixOutcome(False, f"step {result.failed_step} failed: {failed}")
+
+
 def fixer(settings: Settings, *, lock_wait_s: float = 30.0) -> Fixer:
     """A Fixer for the Remediator: purge -> (reset -> verify only if needed) on one GPU."""
 
     def fix(gpu: int, cancelled: threading.Event) -> FixOutcome:
-        result = run(FixPlaybook(gpu), settings, assume_yes=True, lock_wait_s=lock_wait_s, cancelled=cancelled)
-        done = next((e.message for e in reversed(result.events) if e.kind == "done"), "")
-        if result.ok:
-            return FixOutcome(True, done or f"GPU {gpu} is clean and verified")
-        if result.refused:
-            return FixOutcome(False, f"refused: {result.refused}")
-        failed = next((e.message for e in reversed(result.events) if e.kind == "step_failed"), done)
-        return FixOutcome(False, f"step {result.failed_step} failed: {failed}")
+        return fix_once(settings, gpu, cancelled, lock_wait_s=lock_wait_s)
     return fix

@@ -37,35 +37,54 @@ def by_name(items: list[dict]) -> dict[str, dict]:
     return {c["name"]: c for c in items}
 
 
-def test_a_gpu_pod_gets_the_check_with_its_own_gpus_and_the_post_clean_sidecar(shipped):
+def test_a_gpu_pod_gets_the_unprivileged_check_and_its_token_and_nothing_else(shipped):
     pod = shipped.admit(PODS["vllm-llama-70b"])
-    check, clean = pod["spec"]["initContainers"]
-    assert check["name"] == "gpu-check" and check["command"] == ["gpuwarden", "gpu-check"]
-    assert check["image"] == clean["image"] == PARAMS["data"]["image"]
-    assert check["resources"]["limits"] == {"amd.com/gpu": "8"}  # the workload's 8: the kubelet reuses them
-    assert check["volumeMounts"] == [{"name": "gpuwarden-state", "mountPath": "/run/gpuwarden", "readOnly": True}]
-    assert {e["name"]: e["value"] for e in check["env"]}["GPUWARDEN_STATE_DIR"] == "/run/gpuwarden"
-    assert clean["name"] == "post-clean" and clean["restartPolicy"] == "Always"  # a native sidecar: stops last
-    assert clean["lifecycle"]["preStop"]["exec"]["command"][:2] == ["gpuwarden", "post-clean"]
-    assert clean["securityContext"] == {"privileged": True} and pod["spec"]["hostPID"] is True
+    (check,) = pod["spec"]["initContainers"]
+    assert check["name"] == "gpu-check" and check["image"] == PARAMS["data"]["image"]
+    assert check["command"] == ["gpuwarden", "gpu-check", "--gate-url", "http://$(HOST_IP):9836",
+                                "--token-file", "/var/run/secrets/gpuwarden/token"]
+    # The node's address from the downward API: the agent's hostPort answers there.
+    assert check["env"] == [{"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
+    assert "limits" not in check["resources"] or not any("gpu" in k for k in check["resources"]["limits"])
+    sc = check["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["runAsNonRoot"] is True and sc["runAsUser"] != 0
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert check["volumeMounts"] == [{"name": "gpuwarden-token", "mountPath": "/var/run/secrets/gpuwarden",
+                                      "readOnly": True}]
     vols = by_name(pod["spec"]["volumes"])
-    assert vols["gpuwarden-state"]["hostPath"] == {"path": "/run/gpuwarden", "type": "Directory"}
+    (source,) = vols["gpuwarden-token"]["projected"]["sources"]
+    assert source == {"serviceAccountToken": {"audience": PARAMS["data"]["tokenAudience"], "expirationSeconds": 600,
+                                              "path": "token"}}
     assert vols["shm"] == PODS["vllm-llama-70b"]["spec"]["volumes"][0]  # the tenant's own stay as they were
     assert pod["spec"]["containers"] == as_admitted(PODS["vllm-llama-70b"])["spec"]["containers"]
+    # Nothing else of the pod changes: no host namespace, no host path, no sidecar.
+    before = as_admitted(PODS["vllm-llama-70b"])["spec"]
+    assert set(pod["spec"]) - set(before) == {"initContainers"}
 
 
-def test_the_check_asks_for_the_sum_of_the_containers_gpus_and_runs_before_the_tenants_init(shipped):
+@pytest.mark.parametrize("flavour", ["cel", "kyverno"])
+@pytest.mark.parametrize("name", sorted(PODS))
+def test_no_policy_adds_privilege_to_any_pod(shipped, flavour, name):
+    pod = shipped.admit(PODS[name]) if flavour == "cel" else kyverno().admit(as_admitted(PODS[name]))
+    spec = pod["spec"]
+    assert not any(spec.get(k) for k in ("hostPID", "hostNetwork", "hostIPC"))
+    assert not [v for v in spec.get("volumes") or () if "hostPath" in v]
+    for c in (spec.get("initContainers") or []) + spec["containers"]:
+        sc = c.get("securityContext") or {}
+        assert not sc.get("privileged") and not (sc.get("capabilities") or {}).get("add")
+        assert not [p for p in c.get("ports") or () if p.get("hostPort")]
+
+
+def test_the_check_runs_before_the_tenants_init(shipped):
     pod = shipped.admit(PODS["rlhf-0"])
-    names = [c["name"] for c in pod["spec"]["initContainers"]]
-    assert names == ["gpu-check", "post-clean", "fetch-weights"]
-    assert pod["spec"]["initContainers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "6"}
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["gpu-check", "fetch-weights"]
 
 
 def test_a_tenants_own_prestop_hook_is_never_touched(shipped):
     before = as_admitted(PODS["triton-0"])
     pod = shipped.admit(PODS["triton-0"])
     assert pod["spec"]["containers"] == before["spec"]["containers"]
-    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["gpu-check", "post-clean"]
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["gpu-check"]
 
 
 @pytest.mark.parametrize("name", ["web-0", "bench-0"])
@@ -81,7 +100,7 @@ def test_the_agents_namespace_and_kube_system_are_never_changed(shipped):
         assert shipped.patches(as_admitted(pod)) is None
 
 
-def test_a_pod_that_already_has_both_like_the_tenant_example_is_left_alone(shipped):
+def test_a_pod_that_already_has_the_check_like_the_tenant_example_is_left_alone(shipped):
     assert shipped.patches(as_admitted(TENANT_EXAMPLE)) == []
 
 
@@ -96,25 +115,23 @@ def test_the_idempotence_check_can_fail():
     """Without the guard on an existing gpu-check the second pass adds another: the test above would see it."""
     broken = copy.deepcopy(POLICY)
     m = broken["spec"]["mutations"][0]["jsonPatch"]
-    m["expression"] = m["expression"].replace("(variables.hasCheck ? [] : [", "(false ? [] : [")
-    m["expression"] = m["expression"].replace("(variables.hasCheck && !variables.wantPostClean)", "false")
+    m["expression"] = m["expression"].replace("(variables.hasCheck ? [] :", "(false ? [] :")
     p = Policy(broken, BINDING, PARAMS)
     once = p.admit(PODS["vllm-llama-70b"])
     assert [c["name"] for c in p.admit(once)["spec"]["initContainers"]].count("gpu-check") == 2
 
 
-def test_post_clean_off_injects_the_check_alone():
-    pod = policy(postClean="false").admit(PODS["vllm-llama-70b"])
-    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["gpu-check"]
-    assert "hostPID" not in pod["spec"]
-
-
-def test_the_resource_names_come_from_the_params():
-    p = policy(gpuResources=" example.com/npu , nvidia.com/gpu")
+def test_the_resource_names_and_the_gate_come_from_the_params():
+    p = policy(gpuResources=" example.com/npu , nvidia.com/gpu", gatePort="19836")
     assert p.patches(as_admitted(PODS["vllm-llama-70b"])) == []  # amd.com/gpu is no longer a GPU here
     npu = copy.deepcopy(PODS["vllm-llama-70b"])
     npu["spec"]["containers"][0]["resources"] = {"limits": {"example.com/npu": 2}}
-    assert p.admit(npu)["spec"]["initContainers"][0]["resources"]["limits"] == {"example.com/npu": "2"}
+    check = p.admit(npu)["spec"]["initContainers"][0]
+    assert check["name"] == "gpu-check" and "http://$(HOST_IP):19836" in check["command"]
+    zero = copy.deepcopy(PODS["rlhf-0"])
+    for c in zero["spec"]["containers"]:
+        c["resources"]["limits"]["nvidia.com/gpu"] = 0
+    assert p.patches(as_admitted(zero)) == []  # asking for no GPU is no GPU pod
 
 
 @pytest.mark.parametrize("name", ["vllm-llama-70b", "rlhf-0", "triton-0"])
@@ -130,10 +147,10 @@ def test_the_injected_commands_parse_as_the_cli_defines_them(shipped):
     group = typer.main.get_command(build_app())
     ctx = group.make_context("gpuwarden", [])
     pod = shipped.admit(PODS["vllm-llama-70b"])
-    check, clean = pod["spec"]["initContainers"]
-    for argv in (check["command"], clean["lifecycle"]["preStop"]["exec"]["command"]):
-        name, *rest = argv[1:]
-        group.get_command(ctx, name).make_context(name, rest, parent=ctx)  # an unknown option fails here
+    (check,) = pod["spec"]["initContainers"]
+    name, *rest = check["command"][1:]
+    params = group.get_command(ctx, name).make_context(name, rest, parent=ctx).params  # unknown options fail here
+    assert params["gate_url"] == "http://$(HOST_IP):9836" and params["token_file"].endswith("/token")
 
 
 def test_the_image_is_this_release():
@@ -196,7 +213,7 @@ def test_kyverno_leaves_the_tenant_example_and_the_agents_namespace_alone():
 
 def test_kyverno_takes_the_same_params():
     p = copy.deepcopy(PARAMS)
-    p["data"].update(postClean="false", gpuResources="nvidia.com/gpu")
+    p["data"].update(gatePort="19836", tokenAudience="gw-test", gpuResources="nvidia.com/gpu")
     assert kyverno(p).admit(as_admitted(PODS["rlhf-0"])) == policy(**p["data"]).admit(PODS["rlhf-0"])
     assert kyverno(p).admit(as_admitted(PODS["vllm-llama-70b"])) == as_admitted(PODS["vllm-llama-70b"])
 

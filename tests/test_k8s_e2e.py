@@ -122,6 +122,13 @@ def test_leak_on_kill_to_taint_to_purge_and_all_clear(state_dir, tmp_path):
         events = agent.json("/v1/events")["events"]  # the agent's own event log has the taint too
         assert any(e["kind"] == "kubernetes" and "tainted gpuwarden.io/gpu-unhealthy" in e["text"] for e in events)
 
+        # The agent's own post-clean (issue 35) tried the GPU the pod left: the fix without a reset cannot free an
+        # ownerless leak, so GPU 2 stays excluded and the Event says what to run. Settled: nothing changes now.
+        left = wait_for(lambda: (lambda pc: pc if pc and pc["gpus"].get("2", {}).get("phase") == "failed" else None)(
+            snapshot_of(agent)["kubernetes"]["post_clean"]), timeout=GRACE + 30, what="the post-clean's verdict")
+        assert left["gpus"]["2"]["pods"] == ["team-a/trainer-0"] and "gpuwarden fix 2" in left["gpus"]["2"]["reason"]
+        assert any(e["reason"] == "GPUPostCleanFailed" for e in api.events)
+
         # Quiet while nothing changes: no writes at all over two seconds of samples.
         quiet_from = time.time()
         wait_for(lambda: snapshot_of(agent)["taken_at"] > quiet_from + 2.0, what="two seconds of samples")

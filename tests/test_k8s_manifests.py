@@ -196,9 +196,16 @@ def test_the_daemonset_runs_the_agent_as_the_cli_parses_it_and_scrapes_where_it_
     params = group.get_command(ctx, name).make_context(name, rest, parent=ctx).params  # unknown options fail here
     assert params["kubernetes"] and params["foreground"]
     port = parse_listen(params["metrics_listen"])[1]
-    (cport,) = c["ports"]
+    cport, gport = c["ports"]
     (sport,) = by_kind(docs, "Service")["spec"]["ports"]
     assert cport["containerPort"] == port and sport["targetPort"] == cport["name"] and sport["port"] == port
+    # The gpu-check gate: on the host's address (tenants' init containers ask status.hostIP), where node.toml
+    # listens, at the port the admission params name; metrics stay off the host port.
+    gate = tomllib.loads(by_kind(docs, "ConfigMap")["data"]["node.toml"])["kubernetes"]["gate_listen"]
+    assert gport["name"] == "gate" and gport["hostPort"] == gport["containerPort"] == int(gate.rpartition(":")[2])
+    assert "hostPort" not in cport
+    params = yaml.safe_load((K8S / "admission/params/params.yaml").read_text())
+    assert params["data"]["gatePort"] == str(gport["hostPort"])
 
 
 def test_the_cluster_role_grants_least_verbs():
@@ -206,12 +213,20 @@ def test_the_cluster_role_grants_least_verbs():
                                     ("list", "pods"), ("watch", "pods"), ("create", "pods/eviction"),
                                     ("create", "events"),
                                     # the cluster-wide remediation limit (ops/k8s/remediationslots.py)
-                                    ("get", "leases"), ("create", "leases"), ("update", "leases")}
+                                    ("get", "leases"), ("create", "leases"), ("update", "leases"),
+                                    # DRA: the node's devices, and one DeviceTaintRule per device of a dirty GPU
+                                    ("list", "resourceslices"), ("list", "devicetaintrules"),
+                                    ("create", "devicetaintrules"), ("delete", "devicetaintrules"),
+                                    # the gpu-check gate verifies a tenant pod's projected token
+                                    ("create", "tokenreviews")}
     for variant in AGENT_VARIANTS:  # no overlay widens it
         docs = render(variant)
         rules = by_kind(docs, "ClusterRole")["rules"]
         assert {(v, r) for rule in rules for r in rule["resources"] for v in rule["verbs"]} == cluster_role_rules()
         assert [r["apiGroups"] for r in rules if r["resources"] == ["leases"]] == [["coordination.k8s.io"]]
+        assert {g for r in rules if {"resourceslices", "devicetaintrules"} & set(r["resources"])
+                for g in r["apiGroups"]} == {"resource.k8s.io"}
+        assert [r["apiGroups"] for r in rules if r["resources"] == ["tokenreviews"]] == [["authentication.k8s.io"]]
         binding = by_kind(docs, "ClusterRoleBinding")
         assert binding["subjects"][0]["name"] == by_kind(docs, "ServiceAccount")["metadata"]["name"]
 

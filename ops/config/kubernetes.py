@@ -20,7 +20,10 @@ POLICIES = ("taint", "condition", "off")  # how the agent tells the API server a
 
 KEYS = {"policy", "taint_after", "clear_after", "node_name", "pod_resources_socket", "health", "health_socket",
         "kubeconfig", "remediate", "remediate_after", "remediation_slots", "remediation_interval", "eviction_timeout",
-        "lease_namespace"}
+        "lease_namespace", "exclusion", "dra_drivers", "device_taint_effect", "post_clean", "post_clean_grace",
+        "post_clean_reset", "gate_listen", "gate_audience", "health_upstream"}
+EXCLUSIONS = ("auto", "dra", "node")  # how one dirty GPU is kept from new tenants
+DEVICE_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,20 @@ class KubernetesConfig:
     remediation_interval: float = 3600.0  # at most one remediation of this node per interval
     eviction_timeout: float = 300.0  # how long PodDisruptionBudget refusals and terminating pods are waited for
     lease_namespace: str = "gpuwarden"
+    # Per-GPU exclusion (ops/k8s/dra.py): "auto" uses DeviceTaintRules where the cluster serves them and the
+    # node's ResourceSlices name its GPUs, else the node taint; "dra" insists (a problem is reported); "node": taint.
+    exclusion: str = "auto"
+    dra_drivers: tuple[str, ...] = ("gpu.amd.com", "gpu.nvidia.com")
+    device_taint_effect: str = "NoSchedule"  # NoExecute (opt-in) also evicts the pods that hold the device
+    # Post-clean by the agent (ops/services/k8s_tenantclean.py): a pod that held GPUs left -> check, clean, verify.
+    post_clean: bool = True
+    post_clean_grace: float = 5.0
+    post_clean_reset: bool = False  # a reset only where every GPU it reaches is free
+    # The unprivileged gpu-check init container asks the agent here (ops/k8s/gate.py); "" serves nothing.
+    gate_listen: str = ""
+    gate_audience: str = "gpuwarden"
+    # Device-plugin clusters: AMD's metrics exporter's own socket; the health service merges its verdict.
+    health_upstream: str | None = None
 
     def resolved_node_name(self) -> str:
         return self.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
@@ -64,7 +81,8 @@ def parse(raw: Any, fail: Callable[[str | None, str, str], Exception]) -> Kubern
                 out[key] = parse_duration(raw[key])
             except GpuwardenError:
                 raise fail(key, f"cannot read duration {raw[key]!r}", f'e.g. {key} = "2m" (or "90s", or 120)') from None
-    for key in ("node_name", "pod_resources_socket", "health_socket", "kubeconfig", "lease_namespace"):
+    for key in ("node_name", "pod_resources_socket", "health_socket", "kubeconfig", "lease_namespace",
+                "gate_audience", "health_upstream"):
         if key in raw:
             if not isinstance(raw[key], str) or not raw[key]:
                 raise fail(key, "must be a non-empty string", f'e.g. {key} = "..."')
@@ -74,6 +92,31 @@ def parse(raw: Any, fail: Callable[[str | None, str, str], Exception]) -> Kubern
             raise fail("health", f"must be true or false, got {raw['health']!r}", "health = true serves AMD's "
                        "device-plugin health socket")
         out["health"] = raw["health"]
+    if "gate_listen" in raw:
+        if not isinstance(raw["gate_listen"], str):
+            raise fail("gate_listen", "must be a string", 'e.g. gate_listen = "0.0.0.0:9836" ("" serves nothing)')
+        out["gate_listen"] = raw["gate_listen"]
+    for key, choices in (("exclusion", EXCLUSIONS), ("device_taint_effect", DEVICE_TAINT_EFFECTS)):
+        if key in raw:
+            if raw[key] not in choices:
+                raise fail(key, f"must be one of {', '.join(choices)}, got {raw[key]!r}", f'e.g. {key} = "{choices[0]}"')
+            out[key] = raw[key]
+    if "dra_drivers" in raw:
+        drivers = raw["dra_drivers"]
+        if not isinstance(drivers, list) or not all(isinstance(d, str) and d for d in drivers):
+            raise fail("dra_drivers", "must be a list of driver names", 'e.g. dra_drivers = ["gpu.amd.com"]')
+        out["dra_drivers"] = tuple(drivers)
+    if "post_clean_grace" in raw:
+        try:
+            out["post_clean_grace"] = parse_duration(raw["post_clean_grace"])
+        except GpuwardenError:
+            raise fail("post_clean_grace", f"cannot read duration {raw['post_clean_grace']!r}",
+                       'e.g. post_clean_grace = "5s"') from None
+    for key in ("post_clean", "post_clean_reset"):
+        if key in raw:
+            if not isinstance(raw[key], bool):
+                raise fail(key, f"must be true or false, got {raw[key]!r}", f"{key} = true or false")
+            out[key] = raw[key]
     if "remediate" in raw:
         if not isinstance(raw["remediate"], bool):
             raise fail("remediate", f"must be true or false, got {raw['remediate']!r}", "remediate = true lets the "

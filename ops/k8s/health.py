@@ -2,7 +2,8 @@
 
 The plugin (ROCm/k8s-device-plugin) asks this service each heartbeat and marks a GPU Unhealthy when its
 state says "unhealthy", so the kubelet stops giving it to new pods while the node's other GPUs stay
-schedulable. Opt-in: it takes the socket path AMD's metrics exporter would use, so run one or the other.
+schedulable. Opt-in. With [kubernetes] health_upstream (AMD's metrics exporter moved to that socket) it sits in
+front of the exporter: each answer is the exporter's verdict merged with gpuwarden's (unhealthy if either says so).
 """
 
 from __future__ import annotations
@@ -55,11 +56,45 @@ def _answers(path: Path) -> bool:
         return False
 
 
+def merge(ours: list[GpuState], theirs: list[GpuState]) -> list[GpuState]:
+    """The exporter's states with gpuwarden's verdict laid over them, matched by PCI address (else ID): unhealthy
+    when either says so; GPUs only one side knows keep that side's word."""
+    def key(s: GpuState) -> str:
+        return s["Device"].lower() or f"id:{s['ID']}"
+    mine = {key(s): s for s in ours}
+    out: list[GpuState] = []
+    for t in theirs:
+        m = mine.pop(key(t), None)
+        bad = t["Health"].lower() == UNHEALTHY or (m is not None and m["Health"] == UNHEALTHY)
+        workload = sorted(set(t["AssociatedWorkload"]) | set(m["AssociatedWorkload"] if m else ()))
+        out.append({**t, "Health": UNHEALTHY if bad else t["Health"], "AssociatedWorkload": workload})
+    return out + list(mine.values())
+
+
+def ask_upstream(socket_path: str, timeout_s: float = 1.0) -> list[GpuState]:
+    """MetricsService.List of AMD's exporter on its socket; GpuwardenError when it does not answer."""
+    # deferred: grpc with protobuf only when the service runs (the kubernetes extra)
+    import grpc
+    from google.protobuf import empty_pb2
+
+    from gpuwarden.ops.k8s.proto import metricssvc_pb2_grpc
+    try:
+        with grpc.insecure_channel(f"unix://{socket_path}") as channel:
+            reply = metricssvc_pb2_grpc.MetricsServiceStub(channel).List(empty_pb2.Empty(), timeout=timeout_s)
+    except grpc.RpcError as exc:
+        raise GpuwardenError(f"AMD's metrics exporter at {socket_path} did not answer: {exc.code().name}",
+                             "check the exporter, and that [kubernetes] health_upstream is its socket") from None
+    return [{"ID": s.ID, "UUID": s.UUID, "Device": s.Device, "Health": s.Health,
+             "AssociatedWorkload": list(s.AssociatedWorkload)} for s in reply.GPUState]
+
+
 class HealthService:
     """Serves the latest states; update() swaps them in (the gRPC threads only read)."""
 
-    def __init__(self, socket_path: str = DEFAULT_SOCKET):
+    def __init__(self, socket_path: str = DEFAULT_SOCKET, upstream: str | None = None):
         self.socket_path = socket_path
+        self.upstream = upstream
+        self.upstream_problem: str | None = None
         self.calls = 0
         self._states: list[GpuState] = []
         self._server: grpc.Server | None = None
@@ -72,7 +107,17 @@ class HealthService:
 
     def states(self) -> list[GpuState]:
         with self._lock:
-            return list(self._states)
+            ours = list(self._states)
+        if not self.upstream:
+            return ours
+        try:
+            theirs = ask_upstream(self.upstream)
+        except GpuwardenError as exc:
+            # The exporter's word is missing: gpuwarden's own still keeps dirty GPUs out; say so once.
+            self.upstream_problem = exc.message + (f" ({exc.hint})" if exc.hint else "")
+            return ours
+        self.upstream_problem = None
+        return merge(ours, theirs)
 
     def start(self) -> None:
         try:
@@ -100,6 +145,9 @@ class HealthService:
                 return self._reply(set(request.ID))
 
         path = Path(self.socket_path)
+        if self.upstream and Path(self.upstream) == path:
+            raise GpuwardenError(f"[kubernetes] health_upstream is the health socket itself ({path})",
+                                 "move AMD's metrics exporter to another socket and name that one in health_upstream")
         if _answers(path):
             raise GpuwardenError(f"something already serves the health socket {path}",
                                  "AMD's metrics exporter uses that path: run one or the other, or set "

@@ -141,6 +141,28 @@ class Kube:
         return cls(f"Kubernetes refused to {what} ({exc.status} {reason or exc.reason}): {message}",
                    hint, status=exc.status, reason=reason)
 
+    # --- any path (resource.k8s.io, authentication.k8s.io: types the client may not know yet) ------------
+    def request(self, what: str, method: str, path: str, *, query: Mapping[str, str] | None = None,
+                body: object = None) -> Any:
+        """One call to `path` (e.g. /apis/resource.k8s.io/v1/resourceslices) through the client's auth and
+        deadline; the JSON it answered. Any: each caller reads the object its path serves."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+
+        def call(_request_timeout: float, **_: Any) -> Any:
+            # deferred: the client's modules, loaded by _load_client() when Kubernetes mode starts
+            from kubernetes.client.exceptions import ApiException
+            prepared = self.api_client.param_serialize(method, path, query_params=list((query or {}).items()),
+                                                       header_params=headers, body=body,
+                                                       auth_settings=["BearerToken"])
+            resp = self.api_client.call_api(*prepared, _request_timeout=_request_timeout)
+            resp.read()
+            if not 200 <= resp.status <= 299:
+                raise ApiException(http_resp=resp)
+            return resp
+        return self._call(what, call)
+
     # --- nodes ---------------------------------------------------------------------------------
     def node(self, name: str) -> Node:
         node: Node = self._call(f"get node {name}", self.core.read_node, name)

@@ -109,6 +109,8 @@ class NodeSignal:
         self.held: str | None = None
         # Set while a remediation runs (cordon to uncordon): the taint stays until it has verified the GPUs.
         self.keep = False
+        # GPUs a per-GPU exclusion (a DeviceTaintRule) keeps from new tenants: their trouble needs no node taint.
+        self.covered: frozenset[int] = frozenset()
         self._bad_since: dict[int, float] = {}
         self._clean_since: float | None = None
         self._written_at = float("-inf")
@@ -166,7 +168,10 @@ class NodeSignal:
         so the taint comes at the grace, not up to one sample interval after it."""
         if self.policy != "taint" or self.tainted is not None or self.foreign_taint or not self._bad_since:
             return None
-        due = max(min(self._bad_since.values()) + self.taint_after_s, self._retry_at)  # not before a retry
+        pending = [t for g, t in self._bad_since.items() if g not in self.covered]
+        if not pending:
+            return None
+        due = max(min(pending) + self.taint_after_s, self._retry_at)  # not before a retry
         return max(0.0, due - self.clock())
 
     def status(self) -> dict[str, object]:
@@ -219,6 +224,13 @@ class NodeSignal:
         if self.held:
             if self.tainted != HELD_TAINT and not self.foreign_taint:
                 self._set_taint(HELD_TAINT, f"tainted {TAINT_KEY}={HELD_TAINT}:NoSchedule: {self.held}")
+            return
+        handed = sorted(g for g in trouble if g in self.covered)
+        trouble = {g: t for g, t in trouble.items() if g not in self.covered}
+        if handed and not trouble and self.tainted is not None and not self.keep and not self.foreign_taint:
+            # Set before the per-GPU rules were in place: they keep those GPUs from new tenants now.
+            self._set_taint(None, f"removed {TAINT_KEY}: DeviceTaintRules keep GPU {', '.join(map(str, handed))} "
+                                  "from new tenants; the node's other GPUs stay schedulable")
             return
         due = [g for g, t in trouble.items()
                if t.reason == "reset-needed" or now - self._bad_since.get(g, now) >= self.taint_after_s]

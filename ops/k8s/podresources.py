@@ -16,6 +16,7 @@ from gpuwarden.ops.foundation.model import GpuInfo, PodGpus
 
 GPU_RESOURCES = ("amd.com/gpu", "nvidia.com/gpu")
 RETAIN_GONE_S = 3600.0
+DRA = "dra"  # Assignment.resource of a claim's device; its id is "driver/pool/device"
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ def list_assignments(socket_path: str = DEFAULT_SOCKET, timeout_s: float = 2.0) 
             for dev in c.devices:
                 if dev.resource_name in GPU_RESOURCES or dev.resource_name.endswith("/gpu"):
                     out.append(Assignment(pod.namespace, pod.name, c.name, dev.resource_name, tuple(dev.device_ids)))
+            # DRA: the claim's devices as the kubelet prepared them (driver, pool, device of a ResourceSlice).
+            ids = tuple(f"{r.driver_name}/{r.pool_name}/{r.device_name}"
+                        for d in c.dynamic_resources for r in d.claim_resources if r.device_name)
+            if ids:
+                out.append(Assignment(pod.namespace, pod.name, c.name, DRA, ids))
     return out
 
 
@@ -98,12 +104,32 @@ class GpuAssignments:
         self._gone = {k: v for k, v in self._gone.items() if now - v[1] < self.retain_s}
         self._current = fresh
 
-    def records(self, gpus: tuple[GpuInfo, ...], uid_of: Callable[[str, str], tuple[str | None, float | None]]
-                ) -> tuple[PodGpus, ...]:
+    def gone(self) -> list[tuple[Assignment, float]]:
+        """Assignments that left the list lately, with when (the agent's post-clean starts from these)."""
+        return list(self._gone.values())
+
+    def current(self) -> list[Assignment]:
+        return list(self._current.values())
+
+    @staticmethod
+    def gpus_of(a: Assignment, gpus: tuple[GpuInfo, ...],
+                dra: Callable[[str, str, str], tuple[int, ...]] | None = None) -> tuple[int, ...]:
+        """The GPU indexes an assignment names; a DRA device through `dra` (driver, pool, device) -> GPUs."""
+        if a.resource == DRA:
+            found: set[int] = set()
+            for ref in a.device_ids:
+                driver, _, rest = ref.partition("/")
+                pool, _, device = rest.rpartition("/")
+                found.update(dra(driver, pool, device) if dra else ())
+            return tuple(sorted(found))
+        return tuple(sorted(i for i in (gpu_index_of(d, gpus) for d in a.device_ids) if i is not None))
+
+    def records(self, gpus: tuple[GpuInfo, ...], uid_of: Callable[[str, str], tuple[str | None, float | None]],
+                dra: Callable[[str, str, str], tuple[int, ...]] | None = None) -> tuple[PodGpus, ...]:
         """PodGpus for current and recently gone assignments; uid_of(ns, name) -> (uid, deleted_at)."""
         out = []
         for a, gone in [(a, None) for a in self._current.values()] + list(self._gone.values()):
-            idx = tuple(sorted(i for i in (gpu_index_of(d, gpus) for d in a.device_ids) if i is not None))
+            idx = self.gpus_of(a, gpus, dra)
             uid, deleted_at = uid_of(a.namespace, a.pod)
             out.append(PodGpus(namespace=a.namespace, pod=a.pod, container_name=a.container, gpus=idx,
                                pod_uid=uid, deleted_at=deleted_at if deleted_at is not None else gone))

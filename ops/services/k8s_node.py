@@ -21,7 +21,12 @@ from gpuwarden.ops.k8s.events import JournalFollower, NodeEvents
 from gpuwarden.ops.k8s.health import HealthService
 from gpuwarden.ops.k8s.kube import Kube, connect
 from gpuwarden.ops.k8s.nodesignal import NodeSignal
+from gpuwarden.ops.k8s.dra import DeviceTaints
+from gpuwarden.ops.k8s.exclusion import Exclusions
+from gpuwarden.ops.k8s.gate import Caller, Gate, Refused, TokenVerifier, Verdict
+from gpuwarden.ops.k8s.gpucheck import check
 from gpuwarden.ops.k8s.podresources import GpuAssignments
+from gpuwarden.ops.services.k8s_tenantclean import Cleaner, TenantCleaner
 from gpuwarden.ops.k8s.pods import PodCache
 from gpuwarden.ops.services.k8s_remediation import Fixer, Remediator
 from gpuwarden.ops.k8s.remediationslots import ClusterSlots
@@ -49,9 +54,12 @@ class KubernetesNode:
     def __init__(self, settings: Settings, cfg: KubernetesConfig, *, kube: Kube | None = None,
                  log: Log = stderr_log, assignments: GpuAssignments | None = None,
                  pod_resources_every_s: float = 2.0, reread: Callable[[], KubernetesConfig] | None = None,
-                 fixer: Fixer | None = None, remediation_tuning: dict[str, Any] | None = None):
+                 fixer: Fixer | None = None, remediation_tuning: dict[str, Any] | None = None,
+                 post_cleaner: Cleaner | None = None, post_clean_tuning: dict[str, Any] | None = None):
         """fixer: how remediation fixes one GPU (the fix playbook, from the playbooks layer); needed when the
-        [kubernetes] table says remediate = true. remediation_tuning: Remediator keyword overrides (tests)."""
+        [kubernetes] table says remediate = true. remediation_tuning: Remediator keyword overrides (tests).
+        post_cleaner: how the agent cleans a GPU its tenant left (the purge playbook; None: check and report
+        only). post_clean_tuning: TenantCleaner keyword overrides (tests)."""
         self.cfg = cfg
         self.reread = reread  # the [kubernetes] table again, with the command line's overrides (SIGHUP)
         self.node_name = cfg.resolved_node_name()
@@ -76,7 +84,20 @@ class KubernetesNode:
             if cfg.policy == "off":
                 log("warning", "kubernetes: remediate = true does nothing while the policy is off (no GPU is "
                                "assessed): use --k8s-policy taint")
-        self.health = HealthService(cfg.health_socket) if cfg.health else None
+        self.health = HealthService(cfg.health_socket, upstream=cfg.health_upstream) if cfg.health else None
+        # One set of GPUs kept from new tenants, read by every per-GPU path (DeviceTaintRules, device-plugin health).
+        self.exclusions = Exclusions(cfg.clear_after)
+        self.device_taints = None if cfg.exclusion == "node" else DeviceTaints(
+            self.kube, self.node_name, drivers=cfg.dra_drivers, effect=cfg.device_taint_effect,
+            state_dir=settings.state_dir, events=self.events, log=log)
+        self.cleaner: TenantCleaner | None = None
+        if cfg.post_clean:
+            from gpuwarden.ops.sampling.sampler import take_snapshot
+            tuning = {"snapshot": lambda: take_snapshot(settings), **(post_clean_tuning or {})}
+            self.cleaner = TenantCleaner(cleaner=post_cleaner, sysfs_root=settings.sysfs_root,
+                                         state_dir=settings.state_dir, grace_s=cfg.post_clean_grace,
+                                         allow_reset=cfg.post_clean_reset, events=self.events, log=log,
+                                         wake=self._wake_up, **tuning)
         self.pod_resources_every_s = pod_resources_every_s
         self._pod_resources_at = float("-inf")
         # (input, what else went in, output) of the last annotate
@@ -86,6 +107,7 @@ class KubernetesNode:
         self._pending: NodeSnapshot | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self.gate: Any = None  # the gpu-check gate (ops/k8s/gate.py), when [kubernetes] gate_listen is set
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -99,6 +121,12 @@ class KubernetesNode:
                           slots=slots, events=self.events, log=self.log, after_s=cfg.remediate_after,
                           interval_s=cfg.remediation_interval, eviction_timeout_s=cfg.eviction_timeout,
                           clear_after_s=cfg.clear_after, **tuning)
+
+    def _wake_up(self) -> None:
+        self._wake.set()
+
+    def _dra(self, driver: str, pool: str, device: str) -> tuple[int, ...]:
+        return self.device_taints.device_gpus(driver, pool, device) if self.device_taints else ()
 
     def _hold(self, reason: str | None) -> None:
         """A failed remediation holds the node (the condition and the taint say why); None lets it go."""
@@ -124,6 +152,10 @@ class KubernetesNode:
         """Start the pod watch, the health service and the reconciler (a busy health socket fails here)."""
         if self.health is not None:
             self.health.start()
+        if self.cfg.gate_listen:
+            self.gate = Gate(self.cfg.gate_listen, TokenVerifier(self.kube, self.node_name, self.cfg.gate_audience),
+                             self.judge, log=self.log)
+            self.gate.start()
         self.pods.start()
         self._thread = threading.Thread(target=self._reconcile_loop, name="gpuwarden-k8s", daemon=True)
         self._thread.start()
@@ -141,6 +173,10 @@ class KubernetesNode:
     def close(self) -> None:
         if self.remediator is not None:
             self.remediator.close()  # a step in progress stays in the node's annotation: the next agent resumes
+        if self.cleaner is not None:
+            self.cleaner.close()
+        if self.gate is not None:
+            self.gate.stop()
         self._stopping = True
         self._wake.set()
         if self._thread is not None:
@@ -177,7 +213,7 @@ class KubernetesNode:
         if now - self._pod_resources_at >= self.pod_resources_every_s:
             self.assignments.refresh()
             self._pod_resources_at = now
-        pod_gpus = self.assignments.records(snap.gpus, self._uid_of)
+        pod_gpus = self.assignments.records(snap.gpus, self._uid_of, self._dra)
         status = self.status()
         key = (pod_gpus, status, self.pods.version)
         last = self._annotated
@@ -185,7 +221,9 @@ class KubernetesNode:
             return last[2]  # the sampler repeated its last snapshot: so do we (readers cache by identity)
         out = self.attributor.annotate(snap, pod_gpus)
         problems = [SnapshotWarning("kubernetes", f"kubernetes: {p}")
-                    for p in (self.signal.problem, self.pods.problem, self.assignments.problem) if p]
+                    for p in (self.signal.problem, self.pods.problem, self.assignments.problem,
+                      self.device_taints.problem if self.device_taints else None,
+                      self.health.upstream_problem if self.health else None) if p]
         out = dataclasses.replace(out, warnings=out.warnings + tuple(problems), kubernetes=status)
         self._annotated = (snap, key, out)
         return out
@@ -205,13 +243,64 @@ class KubernetesNode:
             verified = self.journal.follow(self.events, len(snap.gpus))
             if self.remediator is not None:
                 self.signal.keep = self.remediator.active
+            if self.device_taints is not None and self.signal.policy != "off":
+                self.device_taints.prepare(snap.gpus)
+                self.signal.covered = self.device_taints.covered()
             self.signal.observe(snap, reset_needed=frozenset(self.journal.reset_needed), verified=verified)
             if self.remediator is not None:
                 self.remediator.offer(snap, self.signal.trouble, self.signal.bad_for())
+            excluded = self._exclude(snap, verified)
         if self.health is not None:
-            self.health.update(snap, set(self.signal.trouble))
+            self.health.update(snap, set(excluded))
         self.last = snap
         self.reconciled += 1
+
+    def _exclude(self, snap: NodeSnapshot, verified: frozenset[int]) -> dict[int, str]:
+        """The per-GPU side: post-clean of the pods that left, then the set kept from new tenants, then the
+        DeviceTaintRules that say so (on DRA clusters; the node taint then leaves those GPUs to them)."""
+        if self.cleaner is not None:
+            gone = [(f"{a.namespace}/{a.pod}", self.assignments.gpus_of(a, snap.gpus, self._dra), at)
+                    for a, at in self.assignments.gone()]
+            assigned = {g for a in self.assignments.current() for g in self.assignments.gpus_of(a, snap.gpus, self._dra)}
+            self.cleaner.observe(snap, gone, assigned, verified)
+        # Verified by a playbook (the journal: now) or by the post-clean (the time of its verifying sample).
+        proven = {g: time.time() for g in verified}
+        if self.cleaner is not None:
+            proven.update(self.cleaner.take_verified())
+        dirty: dict[int, str] = {}
+        for g, t in self.signal.trouble.items():
+            dirty[g] = "reset-needed" if t.reason == "reset-needed" else ("dead-holders" if t.holders else t.reason)
+        for g in snap.drained:
+            dirty.setdefault(g, "drained")
+        for g, why in (self.cleaner.dirty() if self.cleaner is not None else {}).items():
+            dirty.setdefault(g, why)
+        before = self.exclusions.excluded
+        excluded = self.exclusions.update(dirty, proven, snap.taken_at)
+        if self.health is not None and excluded != before:
+            self._say_health(before, excluded)
+        if self.device_taints is not None and self.signal.policy != "off":
+            self.device_taints.reconcile(excluded, snap.gpus)
+            self.signal.covered = self.device_taints.covered()
+            if self.cfg.exclusion == "dra" and not self.device_taints.active and self.device_taints.problem is None:
+                self.device_taints.problem = ("exclusion = \"dra\" but the cluster serves no DeviceTaintRule or no "
+                                              f"ResourceSlice of {', '.join(self.cfg.dra_drivers)} names this "
+                                              "node's GPUs: the node taint stands in")
+        return excluded
+
+    def _say_health(self, before: dict[int, str], now: dict[int, str]) -> None:
+        """Device-plugin clusters: each GPU the health service turns unhealthy or healthy, as an Event and a
+        journal line (what the device plugin will do with it: stop or resume giving it to new pods)."""
+        from gpuwarden.ops.foundation import journal
+        for g in sorted(set(before) | set(now)):
+            if (g in before) == (g in now):
+                continue
+            bad = g in now
+            text = (f"GPU {g} reported unhealthy to the device plugin ({now[g]}): no new pod gets it" if bad else
+                    f"GPU {g} reported healthy to the device plugin again: verified clean")
+            self.log("warning" if bad else "ok", f"kubernetes: {text}")
+            self.events("GPUDeviceUnhealthy" if bad else "GPUDeviceHealthy", text, "Warning" if bad else "Normal")
+            journal.write(self.settings.state_dir, "device-health", "unhealthy" if bad else "healthy", gpu=g,
+                          reason=now.get(g, before.get(g)), node=self.node_name)
 
     def process(self, snap: NodeSnapshot) -> NodeSnapshot:
         """annotate and reconcile in the caller's thread (tests and benchmarks without an agent)."""
@@ -221,7 +310,9 @@ class KubernetesNode:
 
     def _reconcile_loop(self) -> None:
         while True:
-            due = self.signal.due_in()
+            dues = [d for d in (self.signal.due_in(), self.exclusions.due_in(),
+                                self.cleaner.due_in() if self.cleaner else None) if d is not None]
+            due = min(dues) if dues else None
             # Woken by a snapshot, or when a taint falls due: it comes at the grace, not a sample later.
             self._wake.wait(None if due is None else due + 0.05)
             if self._stopping:
@@ -238,6 +329,29 @@ class KubernetesNode:
                 self.log("error", f"kubernetes: reconcile failed: {type(exc).__name__}: {exc}")
                 time.sleep(1.0)
 
+    # --- the gpu-check gate (ops/k8s/gate.py) ------------------------------------------------------
+    def judge(self, caller: Caller) -> Verdict:
+        """Are the GPUs the kubelet gave this pod clean now? From a fresh pod-resources List and the last sample."""
+        snap = self.last
+        if snap is None:
+            raise Refused(503, "the agent has not sampled the node yet: try again in a few seconds")
+        try:
+            listed = self.assignments.lister(self.assignments.socket_path)
+        except GpuwardenError as exc:
+            raise Refused(503, f"the agent cannot ask the kubelet which GPUs the pod has: {exc.message}") from None
+        mine = [a for a in listed if (a.namespace, a.pod) == (caller.namespace, caller.pod)]
+        gpus = sorted({g for a in mine for g in self.assignments.gpus_of(a, snap.gpus, self._dra)})
+        if not gpus:
+            return Verdict(False, (), f"the kubelet lists no GPU of node {self.node_name} for pod "
+                                      f"{caller.namespace}/{caller.pod} (pod-resources API): nothing to vouch for")
+        excluded = dict(self.exclusions.excluded)
+        reasons = []
+        for v in check(snap, gpus, frozenset(self.journal.reset_needed)):
+            why = list(v.reasons) + ([f"kept from new tenants ({excluded[v.gpu]})"] if v.gpu in excluded else [])
+            if why:
+                reasons.append(f"GPU {v.gpu}: " + "; ".join(why))
+        return Verdict(not reasons, tuple(gpus), "; ".join(reasons) or "clean")
+
     # --- readers ----------------------------------------------------------------------------------
     def _uid_of(self, namespace: str, name: str) -> tuple[str | None, float | None]:
         info = self.pods.by_name(namespace, name)
@@ -249,4 +363,9 @@ class KubernetesNode:
                 "pods_known": len(self.pods.all()), "pod_watch_problem": self.pods.problem,
                 "pod_resources_problem": self.assignments.problem,
                 "health_socket": self.health.socket_path if self.health else None,
-                "remediation": self.remediator.status() if self.remediator else None}
+                "health_upstream_problem": self.health.upstream_problem if self.health else None,
+                "gate": {"listen": self.cfg.gate_listen, "answered": self.gate.answered} if self.gate else None,
+                "remediation": self.remediator.status() if self.remediator else None,
+                "excluded_gpus": {str(g): why for g, why in sorted(self.exclusions.excluded.items())},
+                "device_taints": self.device_taints.status() if self.device_taints else None,
+                "post_clean": self.cleaner.status() if self.cleaner else None}

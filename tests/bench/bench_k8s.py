@@ -10,7 +10,13 @@
 3. API calls a minute on a quiet node: the stand-in's request log while the agent runs on a clean node
    (real time), and one simulated hour of 1 Hz samples through the reconciler (heartbeats included).
    Target: <= 2 a minute.
-Run: python tests/bench/bench_k8s.py [--quiet-seconds 90] [--json-out FILE]
+4. Per-GPU exclusion on a DRA cluster (issue 35): the agent (1 s samples, pod-resources every 2 s, post-clean
+   through the fix playbook, resets allowed where their reach is free) on a sim node whose GPUs the stand-in
+   publishes as gpu.amd.com ResourceSlice devices. A tenant pod holding GPU 2 dies (its process killed, with
+   leak-on-kill in the "leak" rounds; the kubelet's list drops it): time to its DeviceTaintRule; from the clean
+   verified (the journal's post-clean ok) to the rule deleted; API writes over a quiet window before it.
+   Targets: <= 5 s, <= 5 s, 0 writes.
+Run: python tests/bench/bench_k8s.py [--quiet-seconds 90] [--json-out FILE] [--only exclusion]
 """
 
 from __future__ import annotations
@@ -184,6 +190,79 @@ def quiet_calls(seconds: float) -> dict:
             "calls_per_min_steady": (hour + 12) / 60}
 
 
+def tenant_exclusion(rounds: int, quiet_s: float) -> dict:
+    import io
+
+    from k8s_helpers import NODE
+    from gpuwarden.ops.foundation import journal
+    from gpuwarden.ops.services.agent_daemon import Agent
+    from gpuwarden.ops.config.agent import AgentConfig
+    from gpuwarden.ops.config.kubernetes import KubernetesConfig
+    from gpuwarden.ops.services.k8s_node import KubernetesNode
+    from gpuwarden.ops.sampling.sampler import take_snapshot
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.node.sim.node import SimNode
+    from gpuwarden.playbooks.k8s_postclean import cleaner
+    from simnode import start_tenant, wait_for
+    from standins.kube_apiserver import FakeApiServer
+    from standins.podresources_server import PodResourcesServer
+    out: dict = {"rounds": []}
+    for i in range(rounds):
+        leak = i % 2 == 1
+        state = Path(tempfile.mkdtemp(prefix="gw-bench-"))
+        sim = SimNode(state)
+        sim.init(gpus=4)
+        sim.set_fault("leak-on-kill", leak)
+        settings = Settings(state_dir=state, backend="sim")
+        gpus = take_snapshot(settings).gpus
+        api = FakeApiServer().start()
+        api.add_node(NODE)
+        api.add_resource_slice(NODE, "gpu.amd.com", [
+            {"name": f"gpu-{g.index}-{128 + g.index}",
+             "attributes": {"resource.kubernetes.io/pciBusID": {"string": g.bus_id}}} for g in gpus])
+        kubelet = PodResourcesServer(str(state / "kubelet.sock")).start()
+        kubelet.assign_claim("team-a", "trainer-0", "main", "gpus", "gpu.amd.com", NODE, "gpu-2-130")
+        cfg = KubernetesConfig(node_name=NODE, pod_resources_socket=str(state / "kubelet.sock"), post_clean_grace=1.0,
+                               post_clean_reset=True)
+        tenant = start_tenant(state, 2, "14GiB")
+        agent = Agent(settings, AgentConfig(interval=1.0, kmsg="off"), log_stream=io.StringIO())
+        node = KubernetesNode(settings, cfg, kube=api.kube(), log=lambda level, text: None,
+                              post_cleaner=cleaner(settings))
+        node.attach(agent)
+        agent.start()
+        node.start()
+        try:
+            wait_for(lambda node=node: node.device_taints.active and node.reconciled > 3, timeout=30, what="start")
+            time.sleep(3)  # the start-up calls (discovery, lists, the condition) are counted apart
+            q0 = time.time()
+            time.sleep(quiet_s)
+            quiet_writes = [r for r in api.calls(q0) if r.method not in ("GET",)]
+            tenant.send_signal(signal.SIGKILL)
+            tenant.wait()
+            kubelet.remove_pod("team-a", "trainer-0")
+            t0 = time.time()
+            wait_for(lambda api=api: api.rules(), timeout=30, poll=0.01, what="the device taint")
+            excluded = time.time() - t0
+            wait_for(lambda api=api: not api.rules(), timeout=120, poll=0.01, what="the device taint to go")
+            lifted_at = time.time()
+            ok = [e for e in journal.read(state) if e.get("action") == "post-clean" and e.get("result") == "ok"]
+            verified_at = ok[-1]["ts"] if ok else float("nan")
+            fixes = [e.get("result") for e in journal.read(state) if e.get("action") == "fix"]
+            out["rounds"].append({"leak": leak, "quiet_s": quiet_s, "quiet_writes": len(quiet_writes),
+                                  "death_to_excluded_s": excluded, "verified_to_lifted_s": lifted_at - verified_at,
+                                  "death_to_lifted_s": lifted_at - t0, "fix_results": fixes})
+        finally:
+            agent.stop()
+            node.close()
+            kubelet.stop()
+            api.stop()
+    r = out["rounds"]
+    out["worst_death_to_excluded_s"] = max(x["death_to_excluded_s"] for x in r)
+    out["worst_verified_to_lifted_s"] = max(x["verified_to_lifted_s"] for x in r)
+    out["quiet_writes"] = sum(x["quiet_writes"] for x in r)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=30)
@@ -191,8 +270,26 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quiet-seconds", type=float, default=90.0)
     ap.add_argument("--json-out", type=Path)
+    ap.add_argument("--only", choices=["exclusion"], help="run the per-GPU exclusion part alone")
+    ap.add_argument("--exclusion-rounds", type=int, default=4, help="odd rounds leak on kill (a reset cleans them)")
+    ap.add_argument("--exclusion-quiet", type=float, default=10.0)
     args = ap.parse_args()
     print(machine_line())
+    x = tenant_exclusion(args.exclusion_rounds, args.exclusion_quiet)
+    for r in x["rounds"]:
+        print(f"tenant death ({'leak on kill' if r['leak'] else 'clean exit'}): excluded after "
+              f"{r['death_to_excluded_s']:.2f} s; verified clean -> lifted {r['verified_to_lifted_s']:.2f} s "
+              f"(death -> lifted {r['death_to_lifted_s']:.2f} s; fix: {r['fix_results'] or 'not needed'}); "
+              f"{r['quiet_writes']} API writes in the {r['quiet_s']:g} s quiet window before")
+    print(f"per-GPU exclusion: worst death -> excluded {x['worst_death_to_excluded_s']:.2f} s (target <= 5: "
+          f"{'met' if x['worst_death_to_excluded_s'] <= 5 else 'MISSED'}), worst verified -> lifted "
+          f"{x['worst_verified_to_lifted_s']:.2f} s (target <= 5: "
+          f"{'met' if x['worst_verified_to_lifted_s'] <= 5 else 'MISSED'}), quiet writes {x['quiet_writes']} "
+          f"(target 0: {'met' if x['quiet_writes'] == 0 else 'MISSED'})")
+    if args.only == "exclusion":
+        if args.json_out:
+            args.json_out.write_text(json.dumps({"machine": machine(), "exclusion": x}, indent=2))
+        return 0
     a = attribution(args.runs)
     print(f"attribution of {N} processes: first {a['first_ms']:.1f} ms, warm {a['warm_ms']:.2f} ms, "
           f"1% new {a['churn_1pct_ms']:.2f} ms; uncached peer {a['peer_uncached_ms']:.1f} ms "
@@ -210,7 +307,7 @@ def main() -> int:
           f"{q['calls_per_min_steady']:.2f} a minute; target <= 2: {'met' if q['calls_per_min_steady'] <= 2 else 'MISSED'}")
     if args.json_out:
         args.json_out.write_text(json.dumps({"machine": machine(), "attribution": a, "leak_to_taint": t,
-                                             "quiet": q}, indent=2))
+                                             "quiet": q, "exclusion": x}, indent=2))
     return 0
 
 

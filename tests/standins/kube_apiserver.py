@@ -161,6 +161,14 @@ class FakeApiServer:
         self.requests: list[Request] = []
         self.on_delete: list = []  # callables (namespace, name) run when a pod is deleted
         self.conflict_next: int = 0  # another client writes the node before each of the next N spec patches
+        # resource.k8s.io (DRA): which versions serve which resources (discovery answers from this), the
+        # ResourceSlices the "drivers" published and the DeviceTaintRules clients made, by name.
+        self.dra_versions: dict[str, set[str]] = {"v1": {"resourceslices"},
+                                                  "v1beta2": {"resourceslices", "devicetaintrules"}}
+        self.slices: dict[str, dict] = {}
+        self.taint_rules: dict[str, dict] = {}
+        # authentication.k8s.io TokenReview: bearer token -> (status.user, audiences it was issued for)
+        self.tokens: dict[str, tuple[dict, list[str]]] = {}
         self._stopping = False
         self._timers: list[threading.Timer] = []
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -221,6 +229,25 @@ class FakeApiServer:
             self._bump(node)
             self.nodes[name] = node
             return copy.deepcopy(node)
+
+    def add_resource_slice(self, node: str, driver: str, devices: list[dict], *, pool: str | None = None,
+                           name: str | None = None) -> dict:
+        """A ResourceSlice as a DRA driver's kubelet plugin publishes it: one pool per node (named after it),
+        devices [{name, attributes: {attr: {"string"|"int"|"bool"|"version": value}}}] (v1beta2 / v1 shape)."""
+        with self.cond:
+            name = name or f"{node}-{driver}-{uuid.uuid4().hex[:5]}"
+            obj = {"kind": "ResourceSlice", "metadata": {"name": name, "uid": str(uuid.uuid4())},
+                   "spec": {"driver": driver, "nodeName": node,
+                            "pool": {"name": pool or node, "generation": 1, "resourceSliceCount": 1},
+                            "devices": copy.deepcopy(devices)}}
+            self._bump(obj)
+            self.slices[name] = obj
+            return copy.deepcopy(obj)
+
+    def rules(self) -> list[dict]:
+        """The DeviceTaintRules there now."""
+        with self.cond:
+            return [copy.deepcopy(r) for r in self.taint_rules.values()]
 
     def node(self, name: str) -> dict:
         with self.cond:
@@ -339,12 +366,14 @@ class FakeApiServer:
         if route is None:
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
         verb, resource, fn, args = route
+        if verb == "discover":
+            return fn(*args, query=query, body=body, ctype=ctype)
         if (verb, resource) in self.denied or (self.allowed is not None and (verb, resource) not in self.allowed):
             name = args[-1] if args else ""
             raise ApiError(403, "Forbidden",
                            f"{resource.split('/')[0]} \"{name}\" is forbidden: User "
                            f"\"system:serviceaccount:gpuwarden:gpuwarden-agent\" cannot {verb} resource "
-                           f"\"{resource}\" in API group \"{'policy' if 'eviction' in resource else ''}\" "
+                           f"\"{resource}\" in API group \"{_group_of(path)}\" "
                            f"at the cluster scope",
                            {"name": name, "kind": resource.split("/")[0]})
         return fn(*args, query=query, body=body, ctype=ctype)
@@ -365,12 +394,135 @@ class FakeApiServer:
             ("POST", r"/apis/coordination.k8s.io/v1/namespaces/([^/]+)/leases", "create", "leases", self._create_lease),
             ("PUT", r"/apis/coordination.k8s.io/v1/namespaces/([^/]+)/leases/([^/]+)", "update", "leases",
              self._update_lease),
+            ("GET", r"/apis", "discover", "", self._groups),
+            ("GET", r"/apis/resource.k8s.io", "discover", "", self._resource_group),
+            ("GET", r"/apis/resource.k8s.io/([^/]+)", "discover", "", self._resource_list),
+            ("GET", r"/apis/resource.k8s.io/([^/]+)/resourceslices", "watch" if watching else "list",
+             "resourceslices", self._list_slices),
+            ("GET", r"/apis/resource.k8s.io/([^/]+)/devicetaintrules", "list", "devicetaintrules", self._list_rules),
+            ("GET", r"/apis/resource.k8s.io/([^/]+)/devicetaintrules/([^/]+)", "get", "devicetaintrules",
+             self._get_rule),
+            ("POST", r"/apis/resource.k8s.io/([^/]+)/devicetaintrules", "create", "devicetaintrules",
+             self._create_rule),
+            ("DELETE", r"/apis/resource.k8s.io/([^/]+)/devicetaintrules/([^/]+)", "delete", "devicetaintrules",
+             self._delete_rule),
+            ("POST", r"/apis/authentication.k8s.io/v1/tokenreviews", "create", "tokenreviews", self._token_review),
         ]
         for m, pattern, verb, resource, fn in table:
             found = re.fullmatch(pattern, path)
             if m == method and found:
                 return verb, resource, fn, found.groups()
         return None
+
+    # --- resource.k8s.io: discovery, ResourceSlices, DeviceTaintRules (API reference of the DRA types) -------
+    def _served(self, version: str, resource: str) -> None:
+        if resource not in self.dra_versions.get(version, set()):
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource "
+                           f"(resource.k8s.io/{version} {resource})")
+
+    def _groups(self, **_):
+        versions = self._dra_version_list()
+        groups = [{"name": "coordination.k8s.io", "versions": [{"groupVersion": "coordination.k8s.io/v1",
+                                                                 "version": "v1"}],
+                   "preferredVersion": {"groupVersion": "coordination.k8s.io/v1", "version": "v1"}}]
+        if versions:
+            groups.append(self._resource_group()[1])
+        return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+    def _dra_version_list(self) -> list[str]:
+        order = ["v1", "v1beta2", "v1beta1", "v1alpha3"]
+        return [v for v in order if self.dra_versions.get(v)] + sorted(v for v in self.dra_versions
+                                                                      if v not in order and self.dra_versions[v])
+
+    def _resource_group(self, **_):
+        versions = self._dra_version_list()
+        if not versions:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        entries = [{"groupVersion": f"resource.k8s.io/{v}", "version": v} for v in versions]
+        return 200, {"kind": "APIGroup", "apiVersion": "v1", "name": "resource.k8s.io", "versions": entries,
+                     "preferredVersion": entries[0]}
+
+    def _resource_list(self, version, **_):
+        served = self.dra_versions.get(version)
+        if not served:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        kinds = {"resourceslices": ("ResourceSlice", ["create", "delete", "get", "list", "watch", "update"]),
+                 "devicetaintrules": ("DeviceTaintRule", ["create", "delete", "get", "list", "watch", "update"])}
+        return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"resource.k8s.io/{version}",
+                     "resources": [{"name": r, "singularName": kinds[r][0].lower(), "namespaced": False,
+                                    "kind": kinds[r][0], "verbs": kinds[r][1]} for r in sorted(served)]}
+
+    def _list_slices(self, version, query, **_):
+        self._served(version, "resourceslices")
+        wanted = {}
+        for term in filter(None, query.get("fieldSelector", [""])[0].split(",")):
+            field, _, value = term.partition("=")
+            if field not in ("spec.nodeName", "spec.driver"):
+                raise ApiError(400, "BadRequest", f"field label not supported: {field}")
+            wanted[field.split(".")[1]] = value
+        with self.cond:
+            items = [{**copy.deepcopy(s), "apiVersion": f"resource.k8s.io/{version}"} for s in self.slices.values()
+                     if all(s["spec"].get(k) == v for k, v in wanted.items())]
+            return 200, {"apiVersion": f"resource.k8s.io/{version}", "kind": "ResourceSliceList",
+                         "metadata": {"resourceVersion": str(self.rv)}, "items": items}
+
+    def _list_rules(self, version, query, **_):
+        self._served(version, "devicetaintrules")
+        labels = dict(t.split("=", 1) for t in filter(None, query.get("labelSelector", [""])[0].split(",")))
+        with self.cond:
+            items = [{**copy.deepcopy(r), "apiVersion": f"resource.k8s.io/{version}"} for r in self.taint_rules.values()
+                     if all((r["metadata"].get("labels") or {}).get(k) == v for k, v in labels.items())]
+            return 200, {"apiVersion": f"resource.k8s.io/{version}", "kind": "DeviceTaintRuleList",
+                         "metadata": {"resourceVersion": str(self.rv)}, "items": items}
+
+    def _get_rule(self, version, name, **_):
+        self._served(version, "devicetaintrules")
+        with self.cond:
+            rule = self.taint_rules.get(name)
+            if rule is None:
+                raise _rule_not_found(name)
+            return 200, {**copy.deepcopy(rule), "apiVersion": f"resource.k8s.io/{version}"}
+
+    def _create_rule(self, version, body, **_):
+        self._served(version, "devicetaintrules")
+        rule = json.loads(body or b"{}")
+        if rule.get("apiVersion") != f"resource.k8s.io/{version}" or rule.get("kind") != "DeviceTaintRule":
+            raise ApiError(400, "BadRequest", f"the API version in the data ({rule.get('apiVersion')}) does not match "
+                           f"the expected API version (resource.k8s.io/{version})")
+        _validate_rule(rule)
+        name = rule["metadata"]["name"]
+        with self.cond:
+            if name in self.taint_rules:
+                raise ApiError(409, "AlreadyExists", f"devicetaintrules.resource.k8s.io \"{name}\" already exists",
+                               {"name": name, "group": "resource.k8s.io", "kind": "devicetaintrules"})
+            rule["metadata"] = {**rule["metadata"], "uid": str(uuid.uuid4()), "generation": 1,
+                                "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            rule["spec"]["taint"].setdefault("timeAdded", rule["metadata"]["creationTimestamp"])
+            self._bump(rule)
+            self.taint_rules[name] = rule
+            return 201, copy.deepcopy(rule)
+
+    def _delete_rule(self, version, name, **_):
+        self._served(version, "devicetaintrules")
+        with self.cond:
+            rule = self.taint_rules.pop(name, None)
+            if rule is None:
+                raise _rule_not_found(name)
+            return 200, {**rule, "apiVersion": f"resource.k8s.io/{version}"}
+
+    def _token_review(self, body, **_):
+        review = json.loads(body or b"{}")
+        spec = review.get("spec") or {}
+        found = self.tokens.get(spec.get("token", ""))
+        want = spec.get("audiences") or ["https://kubernetes.default.svc"]
+        status: dict = {"authenticated": False, "error": "invalid bearer token"}
+        if found is not None:
+            user, audiences = found
+            common = [a for a in want if a in audiences]
+            status = ({"authenticated": True, "user": copy.deepcopy(user), "audiences": common} if common else
+                      {"authenticated": False, "error": "token audiences do not match the requested audiences"})
+        return 201, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "metadata": {},
+                     "spec": spec, "status": status}
 
     def _get_node(self, name, **_):
         with self.cond:
@@ -594,6 +746,50 @@ def _scaled(value: int | str, expected: int) -> int:
     return int(value)
 
 
+def _group_of(path: str) -> str:
+    if "eviction" in path:
+        return "policy"
+    return path.split("/")[2] if path.startswith("/apis/") else ""
+
+
+def _rule_not_found(name: str) -> ApiError:
+    return ApiError(404, "NotFound", f"devicetaintrules.resource.k8s.io \"{name}\" not found",
+                    {"name": name, "group": "resource.k8s.io", "kind": "devicetaintrules"})
+
+
+DEVICE_TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
+_QUALIFIED = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _validate_rule(rule: dict) -> None:
+    """The DeviceTaintRule validation gpuwarden can trip: name, taint key/value/effect, a selector."""
+    def invalid(field: str, why: str) -> ApiError:
+        name = (rule.get("metadata") or {}).get("name", "")
+        return ApiError(422, "Invalid", f"DeviceTaintRule.resource.k8s.io \"{name}\" is invalid: {field}: {why}",
+                        {"name": name, "group": "resource.k8s.io", "kind": "DeviceTaintRule",
+                         "causes": [{"reason": "FieldValueInvalid", "message": why, "field": field}]})
+    name = (rule.get("metadata") or {}).get("name") or ""
+    if not _DNS_SUBDOMAIN.fullmatch(name) or len(name) > 253:
+        raise invalid("metadata.name", f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain")
+    spec = rule.get("spec") or {}
+    taint = spec.get("taint") or {}
+    if not taint.get("key") or not _QUALIFIED.fullmatch(taint["key"]):
+        raise invalid("spec.taint.key", f"Invalid value: {taint.get('key')!r}: a qualified name")
+    if len(taint.get("value") or "") > 63 or not _LABEL_VALUE.fullmatch(taint.get("value") or ""):
+        raise invalid("spec.taint.value", f"Invalid value: {taint.get('value')!r}: a label value")
+    if taint.get("effect") not in DEVICE_TAINT_EFFECTS:
+        raise invalid("spec.taint.effect", f"Unsupported value: {taint.get('effect')!r}: supported values: "
+                      + ", ".join(f'"{e}"' for e in DEVICE_TAINT_EFFECTS))
+    selector = spec.get("deviceSelector")
+    if selector is not None:
+        unknown = set(selector) - {"driver", "pool", "device"}
+        if unknown:
+            raise invalid("spec.deviceSelector", f"unknown field(s) {sorted(unknown)}")
+
+
 def _lease_not_found(name: str) -> ApiError:
     return ApiError(404, "NotFound", f"leases.coordination.k8s.io \"{name}\" not found",
                     {"name": name, "group": "coordination.k8s.io", "kind": "leases"})
@@ -669,5 +865,8 @@ def _handler(api: FakeApiServer):
 
         def do_PUT(self):
             self._serve("PUT")
+
+        def do_DELETE(self):
+            self._serve("DELETE")
 
     return Handler

@@ -21,6 +21,8 @@ class PodResourcesServer(pb_grpc.PodResourcesListerServicer):
         self.lock = threading.Lock()
         # (namespace, pod, container) -> {resource name: [device ids]}
         self.assignments: dict[tuple[str, str, str], dict[str, list[str]]] = {}
+        # (namespace, pod, container) -> [(claim name, driver, pool, device)]: DRA claims the kubelet prepared
+        self.claims: dict[tuple[str, str, str], list[tuple[str, str, str, str]]] = {}
         self.calls = 0
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         pb_grpc.add_PodResourcesListerServicer_to_server(self, self._server)
@@ -37,17 +39,28 @@ class PodResourcesServer(pb_grpc.PodResourcesListerServicer):
         with self.lock:
             self.assignments.setdefault((namespace, pod, container), {})[resource] = list(device_ids)
 
+    def assign_claim(self, namespace: str, pod: str, container: str, claim: str, driver: str, pool: str,
+                     device: str) -> None:
+        with self.lock:
+            self.claims.setdefault((namespace, pod, container), []).append((claim, driver, pool, device))
+
     def remove_pod(self, namespace: str, pod: str) -> None:
         with self.lock:
-            for key in [k for k in self.assignments if k[:2] == (namespace, pod)]:
-                del self.assignments[key]
+            for table in (self.assignments, self.claims):
+                for key in [k for k in table if k[:2] == (namespace, pod)]:
+                    del table[key]
 
     def List(self, request, context):
         self.calls += 1
         with self.lock:
             pods: dict[tuple[str, str], pb.PodResources] = {}
-            for (ns, name, container), devices in self.assignments.items():
+            for key in list(self.assignments) + [k for k in self.claims if k not in self.assignments]:
+                ns, name, container = key
+                devices = self.assignments.get(key, {})
                 pr = pods.setdefault((ns, name), pb.PodResources(name=name, namespace=ns))
                 pr.containers.append(pb.ContainerResources(name=container, devices=[
-                    pb.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in devices.items()]))
+                    pb.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in devices.items()],
+                    dynamic_resources=[pb.DynamicResource(claim_name=claim, claim_namespace=ns, claim_resources=[
+                        pb.ClaimResource(driver_name=driver, pool_name=pool, device_name=device)])
+                        for claim, driver, pool, device in self.claims.get(key, [])]))
         return pb.ListPodResourcesResponse(pod_resources=list(pods.values()))

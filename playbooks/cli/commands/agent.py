@@ -225,7 +225,12 @@ def _kubernetes_node(settings: Settings, k8s_cfg, agent, reread):
     if k8s_cfg.remediate:
         from gpuwarden.playbooks.k8s_remediate import fixer as fix_playbook
         fixer = fix_playbook(settings)
-    node = KubernetesNode(settings, k8s_cfg, log=log, reread=reread, fixer=fixer)  # credentials are checked here
+    post_cleaner = None
+    if k8s_cfg.post_clean:
+        from gpuwarden.playbooks.k8s_postclean import cleaner as clean_playbook
+        post_cleaner = clean_playbook(settings)
+    # credentials are checked here
+    node = KubernetesNode(settings, k8s_cfg, log=log, reread=reread, fixer=fixer, post_cleaner=post_cleaner)
     node.attach(agent)
     return node
 

@@ -28,13 +28,34 @@ def gpu_check_cmd(
     no_agent: bool = typer.Option(False, "--no-agent", help="Sample the node here instead of asking the agent."),
     node: bool = typer.Option(False, "--node", help="The whole node, as node-problem-detector's custom plugin: "
                               "one line (at most 80 bytes), exit 0 clean, 1 a GPU is not, 2 unknown."),
+    gate_url: Optional[str] = typer.Option(None, "--gate-url", envvar="GPUWARDEN_GATE_URL",
+                                           help="Ask the node's agent over the network (its gpu-check gate, e.g. "
+                                           "http://$(HOST_IP):9836) about the GPUs the kubelet gave this pod: "
+                                           "what the unprivileged init container of the admission policies runs."),
+    token_file: str = typer.Option("/var/run/secrets/gpuwarden/token", "--token-file",
+                                   help="With --gate-url: the pod's projected service-account token (audience "
+                                   "gpuwarden) that proves to the agent which pod asks."),
 ) -> None:
     """Are these GPUs fit for a new tenant? For an init container: exit 0 clean, 1 not (with the reason).
 
     Asks the agent over its socket (<state dir>/agent.sock: mount the agent's state dir into the pod) and
-    falls back to sampling the node itself. A GPU is not clean when it holds residual VRAM, a
+    falls back to sampling the node itself. With --gate-url (what the admission policies inject) it asks the
+    node's agent over the network instead, as an unprivileged container with no GPU: one line, exit 0 clean,
+    1 not clean or refused, 2 no token or no answer. A GPU is not clean when it holds residual VRAM, a
     dead holder keeps it, or it is drained.
     """
+    if gate_url:
+        if gpus or node or no_agent:
+            raise typer.BadParameter("--gate-url asks about this pod's own GPUs: name no GPU, no --node, no "
+                                     "--no-agent with it")
+        # deferred: only this path of the command needs it
+        from gpuwarden.ops.k8s.gateclient import ask
+        code, line = ask(gate_url, token_file)
+        if json_out:
+            typer.echo(dumps(document("gpu-check", {"ok": code == 0, "source": "gate", "line": line})))
+        else:
+            typer.echo(line, err=code != 0)
+        raise typer.Exit(code)
     # deferred: only this path of the command needs it
     from gpuwarden.ops.k8s.gpucheck import check, choose_gpus, own_pod_uid
     from gpuwarden.ops.agent.client import reply_for as agent_reply
