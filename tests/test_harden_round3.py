@@ -7,13 +7,18 @@ values, 7 the fleet's SSH config.
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
 import sys
+import tarfile
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO
+from helpers.bundles import real_bundle  # noqa: F401  (a fixture: the tests below take it by name)
 
 
 def refused(proc: subprocess.CompletedProcess, needle: str) -> None:
@@ -74,3 +79,113 @@ def test_verify_workers_and_an_empty_size_are_refused(cli, tmp_path):
     assert cli("arena", "create", str(arena), "--size", "1MiB", "-q").returncode == 0
     refused(cli("arena", "verify", str(arena), "--workers", "0"), "--workers")
     refused(cli("arena", "verify", str(arena), "--size", ""), "cannot read size ''")
+
+
+# --- item 3: one reader for every command that opens a bundle -------------------------------------------
+
+BUNDLE_COMMANDS = [("status", "--bundle"), ("report",), ("report", "--json"), ("triage",), ("triage", "--json"),
+                   ("doctor", "--bundle"), ("doctor", "--json", "--bundle")]
+
+
+def _members(raw: bytes) -> list[tuple[tarfile.TarInfo, bytes | None]]:
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz") as tar:
+        return [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]  # type: ignore[union-attr]
+
+
+def _pack(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return out.getvalue()
+
+
+def _with_manifest(raw: bytes, change) -> bytes:
+    out = []
+    for info, data in _members(raw):
+        if info.name.endswith("/manifest.json") and info.name.count("/") == 1:
+            data = change(json.loads(data))
+            data = data if isinstance(data, bytes) else json.dumps(data).encode()
+        out.append((info, data))
+    return _pack(out)
+
+
+def _with_member(raw: bytes, name: str, kind: bytes, link: str = "") -> bytes:
+    members = _members(raw)
+    top = members[0][0].name.split("/")[0]
+    info = tarfile.TarInfo(name.replace("TOP", top))
+    info.type, info.linkname = kind, link
+    return _pack([*members, (info, b"x" if kind == tarfile.REGTYPE else None)])
+
+
+def _bad_crc(raw: bytes) -> bytes:
+    body = bytearray(raw)
+    body[-8] ^= 0xFF  # the gzip trailer's CRC32: every byte of the archive itself is intact
+    return bytes(body)
+
+
+HOSTILE_BUNDLES = {
+    "tree-is-a-list": lambda raw: _with_manifest(raw, lambda m: {**m, "tree": [1]}),
+    "items-not-a-list": lambda raw: _with_manifest(raw, lambda m: {**m, "items": {"a": 1}}),
+    "collectors-of-strings": lambda raw: _with_manifest(raw, lambda m: {**m, "collectors": ["x"]}),
+    "manifest-not-json": lambda raw: _with_manifest(raw, lambda m: b"{not json"),
+    "crc-fails": _bad_crc,
+    "crc-fails-and-manifest-corrupt": lambda raw: _bad_crc(_with_manifest(raw, lambda m: b"{not json")),
+    "traversal": lambda raw: _with_member(raw, "TOP/../../escape", tarfile.REGTYPE),
+    "absolute": lambda raw: _with_member(raw, "/etc/cron.d/x", tarfile.REGTYPE),
+    "symlink": lambda raw: _with_member(raw, "TOP/tree/sys/class/drm", tarfile.SYMTYPE, "/etc"),
+    "hardlink": lambda raw: _with_member(raw, "TOP/tree/sys/x", tarfile.LNKTYPE, "/etc/shadow"),
+    "fifo": lambda raw: _with_member(raw, "TOP/tree/sys/fifo", tarfile.FIFOTYPE),
+    "second-top": lambda raw: _with_member(raw, "other/manifest.json", tarfile.REGTYPE),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_bundles(real_bundle, tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("hostile-bundles")
+    out = {}
+    for name, make in HOSTILE_BUNDLES.items():
+        out[name] = d / f"{name}.tar.gz"
+        out[name].write_bytes(make(real_bundle))
+    good = d / "good.tar.gz"
+    good.write_bytes(real_bundle)
+    out["good"] = good
+    return out
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """The real CLI in this process (a subprocess for each of 7 commands x 13 bundles would take minutes)."""
+    import contextlib
+    from gpuwarden.playbooks import cli
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_BUNDLES))
+def test_every_bundle_command_refuses_the_same_damaged_bundle(hostile_bundles, state_dir, name):
+    path = str(hostile_bundles[name])
+    lines = set()
+    for words in BUNDLE_COMMANDS:
+        code, out, err = run_cli("--state-dir", str(state_dir), *words, path)
+        assert code == 2 and "Traceback" not in err, (words, code, out[-2000:], err)
+        if "--json" not in words:
+            lines.add(err.strip().splitlines()[0])
+        else:
+            assert json.loads(out)["exit_code"] == 2, out
+    assert len(lines) == 1, lines  # one judgement: every command gives the same sentence
+
+
+def test_a_real_bundle_still_opens_in_every_command(hostile_bundles, state_dir):
+    for words in BUNDLE_COMMANDS:
+        code, out, err = run_cli("--state-dir", str(state_dir), *words, str(hostile_bundles["good"]))
+        assert code in (0, 1), (words, out[-2000:], err)
+
+
+def test_the_tui_triage_screen_uses_the_same_reader(hostile_bundles):
+    from gpuwarden.tui.screens.triage import triage_text
+    assert "is a corrupt gzip file" in triage_text(hostile_bundles["crc-fails"])
+    assert "symbolic link" in triage_text(hostile_bundles["symlink"])

@@ -11,7 +11,7 @@ from .. import jsondoc
 from ..errors import GpuwardenError
 from ..triage.render import clean as _clean
 from .. import knowledge
-from ..bundle.replay import open_bundle, read_member, top_dir
+from ..bundle.replay import open_bundle, read_member
 from ..bundle.triage_file import triage_bundle
 from ..doctor.diagnose import diagnose_bundle
 from ..settings import Settings
@@ -80,8 +80,8 @@ def _member_array(path: Path, read: Reader, rel: str) -> list[Any]:
 def build(path: Path | str, settings: Settings | None = None) -> dict[str, Any]:
     """The gpuwarden.report/1 body for the bundle at `path`."""
     path = Path(path)
-    with open_bundle(path) as tar:
-        top = top_dir(tar)
+    with open_bundle(path) as tar:  # the archive and its manifest are judged there, as for every command
+        top = tar.top
         names = [m.name[len(top) + 1:] for m in tar.getmembers() if m.name.startswith(top + "/")]
         cache: dict[str, bytes | None] = {}
 
@@ -90,7 +90,7 @@ def build(path: Path | str, settings: Settings | None = None) -> dict[str, Any]:
                 cache[rel] = read_member(tar, top, rel)
             return cache[rel]
         env = collect(read, names)
-        manifest = _member_object(path, read, "manifest.json")
+        manifest = tar.manifest
         snapshot = _member_object(path, read, "gpuwarden/snapshot.json")
         arenas = _member_array(path, read, "gpuwarden/arenas.json")
         probe = _member_json(path, read, "gpuwarden/probe.json")
