@@ -73,12 +73,30 @@ class _Quiet(WSGIRequestHandler):
     def parse_request(self) -> bool:
         ok = super().parse_request()  # reads the headers
         self.server.request_read(self.connection)  # the request is in: its send deadline no longer applies
+        if ok:
+            # From here the answer is made and written: a scraper that does not read it may lose its slot, and
+            # is dropped past the write deadline (ops/connlimit.py), instead of holding it for IO_TIMEOUT_S.
+            self.server.answer_pending(self.connection)
         return ok
+
+    error_content_type = "text/plain; charset=utf-8"
+    error_message_format = "%(code)d %(message)s: %(explain)s\n"
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """A garbage request line is answered with an HTTP/1.0 status line (the base class answers what it takes
+        for HTTP/0.9 with a bare HTML page, no status line), in plain text, and the connection closed."""
+        self.close_connection = True
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"
+        super().send_error(code, message, explain)
 
 
 class MetricsServer(ConnectionCap, ThreadingMixIn, WSGIServer):
     daemon_threads = True
     request_queue_size = 64
+    # A scrape over a slow link may take seconds to push (TCP: until it is in the send buffer): it gets the
+    # socket timeout, not the agent API's 2 s; it is still the first to give its slot up while it waits.
+    write_deadline_s = IO_TIMEOUT_S
 
     def __init__(self, address: tuple[str, int], app: WSGIApplication, tls: ssl.SSLContext | None,
                  max_clients: int = MAX_CLIENTS):
