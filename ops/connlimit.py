@@ -8,8 +8,9 @@ queue full: the accepting thread takes the whole queue, and looks again before e
 first those whose request is already whole, so an honest client waits behind none of the crowd's.
 
 A client that does not read its answers (it pipelines requests and never reads, issue 39 item 4) costs a bounded
-amount too: while an answer waits for it (written but not taken, or still being written) its connection is the
-first to give up its slot, and one whose answer is not taken within WRITE_DEADLINE_S is dropped.
+amount too: its next request is not served until it took the last answer (one request in flight); while it
+has not, its connection is the first to give up its slot, and it is dropped after WRITE_DEADLINE_S. (A write
+itself is bounded by the socket timeout; it is not marked meanwhile, so no honest client mid-answer is evicted.)
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def unsent_bytes(sock: socket.socket) -> int | None:
 class ConnectionCap(_Server):
     """Mixin placed before socketserver.ThreadingMixIn; call init_cap(max_clients) in __init__, and
     request_read(sock) from the handler once a request is parsed (awaiting_request(sock) before the next one);
-    answer_pending(sock) while an answer is written or waits to be taken, answer_taken(sock) once it was."""
+    wait_answer_taken(sock) before a kept-alive connection's next request."""
 
     request_deadline_s = REQUEST_DEADLINE_S
     write_deadline_s = WRITE_DEADLINE_S
@@ -196,8 +197,8 @@ class ConnectionCap(_Server):
                 self._awaiting[request] = time.monotonic()
 
     def answer_pending(self, request: Any) -> None:
-        """An answer is being written to `request`, or waits for its client to take it: the connection is the first
-        to give its slot up, and is dropped once it has waited write_deadline_s."""
+        """An answer written to `request` waits for its client to take it: the connection is the first to give its
+        slot up, and is dropped once it has waited write_deadline_s."""
         with self._count_lock:
             if request not in self._doomed:
                 self._unread.setdefault(request, time.monotonic())

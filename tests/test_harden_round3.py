@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import tarfile
@@ -189,3 +190,115 @@ def test_the_tui_triage_screen_uses_the_same_reader(hostile_bundles):
     from gpuwarden.tui.screens.triage import triage_text
     assert "is a corrupt gzip file" in triage_text(hostile_bundles["crc-fails"])
     assert "symbolic link" in triage_text(hostile_bundles["symlink"])
+
+
+# --- item 4: clients that do not read their answers -----------------------------------------------------
+
+def _pipeliner(path: Path, count: int) -> socket.socket | None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1)
+    try:
+        s.connect(str(path))
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * count)
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def test_a_pipelining_client_gets_one_answer_until_it_reads(cli, state_dir):
+    from agentnode import start_agent
+    from simnode import wait_for
+
+    from gpuwarden.ops.agent.client import get
+    assert cli("sim", "init", "--gpus", "2").returncode == 0
+    agent = start_agent(state_dir)
+    try:
+        wait_for(lambda: (r := get(agent.sock, "/healthz")) is not None and r.status == 200, 10, "the first snapshot")
+        s = _pipeliner(agent.sock, 50)
+        assert s is not None
+        with s:
+            # The client reads nothing past the write deadline: one answer waited for it, never fifty, and then
+            # the connection was dropped (the other 49 requests are never answered).
+            got = _read_for(s, 3.0)
+            assert got.count(b"HTTP/1.1 200") == 1, got[:400]
+    finally:
+        agent.stop()
+
+
+def _read_for(s: socket.socket, seconds: float) -> bytes:
+    """Wait `seconds` without reading (the client that does not read), then read what came, until EOF or quiet."""
+    import time as _time
+    end = _time.monotonic() + seconds
+    while _time.monotonic() < end:
+        _time.sleep(0.05)
+    data = b""
+    s.settimeout(2)
+    try:
+        while chunk := s.recv(65536):  # to EOF: the agent closed the connection
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data
+
+
+def test_a_pipelining_crowd_does_not_starve_healthz(cli, state_dir):
+    import threading
+    import time as _time
+
+    from agentnode import start_agent
+    from simnode import wait_for
+
+    from gpuwarden.ops.agent.client import get
+    assert cli("sim", "init", "--gpus", "2").returncode == 0
+    agent = start_agent(state_dir)
+    stop = threading.Event()
+
+    def crowd() -> None:
+        socks: list[socket.socket | None] = []
+        while not stop.is_set():
+            for s in socks:
+                if s is not None:
+                    s.close()
+            socks = [_pipeliner(agent.sock, 50) for _ in range(120)]  # past the agent's 64 slots
+            stop.wait(2.5)
+        for s in socks:
+            if s is not None:
+                s.close()
+
+    try:
+        wait_for(lambda: (r := get(agent.sock, "/healthz")) is not None and r.status == 200, 10, "the first snapshot")
+        thread = threading.Thread(target=crowd, daemon=True)
+        thread.start()
+        statuses = []
+        end = _time.monotonic() + 8
+        while _time.monotonic() < end:
+            reply = get(agent.sock, "/healthz", timeout=2)
+            statuses.append(reply.status if reply is not None else None)
+            _time.sleep(0.1)
+        stop.set()
+        thread.join(30)
+        assert statuses and all(st == 200 for st in statuses), statuses
+    finally:
+        stop.set()
+        agent.stop()
+
+
+def test_the_metrics_listener_answers_garbage_with_a_status_line(cli, state_dir):
+    from agentnode import start_agent
+    from simnode import wait_for
+    from test_harden_slowloris import _metrics_port
+    assert cli("sim", "init", "--gpus", "2").returncode == 0
+    agent = start_agent(state_dir, agent_args=("--metrics-listen", "127.0.0.1:0"))
+    try:
+        port = int(wait_for(lambda: _metrics_port(agent), 10, "the metrics listener's port"))
+        for garbage in (b"GARBAGE\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\r\n\r\n", b"GET\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(garbage)
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+            assert data.startswith(b"HTTP/1.0 400 ") or data.startswith(b"HTTP/1.0 501 "), data[:200]
+            assert b"<html" not in data.lower(), data[:300]
+    finally:
+        agent.stop()

@@ -312,14 +312,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-store")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
-        # While it is written the connection may give its slot up: a client that does not read cannot hold one
-        # for the socket timeout (the write deadline) while others are turned away.
-        self.server.answer_pending(self.connection)
-        try:
-            self.end_headers()
-            self.wfile.write(body)
-        finally:
-            self.server.answer_taken(self.connection)
+        # The write deadline is the socket's timeout (IO_TIMEOUT_S: sendall's is the total, since Python 3.5);
+        # the answer is not marked as waiting meanwhile: an honest client mid-answer must not be the one a
+        # crowd of slow senders evicts. A client that does not read is caught before its next request.
+        self.end_headers()
+        self.wfile.write(body)
 
 
 def bind(path: Path, agent: Served, group: str | None) -> ApiServer:

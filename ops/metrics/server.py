@@ -73,10 +73,7 @@ class _Quiet(WSGIRequestHandler):
     def parse_request(self) -> bool:
         ok = super().parse_request()  # reads the headers
         self.server.request_read(self.connection)  # the request is in: its send deadline no longer applies
-        if ok:
-            # From here the answer is made and written: a scraper that does not read it may lose its slot, and
-            # is dropped past the write deadline (ops/connlimit.py), instead of holding it for IO_TIMEOUT_S.
-            self.server.answer_pending(self.connection)
+        # One request per connection (wsgiref closes after it): the write deadline is the socket timeout.
         return ok
 
     error_content_type = "text/plain; charset=utf-8"
@@ -94,9 +91,6 @@ class _Quiet(WSGIRequestHandler):
 class MetricsServer(ConnectionCap, ThreadingMixIn, WSGIServer):
     daemon_threads = True
     request_queue_size = 64
-    # A scrape over a slow link may take seconds to push (TCP: until it is in the send buffer): it gets the
-    # socket timeout, not the agent API's 2 s; it is still the first to give its slot up while it waits.
-    write_deadline_s = IO_TIMEOUT_S
 
     def __init__(self, address: tuple[str, int], app: WSGIApplication, tls: ssl.SSLContext | None,
                  max_clients: int = MAX_CLIENTS):
