@@ -302,3 +302,26 @@ def test_the_metrics_listener_answers_garbage_with_a_status_line(cli, state_dir)
             assert b"<html" not in data.lower(), data[:300]
     finally:
         agent.stop()
+
+
+# --- item 5: the documented redaction decisions ---------------------------------------------------------
+
+@pytest.mark.parametrize("line, gone, kept", [
+    ("redis://:Pw-1@cache:6379", "Pw-1", "redis://:"),
+    ("REDIS_URL=redis://:Pw-2@cache:6379/0", "Pw-2", "@cache:6379/0"),
+    ("wandb: key 0123456789abcdef0123456789abcdef01234567 saved", "0123456789abcdef", "wandb: key"),
+    ("sshpass -p Pw-3 ssh node", "Pw-3", "ssh node"),
+    ("app --port -p8080", None, "-p8080"),
+    ("mysql -uroot -pPw-4 app", "Pw-4", "-uroot"),
+    ("sshpass Pw-5 ssh node", None, "sshpass Pw-5"),  # not sshpass's syntax: Pw-5 is the program it runs
+    ("at commit 0123456789abcdef0123456789abcdef01234567", None, "0123456789abcdef"),  # a git id, not a key
+])
+def test_redaction_rules_as_documented(line, gone, kept):
+    from gpuwarden.ops import redact
+    out = redact.text(line)
+    assert kept in out, out
+    if gone is not None:
+        assert gone not in out and "[REDACTED:" in out, out
+    else:
+        assert out == line
+    assert "redis://:" in redact.__doc__ and "-p8080" in redact.__doc__ and "sshpass PW" in redact.__doc__
