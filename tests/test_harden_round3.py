@@ -325,3 +325,28 @@ def test_redaction_rules_as_documented(line, gone, kept):
     else:
         assert out == line
     assert "redis://:" in redact.__doc__ and "-p8080" in redact.__doc__ and "sshpass PW" in redact.__doc__
+
+
+# --- item 6: GPU indexes, counts and option values taken too kindly -------------------------------------
+
+SIM_NODE = {"gpus": 2, "vram": "8GiB"}
+NOT_DIGITS = [" 1", "１", "+1", "1_0", "1 "]
+
+
+@pytest.mark.parametrize("words", [("fix", "{}", "--yes"), ("drain", "{}", "--yes"), ("undrain", "{}", "--yes"),
+                                   ("reset", "{}", "--yes"), ("purge", "{}", "--yes"), ("gpu-check", "{}"),
+                                   ("baseline", "record", "{}"), ("sim", "leak", "--gpu", "{}", "--size", "1GiB"),
+                                   ("journal", "-n", "{}"), ("history", "{}"), ("engines", "logs", "e0", "-n", "{}")])
+def test_a_gpu_index_or_count_in_anything_but_plain_digits_is_refused(sim_state, words):
+    for bad in NOT_DIGITS:
+        code, out, err = run_cli("--state-dir", str(sim_state), "--backend", "sim",
+                                 *(w.replace("{}", bad) for w in words))
+        assert code == 2 and "plain digits" in err, (words, bad, code, out, err)
+    assert not (sim_state / "drained.json").exists() or "1" not in (sim_state / "drained.json").read_text()
+
+
+def test_bundle_dry_run_refuses_what_the_real_run_refuses(cli, tmp_path):
+    for args in (("--max-bytes", "0"), ("--max-bytes", "1000"), ("--timeout", "0.01", "--since", "yesterday")):
+        dry = cli("bundle", "--dry-run", "-o", str(tmp_path) + "/", *args)
+        assert dry.returncode == 2 and "Traceback" not in dry.stderr, (args, dry.stdout, dry.stderr)
+    assert not list(tmp_path.glob("*.tar.gz"))

@@ -13,7 +13,7 @@ import typer
 
 from gpuwarden.ops.settings import Settings
 from gpuwarden.playbooks.commands import completion
-from gpuwarden.playbooks.commands.playbook_options import DryRun, JsonOut, Wait
+from gpuwarden.playbooks.commands.playbook_options import DryRun, GPU_INDEX, JsonOut, Wait
 from gpuwarden.ops import statedir, statefiles
 from gpuwarden.ops.jsondoc import document, iso
 from gpuwarden.ops.safetext import printable
@@ -26,7 +26,7 @@ baseline_app = typer.Typer(name="baseline", no_args_is_help=True, rich_markup_mo
 @baseline_app.command("record")
 def record_cmd(
     ctx: typer.Context,
-    gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out.",
+    gpu: Optional[int] = typer.Argument(None, parser=GPU_INDEX, help="GPU index; every GPU when left out.",
                                         autocompletion=completion.gpus),
     force: bool = typer.Option(False, "--force", help="Record even when idle use looks like a leak."),
     dry_run: DryRun = False,

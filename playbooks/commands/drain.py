@@ -11,14 +11,14 @@ import typer
 
 from gpuwarden.ops.settings import Settings
 from gpuwarden.playbooks.commands import completion
-from gpuwarden.playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
+from gpuwarden.playbooks.commands.playbook_options import DryRun, GPU_INDEX, JsonOut, Wait, Yes
 
 
 def register(app: typer.Typer) -> None:
     @app.command("drain")
     def drain_cmd(
         ctx: typer.Context,
-        gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`).",
+        gpu: int = typer.Argument(..., parser=GPU_INDEX, help="GPU index (see `gpuwarden status`).",
                                  autocompletion=completion.gpus),
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait until the GPU is idle."),
         grace: Optional[float] = typer.Option(None, "--grace", help="Seconds each engine gets between its stop "
@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
     @app.command("undrain")
     def undrain_cmd(
         ctx: typer.Context,
-        gpu: int = typer.Argument(..., help="GPU index.", autocompletion=completion.gpus),
+        gpu: int = typer.Argument(..., parser=GPU_INDEX, help="GPU index.", autocompletion=completion.gpus),
         dry_run: DryRun = False,
         yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for symmetry; undrain asks nothing."),
         kubernetes: bool = typer.Option(False, "--kubernetes", help="Also uncordon the node, only if "

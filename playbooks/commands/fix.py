@@ -9,14 +9,14 @@ import typer
 
 from gpuwarden.ops.settings import Settings
 from gpuwarden.playbooks.commands import completion
-from gpuwarden.playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
+from gpuwarden.playbooks.commands.playbook_options import DryRun, GPU_INDEX, JsonOut, Wait, Yes
 
 
 def register(app: typer.Typer) -> None:
     @app.command("fix")
     def fix_cmd(
         ctx: typer.Context,
-        gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`).",
+        gpu: int = typer.Argument(..., parser=GPU_INDEX, help="GPU index (see `gpuwarden status`).",
                                  autocompletion=completion.gpus),
         no_reset: bool = typer.Option(False, "--no-reset", help="Purge only; never reset the GPU."),
         stop_engines: bool = typer.Option(False, "--stop-engines", help="Allow stopping the supervised engines "

@@ -10,6 +10,7 @@ import sys
 from typing import Optional
 
 import typer
+from gpuwarden.playbooks.commands.playbook_options import COUNT
 
 from gpuwarden.ops.safetext import printable
 from gpuwarden.ops.settings import Settings
@@ -59,7 +60,7 @@ def register(app: typer.Typer) -> None:
     @app.command("journal")
     def journal_cmd(
         ctx: typer.Context,
-        tail: int = typer.Option(50, "--tail", "-n", min=0, help="Show the last N entries (0: all; with --since "
+        tail: int = typer.Option(50, "--tail", "-n", min=0, parser=COUNT, help="Show the last N entries (0: all; with --since "
                                  "or --until every entry in the window unless -n is given)."),
         since: Optional[str] = typer.Option(None, "--since", metavar="WHEN",
                                             help="Entries from then on: a time ago (30m, 2h, 7d) or a local time "

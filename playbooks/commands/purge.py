@@ -12,14 +12,14 @@ import typer
 
 from gpuwarden.ops.settings import Settings
 from gpuwarden.playbooks.commands import completion
-from gpuwarden.playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
+from gpuwarden.playbooks.commands.playbook_options import DryRun, GPU_INDEX, JsonOut, Wait, Yes
 
 
 def register(app: typer.Typer) -> None:
     @app.command("purge")
     def purge_cmd(
         ctx: typer.Context,
-        gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out.",
+        gpu: Optional[int] = typer.Argument(None, parser=GPU_INDEX, help="GPU index; every GPU when left out.",
                                             autocompletion=completion.gpus),
         arenas: bool = typer.Option(False, "--arenas", help="Also delete arena files that no process maps."),
         arena: List[Path] = typer.Option([], "--arena", help="An arena file to consider with --arenas "
