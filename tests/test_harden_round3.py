@@ -350,3 +350,53 @@ def test_bundle_dry_run_refuses_what_the_real_run_refuses(cli, tmp_path):
         dry = cli("bundle", "--dry-run", "-o", str(tmp_path) + "/", *args)
         assert dry.returncode == 2 and "Traceback" not in dry.stderr, (args, dry.stdout, dry.stderr)
     assert not list(tmp_path.glob("*.tar.gz"))
+
+
+# --- item 7: the fleet's SSH config and host count -------------------------------------------------------
+
+def _ssh_config_refused(state_dir: Path, cfg: Path, needle: str) -> None:
+    import time as _time
+    t0 = _time.monotonic()
+    code, out, err = run_cli("--state-dir", str(state_dir), "fleet", "status", "--ssh-config", str(cfg),
+                             "--nodelist", "gpu01", "--json")
+    assert code == 2 and needle in (out + err) and "Recursion" not in (out + err), (code, out, err)
+    assert _time.monotonic() - t0 < 5, "the ssh config was read before it was refused"
+
+
+def test_a_huge_ssh_config_is_refused_at_once(state_dir, tmp_path):
+    cfg = tmp_path / "ssh_config"
+    with open(cfg, "wb") as f:
+        f.truncate(100 << 20)  # sparse: 100 MB that cost no disk
+    _ssh_config_refused(state_dir, cfg, "larger than")
+
+
+def test_a_fifo_or_a_directory_as_ssh_config_is_named_as_such(state_dir, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    _ssh_config_refused(state_dir, fifo, "is a FIFO")
+    _ssh_config_refused(state_dir, tmp_path, "is a directory")
+
+
+def test_an_ssh_config_that_includes_itself_is_one_clean_line(state_dir, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text(f"Host *\n  Include {b}\n")
+    b.write_text(f"Include={a}\n")
+    _ssh_config_refused(state_dir, a, "includes itself")
+    a.write_text(f"Include {a}\n")
+    _ssh_config_refused(state_dir, a, "includes itself")
+
+
+def test_serve_fleet_counts_the_hosts_before_serving(state_dir):
+    proc = subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", "--state-dir", str(state_dir), "serve",
+                           "--fleet", "--nodelist", "node[1-99999999]", "--listen", "127.0.0.1:1"],
+                          cwd=REPO, capture_output=True, text=True, timeout=30)  # a served console never exits
+    refused(proc, "99,999,999 hosts")
+
+
+def test_an_oversized_ansible_inventory_reads_an_not_a(state_dir, tmp_path):
+    inv = tmp_path / "inventory.ini"
+    with open(inv, "wb") as f:
+        f.truncate(64 << 20)
+    code, out, err = run_cli("--state-dir", str(state_dir), "fleet", "status", "--hosts-from", str(inv),
+                             "--group", "gpu")
+    assert code == 2 and "an Ansible inventory" in err and "a Ansible" not in err, err
