@@ -153,6 +153,9 @@ class Handler(BaseHTTPRequestHandler):
             return False
         ok = super().parse_request()  # reads the headers
         self.server.request_read(self.connection)  # the request line and headers are in: no deadline now
+        if ok and self.request_version == "HTTP/0.9":  # `GET /path` alone: its answer would have no status line
+            self.send_error(400, "HTTP/0.9 is not spoken here")
+            return False
         return ok
 
     def address_string(self) -> str:

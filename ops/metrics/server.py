@@ -73,6 +73,9 @@ class _Quiet(WSGIRequestHandler):
     def parse_request(self) -> bool:
         ok = super().parse_request()  # reads the headers
         self.server.request_read(self.connection)  # the request is in: its send deadline no longer applies
+        if ok and self.request_version == "HTTP/0.9":  # `GET /metrics` alone: its answer would have no status line
+            self.send_error(400, "HTTP/0.9 is not spoken here")
+            return False
         # One request per connection (wsgiref closes after it): the write deadline is the socket timeout.
         return ok
 
