@@ -159,7 +159,7 @@ def hostile_bundles(real_bundle, tmp_path_factory) -> dict[str, Path]:
 def run_cli(*args: str) -> tuple[int, str, str]:
     """The real CLI in this process (a subprocess for each of 7 commands x 13 bundles would take minutes)."""
     import contextlib
-    from gpuwarden.playbooks import cli
+    from gpuwarden.playbooks.cli import root as cli
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(list(args))
@@ -318,7 +318,7 @@ def test_the_metrics_listener_answers_garbage_with_a_status_line(cli, state_dir)
     ("at commit 0123456789abcdef0123456789abcdef01234567", None, "0123456789abcdef"),  # a git id, not a key
 ])
 def test_redaction_rules_as_documented(line, gone, kept):
-    from gpuwarden.ops import redact
+    from gpuwarden.ops.foundation import redact
     out = redact.text(line)
     assert kept in out, out
     if gone is not None:

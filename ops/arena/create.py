@@ -19,12 +19,12 @@ from typing import Callable
 
 import xxhash
 
-from gpuwarden.ops import inputs, interrupts
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation import inputs, interrupts
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.units import fmt_bytes
 
-from . import format as fmt
-from .parallel import ChunkPool, Progress, Stopwatch, check_workers, fmt_rate
+from gpuwarden.ops.arena import format as fmt
+from gpuwarden.ops.arena.parallel import ChunkPool, Progress, Stopwatch, check_workers, fmt_rate
 
 # What the copy buffers of all workers together may take: the memory a create costs does not grow with
 # --chunk-size or --workers (the pattern needs no per-worker buffer at all, one shared block, see _pattern_job).

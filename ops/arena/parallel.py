@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Callable
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 
 Progress = Callable[[int, int], object]  # (bytes done, bytes total); what it returns is ignored
 

@@ -13,9 +13,9 @@ import shlex
 import stat
 from pathlib import Path
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.inputs import read_regular
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.inputs import read_regular
+from gpuwarden.ops.foundation.units import fmt_bytes
 
 # A hand-written config is a few KiB; a generated one for ten thousand hosts about 1 MiB. The cap is on the
 # config and everything it includes together, since asyncssh parses all of it again for every host.
