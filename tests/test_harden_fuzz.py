@@ -14,6 +14,7 @@ import io
 import json
 import os
 import random
+import re
 import tarfile
 import time
 from pathlib import Path
@@ -456,3 +457,148 @@ def test_fuzz_kernel_log_cli(tmp_path_factory, raw):
         code, out, err = run_cli("--state-dir", str(d / "s"), "triage", str(d / "kern.log"))
         assert code in (0, 1, 2) and "Traceback" not in err, (code, err)
         result["refused"] = code == 2
+
+
+# --- issue 39: arena options, bundle manifests, pipelined HTTP ---------------------------------------------
+
+ARENA_SIZES = ["4KiB", "1MiB", "1.5MiB", "3MiB", "4097B", "0", "-1MiB", "", "1e9", "abc", "99999PiB", "１MiB"]
+CHUNK_SIZES = ["4KiB", "64KiB", "1MiB", "4GiB", "1TiB", "2TiB", "99999PiB", "9999999999999999999999TiB", "0",
+               "4095B", "-4KiB", "", "1.5KiB", "１MiB"]
+WORKER_COUNTS = [None, "1", "2", "16", "0", "-1", "1024", "1025", "100000", " 2", "２", "x"]
+
+
+@fuzz(25)
+@given(size=st.sampled_from(ARENA_SIZES), chunk=st.sampled_from(CHUNK_SIZES), workers=st.sampled_from(WORKER_COUNTS))
+def test_fuzz_arena_create_options(tmp_path_factory, size, chunk, workers):
+    """Any mix of --size, --chunk-size and --workers: exit 0 with an arena that verifies, or exit 2 in one line;
+    never a traceback (OverflowError, MemoryError) and never a partial file left behind."""
+    d = tmp_path_factory.mktemp("arena-opts")
+    path = d / "a.arena"
+    args = ["--state-dir", str(d / "s"), "arena", "create", str(path), "--size", size, "--chunk-size", chunk, "-q"]
+    args += ["--workers", workers] if workers is not None else []
+    with case("arena create options (CLI)") as result:
+        result["refused"] = cli_outcome(*run_cli(*args))
+        if result["refused"]:
+            assert not list(d.glob("*arena*")), list(d.iterdir())
+        else:
+            assert cli_outcome(*run_cli("--state-dir", str(d / "s"), "arena", "verify", str(path), "-q")) is False
+
+
+MANIFEST_KEYS = ["schema", "format", "tool", "created", "host", "collectors", "items", "not_collected", "redaction",
+                 "tree", "subject", "options", "collected_by", "duration_s", "created_at"]
+
+
+def manifest_variant(raw: bytes, draw) -> bytes:
+    """The real bundle with its manifest changed in one key: dropped, or given a value of any JSON shape."""
+    out = []
+    key = draw(st.sampled_from(MANIFEST_KEYS))
+    drop = draw(st.booleans())
+    replacement = None if drop else draw(JSON)
+    for info, data in _members(raw):
+        if info.name.endswith("/manifest.json") and info.name.count("/") == 1 and data is not None:
+            doc = json.loads(data)
+            if drop:
+                doc.pop(key, None)
+            else:
+                doc[key] = replacement
+            data = json.dumps(doc, allow_nan=True).encode()
+        out.append((info, data))
+    return _pack(out)
+
+
+@fuzz(6)
+@given(data=st.data())
+def test_fuzz_bundle_manifest_one_judgement(tmp_path_factory, real_bundle, data):
+    """Every command that opens a bundle judges its manifest alike: all refuse it (exit 2) or none does."""
+    d = tmp_path_factory.mktemp("manifest")
+    path = d / "b.tar.gz"
+    path.write_bytes(manifest_variant(real_bundle, data.draw))
+    with case("bundle manifest (status/triage/report/doctor CLI)") as result:
+        verdicts = {}
+        for words in (("status", "--bundle"), ("triage",), ("report", "--json"), ("doctor", "--bundle")):
+            verdicts[words] = cli_outcome(*run_cli("--state-dir", str(d / "s"), *words, str(path)))
+        assert len(set(verdicts.values())) == 1, verdicts
+        result["refused"] = next(iter(verdicts.values()))
+
+
+REQUESTS = [b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /v1/snapshot HTTP/1.1\r\n\r\n",
+            b"GET /nope HTTP/1.1\r\n\r\n", b"POST /healthz HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+            b"GARBAGE\r\n\r\n", b"GET /healthz\r\n\r\n", b"GET /healthz HTTP/9.9\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nX: " + b"y" * 70000 + b"\r\n\r\n", b"\x16\x03\x01\x00\x05hello",
+            b"GET /healthz?x=1 HTTP/1.1\r\n\r\n", b"GET /v1/history?gpu=\xef\xbc\x91 HTTP/1.1\r\n\r\n"]
+
+
+class _FakeAgent:
+    """What the API reads of an agent (api.Served), without the sampling: healthy, one tiny snapshot."""
+
+    stopping = False
+    metrics = None
+    events = None
+    history = None
+
+    def health(self):
+        return {"ok": True}
+
+    def snapshot_document(self):
+        return b"{}", False, False
+
+    def backend_name(self):
+        return "fake"
+
+    def log(self, level, text):
+        pass
+
+
+@pytest.fixture(scope="module")
+def api_server():
+    import tempfile
+    import threading
+
+    from gpuwarden.ops.services.agent_api import Access, ApiServer
+    d = Path(tempfile.mkdtemp(prefix="gwfz-"))
+    server = ApiServer(d / "api.sock", _FakeAgent(), Access(None), max_clients=4)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server, d / "api.sock"
+    server.shutdown()
+    server.server_close()
+
+
+@fuzz(20)
+@given(bursts=st.lists(st.lists(st.sampled_from(REQUESTS), min_size=1, max_size=60), min_size=1, max_size=8))
+def test_fuzz_pipelined_http(api_server, bursts):
+    """Connections that pipeline any mix of requests and never read (more of them than the server's 4 slots): a
+    fresh /healthz is still answered 200, and what each burst gets back is whole HTTP answers, at most one per
+    request."""
+    import socket
+
+    from gpuwarden.ops.agent.client import get
+    _server, path = api_server
+    socks = []
+    with case("pipelined HTTP (agent API)"):
+        try:
+            for burst in bursts:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.settimeout(2)
+                s.connect(str(path))
+                try:
+                    s.sendall(b"".join(burst))
+                except OSError:  # the server may close a connection whose request it refused
+                    pass
+                socks.append((s, len(burst)))
+            reply = get(path, "/healthz", timeout=3)
+            assert reply is not None and reply.status == 200, reply
+            for s, sent in socks:
+                s.settimeout(0.3)
+                data = b""
+                try:
+                    while chunk := s.recv(1 << 16):
+                        data += chunk
+                except OSError:
+                    pass
+                # Status lines only: an error body may itself say "speak HTTP/1.x".
+                answers = len(re.findall(rb"(?:^|\n)HTTP/1\.[01] \d{3} ", data))
+                assert answers <= sent and (not data or re.match(rb"HTTP/1\.[01] \d{3} ", data)), data[:200]
+        finally:
+            for s, _ in socks:
+                s.close()

@@ -30,15 +30,19 @@ LOG_TOKEN = "hf_" + "Log9" * 6
 # secret access key, and a key and its value in separate arguments (which a bundle's proc/PID/cmdline kept).
 WANDB_KEY = "a1b2c3d4e5" * 4
 AWS_SECRET = "Zq8RkT2vW9xLmN4pQs7uYb3cE6fHj1Ka5dGt0iOw"
+# Issue 39: a URL whose user is empty (Redis's form for a password alone), in argv and in the log; a W&B key in
+# wandb's own log line ("wandb: ..."), which is redacted within four words of the word wandb.
+WANDB_LOG_KEY = "f0e1d2c3b4" * 4
 MORE_ARGV = ["mysql", "-uroot", "-pArgv-Glued-A1", "--sshpass", "Argv-Sshpass-A2", "--wandb", WANDB_KEY,
-             "token", "Argv-Split-A3", "sshpass", "-p", "Argv-Sshpass-A4"]
+             "token", "Argv-Split-A3", "sshpass", "-p", "Argv-Sshpass-A4", "--cache", "redis://:Argv-Redis-A5@cache:6379"]
 MORE_ENV = {"DB_CMD": "mysql -h db -uroot -pEnv-Glued-B1", "SYNC_CMD": f"aws-sync --secret {AWS_SECRET}x"}
 LOG_LINES = ["connecting: mysql -h db -uroot -pLog-Glued-C1 app", "fetch with sshpass -p Log-Sshpass-C2 scp",
-             "trainer --sshpass Log-Sshpass-C3 --wandb Log-Wandb-C4-key", f"s3 credentials loaded {AWS_SECRET} ok"]
+             "trainer --sshpass Log-Sshpass-C3 --wandb Log-Wandb-C4-key", f"s3 credentials loaded {AWS_SECRET} ok",
+             "cache at redis://:Log-Redis-C5@cache:6379/0", f"wandb: key {WANDB_LOG_KEY} saved to netrc"]
 PLANTED = [*ARGV_SECRETS.values(), CURL_PASS, URL_PASS, "Env-Pwd-555", "Env-Pass-666", "Env7Env7",
            "Env-Azure-888", "Log9Log9", "Argv-Glued-A1", "Argv-Sshpass-A2", WANDB_KEY, "Argv-Split-A3",
            "Argv-Sshpass-A4", "Env-Glued-B1", "Log-Glued-C1", "Log-Sshpass-C2", "Log-Sshpass-C3", "Log-Wandb-C4",
-           AWS_SECRET]
+           AWS_SECRET, "Argv-Redis-A5", "Log-Redis-C5", WANDB_LOG_KEY]
 
 # Holds the sim GPU's device file (so status lists it as a GPU process), prints secrets, serves.
 SCRIPT = ('exec 3<"$KFD"; echo "loading with token {tok} and DB_PWD=$DB_PWD"; {more} echo "session is up"; '

@@ -102,14 +102,16 @@ def test_report_refuses_a_deep_member_in_one_line(tmp_path, real_bundle):
         build(path)
 
 
-@pytest.mark.parametrize("rel,data,shape", [("gpuwarden/snapshot.json", b"[1]", "not a JSON object"),
-                                            ("manifest.json", b"\"items\"", "not a JSON object"),
-                                            ("gpuwarden/arenas.json", b"5", "not a JSON array")])
-def test_report_refuses_a_member_of_the_wrong_shape_in_one_line(tmp_path, real_bundle, rel, data, shape):
+# The manifest is judged by the one bundle reader (replay.open_bundle, issue 39 item 3), in its words.
+@pytest.mark.parametrize("rel,data,expected", [
+    ("gpuwarden/snapshot.json", b"[1]", "gpuwarden/snapshot.json is unreadable \\(not a JSON object\\)"),
+    ("manifest.json", b"\"items\"", "manifest.json is not a JSON object"),
+    ("gpuwarden/arenas.json", b"5", "gpuwarden/arenas.json is unreadable \\(not a JSON array\\)")])
+def test_report_refuses_a_member_of_the_wrong_shape_in_one_line(tmp_path, real_bundle, rel, data, expected):
     from gpuwarden.ops.bugreport.build import build
     path = tmp_path / "shape.tar.gz"
     path.write_bytes(with_member(real_bundle, rel, data))
-    with pytest.raises(GpuwardenError, match=f"{rel} is unreadable \\({shape}\\)"):
+    with pytest.raises(GpuwardenError, match=expected):
         build(path)
 
 

@@ -6,6 +6,7 @@ Actions run against real supervised engines (fake_engine under real shims) on th
 from __future__ import annotations
 
 import asyncio
+import json
 import tarfile
 import threading
 import time
@@ -239,8 +240,14 @@ def test_triage_view_reads_the_bundle(settings, tmp_path):
     bundle = tmp_path / "b.tar.gz"
     src = tmp_path / "triage.md"
     src.write_text("# triage\n4 segfaults in libamdhip64.so.7 at the same offset\n")
+    # The least manifest the schema takes: the TUI reads a bundle through the one reader every command uses.
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"schema": "gpuwarden.bundle-manifest/1", "format": 1, "tool": "gpuwarden",
+                                    "created": "now", "host": "h", "collectors": [], "items": [],
+                                    "not_collected": [], "redaction": {"total": 0, "by_pattern": {}}}))
     with tarfile.open(bundle, "w:gz") as tar:
         tar.add(src, arcname="bundle-x/triage.md")
+        tar.add(manifest, arcname="bundle-x/manifest.json")
 
     async def go():
         app = make_app(settings, bundle=bundle)

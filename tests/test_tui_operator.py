@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
+import json
 import os
 import tarfile
 import time
@@ -185,7 +186,11 @@ def test_empty_node_says_how_to_start_a_drill(settings):
 
 def _bundle_with_log(path: Path, log: str) -> Path:
     with tarfile.open(path, "w:gz") as tar:
-        for name, data in (("b/manifest.json", b"{}"), ("b/kernel/kernel.log", log.encode())):
+        # The least manifest the schema takes: every bundle reader checks it (replay.open_bundle, issue 39).
+        manifest = json.dumps({"schema": "gpuwarden.bundle-manifest/1", "format": 1, "tool": "gpuwarden",
+                               "created": "now", "host": "h", "collectors": [], "items": [], "not_collected": [],
+                               "redaction": {"total": 0, "by_pattern": {}}}).encode()
+        for name, data in (("b/manifest.json", manifest), ("b/kernel/kernel.log", log.encode())):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))

@@ -284,6 +284,12 @@ def serve_cmd(
         settings_args += ["--backend", settings.backend]
     fleet_args = None
     if fleet:
+        # The fleet as `fleet tui` will take it, judged now (host count, hosts file, fleet and ssh config):
+        # a 'node[1-99999999]' must be refused here, not by the console each browser session starts.
+        from gpuwarden.playbooks.fleet.target import resolve
+        resolve(hosts_file=hosts, hosts_from=None, group=None, nodelist=nodelist, fleet_config=fleet_config,
+                ssh_config=ssh_config, accept_new=False, parallel=None, timeout=None, remote_command=None,
+                reads_prometheus=True, prometheus=prometheus)
         fleet_args = []
         for flag, value in (("--nodelist", nodelist), ("--hosts", hosts), ("--fleet-config", fleet_config),
                             ("--ssh-config", ssh_config)):

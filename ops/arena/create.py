@@ -24,7 +24,14 @@ from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.units import fmt_bytes
 
 from gpuwarden.ops.arena import format as fmt
-from gpuwarden.ops.arena.parallel import ChunkPool, Progress, Stopwatch, fmt_rate
+from gpuwarden.ops.arena.parallel import ChunkPool, Progress, Stopwatch, check_workers, fmt_rate
+
+# What the copy buffers of all workers together may take: the memory a create costs does not grow with
+# --chunk-size or --workers (the pattern needs no per-worker buffer at all, one shared block, see _pattern_job).
+BUFFER_BUDGET = 64 << 20
+COPY_BLOCK = 1 << 20
+MIN_COPY_BLOCK = 64 << 10
+PATTERN_BLOCK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ def create(path: str | Path, *, size: int | None = None, source: str | Path | No
     path = Path(path)
     if (size is None) == (source is None):
         raise GpuwardenError("give exactly one of --size and --from", "e.g. --size 32GiB")
+    check_workers(workers)
     src_fd = None
     if source is not None:
         src_fd = _open_source(Path(source))
@@ -81,6 +89,7 @@ def create(path: str | Path, *, size: int | None = None, source: str | Path | No
         if size <= 0:
             raise GpuwardenError(f"arena size must be positive, got {size}", "e.g. --size 1GiB")
         fmt.check_chunk_size(chunk_size, size)
+        chunk_size = fmt.fit_chunk(chunk_size, size)  # a chunk past the end would only be a longer header field
         if path.is_dir():  # before "exists": --force cannot replace a directory, so it must not be suggested
             raise GpuwardenError(f"{path} is a directory",
                                  f"name the arena file, e.g. {path / 'weights.arena'}")
@@ -178,28 +187,39 @@ def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
 def _pattern_job(fd: int, hsize: int, size: int, chunk: int, hashes: list[int],
                  workers: int) -> Callable[[int, int], int]:
     # One random block per arena, repeated; each chunk's first 16 bytes carry its index and the nonce,
-    # so every chunk hashes differently and a chunk copied to the wrong place is caught.
-    seed = os.urandom(1 << 20)
+    # so every chunk hashes differently and a chunk copied to the wrong place is caught. Byte k of a chunk
+    # (k >= 16) is seed[k % len(seed)]: written and hashed (as a stream) straight from the one read-only
+    # seed, so memory stays 8 MiB whatever the chunk size and the worker count (issue 39, item 2: a
+    # chunk-sized template and buffer per worker made a 1 MiB arena with 4 GiB chunks take 8.4 GB).
+    period = 1 << 20
+    # The seed repeated: pieces of up to PATTERN_BLOCK bytes per write (1 MiB writes were ~20% slower), one
+    # read-only copy shared by every worker.
+    seed = memoryview(os.urandom(period) * (PATTERN_BLOCK // period))
     nonce = os.urandom(8)
-    template = (seed * (chunk // len(seed) + 1))[:chunk]
-    buffers = [bytearray(template) for _ in range(workers)]
 
     def job(w: int, i: int) -> int:
-        buf = buffers[w]
-        buf[0:16] = struct.pack("<Q", i) + nonce
         start = i * chunk
         n = min(chunk, size - start)
-        view = memoryview(buf)[:n]
-        hashes[i] = xxhash.xxh3_64_intdigest(view)
-        _pwrite_all(fd, view, hsize + start)
+        h = xxhash.xxh3_64()
+        head = (struct.pack("<Q", i) + nonce)[:n]
+        h.update(head)
+        _pwrite_all(fd, head, hsize + start)
+        done = len(head)
+        while done < n:
+            at = done % period  # the block starts at a period boundary: seed[at:] is the chunk's byte `done` on
+            piece = seed[at:at + min(len(seed) - at, n - done)]
+            h.update(piece)
+            _pwrite_all(fd, piece, hsize + start + done)
+            done += len(piece)
+        hashes[i] = h.intdigest()
         return n
     return job
 
 
 def _copy_job(src: int, fd: int, hsize: int, size: int, chunk: int, hashes: list[int],
               workers: int) -> Callable[[int, int], int]:
-    # Cache-sized blocks, hashed as a stream (see verify._pread_job for why).
-    block = 1 << 20
+    # Cache-sized blocks, hashed as a stream (see verify._pread_job for why); all of them within the budget.
+    block = max(MIN_COPY_BLOCK, min(COPY_BLOCK, BUFFER_BUDGET // max(1, workers)))
     buffers = [bytearray(block) for _ in range(workers)]
 
     def job(w: int, i: int) -> int:

@@ -50,6 +50,9 @@ FIXED = 128
 DEFAULT_CHUNK = 16 << 20
 # Beyond this many chunks the header alone gets silly (8 bytes each); ask for bigger chunks instead.
 MAX_CHUNKS = 1 << 24
+# A chunk is hashed as a stream, so its size costs no memory; past 1 TiB it can only be a typo (and the
+# header's u64 field has a limit all the same). Larger than the arena is fine: create() shrinks it to fit.
+MAX_CHUNK_SIZE = 1 << 40
 
 _FIXED = struct.Struct("<8sIIQQQII Q64sQ")
 assert _FIXED.size == FIXED
@@ -114,12 +117,21 @@ def header_size_for(chunk_count: int) -> int:
 
 
 def check_chunk_size(chunk_size: int, payload_size: int) -> None:
+    if chunk_size > MAX_CHUNK_SIZE:
+        raise GpuwardenError(f"chunk size {chunk_size} bytes is larger than the {MAX_CHUNK_SIZE >> 40} TiB "
+                             "an arena chunk may be", "the default is 16MiB; e.g. --chunk-size 64MiB")
     if chunk_size <= 0 or chunk_size % PAGE:
         raise GpuwardenError(f"chunk size {chunk_size} is not a positive multiple of {PAGE}",
                              "pick e.g. 16MiB (the default) or 64MiB")
     if chunk_count_for(payload_size, chunk_size) > MAX_CHUNKS:
         raise GpuwardenError(f"{payload_size} bytes in chunks of {chunk_size} makes more than {MAX_CHUNKS} chunks",
                              "raise --chunk-size")
+
+
+def fit_chunk(chunk_size: int, payload_size: int) -> int:
+    """The chunk size an arena of `payload_size` gets: at most the payload rounded up to a page (one chunk
+    either way, and the header then names a size the payload can have)."""
+    return min(chunk_size, -(-payload_size // PAGE) * PAGE)
 
 
 def build(payload_size: int, chunk_size: int, chunk_hashes: list[int], created_ns: int | None = None,

@@ -10,12 +10,28 @@ import threading
 import time
 from typing import Callable
 
+from gpuwarden.ops.foundation.errors import GpuwardenError
+
 Progress = Callable[[int, int], object]  # (bytes done, bytes total); what it returns is ignored
 
 
 # Measured on a 32-core H200 host: 16 hashing threads read 58 GB/s, 32 only 33 GB/s. Past about 16 the
 # memory bus is the limit and more threads only fight over it (tests/bench/RESULTS.md, "Arena verify").
 MAX_DEFAULT_WORKERS = 16
+
+
+# More threads than this cannot help (see above) and each costs a stack and a buffer: refused, not clamped,
+# since a number this large is a typo.
+MAX_WORKERS = 1024
+
+
+def check_workers(workers: int | None) -> None:
+    """Refuse a --workers that is not a thread count (0, negative, absurd); None means the default."""
+    if workers is None:
+        return
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise GpuwardenError(f"--workers must be a whole number from 1 to {MAX_WORKERS}, got {workers}",
+                             "leave it out for one per core (at most 16), or e.g. --workers 4")
 
 
 def default_workers() -> int:

@@ -22,7 +22,7 @@ import xxhash
 from gpuwarden.ops.foundation.units import fmt_bytes
 
 from gpuwarden.ops.arena import format as fmt
-from gpuwarden.ops.arena.parallel import ChunkPool, Progress, Stopwatch, fmt_rate
+from gpuwarden.ops.arena.parallel import ChunkPool, Progress, Stopwatch, check_workers, fmt_rate
 
 METHODS = ("pread", "mmap")
 READ_BLOCK = 1 << 20
@@ -48,6 +48,7 @@ def verify(path: str | Path, *, expect_size: int | None = None, workers: int | N
     """Check header, size and every chunk hash; raise ArenaError (kind "hash-mismatch" names the chunk)."""
     if method not in METHODS:
         raise fmt.ArenaError("unreadable", f"unknown verify method {method!r}", f"choose one of {', '.join(METHODS)}")
+    check_workers(workers)
     fd = fmt.open_arena(path)
     try:
         before = os.fstat(fd)

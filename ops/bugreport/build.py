@@ -11,7 +11,7 @@ from gpuwarden.ops.foundation import jsondoc
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.triage.render import clean as _clean
 from gpuwarden.ops import knowledge
-from gpuwarden.ops.bundle.replay import open_bundle, read_member, top_dir
+from gpuwarden.ops.bundle.replay import open_bundle, read_member
 from gpuwarden.ops.bundle.triage_file import triage_bundle
 from gpuwarden.ops.doctor.diagnose import diagnose_bundle
 from gpuwarden.ops.foundation.settings import Settings
@@ -121,8 +121,8 @@ def _member_array(path: Path, read: Reader, rel: str) -> list[Any]:
 def build(path: Path | str, settings: Settings | None = None) -> dict[str, Any]:
     """The gpuwarden.report/1 body for the bundle at `path`."""
     path = Path(path)
-    with open_bundle(path) as tar:
-        top = top_dir(tar)
+    with open_bundle(path) as tar:  # the archive and its manifest are judged there, as for every command
+        top = tar.top
         names = [m.name[len(top) + 1:] for m in tar.getmembers() if m.name.startswith(top + "/")]
         cache: dict[str, bytes | None] = {}
 
@@ -131,7 +131,7 @@ def build(path: Path | str, settings: Settings | None = None) -> dict[str, Any]:
                 cache[rel] = read_member(tar, top, rel)
             return cache[rel]
         env = collect(read, names)
-        manifest = _member_object(path, read, "manifest.json")
+        manifest = tar.manifest
         snapshot = _member_object(path, read, "gpuwarden/snapshot.json")
         arenas = _member_array(path, read, "gpuwarden/arenas.json")
         probe = _member_json(path, read, "gpuwarden/probe.json")

@@ -90,6 +90,17 @@ def resolve_output(settings: Settings, output: str | Path | None, stamp: str) ->
     return final
 
 
+def check_options(since: str | float | None, timeout_s: float, max_bytes: int) -> float | None:
+    """The options' refusals, one place for the real run and `bundle --dry-run` (which must refuse the same);
+    the --since window in seconds."""
+    since_s = parse_duration(since) if isinstance(since, str) else since
+    if timeout_s <= 0:
+        raise GpuwardenError(f"--timeout must be positive, not {timeout_s:g}")
+    if max_bytes < 1024:
+        raise GpuwardenError(f"--max-bytes {max_bytes} is too small", "give at least 1KiB per output")
+    return since_s
+
+
 def collect_bundle(settings: Settings, *, output: str | Path | None = None, since: str | float | None = None,
                    safe_mode: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S,
                    max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
@@ -104,11 +115,7 @@ def collect_bundle(settings: Settings, *, output: str | Path | None = None, sinc
         # say so before spending the collectors' time
         raise GpuwardenError(f"cannot write the bundle in {final.parent}: permission denied",
                              "pass --output with a directory you can write")
-    since_s = parse_duration(since) if isinstance(since, str) else since
-    if timeout_s <= 0:
-        raise GpuwardenError(f"--timeout must be positive, not {timeout_s:g}")
-    if max_bytes < 1024:
-        raise GpuwardenError(f"--max-bytes {max_bytes} is too small", "give at least 1KiB per output")
+    since_s = check_options(since, timeout_s, max_bytes)
     sysfs_root, dev_roots, simulated = capture_roots(settings)
 
     # --- run ---------------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 The tree is re-read by the same code that reads a live node (gpuwarden.ops.sampling over tree/sys and
 tree/proc), so replay checks the parsers too; without a tree the stored snapshot.json is used.
-A bundle may come from anywhere: the archive's members, its manifest (against the published schema)
-and its snapshot (strictly, field by field) are checked first, and any fault is one line, exit 2.
+A bundle may come from anywhere: open_bundle is the one reader every command that opens a bundle uses (status
+--bundle, report, triage, doctor --bundle, fleet bundle, the TUI): the archive's gzip stream to its CRC, every
+member's name and kind, and its manifest (against the published schema) are checked once, there; the snapshot
+(strictly, field by field) where it is read. Any fault is one line, exit 2, whichever command met it.
 Bounds: each member at most MAX_MEMBER_BYTES (1 GiB, refused from its header), the whole archive at most
 MAX_TOTAL_BYTES (2 GiB) unpacked, JSON members 64 MiB and jsondoc.MAX_DEPTH (64) levels deep.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -35,14 +38,23 @@ MAX_MEMBERS = 200_000
 MAX_MEMBER_BYTES = 1 << 30  # bundles cap each output far below this (--max-bytes, default 16 MiB)
 MAX_TOTAL_BYTES = 2 << 30
 MAX_JSON_BYTES = 64 << 20
+# After the tar's end blocks a gzip stream holds the rest of the last 10 KiB record (tarfile.RECORDSIZE);
+# more than this is not padding.
+MAX_TRAILING_BYTES = 1 << 20
+# The one kind of link gpuwarden writes: a process's open file, /proc/PID/fd/N as readlink saw it
+# (ops/bundle/trees.py, copy_proc). Replay reads it with readlink and never follows it.
+_FD_LINK = re.compile(r"[^/]+/tree/proc/[0-9]+/fd/[0-9]+")
 _DAMAGED = (tarfile.TarError, EOFError, zlib.error, OSError, ValueError)
 _HINT = "was it copied while still being written? take a new one with `gpuwarden bundle`"
 
 
 class BundleTar(tarfile.TarFile):
-    """A TarFile that also closes the checked file it was opened on."""
+    """A TarFile that also closes the checked file it was opened on; from open_bundle, also its top
+    directory and its manifest (validated against the schema)."""
 
     source: BinaryIO | None = None
+    top: str = ""
+    manifest: dict[str, Any] = {}  # noqa: RUF012 - replaced per instance by open_bundle, never mutated
 
     def close(self) -> None:
         try:
@@ -132,24 +144,66 @@ def open_stream(path: Path | str) -> BundleTar:
 
 
 def open_bundle(path: Path | str) -> BundleTar:
-    """open_stream, read through once: a truncated archive or an absurd member fails here, in one line."""
+    """The one bundle reader: open_stream, read through once, judged once (issue 39, item 3).
+
+    Refused, in one line, whichever command asks: a truncated or corrupt gzip stream (its CRC is checked at
+    its end), an absurd member size or count, a member name that is absolute, climbs (..) or leaves the one
+    top directory, a member that is a hard link, a device, a FIFO or a symlink other than a process's fd link,
+    and a manifest.json that is missing, not JSON or not what the schema says. The caller gets the archive
+    with .top and .manifest set."""
+    path = Path(path)
     tar = open_stream(path)
     try:
-        check_members(tar, Path(path))
+        check_members(tar, path)
+        tar.top = top_dir(tar)
+        tar.manifest = _manifest_member(tar, path)
     except BaseException:
         tar.close()
         raise
     return tar
 
 
+def _manifest_member(tar: BundleTar, path: Path) -> dict[str, Any]:
+    data = read_member(tar, tar.top, MANIFEST)
+    if data is None:
+        raise GpuwardenError(f"{path}: {MANIFEST} is not a regular file", "it is damaged or not a gpuwarden bundle")
+    return check_manifest(_parse(data, MANIFEST, path), path)
+
+
+def _check_name(member: tarfile.TarInfo, path: Path, top: str | None) -> str:
+    """The member's top directory; a name or kind gpuwarden never writes is refused."""
+    name = member.name
+    parts = name.split("/")
+    what = None
+    if name.startswith("/"):
+        what = "an absolute name"
+    elif ".." in parts:
+        what = "a name that climbs out (..)"
+    elif top is not None and parts[0] != top:
+        what = f"a name outside the bundle's top directory {_printable(top)}/"
+    elif member.islnk():
+        what = "a hard link"
+    elif member.issym() and not _FD_LINK.fullmatch(name):
+        what = "a symbolic link (gpuwarden writes links only as tree/proc/PID/fd/N)"
+    elif not (member.isfile() or member.isdir() or member.issym()):
+        what = "a device or FIFO"
+    if what is not None:
+        raise GpuwardenError(f"the bundle {path} holds {what}: {_printable(name)[:200]}",
+                             "it is not a bundle gpuwarden wrote; nothing was unpacked")
+    return parts[0]
+
+
 def check_members(tar: tarfile.TarFile, path: Path) -> None:
-    """Walk every member header once, refusing absurd sizes and counts before anything is extracted."""
+    """Walk every member header once, refusing absurd sizes and counts, names and kinds gpuwarden never writes,
+    and a gzip stream that fails its CRC, before anything is extracted."""
     total = count = 0
+    top: str | None = None
     try:
         while True:
             member = tar.next()
             if member is None:
                 break
+            top = _check_name(member, path, top)
             count += 1
             total += max(0, member.size)
             if count > MAX_MEMBERS:
@@ -164,12 +218,27 @@ def check_members(tar: tarfile.TarFile, path: Path) -> None:
                 raise GpuwardenError(f"the bundle {path} unpacks to more than {fmt_bytes(MAX_TOTAL_BYTES)} "
                                      f"(the most gpuwarden reads; it stopped there)",
                                      "it is damaged, a decompression bomb, or not a gpuwarden bundle")
+        _read_to_end(tar, path)
     except EOFError:  # gzip's: the compressed stream stops before its end marker
         raise GpuwardenError(f"the bundle {path} is truncated: its gzip stream ends early", _HINT) from None
     except (zlib.error, gzip.BadGzipFile):  # bad deflate data, or a CRC or length that does not match
         raise GpuwardenError(f"the bundle {path} is a corrupt gzip file", _HINT) from None
     except _DAMAGED:
         raise GpuwardenError(f"the bundle {path} is truncated or damaged", _HINT) from None
+
+
+def _read_to_end(tar: tarfile.TarFile, path: Path) -> None:
+    """Read a gzip stream past the tar's end blocks to its own end, where gzip checks the CRC and length:
+    a bundle damaged there must not pass as whole (tarfile stops reading at the end blocks)."""
+    stream = tar.fileobj
+    if not isinstance(stream, gzip.GzipFile):
+        return
+    rest = 0
+    while chunk := stream.read(64 << 10):
+        rest += len(chunk)
+        if rest > MAX_TRAILING_BYTES:
+            raise GpuwardenError(f"the bundle {path} holds more than {fmt_bytes(MAX_TRAILING_BYTES)} after its "
+                                 "archive's end", "it is damaged or not a gpuwarden bundle")
 
 
 def top_dir(tar: tarfile.TarFile) -> str:
@@ -219,8 +288,12 @@ def extract(tar: tarfile.TarFile, dest: Path) -> Path:
 
 
 def read_manifest(base: Path, path: Path) -> dict[str, Any]:
-    """The bundle's manifest, checked against ops/schemas/bundle-manifest.v1.json."""
-    manifest = _json(base / MANIFEST, path)
+    """The manifest of a bundle extracted at `base`, checked against ops/schemas/bundle-manifest.v1.json."""
+    return check_manifest(_json(base / MANIFEST, path), path)
+
+
+def check_manifest(manifest: Any, path: Path) -> dict[str, Any]:
+    """A parsed manifest checked against ops/schemas/bundle-manifest.v1.json; the document (with its schema)."""
     if not isinstance(manifest, dict):
         raise GpuwardenError(f"{path}: manifest.json is not a JSON object", "it was not made by `gpuwarden bundle`")
     doc = manifest if "schema" in manifest else jsondoc.document("bundle-manifest", manifest)  # wave-1 bundles
@@ -249,7 +322,7 @@ def snapshot_from_bundle(path: Path | str, settings: Settings) -> NodeSnapshot:
     path = Path(path)
     with open_bundle(path) as tar, tempfile.TemporaryDirectory(prefix="gpuwarden-replay-") as tmp:
         base = extract(tar, Path(tmp))
-        manifest = read_manifest(base, path)
+        manifest = tar.manifest
         raw = _json(base / "gpuwarden/snapshot.json", path)
         stored = read_stored_snapshot(raw, path) if raw is not None else None
         sys_tree, proc_tree = base / "tree/sys", base / "tree/proc"
@@ -306,13 +379,17 @@ def _json(path: Path, bundle: Path) -> Any:
         if not path.exists():
             return None
         raise GpuwardenError(f"{bundle}: {exc.message}", "it is damaged or not a gpuwarden bundle") from None
+    return _parse(data, path.name, bundle)
+
+
+def _parse(data: bytes, name: str, bundle: Path) -> Any:
     try:
         return jsondoc.loads(data)
     except jsondoc.TooDeep as exc:
-        raise GpuwardenError(f"{bundle}: {path.name} is refused: {exc}", "it is damaged or not a gpuwarden bundle") \
+        raise GpuwardenError(f"{bundle}: {name} is refused: {exc}", "it is damaged or not a gpuwarden bundle") \
             from None
     except ValueError:
-        raise GpuwardenError(f"{bundle}: {path.name} is not valid JSON", "it is damaged or not a gpuwarden bundle") \
+        raise GpuwardenError(f"{bundle}: {name} is not valid JSON", "it is damaged or not a gpuwarden bundle") \
             from None
 
 

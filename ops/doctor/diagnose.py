@@ -32,15 +32,19 @@ def diagnose_bundle(path: Path | str, settings: Settings, *, only: list[str] | N
     with open_bundle(path) as tar, tempfile.TemporaryDirectory(prefix="gpuwarden-doctor-") as tmp:
         base = extract(tar, Path(tmp))
         tree = base / "tree"
-        manifest = _json(base / "manifest.json") or {}
-        node = _json(base / "node" / "node.json") or {}
+        manifest = tar.manifest  # checked against its schema by open_bundle, as for every command
+        node = _object(_json(base / "node" / "node.json"))  # no schema yet: any shape is read as "unknown"
         s = settings.with_(sysfs_root=tree / "sys", proc_root=tree / "proc", etc_root=tree / "etc",
                            boot_root=tree / "boot", opt_root=tree / "opt", state_dir=base,
                            config_path=base / "gpuwarden" / "node.toml", backend="sysfs", replay=str(path))
         roots = Roots(sys=s.sysfs_root, gpu=s.sysfs_root, proc=s.proc_root, etc=s.etc_root, boot=s.boot_root,
-                      opt=s.opt_root, simulated=bool((manifest.get("tree") or {}).get("simulated")))
-        memlock = (node.get("memlock_limit_of_collector") or {}).get("soft")
-        extra: dict[str, Any] = {"memlock_soft": memlock, "uid": (node.get("collected_by") or {}).get("uid")}
+                      opt=s.opt_root, simulated=bool(manifest.get("tree", {}).get("simulated")))
+        memlock = _object(node.get("memlock_limit_of_collector")).get("soft")
+        uid = _object(node.get("collected_by")).get("uid")
+        # What the memlock check takes: bytes or "unlimited", and a uid getpwuid accepts; anything else unknown.
+        extra: dict[str, Any] = {
+            "memlock_soft": memlock if memlock == "unlimited" or _whole(memlock, 1 << 64) else None,
+            "uid": uid if _whole(uid, 1 << 32) else None}
         smi = base / "vendor" / "nvidia-smi-q.xml"
         if smi.is_file() and smi.stat().st_size:
             extra["nvidia_smi_xml"] = str(smi)
@@ -63,6 +67,14 @@ def document(report: Report) -> dict[str, Any]:
         "roots": report.roots,
         "checks": [f.to_dict() for f in report.findings],
     })
+
+
+def _whole(value: Any, below: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < below
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _json(path: Path) -> Any:

@@ -114,6 +114,9 @@ def _options(host: Host, ssh: SshSettings, **extra: Any) -> asyncssh.SSHClientCo
     except (OSError, ValueError, asyncssh.Error) as exc:  # a bad ssh config line or an unreadable key
         raise Unreachable(f"ssh settings for {host.name} do not load: {exc}",
                           "check ~/.ssh/config (or --ssh-config) and the IdentityFile it names") from None
+    except RecursionError:  # ~/.ssh/config (not checked as --ssh-config is) includes itself
+        raise Unreachable(f"ssh settings for {host.name} do not load: the ssh config includes itself (an Include "
+                          "loop)", "remove the Include that loops back in ~/.ssh/config") from None
 
 
 def _known_files(options: asyncssh.SSHClientConnectionOptions) -> list[str]:

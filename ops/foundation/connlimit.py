@@ -6,12 +6,20 @@ ones: curl and Prometheus send theirs in a millisecond); with none to take, refu
 thread (cheaply, never blocking) and closes. A crowd that reconnects as fast as it is dropped keeps the listen
 queue full: the accepting thread takes the whole queue, and looks again before each connection it starts, serving
 first those whose request is already whole, so an honest client waits behind none of the crowd's.
+
+A client that does not read its answers (it pipelines requests and never reads, issue 39 item 4) costs a bounded
+amount too: its next request is not served until it took the last answer (one request in flight); while it
+has not, its connection is the first to give up its slot, and it is dropped after WRITE_DEADLINE_S. (A write
+itself is bounded by the socket timeout; it is not marked meanwhile, so no honest client mid-answer is evicted.)
 """
 
 from __future__ import annotations
 
+import fcntl
 import socket
 import socketserver
+import struct
+import termios
 import threading
 import time
 from collections import deque
@@ -27,6 +35,9 @@ else:
 # A connection must have sent its request line and headers this long after it was accepted (or after its last
 # answer, on a kept-alive one): one header line a second resets no per-read timeout but meets this.
 REQUEST_DEADLINE_S = 5.0
+# An answer must have been taken by the client this long after it was written (a client that reads it takes
+# it in microseconds; a /v1/snapshot of a big node is a few hundred KiB, well within one socket buffer).
+WRITE_DEADLINE_S = 2.0
 _WATCH_S = 0.25  # how often overdue connections are looked for
 _BATCH = 128  # connections accepted at one go (the servers' listen queues hold 64 and 128)
 _PEEK_BYTES = 8192  # a request head longer than this is served in arrival order, like a slow one
@@ -49,11 +60,25 @@ def _sent_whole(sock: socket.socket) -> bool:
     return b"\r\n\r\n" in head
 
 
+def unsent_bytes(sock: socket.socket) -> int | None:
+    """Bytes written to `sock` that its peer has not taken yet (SIOCOUTQ, which is TIOCOUTQ's number); None
+    where the socket cannot say. For a unix stream socket the kernel charges what waits in the peer's receive
+    queue to the sender until the peer reads it (linux net/unix/af_unix.c, unix_ioctl -> unix_outq_len), so 0
+    means the client has read every byte of its answer. For TCP it counts bytes not yet acknowledged."""
+    try:
+        raw = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return None
+    return int(struct.unpack("i", raw)[0])
+
+
 class ConnectionCap(_Server):
     """Mixin placed before socketserver.ThreadingMixIn; call init_cap(max_clients) in __init__, and
-    request_read(sock) from the handler once a request is parsed (awaiting_request(sock) before the next one)."""
+    request_read(sock) from the handler once a request is parsed (awaiting_request(sock) before the next one);
+    wait_answer_taken(sock) before a kept-alive connection's next request."""
 
     request_deadline_s = REQUEST_DEADLINE_S
+    write_deadline_s = WRITE_DEADLINE_S
 
     def init_cap(self, max_clients: int) -> None:
         self.max_clients = max_clients
@@ -61,6 +86,7 @@ class ConnectionCap(_Server):
         self.evicted = 0  # connections dropped for being slow to send their request (oldest first or overdue)
         self._count_lock = threading.Lock()
         self._awaiting: dict[socket.socket, float] = {}  # connection -> when it started waiting for its request
+        self._unread: dict[socket.socket, float] = {}  # connection -> since when its answer waits for the client
         self._doomed: set[socket.socket] = set()  # shut down for slowness, their threads not yet finished
         self._watch_stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -142,6 +168,7 @@ class ConnectionCap(_Server):
             with self._count_lock:
                 self.active -= 1
                 self._awaiting.pop(request, None)
+                self._unread.pop(request, None)
                 self._doomed.discard(request)
                 if self.active == 0:
                     self._doomed.clear()  # a TLS socket that replaced its request
@@ -150,6 +177,7 @@ class ConnectionCap(_Server):
         # Under the lock, so the deadline watcher never shuts a socket down while (or after) it is closed.
         with self._count_lock:
             self._awaiting.pop(request, None)
+            self._unread.pop(request, None)
             super().shutdown_request(request)
 
     def server_close(self) -> None:
@@ -168,21 +196,61 @@ class ConnectionCap(_Server):
             if request not in self._doomed:
                 self._awaiting[request] = time.monotonic()
 
+    def answer_pending(self, request: Any) -> None:
+        """An answer written to `request` waits for its client to take it: the connection is the first to give its
+        slot up, and is dropped once it has waited write_deadline_s."""
+        with self._count_lock:
+            if request not in self._doomed:
+                self._unread.setdefault(request, time.monotonic())
+
+    def answer_taken(self, request: Any) -> None:
+        with self._count_lock:
+            self._unread.pop(request, None)
+
+    def dropped(self, request: Any) -> bool:
+        """Whether `request` was shut down for slowness (its handler should stop waiting on it)."""
+        with self._count_lock:
+            return request in self._doomed
+
+    def wait_answer_taken(self, request: Any) -> bool:
+        """Before a kept-alive connection's next request: whether its client took the last answer, waiting for it up
+        to write_deadline_s (one request in flight per connection). Meanwhile the connection may lose its slot."""
+        left = unsent_bytes(request)
+        if not left:  # 0: taken; None: a socket that cannot say (TLS over TCP) is trusted
+            return True
+        self.answer_pending(request)
+        try:
+            deadline = time.monotonic() + self.write_deadline_s
+            pause = 0.001
+            while time.monotonic() < deadline and not self.dropped(request):
+                # A client that reads does so within a millisecond or two: back off to 50 ms for one that does not.
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+                if not unsent_bytes(request):
+                    return True
+            return False
+        finally:
+            self.answer_taken(request)
+
     def replace_connection(self, old: Any, new: Any) -> None:
         """The handler now reads `new` (a TLS socket wrapping `old`, whose descriptor it took over)."""
         with self._count_lock:
             if old in self._awaiting:
                 self._awaiting[new] = self._awaiting.pop(old)
+            if old in self._unread:
+                self._unread[new] = self._unread.pop(old)
 
     def forget(self, request: Any) -> None:
         with self._count_lock:
             self._awaiting.pop(request, None)
+            self._unread.pop(request, None)
             self._doomed.discard(request)
 
     # --- deadlines ---------------------------------------------------------------------------------
     def _drop(self, sock: Any) -> None:
         """Shut a slow connection down (lock held): its thread's blocked read returns and the thread ends."""
         self._awaiting.pop(sock, None)
+        self._unread.pop(sock, None)
         self._doomed.add(sock)
         self.evicted += 1
         try:
@@ -191,8 +259,11 @@ class ConnectionCap(_Server):
             pass
 
     def _slowest(self) -> Any | None:
-        """The connection that has been sending its request longest (lock held). One whose request turns out
-        to be whole already (accepted before it was sent) is not slow: it leaves the list instead."""
+        """The connection whose answer has waited longest for its client to take it, else the one that has been
+        sending its request longest (lock held). One whose request turns out to be whole already (accepted
+        before it was sent) is not slow: it leaves the list instead."""
+        if self._unread:
+            return min(self._unread, key=self._unread.__getitem__)
         for sock in sorted(self._awaiting, key=self._awaiting.__getitem__):
             if not _sent_whole(sock):
                 return sock
@@ -208,3 +279,6 @@ class ConnectionCap(_Server):
                         del self._awaiting[sock]  # its request is in: its thread has not been run to read it yet
                     else:
                         self._drop(sock)
+                cutoff = time.monotonic() - self.write_deadline_s
+                for sock in [s for s, since in self._unread.items() if since < cutoff]:
+                    self._drop(sock)

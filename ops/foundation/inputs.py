@@ -54,6 +54,11 @@ def open_regular(path: str | Path, what: str, hint: str | None = None) -> int:
     return fd
 
 
+def _a(what: str) -> str:
+    """`what` with its indefinite article: "an Ansible inventory", "a node config"."""
+    return ("an " if what[:1].lower() in "aeio" else "a ") + what
+
+
 def read_fd(fd: int, limit: int, what: str, path: str | Path) -> bytes:
     """Everything up to EOF from `fd`, refusing more than `limit` bytes."""
     chunks: list[bytes] = []
@@ -68,7 +73,7 @@ def read_fd(fd: int, limit: int, what: str, path: str | Path) -> bytes:
         chunks.append(chunk)
         total += len(chunk)
         if total > limit:
-            raise GpuwardenError(f"the {what} {path} is larger than {fmt_bytes(limit)}, more than a {what} can be",
+            raise GpuwardenError(f"the {what} {path} is larger than {fmt_bytes(limit)}, more than {_a(what)} can be",
                                  f"is it the {what} at all? give the right file")
 
 
@@ -78,7 +83,7 @@ def read_regular(path: str | Path, what: str, limit: int, hint: str | None = Non
     try:
         size = os.fstat(fd).st_size
         if size > limit:
-            raise GpuwardenError(f"the {what} {path} is {fmt_bytes(size)}, larger than a {what} can be "
+            raise GpuwardenError(f"the {what} {path} is {fmt_bytes(size)}, larger than {_a(what)} can be "
                                  f"({fmt_bytes(limit)})", f"is it the {what} at all? give the right file")
         return read_fd(fd, limit, what, path)
     finally:

@@ -3,6 +3,20 @@
 The pattern list below is the documented one (`gpuwarden bundle --help` points here). Each hit is
 replaced by [REDACTED:<pattern name>]; callers get counts per pattern name, never the values. Command
 lines are redacted argument by argument; a bundle keeps only an allow-list of a process environment.
+
+Rules that are decisions, not shapes (issue 39):
+- URL credentials: scheme://user:PASSWORD@host loses PASSWORD, also with an empty user
+  (redis://:PASSWORD@cache:6379, Redis's way of giving a password alone).
+- A password glued to -p (-pSECRET) is redacted only after mysql, mariadb* or sshpass as the command word (up to
+  16 words before it): to most programs -p8080 is a port, -pthread a compiler flag, -p1 a patch level, and
+  redacting them would hide what an operator needs to read.
+- sshpass: `sshpass -p PW` and `sshpass -pPW` lose PW, in a command line and in a log line alike. `sshpass PW cmd`
+  is not sshpass's syntax (the first word that is no option is the program it runs), so that word is kept;
+  `sshpass -e` reads SSHPASS from the environment, which a bundle drops (not allow-listed).
+- Weights & Biases keys: the value of --wandb / --wandb-key / --wandb-api-key, WANDB_API_KEY=..., and 40 hex
+  digits (optionally local-) within four words after "wandb" or "wandb:" (wandb's own log prefix), in an engine's
+  argv and its log. A bare 40-hex-digit word elsewhere in an engine log is kept: git commit ids and SHA-1
+  digests have that shape, and engine logs are full of them.
 """
 
 from __future__ import annotations
@@ -35,7 +49,8 @@ _KEYWORDS = rf"(?:{_STRONG}|(?:{_WEAK})(?=[\"'\s=:\x00]))"
 PATTERNS: tuple[tuple[str, LazyRegex, int], ...] = (
     ("private-key-block", LazyRegex(
         r"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY-----[\s\S]*?(?:-----END (?:[A-Z]+ )*PRIVATE KEY-----|$)"), 0),
-    ("url-credentials", LazyRegex(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@\x00]+:)([^@\s/\x00]+)(@)"), 2),
+    # The user may be empty: redis://:PASSWORD@cache:6379 is how Redis URLs carry a password alone (issue 39).
+    ("url-credentials", LazyRegex(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@\x00]*:)([^@\s/\x00]+)(@)"), 2),
     ("bearer-token", LazyRegex(r"(?i)\b(Bearer|Basic|Token)[\s\x00]+([A-Za-z0-9._~+/=-]{8,})"), 2),
     ("huggingface-token", LazyRegex(r"\b(hf_[A-Za-z0-9]{20,})\b"), 1),
     ("openai-key", LazyRegex(r"\b(sk-(?:proj-|ant-|live-)?[A-Za-z0-9_-]{20,})\b"), 1),
@@ -55,7 +70,7 @@ PATTERNS: tuple[tuple[str, LazyRegex, int], ...] = (
     ("wandb-option", LazyRegex(
         r"(?i)(?<![\w.-])(--?wandb(?:[-_](?:api[-_])?key)?(?:[ \t\x00]+|=))(?!\[REDACTED)([^\s\x00\"',;&]{3,})"), 2),
     ("wandb-key", LazyRegex(
-        r"(?i)(?<![\w.-])(wandb(?:[ \t\x00]+[^\s\x00]+){0,4}?[ \t\x00]+)((?:local-)?[0-9a-f]{40})(?![\w-])"), 2),
+        r"(?i)(?<![\w.-])(wandb:?(?:[ \t\x00]+[^\s\x00]+){0,4}?[ \t\x00]+)((?:local-)?[0-9a-f]{40})(?![\w-])"), 2),
     # A bare AWS secret access key: 40 characters of base64's alphabet standing alone; see _aws_secret for the
     # checks (mixed case and digits, the spread of a random key) that spare paths and hex digests.
     ("aws-secret-access-key", LazyRegex(r"(?<![A-Za-z0-9/+=])([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"), 1),

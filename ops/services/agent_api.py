@@ -92,7 +92,9 @@ class Access:
 
 class ApiServer(ConnectionCap, socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
-    request_queue_size = 128
+    # Room for a crowd that reconnects faster than the accepting thread takes it (the kernel caps this at
+    # net.core.somaxconn): with 128, 300 silent connections made one probe in 50 meet a full queue (issue 39).
+    request_queue_size = 512
 
     def __init__(self, path: Path, agent: Served, access: Access, max_clients: int = MAX_CLIENTS):
         self.agent = agent
@@ -132,18 +134,28 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "gpuwarden-agent"
     timeout = IO_TIMEOUT_S
     server: ApiServer
+    _answered = False  # an answer went out on this connection: the next request waits until it is taken
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         pass  # one line per request would drown the events in journald
 
     def handle_one_request(self) -> None:
         super().handle_one_request()
+        self._answered = True
         if not self.close_connection:  # kept alive: the next request has its own deadline
             self.server.awaiting_request(self.connection)
 
     def parse_request(self) -> bool:
+        # One request in flight per connection: a client that pipelines requests and never reads the answers
+        # gets no second answer until it took the first, and loses its slot (then its connection) meanwhile.
+        if self._answered and not self.server.wait_answer_taken(self.connection):
+            self.close_connection = True
+            return False
         ok = super().parse_request()  # reads the headers
         self.server.request_read(self.connection)  # the request line and headers are in: no deadline now
+        if ok and self.request_version == "HTTP/0.9":  # `GET /path` alone: its answer would have no status line
+            self.send_error(400, "HTTP/0.9 is not spoken here")
+            return False
         return ok
 
     def address_string(self) -> str:
@@ -303,6 +315,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-store")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
+        # The write deadline is the socket's timeout (IO_TIMEOUT_S: sendall's is the total, since Python 3.5);
+        # the answer is not marked as waiting meanwhile: an honest client mid-answer must not be the one a
+        # crowd of slow senders evicts. A client that does not read is caught before its next request.
         self.end_headers()
         self.wfile.write(body)
 

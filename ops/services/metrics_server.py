@@ -73,7 +73,22 @@ class _Quiet(WSGIRequestHandler):
     def parse_request(self) -> bool:
         ok = super().parse_request()  # reads the headers
         self.server.request_read(self.connection)  # the request is in: its send deadline no longer applies
+        if ok and self.request_version == "HTTP/0.9":  # `GET /metrics` alone: its answer would have no status line
+            self.send_error(400, "HTTP/0.9 is not spoken here")
+            return False
+        # One request per connection (wsgiref closes after it): the write deadline is the socket timeout.
         return ok
+
+    error_content_type = "text/plain; charset=utf-8"
+    error_message_format = "%(code)d %(message)s: %(explain)s\n"
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """A garbage request line is answered with an HTTP/1.0 status line (the base class answers what it takes
+        for HTTP/0.9 with a bare HTML page, no status line), in plain text, and the connection closed."""
+        self.close_connection = True
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"
+        super().send_error(code, message, explain)
 
 
 class MetricsServer(ConnectionCap, ThreadingMixIn, WSGIServer):

@@ -18,7 +18,7 @@ from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.fleet.fanout import HostResult, fan_out
 from gpuwarden.ops.fleet.inventory import Host
 from gpuwarden.ops.bundle import kernellog
-from gpuwarden.ops.bundle.replay import open_bundle, read_member, top_dir
+from gpuwarden.ops.bundle.replay import open_bundle, read_member
 from gpuwarden.ops.triage import analyze_text
 
 from gpuwarden.playbooks.fleet.actions import ACTION_DEADLINE_S, ORIGIN_ENV
@@ -122,7 +122,7 @@ def node_findings(bundle: Path, node: str) -> list[Any]:
     """One node's kernel-log findings, by the same triage as `gpuwarden triage` (gpuwarden.ops.triage.analyze_text)."""
     try:
         with open_bundle(bundle) as tar:
-            text = read_member(tar, top_dir(tar), kernellog.PATH)
+            text = read_member(tar, tar.top, kernellog.PATH)
     except GpuwardenError:
         return []
     if not text:

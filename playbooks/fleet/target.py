@@ -77,8 +77,11 @@ def resolve(*, hosts_file: Path | None, hosts_from: Path | None, group: str | No
         raise GpuwardenError("no nodes given",
                              f"use --hosts FILE, --hosts-from inventory.ini --group G, --nodelist 'gpu[01-16]', "
                              f"{where}, or --prometheus URL (every node exporting gpuwarden series)")
-    if ssh_config is not None and not ssh_config.is_file():
-        raise GpuwardenError(f"--ssh-config {ssh_config}: no such file", "give an OpenSSH client config file")
+    if ssh_config is not None:
+        # Once, here: bounded in size, a FIFO or a directory named as such, an Include loop named (asyncssh would
+        # read it again for each host, and recurse until RecursionError).
+        from gpuwarden.ops.fleet.sshconfig import check_ssh_config
+        check_ssh_config(ssh_config)
     t = timeout if timeout is not None else config.timeout
     if t <= 0:
         raise GpuwardenError(f"--timeout {t:g} must be more than 0 seconds", "e.g. --timeout 15")

@@ -9,7 +9,7 @@ import tarfile
 import zlib
 from pathlib import Path
 
-from gpuwarden.ops.bundle.replay import open_stream
+from gpuwarden.ops.bundle.replay import open_bundle, read_member
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.safetext import printable
 
@@ -27,12 +27,13 @@ LIMIT = 512 * 1024
 def triage_text(bundle: Path) -> str:
     """The triage summary inside a bundle, or a sentence that says why there is none."""
     try:
-        with open_stream(bundle) as tar:  # a regular file only: a FIFO here must not hang the worker
-            for member in tar:  # triage.md comes first: stop there instead of listing the whole archive
-                if member.isfile() and Path(member.name).name in TRIAGE_NAMES:
-                    f = tar.extractfile(member)
-                    if f is not None:
-                        return printable(f.read(LIMIT).decode(errors="replace"), newlines=True)
+        # The one bundle reader (a regular file only: a FIFO here must not hang the worker): a bundle that
+        # `triage` or `status --bundle` refuses is refused here too, with the same sentence.
+        with open_bundle(bundle) as tar:
+            for name in TRIAGE_NAMES:
+                data = read_member(tar, tar.top, name, LIMIT)
+                if data is not None:
+                    return printable(data.decode(errors="replace"), newlines=True)
     except GpuwardenError as exc:
         return exc.message
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:

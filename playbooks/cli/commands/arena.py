@@ -157,7 +157,7 @@ def verify_cmd(
     from gpuwarden.ops.arena.verify import verify
     try:
         try:
-            done = verify(path, expect_size=parse_size(expect_size, bare_bytes=True) if expect_size else None,
+            done = verify(path, expect_size=None if expect_size is None else parse_size(expect_size, bare_bytes=True),
                           workers=workers, method=method, progress=_progress("verifying", not quiet and not json_out))
         except OSError as exc:  # one the reader did not expect: still one line (one document) naming the file
             import errno

@@ -13,7 +13,7 @@ import typer
 
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.cli.commands import completion
-from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, JsonOut, Wait
+from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, GPU_INDEX, JsonOut, Wait
 from gpuwarden.ops.foundation import statedir, statefiles
 from gpuwarden.ops.foundation.jsondoc import document, iso
 from gpuwarden.ops.foundation.safetext import printable
@@ -26,7 +26,7 @@ baseline_app = typer.Typer(name="baseline", no_args_is_help=True, rich_markup_mo
 @baseline_app.command("record")
 def record_cmd(
     ctx: typer.Context,
-    gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out.",
+    gpu: Optional[int] = typer.Argument(None, parser=GPU_INDEX, help="GPU index; every GPU when left out.",
                                         autocompletion=completion.gpus),
     force: bool = typer.Option(False, "--force", help="Record even when idle use looks like a leak."),
     dry_run: DryRun = False,

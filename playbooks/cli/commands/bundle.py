@@ -100,7 +100,9 @@ def bundle_cmd(
                               max_bytes=parse_size(max_bytes, bare_bytes=True))
     if dry_run:
         # deferred: only this path of the command needs it
+        from gpuwarden.ops.bundle.collect import check_options
         from gpuwarden.playbooks.cli.output import event_printer
+        check_options(since, timeout, playbook.max_bytes)  # a plan the real run would refuse is refused too
         raise typer.Exit(run(playbook, settings, sink=event_printer(json_out, settings.cli_words), dry_run=True).exit_code)
     progress = None if json_out else _progress_printer()
 

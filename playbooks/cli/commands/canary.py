@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from gpuwarden.playbooks.cli.commands.playbook_options import GPU_INDEX
 
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.units import parse_size
@@ -20,7 +21,7 @@ cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loa
 @cli.command("canary")
 def canary_cmd(
     arena: str = typer.Option(..., "--arena", help="The arena file to map."),
-    gpu: int = typer.Option(0, "--gpu", help="Device index as this process sees it."),
+    gpu: int = typer.Option(0, "--gpu", parser=GPU_INDEX, help="Device index as this process sees it."),
     runtime: str = typer.Option("host", "--runtime", help="hip, cuda, host (mlock, no GPU) or sim."),
     verify: str = typer.Option("full", "--verify", help="full (hash every chunk), header, or none."),
     register_chunk: Optional[str] = typer.Option(None, "--register-chunk", help="Register in pieces of this size."),

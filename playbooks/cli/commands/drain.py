@@ -11,7 +11,7 @@ import typer
 
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.cli.commands import completion
-from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, JsonOut, Wait, Yes
+from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, GPU_INDEX, JsonOut, Wait, Yes
 
 
 cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loads it only when one is named
@@ -20,7 +20,7 @@ cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loa
 @cli.command("drain")
 def drain_cmd(
     ctx: typer.Context,
-    gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`).",
+    gpu: int = typer.Argument(..., parser=GPU_INDEX, help="GPU index (see `gpuwarden status`).",
                              autocompletion=completion.gpus),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait until the GPU is idle."),
     grace: Optional[float] = typer.Option(None, "--grace", help="Seconds each engine gets between its stop "
@@ -72,7 +72,7 @@ def drain_cmd(
 @cli.command("undrain")
 def undrain_cmd(
     ctx: typer.Context,
-    gpu: int = typer.Argument(..., help="GPU index.", autocompletion=completion.gpus),
+    gpu: int = typer.Argument(..., parser=GPU_INDEX, help="GPU index.", autocompletion=completion.gpus),
     dry_run: DryRun = False,
     yes: bool = typer.Option(False, "--yes", "-y", help="Accepted for symmetry; undrain asks nothing."),
     kubernetes: bool = typer.Option(False, "--kubernetes", help="Also uncordon the node, only if "

@@ -12,6 +12,7 @@ import time
 from typing import Optional
 
 import typer
+from gpuwarden.playbooks.cli.commands.playbook_options import COUNT
 
 from gpuwarden.playbooks.cli.commands import completion
 
@@ -108,7 +109,7 @@ def list_cmd(ctx: typer.Context,
 
 @engines_app.command("logs")
 def logs_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine name.", autocompletion=completion.engines),
-             lines: int = typer.Option(50, "--lines", "-n", min=0, help="How many last lines to show."),
+             lines: int = typer.Option(50, "--lines", "-n", min=0, parser=COUNT, help="How many last lines to show."),
              follow: bool = typer.Option(False, "--follow", "-f",
                                          help="Keep printing new lines until Ctrl-C (or the engine has ended).")) -> None:
     """Print an engine's stdout and stderr (the shim keeps them, size-capped, in the state dir)."""

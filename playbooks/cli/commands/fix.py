@@ -9,7 +9,7 @@ import typer
 
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.cli.commands import completion
-from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, EndParents, JsonOut, Wait, Yes
+from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, EndParents, GPU_INDEX, JsonOut, Wait, Yes
 from gpuwarden.playbooks import nodecheck
 from gpuwarden.playbooks.fix import FixPlaybook
 from gpuwarden.playbooks.cli.output import execute, exit_with
@@ -21,7 +21,7 @@ cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loa
 @cli.command("fix")
 def fix_cmd(
     ctx: typer.Context,
-    gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`).",
+    gpu: int = typer.Argument(..., parser=GPU_INDEX, help="GPU index (see `gpuwarden status`).",
                              autocompletion=completion.gpus),
     no_reset: bool = typer.Option(False, "--no-reset", help="Purge only; never reset the GPU."),
     stop_engines: bool = typer.Option(False, "--stop-engines", help="Allow stopping the supervised engines "

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from gpuwarden.playbooks.cli.commands.playbook_options import GPU_INDEX
 
 from gpuwarden.ops.fleet.hostlist import MAX_HOSTS
 from gpuwarden.ops.foundation.jsondoc import dumps
@@ -254,7 +255,7 @@ def run_playbook(t, rp, *, dry_run: bool, yes: bool, json_out: bool) -> int:
 @fleet_app.command("purge")
 @with_fleet_target
 def purge_cmd(
-    gpu: Optional[int] = typer.Argument(None, help="GPU index on every node; every GPU when left out."),
+    gpu: Optional[int] = typer.Argument(None, parser=GPU_INDEX, help="GPU index on every node; every GPU when left out."),
     fleet_target=None,
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:
@@ -269,7 +270,7 @@ def purge_cmd(
 @fleet_app.command("drain")
 @with_fleet_target
 def drain_cmd(
-    gpu: int = typer.Argument(..., help="GPU index to drain on every node."),
+    gpu: int = typer.Argument(..., parser=GPU_INDEX, help="GPU index to drain on every node."),
     reason: str = typer.Option("", "--reason", help="Why, for each node's journal and status."),
     fleet_target=None,
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
@@ -285,7 +286,7 @@ def drain_cmd(
 @fleet_app.command("undrain")
 @with_fleet_target
 def undrain_cmd(
-    gpu: int = typer.Argument(..., help="GPU index to put back in service on every node."),
+    gpu: int = typer.Argument(..., parser=GPU_INDEX, help="GPU index to put back in service on every node."),
     fleet_target=None,
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:
@@ -299,7 +300,7 @@ def undrain_cmd(
 @fleet_app.command("baseline")
 @with_fleet_target
 def baseline_cmd(
-    gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out."),
+    gpu: Optional[int] = typer.Argument(None, parser=GPU_INDEX, help="GPU index; every GPU when left out."),
     fleet_target=None,
     dry_run: DryRun = False, yes: Yes = False, json_out: JsonOut = False,
 ) -> None:

@@ -12,6 +12,7 @@ import time
 from typing import Optional
 
 import typer
+from gpuwarden.playbooks.cli.commands.playbook_options import GPU_INDEX
 
 from gpuwarden.ops.foundation.errors import GpuwardenError, NotFound
 from gpuwarden.ops.foundation.settings import Settings
@@ -79,7 +80,7 @@ cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loa
 @cli.command("history")
 def history_cmd(
     ctx: typer.Context,
-    gpu: Optional[int] = typer.Argument(None, help="Only this GPU (default: every GPU)."),
+    gpu: Optional[int] = typer.Argument(None, parser=GPU_INDEX, help="Only this GPU (default: every GPU)."),
     since: str = typer.Option("1h", "--since", metavar="DURATION",
                               help="How far back: 30m, 2h, 7d (the per-refresh series covers the last hour, "
                                    "the per-minute one seven days)."),

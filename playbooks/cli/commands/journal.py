@@ -10,6 +10,7 @@ import sys
 from typing import Optional
 
 import typer
+from gpuwarden.playbooks.cli.commands.playbook_options import COUNT
 
 from gpuwarden.ops.foundation.safetext import printable
 from gpuwarden.ops.foundation.settings import Settings
@@ -62,7 +63,7 @@ cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loa
 @cli.command("journal")
 def journal_cmd(
     ctx: typer.Context,
-    tail: int = typer.Option(50, "--tail", "-n", min=0, help="Show the last N entries (0: all; with --since "
+    tail: int = typer.Option(50, "--tail", "-n", min=0, parser=COUNT, help="Show the last N entries (0: all; with --since "
                              "or --until every entry in the window unless -n is given)."),
     since: Optional[str] = typer.Option(None, "--since", metavar="WHEN",
                                         help="Entries from then on: a time ago (30m, 2h, 7d) or a local time "

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 import typer
+from gpuwarden.playbooks.cli.commands.playbook_options import GPU_INDEX
 
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.errors import GpuwardenError
@@ -22,7 +23,7 @@ cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loa
 @cli.command("gpu-check")
 def gpu_check_cmd(
     ctx: typer.Context,
-    gpus: Optional[List[int]] = typer.Argument(None, help="GPU indexes (default: this pod's GPUs, else those "
+    gpus: Optional[List[int]] = typer.Argument(None, parser=GPU_INDEX, help="GPU indexes (default: this pod's GPUs, else those "
                                                "ROCR/CUDA/HIP_VISIBLE_DEVICES name, else every GPU)."),
     json_out: bool = typer.Option(False, "--json", help="Print the verdict as JSON (gpuwarden.gpu-check/1)."),
     no_agent: bool = typer.Option(False, "--no-agent", help="Sample the node here instead of asking the agent."),
@@ -94,7 +95,7 @@ def gpu_check_cmd(
 @cli.command("post-clean")
 def post_clean_cmd(
     ctx: typer.Context,
-    gpus: Optional[List[int]] = typer.Argument(None, help="GPU indexes (default: the GPUs the pod's processes "
+    gpus: Optional[List[int]] = typer.Argument(None, parser=GPU_INDEX, help="GPU indexes (default: the GPUs the pod's processes "
                                                "use, else every GPU)."),
     pod_uid: Optional[str] = typer.Option(None, "--pod-uid", help="The pod to wait for (default: the pod this "
                                           "command runs in, from /proc/self/cgroup)."),

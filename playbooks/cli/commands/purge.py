@@ -12,7 +12,7 @@ import typer
 
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.cli.commands import completion
-from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, EndParents, JsonOut, Wait, Yes
+from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, EndParents, GPU_INDEX, JsonOut, Wait, Yes
 from gpuwarden.playbooks import nodecheck
 from gpuwarden.playbooks.cli.output import execute, exit_with
 from gpuwarden.playbooks.purge import PurgePlaybook
@@ -24,7 +24,7 @@ cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loa
 @cli.command("purge")
 def purge_cmd(
     ctx: typer.Context,
-    gpu: Optional[int] = typer.Argument(None, help="GPU index; every GPU when left out.",
+    gpu: Optional[int] = typer.Argument(None, parser=GPU_INDEX, help="GPU index; every GPU when left out.",
                                         autocompletion=completion.gpus),
     arenas: bool = typer.Option(False, "--arenas", help="Also delete arena files that no process maps."),
     arena: List[Path] = typer.Option([], "--arena", help="An arena file to consider with --arenas "

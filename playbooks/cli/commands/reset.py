@@ -9,7 +9,7 @@ import typer
 
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.cli.commands import completion
-from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, JsonOut, Wait, Yes
+from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, GPU_INDEX, JsonOut, Wait, Yes
 from gpuwarden.playbooks import nodecheck
 from gpuwarden.playbooks.cli.output import execute, exit_with
 from gpuwarden.playbooks.reset import ResetPlaybook
@@ -21,7 +21,7 @@ cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loa
 @cli.command("reset")
 def reset_cmd(
     ctx: typer.Context,
-    gpu: int = typer.Argument(..., help="GPU index (see `gpuwarden status`).",
+    gpu: int = typer.Argument(..., parser=GPU_INDEX, help="GPU index (see `gpuwarden status`).",
                              autocompletion=completion.gpus),
     force: bool = typer.Option(False, "--force", help="Reset even if the GPU is not drained or processes "
                                "still use it (they lose their GPU contexts)."),

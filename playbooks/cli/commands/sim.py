@@ -9,6 +9,7 @@ import json
 from typing import List, Optional
 
 import typer
+from gpuwarden.playbooks.cli.commands.playbook_options import COUNT, GPU_INDEX
 
 from gpuwarden.playbooks.cli.commands import completion
 
@@ -25,7 +26,7 @@ sim_app = typer.Typer(help="The simulated node: a fake amdgpu/KFD node in the st
 @sim_app.command("init")
 def init_cmd(
     ctx: typer.Context,
-    gpus: int = typer.Option(4, "--gpus", help="Number of simulated GPUs (1 to 64)."),
+    gpus: int = typer.Option(4, "--gpus", parser=COUNT, help="Number of simulated GPUs (1 to 64)."),
     vram: str = typer.Option("24GiB", "--vram", help="VRAM per GPU, e.g. 24GiB or 192GiB (64MiB to 16TiB)."),
     hive: bool = typer.Option(False, "--hive", help="Put all GPUs in one XGMI hive (a reset reaches them all)."),
     force: bool = typer.Option(False, "--force", help="Start over even if simulated tenants hold memory."),
@@ -48,7 +49,7 @@ def init_cmd(
 @sim_app.command("hold")
 def hold_cmd(
     ctx: typer.Context,
-    gpu: List[int] = typer.Option(..., "--gpu", help="GPU index to allocate on (repeat for several)."),
+    gpu: List[int] = typer.Option(..., "--gpu", parser=GPU_INDEX, help="GPU index to allocate on (repeat for several)."),
     size: str = typer.Option("1GiB", "--size", help="VRAM to hold on each GPU."),
     busy: Optional[float] = typer.Option(None, "--busy", min=0, max=100,
                                          help="Keep each GPU's gfx engine busy this percent of the time (its DRM "
@@ -71,7 +72,7 @@ def fault_cmd(
                                          "power block in the kernel until it is turned off: a wedged GPU, for the "
                                          "deadline and stale drills)."),
     state: str = typer.Argument("on", help="on or off"),
-    gpu: List[int] = typer.Option([], "--gpu", help="hang only: wedge this GPU (repeat for several; default all)."),
+    gpu: List[int] = typer.Option([], "--gpu", parser=GPU_INDEX, help="hang only: wedge this GPU (repeat for several; default all)."),
 ) -> None:
     """Switch a fault of the simulated driver on or off."""
     # deferred: only this path of the command needs it
@@ -86,7 +87,7 @@ def fault_cmd(
 @sim_app.command("leak")
 def leak_cmd(
     ctx: typer.Context,
-    gpu: int = typer.Option(..., "--gpu", help="GPU index."),
+    gpu: int = typer.Option(..., "--gpu", parser=GPU_INDEX, help="GPU index."),
     size: str = typer.Option(..., "--size", help="Ownerless VRAM to leave behind, e.g. 14GiB."),
 ) -> None:
     """Leave ownerless residual VRAM on a simulated GPU (only a reset clears it)."""
