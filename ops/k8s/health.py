@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, TypedDict
 
 from ..agent import client
 from ..config.kubernetes import HEALTH_SOCKET as DEFAULT_SOCKET
+from gpuwarden.ops import extras
+
 from ..errors import GpuwardenError
 from ..model import NodeSnapshot
 
@@ -75,13 +77,11 @@ class HealthService:
             return list(self._states)
 
     def start(self) -> None:
-        try:
-            # deferred: optional (the kubernetes extra), and grpc with protobuf only when the service starts
-            import grpc
+        # deferred: optional (the kubernetes extra), and grpc with protobuf only when the service starts
+        extras.need("kubernetes", "--amd-health")
+        import grpc
 
-            from .proto import metricssvc_pb2, metricssvc_pb2_grpc
-        except ImportError:
-            raise GpuwardenError("grpcio is not installed", "pip install 'gpuwarden[kubernetes]'") from None
+        from .proto import metricssvc_pb2, metricssvc_pb2_grpc
         service = self
 
         class Servicer(metricssvc_pb2_grpc.MetricsServiceServicer):

@@ -14,6 +14,7 @@ from typing import Optional
 
 import typer
 
+from gpuwarden.ops import extras
 from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.statedir import ensure
@@ -140,6 +141,8 @@ def register(app: typer.Typer) -> None:
         settings: Settings = ctx.obj
         alias = ctx.info_name == "k8s-agent"  # the DaemonSet's command: Kubernetes mode, never detached
         kubernetes, foreground = kubernetes or alias, foreground or alias
+        if kubernetes:  # before the node config is read: a missing client is the first thing to say
+            extras.need("kubernetes", "k8s-agent" if alias else "agent --kubernetes")
         k8s_options = dict(node_name=node_name, policy=k8s_policy, taint_after=taint_after, health=amd_health,
                            health_socket=amd_health_socket)
         k8s_cfg = _kubernetes_config(settings, kubernetes, **k8s_options)

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from gpuwarden.ops import extras
 from gpuwarden.ops.settings import Settings
 from gpuwarden.playbooks.commands import completion
 from gpuwarden.playbooks.commands.playbook_options import DryRun, JsonOut, Wait, Yes
@@ -52,6 +53,8 @@ def register(app: typer.Typer) -> None:
         from gpuwarden.playbooks.drain import DrainPlaybook
         from gpuwarden.playbooks.output import execute, exit_with
         settings: Settings = ctx.obj
+        if kubernetes:  # before anything is read: a missing client is the first thing to say
+            extras.need("kubernetes", f"{ctx.info_name} --kubernetes")
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
         if kubernetes:
             # deferred: the CLI imports every command module at start; this code loads only when the command runs
@@ -85,6 +88,8 @@ def register(app: typer.Typer) -> None:
         from gpuwarden.playbooks.drain import UndrainPlaybook
         from gpuwarden.playbooks.output import execute, exit_with
         settings: Settings = ctx.obj
+        if kubernetes:  # before anything is read: a missing client is the first thing to say
+            extras.need("kubernetes", f"{ctx.info_name} --kubernetes")
         nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
         pb = UndrainPlaybook(gpu)
         if kubernetes:
