@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.ops import journal
-from gpuwarden.ops.statedir import atomic_write
+from gpuwarden.ops import atomicfile, journal
 
 from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
 
@@ -122,7 +121,7 @@ class InstallUnitPlaybook(Playbook):
         try:
             if self.path.exists() and self.path.read_text() == text:
                 raise SkipStep(f"{self.path} is already this unit")
-            atomic_write(self.path, text, 0o644)
+            atomicfile.replace(self.path, text.encode(), 0o644)
         except PermissionError:
             raise StepFailed(f"no permission to write {self.path}", "run it as root (sudo)") from None
         journal.write(ctx.settings.state_dir, "install-systemd", "ok", unit=str(self.path))
