@@ -126,7 +126,7 @@ def test_an_agent_under_systemd_is_left_to_systemd(monkeypatch):
     cgroup = b"0::/system.slice/gpuwarden-agent.service\n"
     monkeypatch.setattr(running, "_read", lambda path, limit=0: cgroup)
     assert running._unit(1234) == "gpuwarden-agent.service"
-    with pytest.raises(running.Refused) as refused:
+    with pytest.raises(running.GpuwardenError) as refused:
         running.refuse_managed(running.Running(1234, unit="gpuwarden-agent.service"), "stop")
     assert refused.value.hint == "systemctl stop gpuwarden-agent"
     cgroup = b"12:name=systemd:/user.slice/user-0.slice/session-3.scope\n0::/user.slice/user-0.slice/session-3.scope\n"

@@ -92,6 +92,11 @@ def test_a_node_command_runs_on_the_base_install(base_venv, tmp_path):
     status = run(base_venv, tmp_path, "status", "--json")
     assert status.returncode in (0, 1), status.stderr
     assert '"gpus"' in status.stdout
+    # A tenant's init container and the exporter: Kubernetes and Prometheus, without the kubernetes extra.
+    check = run(base_venv, tmp_path, "gpu-check", "--no-agent")
+    assert check.returncode == 0 and "GPU 0: clean" in check.stdout, check.stdout + check.stderr
+    metrics = run(base_venv, tmp_path, "metrics")
+    assert metrics.returncode == 0 and "gpuwarden_gpu_vram_used_bytes" in metrics.stdout, metrics.stderr
 
 
 MISSING = [

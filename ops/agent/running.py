@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuwarden.ops import journal
-from gpuwarden.ops.errors import GpuwardenError, Refused
+from gpuwarden.ops.errors import GpuwardenError
 
 LOCK = ("agent", "lock")  # under the state dir; the same path daemon.Agent._lock takes
 STOP_TIMEOUT_S = 10.0  # the agent stops within 2 s of SIGTERM (its docs); this is for a node under load
@@ -112,7 +112,7 @@ def _is_agent(run: Running, state_dir: Path) -> bool:
 def refuse_managed(run: Running, verb: str) -> None:
     """An agent systemd runs would be started again by systemd (Restart=always): say what to run instead."""
     if run.unit:
-        raise Refused(f"the agent (pid {run.pid}) runs under systemd as {run.unit}: gpuwarden does not {verb} it",
+        raise GpuwardenError(f"the agent (pid {run.pid}) runs under systemd as {run.unit}: gpuwarden does not {verb} it",
                       f"systemctl {verb} {run.unit.removesuffix('.service')}")
 
 
