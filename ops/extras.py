@@ -15,7 +15,6 @@ from gpuwarden.ops.errors import GpuwardenError
 # [project.optional-dependencies]; keep the two in step).
 EXTRA_OF = {
     "kubernetes": "kubernetes",
-    "urllib3": "kubernetes",  # the official client's transport; its errors are caught by name in ops/k8s/kube.py
     "grpc": "kubernetes",
     "google.protobuf": "kubernetes",
     "asyncssh": "fleet",
@@ -56,15 +55,15 @@ def need(extra: str, feature: str) -> None:
 
 
 def require(module: str, feature: str) -> ModuleType:
-    """`module` imported, or MissingExtra naming the extra that brings it. An ImportError from inside an installed
-    module (a broken install) is not a missing extra and is raised as it is."""
-    top = module.split(".")[0]
-    extra = EXTRA_OF.get(module) or EXTRA_OF[top]
+    """`module` imported, or MissingExtra naming the extra that brings it. When the module is there but one of
+    its own dependencies is not (an install made with --no-deps, a half-removed one), the message names that too:
+    installing the extra again is the fix either way."""
+    extra = EXTRA_OF.get(module) or EXTRA_OF[module.split(".")[0]]
     try:
         return importlib.import_module(module)
     except ImportError as exc:
         missing = exc.name or ""
-        if missing and not (module == missing or module.startswith(missing + ".")
-                            or missing.split(".")[0] in {m.split(".")[0] for m in MODULES[extra]}):
-            raise
-        raise MissingExtra(feature, extra) from None
+        error = MissingExtra(feature, extra)
+        if missing and module != missing and not module.startswith(missing + "."):
+            error.message += f" ({missing}, which {module.split('.')[0]} needs, is missing)"
+        raise error from None

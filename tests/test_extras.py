@@ -137,3 +137,19 @@ def test_the_extras_bring_what_the_helper_says(tmp_path):
             assert dists & brought, (extra, module, dists, names)
     assert Requirement(optional["all"][0]).extras == set(extras.MODULES)
     assert sys.version_info >= (3, 11)
+
+
+def test_an_extra_installed_without_its_dependencies_is_named_too(base_venv, tmp_path):
+    # A `kubernetes` whose own dependency is missing (pip install --no-deps): still one line, naming both.
+    fake = tmp_path / "fake" / "kubernetes"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("import urllib3_missing_for_this_test  # noqa\n")
+    (fake / "client.py").write_text("")
+    code = ("from gpuwarden.ops import extras\n"
+            "try:\n    extras.require('kubernetes.client', 'agent --kubernetes')\n"
+            "except extras.MissingExtra as exc:\n    print(exc.message); print(exc.hint)\n")
+    out = subprocess.run([str(base_venv), "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(fake.parent)})
+    assert out.stdout.splitlines() == [
+        "agent --kubernetes needs the kubernetes extra (urllib3_missing_for_this_test, which kubernetes needs, "
+        "is missing)", "pip install 'gpuwarden[kubernetes]'"], out.stdout + out.stderr
