@@ -42,7 +42,7 @@ RuntimeDirectory=gpuwarden
 RuntimeDirectoryMode=0700
 RuntimeDirectoryPreserve=yes
 Environment=GPUWARDEN_STATE_DIR=/run/gpuwarden
-# Prometheus /metrics on this node's loopback (README: Monitoring); 0.0.0.0:9835 to scrape it from elsewhere.
+# Prometheus /metrics on this node's loopback (docs/metrics.md); 0.0.0.0:9835 to scrape it from elsewhere.
 Environment=GPUWARDEN_METRICS_LISTEN=127.0.0.1:9835
 # 2,000 GPU processes want 2,000 pidfds and as many held sysfs files.
 LimitNOFILE=65536

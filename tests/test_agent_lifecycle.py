@@ -144,3 +144,9 @@ def test_install_systemd_dry_run_prints_the_unit_and_yes_writes_it(node, tmp_pat
     assert unit.is_file() and "agent --foreground" in unit.read_text(), done.stdout + done.stderr
     assert oct(unit.stat().st_mode & 0o777) == "0o644"
     assert any(e["action"] == "install-systemd" for e in _journal(node))
+
+
+def test_the_shipped_unit_is_the_one_install_systemd_writes():
+    from conftest import REPO
+    from gpuwarden.playbooks.agentinstall import unit_text
+    assert (REPO / "deploy/systemd/gpuwarden-agent.service").read_text() == unit_text()
