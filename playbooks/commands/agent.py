@@ -1,7 +1,8 @@
 """CLI: `gpuwarden agent` — the node agent: sample continuously, keep history and events, serve the local API.
 
 Runs in the foreground under systemd (Type=notify) or with --foreground; from a terminal it detaches and says
-where it listens. --install-systemd writes its unit (a dry run unless --yes).
+where it listens. `agent start|stop|status|restart` manage a detached one, found by the lock it holds
+(ops/agent/running.py). --install-systemd writes its unit (a dry run unless --yes).
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ def register(app: typer.Typer) -> None:
         over HTTP(S) with --metrics-listen.
 
         SIGTERM stops it (exit 0), SIGHUP reloads the node config. Exit 2 when no real GPU backend works
-        (pass --backend sim for the simulated node) or another agent runs.
+        (pass --backend sim for the simulated node) or another agent runs. `agent start|stop|status|restart`
+        manage it without systemd; it holds <state dir>/agent/lock, which names its PID, for its whole life.
         """
         settings: Settings = ctx.obj
         alias = ctx.info_name == "k8s-agent"  # the DaemonSet's command: Kubernetes mode, never detached
