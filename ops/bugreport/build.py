@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from .. import jsondoc
 from ..errors import GpuwardenError
+from ..units import size_arg
 from ..triage.render import clean as _clean
 from .. import knowledge
 from ..bundle.replay import open_bundle, read_member, top_dir
@@ -30,7 +31,8 @@ def _reproduction(arenas: list[Any], snapshot: dict[str, Any], env: dict[str, An
         return {"command": None, "why": "the bundle names no arena and engines to reproduce with; run "
                                        "`gpuwarden arena probe --engines N --size SIZE` with the incident's numbers"}
     size = arena.get("size")
-    target = f"--arena {arena['path']}" if arena.get("path") else f"--size {size}B"
+    size_text = size_arg(size) if isinstance(size, int) else f"{size}B"
+    target = f"--arena {arena['path']}" if arena.get("path") else f"--size {size_text}"
     return {"command": f"gpuwarden arena probe --engines {engines} --concurrency {engines} {target} "
                        f"--runtime {runtime} --visibility all --hold 30",
             "why": f"{engines} engine(s) registering the {arena.get('path')} arena at once (as in the incident; "
