@@ -70,6 +70,14 @@ def test_sim_leak_cannot_exceed_the_gpu_and_hold_says_units(sim_cli):
     assert "has 10.0 GiB free" in line
 
 
+def test_sim_hold_says_sizes_in_units_and_refuses_nothing(sim_cli):
+    # It answered "asked 107374182400 bytes, 25769803776 free" and held 0GiB as a tenant (issue 36).
+    [line] = errors(sim_cli("sim", "hold", "--gpu", "0", "--size", "100GiB"))
+    assert "out of memory on simulated GPU 0: asked 100.0 GiB, 24.0 GiB free of 24.0 GiB" in line
+    zero = sim_cli("sim", "hold", "--gpu", "0", "--size", "0GiB", timeout=20)
+    assert zero.returncode == 2 and "a tenant must hold more than 0 bytes" in errors(zero)[0]
+
+
 
 
 def test_status_through_the_agent_warns_about_a_broken_config_given_to_it(sim_cli, tmp_path, state_dir):
