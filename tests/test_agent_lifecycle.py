@@ -7,6 +7,8 @@ Every agent here is a real detached process found the way the commands find it: 
 from __future__ import annotations
 
 import json
+import re
+import time
 import os
 import signal
 import subprocess
@@ -150,3 +152,19 @@ def test_the_shipped_unit_is_the_one_install_systemd_writes():
     from conftest import REPO
     from gpuwarden.playbooks.agentinstall import unit_text
     assert (REPO / "deploy/systemd/gpuwarden-agent.service").read_text() == unit_text()
+
+
+def test_history_of_an_idle_gpu_draws_a_flat_line(node):
+    # An idle GPU's bars were drawn as `||` (issue 36): every sample takes a cell, zero as the lowest bar.
+    assert agent(node, "--backend", "sim", "agent", "start", "--interval", "0.25").returncode == 0
+    deadline = time.monotonic() + 30
+    while True:  # until the agent's history holds a few refreshes
+        shown = agent(node, "--backend", "sim", "history", "1")
+        points = re.search(r"GPU 1 \(\w+, (\d+) points\)", shown.stdout)
+        if points and int(points.group(1)) >= 3:
+            break
+        assert time.monotonic() < deadline, shown.stdout + shown.stderr
+    bars = {line.split("|")[0].strip(): line.split("|")[1] for line in shown.stdout.splitlines() if "|" in line}
+    assert set(bars) == {"used", "residual"}, shown.stdout
+    assert bars["residual"] and set(bars["residual"]) == {"▁"}, shown.stdout
+    assert len(bars["residual"]) == len(bars["used"])
