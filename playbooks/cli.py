@@ -162,6 +162,10 @@ def main(argv: list[str] | None = None, app: typer.Typer | None = None) -> int:
             print("gpuwarden: aborted", file=sys.stderr)
             return 130
         except ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError" and getattr(exc, "ctx", None) is not None:
+                # A bare group (`gpuwarden engines`) asks what it has: its help, as `--help` prints it.
+                print(exc.ctx.get_help())
+                return 0
             # Click's own usage errors, in the same one-line shape as ours.
             print(f"gpuwarden: error: {printable(_plain_usage_message(exc))}", file=sys.stderr)
             option = getattr(exc, "option_name", None)

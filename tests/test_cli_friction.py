@@ -182,3 +182,12 @@ def test_a_global_option_after_the_command_says_where_it_goes(sim_cli):
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[1] == ("  hint: --config is a global option: give it before the command "
                                           "(gpuwarden --config PATH launch ...)"), proc.stderr
+
+
+@pytest.mark.parametrize("group", ["engines", "arena", "sim", "config", "baseline", "fleet"])
+def test_a_bare_group_prints_its_help(sim_cli, group):
+    # It printed its usage on one line with literal \n and exited 2 (issue 36).
+    proc = sim_cli(group)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"Usage: gpuwarden {group} [OPTIONS] COMMAND") and "\\n" not in proc.stdout
+    assert "Commands:" in proc.stdout.splitlines() and proc.stderr == ""
