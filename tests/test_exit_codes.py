@@ -54,7 +54,11 @@ def interrupted(env, args: list[str], marker: str, sig: signal.Signals) -> tuple
 def test_0_healthy_1_attention_2_error(env):
     assert gw(env, "status").returncode == 0
     assert gw(env, "sim", "leak", "--gpu", "1", "--size", "1GiB").returncode == 0
-    assert gw(env, "status").returncode == 1
+    attention = gw(env, "status")
+    assert attention.returncode == 1
+    # The verdict says which problem it means (it said only "NEEDS ATTENTION": issue 36).
+    assert attention.stdout.splitlines()[-1] == ("status: NEEDS ATTENTION: GPU 1 has 1.0 GiB residual VRAM, "
+                                                 "no process holds it"), attention.stdout
     bad = gw(env, "drain", "7", "--yes")
     assert bad.returncode == 2 and bad.stderr.startswith("gpuwarden: error:") and "Traceback" not in bad.stderr
 
