@@ -9,7 +9,7 @@ import importlib
 import importlib.util
 from types import ModuleType
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 
 # Which extra brings each top-level module gpuwarden imports only in some commands (pyproject.toml's
 # [project.optional-dependencies]; keep the two in step).

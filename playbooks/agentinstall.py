@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.ops import atomicfile, journal
+from gpuwarden.ops.foundation import atomicfile, journal
 
-from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
+from gpuwarden.playbooks.framework import Playbook, RunContext, SkipStep, Step, StepFailed
 
 UNIT_NAME = "gpuwarden-agent.service"
 DEFAULT_EXEC = "/usr/local/bin/gpuwarden"

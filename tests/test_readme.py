@@ -47,9 +47,9 @@ def test_the_readme_config_fragments_load(tmp_path):
     goes through the loader that reads it in production, which refuses unknown keys and bad values."""
     import tomllib
 
-    from gpuwarden.ops import nodeconfig
+    from gpuwarden.ops.config import nodeconfig
     from gpuwarden.ops.fleet.inventory import load_fleet_config
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     loaded = []
     examples = blocks("toml", ENGINES)[:2]
     for i, text in enumerate(b for b in blocks("toml") if b not in examples):

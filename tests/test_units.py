@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.units import fmt_bytes, fmt_used_of, parse_size
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.units import fmt_bytes, fmt_used_of, parse_size
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -52,7 +52,7 @@ def test_cli_sizes_go_through_the_one_parser(cli):
 
 
 def test_the_kernels_sizes_have_their_own_reader():
-    from gpuwarden.ops.units import parse_kernel_size
+    from gpuwarden.ops.foundation.units import parse_kernel_size
     assert parse_kernel_size("1048576k") == 1 << 30 and parse_kernel_size("2G") == 2 << 30
     assert parse_kernel_size("4096") == 4096
     with pytest.raises(GpuwardenError):
@@ -61,7 +61,7 @@ def test_the_kernels_sizes_have_their_own_reader():
 
 def test_size_arg_gives_a_size_back_in_the_unit_that_divides_it():
     # The arena's recreate hint said `--size 268435456B` (issue 36): a size a person reads, and parse_size's inverse.
-    from gpuwarden.ops.units import parse_size, size_arg
+    from gpuwarden.ops.foundation.units import parse_size, size_arg
     assert size_arg(268435456) == "256MiB" and size_arg(64 << 30) == "64GiB" and size_arg(1536 << 20) == "1536MiB"
     assert size_arg(5000) == "5000B" and size_arg(0) == "0B" and size_arg(4096) == "4KiB"
     for n in (1, 4095, 4096, 268435456, (1 << 40) + (1 << 20), 3 << 50):

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuwarden.ops import journal
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.foundation.errors import GpuwardenError
 
 LOCK = ("agent", "lock")  # under the state dir; the same path daemon.Agent._lock takes
 STOP_TIMEOUT_S = 10.0  # the agent stops within 2 s of SIGTERM (its docs); this is for a node under load

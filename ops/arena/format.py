@@ -37,10 +37,10 @@ from pathlib import Path
 
 import xxhash
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.inputs import kind_of
-from gpuwarden.ops.records import record
-from gpuwarden.ops.safetext import printable
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.inputs import kind_of
+from gpuwarden.ops.foundation.records import record
+from gpuwarden.ops.foundation.safetext import printable
 
 MAGIC = b"GWARENA\0"
 VERSION = 1
@@ -158,7 +158,7 @@ def recreate_hint(path: str | Path, payload: int | None = None) -> str:
     if not payload:  # a header too damaged to say: the operator must supply the size, so no paste-ready command
         return f"recreate it: gpuwarden arena create {where} --force --size and the size the weights need"
     # deferred: only on the error path, as _quoted's shlex
-    from ..units import size_arg
+    from gpuwarden.ops.foundation.units import size_arg
     return f"recreate it with `gpuwarden arena create {where} --force --size {size_arg(payload)}`"
 
 

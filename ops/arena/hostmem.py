@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.units import fmt_bytes
 
 MEMORY_FS = {"tmpfs", "ramfs"}
 SHARE = 0.5  # more than half of RAM in one file is worth a line before minutes of writing

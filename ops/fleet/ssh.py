@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuwarden.ops import extras
-from ..errors import GpuwardenError
-from .inventory import Host, parse_target
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.fleet.inventory import Host, parse_target
 
 if TYPE_CHECKING:
     import asyncssh

@@ -13,12 +13,12 @@ from concurrent import futures
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from ..agent import client
-from ..config.kubernetes import HEALTH_SOCKET as DEFAULT_SOCKET
+from gpuwarden.ops.agent import client
+from gpuwarden.ops.config.kubernetes import HEALTH_SOCKET as DEFAULT_SOCKET
 from gpuwarden.ops import extras
 
-from ..errors import GpuwardenError
-from ..model import NodeSnapshot
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.model import NodeSnapshot
 
 if TYPE_CHECKING:
     import grpc
@@ -81,7 +81,7 @@ class HealthService:
         extras.need("kubernetes", "--amd-health")
         import grpc
 
-        from .proto import metricssvc_pb2, metricssvc_pb2_grpc
+        from gpuwarden.ops.k8s.proto import metricssvc_pb2, metricssvc_pb2_grpc
         service = self
 
         class Servicer(metricssvc_pb2_grpc.MetricsServiceServicer):

@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator
 
 from gpuwarden.ops import extras
 
-from ..errors import GpuwardenError
-from .objects import Lease, Node, Pod, PodList, WatchEvent
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.k8s.objects import Lease, Node, Pod, PodList, WatchEvent
 
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"

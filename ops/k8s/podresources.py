@@ -10,11 +10,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..config.kubernetes import PODRESOURCES_SOCKET as DEFAULT_SOCKET
+from gpuwarden.ops.config.kubernetes import PODRESOURCES_SOCKET as DEFAULT_SOCKET
 from gpuwarden.ops import extras
 
-from ..errors import GpuwardenError
-from ..model import GpuInfo, PodGpus
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.model import GpuInfo, PodGpus
 
 GPU_RESOURCES = ("amd.com/gpu", "nvidia.com/gpu")
 RETAIN_GONE_S = 3600.0
@@ -35,7 +35,7 @@ def list_assignments(socket_path: str = DEFAULT_SOCKET, timeout_s: float = 2.0) 
     extras.need("kubernetes", "the kubelet's pod-resources API")
     import grpc
 
-    from .proto import podresources_pb2, podresources_pb2_grpc
+    from gpuwarden.ops.k8s.proto import podresources_pb2, podresources_pb2_grpc
     try:
         with grpc.insecure_channel(f"unix://{socket_path}") as channel:
             stub = podresources_pb2_grpc.PodResourcesListerStub(channel)
