@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.ops.foundation import journal
-from gpuwarden.ops.foundation.statedir import atomic_write
+from gpuwarden.ops.foundation import atomicfile, journal
 
 from gpuwarden.playbooks.framework import Playbook, RunContext, SkipStep, Step, StepFailed
 
@@ -43,7 +42,7 @@ RuntimeDirectory=gpuwarden
 RuntimeDirectoryMode=0700
 RuntimeDirectoryPreserve=yes
 Environment=GPUWARDEN_STATE_DIR=/run/gpuwarden
-# Prometheus /metrics on this node's loopback (README: Monitoring); 0.0.0.0:9835 to scrape it from elsewhere.
+# Prometheus /metrics on this node's loopback (docs/metrics.md); 0.0.0.0:9835 to scrape it from elsewhere.
 Environment=GPUWARDEN_METRICS_LISTEN=127.0.0.1:9835
 # 2,000 GPU processes want 2,000 pidfds and as many held sysfs files.
 LimitNOFILE=65536
@@ -122,7 +121,7 @@ class InstallUnitPlaybook(Playbook):
         try:
             if self.path.exists() and self.path.read_text() == text:
                 raise SkipStep(f"{self.path} is already this unit")
-            atomic_write(self.path, text, 0o644)
+            atomicfile.replace(self.path, text.encode(), 0o644)
         except PermissionError:
             raise StepFailed(f"no permission to write {self.path}", "run it as root (sudo)") from None
         journal.write(ctx.settings.state_dir, "install-systemd", "ok", unit=str(self.path))

@@ -70,6 +70,14 @@ def test_sim_leak_cannot_exceed_the_gpu_and_hold_says_units(sim_cli):
     assert "has 10.0 GiB free" in line
 
 
+def test_sim_hold_says_sizes_in_units_and_refuses_nothing(sim_cli):
+    # It answered "asked 107374182400 bytes, 25769803776 free" and held 0GiB as a tenant (issue 36).
+    [line] = errors(sim_cli("sim", "hold", "--gpu", "0", "--size", "100GiB"))
+    assert "out of memory on simulated GPU 0: asked 100.0 GiB, 24.0 GiB free of 24.0 GiB" in line
+    zero = sim_cli("sim", "hold", "--gpu", "0", "--size", "0GiB", timeout=20)
+    assert zero.returncode == 2 and "a tenant must hold more than 0 bytes" in errors(zero)[0]
+
+
 
 
 def test_status_through_the_agent_warns_about_a_broken_config_given_to_it(sim_cli, tmp_path, state_dir):
@@ -174,3 +182,12 @@ def test_a_global_option_after_the_command_says_where_it_goes(sim_cli):
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[1] == ("  hint: --config is a global option: give it before the command "
                                           "(gpuwarden --config PATH launch ...)"), proc.stderr
+
+
+@pytest.mark.parametrize("group", ["engines", "arena", "sim", "config", "baseline", "fleet"])
+def test_a_bare_group_prints_its_help(sim_cli, group):
+    # It printed its usage on one line with literal \n and exited 2 (issue 36).
+    proc = sim_cli(group)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"Usage: gpuwarden {group} [OPTIONS] COMMAND") and "\\n" not in proc.stdout
+    assert "Commands:" in proc.stdout.splitlines() and proc.stderr == ""

@@ -132,3 +132,9 @@ def test_usage_errors_exit_2_with_one_line(node, state_dir, tmp_path):
     assert missing.returncode == 2 and "no bundle at" in missing.stderr
     listed = run(state_dir, "doctor", "--list")
     assert listed.returncode == 0 and "pcie-link" in listed.stdout and "nvidia-persistenced" in listed.stdout
+
+
+def test_one_check_is_one_check(node, state_dir):
+    # `doctor --only agent` said "1 checks" (issue 36).
+    proc = run(state_dir, "doctor", "--only", "agent")
+    assert ", 1 check in " in proc.stdout.splitlines()[0], proc.stdout

@@ -283,14 +283,14 @@ def test_the_npd_base_is_the_monitor_config_as_a_configmap():
 
 
 def test_the_readmes_own_overlay_renders_as_it_says(tmp_path):
-    """README "Kubernetes": an overlay of the user's own beside deploy/ (NVIDIA, condition only, ServiceMonitor,
+    """The manual's Kubernetes page (docs/kubernetes.md): an overlay of the user's own beside deploy/ (NVIDIA, condition only, ServiceMonitor,
     their registry)."""
     import re
     import subprocess
 
     from conftest import REPO
-    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
-                if "my-cluster/kustomization.yaml" in b]
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", (REPO / "docs/kubernetes.md").read_text(),
+                                  flags=re.S) if "my-cluster/kustomization.yaml" in b]
     (tmp_path / "deploy").symlink_to(REPO / "deploy")
     (tmp_path / "my-cluster").mkdir()
     (tmp_path / "my-cluster/kustomization.yaml").write_text(block)

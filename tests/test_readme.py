@@ -1,9 +1,11 @@
-"""The README's code blocks do what they say: its TOML is what `config example` prints, and its shell walk-
-throughs run as written (the simulated node, the canary example with the sim runtime).
+"""The README's and the manual's (docs/) code blocks do what they say: the TOML of docs/engines.md is what
+`config example` prints, every other TOML block loads, and the shell walk-throughs run as written: the README's
+five minutes on the simulated node, then docs/engines.md's canaries, in that order, as a reader would.
 
-The shell blocks run verbatim in a private mount namespace whose /dev/shm and /tmp/gw-demo are fresh tmpfs
-(the state dir 0700, as gpuwarden makes it: a world-writable one is refused),
-so they use the README's own paths without meeting another run's files.
+The shell blocks run verbatim in a private mount namespace whose /dev/shm and /run/gpuwarden (root's default
+state dir, which the README's first TUI and its walk-through share) are fresh tmpfs (the state dir 0700, as
+gpuwarden makes it: a world-writable one is refused), so they use the README's own paths without meeting
+another run's files.
 """
 
 from __future__ import annotations
@@ -20,18 +22,24 @@ import pytest
 from conftest import REPO
 
 README = REPO / "README.md"
+ENGINES = REPO / "docs" / "engines.md"  # where `config example`'s two outputs are shown
 VENV_BIN = Path(sys.executable).parent
 
 
-def blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", README.read_text(), flags=re.S)
+def pages() -> list[Path]:
+    """The README, then every page of the manual."""
+    return [README, *sorted((REPO / "docs").glob("**/*.md"))]
+
+
+def blocks(lang: str, *where: Path) -> list[str]:
+    return [b for page in (where or pages()) for b in re.findall(rf"```{lang}\n(.*?)```", page.read_text(), flags=re.S)]
 
 
 def test_toml_blocks_are_what_config_example_prints():
     printed = [subprocess.run([str(VENV_BIN / "gpuwarden"), "config", "example", *args], capture_output=True,
                               text=True, check=True).stdout
                for args in ((), ("--canary", "--runtime", "sim"))]
-    assert blocks("toml")[:2] == printed
+    assert blocks("toml", ENGINES)[:2] == printed
 
 
 def test_the_readme_config_fragments_load(tmp_path):
@@ -43,7 +51,8 @@ def test_the_readme_config_fragments_load(tmp_path):
     from gpuwarden.ops.fleet.inventory import load_fleet_config
     from gpuwarden.ops.foundation.settings import Settings
     loaded = []
-    for i, text in enumerate(blocks("toml")[2:]):
+    examples = blocks("toml", ENGINES)[:2]
+    for i, text in enumerate(b for b in blocks("toml") if b not in examples):
         path = tmp_path / f"fragment{i}.toml"
         path.write_text(text)
         tables = list(tomllib.loads(text))
@@ -58,9 +67,13 @@ def test_the_readme_config_fragments_load(tmp_path):
 
 
 def _walkthroughs() -> str:
-    runnable = [b for b in blocks("bash") if "gpuwarden sim scenario" in b or "--config canary.toml" in b]
-    assert len(runnable) == 2, "the README's simulated-node and canary walkthroughs"
-    return "\n".join(runnable)
+    five = [b for b in blocks("bash", README) if "gpuwarden sim scenario" in b]
+    canaries = [b for b in blocks("bash", ENGINES) if "--config canary.toml" in b]
+    assert len(five) == 1 and len(canaries) == 1, "the README's five minutes and docs/engines.md's canaries"
+    elsewhere = [b for b in blocks("bash") if "gpuwarden sim scenario" in b or "--config canary.toml" in b]
+    assert len(elsewhere) == 2, "a copy of a walk-through elsewhere would go untested"
+    assert "GPUWARDEN_STATE_DIR" not in five[0], "the walk-through must use the state dir step 1's TUI used"
+    return "\n".join(five + canaries)
 
 
 @pytest.mark.slow
@@ -73,7 +86,7 @@ def test_shell_walkthroughs_run_as_written(tmp_path):
                 if (m := re.search(r"# exit (\d)", line))}
     wrapped = f"""
 set -u
-mount -t tmpfs tmpfs /dev/shm && mkdir -p /tmp/gw-demo && mount -t tmpfs -o mode=0700 tmpfs /tmp/gw-demo || exit 99
+mount -t tmpfs tmpfs /dev/shm && mkdir -p /run/gpuwarden && mount -t tmpfs -o mode=0700 tmpfs /run/gpuwarden || exit 99
 cleanup() {{ gpuwarden engines stop --all >/dev/null 2>&1; gpuwarden sim scenario clean >/dev/null 2>&1; }}
 trap cleanup EXIT
 trap 'echo "EXIT $? FROM: $BASH_COMMAND" >&2' ERR

@@ -114,3 +114,9 @@ def test_report_takes_under_a_second(bundle):
     t0 = time.perf_counter()
     markdown(build(bundle))
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_the_seconds_column_has_one_precision():
+    # One row said 0.0012, the next 1.2345678901234567 (a difference of two timestamps): issue 36.
+    from gpuwarden.ops.bugreport.render import _seconds
+    assert [_seconds(v) for v in (0.0012, 1.2345678901234567, 2, None)] == ["0.001", "1.235", "2.000", "not recorded"]

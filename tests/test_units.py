@@ -57,3 +57,12 @@ def test_the_kernels_sizes_have_their_own_reader():
     assert parse_kernel_size("4096") == 4096
     with pytest.raises(GpuwardenError):
         parse_kernel_size("2GiB")
+
+
+def test_size_arg_gives_a_size_back_in_the_unit_that_divides_it():
+    # The arena's recreate hint said `--size 268435456B` (issue 36): a size a person reads, and parse_size's inverse.
+    from gpuwarden.ops.foundation.units import parse_size, size_arg
+    assert size_arg(268435456) == "256MiB" and size_arg(64 << 30) == "64GiB" and size_arg(1536 << 20) == "1536MiB"
+    assert size_arg(5000) == "5000B" and size_arg(0) == "0B" and size_arg(4096) == "4KiB"
+    for n in (1, 4095, 4096, 268435456, (1 << 40) + (1 << 20), 3 << 50):
+        assert parse_size(size_arg(n)) == n

@@ -17,6 +17,7 @@ from typing import Optional
 
 import typer
 
+from gpuwarden.ops.foundation import extras
 from gpuwarden.ops.foundation.errors import GpuwardenError
 
 COOKIE = "gpuwarden_token"
@@ -76,6 +77,7 @@ def make_server(command: str, host: str, port: int, token: str | None, public_ur
     import signal
 
     # deferred: the web server (aiohttp, textual-serve) loads only for `gpuwarden serve`
+    extras.need("serve", "serve")
     from aiohttp import web
     from textual_serve.app_service import AppService
     from textual_serve.server import Server, to_int
@@ -273,6 +275,9 @@ def serve_cmd(
     Listens on loopback unless told otherwise; on any other address a token is required (a random one is
     made and printed when --token is not given). Consoles are read-only unless --allow-actions.
     """
+    extras.need("serve", "serve")
+    if fleet and prometheus is None:  # with Prometheus, SSH is only the fallback for nodes it lacks
+        extras.need("fleet", "serve --fleet")
     host, port = parse_listen(listen)
     if token is None and not is_loopback(host):
         token = secrets.token_urlsafe(24)

@@ -110,9 +110,26 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "'\\''") + "'"
 
 
-def _dependencies() -> list[str]:
+def _dependencies(extra: str = "all") -> list[str]:
+    """What `pip install 'gpuwarden[all]'` asks for: the base requirements and every extra's (the image runs
+    Kubernetes mode, the fleet and serve). `all` names the other extras (gpuwarden[kubernetes,fleet,serve])."""
+    import re
     import tomllib
-    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    optional = project.get("optional-dependencies", {})
+    deps, todo, seen = list(project["dependencies"]), [extra], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for req in optional[name]:
+            own = re.fullmatch(r"gpuwarden\[([a-z0-9_,-]+)\]", req.replace(" ", ""))
+            if own:
+                todo += own.group(1).split(",")
+            elif req not in deps:
+                deps.append(req)
+    return deps
 
 
 def _platforms(glibc_minor: int) -> list[str]:

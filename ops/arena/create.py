@@ -101,6 +101,8 @@ def create(path: str | Path, *, size: int | None = None, source: str | Path | No
         tmp = path.parent / f".{path.name}.partial-{os.getpid()}"
         hold.hold()  # until the try below, which removes the file: an interrupt in between would leave it
         try:
+            # 0644: engines of other users map and register it read-only (ops/arena/mapping.py); docs/arena.md
+            # says how to restrict it to their group.
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:
             hold.release()

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from gpuwarden.ops.foundation import jsondoc
 from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.units import size_arg
 from gpuwarden.ops.triage.render import clean as _clean
 from gpuwarden.ops import knowledge
 from gpuwarden.ops.bundle.replay import open_bundle, read_member
@@ -61,7 +62,8 @@ def _reproduction(arenas: list[Any], snapshot: dict[str, Any], env: dict[str, An
                                        "`gpuwarden arena probe --engines N --size SIZE` with the incident's numbers"}
     capped = min(engines, gpus) if gpus else engines
     size = arena.get("size")
-    target = f"--arena {arena['path']}" if arena.get("path") else f"--size {size}B"
+    size_text = size_arg(size) if isinstance(size, int) else f"{size}B"
+    target = f"--arena {arena['path']}" if arena.get("path") else f"--size {size_text}"
     who = f" ({', '.join(registered)})" if registered else ""
     why = (f"{capped} engine(s){who} registered the {arena.get('path')} arena (as in the incident), on a node with "
            f"{gpus if gpus else 'an unknown number of'} GPU(s), runtime {runtime}; rerun with --visibility own and "

@@ -1,6 +1,6 @@
 """The registration interposer (native/, libgwpreload.so): where it is and the environment that turns it on.
 
-The shim preloads it into engines with progress = "preload"; README "Engines nobody changed" documents it.
+The shim preloads it into engines with progress = "preload"; docs/engines.md ("Engines nobody changed") documents it.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
+from gpuwarden.ops.foundation import extras
 from gpuwarden.ops.foundation.errors import ConfigError, GpuwardenError, NotFound
 from gpuwarden.ops.foundation.inputs import read_regular
 from gpuwarden.ops.foundation.units import fmt_bytes
@@ -80,7 +81,8 @@ def expand_nodelist(pattern: str, budget: HostBudget | None = None, what: str = 
     """Slurm hostlist syntax (`gpu[01-16],gpu-b[1-4]`) expanded in order, through ClusterShell's NodeSet; its size
     is counted first and taken from `budget` (hostlist.MAX_HOSTS when none), so a huge range is refused before it exists."""
     # deferred: ClusterShell loads only for a hostlist pattern, not for every inventory
-    from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
+    nodeset = extras.require("ClusterShell.NodeSet", what)
+    RESOLVER_NOGROUP, NodeSet, NodeSetParseError = nodeset.RESOLVER_NOGROUP, nodeset.NodeSet, nodeset.NodeSetParseError
     try:
         size = nodeset_size(pattern)
     except GpuwardenError as exc:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuwarden.ops.foundation import extras
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.fleet.inventory import Host, parse_target
 
@@ -137,6 +138,7 @@ async def connect(host: Host, ssh: SshSettings, via: asyncssh.SSHClientConnectio
                   hops: int = 0) -> asyncssh.SSHClientConnection:
     """An open asyncssh connection to `host` (through the connection `via`, or the ProxyJump hosts its ssh
     config names, each checked the same way); Unreachable (with the reason) when that cannot be."""
+    extras.need("fleet", "the fleet's SSH")
     policy = _Policy([], ssh.accept_new)
     options = _options(host, ssh, client_factory=policy.client)
     jump = options.tunnel if via is None else None

@@ -2,7 +2,7 @@
 
 A slot is an open fd holding LOCK_EX on slot-<i>.lock; when its holder dies the kernel drops the
 lock, so a crash can never wedge the gate. Engines find it via GPUWARDEN_GATE_DIR/_SLOTS. The slot
-protocol is written down in README.md ("The registration gate's slot protocol"); native/gate.c is the
+protocol is written down in docs/arena.md ("The registration gate's slot protocol"); native/gate.c is the
 same protocol in C, inside the registration interposer.
 """
 

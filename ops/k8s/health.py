@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, TypedDict
 
 from gpuwarden.ops.agent import client
 from gpuwarden.ops.config.kubernetes import HEALTH_SOCKET as DEFAULT_SOCKET
+from gpuwarden.ops.foundation import extras
+
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.model import NodeSnapshot
 
@@ -120,13 +122,11 @@ class HealthService:
         return merge(ours, theirs)
 
     def start(self) -> None:
-        try:
-            # deferred: optional (the kubernetes extra), and grpc with protobuf only when the service starts
-            import grpc
+        # deferred: optional (the kubernetes extra), and grpc with protobuf only when the service starts
+        extras.need("kubernetes", "--amd-health")
+        import grpc
 
-            from gpuwarden.ops.k8s.proto import metricssvc_pb2, metricssvc_pb2_grpc
-        except ImportError:
-            raise GpuwardenError("grpcio is not installed", "pip install 'gpuwarden[kubernetes]'") from None
+        from gpuwarden.ops.k8s.proto import metricssvc_pb2, metricssvc_pb2_grpc
         service = self
 
         class Servicer(metricssvc_pb2_grpc.MetricsServiceServicer):

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
+from gpuwarden.ops.foundation import extras
+
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.k8s.objects import Lease, Node, Pod, PodList, WatchEvent
 
@@ -53,14 +55,9 @@ _BY_STATUS = {403: Forbidden, 409: Conflict, 429: TooManyRequests, 404: NotFound
 
 def _load_client() -> tuple[ModuleType, ModuleType]:
     """The client's `client` and `config` modules (untyped: the official client ships no annotations)."""
-    try:
-        # deferred: optional (the kubernetes extra), and heavy: only Kubernetes mode pays for it
-        import kubernetes  # noqa: F401
-        from kubernetes import client, config
-    except ImportError:
-        raise GpuwardenError("the Kubernetes client is not installed",
-                             "pip install 'gpuwarden[kubernetes]' (the official `kubernetes` package)") from None
-    return client, config
+    # deferred: optional (the kubernetes extra), and heavy: only Kubernetes mode pays for it
+    return (extras.require("kubernetes.client", "Kubernetes mode"),
+            extras.require("kubernetes.config", "Kubernetes mode"))
 
 
 def connect(kubeconfig: str | None = None) -> "Kube":

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from gpuwarden.ops.config.kubernetes import PODRESOURCES_SOCKET as DEFAULT_SOCKET
+from gpuwarden.ops.foundation import extras
+
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.model import GpuInfo, PodGpus
 
@@ -30,13 +32,11 @@ class Assignment:
 
 def list_assignments(socket_path: str = DEFAULT_SOCKET, timeout_s: float = 2.0) -> list[Assignment]:
     """One List call; GpuwardenError (one line) when the socket is missing or the kubelet does not answer."""
-    try:
-        # deferred: optional (the kubernetes extra), and grpc with protobuf only when the kubelet is asked
-        import grpc
+    # deferred: optional (the kubernetes extra), and grpc with protobuf only when the kubelet is asked
+    extras.need("kubernetes", "the kubelet's pod-resources API")
+    import grpc
 
-        from gpuwarden.ops.k8s.proto import podresources_pb2, podresources_pb2_grpc
-    except ImportError:
-        raise GpuwardenError("grpcio is not installed", "pip install 'gpuwarden[kubernetes]'") from None
+    from gpuwarden.ops.k8s.proto import podresources_pb2, podresources_pb2_grpc
     try:
         with grpc.insecure_channel(f"unix://{socket_path}") as channel:
             stub = podresources_pb2_grpc.PodResourcesListerStub(channel)

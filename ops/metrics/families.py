@@ -1,7 +1,7 @@
 """The metric families of one Reading: every gpuwarden_* series, rebuilt from scratch at each scrape so a GPU,
 engine or process that went away leaves no stale series. Base units (bytes, seconds, ratios), counters _total.
 
-README's Monitoring section documents each family; tests/test_metrics_exposition.py holds them to it.
+docs/metrics.md documents each family; tests/test_metrics_rules.py holds the table to them.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class _Labels:
 
 
 def families(reading: Reading, options: MetricsOptions) -> list[Metric]:
-    """Every family for this reading, in the README's order."""
+    """Every family for this reading, in the manual's order (docs/metrics.md)."""
     snap = reading.snapshot
     out: list[Metric] = []
     out.extend(_gpu_families(reading, options))

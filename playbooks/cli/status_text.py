@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
+from gpuwarden.ops.foundation.model import ATTENTION_PHASES, FAILED_REGISTRATION, EngineInfo, NodeSnapshot, physical_devices
 from gpuwarden.ops.foundation.safetext import bracketed
-from gpuwarden.ops.foundation.model import FAILED_REGISTRATION, EngineInfo, NodeSnapshot, physical_devices
 from gpuwarden.ops.foundation.units import fmt_bytes
 
 
@@ -224,8 +224,26 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
             lines.append(f"warning: {w}")
     lines.append("")
     stale = bool(snap.agent and snap.agent.get("stale"))
-    lines.append("status: NEEDS ATTENTION" if snap.needs_attention() or stale else "status: healthy")
+    if snap.needs_attention() or stale:
+        lines.append("status: NEEDS ATTENTION: " + "; ".join(attention_reasons(snap, stale)))
+    else:
+        lines.append("status: healthy")
     return "\n".join(lines)
+
+
+def attention_reasons(snap: NodeSnapshot, agent_stale: bool = False) -> list[str]:
+    """What made the node NEEDS ATTENTION, one short clause each, in the order needs_attention() checks."""
+    out = []
+    for r in snap.residual:
+        if r.significant or r.holders:
+            held = f", {len(r.holders)} holder(s)" if r.holders else ", no process holds it"
+            out.append(f"GPU {r.gpu_index} has {fmt_bytes(r.residual)} residual VRAM{held}")
+    out += [f"GPU {g.index} does not answer" for g in snap.gpus if g.stale is not None]
+    out += [f"engine {e.name} {'crashed' if e.phase == 'crashed' else 'failed to register'}"
+            for e in snap.engines if e.phase in ATTENTION_PHASES]
+    if agent_stale:
+        out.append("the agent's data is stale")
+    return out or ["see the warnings above"]
 
 
 def registration_failure_line(e: EngineInfo, now: float) -> str:

@@ -14,7 +14,7 @@ from types import FrameType
 from typing import TextIO
 
 from gpuwarden.ops.foundation import statedir
-from gpuwarden.ops.foundation.errors import NotFound
+from gpuwarden.ops.foundation.errors import GpuwardenError, NotFound
 from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.node.sim.node import SimNode
 
@@ -23,6 +23,8 @@ def hold(state_dir: Path, gpus: list[int], nbytes: int, *, ready_fd: TextIO | No
          busy: float | None = None) -> int:
     """Hold `nbytes` on each GPU until a signal; with `busy` (0-1), each render node is a DRM client whose gfx
     engine is busy that share of the time (what its fdinfo shows)."""
+    if nbytes <= 0:  # a tenant holding nothing would be listed as one that holds memory
+        raise GpuwardenError(f"a tenant must hold more than 0 bytes, not {fmt_bytes(nbytes)}", "e.g. --size 14GiB")
     node = SimNode(state_dir)
     cfg = node.config()
     for g in gpus:

@@ -1,7 +1,8 @@
 """CLI: `gpuwarden agent` — the node agent: sample continuously, keep history and events, serve the local API.
 
 Runs in the foreground under systemd (Type=notify) or with --foreground; from a terminal it detaches and says
-where it listens. --install-systemd writes its unit (a dry run unless --yes).
+where it listens. `agent start|stop|status|restart` manage a detached one, found by the lock it holds
+(ops/agent/running.py). --install-systemd writes its unit (a dry run unless --yes).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Optional
 
 import typer
 
+from gpuwarden.ops.foundation import extras
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.statedir import ensure
@@ -76,6 +78,12 @@ cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loa
 @cli.command("agent")
 def agent_cmd(
     ctx: typer.Context,
+    action: Optional[str] = typer.Argument(
+        None, metavar="[start|stop|status|restart]", show_default=False,
+        help="start: detach the agent (also without a terminal) and wait until it answers; stop: SIGTERM the "
+             "agent of this state dir and wait until it has exited; status: is one running (exit 0), running "
+             "but not answering (1), or not (3); restart: stop, then start it again with the command line and "
+             "GPUWARDEN_* environment it ran with. Without one: run the agent (detached from a terminal)."),
     interval: Optional[float] = typer.Option(None, "--interval", metavar="SECONDS", min=0.25,
                                              help="Seconds between snapshots (default: [agent] interval, 1)."),
     listen_unix: Optional[Path] = typer.Option(None, "--listen-unix", metavar="PATH",
@@ -137,19 +145,42 @@ def agent_cmd(
     over HTTP(S) with --metrics-listen.
 
     SIGTERM stops it (exit 0), SIGHUP reloads the node config. Exit 2 when no real GPU backend works
-    (pass --backend sim for the simulated node) or another agent runs.
+    (pass --backend sim for the simulated node) or another agent runs. `agent start|stop|status|restart`
+    manage it without systemd; it holds <state dir>/agent/lock, which names its PID, for its whole life.
     """
     settings: Settings = ctx.obj
     alias = ctx.info_name == "k8s-agent"  # the DaemonSet's command: Kubernetes mode, never detached
+    if action is not None:
+        if alias or action not in ACTIONS:
+            raise GpuwardenError(f"unknown agent action {action!r}" if not alias else
+                                 f"k8s-agent takes no action word ({action!r}): it runs in the foreground",
+                                 "choose one of: " + ", ".join(ACTIONS) if not alias else
+                                 "`gpuwarden agent status|stop` work on the node's agent")
+        if install_systemd:
+            raise GpuwardenError(f"--install-systemd writes the unit; `agent {action}` works on a running agent",
+                                 "run them one at a time")
+        if action in ("stop", "status"):
+            raise typer.Exit(_lifecycle(ctx, settings, action))
+        if action == "restart" and _restart_reuses(ctx, settings):
+            raise typer.Exit(0)
+        if action == "start":
+            _not_running(settings)
+        foreground = False  # start (and restart with its own options): always detached, terminal or not
     kubernetes, foreground = kubernetes or alias, foreground or alias
+    if kubernetes:  # before the node config is read: a missing client is the first thing to say
+        extras.need("kubernetes", "k8s-agent" if alias else "agent --kubernetes")
     k8s_options = dict(node_name=node_name, policy=k8s_policy, taint_after=taint_after, health=amd_health,
                        health_socket=amd_health_socket)
     k8s_cfg = _kubernetes_config(settings, kubernetes, **k8s_options)
     if install_systemd:
         # deferred: only this path of the command needs it
-        from gpuwarden.playbooks.agentinstall import InstallUnitPlaybook
+        from gpuwarden.playbooks.agentinstall import InstallUnitPlaybook, unit_text
         from gpuwarden.playbooks.cli.output import execute, exit_with
-        exit_with(execute(InstallUnitPlaybook(unit_dir), settings, dry_run=not yes, yes=yes, json_out=json_out))
+        unit = InstallUnitPlaybook(unit_dir)
+        result = execute(unit, settings, dry_run=not yes, yes=yes, json_out=json_out)
+        if not yes and not json_out and result.exit_code == 0:  # the dry run shows what it would write
+            typer.echo(f"\n{unit.path} would be:\n\n{unit_text(unit.program)}", nl=False)
+        exit_with(result)
     cfg = _config(settings, interval)
     tls = _tls(metrics_listen, metrics_tls_cert, metrics_tls_key, metrics_client_ca)
     if metrics_listen is not None:  # an empty value (a blank env var) is a mistake, not "no listener"
@@ -157,9 +188,9 @@ def agent_cmd(
         from gpuwarden.ops.services.metrics_server import parse_listen
         parse_listen(metrics_listen)  # a typo fails here, before anything starts or detaches
     sampler = _sampler(settings)
-    if not foreground and sys.stdin.isatty() and not os.environ.get("NOTIFY_SOCKET"):
+    if action is not None or (not foreground and sys.stdin.isatty() and not os.environ.get("NOTIFY_SOCKET")):
         sampler.close()
-        raise typer.Exit(_detach(settings, sys.argv[1:]))
+        raise typer.Exit(_detach(settings, _without_action(sys.argv[1:], action)))
     # deferred: only this path of the command needs it
     from gpuwarden.ops.services.agent_daemon import Agent
     from gpuwarden.playbooks.agentpolicies import Policies
@@ -188,6 +219,125 @@ def agent_cmd(
 
 cli.command("k8s-agent", help="The node agent in Kubernetes mode, in the foreground: `gpuwarden agent "
             "--kubernetes --foreground` with the same options (what deploy/k8s's DaemonSet runs).")(agent_cmd)
+
+
+ACTIONS = ("start", "stop", "status", "restart")
+
+
+def _without_action(argv: list[str], action: str | None) -> list[str]:
+    """This command line without its action word (the detached agent runs, it does not start another)."""
+    if action is None or "agent" not in argv:
+        return argv
+    after = argv.index("agent") + 1
+    if action in argv[after:]:
+        i = argv.index(action, after)
+        return argv[:i] + argv[i + 1:]
+    return argv
+
+
+def _cli_words(argv: tuple[str, ...]) -> list[str] | None:
+    """A running agent's command line as gpuwarden's own words (global options, `agent`, its options), without
+    the interpreter and program: `python -m gpuwarden.tui.main ...` or `python .../bin/gpuwarden ...`."""
+    if "gpuwarden.tui.main" in argv:
+        words = list(argv[argv.index("gpuwarden.tui.main") + 1:])
+    elif len(argv) > 1 and Path(argv[1]).name == "gpuwarden":
+        words = list(argv[2:])
+    elif argv and Path(argv[0]).name == "gpuwarden":
+        words = list(argv[1:])
+    else:
+        return None
+    return words if "agent" in words else None
+
+
+def _lifecycle(ctx: typer.Context, settings: Settings, action: str) -> int:
+    """`agent stop` and `agent status`: the agent of this state dir, found by the lock it holds."""
+    # deferred: only this path of the command needs it
+    from gpuwarden.ops.agent import running
+    from gpuwarden.ops.agent.client import get
+    from gpuwarden.ops.services.agent_daemon import socket_path
+    _only_action(ctx, action)
+    state = settings.state_dir
+    run = running.find(state)
+    if action == "stop":
+        if run is None:
+            typer.echo(f"agent: not running for {state}")
+            return 0
+        running.refuse_managed(run, "stop")
+        took = running.stop(state, run)
+        typer.echo(f"agent: stopped (pid {run.pid}, {took:.1f}s after SIGTERM)")
+        return 0
+    if run is None:
+        typer.echo(f"agent: not running for {state}")
+        return 3
+    reply = get(socket_path(state), "/healthz", timeout=2.0)
+    where = f" under systemd as {run.unit}" if run.unit else ""
+    if reply is None:
+        typer.echo(f"agent: running (pid {run.pid}){where} but its API on {socket_path(state)} does not answer")
+        return 1
+    health = reply.json()
+    age = health.get("age_s")
+    typer.echo(f"agent: running (pid {run.pid}){where}, up {health.get('uptime_s', 0):.0f}s, backend "
+               f"{health.get('backend') or '?'}, last snapshot {'-' if age is None else f'{age:.1f}s'} ago, "
+               f"API on {socket_path(state)}" + ("" if health.get("ok") else "; NOT OK: "
+                                                + str(health.get("sampling_error") or "its data is stale")))
+    return 0 if health.get("ok") else 1
+
+
+def _not_running(settings: Settings) -> None:
+    """`agent start` when one runs already: say so and which, exit 0 (it is running, as asked)."""
+    # deferred: only this path of the command needs it
+    from gpuwarden.ops.agent import running
+    run = running.find(settings.state_dir)
+    if run is not None:
+        typer.echo(f"agent: already running for {settings.state_dir} (pid {run.pid}); `gpuwarden agent restart` "
+                   "starts it again", err=True)
+        raise typer.Exit(0)
+
+
+def _only_action(ctx: typer.Context, action: str) -> None:
+    """stop, status and restart act on the running agent: an option meant for a new one is a mistake."""
+    # deferred: only this path of the command needs it
+    try:
+        from typer._click.core import ParameterSource  # type: ignore
+    except ImportError:
+        from click.core import ParameterSource  # type: ignore
+    given = [p.opts[0] for p in ctx.command.params
+             if p.name != "action" and p.opts and ctx.get_parameter_source(p.name) not in
+             (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP, None)]
+    if given:
+        raise GpuwardenError(f"`agent {action}` takes no options ({', '.join(given)}): it works on the running agent",
+                             f"`gpuwarden agent stop`, then `gpuwarden agent start {given[0]} ...` to change them"
+                             if action != "stop" else "leave them out")
+
+
+def _restart_reuses(ctx: typer.Context, settings: Settings) -> bool:
+    """`agent restart`: stop the running agent and start it again as it ran (its argv and GPUWARDEN_*
+    environment). False when none runs: the caller starts one with this command line's options."""
+    import subprocess
+
+    # deferred: only this path of the command needs it
+    from gpuwarden.ops.agent import running
+    run = running.find(settings.state_dir)
+    if run is None:
+        typer.echo(f"agent: not running for {settings.state_dir}; starting it", err=True)
+        return False
+    _only_action(ctx, "restart")
+    running.refuse_managed(run, "restart")
+    argv = _cli_words(run.argv)
+    if argv is None:
+        raise GpuwardenError(f"the agent (pid {run.pid}) runs as {' '.join(run.argv)[:200]!r}: not a command line "
+                             "`agent restart` can run again", "stop it, then start it with the options it needs")
+    took = running.stop(settings.state_dir, run)
+    typer.echo(f"agent: stopped (pid {run.pid}, {took:.1f}s after SIGTERM)", err=True)
+    argv = [w for w in argv if w not in ("--foreground", *ACTIONS)]
+    argv.insert(argv.index("agent") + 1, "start")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWARDEN_")} | run.env
+    # The same program, its options and environment: a detaching start waits until the new agent answers.
+    code = subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", *argv], env=env,
+                          stdin=subprocess.DEVNULL).returncode
+    if code:
+        raise typer.Exit(code)
+    return True
 
 
 _K8S_FLAGS = {"node_name": "--node-name", "policy": "--k8s-policy", "taint_after": "--taint-after",

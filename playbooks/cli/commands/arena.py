@@ -6,6 +6,7 @@ Each reports with --json; verify and create show progress on a terminal; errors 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -90,6 +91,8 @@ def create_cmd(
     """Create an arena: payload first (on every core), then the header with per-chunk xxh3 hashes.
 
     Written under a temporary name and renamed at the end: a failure (e.g. a full tmpfs) leaves nothing behind.
+    On tmpfs, an arena larger than half of RAM (or than what is available) is warned about first. The file is
+    0644: engines of other users map and register it read-only (chgrp + chmod 0640 restricts it to a group).
     """
     # deferred: only this path of the command needs it
     # deferred: only this path of the command needs it
@@ -106,10 +109,24 @@ def create_cmd(
         typer.echo(f"gpuwarden: {what} after the arena was created: {_p(path)} is complete", err=True)
 
 
+def _warn_memory(settings: Settings, path: str, size: Optional[str], source: Optional[str]) -> None:
+    """Before minutes of writing: an arena on tmpfs that takes most of the host's memory gets one line."""
+    # deferred: only this path of the command needs it
+    from gpuwarden.ops.arena.hostmem import tmpfs_warning
+    try:
+        nbytes = parse_size(size) if size else os.stat(source).st_size if source else None
+    except (OSError, GpuwardenError):
+        return  # create() says what is wrong with the size or the source, in its own words
+    line = tmpfs_warning(Path(path), nbytes, settings.proc_root) if nbytes else None
+    if line:
+        typer.echo(f"gpuwarden: warning: {line}", err=True)
+
+
 def _create_and_report(settings: Settings, held, path: str, size: Optional[str], source: Optional[str],
                        chunk_size: str, force: bool, workers: Optional[int], json_out: bool, quiet: bool) -> None:
     from gpuwarden.ops.foundation import journal
     from gpuwarden.ops.arena.create import create
+    _warn_memory(settings, path, size, source)
     try:
         made = create(path, size=parse_size(size) if size else None, source=source,
                       chunk_size=parse_size(chunk_size), force=force, workers=workers,

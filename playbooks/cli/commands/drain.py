@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from gpuwarden.ops.foundation import extras
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.cli.commands import completion
 from gpuwarden.playbooks.cli.commands.playbook_options import DryRun, GPU_INDEX, JsonOut, Wait, Yes
@@ -54,6 +55,8 @@ def drain_cmd(
     from gpuwarden.playbooks.drain import DrainPlaybook
     from gpuwarden.playbooks.cli.output import execute, exit_with
     settings: Settings = ctx.obj
+    if kubernetes:  # before anything is read: a missing client is the first thing to say
+        extras.need("kubernetes", f"{ctx.info_name} --kubernetes")
     nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
     if kubernetes:
         # deferred: only this path of the command needs it
@@ -87,6 +90,8 @@ def undrain_cmd(
     from gpuwarden.playbooks.drain import UndrainPlaybook
     from gpuwarden.playbooks.cli.output import execute, exit_with
     settings: Settings = ctx.obj
+    if kubernetes:  # before anything is read: a missing client is the first thing to say
+        extras.need("kubernetes", f"{ctx.info_name} --kubernetes")
     nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
     pb = UndrainPlaybook(gpu)
     if kubernetes:

@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 from gpuwarden.playbooks.cli.commands.playbook_options import GPU_INDEX
 
+from gpuwarden.ops.foundation import extras
 from gpuwarden.ops.fleet.hostlist import MAX_HOSTS
 from gpuwarden.ops.foundation.jsondoc import dumps
 from gpuwarden.ops.foundation.errors import GpuwardenError
@@ -101,6 +102,8 @@ def _fleet_target_decorator(options_spec: tuple, reads_prometheus: bool):
             options = {name: kwargs.pop(name) for name, _, _ in options_spec}
             target = kwargs["fleet_target"] = resolve(hosts_file=options.pop("hosts"),
                                                       reads_prometheus=reads_prometheus, **options)
+            if target.prometheus is None:  # SSH to every node (with Prometheus, only to those it lacks)
+                extras.need("fleet", f"fleet {func.__name__.removeprefix('fleet_').removesuffix('_cmd')}")
             warning = target.duplicates_warning()
             if warning:  # on stderr whatever the output: `fleet status --json` also lists them in its document
                 typer.echo(f"gpuwarden: warning: {warning}", err=True)

@@ -28,11 +28,16 @@ SPARK = " ▁▂▃▄▅▆▇█"
 
 
 def _spark(values: list[float | None], top: float) -> str:
-    if not values or top <= 0:
-        return ""
+    """One cell per value: a gap (no sample) is blank, a sample is at least the lowest bar, so a series that stayed
+    at zero draws a flat line as wide as the others, not an empty `||`."""
+    bars = SPARK[1:]
     out = []
     for v in values:
-        out.append(" " if v is None else SPARK[min(len(SPARK) - 1, max(0, round(v / top * (len(SPARK) - 1))))])
+        if v is None:
+            out.append(" ")
+        else:
+            level = v / top if top > 0 else 0.0
+            out.append(bars[min(len(bars) - 1, max(0, round(level * (len(bars) - 1))))])
     return "".join(out)
 
 

@@ -20,7 +20,7 @@ from gpuwarden.ops.foundation.jsondoc import document, dumps
 from gpuwarden.playbooks.cli.hints import Invocation
 
 sim_app = typer.Typer(help="The simulated node: a fake amdgpu/KFD node in the state dir for demos, tests and drills.",
-                      no_args_is_help=True)
+                      no_args_is_help=True, rich_markup_mode=None)
 
 
 @sim_app.command("init")
