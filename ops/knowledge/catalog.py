@@ -21,11 +21,14 @@ from . import versions
 
 DATA = "known_issues.toml"
 COMPILED = "known_issues.json"
-KINDS = ("issue", "alternative")
+KINDS = ("issue", "alternative", "myth", "limit")
 _ID = re.compile(r"^[a-z0-9][a-z0-9.-]{2,79}$")
 _REQUIRED = ("id", "title", "kind", "meaning", "url")
 _KEYS = frozenset(_REQUIRED + ("signature", "related", "maintainers", "workaround", "fixed_in", "evidence", "caveats",
-                               "topics"))
+                               "topics", "own_reasoning"))
+# Located evidence ([[issue.evidence]] tables): which claim a source backs, and where in it.
+CLAIMS = ("title", "meaning", "maintainers", "workaround", "fixed_in")
+_EVIDENCE_KEYS = ("claim", "url", "locator", "checked", "says")
 _SIG_KEYS = frozenset(("rules", "pattern", "versions", "gpus"))
 
 
@@ -47,6 +50,8 @@ class Entry:
     evidence: str = ""
     caveats: str = ""
     topics: tuple[str, ...] = ()
+    located: tuple[dict[str, str], ...] = ()  # [[issue.evidence]] tables, in file order
+    own_reasoning: tuple[str, ...] = ()  # claims that are gpuwarden's reasoning, not a source's
 
     @property
     def pattern(self) -> "re.Pattern[str] | _Literals | None":
@@ -66,6 +71,10 @@ class Entry:
                                 "versions": dict(self.versions), "gpus": list(self.gpus)}
         for name in ("maintainers", "workaround", "fixed_in", "evidence", "caveats"):
             out[name] = getattr(self, name) or None
+        if self.located:
+            out["evidence"] = [dict(e) for e in self.located]
+        if self.own_reasoning:
+            out["own_reasoning"] = list(self.own_reasoning)
         out["topics"] = list(self.topics)
         return out
 
@@ -172,14 +181,40 @@ def parse_entry(raw: Any, index: int, compile_patterns: bool = True) -> Entry:
         bad = versions.check_range(spec)
         if bad:
             raise GpuwardenError(f"{where}: versions.{comp}: {bad}", "fix the range")
+    located = _located(raw, where)
+    own = _strings(raw, "own_reasoning", where)
+    if set(own) - set(CLAIMS):
+        raise GpuwardenError(f"{where}: own_reasoning names {', '.join(sorted(set(own) - set(CLAIMS)))}",
+                             f"own_reasoning lists claims: {', '.join(CLAIMS)}")
     text = {k: raw.get(k, "") for k in ("maintainers", "workaround", "fixed_in", "evidence", "caveats")}
+    if located:
+        text["evidence"] = ""
     for k, v in text.items():
         if not isinstance(v, str):
             raise GpuwardenError(f"{where}: {k} must be a string", "fix it")
     return Entry(id=raw["id"], title=raw["title"].strip(), kind=raw["kind"], meaning=raw["meaning"].strip(),
                  url=raw["url"].strip(), rules=rules, pattern_source=pattern, versions=dict(ranges),
                  gpus=_strings(sig, "gpus", where), related=_strings(raw, "related", where),
-                 topics=_strings(raw, "topics", where), **{k: v.strip() for k, v in text.items()})
+                 topics=_strings(raw, "topics", where), located=located, own_reasoning=own,
+                 **{k: v.strip() for k, v in text.items()})
+
+
+def _located(raw: dict[str, Any], where: str) -> tuple[dict[str, str], ...]:
+    """The entry's [[issue.evidence]] tables, checked: each names a claim and a findable place (url + locator)."""
+    value = raw.get("evidence")
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for i, ev in enumerate(value, 1):
+        if not isinstance(ev, dict) or set(ev) - set(_EVIDENCE_KEYS) or \
+                not all(isinstance(ev.get(k), str) and ev[k].strip() for k in _EVIDENCE_KEYS):
+            raise GpuwardenError(f"{where}: evidence {i} needs exactly {', '.join(_EVIDENCE_KEYS)} (non-empty strings)",
+                                 "fix the [[issue.evidence]] table")
+        if ev["claim"] not in CLAIMS or not ev["url"].startswith("https://"):
+            raise GpuwardenError(f"{where}: evidence {i}: claim must be one of {', '.join(CLAIMS)} and url https://",
+                                 "fix the [[issue.evidence]] table")
+        out.append({k: ev[k].strip() for k in _EVIDENCE_KEYS})
+    return tuple(out)
 
 
 def parse(text: str, compile_patterns: bool = True) -> Catalog:
@@ -215,7 +250,10 @@ def _trusted(doc: dict[str, Any]) -> Catalog:
             url=raw["url"].strip(), rules=tuple(sig.get("rules", ())), pattern_source=sig.get("pattern") or None,
             versions=dict(sig.get("versions") or {}), gpus=tuple(sig.get("gpus", ())),
             related=tuple(raw.get("related", ())), topics=tuple(raw.get("topics", ())),
-            **{k: raw.get(k, "").strip() for k in ("maintainers", "workaround", "fixed_in", "evidence", "caveats")}))
+            located=tuple(dict(e) for e in raw["evidence"]) if isinstance(raw.get("evidence"), list) else (),
+            own_reasoning=tuple(raw.get("own_reasoning", ())),
+            **{k: (raw.get(k) or "").strip() if isinstance(raw.get(k, ""), str) else ""
+               for k in ("maintainers", "workaround", "fixed_in", "evidence", "caveats")}))
     return Catalog(entries)
 
 
