@@ -78,7 +78,14 @@ MORE = [("gfx1103-mes-remove-queue-cwsr", "fixtures/known/rocm6018_780m_mes_remo
 # test line is the message gpuwarden's canary prints when hipHostRegister fails (ops/register/gpu.py).
 SOURCE_ONLY = {"kfd-system-mem-limit-shared-registration":
                "hipHostRegister failed: hipErrorOutOfMemory (out of memory) registering 64.0 GiB at 0x7f0000000000 "
-               "on GPU 3"}
+               "on GPU 3",
+               # clr ihipHostRegister's failed create() (hip_memory.cpp), as the canary reports it
+               "hip-register-invalid-value-cannot-back":
+               "hipHostRegister failed: hipErrorInvalidValue (invalid argument) registering 64.0 GiB at 0x7f0000000000 "
+               "on GPU 3",
+               # the kernel's own line: kfd_svm.c svm_range_new's pr_info (pr_fmt "amdgpu: ")
+               "kfd-svm-exceeds-resident-limit":
+               "[ 8123.456789] amdgpu: SVM mapping failed, exceeds resident system memory limit"}
 HEALTHY = ("triage_corpus/c60_rocm361_benign_boot_ras_collector_negative.log",
            "triage_corpus/c62_lact1180_benign_amdgpu_init_negative.log")
 
@@ -125,8 +132,8 @@ def test_entry_matches_the_excerpt_it_was_written_from(entry_id, path):
     assert any(k["id"] == entry_id for k in report.to_dict()["known_issues"])
 
 
-def test_source_only_entry_matches_the_canarys_failed_registration():
-    (entry_id, line), = SOURCE_ONLY.items()
+@pytest.mark.parametrize("entry_id,line", sorted(SOURCE_ONLY.items()))
+def test_source_only_entry_matches_the_line_it_was_written_from(entry_id, line):
     report = analyze_text(line, source="canary.log")
     assert entry_id in [m.entry.id for m in cite(report)]
 

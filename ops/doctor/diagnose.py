@@ -41,6 +41,8 @@ def diagnose_bundle(path: Path | str, settings: Settings, *, only: list[str] | N
                       opt=s.opt_root, simulated=bool((manifest.get("tree") or {}).get("simulated")))
         memlock = (node.get("memlock_limit_of_collector") or {}).get("soft")
         extra: dict[str, Any] = {"memlock_soft": memlock, "uid": (node.get("collected_by") or {}).get("uid")}
+        if (base / "kernel" / "kernel.log").is_file():  # the collector's kernel log (ops/bundle/kernellog.py)
+            extra["kernel_log"] = str(base / "kernel" / "kernel.log")
         smi = base / "vendor" / "nvidia-smi-q.xml"
         if smi.is_file() and smi.stat().st_size:
             extra["nvidia_smi_xml"] = str(smi)

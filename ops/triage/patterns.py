@@ -435,6 +435,14 @@ RULES: tuple[Rule, ...] = (
                "while still registered and KFD retries)",
        check="the KFD system-memory limit (amdgpu.no_system_mem_limit), memlock limits and how many GPUs each "
              "process sees (`gpuwarden arena budget`)"),
+    # kfd_svm.c svm_range_new(): without XNACK every new SVM range is charged to the same KFD system-memory
+    # limit as registrations (amdgpu_amdkfd_reserve_mem_limit); over it, the range is not created.
+    _r("kfd.svm_mem_limit", "kfd", "error", r"SVM mapping failed, exceeds resident system memory limit",
+       "KFD refused an SVM range: over its system-memory limit", tier=CAUSE,
+       meaning="a process without XNACK mapped host memory through SVM (HMM) and KFD's system-memory limit, the one "
+               "host registrations are charged to, had no room for it; the allocation or copy behind it fails",
+       check="KFD's limit and what is charged to it (`gpuwarden arena budget`, amdgpu.no_system_mem_limit), and "
+             "which process maps large host ranges (mmap-backed model loads)"),
     _r("kfd.gpuvm_map_failed", "kfd", "error",
        r"(?:Failed to map bo to gpuvm|update_gpuvm_pte\(\) failed|amdgpu_vm_bo_update failed"
        r"|Failed to map peer:(?P<peer>\S*) mem_domain:(?P<domain>\d*))",
