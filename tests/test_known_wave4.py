@@ -78,3 +78,11 @@ def test_malformed_evidence_is_refused_with_what_to_fix(tail, message):
     with pytest.raises(GpuwardenError) as exc:
         catalog.parse(_BASE + tail)
     assert message in exc.value.message
+
+
+def test_known_shows_where_each_claim_comes_from_and_what_is_own_reasoning(cli):
+    proc = cli("known", "kfd-svm-exceeds-resident-limit")
+    assert proc.returncode == 0 and "Where each claim comes from:" in proc.stdout
+    assert "maintainers: https://github.com/ROCm/ROCm/issues/6582 (comment by nkulshre-amd, 2026-08-28" in proc.stdout
+    proc = cli("known", "myth-kfd-memory-policy")
+    assert "  workaround: gpuwarden's own reasoning, not a source's" in proc.stdout

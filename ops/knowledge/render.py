@@ -31,6 +31,11 @@ def entry_text(e: Entry) -> str:
             lines += [f"{label}: {value}", ""]
     lines.append(f"Upstream: {e.url}")
     lines += [f"Related: {u}" for u in e.related]
+    if e.located or e.own_reasoning:  # wave-4 located evidence (the audit branch renders it under each claim)
+        lines += ["", "Where each claim comes from:"]
+        lines += [f"  {ev['claim']}: {ev['url']} ({ev['locator']}; checked {ev['checked']}): {ev['says']}"
+                  for ev in e.located]
+        lines += [f"  {claim}: gpuwarden's own reasoning, not a source's" for claim in e.own_reasoning]
     return "\n".join(lines) + "\n"
 
 
