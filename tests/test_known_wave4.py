@@ -10,7 +10,7 @@ import tomllib
 
 import pytest
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.knowledge import catalog, load
 
 MARKER = "# --- added in wave 4 ---"

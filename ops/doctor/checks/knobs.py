@@ -13,11 +13,11 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import GpuwardenError
-from ...knowledge import knobs as knobdata
-from ..model import Result, passed, skip, unknown, warn
-from ..node import cmdline, is_live_proc, node_config
-from ..probe import CheckIO
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.knowledge import knobs as knobdata
+from gpuwarden.ops.doctor.model import Result, passed, skip, unknown, warn
+from gpuwarden.ops.doctor.node import cmdline, is_live_proc, node_config
+from gpuwarden.ops.doctor.probe import CheckIO
 
 MODULES = ("amdgpu", "amdkfd", "kfd", "ttm")
 # kernel/module/main.c unknown_module_param_cb: "<module>: unknown parameter '<name>' ignored"
