@@ -45,6 +45,8 @@ def diagnose_bundle(path: Path | str, settings: Settings, *, only: list[str] | N
         extra: dict[str, Any] = {
             "memlock_soft": memlock if memlock == "unlimited" or _whole(memlock, 1 << 64) else None,
             "uid": uid if _whole(uid, 1 << 32) else None}
+        if (base / "kernel" / "kernel.log").is_file():  # the collector's kernel log (ops/bundle/kernellog.py)
+            extra["kernel_log"] = str(base / "kernel" / "kernel.log")
         smi = base / "vendor" / "nvidia-smi-q.xml"
         if smi.is_file() and smi.stat().st_size:
             extra["nvidia_smi_xml"] = str(smi)

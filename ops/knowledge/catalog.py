@@ -24,7 +24,7 @@ from gpuwarden.ops.knowledge import versions
 
 DATA = "known_issues.toml"
 COMPILED = "known_issues.json"
-KINDS = ("issue", "alternative", "myth")
+KINDS = ("issue", "alternative", "myth", "limit")
 # The fields an evidence item can back; CHECKED_CLAIMS are those that, when an entry has them, must be located.
 CLAIMS = ("title", "meaning", "maintainers", "workaround", "fixed_in")
 CHECKED_CLAIMS = ("meaning", "maintainers", "workaround", "fixed_in")

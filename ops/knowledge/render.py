@@ -54,7 +54,7 @@ def entry_text(e: Entry) -> str:
 
 def listing(entries: list[Entry]) -> str:
     width = max((len(e.id) for e in entries), default=0)
-    tag = {"alternative": "alt ", "myth": "myth "}
+    tag = {"alternative": "alt ", "myth": "myth ", "limit": "limit "}
     return "".join(f"{e.id:{width}}  {tag.get(e.kind, '')}{e.title}\n" for e in entries)
 
 

@@ -6,7 +6,7 @@ Ids are stable (scripts pass them to --only); groups select several at once.
 from __future__ import annotations
 
 from gpuwarden.ops.doctor.model import Check
-from gpuwarden.ops.doctor.checks import agent, answers, health, interposer, kernel, memory, nvidia, params, pcie
+from gpuwarden.ops.doctor.checks import agent, answers, health, interposer, kernel, knobs, memory, nvidia, params, pcie
 
 # Without persistence mode the NVIDIA driver initializes every GPU inside nvmlInit (seconds on a large node):
 # the checks that ask NVML may take that long before a hung call is the likelier story.
@@ -23,6 +23,8 @@ REGISTRY: tuple[Check, ...] = (
     Check("kfd-limit", "amdgpu.no_system_mem_limit: KFD's limit on host registrations", "driver",
           params.check_kfd_limit),
     Check("gtt", "GTT size and ttm.pages_limit", "driver", params.check_gtt),
+    Check("module-options", "amdgpu/amdkfd/kfd/ttm options that do nothing", "driver", knobs.check_module_options),
+    Check("runtime-env", "Engine environment variables no ROCm runtime reads", "driver", knobs.check_runtime_env),
     Check("iommu", "IOMMU mode", "pcie", pcie.check_iommu),
     Check("pcie-acs", "PCIe ACS redirect on the bridges above the GPUs", "pcie", pcie.check_acs),
     Check("pcie-link", "PCIe link width and speed against their maximum", "pcie", pcie.check_link),
