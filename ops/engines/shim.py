@@ -28,6 +28,8 @@ from . import preload, runtime_errors
 from . import state as st
 from .logs import CappedLog
 from .progress import Progress
+from .ledger import HostLedgerLog
+from .ledger import PHASES as HOST_PHASES
 from .registrations import RegistrationLog
 
 # Variables that carry the shim's own import path; the engine gets the operator's value back.
@@ -56,6 +58,7 @@ class Shim:
             "gate_slot": None, "stopped_by_request": False, "registrations": [], "updated_at": time.time(),
         }
         self.registrations = RegistrationLog()
+        self.host_ledger = HostLedgerLog()
         self._bundle_threads: list[threading.Thread] = []
         self._save_lock = threading.Lock()
 
@@ -191,8 +194,9 @@ class Shim:
                 slot.release()
             self.save(phase="crashed", detail=f"cannot start {self.engine.argv[0]!r}: {why}", gate_slot=None)
             return "crashed"
+        self.host_ledger.new_run(time.time())
         self.save(pid=proc.pid, pid_start=procs.identity(proc.pid), started_at=time.time(),
-                  phases={"starting": time.time()})
+                  phases={"starting": time.time()}, host_ledger=self.host_ledger.record)
         try:
             return self._supervise(proc, log, status, progress, slot)
         finally:
@@ -312,7 +316,28 @@ class Shim:
         registered_at = progress.since.get("registered", progress.since.get("serving", time.time()))
         return after is None or time.time() - registered_at >= after
 
+    def _on_host_call(self, event: Any) -> None:
+        """A pinned host allocation or free (the KFD ledger); a failed one is said in the record and the journal."""
+        got = self.host_ledger.on_event(event)
+        if got is None:
+            return
+        changes: dict[str, Any] = {"host_ledger": self.host_ledger.record}
+        if event.phase.endswith("-failed"):
+            error = runtime_errors.describe(got.get("call"), got.get("result"))
+            changes["detail"] = (f"{got.get('call') or 'pinned host call'} of {fmt_bytes(got.get('bytes'))} returned "
+                                 f"{error}" + (": the runtime refused pinned host memory; KFD charges it against the same "
+                                               "system-memory limit as registrations (amdgpu_amdkfd_reserve_mem_limit): "
+                                               "`gpuwarden engines list` shows whether the charges near that limit"
+                                               if event.phase == "host-alloc-failed" else ""))
+            journal.write(self.state_dir, "engine-host-call-failed", "failed", engine=self.name, pid=got.get("pid"),
+                          call=got.get("call"), bytes=got.get("bytes"), flags=got.get("flags"),
+                          code=got.get("result"), error=runtime_errors.name(got.get("call"), got.get("result")))
+        self.save(**changes)
+
     def _on_registration(self, event: Any) -> None:
+        if event.phase in HOST_PHASES:
+            self._on_host_call(event)
+            return
         if event.phase == "preload-warning":
             self.save(warning=f"interposer: {event.data.get('message')}")
             return

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpuwarden.ops import procs, redact, statedir, statefiles
 from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.model import EngineInfo, Registration
+from gpuwarden.ops.model import EngineInfo, Registration, host_ledger_from
 from gpuwarden.ops.safetext import log_line, printable
 from gpuwarden.ops.settings import Settings
 
@@ -186,6 +186,7 @@ def _info(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | None,
         stale=stale,
         registrations=registrations_of(record),
         crashes={str(k): int(v) for k, v in crashes.items() if isinstance(v, int) and not isinstance(v, bool)},
+        host_ledger=host_ledger_from(record.get("host_ledger")),
     )
 
 

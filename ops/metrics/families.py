@@ -257,6 +257,14 @@ def _engine_families(snap: NodeSnapshot, now: float, options: MetricsOptions) ->
                       "gate slot, summed.", lab.names)
     reg_bytes = _gauge("engine_registered_bytes", "Bytes the last run registered successfully.", lab.names)
     regs = _gauge("engine_registrations", "The last run's registration calls, by outcome.", outcome_lab.names)
+    # The KFD ledger (interposer): pinned host memory draws on the same KFD system-memory limit as registrations.
+    pinned = _gauge("engine_pinned_bytes", "Pinned host memory (hipHostMalloc, cudaHostAlloc, ...) the engine's "
+                    "processes hold, at the interposer's last report.", lab.names)
+    pinned_peak = _gauge("engine_pinned_peak_bytes", "The most pinned host memory the run held at once (per "
+                         "process, summed).", lab.names)
+    failed_calls = _counter("engine_failed_host_calls", "Host calls of the run that returned an error: "
+                            "registrations and pinned allocations/frees (resets when the engine restarts).",
+                            lab.names)
     for e in snap.engines:
         gpu = "" if e.gpu is None else str(e.gpu)
         values = lab.of(e.name, gpu)
@@ -281,7 +289,14 @@ def _engine_families(snap: NodeSnapshot, now: float, options: MetricsOptions) ->
                 by_outcome[r.outcome] = by_outcome.get(r.outcome, 0) + 1
             for outcome, n in by_outcome.items():
                 regs.add_metric(outcome_lab.of(e.name, gpu, outcome), n)
-    return iter((up, phase, in_phase, restarts, crashes, reg_s, reg_wait, reg_bytes, regs))
+        ledger = getattr(e, "host_ledger", None)
+        if ledger is not None:
+            pinned.add_metric(values, ledger.pinned_bytes)
+            pinned_peak.add_metric(values, ledger.peak_bytes)
+        if run or ledger is not None:
+            failed_calls.add_metric(values, e.failed_call_count)
+    return iter((up, phase, in_phase, restarts, crashes, reg_s, reg_wait, reg_bytes, regs, pinned, pinned_peak,
+                 failed_calls))
 
 
 # --- arena and the KFD registration budget ---------------------------------------------------------------------

@@ -10,10 +10,13 @@
  *   deepbind  libdeep.so, loaded RTLD_DEEPBIND, calls hipHostMalloc and hipHostFree itself
  * Frees alternate between the runtime's spellings (hipHostFree / hipFreeHost). PINNED_BAD_FREE=1 also frees a
  * pointer no allocation returned; PINNED_CRASH=1 stores to address 8 after a failed allocation, as the engines
- * of the arena incident did ("segfault at 8 ... error 6"). */
+ * of the arena incident did ("segfault at 8 ... error 6"). PINNED_REGISTER=N first registers N bytes with
+ * hipHostRegister (linked, dlsym modes); PINNED_SERVE=1 prints "serving" and waits for SIGTERM before freeing. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdint.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +34,11 @@ int hipMallocHost(void **, size_t);
 int hipMemAllocHost(void **, size_t);
 int hipHostFree(void *);
 int hipFreeHost(void *);
+int hipHostRegister(void *, size_t, unsigned);
 #endif
+
+static volatile sig_atomic_t stop;
+static void on_term(int sig) { (void)sig; stop = 1; }
 
 #define MAX 8
 static struct { const char *name; void *fn; int flags; } allocs[MAX];
@@ -65,6 +72,11 @@ int main(int argc, char **argv) {
     }
     const char *mode = argv[1];
     size_t size = strtoull(argv[2], NULL, 10);
+    signal(SIGTERM, on_term);
+    int (*reg)(void *, size_t, unsigned) = NULL;
+#ifdef LINKED
+    reg = hipHostRegister;
+#endif
 #ifdef LINKED
     if (!strcmp(mode, "linked")) {
         add("hipHostMalloc", (void *)hipHostMalloc, 1);
@@ -85,6 +97,7 @@ int main(int argc, char **argv) {
         add("hipMemAllocHost", lookup(h, "hipMemAllocHost", mode), 0);
         frees[0] = (free_fn)must(lookup(h, "hipHostFree", mode), "hipHostFree");
         frees[1] = (free_fn)must(lookup(h, "hipFreeHost", mode), "hipFreeHost");
+        reg = (int (*)(void *, size_t, unsigned))lookup(h, "hipHostRegister", mode);
     } else if (!strcmp(mode, "hipproc")) {
         void *h = must(dlopen("libamdhip64.so", RTLD_NOW | RTLD_LOCAL), "dlopen libamdhip64.so");
         getproc5_fn gp = (getproc5_fn)must(dlsym(h, "hipGetProcAddress"), "dlsym");
@@ -123,6 +136,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "pinned: unknown mode %s\n", mode);
         return 2;
     }
+    printf("pinned pid %d starting (%s)\n", (int)getpid(), mode);
+    if (getenv("PINNED_REGISTER") && reg) {
+        static char arena[4096];
+        printf("register returned %d\n", reg(arena, strtoull(getenv("PINNED_REGISTER"), NULL, 10), 0));
+    }
     void *got[MAX] = {0};
     int failed = 0;
     for (int i = 0; i < nallocs; i++) {
@@ -136,6 +154,12 @@ int main(int argc, char **argv) {
     if (failed && getenv("PINNED_CRASH")) {
         volatile long *bad = (volatile long *)(uintptr_t)8;
         *bad = 0;
+    }
+    if (getenv("PINNED_SERVE")) {
+        printf("session is up\nserving\n");
+        fflush(stdout);
+        while (!stop)
+            pause();
     }
     for (int i = 0; i < nallocs; i++)
         if (got[i])

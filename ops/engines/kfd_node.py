@@ -1,0 +1,41 @@
+"""The node's KFD system memory, used and limit: from debugfs kfd/mem_limit when readable, else the limit computed.
+
+engines list shows it beside each engine's ledger; the answer always says which of the two it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.units import fmt_bytes
+
+
+def node_kfd(settings: Settings) -> dict[str, Any]:
+    """{"source": "debugfs" | "computed" | "unknown", "used_bytes", "limit_bytes", "note"}."""
+    # deferred: the budget module reads the arena header and the node config, which engines list does not need
+    from gpuwarden.ops.arena.budget import kfd_system_limit, live_limit, mem_total
+    books, where = live_limit(settings)
+    if books is not None:
+        return {"source": "debugfs", "used_bytes": books.system_used, "limit_bytes": books.system_limit,
+                "note": f"read from {where}"}
+    try:
+        total = mem_total(settings.proc_root)
+    except GpuwardenError as exc:
+        return {"source": "unknown", "used_bytes": None, "limit_bytes": None,
+                "note": f"debugfs: {where}; and {exc.message}"}
+    # Linux amdgpu_amdkfd_gpuvm.c, amdgpu_amdkfd_gpuvm_init_mem_limits: RAM - RAM/64 - 1.5 GiB at driver load.
+    return {"source": "computed", "used_bytes": None, "limit_bytes": kfd_system_limit(total),
+            "note": f"computed from RAM {fmt_bytes(total)} (RAM - RAM/64 - 1.5 GiB, as amdgpu computes it at load); "
+                    f"what is used needs debugfs ({where})"}
+
+
+def describe(kfd: dict[str, Any]) -> str:
+    """One line: 'KFD system memory: 96.0 GiB used of 121.5 GiB (debugfs, read from ...)'."""
+    if kfd["source"] == "debugfs":
+        return (f"KFD system memory: {fmt_bytes(kfd['used_bytes'])} used of {fmt_bytes(kfd['limit_bytes'])} "
+                f"(debugfs, {kfd['note']})")
+    if kfd["source"] == "computed":
+        return f"KFD system memory limit: {fmt_bytes(kfd['limit_bytes'])} (computed; {kfd['note']})"
+    return f"KFD system memory: unknown ({kfd['note']})"

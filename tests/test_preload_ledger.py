@@ -1,0 +1,199 @@
+"""The KFD ledger: the interposer records every pinned host allocation and free, however the engine reaches the call.
+
+Unmodified engines (tests/standins/preload/pinned.c) run the real libgwpreload.so against stand-in runtimes that
+implement hipHostMalloc & co, cudaHostAlloc & co and cuMemHostAlloc & co (standin_common.h); a stand-in's
+STANDIN_PINNED_LIMIT makes allocations past it fail with 2 (hipErrorOutOfMemory), as KFD's limit does.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from engines.harness import records, supervised  # noqa: F401
+from engines.preload_harness import Engine, events, preload_env
+from gpuwarden.ops import jsondoc
+from gpuwarden.ops.engines.ledger import HostLedgerLog
+from gpuwarden.ops.status_protocol import StatusEvent
+from simnode import wait_for
+
+SIZE = 2 << 20  # above the default 1 MiB ledger threshold: one line per call
+MiB = 1 << 20
+
+# mode -> (the calls it allocates with, the free calls, how the interposer got in the way)
+PATHS = {
+    "linked": (["hipHostMalloc", "hipHostAlloc", "hipExtHostAlloc", "hipMallocHost", "hipMemAllocHost"],
+               {"hipHostFree", "hipFreeHost"}, "symbol"),
+    "dlsym": (["hipHostMalloc", "hipHostAlloc", "hipExtHostAlloc", "hipMallocHost", "hipMemAllocHost"],
+              {"hipHostFree", "hipFreeHost"}, "dlsym"),
+    # dlvsym(handle, name, "hip_4.2"), as ROCm's libamdhip64 versions its symbols; our hook reports it as dlsym
+    "dlvsym": (["hipHostMalloc", "hipHostAlloc", "hipExtHostAlloc", "hipMallocHost", "hipMemAllocHost"],
+               {"hipHostFree", "hipFreeHost"}, "dlsym"),
+    "hipproc": (["hipHostMalloc"], {"hipHostFree"}, "procaddress"),
+    "cuproc": (["cuMemHostAlloc", "cuMemAllocHost"], {"cuMemFreeHost"}, "procaddress"),
+    "driver": (["cuMemHostAlloc", "cuMemAllocHost", "cuMemAllocHost_v2"], {"cuMemFreeHost"}, "dlsym"),
+    # the runtime reaches the driver's cuMemHostAlloc inside: one line per engine call, not two
+    "cudart": (["cudaHostAlloc", "cudaMallocHost"], {"cudaFreeHost"}, "dlsym"),
+    "deepbind": (["hipHostMalloc"], {"hipHostFree"}, "deepbind"),
+}
+
+
+def pinned_argv(standins, mode: str, size: int = SIZE) -> list[str]:
+    return [str(standins / ("pinned_linked" if mode == "linked" else "pinned")), mode, str(size)]
+
+
+def run_pinned(standins, tmp_path, mode: str, size: int = SIZE, **env: str) -> Engine:
+    engine = Engine(pinned_argv(standins, mode, size), {**preload_env(tmp_path, gate=False), **env}, tmp_path)
+    engine.proc.wait(20)
+    return engine
+
+
+def ledger_events(work, pid=None):
+    return [e for e in events(work, pid) if e.phase.startswith("host-")]
+
+
+@pytest.mark.parametrize("mode", list(PATHS))
+def test_every_path_records_each_allocation_and_free(mode, standins, tmp_path):
+    engine = run_pinned(standins, tmp_path, mode)
+    assert engine.proc.returncode == 0, engine.output
+    allocs, frees, via = PATHS[mode]
+    got = ledger_events(tmp_path, engine.proc.pid)
+    made = [e for e in got if e.phase == "host-alloc"]
+    freed = [e for e in got if e.phase == "host-free"]
+    assert [e.data["call"] for e in made] == allocs, [e.data for e in got]
+    assert {e.data["call"] for e in freed} == frees and len(freed) == len(allocs)
+    assert all(e.data["via"] == via for e in got)
+    for e in made:
+        assert e.data["bytes"] == SIZE and e.data["result"] == 0 and e.data["seconds"] >= 0
+        # the calls with flags pass them through as given (Portable | Mapped); the others have none
+        assert e.data["flags"] == (None if "MallocHost" in e.data["call"] or "AllocHost" in e.data["call"] else 3)
+    # The running totals: up by each allocation, back to zero after the frees, the peak kept.
+    assert [e.data["pinned_bytes"] for e in made] == [SIZE * (i + 1) for i in range(len(allocs))]
+    last = got[-1].data
+    assert last["pinned_bytes"] == 0 and last["pinned_count"] == 0 and last["peak_bytes"] == SIZE * len(allocs)
+    assert last["allocs"] == last["frees"] == len(allocs) and last["failed"] == 0
+    # Each free is matched to its allocation's bytes (the calls take only the pointer).
+    assert {e.data["ptr"] for e in freed} == {e.data["ptr"] for e in made}
+    assert all(e.data["bytes"] == SIZE for e in freed)
+
+
+def test_a_failed_allocation_is_on_record_before_the_engine_crashes(standins, tmp_path):
+    # The incident's sequence: the registration succeeds, the next pinned allocation fails, the engine
+    # dereferences what it did not get. The failed call's line must be written before the call returns.
+    engine = run_pinned(standins, tmp_path, "linked", STANDIN_PINNED_LIMIT=str(SIZE + SIZE // 2), PINNED_CRASH="1",
+                        PINNED_REGISTER=str(512 * MiB), STANDIN_REGISTER_MS="0")
+    assert engine.proc.returncode == -signal.SIGSEGV, engine.output
+    got = ledger_events(tmp_path, engine.proc.pid)
+    assert [e.phase for e in got] == ["host-alloc"] + ["host-alloc-failed"] * 4, [e.data for e in got]
+    failed = got[1].data
+    assert failed["call"] == "hipHostAlloc" and failed["bytes"] == SIZE and failed["flags"] == 3
+    assert failed["result"] == 2 and failed["ptr"] in ("(nil)", "0x0")
+    assert failed["pinned_bytes"] == SIZE and failed["failed"] == 1
+    assert got[-1].data["failed"] == 4
+    # The registration before it is on record too: both draw on the one KFD limit.
+    assert [e.phase for e in events(tmp_path, engine.proc.pid) if "regist" in e.phase] == ["registering", "registered"]
+
+
+def test_small_calls_move_only_the_totals_and_are_written_at_exit(standins, tmp_path):
+    small = 64 << 10
+    engine = run_pinned(standins, tmp_path, "linked", size=small)
+    assert engine.proc.returncode == 0, engine.output
+    got = ledger_events(tmp_path, engine.proc.pid)
+    assert not [e for e in got if e.phase in ("host-alloc", "host-free")]
+    assert got, "the totals were not written when the engine exited"
+    last = got[-1]
+    assert last.phase == "host-ledger"
+    assert last.data["allocs"] == 5 and last.data["frees"] == 5 and last.data["peak_bytes"] == 5 * small
+    assert last.data["pinned_bytes"] == 0
+
+
+def test_the_threshold_comes_from_the_environment(standins, tmp_path):
+    engine = run_pinned(standins, tmp_path, "cudart", size=4096, GPUWARDEN_LEDGER_THRESHOLD="0")
+    assert engine.proc.returncode == 0, engine.output
+    got = ledger_events(tmp_path, engine.proc.pid)
+    assert [e.phase for e in got] == ["host-alloc", "host-alloc", "host-free", "host-free"]
+
+
+def test_a_free_of_a_pointer_nobody_allocated_is_a_failed_call(standins, tmp_path):
+    engine = run_pinned(standins, tmp_path, "dlsym", PINNED_BAD_FREE="1")
+    assert "bad free returned 1" in engine.output
+    bad = ledger_events(tmp_path, engine.proc.pid)[-1]
+    assert bad.phase == "host-free-failed" and bad.data["call"] == "hipHostFree" and bad.data["result"] == 1
+    assert bad.data["bytes"] == 0 and bad.data["pinned_bytes"] == 0 and bad.data["failed"] == 1
+
+
+def test_the_ledger_sums_an_engines_processes_and_keeps_failures_across_restarts():
+    log = HostLedgerLog()
+    log.new_run(100.0)
+
+    def ev(phase, pid, ts, **data):
+        return StatusEvent(phase, ts, {"pid": pid, "source": "preload", **data})
+    log.on_event(ev("host-alloc", 10, 101.0, call="hipHostMalloc", bytes=4 * MiB, pinned_bytes=4 * MiB,
+                    peak_bytes=4 * MiB, allocs=1))
+    log.on_event(ev("host-ledger", 11, 102.0, pinned_bytes=MiB, peak_bytes=2 * MiB, allocs=3, frees=2))
+    got = log.on_event(ev("host-alloc-failed", 11, 103.0, call="hipHostMalloc", bytes=8 << 30, flags=0, result=2,
+                          pinned_bytes=MiB, peak_bytes=2 * MiB, allocs=3, frees=2, failed=1))
+    assert got is not None and got["result"] == 2 and got["pid"] == 11 and got["bytes"] == 8 << 30
+    rec = log.record
+    assert rec["pinned_bytes"] == 5 * MiB and rec["peak_bytes"] == 6 * MiB and rec["failed"] == 1
+    assert rec["allocs"] == 4 and sorted(rec["processes"]) == ["10", "11"]
+    assert log.on_event(ev("registered", 10, 104.0)) is None
+    log.new_run(200.0)
+    assert log.record["pinned_bytes"] == 0 and log.record["processes"] == {}
+    assert [f["call"] for f in log.record["failures"]] == ["hipHostMalloc"]
+
+
+def test_launch_engines_list_status_and_metrics_show_the_ledger(standins, supervised, cli, tmp_path):
+    # An engine registers 512 MiB, allocates pinned memory until its runtime refuses, and serves on.
+    cfg = tmp_path / "node.toml"
+    env = {"STANDIN_PINNED_LIMIT": str(3 * SIZE), "PINNED_REGISTER": str(512 * MiB), "STANDIN_REGISTER_MS": "0",
+           "PINNED_SERVE": "1"}
+    cfg.write_text("[stagger]\nslots = 1\nregistration_timeout = 30\n\n"
+                   '[[engines]]\nname = "dp0"\ngpu = 0\nprogress = "preload"\nready_pattern = "^serving"\n'
+                   f"argv = {json.dumps(pinned_argv(standins, 'linked'))}\n"
+                   "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }\n")
+    assert cli("sim", "init", "--gpus", "2", "--vram", "8GiB").returncode == 0
+    proc = cli("--config", str(cfg), "launch")
+    assert "Traceback" not in proc.stdout + proc.stderr
+    wait_for(lambda: (records(supervised).get("dp0", {}).get("host_ledger") or {}).get("failed") == 2, 20,
+             "dp0's failed pinned calls on record")
+    record = records(supervised)["dp0"]
+    assert record["host_ledger"]["pinned_bytes"] == 3 * SIZE
+    assert "hipMemAllocHost of 2.0 MiB returned hipErrorOutOfMemory (2)" in record["detail"], record["detail"]
+    assert '"action": "engine-host-call-failed"' in (supervised / "journal.log").read_text()
+
+    listed = json.loads(cli("engines", "list", "--json").stdout)
+    jsondoc.validate(listed)
+    [eng] = listed["engines"]
+    ledger = eng["ledger"]
+    assert ledger["registered_bytes"] == 512 * MiB and ledger["pinned_bytes"] == 3 * SIZE
+    assert ledger["pinned_peak_bytes"] == 3 * SIZE and ledger["failed_calls"] == 2
+    assert [(c["call"], c["bytes"], c["result"]) for c in ledger["last_failed_calls"]] == \
+        [("hipMallocHost", SIZE, 2), ("hipMemAllocHost", SIZE, 2)]
+    assert listed["kfd"]["source"] in ("debugfs", "computed") and listed["kfd"]["limit_bytes"] > 0
+
+    table = cli("engines", "list").stdout
+    assert "PINNED" in table and "6.0 MiB" in table, table
+    assert "dp0: hipMemAllocHost of 2.0 MiB FAILED: hipErrorOutOfMemory (2)" in table, table
+    assert "KFD system memory" in table and ("(debugfs" in table or "(computed;" in table), table
+    assert "512.0 MiB registered + 6.0 MiB pinned" in table, table
+
+    doc = json.loads(cli("--backend", "sim", "status", "--json").stdout)
+    jsondoc.validate(doc)
+    [eng] = [e for e in doc["engines"] if e["name"] == "dp0"]
+    assert eng["ledger"]["pinned_bytes"] == 3 * SIZE and eng["ledger"]["failed_calls"] == 2
+    assert eng["host_ledger"]["failed"] == 2
+
+    # /metrics, from the same document read back (as a bundle replay or `status` through the agent does)
+    from gpuwarden.ops.metrics.families import _engine_families
+    from gpuwarden.ops.metrics.reading import MetricsOptions
+    from gpuwarden.ops.model import snapshot_from_dict
+    snap = snapshot_from_dict(doc)
+    fams = {f.name: f for f in _engine_families(snap, 0.0, MetricsOptions())}
+    value = {name: [s.value for s in fams[name].samples] for name in fams}
+    assert value["gpuwarden_engine_pinned_bytes"] == [3 * SIZE]
+    assert value["gpuwarden_engine_pinned_peak_bytes"] == [3 * SIZE]
+    assert value["gpuwarden_engine_failed_host_calls"] == [2]
+    assert value["gpuwarden_engine_registered_bytes"] == [512 * MiB]
