@@ -67,7 +67,8 @@ def list_cmd(ctx: typer.Context,
     to be trusted (the shim was killed, or the node rebooted).
     """
     # deferred: the CLI imports every command module at start; this code loads only when the command runs
-    from gpuwarden.ops.engines import kfd_node, registrations
+    from gpuwarden.ops.arena import kfd_node
+    from gpuwarden.ops.engines import registrations
     from gpuwarden.ops.model import engine_ledger
     settings = _settings(ctx)
     infos = st.list_engines(settings)

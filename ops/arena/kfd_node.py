@@ -11,11 +11,11 @@ from gpuwarden.ops.errors import GpuwardenError
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.units import fmt_bytes
 
+from .budget import kfd_system_limit, live_limit, mem_total
+
 
 def node_kfd(settings: Settings) -> dict[str, Any]:
     """{"source": "debugfs" | "computed" | "unknown", "used_bytes", "limit_bytes", "note"}."""
-    # deferred: the budget module reads the arena header and the node config, which engines list does not need
-    from gpuwarden.ops.arena.budget import kfd_system_limit, live_limit, mem_total
     books, where = live_limit(settings)
     if books is not None:
         return {"source": "debugfs", "used_bytes": books.system_used, "limit_bytes": books.system_limit,
