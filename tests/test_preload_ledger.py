@@ -220,3 +220,76 @@ def test_the_tui_arena_panel_shows_each_engines_ledger():
     assert "dp2 GPU2 25.0 GiB + 2.0 GiB (peak 4.0 GiB)" in shown, shown
     assert "1 failed, last hipHostMalloc of 8.0 GiB: hipErrorOutOfMemory (2)" in shown, shown
     assert "dp3" not in shown  # nothing reported: no line
+
+
+STRESS = r"""
+import ctypes, os, random, sys, threading
+lib = ctypes.CDLL(os.path.join(sys.argv[1], "libamdhip64.so"))
+lib.hipHostMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint]
+lib.hipHostFree.argtypes = [ctypes.c_void_p]
+held = []  # many live at once: long probe chains in the interposer's pointer table, freed in random order
+for i in range(6000):
+    p = ctypes.c_void_p()
+    assert lib.hipHostMalloc(ctypes.byref(p), 4096 + i % 7, 0) == 0
+    held.append(p.value)
+random.Random(1).shuffle(held)
+for p in held:
+    assert lib.hipHostFree(p) == 0
+
+def churn(seed):
+    rng, mine = random.Random(seed), []
+    for _ in range(3000):
+        if mine and rng.random() < 0.5:
+            assert lib.hipHostFree(mine.pop(rng.randrange(len(mine)))) == 0
+        else:
+            p = ctypes.c_void_p()
+            assert lib.hipHostMalloc(ctypes.byref(p), 1000, 0) == 0
+            mine.append(p.value)
+    for p in mine:
+        assert lib.hipHostFree(p) == 0
+threads = [threading.Thread(target=churn, args=(s,)) for s in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+kept = ctypes.c_void_p()
+assert lib.hipHostMalloc(ctypes.byref(kept), 3 << 20, 0) == 0   # one line of its own, still live at the fork
+child = os.fork()
+if child == 0:
+    lib.hipHostFree(kept)   # the child's books start empty: a free of a pointer it never allocated
+    os._exit(0)
+os.waitpid(child, 0)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("table", [None, 8192], ids=["as-shipped", "crowded-table"])
+def test_the_books_balance_under_threads_many_live_pointers_and_a_fork(table, standins, tmp_path):
+    # crowded-table: the interposer built with an 8192-slot pointer table, 6000 live in it: long probe chains,
+    # so a free that broke a chain would lose the pointers after it (unknown_frees, pinned bytes never freed).
+    import os
+    import subprocess
+    import sys
+    from conftest import REPO
+    from gpuwarden.ops.engines import preload
+    env = {**preload_env(tmp_path, gate=False), "STANDIN_REGISTER_MS": "0"}
+    if table:
+        lib = tmp_path / "libgwpreload-small.so"
+        cc = os.environ.get("CC") or "cc"
+        subprocess.run([cc, "-std=gnu11", "-O2", "-fvisibility=hidden", "-fPIC", "-shared", f"-DGW_LIVE_CAP={table}",
+                        f"-I{REPO / 'native'}", "-o", str(lib), *map(str, sorted((REPO / "native").glob("*.c"))),
+                        "-ldl", "-lpthread"], check=True)
+        env["LD_PRELOAD"] = env["LD_PRELOAD"].replace(str(preload.LIBRARY), str(lib))
+    done = subprocess.run([sys.executable, "-c", STRESS, str(standins)], env={**__import__("os").environ, **env},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr
+    parent = ledger_events(tmp_path, None)
+    pids = {e.data["pid"] for e in parent}
+    assert len(pids) == 2, pids
+    last = {pid: [e for e in parent if e.data["pid"] == pid][-1].data for pid in pids}
+    mine = next(v for v in last.values() if v["allocs"] > 1)
+    theirs = next(v for v in last.values() if v["allocs"] == 0)
+    # The parent: every small allocation freed, only the 3 MiB one live; nothing lost from the table.
+    assert mine["pinned_bytes"] == 3 << 20 and mine["pinned_count"] == 1, mine
+    assert mine["allocs"] == mine["frees"] + 1 and mine["untracked"] == 0 and mine["unknown_frees"] == 0, mine
+    assert mine["peak_bytes"] >= sum(4096 + i % 7 for i in range(6000))
+    # The child freed what its parent allocated: it says so, and charges itself nothing.
+    assert theirs["frees"] == 1 and theirs["unknown_frees"] == 1 and theirs["pinned_bytes"] == 0, theirs
