@@ -560,9 +560,12 @@ def gpu_driver_books(driver: dict[str, Any], index: int) -> dict[str, Any]:
     free = next((dict(v) for v in driver.get("vram_free") or () if v.get("gpu") == index), None)
     if free is not None:
         free.pop("gpu", None)
-    return {"debugfs": driver.get("debugfs"), "kfd_mem_limit": driver.get("kfd_mem_limit"),
-            "kfd_mem_limit_unavailable": driver.get("kfd_mem_limit_unavailable"), "vram_free": free,
-            "vram_free_unavailable": None if free is not None else driver.get("vram_free_unavailable")}
+    out = {"debugfs": driver.get("debugfs"), "kfd_mem_limit": driver.get("kfd_mem_limit"),
+           "kfd_mem_limit_unavailable": driver.get("kfd_mem_limit_unavailable"), "vram_free": free,
+           "vram_free_unavailable": None if free is not None else driver.get("vram_free_unavailable")}
+    if driver.get("kfd_mem_limit_computed") is not None:
+        out["kfd_mem_limit_computed"] = driver["kfd_mem_limit_computed"]
+    return out
 
 
 def _driver_from_gpus(gpus: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -574,7 +577,8 @@ def _driver_from_gpus(gpus: list[dict[str, Any]]) -> dict[str, Any] | None:
     free = [{"gpu": i, **b["vram_free"]} for i, b in blocks if isinstance(b.get("vram_free"), dict)]
     return {"debugfs": first.get("debugfs"), "kfd_mem_limit": first.get("kfd_mem_limit"),
             "kfd_mem_limit_unavailable": first.get("kfd_mem_limit_unavailable"), "vram_free": free,
-            "vram_free_unavailable": None if free else first.get("vram_free_unavailable")}
+            "vram_free_unavailable": None if free else first.get("vram_free_unavailable"),
+            "kfd_mem_limit_computed": first.get("kfd_mem_limit_computed")}
 
 
 def _loads(processes: list[dict[str, Any]]) -> dict[int, ProcessLoad]:

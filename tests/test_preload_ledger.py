@@ -297,3 +297,49 @@ def test_the_books_balance_under_threads_many_live_pointers_and_a_fork(table, st
     assert mine["peak_bytes"] >= sum(4096 + i % 7 for i in range(6000))
     # The child freed what its parent allocated: it says so, and charges itself nothing.
     assert theirs["frees"] == 1 and theirs["unknown_frees"] == 1 and theirs["pinned_bytes"] == 0, theirs
+
+
+# --- the node: KFD used/limit from debugfs, else computed, saying which -----------------------------------------
+def test_the_computed_limit_is_the_drivers_arithmetic():
+    from gpuwarden.ops.arena.budget import kfd_system_limit
+    from gpuwarden.ops.debugfs.kfd_limit import computed_limit
+    GiB = 1 << 30
+    # The incident's node: 125 GiB visible -> about 121.5 GiB (issue 33).
+    assert 121.5 * GiB < computed_limit(125 * GiB) < 121.6 * GiB
+    assert computed_limit(2 * GiB) == (2 * GiB - (2 * GiB >> 6)) >> 1  # too little RAM for the reserve: halved
+    for ram in (2 * GiB, 64 * GiB, 125 * GiB, 1536 * GiB):
+        assert computed_limit(ram) == kfd_system_limit(ram)  # the budget's copy agrees
+
+
+def test_without_debugfs_the_node_limit_is_computed_and_says_so(cli, state_dir, tmp_path):
+    from gpuwarden.ops.arena.kfd_node import node_kfd
+    from gpuwarden.ops.settings import Settings
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "meminfo").write_text("MemTotal:       131072000 kB\nMemFree:        1000 kB\n")
+    kfd = node_kfd(Settings(state_dir=state_dir, proc_root=proc, sysfs_root=tmp_path / "sys", backend="sysfs"))
+    assert kfd["source"] == "computed" and kfd["used_bytes"] is None
+    assert kfd["limit_bytes"] == 131072000 * 1024 - (131072000 * 1024 >> 6) - (3 << 29)
+    assert "amdgpu_amdkfd_gpuvm_init_mem_limits" in kfd["note"] and "debugfs" in kfd["note"]
+    # status --json: the sim node with its kfd/mem_limit gone carries the computed limit in each GPU's driver books
+    assert cli("sim", "init", "--gpus", "2", "--vram", "8GiB").returncode == 0
+    [books] = list((state_dir / "sim").rglob("kfd/mem_limit"))
+    import shutil
+    shutil.rmtree(books.parent)
+    books.parent.write_text("")  # a file where the kfd directory was: the sim cannot write it, nobody can read it
+    doc = json.loads(cli("--backend", "sim", "status", "--json").stdout)
+    jsondoc.validate(doc)
+    driver = doc["gpus"][0]["driver"]
+    assert driver["kfd_mem_limit"] is None and driver["kfd_mem_limit_unavailable"]
+    assert driver["kfd_mem_limit_computed"]["system_limit"] > 0 and "RAM/64" in driver["kfd_mem_limit_computed"]["how"]
+    listed = json.loads(cli("--backend", "sim", "engines", "list", "--json").stdout)
+    jsondoc.validate(listed)
+    assert listed["kfd"]["source"] == "computed" and listed["kfd"]["used_bytes"] is None
+    assert listed["kfd"]["limit_bytes"] == driver["kfd_mem_limit_computed"]["system_limit"]
+    from gpuwarden.ops.metrics.families import _driver_families
+    from gpuwarden.ops.metrics.reading import MetricsOptions
+    from gpuwarden.ops.model import snapshot_from_dict
+    fams = {f.name: f for f in _driver_families(snapshot_from_dict(doc), MetricsOptions())}
+    assert [s.value for s in fams["gpuwarden_kfd_system_mem_limit_computed_bytes"].samples] == \
+        [driver["kfd_mem_limit_computed"]["system_limit"]]
+    assert not fams["gpuwarden_kfd_system_mem_limit_bytes"].samples

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.debugfs.kfd_limit import HOW, computed_limit, read_mem_total
 from gpuwarden.ops.settings import Settings
 from gpuwarden.ops.units import fmt_bytes
 
-from .budget import kfd_system_limit, live_limit, mem_total
+from .budget import live_limit
 
 
 def node_kfd(settings: Settings) -> dict[str, Any]:
@@ -20,15 +20,12 @@ def node_kfd(settings: Settings) -> dict[str, Any]:
     if books is not None:
         return {"source": "debugfs", "used_bytes": books.system_used, "limit_bytes": books.system_limit,
                 "note": f"read from {where}"}
-    try:
-        total = mem_total(settings.proc_root)
-    except GpuwardenError as exc:
+    total = read_mem_total(settings.proc_root)
+    if total is None:
         return {"source": "unknown", "used_bytes": None, "limit_bytes": None,
-                "note": f"debugfs: {where}; and {exc.message}"}
-    # Linux amdgpu_amdkfd_gpuvm.c, amdgpu_amdkfd_gpuvm_init_mem_limits: RAM - RAM/64 - 1.5 GiB at driver load.
-    return {"source": "computed", "used_bytes": None, "limit_bytes": kfd_system_limit(total),
-            "note": f"computed from RAM {fmt_bytes(total)} (RAM - RAM/64 - 1.5 GiB, as amdgpu computes it at load); "
-                    f"what is used needs debugfs ({where})"}
+                "note": f"debugfs: {where}; and no MemTotal in {settings.proc_root / 'meminfo'} to compute it from"}
+    return {"source": "computed", "used_bytes": None, "limit_bytes": computed_limit(total),
+            "note": f"from RAM {fmt_bytes(total)}: {HOW}; what is used needs debugfs ({where})"}
 
 
 def describe(kfd: dict[str, Any]) -> str:

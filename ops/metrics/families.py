@@ -339,6 +339,9 @@ def _driver_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[Me
                   "(debugfs kfd/mem_limit, MiB resolution).", none.names)
     limit = _gauge("kfd_system_mem_limit_bytes", "KFD's node-wide system-memory limit as the driver reports it "
                    "(debugfs kfd/mem_limit).", none.names)
+    computed = _gauge("kfd_system_mem_limit_computed_bytes", "KFD's system-memory limit computed from RAM (RAM - "
+                      "RAM/64 - 1.5 GiB, as amdgpu does at load), when debugfs kfd/mem_limit cannot be read.",
+                      none.names)
     free = _gauge("vram_allocator_free_bytes", "Free VRAM in the driver's VRAM allocator (debugfs amdgpu_vram_mm).",
                   lab.names)
     largest = _gauge("vram_largest_free_block_bytes", "The largest free VRAM block: the biggest one allocation can "
@@ -350,6 +353,8 @@ def _driver_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[Me
     if k:
         used.add_metric(none.of(), k["system_used"])
         limit.add_metric(none.of(), k["system_limit"])
+    elif d.get("kfd_mem_limit_computed"):
+        computed.add_metric(none.of(), d["kfd_mem_limit_computed"]["system_limit"])
     labels = {g.index: _gpu_label_values(g) for g in snap.gpus}
     for v in d.get("vram_free") or ():
         values = lab.of(*labels.get(v["gpu"], (str(v["gpu"]), "", "", "")))
@@ -357,7 +362,7 @@ def _driver_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[Me
         largest.add_metric(values, v["largest_free_block"])
         if v.get("fragmentation") is not None:
             frag.add_metric(values, v["fragmentation"])
-    return iter((used, limit, free, largest, frag))
+    return iter((used, limit, computed, free, largest, frag))
 
 
 # --- kernel log ------------------------------------------------------------------------------------------------

@@ -58,6 +58,10 @@ class ArenaPanel(Static):
             share = k["system_used"] / max(k["system_limit"], 1)
             t.append(f"{text.size(k['system_used'])} / {text.size(k['system_limit'])}",
                      style=S["phase.bad"] if share > 0.9 else S["phase.good"])
+        elif d.get("kfd_mem_limit_computed"):
+            c = d["kfd_mem_limit_computed"]
+            t.append(f"limit {text.size(c['system_limit'])} (computed from RAM {text.size(c['mem_total'])}: "
+                     "debugfs not readable, used unknown)", style="dim")
         else:
             t.append("not readable (root, debugfs): `arena budget` computes it", style="dim")
         frag = [v for v in d.get("vram_free") or () if (v.get("fragmentation") or 0) > 0.5]
