@@ -296,7 +296,9 @@ static int do_getproc(struct binding *b, const void *caller, const char *sym, vo
 
 /* ---- the wrapper functions: NBIND of each kind, each bound to one real function ----------------- */
 
-#define NBIND 16
+/* Per kind: each (real function, call, way it was reached) takes one; the ledger's kinds hold up to 5 calls x 3 ways
+ * per runtime copy. */
+#define NBIND 32
 static struct binding bind_tab[GW_KINDS][NBIND];
 static atomic_int bind_used[GW_KINDS];
 
@@ -307,21 +309,26 @@ static atomic_int bind_used[GW_KINDS];
 #define GP_W(i) static int gp_w##i(const char *s, void **pfn, int v, uint64_t fl, void *st) { \
         return do_getproc(&bind_tab[GW_GETPROC][i], NULL, s, pfn, v, fl, st); }
 #define SIXTEEN(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
+#define THIRTYTWO(M) SIXTEEN(M) M(16) M(17) M(18) M(19) M(20) M(21) M(22) M(23) M(24) M(25) M(26) M(27) M(28) \
+    M(29) M(30) M(31)
 #define ALLOC_W(i) static int alloc_w##i(void **pp, size_t n, unsigned f) { \
         return do_alloc(&bind_tab[GW_ALLOC][i], NULL, pp, n, (long)f); }
 #define ALLOC2_W(i) static int alloc2_w##i(void **pp, size_t n) { \
         return do_alloc(&bind_tab[GW_ALLOC_NOFLAGS][i], NULL, pp, n, -1); }
 #define FREE_W(i) static int free_w##i(void *p) { return do_free(&bind_tab[GW_FREE][i], NULL, p); }
-SIXTEEN(REG_W)
-SIXTEEN(UNREG_W)
-SIXTEEN(GP_W)
-SIXTEEN(ALLOC_W)
-SIXTEEN(ALLOC2_W)
-SIXTEEN(FREE_W)
+THIRTYTWO(REG_W)
+THIRTYTWO(UNREG_W)
+THIRTYTWO(GP_W)
+THIRTYTWO(ALLOC_W)
+THIRTYTWO(ALLOC2_W)
+THIRTYTWO(FREE_W)
 #define REF(prefix) (void *)prefix##0, (void *)prefix##1, (void *)prefix##2, (void *)prefix##3, \
     (void *)prefix##4, (void *)prefix##5, (void *)prefix##6, (void *)prefix##7, (void *)prefix##8, \
     (void *)prefix##9, (void *)prefix##10, (void *)prefix##11, (void *)prefix##12, (void *)prefix##13, \
-    (void *)prefix##14, (void *)prefix##15
+    (void *)prefix##14, (void *)prefix##15, (void *)prefix##16, (void *)prefix##17, (void *)prefix##18, \
+    (void *)prefix##19, (void *)prefix##20, (void *)prefix##21, (void *)prefix##22, (void *)prefix##23, \
+    (void *)prefix##24, (void *)prefix##25, (void *)prefix##26, (void *)prefix##27, (void *)prefix##28, \
+    (void *)prefix##29, (void *)prefix##30, (void *)prefix##31
 static void *const wrappers[GW_KINDS][NBIND] = {
     [GW_REGISTER] = {REF(reg_w)}, [GW_UNREGISTER] = {REF(unreg_w)}, [GW_GETPROC] = {REF(gp_w)},
     [GW_ALLOC] = {REF(alloc_w)}, [GW_ALLOC_NOFLAGS] = {REF(alloc2_w)}, [GW_FREE] = {REF(free_w)},
@@ -339,7 +346,8 @@ void *gw_bind(int api, void *real, const char *via, int has_status) {
     if (i >= NBIND) {
         static atomic_int warned;
         if (!atomic_exchange(&warned, 1))
-            gw_emit("preload-warning", ",\"message\":\"more than %d distinct %s functions: the rest pass ungated\"",
+            gw_emit("preload-warning", ",\"message\":\"more than %d distinct %s functions: the rest pass ungated "
+                    "and unrecorded\"",
                     NBIND, gw_apis[api].name);
         return real;
     }
