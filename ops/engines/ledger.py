@@ -36,7 +36,7 @@ class HostLedgerLog:
 
     def new_run(self, ts: float) -> None:
         """The engine starts (again): the processes of the last run are gone, their charges with them; the failed
-        calls stay (the newest first in what engines list shows) so that a crash loop still shows why."""
+        calls stay (the newest KEEP_FAILURES of them) so that a crash loop still shows why."""
         failures = self.record.get("failures", [])
         self.record = empty()
         self.record["failures"] = failures

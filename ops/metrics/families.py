@@ -230,12 +230,8 @@ def _sensor_families(snap: NodeSnapshot, lab: "_Labels", options: MetricsOptions
 
 # --- engines ---------------------------------------------------------------------------------------------------
 def _last_run(e: EngineInfo) -> list[Registration]:
-    """The registration records of the engine's current (or last) run: those of its newest pid."""
-    records = e.registrations
-    if not records:
-        return []
-    pid = e.pid if any(r.pid == e.pid for r in records) else records[-1].pid
-    return [r for r in records if r.pid == pid and r.kind == "register"]
+    """The registration calls (not unregistrations) of the engine's current (or last) run: those of its newest pid."""
+    return [r for r in e.last_run_registrations() if r.kind == "register"]
 
 
 def _engine_families(snap: NodeSnapshot, now: float, options: MetricsOptions) -> Iterator[Metric]:
