@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from types import FrameType, ModuleType
 from typing import Any, TextIO
 
-from gpuwarden.ops import gate
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.status_protocol import PHASES, StatusWriter
-from gpuwarden.ops.units import fmt_bytes, parse_size
+from gpuwarden.ops.foundation import gate
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.status_protocol import PHASES, StatusWriter
+from gpuwarden.ops.foundation.units import fmt_bytes, parse_size
 from gpuwarden.ops import register
 from gpuwarden.ops.arena import verify as verifier
 from gpuwarden.ops.arena.mapping import MappedArena

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from .agent import client
-from .model import NodeSnapshot, snapshot_from_dict
-from .settings import Settings
-from .bundle.replay import snapshot_from_bundle
-from .paths import AGENT_SOCKET
-from .sampling.sampler import Sampler
+from gpuwarden.ops.agent import client
+from gpuwarden.ops.foundation.model import NodeSnapshot, snapshot_from_dict
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.bundle.replay import snapshot_from_bundle
+from gpuwarden.ops.foundation.paths import AGENT_SOCKET
+from gpuwarden.ops.sampling.sampler import Sampler
 
 SnapshotSource = Callable[[], NodeSnapshot]
 

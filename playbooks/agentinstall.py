@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.ops import journal
-from gpuwarden.ops.statedir import atomic_write
+from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.foundation.statedir import atomic_write
 
-from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
+from gpuwarden.playbooks.framework import Playbook, RunContext, SkipStep, Step, StepFailed
 
 UNIT_NAME = "gpuwarden-agent.service"
 DEFAULT_EXEC = "/usr/local/bin/gpuwarden"

@@ -16,13 +16,13 @@ from typing import Any
 
 from gpuwarden.ops.config.agent import AgentConfig
 from gpuwarden.ops.agent.kernelwatch import FAULT_CATEGORIES
-from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.foundation.model import NodeSnapshot
 from gpuwarden.ops.sampling.changes import NodeEvent
 
-from .framework import Event, Playbook, run
-from .bundle import BundlePlaybook
-from .drain import DrainPlaybook
-from .purge import PurgePlaybook
+from gpuwarden.playbooks.framework import Event, Playbook, run
+from gpuwarden.playbooks.bundle import BundlePlaybook
+from gpuwarden.playbooks.drain import DrainPlaybook
+from gpuwarden.playbooks.purge import PurgePlaybook
 
 _LEVEL = {"step_failed": "error", "step_ok": "info", "step_skipped": "info", "done": "info"}
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwarden.ops import nodestate
+from gpuwarden.ops.node import nodestate
 from gpuwarden.ops.sampling.attribution import TOLERANCE_FRACTION, TOLERANCE_NO_BASELINE
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.units import fmt_bytes
 
-from . import nodecheck
-from .framework import Playbook, RunContext, Step, StepFailed
+from gpuwarden.playbooks import nodecheck
+from gpuwarden.playbooks.framework import Playbook, RunContext, Step, StepFailed
 
 
 class BaselinePlaybook(Playbook):

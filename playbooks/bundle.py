@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.bundle.collect import collect_bundle
 
-from .framework import Playbook, RunContext, Step
+from gpuwarden.playbooks.framework import Playbook, RunContext, Step
 
 
 class BundlePlaybook(Playbook):

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwarden.ops import journal, nodestate
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.node import nodestate
+from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.engines.control import stop_gpu
 
-from . import nodecheck
-from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
+from gpuwarden.playbooks import nodecheck
+from gpuwarden.playbooks.framework import Playbook, RunContext, SkipStep, Step, StepFailed
 
 
 class DrainPlaybook(Playbook):

@@ -10,16 +10,18 @@ import os
 import shutil
 from typing import Any, Callable
 
-from gpuwarden.ops import gpureset, journal, nodestate
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.model import NodeSnapshot
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.clean import gpureset
+from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.node import nodestate
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.model import NodeSnapshot
+from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.engines.control import stop_gpu
 
-from . import nodecheck
-from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
-from .purge import PurgePlaybook
-from .reset import reset_step
+from gpuwarden.playbooks import nodecheck
+from gpuwarden.playbooks.framework import Playbook, RunContext, SkipStep, Step, StepFailed
+from gpuwarden.playbooks.purge import PurgePlaybook
+from gpuwarden.playbooks.reset import reset_step
 
 
 class FixPlaybook(Playbook):
@@ -76,7 +78,7 @@ class FixPlaybook(Playbook):
         self._engines = [(e.name, e.gpu) for e in snap.engines
                          if e.gpu in self._hive and e.phase not in ("exited", "crashed") and not e.stale]
         self._no_reset = self._why_no_reset(ctx, snap, info)
-        from gpuwarden.ops.topology import reset_reach, topology
+        from gpuwarden.ops.node.topology import reset_reach, topology
         reach = reset_reach(topology(snap, ctx.settings.sysfs_root), self.gpu)
         self._reach = reach
         self.confirm_note = f"if a reset is needed, {reach}" if reach and self._no_reset is None else ""

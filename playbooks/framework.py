@@ -10,11 +10,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gpuwarden.ops import journal
-from gpuwarden.ops.errors import GpuwardenError, Refused
-from gpuwarden.ops.gpulock import hold
-from gpuwarden.ops.jsondoc import document, iso
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.foundation.errors import GpuwardenError, Refused
+from gpuwarden.ops.foundation.gpulock import hold
+from gpuwarden.ops.foundation.jsondoc import document, iso
+from gpuwarden.ops.foundation.settings import Settings
 
 @dataclass(frozen=True)
 class Event:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwarden.ops import nodestate
+from gpuwarden.ops.node import nodestate
 from gpuwarden.ops.k8s.evict import pods_on_gpu, cordon, evict, wait_gone, uncordon_if_ours
 from gpuwarden.ops.k8s.kube import KubeError
 from gpuwarden.ops.sampling.sampler import take_snapshot
 
-from .drain import DrainPlaybook, UndrainPlaybook
-from .framework import RunContext, SkipStep, Step, StepFailed
+from gpuwarden.playbooks.drain import DrainPlaybook, UndrainPlaybook
+from gpuwarden.playbooks.framework import RunContext, SkipStep, Step, StepFailed
 
 
 class KubernetesDrainPlaybook(DrainPlaybook):

@@ -1,4 +1,4 @@
-"""The fix step of Kubernetes remediation (ops/k8s/remediation.py): the fix playbook, run as a person would run
+"""The fix step of Kubernetes remediation (ops/services/k8s_remediation.py): the fix playbook, run as a person would run
 `gpuwarden fix N --yes`, with the same locks, re-checks and journal, its result said in one line.
 """
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import threading
 
-from gpuwarden.ops.k8s.remediation import Fixer, FixOutcome
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.services.k8s_remediation import Fixer, FixOutcome
+from gpuwarden.ops.foundation.settings import Settings
 
-from .fix import FixPlaybook
-from .framework import run
+from gpuwarden.playbooks.fix import FixPlaybook
+from gpuwarden.playbooks.framework import run
 
 
 def fixer(settings: Settings, *, lock_wait_s: float = 30.0) -> Fixer:

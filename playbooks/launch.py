@@ -12,18 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.ops import nodestate
+from gpuwarden.ops.node import nodestate
 from gpuwarden.ops.engines import control, runtime_errors
 from gpuwarden.ops.engines import state as st, preload
 from gpuwarden.ops.engines.progress import FAILED_REGISTRATION
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.nodeconfig import EngineConfig, NodeConfig
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.config.nodeconfig import EngineConfig, NodeConfig
+from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.arena import budget
 from gpuwarden.ops.arena.format import load_header
 from gpuwarden.ops.arena.verify import verify
 
-from .framework import Playbook, RunContext, Step, StepFailed
+from gpuwarden.playbooks.framework import Playbook, RunContext, Step, StepFailed
 
 LAST_LINES = 8
 

@@ -9,10 +9,10 @@ import os
 import time
 from dataclasses import dataclass
 
-from gpuwarden.ops.errors import GpuwardenError, NotFound, Refused
-from gpuwarden.ops.model import GpuInfo, GpuProcess, NodeSnapshot
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.errors import GpuwardenError, NotFound, Refused
+from gpuwarden.ops.foundation.model import GpuInfo, GpuProcess, NodeSnapshot
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.sampling.sampler import Sampler, take_snapshot
 
 # Holder reasons with no process left to signal: only the driver (a reset) frees that memory.

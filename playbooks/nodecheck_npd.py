@@ -6,12 +6,12 @@ The verdict and message are the agent's own (ops.k8s.nodesignal), so the two wri
 
 from __future__ import annotations
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.k8s.nodesignal import assess, condition_for
-from gpuwarden.ops.model import snapshot_from_dict
+from gpuwarden.ops.foundation.model import snapshot_from_dict
 from gpuwarden.ops.sampling.sampler import take_snapshot
-from gpuwarden.playbooks.statusview import agent_reply
+from gpuwarden.playbooks.cli.statusview import agent_reply
 
 # NPD cuts a plugin's stdout at pluginConfig.max_output_length, 80 bytes by default
 # (pkg/custompluginmonitor/types/config.go, defaultMaxOutputLength); deploy/k8s/npd sets the same.

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gpuwarden.ops import journal
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.paths import child_pythonpath
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.status_protocol import ENV_FILE, StatusFollower
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.paths import child_pythonpath
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.status_protocol import ENV_FILE, StatusFollower
+from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.arena import create, format as fmt
-from .probetrace import Trace
+from gpuwarden.playbooks.probetrace import Trace
 
 # Variables that narrow which GPUs a canary sees. ROCR_ acts at the ROCr level, so a HIP registration is
 # mapped (and charged by KFD) for that one GPU only; HIP then numbers it 0.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from gpuwarden.ops import redact
+from gpuwarden.ops.foundation import redact
 from gpuwarden.ops.triage import analyze_text
 from gpuwarden.ops.triage.render import sanitize
 

@@ -11,17 +11,18 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from gpuwarden.ops import gpureset, journal
-from gpuwarden.ops.model import Holder, NodeSnapshot
-from gpuwarden.ops.reaper import Reaper, Target, container_managed, target_ticks
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.clean import gpureset
+from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.foundation.model import Holder, NodeSnapshot
+from gpuwarden.ops.clean.reaper import Reaper, Target, container_managed, target_ticks
+from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.arena import format as arena_format
 from gpuwarden.ops.arena.mappers import find_mappers
 
-from . import nodecheck
-from .report import bracketed
-from .framework import Playbook, RunContext, SkipStep, Step, StepFailed
-from .reset import reset_step
+from gpuwarden.playbooks import nodecheck
+from gpuwarden.playbooks.cli.status_text import bracketed
+from gpuwarden.playbooks.framework import Playbook, RunContext, SkipStep, Step, StepFailed
+from gpuwarden.playbooks.reset import reset_step
 
 NO_PROCESS = nodecheck.NO_PROCESS
 

@@ -9,14 +9,15 @@ import os
 import shutil
 from typing import Any, Callable
 
-from gpuwarden.ops import gpureset, nodestate
-from gpuwarden.ops.gpureset import ResetPath
-from gpuwarden.ops.model import NodeSnapshot
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.topology import reset_reach, topology
+from gpuwarden.ops.clean import gpureset
+from gpuwarden.ops.node import nodestate
+from gpuwarden.ops.clean.gpureset import ResetPath
+from gpuwarden.ops.foundation.model import NodeSnapshot
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.node.topology import reset_reach, topology
 
-from . import nodecheck
-from .framework import Playbook, RunContext, Step, StepFailed
+from gpuwarden.playbooks import nodecheck
+from gpuwarden.playbooks.framework import Playbook, RunContext, Step, StepFailed
 
 
 def blockers(snap: NodeSnapshot, gpu: int, *, require_drained: bool, drained: dict[int, dict]) -> list[str]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwarden.ops import nodestate
+from gpuwarden.ops.node import nodestate
 from gpuwarden.ops.engines import control
 from gpuwarden.ops.engines import state as st
 
-from .framework import Playbook, RunContext, Step
+from gpuwarden.playbooks.framework import Playbook, RunContext, Step
 
 
 class RestartEnginePlaybook(Playbook):

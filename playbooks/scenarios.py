@@ -16,14 +16,16 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gpuwarden.ops import journal, procs, statedir, statefiles, nodestate, nodeconfig
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.paths import child_pythonpath
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.ops.foundation import journal, statedir, statefiles
+from gpuwarden.ops.node import procs, nodestate
+from gpuwarden.ops.config import nodeconfig
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.paths import child_pythonpath
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.node.sim.node import SimNode
 from gpuwarden.ops.arena.create import create
 from gpuwarden.ops.engines import control, state as st
-from gpuwarden.ops.reaper import Reaper
+from gpuwarden.ops.clean.reaper import Reaper
 from gpuwarden.playbooks import framework
 from gpuwarden.playbooks.launch import LaunchPlaybook
 
@@ -107,7 +109,7 @@ def residual(settings: Settings, say: Callable[[str], None]) -> None:
     started: list[dict] = []
     # 1. A tenant killed while the driver leaks its memory: 14 GiB that no process owns on GPU 2.
     node.set_fault("leak-on-kill", True)
-    tenant = _spawn([sys.executable, "-m", "gpuwarden.ops.sim.tenant", str(settings.state_dir), "2", str(14 * GIB)])
+    tenant = _spawn([sys.executable, "-m", "gpuwarden.ops.node.sim.tenant", str(settings.state_dir), "2", str(14 * GIB)])
     assert tenant.stdout is not None
     tenant.stdout.readline()
     tenant.kill()
@@ -116,7 +118,7 @@ def residual(settings: Settings, say: Callable[[str], None]) -> None:
     node.set_fault("leak-on-kill", False)
     say("GPU 2: a tenant holding 14 GiB was killed; the driver kept its memory (an ownerless leak)")
     # 2. A worker killed under a parent that never reaps it: a zombie that keeps 2 GiB on GPU 1.
-    keeper = _spawn([sys.executable, "-m", "gpuwarden.ops.sim.family", str(settings.state_dir), "1", str(2 * GIB)])
+    keeper = _spawn([sys.executable, "-m", "gpuwarden.ops.node.sim.family", str(settings.state_dir), "1", str(2 * GIB)])
     assert keeper.stdout is not None
     parent, child = (int(x) for x in keeper.stdout.readline().split())
     keeper.stdout.close()

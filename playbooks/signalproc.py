@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwarden.ops import procs
-from gpuwarden.ops.model import GpuProcess
-from gpuwarden.ops.reaper import Reaper, target_ticks, untouchable
+from gpuwarden.ops.node import procs
+from gpuwarden.ops.foundation.model import GpuProcess
+from gpuwarden.ops.clean.reaper import Reaper, target_ticks, untouchable
 
-from .framework import Playbook, RunContext, Step, StepFailed
+from gpuwarden.playbooks.framework import Playbook, RunContext, Step, StepFailed
 
 
 class SignalProcessPlaybook(Playbook):

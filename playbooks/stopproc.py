@@ -9,11 +9,11 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from gpuwarden.ops.model import GpuProcess
-from gpuwarden.ops.reaper import Reaper, Target, target_ticks, untouchable
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.model import GpuProcess
+from gpuwarden.ops.clean.reaper import Reaper, Target, target_ticks, untouchable
+from gpuwarden.ops.foundation.units import fmt_bytes
 
-from .framework import Playbook, RunContext, Step, StepFailed
+from gpuwarden.playbooks.framework import Playbook, RunContext, Step, StepFailed
 
 
 class StopProcessPlaybook(Playbook):

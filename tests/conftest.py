@@ -84,7 +84,7 @@ def state_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def settings(state_dir: Path):
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     return Settings(state_dir=state_dir, config_path=state_dir / "node.toml")
 
 
@@ -149,9 +149,9 @@ def sim_cli(cli, state_dir: Path, request):
 @pytest.fixture
 def sim_settings(state_dir: Path, request):
     """Settings for a simulated node made in-process (no CLI), for tests that call ops directly."""
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.ops.sim.node import SimNode
-    from gpuwarden.ops.units import parse_size
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.node.sim.node import SimNode
+    from gpuwarden.ops.foundation.units import parse_size
     shape = _sim_node(request) or DEFAULT_SIM_NODE
     SimNode(state_dir).init(gpus=shape.get("gpus", 2), vram=parse_size(shape.get("vram", "8GiB")))
     return Settings(state_dir=state_dir, config_path=state_dir / "node.toml", backend="sim")

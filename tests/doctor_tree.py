@@ -1,6 +1,6 @@
 """Node trees for doctor tests: a healthy MI300X-shaped node (every root), and sysfs rebuilt from a captured rocm-smi -a.
 
-The GPU side of the healthy node is the simulated driver's platform files (ops/sim/platform.py); host files use the
+The GPU side of the healthy node is the simulated driver's platform files (ops/node/sim/platform.py); host files use the
 formats the kernel writes (the bracketed THP mode, /proc/swaps' header, /proc/mounts lines, `CONFIG_X=y`).
 """
 
@@ -10,8 +10,8 @@ import gzip
 import re
 from pathlib import Path
 
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.sim import platform
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.node.sim import platform
 from sysfs_tree import add_card, add_kfd_node, write
 
 RELEASE = "6.8.0-52-generic"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwarden.ops.model import GpuInfo, Holder, NodeSnapshot, Residual
+from gpuwarden.ops.foundation.model import GpuInfo, Holder, NodeSnapshot, Residual
 from standins.kube_apiserver import FakeApiServer
 
 NODE = "gpu-node-1"

@@ -18,7 +18,7 @@ from conftest import REPO
 
 
 def cli_argv(state_dir: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state_dir), "--backend", "sim", *args]
+    return [sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state_dir), "--backend", "sim", *args]
 
 
 def start_tenant(state_dir: Path, gpu: int, size: str, env: dict | None = None) -> subprocess.Popen:

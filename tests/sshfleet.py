@@ -199,7 +199,7 @@ argv = ["/bin/sh", "-c", "echo registered; echo serving; sleep 0.3; kill -SEGV $
 
 def node_cli(node: SshNode, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run gpuwarden against a node's state dir locally (setting up what the node shows)."""
-    proc = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(node.state_dir),
+    proc = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(node.state_dir),
                            "--backend", "sim", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "GPUWARDEN_CONFIG": str(node.home / "node.toml")})
     if check and proc.returncode != 0:
@@ -209,7 +209,7 @@ def node_cli(node: SshNode, *args: str, check: bool = True) -> subprocess.Comple
 
 def init_all(nodes: list[SshNode], *args: str) -> None:
     """`sim init ARGS` on every node at once (one interpreter start each, side by side)."""
-    procs = [subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(n.state_dir), "--backend",
+    procs = [subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(n.state_dir), "--backend",
                                "sim", "sim", "init", *args], cwd=REPO, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True) for n in nodes]
     for node, proc in zip(nodes, procs):

@@ -15,7 +15,7 @@ import pytest
 from agentnode import snapshot_of, start_agent
 from simnode import kill_and_wait_zombie, start_careless_parent, start_tenant, wait_for
 
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 
 GiB = 1 << 30
 
@@ -137,7 +137,7 @@ def test_events_stream_follows_new_events(agent, sim_state):
         # A killed tenant's allocation goes with it: no residual; the leak drill leaves one.
     finally:
         pass
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     SimNode(sim_state).leak(3, 2 * GiB)
     body = buf.split(b"\r\n\r\n", 1)[1]
 
@@ -163,8 +163,8 @@ def test_events_stream_follows_new_events(agent, sim_state):
 def test_the_console_reads_the_agent_and_backfills_its_sparklines(sim_state):
     import asyncio
 
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.node.sim.node import SimNode
     from test_tui_support import screen_text
     from test_tui_support import wait_for as pilot_wait
     from gpuwarden.tui.app import GpuwardenApp

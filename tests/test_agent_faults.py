@@ -21,7 +21,7 @@ from conftest import gpuwarden
 from gpuwarden.ops.agent.client import get
 from gpuwarden.ops.agent.history import History
 from gpuwarden.ops.agent.writewatch import WriteWatch
-from gpuwarden.ops.model import GpuInfo, NodeSnapshot
+from gpuwarden.ops.foundation.model import GpuInfo, NodeSnapshot
 from simnode import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting the small tmpfs needs root (CI runs as root)")

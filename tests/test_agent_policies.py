@@ -12,7 +12,7 @@ import socket
 from agentnode import start_agent
 from simnode import kill_and_wait_zombie, start_careless_parent, wait_for
 
-from gpuwarden.ops import journal
+from gpuwarden.ops.foundation import journal
 from gpuwarden.ops.agent.kernelwatch import TriageAdapter, useful
 from gpuwarden.ops.agent.notify import notify
 

@@ -24,7 +24,7 @@ from agentnode import snapshot_of, start_agent
 from conftest import REPO
 from simnode import wait_for
 
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 from gpuwarden.ops.agent.client import get
 
 GiB = 1 << 30
@@ -39,7 +39,7 @@ def lines_of(path: Path) -> list[dict]:
 
 
 def test_kill_9_leaves_files_a_restarted_agent_reads_and_repairs(sim_state):
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     agent = start_agent(sim_state)
     wait_for(lambda: agent.json("/healthz")["ok"], what="first snapshot")
     SimNode(sim_state).leak(1, 1 * GiB)
@@ -97,7 +97,7 @@ def test_a_hung_backend_call_marks_the_snapshot_stale_and_the_api_keeps_answerin
 
 
 def test_silent_and_never_reading_clients_cannot_block_the_agent(sim_state):
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     agent = start_agent(sim_state)
     wait_for(lambda: agent.json("/healthz")["ok"], what="first snapshot")
     stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

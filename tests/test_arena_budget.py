@@ -72,7 +72,7 @@ def test_missing_amdgpu_is_said_and_bad_input_is_one_line(cli, tmp_path):
 
 
 def test_budget_from_node_config(cli, tmp_path, state_dir):
-    pytest.importorskip("gpuwarden.ops.nodeconfig")
+    pytest.importorskip("gpuwarden.ops.config.nodeconfig")
     proc, sys_root = node(tmp_path, 256 * GiB, "0")
     config = tmp_path / "node.toml"
     engines = "".join(
@@ -95,7 +95,7 @@ def test_no_flags_and_no_config_says_what_to_pass(cli, tmp_path):
 
 
 def test_config_engines_without_gpu_see_every_kfd_gpu(cli, tmp_path):
-    pytest.importorskip("gpuwarden.ops.nodeconfig")
+    pytest.importorskip("gpuwarden.ops.config.nodeconfig")
     proc, sys_root = node(tmp_path, 256 * GiB, "0")
     nodes = sys_root / "class" / "kfd" / "kfd" / "topology" / "nodes"
     for i, gpu_id in enumerate([0, 1234, 5678, 9012, 3456]):  # node 0 is the CPU

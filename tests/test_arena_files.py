@@ -144,13 +144,13 @@ def test_no_permission_is_one_line(tmp_path, state_dir):
     if os.geteuid() == 0 and not shutil.which("setpriv"):
         pytest.skip("as root this needs setpriv (util-linux) to drop the capabilities that bypass file modes")
     path = tmp_path / "w.arena"
-    subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state_dir), "arena", "create",
+    subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state_dir), "arena", "create",
                     str(path), "--size", "1MiB"], cwd=REPO, check=True, capture_output=True)
     path.chmod(0)
     ro_dir = tmp_path / "ro"
     ro_dir.mkdir()
     ro_dir.chmod(0o555)
-    base = [sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state_dir), "arena"]
+    base = [sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state_dir), "arena"]
     proc = subprocess.run(_without_dac(base + ["verify", str(path)]), cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2
     one_line_error(proc, "no permission to read arena")
@@ -191,10 +191,10 @@ def test_progress_on_a_terminal_only(tmp_path, state_dir):
     """On a terminal, verify draws a progress line on stderr; piped, it prints none."""
     import pty
     path = tmp_path / "w.arena"
-    subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state_dir), "arena", "create",
+    subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state_dir), "arena", "create",
                     str(path), "--size", "64MiB", "-q"], cwd=REPO, check=True, capture_output=True)
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state_dir), "arena", "verify",
+    proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state_dir), "arena", "verify",
                              str(path)], cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
     seen = b""
@@ -210,7 +210,7 @@ def test_progress_on_a_terminal_only(tmp_path, state_dir):
     assert proc.wait(30) == 0
     assert b"verifying" in seen and b"100.0%" in seen and b"GB/s" in seen
     assert proc.stdout.read().startswith(b"ok: ")
-    piped = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state_dir), "arena", "verify",
+    piped = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state_dir), "arena", "verify",
                             str(path)], cwd=REPO, capture_output=True)
     assert piped.returncode == 0 and piped.stderr == b""
 
@@ -219,7 +219,7 @@ def test_killed_create_leaves_a_partial_the_next_create_sweeps(cli, tmp_path, st
     import signal
     import time
     path = tmp_path / "big.arena"
-    proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state_dir), "arena", "create",
+    proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state_dir), "arena", "create",
                              str(path), "--size", "1GiB", "--workers", "1"], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     partial = tmp_path / f".big.arena.partial-{proc.pid}"

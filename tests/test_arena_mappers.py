@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import signal
 
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.settings import Settings
 from test_canary import make_arena, spawn, wait_phase
 
 MiB = 1 << 20
@@ -69,7 +69,7 @@ def test_mapper_without_status_file_is_unknown(tmp_path):
 
 def test_list_arenas_reads_the_node_config(tmp_path, state_dir):
     import pytest
-    pytest.importorskip("gpuwarden.ops.nodeconfig")
+    pytest.importorskip("gpuwarden.ops.config.nodeconfig")
     from gpuwarden.ops.arena.watch import list_arenas
     arena = make_arena(tmp_path / "a.arena", 2 * MiB)
     config = tmp_path / "node.toml"
@@ -107,7 +107,7 @@ def test_list_arenas_rescans_proc_only_now_and_then(tmp_path, state_dir, monkeyp
     import subprocess
     import sys
     import pytest
-    pytest.importorskip("gpuwarden.ops.nodeconfig")
+    pytest.importorskip("gpuwarden.ops.config.nodeconfig")
     from gpuwarden.ops.arena import watch
     arena = make_arena(tmp_path / "a.arena", 1 * MiB)
     config = tmp_path / "node.toml"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.probe import Probe, ProbeOptions, table
 
 
@@ -71,8 +71,8 @@ def test_probe_trace_keeps_capped_redacted_logs_and_says_what_it_would_capture(t
     import os
     import stat
 
-    from gpuwarden.ops import jsondoc
-    from gpuwarden.ops.jsondoc import document
+    from gpuwarden.ops.foundation import jsondoc
+    from gpuwarden.ops.foundation.jsondoc import document
     from gpuwarden.playbooks import probetrace
     settings = Settings(state_dir=state_dir, config_path=state_dir / "node.toml")
     opts = ProbeOptions(engines=1, concurrency=1, runtime="hip", size=4 << 20, copy_buffer="0", trace=True,

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.ops.backends import amdsmi_backend, libload
-from gpuwarden.ops.backends.amdsmi_backend import AmdSmiBackend, known, number
-from gpuwarden.ops.errors import BackendUnavailable
+from gpuwarden.ops.node.backends import amdsmi_backend, libload
+from gpuwarden.ops.node.backends.amdsmi_backend import AmdSmiBackend, known, number
+from gpuwarden.ops.foundation.errors import BackendUnavailable
 from gpuwarden.ops.sampling.sampler import take_snapshot
 from standins import amd_smi_capture as capture
 from standins import amdsmi_standin as standin
@@ -26,7 +26,7 @@ from standins.extract_amdsmi_api import extract
 from sysfs_tree import add_card, add_kfd_node
 
 GIB = 1 << 30
-BACKEND_SRC = Path(__file__).resolve().parent.parent / "ops/backends/amdsmi_backend.py"
+BACKEND_SRC = Path(__file__).resolve().parent.parent / "ops/node/backends/amdsmi_backend.py"
 
 
 @pytest.fixture

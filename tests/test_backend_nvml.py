@@ -16,14 +16,14 @@ import pynvml
 
 import pytest
 
-from gpuwarden.ops.backends import libload
-from gpuwarden.ops.backends.nvml import SOURCE_UNKNOWN, NvmlBackend, bus_id
-from gpuwarden.ops.errors import BackendUnavailable
+from gpuwarden.ops.node.backends import libload
+from gpuwarden.ops.node.backends.nvml import SOURCE_UNKNOWN, NvmlBackend, bus_id
+from gpuwarden.ops.foundation.errors import BackendUnavailable
 from gpuwarden.ops.sampling.sampler import take_snapshot
 from standins import pynvml_standin as standin
 from standins.nvsmi_capture import MIB, parse_q, parse_query_csv
 
-BACKEND_SRC = Path(__file__).resolve().parent.parent / "ops/backends/nvml.py"
+BACKEND_SRC = Path(__file__).resolve().parent.parent / "ops/node/backends/nvml.py"
 H100X8_Q = "nvidia/nvidia_smi_q_text_8x_h100_sxm_565.txt"
 H100X8_TABLE = "nvidia/nvidia_smi_default_table_8x_h100_sxm_565.txt"
 H100_LOAD_Q = "nvidia/nvidia_smi_q_text_h100_80gb_hbm3_590.48.01_load.txt"

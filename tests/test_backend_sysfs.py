@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwarden.ops.backends.fdinfo import parse, totals
-from gpuwarden.ops.backends.sysfs import SysfsBackend, bdf_from_location, parse_properties
-from gpuwarden.ops.errors import BackendUnavailable
+from gpuwarden.ops.node.backends.fdinfo import parse, totals
+from gpuwarden.ops.node.backends.sysfs import SysfsBackend, bdf_from_location, parse_properties
+from gpuwarden.ops.foundation.errors import BackendUnavailable
 from sysfs_tree import add_card, add_kfd_node, add_kfd_proc
 
 

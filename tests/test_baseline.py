@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 
-from gpuwarden.ops import nodestate
+from gpuwarden.ops.node import nodestate
 from simnode import start_tenant
 
 

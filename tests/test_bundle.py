@@ -30,7 +30,7 @@ from gpuwarden.ops.bundle.collect import GRACE_S, collect_bundle
 from gpuwarden.ops.bundle.collectors import Collector
 from gpuwarden.ops.bundle.entries import Entry
 from gpuwarden.ops.bundle.replay import snapshot_from_bundle
-from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.ops.node.sim.node import SimNode
 
 
 def stub(bindir: Path, name: str, body: str) -> Path:
@@ -260,11 +260,11 @@ def test_triage_inside_bundle_and_cli(cli, sim_settings, bindir, tmp_path, fixtu
 
 
 def test_replay_reads_the_captured_tree(cli, sim_settings, tmp_path):
-    holder = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(sim_settings.state_dir), "sim", "hold",
+    holder = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(sim_settings.state_dir), "sim", "hold",
                                "--gpu", "1", "--size", "3GiB"], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert "holding" in holder.stdout.readline()
-        from gpuwarden.ops import nodestate
+        from gpuwarden.ops.node import nodestate
         from gpuwarden.ops.sampling.sampler import take_snapshot
         nodestate.set_baseline(sim_settings.state_dir, {0: 1 << 20, 1: 2 << 20}, backend="sim")
         live = take_snapshot(sim_settings)
@@ -298,7 +298,7 @@ def test_auto_bundles_are_rate_limited_across_threads(sim_settings):
     assert made[0].startswith(str(sim_settings.state_dir / "bundles"))
     m = manifest_of(Path(made[0]))
     assert m["options"]["safe_mode"] is True and collector(m, "rocm-smi-pids")["status"] == "skipped"
-    from gpuwarden.ops import journal
+    from gpuwarden.ops.foundation import journal
     entries = [e for e in journal.read(sim_settings.state_dir) if e["action"] == "bundle.auto"]
     assert sorted(e["result"] for e in entries) == ["ok", "skipped", "skipped"]
     assert next(e for e in entries if e["result"] == "ok")["path"] == made[0]
@@ -315,7 +315,7 @@ def _nobody_can_run() -> str | None:
 def as_nobody(base: Path, *args: str) -> subprocess.CompletedProcess:
     """The real CLI as uid/gid 65534 (nobody), with a state dir under `base`."""
     cmd = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m",
-           "gpuwarden.playbooks.cli", "--state-dir", str(base / "state"), "--backend", "sim", *args]
+           "gpuwarden.playbooks.cli.root", "--state-dir", str(base / "state"), "--backend", "sim", *args]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "HOME": str(base)})
 
@@ -367,7 +367,7 @@ def test_full_disk_leaves_no_partial_archive(cli, sim_settings, bindir, tmp_path
             def limit():
                 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
                 resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
-            proc = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(sim_settings.state_dir),
+            proc = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(sim_settings.state_dir),
                                    "--backend", "sim", "bundle", "--output", str(target)], cwd=REPO,
                                   capture_output=True, text=True, preexec_fn=limit, timeout=60)
         assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -380,7 +380,7 @@ def test_full_disk_leaves_no_partial_archive(cli, sim_settings, bindir, tmp_path
 
 
 def test_triage_reports_residual_vram_and_its_holders(sim_settings, tmp_path):
-    holder = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(sim_settings.state_dir), "sim", "hold",
+    holder = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(sim_settings.state_dir), "sim", "hold",
                                "--gpu", "0", "--size", "2GiB"], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert "holding" in holder.stdout.readline()
@@ -401,11 +401,11 @@ def test_triage_reports_residual_vram_and_its_holders(sim_settings, tmp_path):
 
 
 def test_bundle_playbook_is_what_cli_and_tui_run(cli, sim_settings, tmp_path):
-    from gpuwarden.ops import journal
+    from gpuwarden.ops.foundation import journal
     from gpuwarden.playbooks.bundle import BundlePlaybook
     from gpuwarden.playbooks.framework import run
     # The command builds this very playbook (imported where it runs, to keep the CLI's start-up light).
-    assert "from gpuwarden.playbooks.bundle import BundlePlaybook" in (REPO / "playbooks/commands/bundle.py").read_text()
+    assert "from gpuwarden.playbooks.bundle import BundlePlaybook" in (REPO / "playbooks/cli/commands/bundle.py").read_text()
     events = []
     res = run(BundlePlaybook(output=tmp_path, timeout_s=5), sim_settings, sink=events.append)
     assert res.ok and Path(res.data["bundle"]).is_file()
@@ -421,7 +421,7 @@ def test_progress_shows_on_a_terminal_only(sim_settings, tmp_path):
     import pty
     master, slave = pty.openpty()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(sim_settings.state_dir), "--backend",
+        proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(sim_settings.state_dir), "--backend",
                                  "sim", "bundle", "--output", str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
                                 stderr=slave, stdin=subprocess.DEVNULL, text=True)
         os.close(slave)

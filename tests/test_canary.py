@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO
 
-from gpuwarden.ops.status_protocol import read_events
+from gpuwarden.ops.foundation.status_protocol import read_events
 
 
 def make_arena(path: Path, size: int = 4 << 20) -> Path:
@@ -80,7 +80,7 @@ def test_crash_at_phase_dies_by_that_signal(tmp_path, state_dir):
     assert proc.wait(20) == -signal.SIGSEGV
     phases = [e.phase for e in read_events(status)]
     assert phases[-1] == "registered"
-    from gpuwarden.ops.sim import registrations
+    from gpuwarden.ops.node.sim import registrations
     recs = registrations.list_all(state_dir)
     # The crash skipped the unregister: the sim node keeps the registration, now owned by a dead process.
     assert len(recs) == 1 and recs[0]["stale"] and recs[0]["gpu"] == 1 and recs[0]["bytes"] == 4 << 20
@@ -146,7 +146,7 @@ def test_chunked_registration_and_sim_visibility(tmp_path, state_dir):
     try:
         events = wait_phase(status, "serving", proc)
         assert next(e for e in events if e.phase == "registered").data["chunks"] == 4
-        from gpuwarden.ops.sim import registrations
+        from gpuwarden.ops.node.sim import registrations
         recs = registrations.list_all(state_dir)
         assert len(recs) == 4 and {r["gpu"] for r in recs} == {3} and not any(r["stale"] for r in recs)
         assert registrations.charged(state_dir, gpu=3) == 4 << 20
@@ -158,7 +158,7 @@ def test_chunked_registration_and_sim_visibility(tmp_path, state_dir):
 
 
 def test_gate_slot_is_held_only_around_register(tmp_path, state_dir):
-    from gpuwarden.ops import gate
+    from gpuwarden.ops.foundation import gate
     arena = make_arena(tmp_path / "a.arena")
     gate_dir = tmp_path / "gate"
     env = {"GPUWARDEN_GATE_DIR": str(gate_dir), "GPUWARDEN_GATE_SLOTS": "1"}

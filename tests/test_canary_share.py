@@ -15,7 +15,7 @@ from pathlib import Path
 from conftest import REPO
 from test_canary import make_arena, spawn, wait_phase
 
-from gpuwarden.ops.status_protocol import read_events
+from gpuwarden.ops.foundation.status_protocol import read_events
 
 SHM_NAME = "memfd:gpuwarden-arena-share"
 
@@ -60,7 +60,7 @@ def stop(*procs: subprocess.Popen) -> list[int | None]:
 
 
 def test_keeper_loads_once_importers_map_it_and_survive_the_keeper(tmp_path, state_dir):
-    from gpuwarden.ops.sim import registrations
+    from gpuwarden.ops.node.sim import registrations
     arena = make_arena(tmp_path / "a.arena")
     want = payload(arena)
     sock = str(tmp_path / "keeper.sock")
@@ -162,7 +162,7 @@ def test_hip_keeper_on_the_real_runtime_without_a_gpu_is_one_line(real_hip, tmp_
 def test_hip_vmm_calls_reach_the_real_runtime(real_hip, tmp_path):
     """Past hipSetDevice: the VMM calls themselves, on the real library, fail as one RuntimeUnavailable."""
     code = ("from gpuwarden.ops.register.hip import HipRuntime\n"
-            "from gpuwarden.ops.errors import GpuwardenError\n"
+            "from gpuwarden.ops.foundation.errors import GpuwardenError\n"
             "rt = HipRuntime(); rt.gpu = 0\n"
             "try:\n    rt.share_create(4 << 20)\nexcept GpuwardenError as exc:\n"
             "    print(type(exc).__name__, exc.exit_code, exc.message)\n"

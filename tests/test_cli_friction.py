@@ -109,7 +109,7 @@ def test_sim_hold_says_what_it_holds_in_units(sim_cli, state_dir):
 
 def _entries(state: Path, *when: float) -> None:
     """Journal lines at the given times, written as the journal writes them (then re-dated in place)."""
-    from gpuwarden.ops import journal
+    from gpuwarden.ops.foundation import journal
     for i, _ts in enumerate(when):
         journal.write(state, f"drill-{i}", "ok")
     path = state / "journal.log"
@@ -144,7 +144,7 @@ def test_journal_follow_prints_new_entries_as_they_are_written(sim_cli, state_di
     import signal
     from conftest import REPO
     from simnode import cli_argv, wait_for
-    from gpuwarden.ops import journal
+    from gpuwarden.ops.foundation import journal
     journal.write(state_dir, "before", "ok")
     from helpers.signals import default_signals
     proc = subprocess.Popen(cli_argv(state_dir, "journal", "-f", "--json"), cwd=REPO, stdout=subprocess.PIPE,

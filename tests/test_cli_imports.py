@@ -19,7 +19,7 @@ from conftest import REPO
 from simnode import wait_for
 
 FORBIDDEN = ("typer", "click", "textual", "rich", "pydantic", "jsonschema", "gpuwarden.tui.app", "gpuwarden.tui.command",
-             "gpuwarden.playbooks.cli", "gpuwarden.playbooks.commands", "gpuwarden.playbooks.framework", "gpuwarden.playbooks.output", "gpuwarden.ops.bundle",
+             "gpuwarden.playbooks.cli.root", "gpuwarden.playbooks.cli.commands", "gpuwarden.playbooks.framework", "gpuwarden.playbooks.cli.output", "gpuwarden.ops.bundle",
              "gpuwarden.ops.triage", "gpuwarden.ops.arena.inspect", "http", "email", "asyncio")
 
 
@@ -32,7 +32,7 @@ def imported(state_dir: Path, *args: str) -> tuple[set[str], subprocess.Complete
 
 
 # Standard-library modules a sampling `status` does without (CPU ms to import on the 2-core dev box): dataclasses
-# with inspect, ast and dis (~8; gpuwarden.ops.records stands in), typing (~3), shutil with bz2 and lzma (~2.5), threading
+# with inspect, ast and dis (~8; gpuwarden.ops.foundation.records stands in), typing (~3), shutil with bz2 and lzma (~2.5), threading
 # (~1), socket and ssl (the agent's client loads socket only when an agent's socket is there), tomllib (no config).
 HEAVY_STDLIB = ("dataclasses", "inspect", "ast", "dis", "typing", "shutil", "bz2", "lzma", "threading", "socket",
                 "ssl", "tomllib")
@@ -64,7 +64,8 @@ def test_status_loads_no_framework_and_no_other_command(sim_state):
 
 def test_status_of_a_node_with_an_engine_stays_in_budget(sim_state):
     """An engine record with a live shim and engine: status reads its state and looks for arena mappers too."""
-    from gpuwarden.ops import procs, statedir
+    from gpuwarden.ops.node import procs
+    from gpuwarden.ops.foundation import statedir
     from gpuwarden.ops.engines import state as st
     live = subprocess.Popen(["sleep", "60"])
     try:
@@ -92,7 +93,7 @@ def test_status_json_via_the_agent_loads_only_the_socket_client(sim_state):
         names, proc = imported(sim_state, "--backend", "sim", "status", "--json")
         assert proc.returncode == 0 and '"agent"' in proc.stdout
         assert over_budget(names) == []
-        assert not any(n.startswith(("gpuwarden.ops.sampling", "gpuwarden.ops.model", "dataclasses", "gpuwarden.ops.backends")) for n in names),\
+        assert not any(n.startswith(("gpuwarden.ops.sampling", "gpuwarden.ops.foundation.model", "dataclasses", "gpuwarden.ops.node.backends")) for n in names),\
             sorted(n for n in names if n.startswith("ops"))
     finally:
         agent.stop()

@@ -33,7 +33,7 @@ def one_line_error(proc: subprocess.CompletedProcess, needle: str, code: int = 2
 
 def nobody(*args: str, base: Path) -> subprocess.CompletedProcess:
     cmd = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", sys.executable, "-m",
-           "gpuwarden.playbooks.cli", *args]
+           "gpuwarden.playbooks.cli.root", *args]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "HOME": str(base)}, stdin=subprocess.DEVNULL)
 
@@ -153,7 +153,7 @@ def test_interrupted_bundle_leaves_no_vendor_tool_running(tmp_path, state_dir):
     _stand_in(bindir, "rocm-smi", pidfile)
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
     env.pop("GPUWARDEN_BACKEND", None)
-    proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state_dir), "--backend",
+    proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state_dir), "--backend",
                              "sim", "bundle", "--output", str(tmp_path / "out.tar.gz"), "--timeout", "30"],
                             cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
@@ -179,7 +179,7 @@ def test_reader_closing_the_pipe_is_not_a_failure(state_dir):
         for i in range(20000):
             f.write(json.dumps({"ts": i, "time": "t", "who": "root", "action": "sim init", "result": "ok"}) + "\n")
     for args in (("journal", "--json", "-n", "0"), ("journal", "-n", "0")):
-        proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state_dir), *args],
+        proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state_dir), *args],
                                 cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         assert proc.stdout.readline()
@@ -190,7 +190,7 @@ def test_reader_closing_the_pipe_is_not_a_failure(state_dir):
 
 
 def test_status_watch_into_a_pipe_has_no_escape_codes(state_dir):
-    proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state_dir), "--backend",
+    proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state_dir), "--backend",
                              "sim", "status", "--watch", "--interval", "0.25"],
                             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=default_signals)

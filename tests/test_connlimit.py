@@ -1,4 +1,4 @@
-"""The connection cap the agent's API and the metrics listener share (ops/connlimit.py), on a real unix-socket
+"""The connection cap the agent's API and the metrics listener share (ops/foundation/connlimit.py), on a real unix-socket
 server: a request already whole is served ahead of a crowd queued before it, and is never dropped as slow.
 
 The agent-level behaviour under a reconnecting crowd is tests/test_harden_slowloris.py; these pin the two rules
@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from simnode import wait_for
 
-from gpuwarden.ops.connlimit import ConnectionCap
+from gpuwarden.ops.foundation.connlimit import ConnectionCap
 
 CROWD_HEAD = b"GET /slow HTTP/1.1\r\nHost: x\r\n"  # a request that never ends
 HONEST = b"GET /honest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"

@@ -20,8 +20,8 @@ from agentnode import snapshot_of, start_agent
 from conftest import FIXTURES
 from simnode import wait_for
 
-from gpuwarden.ops import jsondoc
-from gpuwarden.ops.deadline import LateRead, Lanes
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.foundation.deadline import LateRead, Lanes
 
 GPUWARDEN = Path(sys.executable).parent / "gpuwarden"
 HANG_LIMIT_S = 20  # a command that takes this long hangs (its deadline is 0.5 s)
@@ -122,7 +122,7 @@ def test_many_hung_gpus_cost_one_deadline_not_one_each(tmp_path):
 # --- the sysfs backend on the sim node's tree ---------------------------------------------------------------
 @pytest.fixture
 def hung_node(state_dir):
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     node = SimNode(state_dir)
     node.init(gpus=3, vram=8 << 30)
     node.allocate(os.getpid(), 1, 1 << 30)
@@ -131,7 +131,7 @@ def hung_node(state_dir):
 
 
 def test_a_hung_gpu_is_stale_with_what_it_still_answers_and_threads_stay_bounded(hung_node):
-    from gpuwarden.ops.backends.sysfs import SysfsBackend
+    from gpuwarden.ops.node.backends.sysfs import SysfsBackend
     lanes = Lanes()
     backend = SysfsBackend(sysfs_root=hung_node.sysfs_root, dev_root=hung_node.dev_root, deadline_s=0.3, lanes=lanes)
     try:
@@ -164,9 +164,9 @@ def test_a_hung_gpu_is_stale_with_what_it_still_answers_and_threads_stay_bounded
 
 
 def test_a_late_per_process_file_keeps_the_last_answer_and_makes_residual_unknown(hung_node, state_dir):
-    from gpuwarden.ops.backends.sysfs import SysfsBackend
+    from gpuwarden.ops.node.backends.sysfs import SysfsBackend
     from gpuwarden.ops.sampling.sampler import Sampler
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     backend = SysfsBackend(sysfs_root=hung_node.sysfs_root, dev_root=hung_node.dev_root, deadline_s=0.3,
                            lanes=Lanes())
     sampler = Sampler(Settings(state_dir=state_dir), backend, use_pidfds=False)
@@ -195,7 +195,7 @@ def test_a_late_per_process_file_keeps_the_last_answer_and_makes_residual_unknow
 def test_nvml_call_that_blocks_names_the_call_and_leaves_the_other_gpus(settings, tmp_path):
     from standins import pynvml_standin as standin
     from standins.nvsmi_capture import parse_q
-    from gpuwarden.ops.backends.nvml import NvmlBackend
+    from gpuwarden.ops.node.backends.nvml import NvmlBackend
     mod = standin.build(parse_q(FIXTURES / "nvidia/nvidia_smi_q_text_8x_h100_sxm_565.txt"))
     fifo = tmp_path / "wedged"
     os.mkfifo(fifo)
@@ -222,9 +222,9 @@ def test_nvml_call_that_blocks_names_the_call_and_leaves_the_other_gpus(settings
 
 def test_a_stale_snapshot_validates_against_the_schema_readers_had_before(hung_node, state_dir):
     import jsonschema
-    from gpuwarden.ops.model import snapshot_from_dict
+    from gpuwarden.ops.foundation.model import snapshot_from_dict
     from gpuwarden.ops.sampling.sampler import take_snapshot
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     hung_node.set_fault("hang", True, [2])
     snap = take_snapshot(Settings(state_dir=state_dir, backend="sim", read_timeout_s=0.3))
     doc = json.loads(snap.to_json())

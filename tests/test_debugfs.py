@@ -1,4 +1,4 @@
-"""The debugfs reader and parsers (ops/debugfs): only allow-listed files are ever opened, trigger files never
+"""The debugfs reader and parsers (ops/node/debugfs): only allow-listed files are ever opened, trigger files never
 (proved with inotify over the sim node's debugfs tree while status, bundle, doctor, arena budget and the agent
 run), links/FIFOs/oversized/slow files are refused within their bounds, and each file parses from the kernel's
 own print format.
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.ops.debugfs import allowlist, parse
-from gpuwarden.ops.deadline import Lanes
-from gpuwarden.ops.debugfs.reader import DebugfsReader
+from gpuwarden.ops.node.debugfs import allowlist, parse
+from gpuwarden.ops.foundation.deadline import Lanes
+from gpuwarden.ops.node.debugfs.reader import DebugfsReader
 from inotify_watch import OpenWatch
 from simnode import wait_for
 
@@ -178,7 +178,7 @@ BUDDY = "chunk_size: 4KiB, total: 65520MiB, free: {free}MiB\norder- 8 free:     
 
 def test_books_refresh_after_refresh_say_what_one_read_says_and_parse_a_file_again_only_when_it_changed(
         tmp_path, monkeypatch):
-    from gpuwarden.ops.debugfs import books
+    from gpuwarden.ops.node.debugfs import books
     tree(tmp_path, {"kfd/mem_limit": "System mem used 1M out of 2M\n", "dri/0/amdgpu_vram_mm": BUDDY.format(free=600),
                     "dri/1/amdgpu_vram_mm": BUDDY.format(free=700)})
     reader = DebugfsReader(tmp_path)
@@ -197,7 +197,7 @@ def test_books_refresh_after_refresh_say_what_one_read_says_and_parse_a_file_aga
 
 
 def test_books_of_a_hung_vram_manager_keep_the_other_gpus_and_hold_one_thread(tmp_path):
-    from gpuwarden.ops.debugfs import books
+    from gpuwarden.ops.node.debugfs import books
     tree(tmp_path, {"kfd/mem_limit": "System mem used 1M out of 2M\n", "dri/0/amdgpu_vram_mm": BUDDY.format(free=600),
                     "dri/1/amdgpu_vram_mm": BUDDY.format(free=700)})
     let_go = threading.Event()
@@ -272,7 +272,7 @@ def test_no_command_ever_opens_a_trigger_file(cli, state_dir, tmp_path):
 
 
 def test_status_json_carries_the_drivers_books(cli, state_dir):
-    from gpuwarden.ops import jsondoc
+    from gpuwarden.ops.foundation import jsondoc
     assert cli("sim", "init", "--gpus", "2", "--vram", "8GiB").returncode == 0
     assert cli("sim", "fault", "vram-fragmented", "on").returncode == 0
     doc = json.loads(cli("--backend", "sim", "status", "--json").stdout)
@@ -285,13 +285,13 @@ def test_status_json_carries_the_drivers_books(cli, state_dir):
     assert d["kfd_mem_limit"]["system_used"] == 0 and d["kfd_mem_limit"]["system_limit"] > 0
     assert books[1]["kfd_mem_limit"] == d["kfd_mem_limit"]
     assert d["vram_free"]["largest_free_block"] == 2 * MIB and d["vram_free"]["fragmentation"] > 0.99
-    from gpuwarden.ops.model import snapshot_from_dict
+    from gpuwarden.ops.foundation.model import snapshot_from_dict
     again = snapshot_from_dict(doc).driver  # what the TUI, /metrics and history read from an agent's document
     assert [v["gpu"] for v in again["vram_free"]] == [0, 1] and again["kfd_mem_limit"] == d["kfd_mem_limit"]
 
 
 def test_budget_doctor_and_launch_use_kfds_own_limit_and_name_the_crossing_registration(cli, state_dir, tmp_path):
-    from gpuwarden.ops import jsondoc
+    from gpuwarden.ops.foundation import jsondoc
     assert cli("sim", "init", "--gpus", "4", "--vram", "8GiB").returncode == 0
     limit_line = (state_dir / "sim/root/sys/kernel/debug/kfd/mem_limit").read_text().splitlines()[0]
     limit = int(limit_line.split("out of ")[1].rstrip("M")) * MIB
@@ -316,7 +316,7 @@ def test_budget_doctor_and_launch_use_kfds_own_limit_and_name_the_crossing_regis
 
 
 def test_gem_info_names_the_holders_of_residual_vram_kfd_cannot(tmp_path):
-    from gpuwarden.ops.model import GpuProcess, Residual, SnapshotWarning
+    from gpuwarden.ops.foundation.model import GpuProcess, Residual, SnapshotWarning
     from gpuwarden.ops.sampling.sampler import Sampler
     tree(tmp_path, {"dri/1/amdgpu_gem_info": GEM_OLD})
     s = Sampler.__new__(Sampler)  # only the debugfs half of a sampler: no backend needed
@@ -336,7 +336,7 @@ def test_history_keeps_fragmentation_and_reads_old_trend_lines(tmp_path):
     import time as _time
 
     from gpuwarden.ops.agent.history import History
-    from gpuwarden.ops.model import GpuInfo, NodeSnapshot, Residual
+    from gpuwarden.ops.foundation.model import GpuInfo, NodeSnapshot, Residual
     h = History(tmp_path, interval_s=1.0)
     t0 = (_time.time() // 60) * 60 - 120
     for k in range(3):  # two minutes closed: persisted with the fifth value

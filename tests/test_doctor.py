@@ -12,7 +12,7 @@ import time
 import pytest
 
 from doctor_tree import RELEASE, from_rocm_smi, gzip_config, healthy_node
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 from gpuwarden.ops.doctor import compat
 from gpuwarden.ops.doctor.checks import REGISTRY
 from gpuwarden.ops.doctor.checks.health import parse_ras
@@ -23,7 +23,7 @@ from gpuwarden.ops.doctor.diagnose import diagnose, document
 from gpuwarden.ops.doctor.model import Check, passed
 from gpuwarden.ops.doctor.probe import Probe, Roots
 from gpuwarden.ops.doctor.runner import run_checks, select
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 from standins import nvsmi_capture, pynvml_standin
 from sysfs_tree import write
 

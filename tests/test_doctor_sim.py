@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 
 GPU_CHECKS = "firmware,xgmi-hive,ras,pcie-link,large-bar,gpu-recovery,lockup-timeout,kfd-limit,gtt"
 ARENA_CHECKS = "arena-fs,memlock,kfd-budget"
@@ -44,7 +44,7 @@ def doctor_json(state_dir: Path, *args: str, memlock: int | None = None) -> tupl
 
 def write_config(state_dir: Path, arena: str, size: int) -> None:
     (state_dir / "node.toml").write_text(
-        f'[arena]\npath = "{arena}"\nsize = "{size}B"\n\n'  # sizes name their unit (gpuwarden.ops.units)
+        f'[arena]\npath = "{arena}"\nsize = "{size}B"\n\n'  # sizes name their unit (gpuwarden.ops.foundation.units)
         '[[engines]]\nname = "dp0"\ngpu = 0\nargv = ["/bin/sleep", "600"]\n\n'
         '[[engines]]\nname = "dp1"\ngpu = 1\nargv = ["/bin/sleep", "600"]\n')
 

@@ -10,9 +10,9 @@ import pytest
 from engines.harness import records, start_sim_tenant_engine, supervised  # noqa: F401
 
 from helpers.journal import read_journal
-from gpuwarden.ops import nodestate
+from gpuwarden.ops.node import nodestate
 from gpuwarden.ops.engines import state as st
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.settings import Settings
 from simnode import cli_argv, start_tenant, wait_for
 
 

@@ -32,7 +32,7 @@ def test_list_logs_stop_restart(tmp_path, supervised, cli):
     assert records(supervised)["e0"]["pid"] != old_pid
 
     # Follow until the engine ends: the follower returns by itself once it has stopped.
-    follower = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(supervised),
+    follower = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(supervised),
                                  "engines", "logs", "e1", "--follow", "-n", "1"],
                                 cwd=REPO, stdout=subprocess.PIPE, text=True)
     proc = cli("engines", "stop", "--all", "--json")

@@ -7,8 +7,8 @@ until a registration succeeds or it stops: the sequence that hung launch for 660
 from __future__ import annotations
 
 from gpuwarden.ops.engines.progress import Progress
-from gpuwarden.ops.model import FAILED_REGISTRATION
-from gpuwarden.ops.status_protocol import StatusEvent
+from gpuwarden.ops.foundation.model import FAILED_REGISTRATION
+from gpuwarden.ops.foundation.status_protocol import StatusEvent
 
 
 def ev(phase: str, ts: float = 1.0, **data) -> StatusEvent:

@@ -13,7 +13,8 @@ import time
 from engines.harness import records, start_sim_tenant_engine, supervised  # noqa: F401
 
 from helpers.journal import read_journal
-from gpuwarden.ops import jsondoc, nodestate
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.node import nodestate
 from gpuwarden.ops.engines import state as st
 from simnode import cli_argv, on_terminal, start_tenant, wait_for
 from test_reaper_family import holds_sim_vram, proc_state, start_family

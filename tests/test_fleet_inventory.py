@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.ops.errors import ConfigError, GpuwardenError, NotFound
+from gpuwarden.ops.foundation.errors import ConfigError, GpuwardenError, NotFound
 from gpuwarden.ops.fleet.ansible import expand_range, read_group
 from gpuwarden.ops.fleet.inventory import Host, expand_nodelist, load_fleet_config, parse_target, read_hosts_file
 

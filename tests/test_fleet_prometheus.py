@@ -114,7 +114,7 @@ def test_prometheus_that_does_not_answer_means_ssh_for_every_node(ssh_fleet):
 async def test_fleet_console_reads_prometheus_and_streams_only_the_rest(prom_fleet, tmp_path, monkeypatch):
     from gpuwarden.ops.fleet.promfleet import PromSettings
     from gpuwarden.ops.fleet.promwatch import PromFleetMonitor
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     from test_fleet_tui import fleet_target, until
     from gpuwarden.tui.fleet.app import FleetApp
     from gpuwarden.tui.fleet.screen import FleetScreen

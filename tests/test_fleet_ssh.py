@@ -12,7 +12,7 @@ from conftest import gpuwarden
 from sshfleet import black_hole, client_env, node_cli
 
 from helpers.journal import read_journal
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 
 ALL = "gpu[01-09]"
 

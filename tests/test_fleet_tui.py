@@ -15,7 +15,7 @@ from sshfleet import client_env, node_cli
 from test_tui_terminal import Tmux
 
 from helpers.journal import read_journal
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.settings import Settings
 
 pytestmark = pytest.mark.timeout(180)
 

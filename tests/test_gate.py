@@ -10,12 +10,12 @@ import sys
 import pytest
 
 from conftest import REPO
-from gpuwarden.ops import gate
+from gpuwarden.ops.foundation import gate
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from gpuwarden.ops import gate
+from gpuwarden.ops.foundation import gate
 slot = gate.acquire(Path(sys.argv[1]), int(sys.argv[2]), who="holder")
 print(slot.index, flush=True)
 time.sleep(60)

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from helpers.bundles import real_bundle  # noqa: F401  (a fixture: the tests below take it by name)
 from hypothesis import strategies as st
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 
 EXAMPLES = int(os.environ.get("GPUWARDEN_FUZZ_EXAMPLES") or 0)
 CASE_LIMIT_S = 10.0
@@ -70,7 +70,7 @@ def one_line_error(exc: GpuwardenError) -> None:
 
 def run_cli(*args: str) -> tuple[int, str, str]:
     """The real CLI, in this process (a subprocess per case would cost more than the case)."""
-    from gpuwarden.playbooks import cli
+    from gpuwarden.playbooks.cli import root as cli
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(list(args))
@@ -108,7 +108,7 @@ JSON = st.recursive(
 
 @st.composite
 def toml_texts(draw):
-    from gpuwarden.playbooks.commands.config import CANARY, FOUR_ENGINES
+    from gpuwarden.playbooks.cli.commands.config import CANARY, FOUR_ENGINES
     base = draw(st.sampled_from([FOUR_ENGINES, CANARY, ""]))
     lines = base.splitlines()
     for _ in range(draw(st.integers(0, 6))):
@@ -135,7 +135,7 @@ def toml_texts(draw):
 @fuzz(150)
 @given(text=toml_texts())
 def test_fuzz_node_config(text):
-    from gpuwarden.ops import nodeconfig
+    from gpuwarden.ops.config import nodeconfig
     with case("node config (parse)") as result:
         try:
             cfg = nodeconfig.parse(text, Path("fuzz.toml"))
@@ -169,8 +169,8 @@ def test_fuzz_config_check_cli(tmp_path_factory, text):
 @fuzz(40)
 @given(raw=st.binary(max_size=400))
 def test_fuzz_node_config_bytes(tmp_path_factory, raw):
-    from gpuwarden.ops import nodeconfig
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.config import nodeconfig
+    from gpuwarden.ops.foundation.settings import Settings
     d = tmp_path_factory.mktemp("cfgb")
     (d / "node.toml").write_bytes(raw)
     with case("node config (raw bytes)") as result:
@@ -326,8 +326,8 @@ def bundle_variant(raw: bytes, draw) -> bytes:
 @given(data=st.data())
 def test_fuzz_bundle_replay(tmp_path_factory, real_bundle, data):
     from gpuwarden.ops.bundle.replay import snapshot_from_bundle
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.playbooks.report import render
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.playbooks.cli.status_text import render
     body = bundle_variant(real_bundle, data.draw)
     d = tmp_path_factory.mktemp("replay")
     path = d / "b.tar.gz"
@@ -375,7 +375,7 @@ def state_contents(draw):
 
 @pytest.fixture(scope="module")
 def sim_state(tmp_path_factory) -> Path:
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     state = tmp_path_factory.mktemp("fuzz-state") / "state"
     state.mkdir()
     SimNode(state).init(gpus=2, vram=4 << 30)
@@ -399,11 +399,12 @@ def planted(path: Path, content: bytes):
 
 def _readers(state: Path) -> None:
     """Every in-process reader of the state files; each must answer or raise one GpuwardenError."""
-    from gpuwarden.ops import gate, gpulock, journal, nodestate
+    from gpuwarden.ops.foundation import gate, gpulock, journal
+    from gpuwarden.ops.node import nodestate
     from gpuwarden.ops.engines import state as st_
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.ops.sim import registrations
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.node.sim import registrations
+    from gpuwarden.ops.node.sim.node import SimNode
     settings = Settings(state_dir=state)
     calls = [
         lambda: nodestate.drained_or_warning(state), lambda: nodestate.baseline_or_warning(state),

@@ -71,11 +71,12 @@ def test_an_oversized_config_is_refused_unread(state_dir, tmp_path):
 
 
 def test_dev_zero_is_refused_before_a_byte_is_read(tmp_path):
-    from gpuwarden.ops import inputs, nodeconfig
+    from gpuwarden.ops.foundation import inputs
+    from gpuwarden.ops.config import nodeconfig
     from gpuwarden.ops.arena import format as fmt
     from gpuwarden.ops.bundle import replay
-    from gpuwarden.ops.errors import GpuwardenError
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.errors import GpuwardenError
+    from gpuwarden.ops.foundation.settings import Settings
     for call, needle in (
         (lambda: nodeconfig.load(Settings(state_dir=tmp_path, config_path=Path("/dev/zero"))), "character device"),
         (lambda: fmt.load_header("/dev/zero"), "character device"),

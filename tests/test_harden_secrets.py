@@ -47,7 +47,7 @@ SCRIPT = ('exec 3<"$KFD"; echo "loading with token {tok} and DB_PWD=$DB_PWD"; {m
 
 def gw(state: Path, cfg: Path, *args: str) -> subprocess.CompletedProcess:
     """The real CLI in this process (each sink costs a command; interpreters would cost more than them)."""
-    from gpuwarden.playbooks import cli
+    from gpuwarden.playbooks.cli import root as cli
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(["--state-dir", str(state), "--config", str(cfg), "--backend", "sim", *args])

@@ -51,7 +51,7 @@ journal = read_journal
 @pytest.mark.parametrize("sig", TERM_HUP, ids=["TERM", "HUP"])
 def test_arena_create_leaves_no_partial_file(tmp_path, sig):
     target = tmp_path / "big.arena"
-    proc = start([sys.executable, "-m", "gpuwarden.playbooks.cli", "arena", "create", str(target), "--size", "2GiB",
+    proc = start([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "arena", "create", str(target), "--size", "2GiB",
                   "--workers", "1"])
     wait_for(lambda: list(tmp_path.glob(".big.arena.partial-*")) or proc.poll() is not None, 30, "the partial file")
     assert proc.poll() is None, "create finished before it could be interrupted"
@@ -65,7 +65,7 @@ def test_arena_verify_stops_at_once(tmp_path):
     path = Path("/dev/shm") / f"gw-verify-signal-{os.getpid()}.arena"
     create.create(path, size=1 << 30, workers=2)
     try:
-        proc = start([sys.executable, "-m", "gpuwarden.playbooks.cli", "arena", "verify", str(path), "--workers", "1"])
+        proc = start([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "arena", "verify", str(path), "--workers", "1"])
 
         def opened() -> bool:
             try:
@@ -117,7 +117,7 @@ def test_purge_journals_where_sigterm_stopped_it(cli, state_dir):
 def test_launch_says_it_was_ended_and_leaves_engines_supervised(tmp_path, supervised):
     from engines.harness import write_config
     cfg = write_config(tmp_path / "node.toml", 3, register_s=1.5)
-    proc = start([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(supervised), "--config", str(cfg),
+    proc = start([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(supervised), "--config", str(cfg),
                   "launch", "--stagger", "1"])
     wait_for(lambda: (supervised / "engines" / "e0" / "state.json").exists() or proc.poll() is not None, 30,
              "the first engine's record")
@@ -168,7 +168,7 @@ SH_ENGINE = "sleep 300 & sleep 300 & echo up; wait"
 
 
 def _group(pgid: int) -> list[int]:
-    from gpuwarden.ops import procs
+    from gpuwarden.ops.node import procs
     return [p for p in procs.group_members(pgid) if procs.state_of(p) not in ("zombie", "gone")]
 
 
@@ -176,8 +176,8 @@ def _group(pgid: int) -> list[int]:
 def test_engines_stop_ends_a_sh_engines_children(supervised, shim_alive):
     from gpuwarden.ops.engines import control
     from gpuwarden.ops.engines import state as st
-    from gpuwarden.ops.nodeconfig import EngineConfig
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.config.nodeconfig import EngineConfig
+    from gpuwarden.ops.foundation.settings import Settings
     settings = Settings(state_dir=supervised)
     engine = EngineConfig(name="sh0", argv=("sh", "-c", SH_ENGINE), stop_grace=5.0, gated=False)
     shim = control.start(settings, engine, gate_slots=1, registration_timeout=5, workdir=None)

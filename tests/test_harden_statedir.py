@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, gpuwarden
-from gpuwarden.ops import gate, gpulock, journal, nodestate, statedir
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation import gate, gpulock, journal, statedir
+from gpuwarden.ops.node import nodestate
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.settings import Settings
 
 VICTIM_TEXT = b"precious: must survive\n"
 
@@ -41,13 +42,13 @@ def plant(link: Path, victim: Path) -> None:
 
 
 def _sim(state: Path) -> None:
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     SimNode(state).init(gpus=2, vram=1 << 30)
 
 
 def _engine_spec(state: Path) -> None:
     from gpuwarden.ops.engines import control
-    from gpuwarden.ops.nodeconfig import EngineConfig
+    from gpuwarden.ops.config.nodeconfig import EngineConfig
     control.write_spec(Settings(state_dir=state), EngineConfig(name="e0", argv=("/bin/true",)), gate_slots=1,
                        registration_timeout=5, workdir=None, launch_id="t", vendor="amd")
 
@@ -72,7 +73,7 @@ def _auto_claim(state: Path) -> None:
 
 
 def _registration(state: Path) -> None:
-    from gpuwarden.ops.sim import registrations
+    from gpuwarden.ops.node.sim import registrations
     registrations.add(state, gpu=0, size=4096, address=0x1000, path=None)
 
 
@@ -86,12 +87,12 @@ def _slot(state: Path) -> None:
 
 
 def _sim_sync(state: Path) -> None:
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     SimNode(state).sync()
 
 
 def _sim_allocate(state: Path) -> None:
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     SimNode(state).allocate(os.getpid(), 0, 4096)
 
 
@@ -133,7 +134,7 @@ def _writer_id(rel: str) -> str:
 def test_a_symlinked_state_file_never_redirects_a_write(state_dir, victim, rel, write):
     if getattr(write, "needs_sim", False):
         _sim(state_dir)
-        from gpuwarden.ops.procs import identity
+        from gpuwarden.ops.node.procs import identity
         rel = rel % (os.getpid(), identity(os.getpid())) if "%d" in rel else rel
         (state_dir / rel).unlink(missing_ok=True)
     plant(state_dir / rel, victim)
@@ -237,11 +238,11 @@ def test_shim_status_file_link_is_replaced_not_followed(tmp_path, victim):
     cfg = write_config(tmp_path / "node.toml", 1, register_s=0.1)
     plant(state / "engines" / "e0" / "status.jsonl", victim)
     plant(state / "engines" / "e0" / "shim.log", victim)
-    proc = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state), "--config", str(cfg),
+    proc = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state), "--config", str(cfg),
                            "launch"], cwd=REPO, capture_output=True, text=True, timeout=60)
     try:
         assert untouched(victim)
         assert "Traceback" not in proc.stderr
     finally:
-        subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state), "engines", "stop",
+        subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state), "engines", "stop",
                         "--all"], cwd=REPO, capture_output=True, timeout=60)

@@ -11,8 +11,8 @@ import os
 import sys
 import threading
 
-from gpuwarden.ops.fdbudget import FdBudget
-from gpuwarden.ops.heldfiles import HeldFiles
+from gpuwarden.ops.foundation.fdbudget import FdBudget
+from gpuwarden.ops.foundation.heldfiles import HeldFiles
 
 
 def _close_while_a_lane_drops_and_reads(paths: list[str]) -> list[BaseException]:

@@ -1,7 +1,7 @@
 """Every command a hint names works when pasted: each is run, as printed, in the state that produced it.
 
 The commands under test get --state-dir and --backend on their command line, so the hints must repeat
-them (gpuwarden.playbooks.hints); a pasted command runs on a real terminal, where destructive playbooks ask.
+them (gpuwarden.playbooks.cli.hints); a pasted command runs on a real terminal, where destructive playbooks ask.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 from engines.harness import start_sim_tenant_engine, stop_everything
 from test_reaper_family import holds_sim_vram, proc_state, start_family
 
-from gpuwarden.ops import nodestate
-from gpuwarden.ops.sim.node import SimNode
-from gpuwarden.playbooks.hints import commands_in
+from gpuwarden.ops.node import nodestate
+from gpuwarden.ops.node.sim.node import SimNode
+from gpuwarden.playbooks.cli.hints import commands_in
 from simnode import cli_argv, on_terminal, start_tenant, wait_for
 
 pytestmark = pytest.mark.timeout(120)

@@ -21,8 +21,8 @@ import pytest
 from conftest import gpuwarden
 from helpers.bundles import real_bundle  # noqa: F401  (a fixture: the tests below take it by name)
 from simnode import wait_for
-from gpuwarden.ops import jsondoc
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.foundation.errors import GpuwardenError
 
 
 def one_line(proc: subprocess.CompletedProcess, needle: str, code: int = 2) -> None:
@@ -176,7 +176,7 @@ def test_triage_reads_a_growing_log_to_its_size_at_the_start(tmp_path, monkeypat
     """The writer appends while triage reads (at its first chunk, deterministically): the report covers the
     bytes that were there and says how much came after."""
     from gpuwarden.ops.triage import stream
-    from gpuwarden.playbooks.commands import triage
+    from gpuwarden.playbooks.cli.commands import triage
     log = tmp_path / "kern.log"
     log.write_bytes(LOG_LINE * 2000)
     start = log.stat().st_size

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.sim.node import MAX_VRAM, SimNode
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.node.sim.node import MAX_VRAM, SimNode
 
 SIM_NODE = {"gpus": 2, "vram": "8GiB"}
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_gpu_check_and_the_kubernetes_fields_of_a_snapshot(node):
     from dataclasses import replace
 
     from k8s_helpers import snapshot
-    from gpuwarden.ops.model import GpuProcess, Holder, PodGpus
+    from gpuwarden.ops.foundation.model import GpuProcess, Holder, PodGpus
     h = Holder(pid=77, start_time=1.0, reason="zombie", gpus=(0,), vram_bytes=1 << 30, namespace="team-a",
                pod="trainer-0", pod_uid="u-1", container_name="main", pod_deleted_at=900.0)
     snap = replace(snapshot({0: 1 << 30}, {0: [h]}), pods=(PodGpus("team-a", "trainer-0", "main", (0,), "u-1", 900.0),),

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 
 
 def test_every_published_schema_is_a_valid_json_schema():

@@ -126,7 +126,7 @@ def test_the_mutated_pods_are_valid_pods(shipped, name):
 def test_the_injected_commands_parse_as_the_cli_defines_them(shipped):
     import typer
 
-    from gpuwarden.playbooks.cli import build_app
+    from gpuwarden.playbooks.cli.root import build_app
     group = typer.main.get_command(build_app())
     ctx = group.make_context("gpuwarden", [])
     pod = shipped.admit(PODS["vllm-llama-70b"])

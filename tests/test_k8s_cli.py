@@ -11,7 +11,7 @@ import pytest
 from conftest import gpuwarden
 from k8s_helpers import NODE, PodCgroup
 from helpers.journal import read_journal
-from gpuwarden.ops.jsondoc import validate
+from gpuwarden.ops.foundation.jsondoc import validate
 from simnode import start_tenant
 from standins.kube_apiserver import FakeApiServer
 from standins.podresources_server import PodResourcesServer
@@ -165,8 +165,8 @@ def test_post_clean_outside_a_pod_says_what_to_do(state_dir, cli, tmp_path):
 
 
 def test_kubernetes_config_errors_name_the_line(tmp_path):
-    from gpuwarden.ops.errors import ConfigError
-    from gpuwarden.ops.nodeconfig import parse
+    from gpuwarden.ops.foundation.errors import ConfigError
+    from gpuwarden.ops.config.nodeconfig import parse
     path = tmp_path / "node.toml"
     with pytest.raises(ConfigError) as err:
         parse('[kubernetes]\npolicy = "taint"\ntaint_after = "soon"\n', path)
@@ -178,9 +178,9 @@ def test_kubernetes_config_errors_name_the_line(tmp_path):
 
 
 def test_host_roots_are_the_live_node_not_a_captured_tree(tmp_path, monkeypatch):
-    from gpuwarden.ops.backends.select import open_backend
-    from gpuwarden.ops.errors import BackendUnavailable
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.node.backends.select import open_backend
+    from gpuwarden.ops.foundation.errors import BackendUnavailable
+    from gpuwarden.ops.foundation.settings import Settings
     host = tmp_path / "host"
     (host / "sys").mkdir(parents=True)
     (host / "proc").symlink_to("/proc")
@@ -198,8 +198,8 @@ def test_host_roots_are_the_live_node_not_a_captured_tree(tmp_path, monkeypatch)
 
 
 def test_status_names_pods_on_processes_holders_and_the_last_tenant():
-    from gpuwarden.ops.model import GpuProcess, Holder, PodGpus
-    from gpuwarden.playbooks.report import render
+    from gpuwarden.ops.foundation.model import GpuProcess, Holder, PodGpus
+    from gpuwarden.playbooks.cli.status_text import render
     from k8s_helpers import snapshot
     import dataclasses
     h = Holder(pid=77, start_time=1.0, reason="zombie", gpus=(0,), vram_bytes=1 << 30, namespace="team-a",

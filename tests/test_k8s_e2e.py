@@ -18,12 +18,12 @@ from google.protobuf import empty_pb2
 from agentnode import snapshot_of, start_agent
 from conftest import gpuwarden
 from k8s_helpers import NODE, PodCgroup, cluster_role_rules
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 from gpuwarden.ops.bundle.collectors import Context, _snapshot
 from gpuwarden.ops.k8s.nodesignal import CONDITION, TAINT_KEY
 from gpuwarden.ops.k8s.proto import metricssvc_pb2_grpc
-from gpuwarden.ops.model import snapshot_from_dict
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.model import snapshot_from_dict
+from gpuwarden.ops.foundation.settings import Settings
 from simnode import start_tenant, wait_for
 from standins.kube_apiserver import FakeApiServer
 from standins.podresources_server import PodResourcesServer

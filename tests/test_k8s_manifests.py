@@ -186,8 +186,8 @@ def test_the_policy_is_the_taint_unless_the_condition_component_is_there(variant
 def test_the_daemonset_runs_the_agent_as_the_cli_parses_it_and_scrapes_where_it_listens():
     import typer
 
-    from gpuwarden.ops.metrics.server import parse_listen
-    from gpuwarden.playbooks.cli import build_app
+    from gpuwarden.ops.services.metrics_server import parse_listen
+    from gpuwarden.playbooks.cli.root import build_app
     docs = render("overlays/amd+servicemonitor")
     (c,) = by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     group = typer.main.get_command(build_app())

@@ -17,7 +17,7 @@ from gpuwarden.ops.k8s.health import HealthService
 from gpuwarden.ops.k8s.podresources import GpuAssignments, gpu_index_of, list_assignments
 from gpuwarden.ops.k8s.pods import PodCache
 from gpuwarden.ops.k8s.proto import metricssvc_pb2, metricssvc_pb2_grpc
-from gpuwarden.ops.model import GpuProcess, Holder
+from gpuwarden.ops.foundation.model import GpuProcess, Holder
 from simnode import wait_for
 from standins.podresources_server import PodResourcesServer
 

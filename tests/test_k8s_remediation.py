@@ -20,10 +20,10 @@ from k8s_helpers import GiB, cluster_role_rules, snapshot
 from gpuwarden.ops.config.kubernetes import KubernetesConfig
 from gpuwarden.ops.k8s.evict import CORDON_ANNOTATION
 from gpuwarden.ops.k8s.nodesignal import CONDITION, HELD_TAINT, TAINT_KEY
-from gpuwarden.ops.k8s.remediation import LAST_ANNOTATION, STATE_ANNOTATION, select_victims
-from gpuwarden.ops.model import PodGpus
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.ops.services.k8s_remediation import LAST_ANNOTATION, STATE_ANNOTATION, select_victims
+from gpuwarden.ops.foundation.model import PodGpus
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.node.sim.node import SimNode
 from helpers.journal import read_journal
 from simnode import start_tenant, wait_for
 from standins.kube_apiserver import FakeApiServer
@@ -47,7 +47,7 @@ class FedNode:
     """A KubernetesNode in this process, fed a fresh sample every 0.1 s as the agent's sampler would."""
 
     def __init__(self, api: FakeApiServer, settings: Settings, name: str, tmp: Path, fixer=None, **cfg):
-        from gpuwarden.ops.k8s.node import KubernetesNode
+        from gpuwarden.ops.services.k8s_node import KubernetesNode
         from gpuwarden.playbooks.k8s_remediate import fixer as fix_playbook
         self.settings = settings
         config = KubernetesConfig(node_name=name, taint_after=0.3, clear_after=0.5, remediate=True,

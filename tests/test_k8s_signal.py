@@ -7,7 +7,7 @@ import pytest
 
 from k8s_helpers import NODE, Clock, GiB, api, snapshot  # noqa: F401  (api is a fixture)
 from gpuwarden.ops.k8s.nodesignal import CONDITION, OWNER_ANNOTATION, TAINT_KEY, NodeSignal
-from gpuwarden.ops.model import Holder
+from gpuwarden.ops.foundation.model import Holder
 
 
 def make(api, clock, **kw):
@@ -217,8 +217,8 @@ def test_sighup_applies_a_new_grace_and_policy_off_lifts_our_taint(api, tmp_path
     from dataclasses import replace
 
     from gpuwarden.ops.config.kubernetes import KubernetesConfig
-    from gpuwarden.ops.k8s.node import KubernetesNode
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.services.k8s_node import KubernetesNode
+    from gpuwarden.ops.foundation.settings import Settings
     cfg = KubernetesConfig(node_name=NODE, taint_after=120.0, pod_resources_socket=str(tmp_path / "none.sock"))
     table = {"cfg": cfg}
     node = KubernetesNode(Settings(state_dir=tmp_path), cfg, kube=api.kube(), log=lambda level, text: None,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.knowledge import catalog, cite, load, match_findings, versions
 from gpuwarden.ops.triage import explain
 from gpuwarden.ops.triage import analyze_file, analyze_text
@@ -192,7 +192,7 @@ def test_search_needs_every_word():
 # --- the commands -------------------------------------------------------------------------------------
 
 def _doc(text: str) -> dict:
-    from gpuwarden.ops import jsondoc
+    from gpuwarden.ops.foundation import jsondoc
     d = json.loads(text)
     jsondoc.validate(d)
     return d
@@ -240,8 +240,8 @@ def test_bundle_triage_judges_versions_from_the_bundle(state_dir, tmp_path, monk
     import tarfile
 
     from gpuwarden.ops.bundle.collect import collect_bundle
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.node.sim.node import SimNode
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "dmesg").write_text(f"#!/bin/sh\ncat {TESTS / CASES['nvidia-gsp-heartbeat-timeout-open595']}\n")

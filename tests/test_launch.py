@@ -13,7 +13,7 @@ from conftest import REPO
 from engines.harness import registration_windows, records, supervised, write_config  # noqa: F401
 from simnode import wait_for
 
-from gpuwarden.ops import nodestate
+from gpuwarden.ops.node import nodestate
 
 
 def test_stagger_1_never_overlaps(tmp_path, supervised, cli):
@@ -75,13 +75,13 @@ def test_killing_the_launcher_leaves_engines_serving(tmp_path, supervised, cli):
     # The test holds the registration gate, so nothing can serve yet, and kills the launcher once every shim
     # reports: a launcher that started its shims one by one (waiting for each to serve) never got past the
     # first here, and a loaded machine turned that into "3 of 4 serving" when SSH dropped (issue 16).
-    from gpuwarden.ops import gate
+    from gpuwarden.ops.foundation import gate
     from gpuwarden.ops.engines.control import gate_dir
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     cfg = write_config(tmp_path / "node.toml", 4, register_s=0.1)
     held = gate.acquire(gate_dir(Settings(state_dir=supervised)), 1, who="test", timeout_s=5)
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(supervised), "--config", str(cfg),
+        [sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(supervised), "--config", str(cfg),
          "launch", "--stagger", "1"],
         cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)

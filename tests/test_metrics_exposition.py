@@ -18,10 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from simnode import start_tenant
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.metrics.collector import SnapshotCollector, registry_for, render
 from gpuwarden.ops.metrics.reading import MetricsOptions, PlanBudget, Reading
-from gpuwarden.ops.model import ArenaInfo, ArenaMapper, EngineInfo, GpuInfo, GpuProcess, Holder, NodeSnapshot, Residual
+from gpuwarden.ops.foundation.model import ArenaInfo, ArenaMapper, EngineInfo, GpuInfo, GpuProcess, Holder, NodeSnapshot, Residual
 
 GiB = 1 << 30
 NOW = 1_800_000_000.0
@@ -204,7 +204,7 @@ def test_metrics_command_on_the_sim_node_and_its_textfile(cli, state_dir, tmp_pa
 def listener():
     from prometheus_client import make_wsgi_app
 
-    from gpuwarden.ops.metrics.server import Listener
+    from gpuwarden.ops.services.metrics_server import Listener
     started = []
 
     def start(tls=None, listen="127.0.0.1:0"):
@@ -236,7 +236,7 @@ def test_listener_serves_plain_and_gzip(listener):
 
 
 def test_listener_tls_with_client_certificates_and_a_stalled_handshake(listener, tmp_path):
-    from gpuwarden.ops.metrics.server import TlsFiles
+    from gpuwarden.ops.services.metrics_server import TlsFiles
 
     def make(name: str, *extra: str) -> None:
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
@@ -264,7 +264,7 @@ def test_listener_tls_with_client_certificates_and_a_stalled_handshake(listener,
 
 
 def test_listener_errors_name_the_address(listener, tmp_path):
-    from gpuwarden.ops.metrics.server import Listener, TlsFiles, parse_listen
+    from gpuwarden.ops.services.metrics_server import Listener, TlsFiles, parse_listen
     lst = listener()
     with pytest.raises(GpuwardenError, match="cannot listen for metrics on 127.0.0.1:"):
         Listener(f"127.0.0.1:{_port(lst)}", lst.app).start()
@@ -276,7 +276,7 @@ def test_listener_errors_name_the_address(listener, tmp_path):
 
 
 def test_registration_figures_of_the_last_run():
-    from gpuwarden.ops import model
+    from gpuwarden.ops.foundation import model
     if not hasattr(model, "Registration"):
         pytest.skip("engine registration records arrive with the preload interposer (issue 14)")
     R = model.Registration
@@ -294,7 +294,7 @@ def test_registration_figures_of_the_last_run():
 
 def test_per_process_gpu_busy_follows_the_vram_pairs_and_their_cap():
     import dataclasses
-    from gpuwarden.ops.model import GpuLoad, ProcessLoad
+    from gpuwarden.ops.foundation.model import GpuLoad, ProcessLoad
     procs = [GpuProcess(pid=1000 + i, start_time=1.0, user="u", command="t", state="sleeping",
                         vram={0: (i + 1) << 20}) for i in range(300)]
     loads = {p.pid: ProcessLoad(pid=p.pid, gpus={0: GpuLoad(percent=float(i % 100))}, source="fdinfo")

@@ -15,7 +15,7 @@ from test_metrics_exposition import _reading, _snapshot
 from conftest import REPO
 from gpuwarden.ops.metrics.collector import render
 from gpuwarden.ops.metrics.reading import MetricsOptions
-from gpuwarden.ops.model import GpuProcess, PodGpus
+from gpuwarden.ops.foundation.model import GpuProcess, PodGpus
 
 RULES = REPO / "deploy" / "prometheus" / "gpuwarden-rules.yml"
 RULE_TESTS = REPO / "tests" / "prometheus" / "gpuwarden-rules.test.yml"

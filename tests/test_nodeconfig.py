@@ -1,4 +1,4 @@
-"""The node config (ops/nodeconfig): one-line errors naming file, line and key; `config check` lists each error
+"""The node config (ops/config/nodeconfig): one-line errors naming file, line and key; `config check` lists each error
 once; the README examples parse."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.ops.errors import ConfigError
-from gpuwarden.ops.nodeconfig import parse
-from gpuwarden.playbooks.commands.config import FOUR_ENGINES, RUNTIMES, canary_example
+from gpuwarden.ops.foundation.errors import ConfigError
+from gpuwarden.ops.config.nodeconfig import parse
+from gpuwarden.playbooks.cli.commands.config import FOUR_ENGINES, RUNTIMES, canary_example
 from helpers.configs import BROKEN, GOOD
 
 # The sim node the `config check` tests run on (conftest.py's sim_cli reads it): BROKEN names GPU 7 of four.

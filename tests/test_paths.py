@@ -1,4 +1,4 @@
-"""ops/paths.py: the default state dir's check and the PYTHONPATH a Python child of gpuwarden gets.
+"""ops/foundation/paths.py: the default state dir's check and the PYTHONPATH a Python child of gpuwarden gets.
 
 The children (the engine shim, the sim drill's helpers, the probe's canaries) must import this very gpuwarden
 and never expose its ops/, tui/, playbooks/ folders as top-level names (they would shadow PyPI's projects).
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpuwarden.ops.paths import child_pythonpath
+from gpuwarden.ops.foundation.paths import child_pythonpath
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ def test_from_a_checkout_the_child_needs_no_path_and_gets_none():
 def test_a_package_found_through_a_folder_puts_that_folder_first_not_the_package(tmp_path):
     # A link named gpuwarden (as tests/device/setup.sh makes on a lent machine) stands for an installed package.
     (tmp_path / "gpuwarden").symlink_to(REPO)
-    code = ("import json, gpuwarden.ops.paths as p; "
+    code = ("import json, gpuwarden.ops.foundation.paths as p; "
             "print(json.dumps([p.__file__, p.child_pythonpath({'PYTHONPATH': '/theirs'})['PYTHONPATH']]))")
     proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path)},
                           cwd="/", capture_output=True, text=True, timeout=60)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers.journal import read_journal
-from gpuwarden.ops import nodestate, procs
+from gpuwarden.ops.node import nodestate, procs
 from simnode import cli_argv, on_terminal, start_tenant
 from test_reaper_family import holds_sim_vram, proc_state, start_family, wait_for
 
@@ -109,7 +109,7 @@ def test_terminal_confirmation_decides(node, state_dir):
 
 def test_one_playbook_object_can_be_planned_twice(node, state_dir):
     # The TUI shows a dry run first and then runs the same object: the plan must not double up.
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     from gpuwarden.playbooks.framework import run
     from gpuwarden.playbooks.purge import PurgePlaybook
     sim, fam, tenant, arena = node

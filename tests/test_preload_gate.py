@@ -1,4 +1,4 @@
-"""The flock gate driven from C (the interposer inside an engine) and from Python (gpuwarden.ops.gate) at once.
+"""The flock gate driven from C (the interposer inside an engine) and from Python (gpuwarden.ops.foundation.gate) at once.
 
 A SIGKILL inside the register call frees the slot; a hung call is reported and lets the others go on;
 gate_release holds the slot past the call until ready or for N seconds.
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from engines.preload_harness import Engine, calls, engine_argv, events, phases, preload_env, standin_env
-from gpuwarden.ops import gate
+from gpuwarden.ops.foundation import gate
 from simnode import wait_for
 
 

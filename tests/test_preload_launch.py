@@ -94,8 +94,8 @@ def test_gate_release_ready_holds_until_the_engine_serves(standins, supervised, 
 
 def test_a_hung_registration_is_recorded_and_the_others_go_on(standins, supervised, cli, tmp_path):
     from gpuwarden.ops.engines import control
-    from gpuwarden.ops.nodeconfig import EngineConfig
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.config.nodeconfig import EngineConfig
+    from gpuwarden.ops.foundation.settings import Settings
     from simnode import wait_for
     (tmp_path / "standin").mkdir()
     settings = Settings(state_dir=supervised)

@@ -14,9 +14,9 @@ import pytest
 
 from engines.harness import records, supervised  # noqa: F401
 from engines.preload_harness import Engine, events, preload_env
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 from gpuwarden.ops.engines.ledger import HostLedgerLog
-from gpuwarden.ops.status_protocol import StatusEvent
+from gpuwarden.ops.foundation.status_protocol import StatusEvent
 from simnode import wait_for
 
 SIZE = 2 << 20  # above the default 1 MiB ledger threshold: one line per call
@@ -193,7 +193,7 @@ def test_launch_engines_list_status_and_metrics_show_the_ledger(standins, superv
     # /metrics, from the same document read back (as a bundle replay or `status` through the agent does)
     from gpuwarden.ops.metrics.families import _engine_families
     from gpuwarden.ops.metrics.reading import MetricsOptions
-    from gpuwarden.ops.model import snapshot_from_dict
+    from gpuwarden.ops.foundation.model import snapshot_from_dict
     snap = snapshot_from_dict(doc)
     fams = {f.name: f for f in _engine_families(snap, 0.0, MetricsOptions())}
     value = {name: [s.value for s in fams[name].samples] for name in fams}
@@ -204,7 +204,7 @@ def test_launch_engines_list_status_and_metrics_show_the_ledger(standins, superv
 
 
 def test_the_tui_arena_panel_shows_each_engines_ledger():
-    from gpuwarden.ops.model import snapshot_from_dict
+    from gpuwarden.ops.foundation.model import snapshot_from_dict
     from gpuwarden.tui.widgets.arena import ArenaPanel
     from rich.text import Text
     GiB = 1 << 30
@@ -302,7 +302,7 @@ def test_the_books_balance_under_threads_many_live_pointers_and_a_fork(table, st
 # --- the node: KFD used/limit from debugfs, else computed, saying which -----------------------------------------
 def test_the_computed_limit_is_the_drivers_arithmetic():
     from gpuwarden.ops.arena.budget import kfd_system_limit
-    from gpuwarden.ops.debugfs.kfd_limit import computed_limit
+    from gpuwarden.ops.node.debugfs.kfd_limit import computed_limit
     GiB = 1 << 30
     # The incident's node: 125 GiB visible -> about 121.5 GiB (issue 33).
     assert 121.5 * GiB < computed_limit(125 * GiB) < 121.6 * GiB
@@ -313,7 +313,7 @@ def test_the_computed_limit_is_the_drivers_arithmetic():
 
 def test_without_debugfs_the_node_limit_is_computed_and_says_so(cli, state_dir, tmp_path):
     from gpuwarden.ops.arena.kfd_node import node_kfd
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     proc = tmp_path / "proc"
     proc.mkdir()
     (proc / "meminfo").write_text("MemTotal:       131072000 kB\nMemFree:        1000 kB\n")
@@ -338,7 +338,7 @@ def test_without_debugfs_the_node_limit_is_computed_and_says_so(cli, state_dir, 
     assert listed["kfd"]["limit_bytes"] == driver["kfd_mem_limit_computed"]["system_limit"]
     from gpuwarden.ops.metrics.families import _driver_families
     from gpuwarden.ops.metrics.reading import MetricsOptions
-    from gpuwarden.ops.model import snapshot_from_dict
+    from gpuwarden.ops.foundation.model import snapshot_from_dict
     fams = {f.name: f for f in _driver_families(snapshot_from_dict(doc), MetricsOptions())}
     assert [s.value for s in fams["gpuwarden_kfd_system_mem_limit_computed_bytes"].samples] == \
         [driver["kfd_mem_limit_computed"]["system_limit"]]

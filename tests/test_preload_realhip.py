@@ -95,7 +95,7 @@ def test_the_interposer_records_the_real_error(mode, via, real_engines, real_hip
     assert failed["via"] == via
     assert failed["seconds"] < 0.05, failed  # measured 0.1-0.3 ms: the runtime gives up before any pinning
     # Gated: it took the slot, and gave it back (the next acquire does not wait).
-    from gpuwarden.ops import gate
+    from gpuwarden.ops.foundation import gate
     gate.acquire(tmp_path / "gate", 1, timeout_s=2).release()
 
 

@@ -13,9 +13,9 @@ from conftest import REPO
 from gpuwarden.ops.engines import preload
 from gpuwarden.ops.engines.registrations import RegistrationLog, describe, latest
 from gpuwarden.ops.engines.state import registrations_of
-from gpuwarden.ops.errors import ConfigError
-from gpuwarden.ops.nodeconfig import parse
-from gpuwarden.ops.status_protocol import parse_line
+from gpuwarden.ops.foundation.errors import ConfigError
+from gpuwarden.ops.config.nodeconfig import parse
+from gpuwarden.ops.foundation.status_protocol import parse_line
 
 ENGINE = '[[engines]]\nname = "e0"\nargv = ["serve"]\n'
 
@@ -81,7 +81,7 @@ def test_records_are_capped():
 
 
 def test_engine_env_puts_the_interposer_first():
-    from gpuwarden.ops.nodeconfig import EngineConfig
+    from gpuwarden.ops.config.nodeconfig import EngineConfig
     engine = EngineConfig(name="e", argv=("x",), progress="preload", gate_release="ready")
     env = preload.engine_env(engine, {"LD_PRELOAD": "/opt/libjemalloc.so"}, Path("/run/e/gate-ready"), 90)
     assert env["LD_PRELOAD"] == f"{preload.LIBRARY} /opt/libjemalloc.so"
@@ -107,7 +107,7 @@ def test_the_arena_panel_shows_who_registered_how_much_how_fast(settings):
 
     from test_tui_support import GIB, TAKEN_AT, fixed_snapshot, make_app, screen_text, wait_for
 
-    from gpuwarden.ops.model import Registration
+    from gpuwarden.ops.foundation.model import Registration
     base = fixed_snapshot()
     done = Registration(kind="register", call="hipHostRegister", bytes=64 * GIB, outcome="registered",
                         started_at=TAKEN_AT - 60, seconds=12.3, wait_s=3.1, result=0, pid=5000, via="dlsym")
@@ -131,7 +131,7 @@ def test_registrations_survive_the_snapshot_json_round_trip():
 
     from test_tui_support import fixed_snapshot
 
-    from gpuwarden.ops.model import Registration, snapshot_from_dict
+    from gpuwarden.ops.foundation.model import Registration, snapshot_from_dict
     reg = Registration(kind="register", call="cudaHostRegister", bytes=5, outcome="registered", started_at=1.0)
     snap = fixed_snapshot()
     snap = dataclasses.replace(snap, engines=(dataclasses.replace(snap.engines[0], registrations=(reg,)),))

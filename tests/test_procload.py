@@ -12,9 +12,9 @@ import threading
 
 import pytest
 
-from gpuwarden.ops.backends.fdinfo import parse
-from gpuwarden.ops.deadline import Lanes
-from gpuwarden.ops.model import GpuInfo, GpuProcess, snapshot_from_dict
+from gpuwarden.ops.node.backends.fdinfo import parse
+from gpuwarden.ops.foundation.deadline import Lanes
+from gpuwarden.ops.foundation.model import GpuInfo, GpuProcess, snapshot_from_dict
 from gpuwarden.ops.sampling.procload import ProcLoadReader
 from simnode import wait_for
 
@@ -173,7 +173,7 @@ def test_host_cpu_rss_and_cpu_time_of_a_real_busy_process(reader):
 # --- the simulated node: real processes, the real parser, the sampler -------------------------------------------
 SHARED_TENANT = textwrap.dedent("""
     import os, sys, time
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     node = SimNode(sys.argv[1])
     fd = os.open(str(node.render_node(0)), os.O_RDONLY)
     node.allocate(os.getpid(), 0, 1 << 30)
@@ -210,7 +210,7 @@ def test_two_real_processes_holding_one_client_count_it_once(sim_settings, fixtu
         assert snapshot_from_dict(doc).process_load[tenant.pid] == snap.process_load[tenant.pid]
         # Inside the process records, which snapshot/1 leaves open: readers of the schema before it still validate.
         import jsonschema
-        from gpuwarden.ops import jsondoc
+        from gpuwarden.ops.foundation import jsondoc
         jsondoc.validate(doc)
         jsonschema.validate(doc, json.loads((fixtures / "schemas/snapshot.v1.before-deadlines.json").read_text()))
     finally:
@@ -254,7 +254,7 @@ def test_the_sim_drivers_engine_time_is_as_of_the_read_not_of_the_gpu_listing(si
 
 # --- NVIDIA: nvmlDeviceGetProcessUtilization --------------------------------------------------------------------
 def test_nvml_process_samples_become_gpu_percent_and_no_samples_read_as_idle(settings, fixtures):
-    from gpuwarden.ops.backends.nvml import NvmlBackend
+    from gpuwarden.ops.node.backends.nvml import NvmlBackend
     from gpuwarden.ops.sampling.sampler import Sampler
     from standins import pynvml_standin as standin
     from standins.nvsmi_capture import parse_q
@@ -282,7 +282,7 @@ def test_nvml_process_samples_become_gpu_percent_and_no_samples_read_as_idle(set
 
 
 def test_nvml_without_process_utilisation_leaves_gpu_percent_unknown(settings, fixtures):
-    from gpuwarden.ops.backends.nvml import NvmlBackend
+    from gpuwarden.ops.node.backends.nvml import NvmlBackend
     from standins import pynvml_standin as standin
     from standins.nvsmi_capture import parse_q
     backend = NvmlBackend(settings, module=standin.build(parse_q(fixtures / "nvidia/nvidia_smi_q_text_h100_80gb_hbm3_590.48.01_load.txt")))
@@ -339,7 +339,7 @@ def test_status_shows_a_busy_sim_tenants_load(sim_cli, state_dir):
 def test_nvml_asks_for_process_utilisation_only_where_processes_run(settings, fixtures):
     # The idle H200's profile: nvmlDeviceGetProcessUtilization on a GPU with no process was 61% of the
     # console's CPU. A GPU whose process list is empty is not asked (nobody to give its time to).
-    from gpuwarden.ops.backends.nvml import NvmlBackend
+    from gpuwarden.ops.node.backends.nvml import NvmlBackend
     from standins import pynvml_standin as standin
     from standins.nvsmi_capture import parse_q
     gpus = parse_q(fixtures / "nvidia/nvidia_smi_q_text_8x_h100_sxm_565.txt")  # eight idle GPUs

@@ -118,10 +118,10 @@ def test_escalation_refuses_to_reset_a_gpu_a_live_tenant_uses(sim_cli, state_dir
 
 
 def test_holder_whose_pid_was_reused_is_left_alone(state_dir):
-    from gpuwarden.ops.reaper import target_ticks
+    from gpuwarden.ops.clean.reaper import target_ticks
     victim = subprocess.Popen(["sleep", "60"])
     try:
-        from gpuwarden.ops.procs import ProcReader
+        from gpuwarden.ops.node.procs import ProcReader
         info = ProcReader().read(victim.pid)
         assert target_ticks(victim.pid, info.start_time) == info.start_ticks
         # A holder recorded 3 s earlier under this PID is another process: purge must not target it.
@@ -219,7 +219,7 @@ def test_escalation_locks_the_whole_xgmi_hive(cli, state_dir):
     cli("--backend", "sim", "sim", "leak", "--gpu", "1", "--size", "2GiB", check=True)
     proc = cli("--backend", "sim", "purge", "1", "--yes", "--escalate-reset")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    from gpuwarden.ops import journal
+    from gpuwarden.ops.foundation import journal
     started = [e for e in journal.read(state_dir) if e["action"] == "purge" and e["result"] == "started"]
     assert started[-1]["gpu"] == 1 and started[-1]["gpus_locked"] == [0, 1, 2]
     assert sorted(p.name for p in (state_dir / "locks").iterdir()) == ["gpu-0.lock", "gpu-1.lock", "gpu-2.lock"]
@@ -246,7 +246,7 @@ def test_purge_never_signals_a_pid_reused_between_plan_and_action(sim_cli, state
     started under the very same PID before the purge step acts. The step must leave it alone."""
     import threading
 
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     from gpuwarden.playbooks.framework import RunContext, SkipStep
     from gpuwarden.playbooks.purge import PurgePlaybook
     if not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):

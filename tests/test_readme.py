@@ -39,9 +39,9 @@ def test_the_readme_config_fragments_load(tmp_path):
     goes through the loader that reads it in production, which refuses unknown keys and bad values."""
     import tomllib
 
-    from gpuwarden.ops import nodeconfig
+    from gpuwarden.ops.config import nodeconfig
     from gpuwarden.ops.fleet.inventory import load_fleet_config
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     loaded = []
     for i, text in enumerate(blocks("toml")[2:]):
         path = tmp_path / f"fragment{i}.toml"

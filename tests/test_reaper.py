@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from gpuwarden.ops import procs
-from gpuwarden.ops.reaper import Reaper, Target, untouchable
+from gpuwarden.ops.node import procs
+from gpuwarden.ops.clean.reaper import Reaper, Target, untouchable
 from helpers.journal import read_journal
 from simnode import ignores
 from test_reaper_family import proc_state, start_family, wait_for

@@ -26,7 +26,7 @@ NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
 def as_nobody(state_dir, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*NOBODY, sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state_dir),
+    return subprocess.run([*NOBODY, sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state_dir),
                            "--backend", "sim", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
 
 

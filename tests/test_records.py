@@ -1,5 +1,5 @@
-"""gpuwarden.ops.records keeps @dataclass(frozen=True)'s behaviour (checked against real dataclasses side by side), and
-gpuwarden.ops.lazyregex behaves as the compiled pattern it defers; both exist to keep `gpuwarden status` cheap to start."""
+"""gpuwarden.ops.foundation.records keeps @dataclass(frozen=True)'s behaviour (checked against real dataclasses side by side), and
+gpuwarden.ops.foundation.lazyregex behaves as the compiled pattern it defers; both exist to keep `gpuwarden status` cheap to start."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from gpuwarden.ops import model, records
-from gpuwarden.ops.lazyregex import LazyRegex
-from gpuwarden.ops.records import field, record
+from gpuwarden.ops.foundation import model, records
+from gpuwarden.ops.foundation.lazyregex import LazyRegex
+from gpuwarden.ops.foundation.records import field, record
 
 
 def _pair():

@@ -10,7 +10,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuwarden.ops import redact
+from gpuwarden.ops.foundation import redact
 
 
 def every_rule(text: str) -> tuple[str, Counter]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.register import get
 from gpuwarden.ops.register.base import physical_gpu, split
 from gpuwarden.ops.register.host import locked_bytes
@@ -39,7 +39,7 @@ def test_host_pins_then_unpins(arena):
 
 
 def test_sim_records_registration_with_a_device_address(arena, state_dir, monkeypatch):
-    from gpuwarden.ops.sim import registrations
+    from gpuwarden.ops.node.sim import registrations
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     rt = get("sim", state_dir=state_dir)
     rt.open(0)

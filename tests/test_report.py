@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 
 LOGS = [REPO / "tests/triage_corpus/c40_sdnext2252_ctime_three_python_segfaults_libamdhip64_same_offset.log",
         REPO / "tests/triage_corpus/c32_ogkm446_ctime_xid119_gsp_rpc_timeout_nvidia_smi.log"]
@@ -24,8 +24,8 @@ SECRET = "Hunter2-Report-Secret"
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
     from gpuwarden.ops.bundle.collect import collect_bundle
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.node.sim.node import SimNode
     base = tmp_path_factory.mktemp("report")
     log = base / "kern.log"
     log.write_text("".join(p.read_text() for p in LOGS) + f"kernel: loader started with password={SECRET}\n")

@@ -9,7 +9,7 @@ import pytest
 from simnode import start_tenant
 
 from helpers.journal import read_journal
-from gpuwarden.ops import nodestate
+from gpuwarden.ops.node import nodestate
 
 
 # The sim node these tests run on (conftest.py's sim_cli fixture reads it).
@@ -106,8 +106,8 @@ def test_unknown_gpu_lists_the_gpus(sim_cli):
 def test_verify_rides_out_a_gpu_that_vanishes_for_a_moment(sim_cli, state_dir, monkeypatch):
     # A real GPU drops off the bus for seconds during a reset; that cannot happen here, so the first
     # two backend opens fail the way a vanished device makes them fail, then the sim node answers.
-    from gpuwarden.ops.errors import BackendUnavailable
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.errors import BackendUnavailable
+    from gpuwarden.ops.foundation.settings import Settings
     from gpuwarden.playbooks import nodecheck
     sim_cli("sim", "init", "--gpus", "2", check=True)
     real, opened = nodecheck.Sampler, []
@@ -133,7 +133,7 @@ def test_undrained_between_plan_and_action_is_not_reset(sim_cli, state_dir):
     # Plan under a drained GPU, then someone undrains it before the step runs: the step looks again.
     import threading
 
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     from gpuwarden.playbooks.framework import RunContext, StepFailed
     from gpuwarden.playbooks.reset import ResetPlaybook
     sim_cli("sim", "init", "--gpus", "2", check=True)

@@ -10,10 +10,10 @@ import json
 import pytest
 
 from helpers.journal import read_journal
-from gpuwarden.ops import gpureset
-from gpuwarden.ops.errors import BackendUnavailable, GpuwardenError
-from gpuwarden.ops.gpureset import Ran
-from gpuwarden.ops.model import GpuInfo
+from gpuwarden.ops.clean import gpureset
+from gpuwarden.ops.foundation.errors import BackendUnavailable, GpuwardenError
+from gpuwarden.ops.clean.gpureset import Ran
+from gpuwarden.ops.foundation.model import GpuInfo
 
 AMD = GpuInfo(index=1, name="AMD Instinct MI300X", vendor="amd", bus_id="0000:c1:00.0", hive_id="0x1234")
 NV = GpuInfo(index=3, name="NVIDIA H200", vendor="nvidia", bus_id="00000000:19:00.0")

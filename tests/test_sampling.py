@@ -12,14 +12,14 @@ import time
 
 from simnode import wait_for
 
-from gpuwarden.ops.backends.sysfs import SysfsBackend
-from gpuwarden.ops.fdbudget import FdBudget
-from gpuwarden.ops.heldfiles import HeldFiles
-from gpuwarden.ops.model import NodeSnapshot, SnapshotWarning, snapshot_from_dict
-from gpuwarden.ops.filecache import FileCache
+from gpuwarden.ops.node.backends.sysfs import SysfsBackend
+from gpuwarden.ops.foundation.fdbudget import FdBudget
+from gpuwarden.ops.foundation.heldfiles import HeldFiles
+from gpuwarden.ops.foundation.model import NodeSnapshot, SnapshotWarning, snapshot_from_dict
+from gpuwarden.ops.foundation.filecache import FileCache
 from gpuwarden.ops.sampling.sampler import Sampler
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.node.sim.node import SimNode
 
 MiB = 1 << 20
 HOLD = "import sys, time; f = open(sys.argv[1]); print('up', flush=True); time.sleep(60)"
@@ -185,7 +185,7 @@ def test_waiting_on_a_descriptor_above_select_s_limit():
     """The agent holds thousands of files on a busy node: its waits must work on descriptor 2000 and up."""
     import os
     import resource
-    from gpuwarden.ops.waitfd import readable
+    from gpuwarden.ops.foundation.waitfd import readable
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 2100:
         import pytest

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.ops.model import GpuInfo, GpuProcess
+from gpuwarden.ops.foundation.model import GpuInfo, GpuProcess
 from gpuwarden.ops.sampling.attribution import (
     TOLERANCE_FRACTION, TOLERANCE_NO_BASELINE, TOLERANCE_WITH_BASELINE, Attribution,
 )
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.settings import Settings
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from gpuwarden.ops import jsondoc, procs
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.node import procs
 
 
 def test_residual_is_the_incident_and_clean_ends_it(cli):

@@ -10,11 +10,11 @@ import os
 
 import pytest
 
-from gpuwarden.ops import jsondoc
-from gpuwarden.ops.backends import sensors
-from gpuwarden.ops.backends.sim import SimBackend
-from gpuwarden.ops.backends.sysfs import SysfsBackend
-from gpuwarden.ops.model import snapshot_from_dict
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.node.backends import sensors
+from gpuwarden.ops.node.backends.sim import SimBackend
+from gpuwarden.ops.node.backends.sysfs import SysfsBackend
+from gpuwarden.ops.foundation.model import snapshot_from_dict
 from gpuwarden.ops.sampling import take_snapshot
 from standins.nvsmi_capture import parse_q
 from sysfs_tree import add_card, add_kfd_node, write
@@ -179,7 +179,7 @@ def test_old_snapshot_schema_accepts_the_new_document(settings):
 # --- NVIDIA: a stand-in pynvml replaying captured `nvidia-smi -q` reports --------------------------------------
 def _nvml(settings, gpus):
     """The NVML backend over a stand-in pynvml answering as the captured GPUs did."""
-    from gpuwarden.ops.backends.nvml import NvmlBackend
+    from gpuwarden.ops.node.backends.nvml import NvmlBackend
     from standins import pynvml_standin
     mod = pynvml_standin.build(gpus)
     return NvmlBackend(settings, module=mod), mod
@@ -203,7 +203,7 @@ def test_nvml_sensors_match_what_nvidia_smi_printed_under_load(settings, fixture
 
 
 def test_nvml_reasons_and_the_slow_group(settings, fixtures):
-    from gpuwarden.ops.backends import nvml_sensors
+    from gpuwarden.ops.node.backends import nvml_sensors
     gpus = parse_q(fixtures / "nvidia/nvidia_smi_q_text_8x_h100_sxm_565.txt")
     assert gpus[0].fields["Clocks Event Reasons.Idle"] == "Active"  # the capture's idle H100s
     gpus[0].fields["Clocks Event Reasons.SW Power Cap"] = "Active"  # as if capped at its power limit
@@ -223,7 +223,7 @@ def test_nvml_reasons_and_the_slow_group(settings, fixtures):
 # --- amdsmi 6.x and 7.x: the stand-in built from each version's real API, replaying captured amd-smi output -----
 @pytest.mark.parametrize("version", ["rocm-6.0.0", "rocm-6.1.0", "rocm-6.2.0", "amdsmi-7.0.2"])
 def test_amdsmi_sensors_from_a_capture_and_na_for_the_rest(version, settings, fixtures):
-    from gpuwarden.ops.backends.amdsmi_backend import AmdSmiBackend
+    from gpuwarden.ops.node.backends.amdsmi_backend import AmdSmiBackend
     from standins import amd_smi_capture, amdsmi_standin
     node = amd_smi_capture.monitor_node(fixtures / "amd-smi/amd_smi_monitor_process_rocm640.txt")
     mod = amdsmi_standin.build(version, node)
@@ -243,7 +243,7 @@ def test_amdsmi_sensors_from_a_capture_and_na_for_the_rest(version, settings, fi
 
 
 def test_amdsmi_units_and_throttle_bits():
-    from gpuwarden.ops.backends.amdsmi_sensors import gts, throttle_names
+    from gpuwarden.ops.node.backends.amdsmi_sensors import gts, throttle_names
     assert gts(16000) == 16.0 and gts(32) == 32.0 and gts(0) is None and gts(None) is None
     assert throttle_names(0) == () and throttle_names(None) is None
     assert throttle_names((1 << 0) | (1 << 36)) == ("ppt0", "temp-hotspot")
@@ -268,8 +268,8 @@ def test_metrics_carry_the_sensors_of_the_sim_node(settings):
 
 
 def test_gpu_detail_shows_every_sensor_and_na_for_the_missing(settings):
-    from gpuwarden.ops.model import GpuSensors
-    from gpuwarden.ops.records import replace
+    from gpuwarden.ops.foundation.model import GpuSensors
+    from gpuwarden.ops.foundation.records import replace
     from gpuwarden.tui.screens.gpu_detail import gpu_summary
     snap = sim_snapshot(settings)
     shown = gpu_summary(snap, 0).plain

@@ -12,11 +12,11 @@ from engines.harness import engine_argv, supervised  # noqa: F401
 from simnode import ignores, proc_state, wait_for
 
 from helpers.journal import read_journal
-from gpuwarden.ops import procs
+from gpuwarden.ops.node import procs
 from gpuwarden.ops.engines import control
 from gpuwarden.ops.engines import state as st
-from gpuwarden.ops.nodeconfig import EngineConfig
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.config.nodeconfig import EngineConfig
+from gpuwarden.ops.foundation.settings import Settings
 
 
 def _start(state_dir, *args, name="e0", gpu=2, **keys):
@@ -118,7 +118,7 @@ def test_reused_pid_is_never_signalled(supervised):
         real = procs.identity(bystander.pid)
         d = st.engine_dir(supervised, "ghost")
         d.mkdir(parents=True)
-        from gpuwarden.ops import statedir
+        from gpuwarden.ops.foundation import statedir
         # A record whose pids now name another process (other start time): what a reboot or pid wrap leaves.
         statedir.write_json(d / st.STATE, {"name": "ghost", "phase": "serving", "shim_pid": bystander.pid,
                                            "shim_start": real - 1, "pid": bystander.pid, "pid_start": real - 1},
@@ -165,7 +165,7 @@ def test_registration_timeout_frees_the_shims_gate_slot(supervised):
 def test_a_status_event_with_a_non_string_call_does_not_kill_the_shim(supervised):
     # The engine's status events are its own words: a "call" that is not a function name must still be recorded,
     # not raise in the shim (which would leave the engine unsupervised).
-    script = ("import time\nfrom gpuwarden.ops.status_protocol import StatusWriter\nw = StatusWriter()\n"
+    script = ("import time\nfrom gpuwarden.ops.foundation.status_protocol import StatusWriter\nw = StatusWriter()\n"
               "w.emit('registering', call=5, bytes=64)\nw.emit('register-failed', call=5, bytes=64, result=2)\n"
               "print('serving', flush=True)\ntime.sleep(60)\n")
     settings = Settings(state_dir=supervised)

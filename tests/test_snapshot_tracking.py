@@ -15,11 +15,11 @@ import pytest
 from simnode import proc_state, start_tenant, wait_for
 from test_purge import _spawn_with_pid
 
-from gpuwarden.ops import procs
-from gpuwarden.ops.backends.sysfs import SysfsBackend
-from gpuwarden.ops.pidwatch import PidWatch, usable
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.ops.node import procs
+from gpuwarden.ops.node.backends.sysfs import SysfsBackend
+from gpuwarden.ops.foundation.pidwatch import PidWatch, usable
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.node.sim.node import SimNode
 from gpuwarden.ops.sampling.sampler import Sampler
 
 MiB = 1 << 20

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from gpuwarden.ops import jsondoc
-from gpuwarden.ops.model import snapshot_from_dict
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.foundation.model import snapshot_from_dict
 
 SIM_NODE = {"gpus": 16, "vram": "24GiB", "partition": "CPX"}
 

@@ -95,7 +95,7 @@ def test_leak_fault_leaves_ownerless_residual(sim_state, cli):
 
 
 def test_baseline_is_subtracted(sim_state, cli, state_dir):
-    from gpuwarden.ops.nodestate import set_baseline
+    from gpuwarden.ops.node.nodestate import set_baseline
     cli("sim", "leak", "--gpu", "0", "--size", "300MiB")  # idle driver use, say
     set_baseline(state_dir, {0: 300 << 20}, backend="sim")
     rc, snap = status_json(cli)
@@ -161,7 +161,7 @@ def test_status_never_calls_the_automatic_sim_fallback_healthy(cli, sim_state):
 
 
 def test_pci_bus_names_gpus_and_their_drivers(tmp_path):
-    from gpuwarden.ops.backends.pci import describe
+    from gpuwarden.ops.node.backends.pci import describe
     base = tmp_path / "sys/bus/pci/devices"
     for addr, vendor, cls, driver in (("0000:65:00.0", "0x1002", "0x038000", None),
                                       ("0000:66:00.0", "0x1002", "0x038000", None),
@@ -189,7 +189,7 @@ def test_the_automatic_sim_fallback_says_why_no_real_backend_opened(sim_settings
     # "simulated" warning carries each backend's reason.
     from pathlib import Path
 
-    from gpuwarden.ops.backends.select import open_backend
+    from gpuwarden.ops.node.backends.select import open_backend
     from gpuwarden.ops.sampling.sampler import Sampler
     if Path("/sys/class/kfd").exists() or Path("/dev/nvidiactl").exists():
         pytest.skip("this machine has a GPU driver: the automatic choice is a real backend")

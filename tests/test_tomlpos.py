@@ -1,4 +1,4 @@
-"""gpuwarden.ops.tomlpos: the line of every key path of a TOML document, so config errors name the right line.
+"""gpuwarden.ops.foundation.tomlpos: the line of every key path of a TOML document, so config errors name the right line.
 
 Each document is also parsed by tomllib: every key path tomllib yields must be located, and on the line the
 case says (marked in the text with `# <- path`)."""
@@ -9,7 +9,7 @@ import tomllib
 
 import pytest
 
-from gpuwarden.ops.tomlpos import line_of, locate
+from gpuwarden.ops.foundation.tomlpos import line_of, locate
 
 DOCS = {
     "tables and dotted keys": '''

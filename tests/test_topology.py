@@ -8,9 +8,9 @@ import json
 import os
 from pathlib import Path
 
-from gpuwarden.ops import jsondoc
-from gpuwarden.ops.model import EngineInfo, GpuInfo, NodeSnapshot
-from gpuwarden.ops.topology import reset_reach, topology
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.foundation.model import EngineInfo, GpuInfo, NodeSnapshot
+from gpuwarden.ops.node.topology import reset_reach, topology
 from sysfs_tree import write
 
 
@@ -78,7 +78,7 @@ def test_cpx_partitions_are_one_physical_device_and_a_reset_takes_them_all():
 
 
 def test_sim_reports_its_partition_modes(settings):
-    from gpuwarden.ops.backends.sim import SimBackend
+    from gpuwarden.ops.node.backends.sim import SimBackend
     backend = SimBackend(settings, create=True)
     try:
         gpu = backend.gpus()[0]

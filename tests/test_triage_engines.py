@@ -71,7 +71,7 @@ def test_four_engines_dying_together_are_one_headline(tmp_path, supervised, cli)
     proc = cli("triage", str(out), "--json")
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
-    from gpuwarden.ops import jsondoc
+    from gpuwarden.ops.foundation import jsondoc
     jsondoc.validate(doc)
     # what the issue asks of the storm's first line, with this stand-in's library and offset
     headline = doc["headline"]

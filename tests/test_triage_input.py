@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO
 
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 from gpuwarden.ops.triage import explain
 
 CORPUS = REPO / "tests" / "triage_corpus"

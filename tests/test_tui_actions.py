@@ -17,8 +17,8 @@ from test_reaper_family import wait_for as wait_until
 from test_tui_app import live_app, sim_settings
 from test_tui_support import screen_text, wait_for
 
-from gpuwarden.ops import nodestate
-from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.ops.node import nodestate
+from gpuwarden.ops.node.sim.node import SimNode
 
 pytestmark = pytest.mark.timeout(180)
 

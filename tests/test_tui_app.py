@@ -15,8 +15,8 @@ import pytest
 from engines.harness import records, supervised, write_config  # noqa: F401
 from test_tui_support import fixed_snapshot, make_app, screen_text, wait_for
 
-from gpuwarden.ops import journal
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.foundation.settings import Settings
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -26,7 +26,7 @@ def run(coro):
 
 
 def sim_settings(state_dir: Path, config: Path | None = None) -> Settings:
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     SimNode(state_dir).init(gpus=4, vram=24 << 30)
     return Settings(state_dir=state_dir, backend="sim", config_path=config or state_dir / "node.toml")
 
@@ -215,7 +215,7 @@ def test_gpu_detail_names_the_holder(settings):
 
 
 def test_engine_log_follows_new_lines(settings, tmp_path):
-    from gpuwarden.ops.model import EngineInfo
+    from gpuwarden.ops.foundation.model import EngineInfo
     log = tmp_path / "engine.log"
     log.write_text("first line\n")
     base = fixed_snapshot()
@@ -276,7 +276,7 @@ def test_triage_view_cites_the_known_issues_a_bundle_matches(tmp_path, monkeypat
 
 
 def test_arena_panel_shows_the_drivers_books(tmp_path):
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     settings = sim_settings(tmp_path / "state")
     SimNode(settings.state_dir).set_fault("vram-fragmented", True)
 

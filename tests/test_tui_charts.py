@@ -14,7 +14,7 @@ import pytest
 from test_tui_app import live_app
 from test_tui_support import fixed_snapshot, make_app, palette_choose, screen_text, wait_for
 
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -30,7 +30,7 @@ def run(coro):
 
 
 def node(state_dir, **kw) -> Settings:
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     SimNode(state_dir).init(**{"gpus": 4, "vram": 24 << 30, **kw})
     return Settings(state_dir=state_dir, backend="sim", config_path=state_dir / "node.toml")
 
@@ -168,7 +168,7 @@ def test_colon_reaches_the_topology_view(settings):
 
 
 def test_fix_in_the_console_confirms_with_the_blast_radius(state_dir):
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     settings = node(state_dir, hive=True)
     SimNode(state_dir).leak(2, 2 << 30)
 
@@ -192,7 +192,7 @@ def test_fix_in_the_console_confirms_with_the_blast_radius(state_dir):
 
 
 def test_partitions_are_grouped_under_their_device_and_a_reset_says_it_takes_the_device(state_dir):
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     settings = node(state_dir, partition="DPX")
     SimNode(state_dir).leak(2, 3 << 30)
 
@@ -249,7 +249,7 @@ def test_the_charting_library_loads_with_the_chart_view_only():
 
 
 def test_a_sim_reset_of_a_partition_clears_the_whole_device(state_dir):
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.node.sim.node import SimNode
     node(state_dir, partition="DPX")
     sim = SimNode(state_dir)
     for g in (1, 2, 3):

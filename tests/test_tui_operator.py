@@ -17,7 +17,7 @@ from engines.harness import supervised  # noqa: F401  (fixture)
 from test_tui_support import TAKEN_AT, fixed_snapshot, make_app, screen_text, wait_for
 
 from helpers.journal import read_journal
-from gpuwarden.ops.model import EngineInfo, GpuProcess
+from gpuwarden.ops.foundation.model import EngineInfo, GpuProcess
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -218,8 +218,8 @@ def test_engine_detail_shows_the_exit_signal_and_the_triage_headline(settings, t
 # --- against real processes ----------------------------------------------------------------------
 
 def test_k_stops_a_real_process_after_the_dialog(tmp_path, state_dir):
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.node.sim.node import SimNode
     from simnode import cli_argv, proc_state
     from test_reaper_family import holds_sim_vram, start_family
     from gpuwarden.tui.app import GpuwardenApp
@@ -269,8 +269,8 @@ def test_k_stops_a_real_process_after_the_dialog(tmp_path, state_dir):
 def test_r_restarts_a_crashed_engine(supervised):  # noqa: F811
     from engines.harness import engine_argv, records
     from gpuwarden.ops.engines import control
-    from gpuwarden.ops.nodeconfig import EngineConfig
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.config.nodeconfig import EngineConfig
+    from gpuwarden.ops.foundation.settings import Settings
     from gpuwarden.playbooks.framework import run as run_playbook
     from gpuwarden.playbooks.restart import RestartEnginePlaybook
     from simnode import wait_for as wait

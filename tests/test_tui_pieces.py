@@ -6,7 +6,7 @@ import dataclasses
 
 from test_tui_support import GIB, TAKEN_AT, fixed_snapshot
 
-from gpuwarden.ops.model import EngineInfo, Residual
+from gpuwarden.ops.foundation.model import EngineInfo, Residual
 from gpuwarden.tui import node_events, text
 from gpuwarden.tui.history import VramHistory
 

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from helpers.journal import read_journal
-from gpuwarden.ops.model import GpuLoad, GpuProcess, ProcessLoad
-from gpuwarden.ops.procs import ProcReader
+from gpuwarden.ops.foundation.model import GpuLoad, GpuProcess, ProcessLoad
+from gpuwarden.ops.node.procs import ProcReader
 from simnode import wait_for as wait_until
 from test_tui_support import fixed_snapshot, make_app, open_processes, screen_text, wait_for
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from gpuwarden.ops.model import (ArenaInfo, ArenaMapper, EngineInfo, GpuInfo, GpuProcess, Holder, NodeSnapshot,
+from gpuwarden.ops.foundation.model import (ArenaInfo, ArenaMapper, EngineInfo, GpuInfo, GpuProcess, Holder, NodeSnapshot,
                        Residual)
 
 GIB = 1 << 30

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.units import fmt_bytes, fmt_used_of, parse_size
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.units import fmt_bytes, fmt_used_of, parse_size
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -52,7 +52,7 @@ def test_cli_sizes_go_through_the_one_parser(cli):
 
 
 def test_the_kernels_sizes_have_their_own_reader():
-    from gpuwarden.ops.units import parse_kernel_size
+    from gpuwarden.ops.foundation.units import parse_kernel_size
     assert parse_kernel_size("1048576k") == 1 << 30 and parse_kernel_size("2G") == 2 << 30
     assert parse_kernel_size("4096") == 4096
     with pytest.raises(GpuwardenError):

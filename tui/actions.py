@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.framework import Playbook
-from gpuwarden.ops import nodeconfig
+from gpuwarden.ops.config import nodeconfig
 from gpuwarden.ops.engines import control
 from gpuwarden.playbooks.baseline import BaselinePlaybook
 from gpuwarden.playbooks.bundle import BundlePlaybook

@@ -15,34 +15,34 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.model import NodeSnapshot
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.model import NodeSnapshot
+from gpuwarden.ops.foundation.settings import Settings
 
-from . import node_events
-from .actions import ACTIONS, Target, by_name
-from .history import VramHistory
-from .keyhints import with_keys
-from .messages import PlaybookFinished, PlaybookProgress, SamplingFailed, SnapshotArrived
-from .palette import GpuwardenCommands
-from .runner import PlaybookRun
+from gpuwarden.tui import node_events
+from gpuwarden.tui.actions import ACTIONS, Target, by_name
+from gpuwarden.tui.history import VramHistory
+from gpuwarden.tui.keyhints import with_keys
+from gpuwarden.tui.messages import PlaybookFinished, PlaybookProgress, SamplingFailed, SnapshotArrived
+from gpuwarden.tui.palette import GpuwardenCommands
+from gpuwarden.tui.runner import PlaybookRun
 from gpuwarden.ops.sampling.thread import MIN_REFRESH_S, SamplingThread, SnapshotSource
-from .text import duration
-from .widgets.arena import ArenaPanel
-from .widgets.engines import EnginesPanel
-from .widgets.events import EventsPanel
-from .widgets.gpus import GpusPanel
-from .widgets.header import NodeHeader
-from .widgets.keystrip import KeyStrip
-from .widgets.processes import ProcessesPanel
-from .widgets.rowtable import RowTable
-from .layout import LayoutMixin
-from .prefs import Prefs
-from .process_actions import FilterInput, ProcessActionsMixin
-from .screens.engine_log import EngineLogScreen
-from .screens.help import HelpScreen
-from .screens.progress import ProgressScreen
-from .screens.triage import TriageScreen
+from gpuwarden.tui.text import duration
+from gpuwarden.tui.widgets.arena import ArenaPanel
+from gpuwarden.tui.widgets.engines import EnginesPanel
+from gpuwarden.tui.widgets.events import EventsPanel
+from gpuwarden.tui.widgets.gpus import GpusPanel
+from gpuwarden.tui.widgets.header import NodeHeader
+from gpuwarden.tui.widgets.keystrip import KeyStrip
+from gpuwarden.tui.widgets.processes import ProcessesPanel
+from gpuwarden.tui.widgets.rowtable import RowTable
+from gpuwarden.tui.layout import LayoutMixin
+from gpuwarden.tui.prefs import Prefs
+from gpuwarden.tui.process_actions import FilterInput, ProcessActionsMixin
+from gpuwarden.tui.screens.engine_log import EngineLogScreen
+from gpuwarden.tui.screens.help import HelpScreen
+from gpuwarden.tui.screens.progress import ProgressScreen
+from gpuwarden.tui.screens.triage import TriageScreen
 
 STALE_FACTOR = 2.0  # no snapshot for this many intervals: the panels are marked stale
 CHART_SAMPLE_S = 1.0  # the charts keep one sample a second: an hour at any refresh rate
@@ -298,7 +298,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if gpu is None or self.snapshot is None:
             self.notify("no GPU to show yet")
             return
-        from .screens.gpu_detail import GpuDetailScreen  # deferred: it brings the charting library
+        from gpuwarden.tui.screens.gpu_detail import GpuDetailScreen  # deferred: it brings the charting library
         self.push_screen(GpuDetailScreen(gpu, self.snapshot))
 
     def action_process_detail(self) -> None:
@@ -308,7 +308,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if process is None or self.snapshot is None:
             self.notify("select a process first (p shows the Processes panel)", severity="warning")
             return
-        from .screens.process_detail import ProcessDetailScreen
+        from gpuwarden.tui.screens.process_detail import ProcessDetailScreen
         self.push_screen(ProcessDetailScreen(process, self.snapshot, read_only=self.read_only))
 
     def _process_gpu(self, panel: ProcessesPanel) -> int | None:
@@ -421,7 +421,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if self.snapshot is None or self.snapshot.gpu(index) is None:
             self.notify(f"no GPU {index} in the latest snapshot", severity="warning")
             return
-        from .screens.gpu_detail import GpuDetailScreen  # deferred: it brings the charting library
+        from gpuwarden.tui.screens.gpu_detail import GpuDetailScreen  # deferred: it brings the charting library
         self.push_screen(GpuDetailScreen(index, self.snapshot))
 
     def action_charts(self) -> None:
@@ -430,14 +430,14 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if gpu is None or self.snapshot is None:
             self.notify("no GPU to chart yet")
             return
-        from .screens.gpu_detail import GpuDetailScreen  # deferred: it brings the charting library
+        from gpuwarden.tui.screens.gpu_detail import GpuDetailScreen  # deferred: it brings the charting library
         self.push_screen(GpuDetailScreen(gpu, self.snapshot, charts=True))
 
     def action_topology(self) -> None:
         if self.snapshot is None:
             self.notify("no snapshot yet: the topology needs the GPUs' list")
             return
-        from .screens.topology import TopologyScreen
+        from gpuwarden.tui.screens.topology import TopologyScreen
         self.push_screen(TopologyScreen(self.snapshot))
 
     def action_show_engine(self, name: str) -> None:

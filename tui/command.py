@@ -12,8 +12,8 @@ from typing import Optional
 
 import typer
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.settings import Settings
 
 MIN_REFRESH_S = 0.25
 
@@ -37,7 +37,7 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
     Without --refresh the remembered one applies (tui/prefs.py), else 1 s.
     """
     # deferred: every command loads this module with the CLI; only the console reads its remembered settings
-    from . import prefs as console_prefs
+    from gpuwarden.tui import prefs as console_prefs
     remembered, note = console_prefs.load()
     if refresh_s is None:
         refresh_s = max(remembered.refresh or 1.0, MIN_REFRESH_S)
@@ -54,7 +54,7 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
         # a missing GPU library fails here, in one line.
         source, close = viewer_source(settings)
     # deferred: every command loads this module with the CLI; Textual and the console load when it opens
-    from .app import GpuwardenApp
+    from gpuwarden.tui.app import GpuwardenApp
     app = GpuwardenApp(settings, source=source, refresh_s=refresh_s, read_only=read_only, bundle=bundle,
                        on_exit=close, watch_terminal=not in_browser(), prefs=remembered,
                        prefs_path=console_prefs.path())

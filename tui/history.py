@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Hashable, Iterable
 
-from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.foundation.model import NodeSnapshot
 
 BUCKET_S = 15.0
 BUCKETS = 20  # 20 x 15 s: the last five minutes

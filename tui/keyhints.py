@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .actions import ACTIONS
+from gpuwarden.tui.actions import ACTIONS
 
 _GPU_VERBS = {a.name: a.key for a in ACTIONS if a.needs == "gpu"}
 # A backticked `gpuwarden VERB N` (global options allowed before the verb), optionally after "run".

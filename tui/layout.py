@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .prefs import LAYOUTS, Prefs, save
+from gpuwarden.tui.prefs import LAYOUTS, Prefs, save
 
 REFRESH_CHOICES = (0.5, 1.0, 2.0, 5.0)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.foundation.model import NodeSnapshot
 
 
 class SnapshotArrived(Message):

@@ -9,10 +9,10 @@ from __future__ import annotations
 from textual.binding import Binding
 from textual.widgets import Input
 
-from .widgets.processes import ProcessesPanel
-from .runner import PlaybookRun
-from .screens.progress import ProgressScreen
-from .screens.stop_process import StopProcessScreen
+from gpuwarden.tui.widgets.processes import ProcessesPanel
+from gpuwarden.tui.runner import PlaybookRun
+from gpuwarden.tui.screens.progress import ProgressScreen
+from gpuwarden.tui.screens.stop_process import StopProcessScreen
 from gpuwarden.playbooks.stopproc import StopProcessPlaybook
 
 GRACE_S = 5.0
@@ -103,8 +103,8 @@ class ProcessActionsMixin:
         if not self.may_act():  # type: ignore[attr-defined]
             return
         from gpuwarden.playbooks.signalproc import SignalProcessPlaybook
-        from .runner import PlaybookRun
-        from .screens.progress import ProgressScreen
+        from gpuwarden.tui.runner import PlaybookRun
+        from gpuwarden.tui.screens.progress import ProgressScreen
         pb = SignalProcessPlaybook(process, name, ends=ends)
         # Destructive (it ends or freezes the process): the runner's dialog, Cancel focused, shows the step first.
         run = PlaybookRun(self, pb, self.settings, f"SIG{name} to pid {process.pid}")  # type: ignore[attr-defined]

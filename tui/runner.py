@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 from gpuwarden.playbooks.framework import Event, Playbook, Result, run
 
-from .messages import PlaybookFinished, PlaybookProgress
-from .screens.confirm import ConfirmScreen
+from gpuwarden.tui.messages import PlaybookFinished, PlaybookProgress
+from gpuwarden.tui.screens.confirm import ConfirmScreen
 
 if TYPE_CHECKING:
     from textual.app import App
 
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
 
 
 class PlaybookRun:

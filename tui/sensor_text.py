@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gpuwarden.ops.model import GpuSensors
+from gpuwarden.ops.foundation.model import GpuSensors
 
-from .styles import STYLES as S
+from gpuwarden.tui.styles import STYLES as S
 
 NA = "n/a"
 

@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 
 COOKIE = "gpuwarden_token"
 TOKEN_ENV = "GPUWARDEN_SERVE_TOKEN"

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-# Panels call text.sparkline; the fleet table shares it from gpuwarden.ops.units.
-from gpuwarden.ops.units import fmt_bytes, fmt_used_of, sparkline  # noqa: F401
-from .styles import STYLES as S
+# Panels call text.sparkline; the fleet table shares it from gpuwarden.ops.foundation.units.
+from gpuwarden.ops.foundation.units import fmt_bytes, fmt_used_of, sparkline  # noqa: F401
+from gpuwarden.tui.styles import STYLES as S
 
 
 def bar(used: int | None, total: int | None, width: int, *, residual: int | None = None) -> Text:

@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from ..paths import AGENT_SOCKET
+from gpuwarden.ops.foundation.paths import AGENT_SOCKET
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` asks the agent through here
 if TYPE_CHECKING:

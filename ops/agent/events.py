@@ -12,10 +12,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ..jsondoc import iso
-from ..sampling.changes import NodeEvent
-from . import jsonlines
-from .writewatch import WriteWatch, ignore
+from gpuwarden.ops.foundation.jsondoc import iso
+from gpuwarden.ops.sampling.changes import NodeEvent
+from gpuwarden.ops.agent import jsonlines
+from gpuwarden.ops.agent.writewatch import WriteWatch, ignore
 
 FILE = "events.jsonl"
 OLD = "events.1.jsonl"

@@ -15,11 +15,11 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from ..jsondoc import document, iso
-from ..model import GpuInfo, NodeSnapshot
-from ..statedir import atomic_write
-from . import jsonlines
-from .writewatch import WriteWatch, ignore
+from gpuwarden.ops.foundation.jsondoc import document, iso
+from gpuwarden.ops.foundation.model import GpuInfo, NodeSnapshot
+from gpuwarden.ops.foundation.statedir import atomic_write
+from gpuwarden.ops.agent import jsonlines
+from gpuwarden.ops.agent.writewatch import WriteWatch, ignore
 
 FINE_SPAN_S = 3600.0  # the refresh-resolution series covers the last hour
 MINUTE_S = 60.0

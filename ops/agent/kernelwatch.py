@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from ..sampling.changes import NodeEvent
-from ..waitfd import readable
-from .writewatch import WriteWatch, ignore
-from ..triage.findings import Finding
-from ..triage.live import LiveTriage
+from gpuwarden.ops.sampling.changes import NodeEvent
+from gpuwarden.ops.foundation.waitfd import readable
+from gpuwarden.ops.agent.writewatch import WriteWatch, ignore
+from gpuwarden.ops.triage.findings import Finding
+from gpuwarden.ops.triage.live import LiveTriage
 
 KMSG = "/dev/kmsg"
 # A /dev/kmsg record: "PRI,SEQ,USEC,FLAGS[,more];message" (Documentation/ABI/testing/dev-kmsg).
@@ -248,8 +248,8 @@ class _KmsgRecords:
             if useful(line):
                 out.append(line)
         if out and self.state_file is not None and self.last_seq is not None:
-            from ..errors import GpuwardenError
-            from ..statedir import atomic_write
+            from gpuwarden.ops.foundation.errors import GpuwardenError
+            from gpuwarden.ops.foundation.statedir import atomic_write
             try:
                 atomic_write(self.state_file, str(self.last_seq), 0o600, root=self.state_file.parent)
             except (OSError, GpuwardenError) as exc:  # statedir's open errors are GpuwardenErrors

@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import overload
 from urllib.parse import parse_qsl
 
-from ..errors import GpuwardenError
-from ..units import parse_duration
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.units import parse_duration
 
 MAX_QUERY = 2048
 

@@ -20,15 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops import knowledge
-from gpuwarden.ops import nodeconfig
-from gpuwarden.ops.debugfs import parse
-from gpuwarden.ops.debugfs.reader import DebugfsReader
-from gpuwarden.ops.sim.node import active_sim_root
-from .format import load_header
+from gpuwarden.ops.config import nodeconfig
+from gpuwarden.ops.node.debugfs import parse
+from gpuwarden.ops.node.debugfs.reader import DebugfsReader
+from gpuwarden.ops.node.sim.node import active_sim_root
+from gpuwarden.ops.arena.format import load_header
 
 RESERVE = 3 << 29  # AMDGPU_RESERVE_MEM_LIMIT
 

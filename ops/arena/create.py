@@ -19,12 +19,12 @@ from typing import Callable
 
 import xxhash
 
-from gpuwarden.ops import inputs, interrupts
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation import inputs, interrupts
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.units import fmt_bytes
 
-from . import format as fmt
-from .parallel import ChunkPool, Progress, Stopwatch, fmt_rate
+from gpuwarden.ops.arena import format as fmt
+from gpuwarden.ops.arena.parallel import ChunkPool, Progress, Stopwatch, fmt_rate
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,10 @@ from pathlib import Path
 
 import xxhash
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.inputs import kind_of
-from gpuwarden.ops.records import record
-from gpuwarden.ops.safetext import printable
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.inputs import kind_of
+from gpuwarden.ops.foundation.records import record
+from gpuwarden.ops.foundation.safetext import printable
 
 MAGIC = b"GWARENA\0"
 VERSION = 1

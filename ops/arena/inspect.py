@@ -9,8 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from . import format as fmt
-from .mappers import find_mappers
+from gpuwarden.ops.arena import format as fmt
+from gpuwarden.ops.arena.mappers import find_mappers
 
 
 def inspect(path: str | Path, proc_root: Path = Path("/proc"), state_dir: Path | None = None) -> dict[str, Any]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwarden.ops.debugfs.kfd_limit import HOW, computed_limit, read_mem_total
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.node.debugfs.kfd_limit import HOW, computed_limit, read_mem_total
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.units import fmt_bytes
 
-from .budget import live_limit
+from gpuwarden.ops.arena.budget import live_limit
 
 
 def node_kfd(settings: Settings) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import mmap
 import os
 from pathlib import Path
 
-from . import format as fmt
+from gpuwarden.ops.arena import format as fmt
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]

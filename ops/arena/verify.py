@@ -19,10 +19,10 @@ from typing import Callable
 
 import xxhash
 
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.units import fmt_bytes
 
-from . import format as fmt
-from .parallel import ChunkPool, Progress, Stopwatch, fmt_rate
+from gpuwarden.ops.arena import format as fmt
+from gpuwarden.ops.arena.parallel import ChunkPool, Progress, Stopwatch, fmt_rate
 
 METHODS = ("pread", "mmap")
 READ_BLOCK = 1 << 20

@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.model import ArenaInfo, ArenaMapper, EngineInfo
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.model import ArenaInfo, ArenaMapper, EngineInfo
+from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.engines.state import list_engines
 
-from . import format as fmt
-from .mappers import find_mappers, shared_files
+from gpuwarden.ops.arena import format as fmt
+from gpuwarden.ops.arena.mappers import find_mappers, shared_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ QUICK_S = 2.0
 
 def _config_arena(settings: Settings) -> str | None:
     # deferred: only with a config file: status otherwise goes without nodeconfig (dataclasses, typing, tomllib)
-    from gpuwarden.ops import nodeconfig
+    from gpuwarden.ops.config import nodeconfig
     if not settings.config_path.exists():
         return None
     try:

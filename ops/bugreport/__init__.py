@@ -5,6 +5,6 @@ happened (triage), the reproduction (`arena probe`), what was ruled out (doctor 
 known issues and the attachments; render.py writes the Markdown. Every string passes through redaction.
 """
 
-from .build import build
+from gpuwarden.ops.bugreport.build import build
 
 __all__ = ["build"]

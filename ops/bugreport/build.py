@@ -7,15 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import jsondoc
-from ..errors import GpuwardenError
-from ..triage.render import clean as _clean
-from .. import knowledge
-from ..bundle.replay import open_bundle, read_member, top_dir
-from ..bundle.triage_file import triage_bundle
-from ..doctor.diagnose import diagnose_bundle
-from ..settings import Settings
-from .environment import collect
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.triage.render import clean as _clean
+from gpuwarden.ops import knowledge
+from gpuwarden.ops.bundle.replay import open_bundle, read_member, top_dir
+from gpuwarden.ops.bundle.triage_file import triage_bundle
+from gpuwarden.ops.doctor.diagnose import diagnose_bundle
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.bugreport.environment import collect
 
 MAX_ATTACHMENTS = 60
 SCHEMA = "report"

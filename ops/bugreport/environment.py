@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .. import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 
 Reader = Callable[[str], "bytes | None"]
 _LIB = re.compile(r"lib(amdhip64|hsa-runtime64|rccl|cudart|cuda|nccl|nvidia-ml)\.so\.([\d.]+)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..units import fmt_bytes
+from gpuwarden.ops.foundation.units import fmt_bytes
 
 
 def _v(value: Any) -> str:

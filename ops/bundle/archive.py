@@ -15,9 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import GpuwardenError
-from .entries import Entry
-from ..redact import redact_bytes
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.bundle.entries import Entry
+from gpuwarden.ops.foundation.redact import redact_bytes
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 

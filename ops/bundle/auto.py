@@ -12,10 +12,10 @@ import os
 import socket
 import time
 
-from .. import journal, statedir
-from ..errors import GpuwardenError
-from ..settings import Settings
-from .collect import collect_bundle
+from gpuwarden.ops.foundation import journal, statedir
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.bundle.collect import collect_bundle
 
 MIN_INTERVAL_S = 300.0
 AUTO_TIMEOUT_S = 5.0

@@ -16,20 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__, jsondoc, statedir
-from ..errors import GpuwardenError
-from ..settings import Settings
-from ..units import parse_duration  # noqa: F401 (bundle callers find it here too)
-from ..triage.bundle import engine_names, triage_members
-from ..triage.findings import Finding, Report
-from ..triage.render import as_json, markdown
-from . import archive
-from .collectors import COLLECTORS, Collector, Context
-from .entries import MISSING, OK, SKIPPED, TIMED_OUT, Entry
-from ..redact import describe as redaction_patterns
-from ..redact import redact_text
-from ..sim.node import SimNode, active_sim_root
-from .runner import Worker
+from gpuwarden.ops import __version__
+from gpuwarden.ops.foundation import jsondoc, statedir
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.units import parse_duration  # noqa: F401 (bundle callers find it here too)
+from gpuwarden.ops.triage.bundle import engine_names, triage_members
+from gpuwarden.ops.triage.findings import Finding, Report
+from gpuwarden.ops.triage.render import as_json, markdown
+from gpuwarden.ops.bundle import archive
+from gpuwarden.ops.bundle.collectors import COLLECTORS, Collector, Context
+from gpuwarden.ops.bundle.entries import MISSING, OK, SKIPPED, TIMED_OUT, Entry
+from gpuwarden.ops.foundation.redact import describe as redaction_patterns
+from gpuwarden.ops.foundation.redact import redact_text
+from gpuwarden.ops.node.sim.node import SimNode, active_sim_root
+from gpuwarden.ops.bundle.runner import Worker
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_BYTES = 16 << 20

@@ -17,19 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__, redact, statedir
-from ..agent import client
-from ..sampling import take_snapshot
-from . import doctor_inputs
-from ..errors import GpuwardenError
-from ..settings import Settings
-from ..arena.watch import list_arenas
-from ..engines import state as engine_state
-from ..model import _plain
-from . import kernellog, trees
-from .entries import FAILED, Entry, from_command
-from .runner import run_command
-from .cores import backtrace_entries
+from gpuwarden.ops import __version__
+from gpuwarden.ops.foundation import redact, statedir
+from gpuwarden.ops.agent import client
+from gpuwarden.ops.sampling import take_snapshot
+from gpuwarden.ops.bundle import doctor_inputs
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.arena.watch import list_arenas
+from gpuwarden.ops.engines import state as engine_state
+from gpuwarden.ops.foundation.model import _plain
+from gpuwarden.ops.bundle import kernellog, trees
+from gpuwarden.ops.bundle.entries import FAILED, Entry, from_command
+from gpuwarden.ops.bundle.runner import run_command
+from gpuwarden.ops.bundle.cores import backtrace_entries
 
 VENDOR_COMMANDS: tuple[tuple[str, list[str], str], ...] = (
     ("amd-smi-static", ["amd-smi", "static", "--json"], "vendor/amd-smi-static.json"),

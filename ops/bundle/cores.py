@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .entries import FAILED, MISSING, Entry
-from .runner import run_command
+from gpuwarden.ops.bundle.entries import FAILED, MISSING, Entry
+from gpuwarden.ops.bundle.runner import run_command
 
 MAX_FRAMES = "64"
 

@@ -10,8 +10,8 @@ import fnmatch
 import os
 from pathlib import Path
 
-from .entries import Entry
-from .trees import TreeCopier, read_file
+from gpuwarden.ops.bundle.entries import Entry
+from gpuwarden.ops.bundle.trees import TreeCopier, read_file
 
 # (root, pattern): root is "sys" (host /sys), "gpu" (the GPU tree: the sim node's on a sim node), "proc", "etc",
 # "boot" or "opt"; "*" matches one path segment. Both sysfs roots land in the bundle's tree/sys.

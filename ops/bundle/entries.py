@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .runner import CommandResult
+from gpuwarden.ops.bundle.runner import CommandResult
 
 # status values
 OK, FAILED, TIMED_OUT, DENIED, MISSING, SKIPPED = "ok", "failed", "timed-out", "permission-denied", "missing", "skipped"

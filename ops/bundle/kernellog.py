@@ -10,10 +10,10 @@ import os
 import time
 from pathlib import Path
 
-from ..settings import Settings
-from ..triage.logline import parse
-from .entries import DENIED, FAILED, MISSING, OK, TIMED_OUT, Entry
-from .runner import CommandResult, run_command
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.triage.logline import parse
+from gpuwarden.ops.bundle.entries import DENIED, FAILED, MISSING, OK, TIMED_OUT, Entry
+from gpuwarden.ops.bundle.runner import CommandResult, run_command
 
 PATH = "kernel/kernel.log"
 KMSG_MAX_RECORDS = 200_000

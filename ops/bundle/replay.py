@@ -20,15 +20,15 @@ import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .. import inputs, jsondoc
-from ..errors import GpuwardenError, NotFound
-from ..model import NodeSnapshot, as_warning
-from ..settings import Settings
-from ..units import fmt_bytes
-from ..backends.sysfs import SysfsBackend
-from ..safetext import printable
-from ..sampling import take_snapshot
-from . import snapshot_reader
+from gpuwarden.ops.foundation import inputs, jsondoc
+from gpuwarden.ops.foundation.errors import GpuwardenError, NotFound
+from gpuwarden.ops.foundation.model import NodeSnapshot, as_warning
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.units import fmt_bytes
+from gpuwarden.ops.node.backends.sysfs import SysfsBackend
+from gpuwarden.ops.foundation.safetext import printable
+from gpuwarden.ops.sampling import take_snapshot
+from gpuwarden.ops.bundle import snapshot_reader
 
 MANIFEST = "manifest.json"
 MAX_MEMBERS = 200_000

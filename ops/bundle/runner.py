@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .groupguard import GroupGuard
+from gpuwarden.ops.bundle.groupguard import GroupGuard
 
 # After the kill, how long to wait for the pipes to drain before giving up on them.
 DRAIN_AFTER_KILL_S = 0.5

@@ -12,8 +12,8 @@ import types
 import typing
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..model import NodeSnapshot
-from ..safetext import printable
+from gpuwarden.ops.foundation.model import NodeSnapshot
+from gpuwarden.ops.foundation.safetext import printable
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -13,8 +13,8 @@ import os
 import re
 from pathlib import Path
 
-from ..procs import ProcReader
-from .entries import DENIED, FAILED, Entry
+from gpuwarden.ops.node.procs import ProcReader
+from gpuwarden.ops.bundle.entries import DENIED, FAILED, Entry
 
 READ_LIMIT = 256 << 10  # one sysfs/proc file
 MAPS_LIMIT = 8 << 20

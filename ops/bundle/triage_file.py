@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..knowledge import cite
-from ..triage.bundle import engine_names, json_or_none, subject_of, triage_members
-from ..triage.findings import Report
-from .collect import collector_findings
-from .replay import open_bundle, read_member, top_dir
+from gpuwarden.ops.knowledge import cite
+from gpuwarden.ops.triage.bundle import engine_names, json_or_none, subject_of, triage_members
+from gpuwarden.ops.triage.findings import Report
+from gpuwarden.ops.bundle.collect import collector_findings
+from gpuwarden.ops.bundle.replay import open_bundle, read_member, top_dir
 
 
 def triage_bundle(path: Path, engine: str | None = None) -> Report:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import GpuwardenError
-from ..units import parse_duration, parse_size
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.units import parse_duration, parse_size
 
 BUNDLE_TRIGGERS = ("residual", "crash", "kernel-fault")
 KEYS = {

@@ -10,8 +10,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import GpuwardenError
-from ..units import parse_duration
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.units import parse_duration
 
 # Where AMD's metrics exporter serves device health and the kubelet its pod-resources API, by default.
 HEALTH_SOCKET = "/var/lib/amd-metrics-exporter/amdgpu_device_metrics_exporter_grpc.socket"
@@ -33,7 +33,7 @@ class KubernetesConfig:
     health: bool = False  # serve AMD's per-GPU health service (opt-in)
     health_socket: str = HEALTH_SOCKET
     kubeconfig: str | None = None
-    # Remediation (off by default): cordon, evict, fix (purge -> reset -> verify), uncordon (ops/k8s/remediation.py).
+    # Remediation (off by default): cordon, evict, fix (purge -> reset -> verify), uncordon (ops/services/k8s_remediation.py).
     remediate: bool = False
     remediate_after: float = 600.0  # seconds a GPU's trouble must last before the loop starts
     remediation_slots: int = 1  # nodes of the cluster remediating at once (Leases in lease_namespace)

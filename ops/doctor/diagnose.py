@@ -9,12 +9,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import jsondoc
-from .checks import REGISTRY
-from .probe import Probe, Roots
-from .runner import Progress, Report, run_checks, select
-from ..settings import Settings
-from ..bundle.replay import extract, open_bundle
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.doctor.checks import REGISTRY
+from gpuwarden.ops.doctor.probe import Probe, Roots
+from gpuwarden.ops.doctor.runner import Progress, Report, run_checks, select
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.bundle.replay import extract, open_bundle
 
 
 def diagnose(settings: Settings, *, only: list[str] | None = None, timeout_s: float | None = None,

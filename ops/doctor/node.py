@@ -9,11 +9,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends import sysfs
-from ..errors import GpuwardenError
-from .. import nodeconfig
-from ..arena.budget import mem_total as read_mem_total
-from .probe import CheckIO
+from gpuwarden.ops.node.backends import sysfs
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.config import nodeconfig
+from gpuwarden.ops.arena.budget import mem_total as read_mem_total
+from gpuwarden.ops.doctor.probe import CheckIO
 
 NVIDIA_VENDOR = 0x10DE
 

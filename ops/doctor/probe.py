@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from ..settings import Settings
-from ..sim.node import active_sim_root
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.node.sim.node import active_sim_root
 
 # root name -> the path it stands for on a node
 LOGICAL = {"sys": "/sys", "gpu": "/sys", "proc": "/proc", "etc": "/etc", "boot": "/boot", "opt": "/opt"}

@@ -11,10 +11,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import GpuwardenError
-from .. import knowledge
-from .model import FAIL, SEVERITY, UNKNOWN, VERDICTS, WARN, Check, Finding, Result
-from .probe import CheckIO, Probe
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops import knowledge
+from gpuwarden.ops.doctor.model import FAIL, SEVERITY, UNKNOWN, VERDICTS, WARN, Check, Finding, Result
+from gpuwarden.ops.doctor.probe import CheckIO, Probe
 
 DEFAULT_TIMEOUT_S = 1.5
 

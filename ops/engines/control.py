@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from gpuwarden.ops import journal, nodestate, procs, statedir
-from gpuwarden.ops.errors import GpuwardenError, NotFound, Refused
-from gpuwarden.ops.paths import child_pythonpath
-from gpuwarden.ops.nodeconfig import EngineConfig, signal_number
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation import journal, statedir
+from gpuwarden.ops.node import nodestate, procs
+from gpuwarden.ops.foundation.errors import GpuwardenError, NotFound, Refused
+from gpuwarden.ops.foundation.paths import child_pythonpath
+from gpuwarden.ops.config.nodeconfig import EngineConfig, signal_number
+from gpuwarden.ops.foundation.settings import Settings
 
-from . import state as st
-from .shim import ORIG_PYTHONPATH
+from gpuwarden.ops.engines import state as st
+from gpuwarden.ops.services.shim import ORIG_PYTHONPATH
 
 VISIBILITY_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
@@ -97,7 +98,7 @@ def _fork_shim(settings: Settings, name: str) -> subprocess.Popen[bytes]:
         shim_log = folder.open(st.SHIM_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "gpuwarden.ops.engines.shim", "--name", name, "--state-dir", str(state_dir), "--detach"],
+            [sys.executable, "-m", "gpuwarden.ops.services.shim", "--name", name, "--state-dir", str(state_dir), "--detach"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=shim_log, cwd="/", env=env,
             start_new_session=True, close_fds=True,
         )
@@ -114,7 +115,7 @@ def _shim_pid(settings: Settings, name: str, proc: subprocess.Popen[bytes]) -> i
     if not line.isdigit():
         raise GpuwardenError(f"the shim for engine {name!r} did not start "
                              f"(see {st.engine_dir(settings.state_dir, name) / st.SHIM_LOG})",
-                             "run `python -m gpuwarden.ops.engines.shim --help` to check the installation")
+                             "run `python -m gpuwarden.ops.services.shim --help` to check the installation")
     return int(line)
 
 

@@ -1,7 +1,7 @@
 """An engine's KFD ledger as the interposer reports it: pinned host memory live and at peak, and its failed calls.
 
 The shim feeds every status event in and keeps `record` in the engine's state.json ("host_ledger"); engines list,
-status, the TUI's arena panel and the metrics read it there as gpuwarden.ops.model.HostLedger.
+status, the TUI's arena panel and the metrics read it there as gpuwarden.ops.foundation.model.HostLedger.
 
 Why it matters: KFD charges a pinned host allocation (HIP's hipHostMalloc is a GTT-domain allocation) against the same
 node-wide system-memory limit as a host registration (Linux amdgpu_amdkfd_gpuvm.c,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwarden.ops.status_protocol import StatusEvent
+from gpuwarden.ops.foundation.status_protocol import StatusEvent
 
 # The interposer's phases for pinned host memory (native/interpose.c do_alloc/do_free, native/ledger.c).
 CALLS = {"host-alloc": "alloc", "host-alloc-failed": "alloc", "host-free": "free", "host-free-failed": "free"}

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
-from gpuwarden.ops import redact, statedir
-from gpuwarden.ops.safetext import log_line
-from .state import tail  # one tail implementation for list and follow
+from gpuwarden.ops.foundation import redact, statedir
+from gpuwarden.ops.foundation.safetext import log_line
+from gpuwarden.ops.engines.state import tail  # one tail implementation for list and follow
 
 MAX_LINE = 1 << 20  # a longer "line" is shown in pieces, never held whole
 

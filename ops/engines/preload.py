@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 from gpuwarden.ops import __version__
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.nodeconfig import EngineConfig
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.config.nodeconfig import EngineConfig
 
 # Built by `pip install` (setup.py) next to this module, or prebuilt in the manylinux wheels.
 LIBRARY = Path(__file__).resolve().with_name("libgwpreload.so")

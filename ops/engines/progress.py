@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 import time
 
-from gpuwarden.ops.model import FAILED_REGISTRATION
-from gpuwarden.ops.status_protocol import PHASES, StatusEvent
+from gpuwarden.ops.foundation.model import FAILED_REGISTRATION
+from gpuwarden.ops.foundation.status_protocol import PHASES, StatusEvent
 
 # Phases an engine may report that mean it finished registering.
 REGISTERED_OR_LATER = ("registered", "serving")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
-from gpuwarden.ops.model import Registration
-from gpuwarden.ops.status_protocol import StatusEvent
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.model import Registration
+from gpuwarden.ops.foundation.status_protocol import StatusEvent
+from gpuwarden.ops.foundation.units import fmt_bytes
 
-from . import runtime_errors
+from gpuwarden.ops.engines import runtime_errors
 
 # The newest records kept per engine (restarts included).
 KEEP = 32

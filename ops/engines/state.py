@@ -8,17 +8,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpuwarden.ops import procs, redact, statedir, statefiles
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.model import EngineInfo, Registration, host_ledger_from
-from gpuwarden.ops.safetext import log_line, printable
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.node import procs
+from gpuwarden.ops.foundation import redact, statedir, statefiles
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.model import EngineInfo, Registration, host_ledger_from
+from gpuwarden.ops.foundation.safetext import log_line, printable
+from gpuwarden.ops.foundation.settings import Settings
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
     from typing import Any
 
-    from gpuwarden.ops.filecache import FileCache
+    from gpuwarden.ops.foundation.filecache import FileCache
 
 SPEC = "spec.json"  # what to run: written by the launcher, read by the shim
 STATE = "state.json"  # what happened: written by the shim only

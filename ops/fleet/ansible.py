@@ -9,9 +9,9 @@ import re
 import shlex
 from pathlib import Path
 
-from ..errors import ConfigError, NotFound
-from .hostlist import HostBudget
-from .inventory import Host, read_inventory_text
+from gpuwarden.ops.foundation.errors import ConfigError, NotFound
+from gpuwarden.ops.fleet.hostlist import HostBudget
+from gpuwarden.ops.fleet.inventory import Host, read_inventory_text
 
 # The connection variables that matter here, with the older ansible_ssh_* names Ansible still reads.
 _ADDRESS = ("ansible_host", "ansible_ssh_host")

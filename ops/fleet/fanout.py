@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from .inventory import Host
-from .ssh import SshSettings, Unreachable, connect
+from gpuwarden.ops.fleet.inventory import Host
+from gpuwarden.ops.fleet.ssh import SshSettings, Unreachable, connect
 
 if TYPE_CHECKING:
     import asyncssh

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import ConfigError, GpuwardenError
+from gpuwarden.ops.foundation.errors import ConfigError, GpuwardenError
 
 # One operator's fleet from one terminal: far above any rack or pod, far below what would eat the console's memory.
 MAX_HOSTS = 5000

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..errors import ConfigError, GpuwardenError, NotFound
-from ..inputs import read_regular
-from ..units import fmt_bytes
-from .hostlist import HostBudget, nodeset_size
+from gpuwarden.ops.foundation.errors import ConfigError, GpuwardenError, NotFound
+from gpuwarden.ops.foundation.inputs import read_regular
+from gpuwarden.ops.foundation.units import fmt_bytes
+from gpuwarden.ops.fleet.hostlist import HostBudget, nodeset_size
 
 # An inventory is text a person wrote: a few hundred KiB at the very most (hostlist.MAX_HOSTS lines, comments and all).
 INVENTORY_LIMIT = 4 << 20

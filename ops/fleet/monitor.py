@@ -14,10 +14,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, TypeVar
 
-from .fanout import HostResult
-from .inventory import Host
-from .ssh import SshSettings, Unreachable, connect
-from .summary import NodeRow, from_snapshot
+from gpuwarden.ops.fleet.fanout import HostResult
+from gpuwarden.ops.fleet.inventory import Host
+from gpuwarden.ops.fleet.ssh import SshSettings, Unreachable, connect
+from gpuwarden.ops.fleet.summary import NodeRow, from_snapshot
 
 if TYPE_CHECKING:
     import asyncssh

@@ -14,7 +14,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 
 TOKEN_ENV = "GPUWARDEN_PROMETHEUS_TOKEN"  # a bearer token, for a Prometheus behind an authenticating proxy
 

@@ -11,9 +11,9 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from .inventory import Host, parse_target
-from .promapi import PrometheusApi, Sample
-from .summary import NodeHistory, NodeRow
+from gpuwarden.ops.fleet.inventory import Host, parse_target
+from gpuwarden.ops.fleet.promapi import PrometheusApi, Sample
+from gpuwarden.ops.fleet.summary import NodeHistory, NodeRow
 
 # The gpuwarden_* families a fleet row needs (names as ops/metrics/families.py exports them).
 ROW_FAMILIES = ("gpu_drained", "gpu_residual_bytes", "gpu_residual_significant", "gpu_residual_holders",

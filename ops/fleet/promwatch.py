@@ -9,12 +9,12 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from .inventory import Host
-from .monitor import FleetMonitor
-from .promapi import PrometheusError
-from .promfleet import PromReading, PromSettings, history, read_fleet, vram_history
-from .ssh import SshSettings
-from .summary import NodeHistory, NodeRow
+from gpuwarden.ops.fleet.inventory import Host
+from gpuwarden.ops.fleet.monitor import FleetMonitor
+from gpuwarden.ops.fleet.promapi import PrometheusError
+from gpuwarden.ops.fleet.promfleet import PromReading, PromSettings, history, read_fleet, vram_history
+from gpuwarden.ops.fleet.ssh import SshSettings
+from gpuwarden.ops.fleet.summary import NodeHistory, NodeRow
 
 HISTORY_EVERY_S = 30.0  # the trend column moves per step of the window; no need to ask every refresh
 

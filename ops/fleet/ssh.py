@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GpuwardenError
-from .inventory import Host, parse_target
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.fleet.inventory import Host, parse_target
 
 if TYPE_CHECKING:
     import asyncssh

@@ -9,9 +9,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import jsondoc
-from ..units import fmt_bytes, sparkline
-from .fanout import HostResult
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.foundation.units import fmt_bytes, sparkline
+from gpuwarden.ops.fleet.fanout import HostResult
 
 # Node states in the order of their exit codes: ok 0, attention 1, unreachable/error 2.
 STATES = ("ok", "attention", "unreachable", "error")

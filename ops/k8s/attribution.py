@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Callable, Protocol, TypedDict
 
-from ..model import GpuProcess, Holder, NodeSnapshot, PodGpus, Residual
-from .cgroup import PodCgroup, parse
-from .pods import PodInfo
+from gpuwarden.ops.foundation.model import GpuProcess, Holder, NodeSnapshot, PodGpus, Residual
+from gpuwarden.ops.k8s.cgroup import PodCgroup, parse
+from gpuwarden.ops.k8s.pods import PodInfo
 
 FORGET_GONE_S = 3600.0
 

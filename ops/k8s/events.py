@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from .. import journal, statedir
-from ..errors import GpuwardenError
-from ..jsondoc import iso
-from .kube import Kube, KubeError
+from gpuwarden.ops.foundation import journal, statedir
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.jsondoc import iso
+from gpuwarden.ops.k8s.kube import Kube, KubeError
 
 T = TypeVar("T")
 

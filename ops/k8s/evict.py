@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..model import NodeSnapshot
-from .attribution import PodAttributor
-from .kube import Kube, TooManyRequests
-from .objects import Node
-from .podresources import GpuAssignments
-from .pods import PodInfo, pod_info
+from gpuwarden.ops.foundation.model import NodeSnapshot
+from gpuwarden.ops.k8s.attribution import PodAttributor
+from gpuwarden.ops.k8s.kube import Kube, TooManyRequests
+from gpuwarden.ops.k8s.objects import Node
+from gpuwarden.ops.k8s.podresources import GpuAssignments
+from gpuwarden.ops.k8s.pods import PodInfo, pod_info
 
 CORDON_ANNOTATION = "gpuwarden.io/cordoned-by"
 CORDON_OWNER = "gpuwarden-drain"

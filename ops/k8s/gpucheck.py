@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import NotFound
-from ..model import NodeSnapshot
-from ..units import fmt_bytes
-from .cgroup import parse as parse_cgroup
+from gpuwarden.ops.foundation.errors import NotFound
+from gpuwarden.ops.foundation.model import NodeSnapshot
+from gpuwarden.ops.foundation.units import fmt_bytes
+from gpuwarden.ops.k8s.cgroup import parse as parse_cgroup
 
 VISIBILITY_ORDER = ("ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 

@@ -13,10 +13,10 @@ from concurrent import futures
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from ..agent import client
-from ..config.kubernetes import HEALTH_SOCKET as DEFAULT_SOCKET
-from ..errors import GpuwardenError
-from ..model import NodeSnapshot
+from gpuwarden.ops.agent import client
+from gpuwarden.ops.config.kubernetes import HEALTH_SOCKET as DEFAULT_SOCKET
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.model import NodeSnapshot
 
 if TYPE_CHECKING:
     import grpc
@@ -79,7 +79,7 @@ class HealthService:
             # deferred: optional (the kubernetes extra), and grpc with protobuf only when the service starts
             import grpc
 
-            from .proto import metricssvc_pb2, metricssvc_pb2_grpc
+            from gpuwarden.ops.k8s.proto import metricssvc_pb2, metricssvc_pb2_grpc
         except ImportError:
             raise GpuwardenError("grpcio is not installed", "pip install 'gpuwarden[kubernetes]'") from None
         service = self

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
-from ..errors import GpuwardenError
-from .objects import Lease, Node, Pod, PodList, WatchEvent
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.k8s.objects import Lease, Node, Pod, PodList, WatchEvent
 
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"

@@ -11,19 +11,19 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ..config.kubernetes import POLICIES
-from ..jsondoc import iso
-from ..model import Holder, NodeSnapshot
-from ..units import fmt_bytes
-from .kube import Forbidden, Kube, KubeError
-from .objects import Node, Taint
+from gpuwarden.ops.config.kubernetes import POLICIES
+from gpuwarden.ops.foundation.jsondoc import iso
+from gpuwarden.ops.foundation.model import Holder, NodeSnapshot
+from gpuwarden.ops.foundation.units import fmt_bytes
+from gpuwarden.ops.k8s.kube import Forbidden, Kube, KubeError
+from gpuwarden.ops.k8s.objects import Node, Taint
 
 CONDITION = "GPUResidualVRAM"
 TAINT_KEY = "gpuwarden.io/gpu-unhealthy"
 # Set with our taint, removed with it: a taint with our key but without this annotation is someone else's.
 OWNER_ANNOTATION = "gpuwarden.io/taint-set-by"
 OWNER = "gpuwarden-agent"
-HELD_TAINT = "remediation-failed"  # the taint's value while a failed remediation holds the node (ops/k8s/remediation)
+HELD_TAINT = "remediation-failed"  # the taint's value while a failed remediation holds the node (ops/services/k8s_remediation)
 
 
 @dataclass(frozen=True)

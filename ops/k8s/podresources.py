@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..config.kubernetes import PODRESOURCES_SOCKET as DEFAULT_SOCKET
-from ..errors import GpuwardenError
-from ..model import GpuInfo, PodGpus
+from gpuwarden.ops.config.kubernetes import PODRESOURCES_SOCKET as DEFAULT_SOCKET
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.model import GpuInfo, PodGpus
 
 GPU_RESOURCES = ("amd.com/gpu", "nvidia.com/gpu")
 RETAIN_GONE_S = 3600.0
@@ -33,7 +33,7 @@ def list_assignments(socket_path: str = DEFAULT_SOCKET, timeout_s: float = 2.0) 
         # deferred: optional (the kubernetes extra), and grpc with protobuf only when the kubelet is asked
         import grpc
 
-        from .proto import podresources_pb2, podresources_pb2_grpc
+        from gpuwarden.ops.k8s.proto import podresources_pb2, podresources_pb2_grpc
     except ImportError:
         raise GpuwardenError("grpcio is not installed", "pip install 'gpuwarden[kubernetes]'") from None
     try:

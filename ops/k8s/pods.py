@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .kube import Kube, KubeError, WatchStream
-from .objects import Pod
+from gpuwarden.ops.k8s.kube import Kube, KubeError, WatchStream
+from gpuwarden.ops.k8s.objects import Pod
 
 RETAIN_DELETED_S = 3600.0
 

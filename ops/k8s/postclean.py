@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..model import GpuProcess, NodeSnapshot
-from .attribution import PodAttributor
+from gpuwarden.ops.foundation.model import GpuProcess, NodeSnapshot
+from gpuwarden.ops.k8s.attribution import PodAttributor
 
 
 def ancestors(pid: int, proc_root: Path) -> set[int]:

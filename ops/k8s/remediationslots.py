@@ -3,7 +3,7 @@ one node's agent. Taking, renewing and freeing a slot are writes at the resource
 agents racing for the last slot the API server lets exactly one win (the other gets 409 and looks elsewhere).
 
 A holder that stopped renewing for leaseDurationSeconds (a crashed agent, a lost node) loses its slot to the
-next agent that asks. The remediation loop (ops/k8s/remediation.py) takes one before it cordons a node.
+next agent that asks. The remediation loop (ops/services/k8s_remediation.py) takes one before it cordons a node.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
-from .kube import Conflict, Kube, NotFoundError
-from .objects import Lease
+from gpuwarden.ops.k8s.kube import Conflict, Kube, NotFoundError
+from gpuwarden.ops.k8s.objects import Lease
 
 PREFIX = "gpuwarden-remediation-"
 

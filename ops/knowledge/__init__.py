@@ -4,7 +4,7 @@ catalog.py loads and checks the TOML; match.py says which entries a triage repor
 node's versions where they are known. triage, doctor, `report` and `gpuwarden known` cite it.
 """
 
-from .catalog import Catalog, Entry, load
-from .match import Match, cite, match_findings
+from gpuwarden.ops.knowledge.catalog import Catalog, Entry, load
+from gpuwarden.ops.knowledge.match import Match, cite, match_findings
 
 __all__ = ["Catalog", "Entry", "load", "Match", "cite", "match_findings"]

@@ -11,7 +11,7 @@ import json
 import sys
 import tomllib
 
-from .catalog import COMPILED, DATA, _here, from_document
+from gpuwarden.ops.knowledge.catalog import COMPILED, DATA, _here, from_document
 
 
 def build() -> str:

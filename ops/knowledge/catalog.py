@@ -16,8 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import GpuwardenError
-from . import versions
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.knowledge import versions
 
 DATA = "known_issues.toml"
 COMPILED = "known_issues.json"

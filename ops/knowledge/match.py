@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from . import versions
-from .catalog import Catalog, Entry, load
+from gpuwarden.ops.knowledge import versions
+from gpuwarden.ops.knowledge.catalog import Catalog, Entry, load
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .catalog import Entry
-from ..jsondoc import document
+from gpuwarden.ops.knowledge.catalog import Entry
+from gpuwarden.ops.foundation.jsondoc import document
 
 SCHEMA = "known"
 

@@ -9,9 +9,9 @@ from typing import Callable, Iterator
 from prometheus_client.core import Metric
 from prometheus_client.registry import CollectorRegistry
 
-from .families import families
-from .reading import MetricsOptions, Reading
-from .exposition import Exposition
+from gpuwarden.ops.metrics.families import families
+from gpuwarden.ops.metrics.reading import MetricsOptions, Reading
+from gpuwarden.ops.metrics.exposition import Exposition
 
 
 class SnapshotCollector:

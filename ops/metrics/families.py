@@ -13,11 +13,11 @@ from typing import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
-from .. import __version__
-from ..model import FAILED_REGISTRATION, EngineInfo, GpuInfo, Holder, NodeSnapshot, Registration, Residual
-from ..status_protocol import PHASES
-from .reading import MetricsOptions, Reading
-from .kubefamilies import kubernetes_families
+from gpuwarden.ops import __version__
+from gpuwarden.ops.foundation.model import FAILED_REGISTRATION, EngineInfo, GpuInfo, Holder, NodeSnapshot, Registration, Residual
+from gpuwarden.ops.foundation.status_protocol import PHASES
+from gpuwarden.ops.metrics.reading import MetricsOptions, Reading
+from gpuwarden.ops.metrics.kubefamilies import kubernetes_families
 
 P = "gpuwarden_"
 GPU_LABELS = ("gpu", "bus_id", "uuid", "model")

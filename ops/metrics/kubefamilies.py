@@ -8,8 +8,8 @@ from typing import Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from ..model import NodeSnapshot
-from .reading import MetricsOptions
+from gpuwarden.ops.foundation.model import NodeSnapshot
+from gpuwarden.ops.metrics.reading import MetricsOptions
 
 P = "gpuwarden_"
 

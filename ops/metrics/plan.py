@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import time
 
-from ..errors import GpuwardenError
-from ..settings import Settings
-from .. import nodeconfig
-from ..arena import budget
-from .reading import PlanBudget
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.config import nodeconfig
+from gpuwarden.ops.arena import budget
+from gpuwarden.ops.metrics.reading import PlanBudget
 
 REFRESH_S = 60.0
 

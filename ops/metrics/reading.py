@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..model import NodeSnapshot
+from gpuwarden.ops.foundation.model import NodeSnapshot
 
 # Per-process series are capped so a node with thousands of GPU processes cannot flood Prometheus.
 PER_PROCESS_MAX = 256

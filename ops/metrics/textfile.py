@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import GpuwardenError
-from ..atomicfile import replace
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.atomicfile import replace
 
 FILENAME = "gpuwarden.prom"
 

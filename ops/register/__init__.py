@@ -3,7 +3,7 @@
 `get(name)` returns one; see base.Runtime for the interface.
 """
 
-from .base import RUNTIMES, CopyResult, Registration, RegisterFailed, Runtime, RuntimeUnavailable
-from .select import get
+from gpuwarden.ops.register.base import RUNTIMES, CopyResult, Registration, RegisterFailed, Runtime, RuntimeUnavailable
+from gpuwarden.ops.register.select import get
 
 __all__ = ["RUNTIMES", "CopyResult", "Registration", "RegisterFailed", "Runtime", "RuntimeUnavailable", "get"]

@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 
-from .share import Shared, ShareFailed
+from gpuwarden.ops.register.share import Shared, ShareFailed
 
 RUNTIMES = ("hip", "cuda", "host", "sim")
 DEFAULT_COPY_BUFFER = 1 << 30

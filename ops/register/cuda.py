@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import RuntimeUnavailable
-from .gpu import GpuApi, GpuRuntime
-from .vmm import CudaVmm
+from gpuwarden.ops.register.base import RuntimeUnavailable
+from gpuwarden.ops.register.gpu import GpuApi, GpuRuntime
+from gpuwarden.ops.register.vmm import CudaVmm
 
 # cudaError_t values that mean "no driver or no device", not "this call failed".
 _UNAVAILABLE = {"cudaErrorInsufficientDriver", "cudaErrorNoDevice", "cudaErrorInitializationError",

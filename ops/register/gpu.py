@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.units import fmt_bytes
 
-from .base import DEFAULT_COPY_BUFFER, CopyResult, RegisterFailed, Registration, Runtime, RuntimeUnavailable
+from gpuwarden.ops.register.base import DEFAULT_COPY_BUFFER, CopyResult, RegisterFailed, Registration, Runtime, RuntimeUnavailable
 
 
 class GpuApi:

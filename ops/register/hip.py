@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import RuntimeUnavailable
-from .gpu import GpuApi, GpuRuntime
-from .vmm import HipVmm
+from gpuwarden.ops.register.base import RuntimeUnavailable
+from gpuwarden.ops.register.gpu import GpuApi, GpuRuntime
+from gpuwarden.ops.register.vmm import HipVmm
 
 _UNAVAILABLE = {"hipErrorNoDevice", "hipErrorInsufficientDriver", "hipErrorInvalidDevice",
                 "hipErrorNotInitialized", "hipErrorInitializationError"}

@@ -10,9 +10,9 @@ import errno
 import os
 import resource
 
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.units import fmt_bytes
 
-from .base import DEFAULT_COPY_BUFFER, CopyResult, RegisterFailed, Registration, Runtime, host_copy
+from gpuwarden.ops.register.base import DEFAULT_COPY_BUFFER, CopyResult, RegisterFailed, Registration, Runtime, host_copy
 
 CAP_IPC_LOCK = 14
 

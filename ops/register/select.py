@@ -1,6 +1,6 @@
 """Choosing a registration runtime by name: a registry of (module, class), imported only when asked for.
 
-Like gpuwarden.ops.backends.select: base.py defines the interface, the implementations import base, and only
+Like gpuwarden.ops.node.backends.select: base.py defines the interface, the implementations import base, and only
 this module names them, so nothing imports in a circle and `host` never pays for hip-python.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-from ..errors import GpuwardenError
-from .base import RUNTIMES, Runtime
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.register.base import RUNTIMES, Runtime
 
 # name -> (module, class); options (e.g. the sim runtime's state dir) go to the class.
 _IMPLS = {

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 
 PROTOCOL = 1
 JOIN_TIMEOUT_S = 10.0

@@ -1,4 +1,4 @@
-"""The sim runtime: records each registration in the sim node (gpuwarden.ops.sim.registrations), copies on the host.
+"""The sim runtime: records each registration in the sim node (gpuwarden.ops.node.sim.registrations), copies on the host.
 
 The GPU number recorded is the node's, translated through *_VISIBLE_DEVICES; GPUWARDEN_SIM_KFD_LIMIT (bytes or
 a size such as 24GiB) makes registrations past that node-wide sum fail, as KFD's system-memory limit does.
@@ -13,13 +13,13 @@ import os
 import time
 from pathlib import Path
 
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.units import fmt_bytes, parse_size
-from gpuwarden.ops.sim import registrations
-from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.units import fmt_bytes, parse_size
+from gpuwarden.ops.node.sim import registrations
+from gpuwarden.ops.node.sim.node import SimNode
 
-from .base import DEFAULT_COPY_BUFFER, CopyResult, RegisterFailed, Registration, Runtime, host_copy, physical_gpu
-from .share import Shared, ShareFailed
+from gpuwarden.ops.register.base import DEFAULT_COPY_BUFFER, CopyResult, RegisterFailed, Registration, Runtime, host_copy, physical_gpu
+from gpuwarden.ops.register.share import Shared, ShareFailed
 
 ENV_LIMIT = "GPUWARDEN_SIM_KFD_LIMIT"
 

@@ -10,10 +10,10 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from gpuwarden.ops.units import fmt_bytes
+from gpuwarden.ops.foundation.units import fmt_bytes
 
-from .base import DEFAULT_COPY_BUFFER, CopyResult, RuntimeUnavailable
-from .share import Shared, ShareFailed
+from gpuwarden.ops.register.base import DEFAULT_COPY_BUFFER, CopyResult, RuntimeUnavailable
+from gpuwarden.ops.register.share import Shared, ShareFailed
 
 
 class VmmShare:

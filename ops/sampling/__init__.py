@@ -2,6 +2,6 @@
 that keeps sampling; status, the TUI, the agent and the exporter share it.
 """
 
-from .sampler import Sampler, take_snapshot
+from gpuwarden.ops.sampling.sampler import Sampler, take_snapshot
 
 __all__ = ["Sampler", "take_snapshot"]

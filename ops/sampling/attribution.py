@@ -10,16 +10,16 @@ import os
 import time
 from pathlib import Path
 
-from ..heldfiles import HeldFiles
-from ..model import GpuInfo, GpuProcess, Holder, ProcessUsage, Residual, SnapshotWarning
-from ..pidwatch import PidWatch, usable as pidfds_usable
-from ..procs import ProcInfo, ProcReader
-from ..settings import Settings
-from ..units import fmt_bytes
+from gpuwarden.ops.foundation.heldfiles import HeldFiles
+from gpuwarden.ops.foundation.model import GpuInfo, GpuProcess, Holder, ProcessUsage, Residual, SnapshotWarning
+from gpuwarden.ops.foundation.pidwatch import PidWatch, usable as pidfds_usable
+from gpuwarden.ops.node.procs import ProcInfo, ProcReader
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.units import fmt_bytes
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from gpuwarden.ops.node.backends.base import Backend
 
     # What a GpuProcess was built from: its facts, the device files it holds, its usage records.
     MadeOf = tuple[ProcInfo | None, tuple[str, ...], list[ProcessUsage] | None]

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import EngineInfo, NodeSnapshot
-from ..units import fmt_bytes
+from gpuwarden.ops.foundation.model import EngineInfo, NodeSnapshot
+from gpuwarden.ops.foundation.units import fmt_bytes
 
 LEVELS = ("info", "ok", "warning", "error")
 # What an event is about; scripts filter on it (the agent's events schema lists the same kinds).

@@ -7,20 +7,20 @@ config, the arena scan cadence); a broken state file or config becomes a warning
 from __future__ import annotations
 
 
-from .. import nodestate
-from ..errors import GpuwardenError
-from ..model import ArenaInfo, EngineInfo, SnapshotWarning
-from ..records import record
-from ..settings import Settings
-from ..filecache import FileCache
+from gpuwarden.ops.node import nodestate
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.model import ArenaInfo, EngineInfo, SnapshotWarning
+from gpuwarden.ops.foundation.records import record
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.filecache import FileCache
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing (~3 ms): every `status` samples through here
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from ..arena.watch import ArenaWatch
-    from ..nodeconfig import NodeConfig
+    from gpuwarden.ops.arena.watch import ArenaWatch
+    from gpuwarden.ops.config.nodeconfig import NodeConfig
 
 
 @record
@@ -49,7 +49,7 @@ class NodeExtras:
 
         def load(_path: Path) -> NodeConfig:
             # deferred: only with a config to read: status pays for nodeconfig (typing, tomllib) only then
-            from .. import nodeconfig
+            from gpuwarden.ops.config import nodeconfig
             return nodeconfig.load(settings)
         config: NodeConfig | None = self.files.get(settings.config_path, load, "node-config")
         return config
@@ -76,7 +76,7 @@ class NodeExtras:
         if self.with_engines and (settings.state_dir / "engines").is_dir():
             try:
                 # deferred: the engine records' code loads only on a node that has engines
-                from ..engines.state import list_engines
+                from gpuwarden.ops.engines.state import list_engines
                 engines = tuple(list_engines(settings, self.files, self._engines))
             except Exception as exc:  # a broken state file must not hide the GPUs
                 warnings.append(SnapshotWarning("engine-state-unreadable", f"engine state unreadable: {exc}"))
@@ -94,6 +94,6 @@ class NodeExtras:
             return ()  # nothing configured, no engine to map one: skip importing the arena code at all
         if self._arenas is None:
             # deferred: the arena code (xxhash) loads only when an arena is configured or an engine maps one
-            from ..arena.watch import ArenaWatch
+            from gpuwarden.ops.arena.watch import ArenaWatch
             self._arenas = ArenaWatch(self.settings)
         return tuple(self._arenas.arenas(engines, configured=arena_path))

@@ -13,10 +13,10 @@ import os
 import time
 from pathlib import Path
 
-from ..backends import fdinfo
-from ..deadline import DEFAULT_S, LANES, LateRead, Lanes
-from ..heldfiles import HeldFiles
-from ..model import GpuInfo, GpuLoad, GpuProcess, ProcessLoad
+from gpuwarden.ops.node.backends import fdinfo
+from gpuwarden.ops.foundation.deadline import DEFAULT_S, LANES, LateRead, Lanes
+from gpuwarden.ops.foundation.heldfiles import HeldFiles
+from gpuwarden.ops.foundation.model import GpuInfo, GpuLoad, GpuProcess, ProcessLoad
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:

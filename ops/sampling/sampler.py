@@ -8,25 +8,25 @@ from __future__ import annotations
 import os
 import time
 
-from ..backends.select import open_backend
-from ..errors import GpuwardenError
-from ..fdbudget import OutOfDescriptors
-from ..model import NodeSnapshot, Residual, SnapshotWarning, Holder
-from ..records import replace
-from ..settings import Settings
-from .attribution import Attribution
-from .extras import NodeExtras
+from gpuwarden.ops.node.backends.select import open_backend
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.fdbudget import OutOfDescriptors
+from gpuwarden.ops.foundation.model import NodeSnapshot, Residual, SnapshotWarning, Holder
+from gpuwarden.ops.foundation.records import replace
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.sampling.attribution import Attribution
+from gpuwarden.ops.sampling.extras import NodeExtras
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
     from typing import Any
 
-    from ..backends.base import Backend
-    from ..deadline import LateRead
-    from ..debugfs.books import Books
-    from ..debugfs.reader import DebugfsReader
-    from ..model import GpuInfo, GpuProcess
-    from ..pidwatch import PidWatch
+    from gpuwarden.ops.node.backends.base import Backend
+    from gpuwarden.ops.foundation.deadline import LateRead
+    from gpuwarden.ops.node.debugfs.books import Books
+    from gpuwarden.ops.node.debugfs.reader import DebugfsReader
+    from gpuwarden.ops.foundation.model import GpuInfo, GpuProcess
+    from gpuwarden.ops.foundation.pidwatch import PidWatch
 
 
 class Sampler:
@@ -44,7 +44,7 @@ class Sampler:
         # Host CPU/RSS and GPU time per process (None: left out, e.g. to measure what it costs).
         self.load = None
         if process_load:
-            from .procload import ProcLoadReader
+            from gpuwarden.ops.sampling.procload import ProcLoadReader
             self.load = ProcLoadReader(settings.proc_root, getattr(self.backend, "fdinfo_root", None),
                                        deadline_s=settings.read_timeout_s,
                                        before_read=getattr(self.backend, "fdinfo_refresh", None))
@@ -134,7 +134,7 @@ class Sampler:
         """Residual VRAM no live process and no holder explains: amdgpu_gem_info's per-client buffer lists name
         who holds buffers there (a DRM client KFD has no per-process entry for). Read only for such a GPU."""
         # deferred: only the AMD backends read debugfs: status on an NVIDIA node goes without it
-        from ..debugfs import books
+        from gpuwarden.ops.node.debugfs import books
         reader = self._debugfs
         if reader is None:
             return residual, warnings  # no books read this refresh: nothing to look in
@@ -164,21 +164,21 @@ class Sampler:
             return None
         if self._debugfs is None:
             # deferred: only the AMD backends read debugfs: status on an NVIDIA node goes without it
-            from ..debugfs.reader import DebugfsReader
+            from gpuwarden.ops.node.debugfs.reader import DebugfsReader
             # the backend's own tree: the sim node's root, a --sysfs-root, or /sys (debugfs is <sys>/kernel/debug)
             sysfs = getattr(self.backend, "sysfs_root", None) or self.settings.sysfs_root
             self._debugfs = DebugfsReader(sysfs / "kernel" / "debug")
         kept = self._books
         if kept is None or kept.reader is not self._debugfs:
             # deferred: only the AMD backends read debugfs: status on an NVIDIA node goes without it
-            from ..debugfs.books import Books
+            from gpuwarden.ops.node.debugfs.books import Books
             kept = self._books = Books(self._debugfs)
         books = kept.read([g.index for g in gpus])
         if books.get("kfd_mem_limit") is None:
             # Not readable (not root, no debugfs): the limit as amdgpu computes it, said to be computed. RAM is read
             # once per sampler: it does not change under a running driver (the limit is fixed at its load).
             if self._kfd_computed is None:
-                from ..debugfs.kfd_limit import computed
+                from gpuwarden.ops.node.debugfs.kfd_limit import computed
                 self._kfd_computed = (computed(self.settings.proc_root),)
             books["kfd_mem_limit_computed"] = self._kfd_computed[0]
         return books

@@ -10,8 +10,8 @@ import threading
 import time
 from typing import Callable
 
-from ..errors import GpuwardenError
-from ..model import NodeSnapshot
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.model import NodeSnapshot
 
 SnapshotSource = Callable[[], NodeSnapshot]
 

@@ -4,8 +4,8 @@ Analyzer (analyze.py) takes one line at a time; analyze_text()/analyze_file() wr
 big files in bounded memory, live.py serves a kernel-log watch; render shows a Report as text or JSON.
 """
 
-from .analyze import Analyzer, analyze_text
-from .stream import analyze_file
-from .findings import Finding, Report
+from gpuwarden.ops.triage.analyze import Analyzer, analyze_text
+from gpuwarden.ops.triage.stream import analyze_file
+from gpuwarden.ops.triage.findings import Finding, Report
 
 __all__ = ["Analyzer", "analyze_text", "analyze_file", "Finding", "Report"]

@@ -12,13 +12,13 @@ import re
 from collections import OrderedDict
 from typing import Any
 
-from ..units import fmt_bytes
-from . import engine, segfault, xid
-from .findings import CAUSE, HARDWARE, OTHER, SHARED_CRASH, Finding, Report
-from .dispatch import Dispatch
-from .logline import HUMAN_HINT, LineParser, LogLine, parse as parse_line
-from .patterns import BY_ID, PF_DETAIL, PROCESS_LINE, RULES, Rule
-from .plan import DEVICE as _DEVICE, GPU_DRIVER_LINE, HOW_BAD as _HOW_BAD, MISS as _MISS, Hit, Plan, device_of
+from gpuwarden.ops.foundation.units import fmt_bytes
+from gpuwarden.ops.triage import engine, segfault, xid
+from gpuwarden.ops.triage.findings import CAUSE, HARDWARE, OTHER, SHARED_CRASH, Finding, Report
+from gpuwarden.ops.triage.dispatch import Dispatch
+from gpuwarden.ops.triage.logline import HUMAN_HINT, LineParser, LogLine, parse as parse_line
+from gpuwarden.ops.triage.patterns import BY_ID, PF_DETAIL, PROCESS_LINE, RULES, Rule
+from gpuwarden.ops.triage.plan import DEVICE as _DEVICE, GPU_DRIVER_LINE, HOW_BAD as _HOW_BAD, MISS as _MISS, Hit, Plan, device_of
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<dev>[^)]{1,64})\): (?P<xid>\d+),\s*(?P<rest>[^\n]*)$")
 _XID_PROC = re.compile(r"^pid='?(?P<pid>[^,']*)'?, name=(?P<name>[^,]*),\s*")

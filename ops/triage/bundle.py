@@ -10,13 +10,13 @@ import io
 import re
 from typing import Any, Callable
 
-from .. import jsondoc
-from ..knowledge import cite
-from . import focus
-from .analyze import Analyzer, add_snapshot
-from .enginecrash import engine_findings, evidence_from
-from .findings import Report
-from .stream import analyze_stream
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.knowledge import cite
+from gpuwarden.ops.triage import focus
+from gpuwarden.ops.triage.analyze import Analyzer, add_snapshot
+from gpuwarden.ops.triage.enginecrash import engine_findings, evidence_from
+from gpuwarden.ops.triage.findings import Report
+from gpuwarden.ops.triage.stream import analyze_stream
 
 KERNEL_LOG = "kernel/kernel.log"
 SNAPSHOT = "gpuwarden/snapshot.json"

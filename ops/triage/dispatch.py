@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from .patterns import Rule
+from gpuwarden.ops.triage.patterns import Rule
 
 
 class _LiteralSet(Protocol):

@@ -11,9 +11,9 @@ import os
 import re
 from typing import Any, Callable
 
-from .findings import CAUSE
-from .logline import LogLine
-from .patterns import Rule, _r
+from gpuwarden.ops.triage.findings import CAUSE
+from gpuwarden.ops.triage.logline import LogLine
+from gpuwarden.ops.triage.patterns import Rule, _r
 
 _CHECK_RUNTIME = ("the engine's log just before it (which call failed); then the kernel log at the same time "
                   "for a GPU page fault, reset or Xid on its GPU")

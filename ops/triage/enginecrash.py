@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .. import jsondoc
-from ..model import FAILED_REGISTRATION
-from . import backtrace, registration
-from .analyze import Analyzer
-from .findings import CAUSE, SHARED_CRASH, Finding, Report
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.foundation.model import FAILED_REGISTRATION
+from gpuwarden.ops.triage import backtrace, registration
+from gpuwarden.ops.triage.analyze import Analyzer
+from gpuwarden.ops.triage.findings import CAUSE, SHARED_CRASH, Finding, Report
 
 RUN_MARK = "--- gpuwarden: "  # the shim's line before each start of the engine (ops/engines/state.py)
 _REGISTERED = ("registered", "serving")

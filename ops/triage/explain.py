@@ -9,9 +9,9 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from . import engine, xid
-from .findings import CAUSE, HARDWARE, OTHER, SHARED_CRASH, TIER_NAMES
-from .patterns import RULES
+from gpuwarden.ops.triage import engine, xid
+from gpuwarden.ops.triage.findings import CAUSE, HARDWARE, OTHER, SHARED_CRASH, TIER_NAMES
+from gpuwarden.ops.triage.patterns import RULES
 
 
 @dataclass(frozen=True)

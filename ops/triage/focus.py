@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .enginecrash import EngineEvidence
-from .findings import Finding, Report
+from gpuwarden.ops.triage.enginecrash import EngineEvidence
+from gpuwarden.ops.triage.findings import Finding, Report
 
 # Kernel lines a moment before the engine started still belong to its start; its crash's consequences
 # (a GPU reset, a ring timeout) are logged some seconds after it.

@@ -10,10 +10,10 @@ the findings that line created or made grow (cheap per line, bounded state for a
 
 from __future__ import annotations
 
-from .analyze import Analyzer
-from .findings import Finding, Report
-from .stream import HEAD_LINES
-from .stream import line_filter
+from gpuwarden.ops.triage.analyze import Analyzer
+from gpuwarden.ops.triage.findings import Finding, Report
+from gpuwarden.ops.triage.stream import HEAD_LINES
+from gpuwarden.ops.triage.stream import line_filter
 
 _LEVELS = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
 

@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 import re._parser as _sre_parse
 from re._constants import LITERAL as _LITERAL
 
-from .findings import CAUSE, CONSEQUENCE, FIRMWARE, HARDWARE, INIT, OTHER
+from gpuwarden.ops.triage.findings import CAUSE, CONSEQUENCE, FIRMWARE, HARDWARE, INIT, OTHER
 
 FOLLOW_WINDOW = 16  # lines after a header that may still carry its detail
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .dispatch import Dispatch
-from .findings import Finding
-from .patterns import Rule
+from gpuwarden.ops.triage.dispatch import Dispatch
+from gpuwarden.ops.triage.findings import Finding
+from gpuwarden.ops.triage.patterns import Rule
 
 DEVICE = re.compile(r"\b(?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-9a-fA-F])?)\b")
 GPU_DRIVER_LINE = re.compile(r"^(?:amdgpu|nvidia|drmn?\d*|\[drm)|NVRM")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..engines.runtime_errors import name as error_name
-from ..units import fmt_bytes
+from gpuwarden.ops.engines.runtime_errors import name as error_name
+from gpuwarden.ops.foundation.units import fmt_bytes
 
 # A crash this soon after the failed call is taken as its consequence; later, it is only said to follow it.
 CONSEQUENCE_S = 60.0

@@ -9,19 +9,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import redact
-from ..safetext import printable
-from ..units import fmt_bytes
-from ..jsondoc import iso, document, dumps
-from .findings import Finding, Report, line_of
+from gpuwarden.ops.foundation import redact
+from gpuwarden.ops.foundation.safetext import printable
+from gpuwarden.ops.foundation.units import fmt_bytes
+from gpuwarden.ops.foundation.jsondoc import iso, document, dumps
+from gpuwarden.ops.triage.findings import Finding, Report, line_of
 
 _MARK = {"critical": "CRITICAL", "error": "ERROR", "warning": "warning", "info": "info"}
 SCHEMA = "triage"
 
 
 def sanitize(text: str) -> str:
-    """Text quoted from a log made safe to show: secrets redacted (ops/redact, every sink's one list), control
-    characters as visible escapes (\\x1b, ops/safetext), so printing a log line can neither leak a token nor
+    """Text quoted from a log made safe to show: secrets redacted (ops/foundation/redact, every sink's one list), control
+    characters as visible escapes (\\x1b, ops/foundation/safetext), so printing a log line can neither leak a token nor
     drive the terminal."""
     return printable(redact.text(text) if len(text) > 7 else text, newlines=True)
 

@@ -15,11 +15,11 @@ import re
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Protocol
 
-from .analyze import DEVICE_CARRY, SPECIALS, Analyzer, add_snapshot
-from .findings import Report
-from .logline import HUMAN_HINT_BYTES, MAX_LINE
-from .patterns import PF_DETAIL  # noqa: F401  (their literals are listed below)
-from .dispatch import Dispatch
+from gpuwarden.ops.triage.analyze import DEVICE_CARRY, SPECIALS, Analyzer, add_snapshot
+from gpuwarden.ops.triage.findings import Report
+from gpuwarden.ops.triage.logline import HUMAN_HINT_BYTES, MAX_LINE
+from gpuwarden.ops.triage.patterns import PF_DETAIL  # noqa: F401  (their literals are listed below)
+from gpuwarden.ops.triage.dispatch import Dispatch
 
 CHUNK = 4 << 20
 PIECE = 1 << 20  # the prefilter-or-not decision is taken per piece, so a storm in a quiet log is found

@@ -15,9 +15,9 @@ from typing import Any, Callable
 from gpuwarden.ops.fleet.fanout import NOT_FOUND, HostResult, fan_out
 from gpuwarden.ops.fleet.inventory import Host
 
-from gpuwarden.ops.journal import FLEET_ORIGIN_ENV as ORIGIN_ENV
+from gpuwarden.ops.foundation.journal import FLEET_ORIGIN_ENV as ORIGIN_ENV
 from gpuwarden.playbooks.framework import Event
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 from gpuwarden.playbooks.baseline import BaselinePlaybook
 from gpuwarden.playbooks.bundle import BundlePlaybook
 from gpuwarden.playbooks.drain import DrainPlaybook, UndrainPlaybook
@@ -26,7 +26,7 @@ from gpuwarden.playbooks.purge import PurgePlaybook
 from gpuwarden.playbooks.reset import ResetPlaybook
 from gpuwarden.playbooks.stop import StopEnginePlaybook
 
-from .target import FleetTarget, fleet_origin
+from gpuwarden.playbooks.fleet.target import FleetTarget, fleet_origin
 
 ACTION_DEADLINE_S = 900.0  # a drain waits for engines to stop: give a node's playbook far longer than a status
 

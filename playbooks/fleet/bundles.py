@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from gpuwarden.ops import jsondoc
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation import jsondoc
+from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.fleet.fanout import HostResult, fan_out
 from gpuwarden.ops.fleet.inventory import Host
 from gpuwarden.ops.bundle import kernellog
 from gpuwarden.ops.bundle.replay import open_bundle, read_member, top_dir
 from gpuwarden.ops.triage import analyze_text
 
-from .actions import ACTION_DEADLINE_S, ORIGIN_ENV
-from .target import FleetTarget, fleet_origin
+from gpuwarden.playbooks.fleet.actions import ACTION_DEADLINE_S, ORIGIN_ENV
+from gpuwarden.playbooks.fleet.target import FleetTarget, fleet_origin
 
 INDEX = "index.json"
 SCHEMA = "fleet-bundle"

@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.fleet.fanout import HostResult, run_everywhere
 from gpuwarden.ops.fleet.inventory import Host
 from gpuwarden.ops.fleet.summary import NodeHistory, NodeRow, from_result
 from gpuwarden.ops.fleet import promfleet
 from gpuwarden.ops.fleet.promapi import PrometheusError
 
-from .target import FleetTarget
+from gpuwarden.playbooks.fleet.target import FleetTarget
 
 
 def collect(target: FleetTarget, on_row: Callable[[NodeRow], None] | None = None,

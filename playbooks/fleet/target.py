@@ -10,12 +10,12 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.fleet.hostlist import HostBudget
 from gpuwarden.ops.fleet.inventory import Duplicate, FleetConfig, Host, distinct, load_fleet_config, read_hosts_file
 from gpuwarden.ops.fleet.promfleet import DEFAULT_MAX_AGE_S, PromSettings
 from gpuwarden.ops.fleet.ssh import SshSettings
-from gpuwarden.ops.journal import who
+from gpuwarden.ops.foundation.journal import who
 
 
 def default_fleet_config() -> Path:

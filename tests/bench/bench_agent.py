@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 from agentclients import latency  # noqa: E402
 from benchlib import export_tree, machine, machine_line  # noqa: E402
-from gpuwarden.ops.procs import identity  # noqa: E402
-from gpuwarden.ops.sim.node import SimNode  # noqa: E402
+from gpuwarden.ops.node.procs import identity  # noqa: E402
+from gpuwarden.ops.node.sim.node import SimNode  # noqa: E402
 
 PY = sys.executable
 N_GPUS, N_ENGINES, N_PROCS = 8, 32, 2000
@@ -158,8 +158,8 @@ def startup(runs: int, before: str | None = None) -> dict[str, dict]:
             p.wait(10)
     out.update({f"{k} (full-CLI block)": v for k, v in run_cpu({
         "python -c pass": [PY, "-c", "pass"],
-        "full CLI (python -m gpuwarden.playbooks.cli status --json)": [
-            PY, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state), "--backend", "sim", "status", "--json"]},
+        "full CLI (python -m gpuwarden.playbooks.cli.root status --json)": [
+            PY, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state), "--backend", "sim", "status", "--json"]},
         max(5, runs // 3)).items()})
     agent = start_agent(state)
     try:

@@ -27,10 +27,10 @@ sys.path.insert(0, str(REPO))
 from benchlib import cpu_model  # noqa: E402
 
 from gpuwarden.ops.bundle.collect import collect_bundle  # noqa: E402
-from gpuwarden.ops.settings import Settings  # noqa: E402
+from gpuwarden.ops.foundation.settings import Settings  # noqa: E402
 from gpuwarden.ops.triage import analyze_text  # noqa: E402
 
-CLI = [sys.executable, "-m", "gpuwarden.playbooks.cli"]
+CLI = [sys.executable, "-m", "gpuwarden.playbooks.cli.root"]
 
 
 def timed(fn) -> float:

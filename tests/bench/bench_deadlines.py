@@ -27,8 +27,8 @@ REFRESH = r'''
 import json, sys, time
 from pathlib import Path
 from gpuwarden.ops.sampling.sampler import Sampler
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.node.sim.node import SimNode
 state = Path(sys.argv[1])
 SimNode(state).init(gpus=8, vram=8 << 30, force=True)
 sampler = Sampler(Settings(state_dir=state, backend="sim"))

@@ -32,7 +32,7 @@ from gpuwarden.ops.doctor.checks import REGISTRY  # noqa: E402
 from gpuwarden.ops.doctor.diagnose import diagnose  # noqa: E402
 from gpuwarden.ops.doctor.probe import CheckIO, Probe  # noqa: E402
 from gpuwarden.ops.doctor.runner import run_checks  # noqa: E402
-from gpuwarden.ops.settings import Settings  # noqa: E402
+from gpuwarden.ops.foundation.settings import Settings  # noqa: E402
 
 CLI = [sys.executable, "-m", "gpuwarden.tui.main"]
 

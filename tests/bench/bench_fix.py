@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 import benchlib  # noqa: E402
-from gpuwarden.ops.sim.node import SimNode  # noqa: E402
+from gpuwarden.ops.node.sim.node import SimNode  # noqa: E402
 
 
 def main() -> None:

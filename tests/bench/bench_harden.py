@@ -45,7 +45,7 @@ class Tree:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
         try:
-            p = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(work / "state"), *args],
+            p = subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(work / "state"), *args],
                                cwd=self.root, capture_output=True, text=True, timeout=self.timeout, input=stdin,
                                preexec_fn=limits, env={**os.environ, **(env or {}), "PYTHONPATH": str(self.root)},
                                start_new_session=True)
@@ -241,7 +241,7 @@ def sigterm_create(tree: Tree, work: Path) -> str:
     def limits() -> None:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-    p = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli", "arena", "create", str(work / "a.arena"), "--size",
+    p = subprocess.Popen([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "arena", "create", str(work / "a.arena"), "--size",
                           "2GiB", "--workers", "1"], cwd=tree.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, preexec_fn=limits, env={**os.environ, "PYTHONPATH": str(tree.root)})
     deadline = time.monotonic() + 30
@@ -330,7 +330,7 @@ def main() -> int:
                 except Exception as exc:  # noqa: BLE001 - a broken case is reported, the run goes on
                     outcome = f"case error: {type(exc).__name__}"
                 finally:
-                    subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(work / "state"),
+                    subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(work / "state"),
                                     "engines", "stop", "--all"], cwd=tree.root, capture_output=True, timeout=60,
                                    env={**os.environ, "PYTHONPATH": str(tree.root)})
                     shutil.rmtree(work, ignore_errors=True)

@@ -33,7 +33,7 @@ from benchlib import machine, machine_line, times_ms  # noqa: E402
 
 from gpuwarden.ops.k8s.attribution import PodAttributor  # noqa: E402
 from gpuwarden.ops.k8s.cgroup import parse  # noqa: E402
-from gpuwarden.ops.model import GpuProcess, NodeSnapshot  # noqa: E402
+from gpuwarden.ops.foundation.model import GpuProcess, NodeSnapshot  # noqa: E402
 
 N = 2000
 
@@ -99,8 +99,8 @@ def k8s_agent(settings, cfg, api, interval: float = 1.0):
     import io
 
     from gpuwarden.ops.config.agent import AgentConfig
-    from gpuwarden.ops.agent.daemon import Agent
-    from gpuwarden.ops.k8s.node import KubernetesNode
+    from gpuwarden.ops.services.agent_daemon import Agent
+    from gpuwarden.ops.services.k8s_node import KubernetesNode
     agent = Agent(settings, AgentConfig(interval=interval, kmsg="off"), log_stream=io.StringIO())
     node = KubernetesNode(settings, cfg, kube=api.kube(), log=lambda level, text: None)
     node.attach(agent)
@@ -112,8 +112,8 @@ def k8s_agent(settings, cfg, api, interval: float = 1.0):
 def leak_to_taint(grace: float, rounds: int) -> dict:
     from k8s_helpers import NODE
     from gpuwarden.ops.config.kubernetes import KubernetesConfig
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.node.sim.node import SimNode
     from simnode import start_tenant, wait_for
     from standins.kube_apiserver import FakeApiServer
     times = []
@@ -143,8 +143,8 @@ def quiet_calls(seconds: float) -> dict:
     from k8s_helpers import NODE, Clock, snapshot
     from gpuwarden.ops.config.kubernetes import KubernetesConfig
     from gpuwarden.ops.k8s.nodesignal import NodeSignal
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.node.sim.node import SimNode
     from standins.kube_apiserver import FakeApiServer
     state = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     SimNode(state).init(gpus=8)

@@ -32,8 +32,8 @@ from benchlib import machine_line  # noqa: E402
 
 def make_bundle(work: Path) -> Path:
     from gpuwarden.ops.bundle.collect import collect_bundle
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.node.sim.node import SimNode
     logs = sorted((REPO / "tests/triage_corpus").glob("*.log")) + sorted((REPO / "tests/fixtures/dmesg").iterdir()) \
         + sorted((REPO / "tests/fixtures/known").iterdir())
     storm = work / "storm.log"

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from benchlib import machine  # noqa: E402
 
 from gpuwarden.ops.engines import state as st  # noqa: E402
-from gpuwarden.ops.status_protocol import read_events  # noqa: E402
+from gpuwarden.ops.foundation.status_protocol import read_events  # noqa: E402
 
 
 TORCH_ENGINE = REPO / "tests" / "device" / "torch_engine.py"
@@ -54,7 +54,7 @@ def write_config(path: Path, args: argparse.Namespace) -> None:
 
 
 def gw(state: Path, config: Path, *rest: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", str(state), "--config", str(config),
+    return subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", str(state), "--config", str(config),
                            *rest], cwd=REPO, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
@@ -104,8 +104,8 @@ def run_mode(label: str, flags: list[str], args: argparse.Namespace, work: Path)
 def shim_overhead(args: argparse.Namespace, work: Path, rounds: int = 5) -> tuple[float, float]:
     """Median seconds to 'serving' for one engine: plain Popen reading its status file, against under a shim."""
     from gpuwarden.ops.engines import control
-    from gpuwarden.ops.nodeconfig import EngineConfig
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.config.nodeconfig import EngineConfig
+    from gpuwarden.ops.foundation.settings import Settings
     argv = [sys.executable, str(REPO / "tests" / "engines" / "fake_engine.py"), "--register-s", "0"]
     plain, shimmed = [], []
     for r in range(rounds):

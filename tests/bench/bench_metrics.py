@@ -29,9 +29,9 @@ import itertools  # noqa: E402
 from gpuwarden.ops.metrics.collector import SnapshotCollector, render  # noqa: E402
 from gpuwarden.ops.metrics.exposition import Exposition  # noqa: E402
 from gpuwarden.ops.metrics.reading import MetricsOptions, Reading  # noqa: E402
-from gpuwarden.ops.model import EngineInfo, GpuProcess  # noqa: E402
-from gpuwarden.ops.settings import Settings  # noqa: E402
-from gpuwarden.ops.sim.node import SimNode  # noqa: E402
+from gpuwarden.ops.foundation.model import EngineInfo, GpuProcess  # noqa: E402
+from gpuwarden.ops.foundation.settings import Settings  # noqa: E402
+from gpuwarden.ops.node.sim.node import SimNode  # noqa: E402
 from gpuwarden.ops.sampling.sampler import take_snapshot  # noqa: E402
 
 N_GPUS, N_ENGINES, N_PROCS = 8, 32, 2000
@@ -102,7 +102,7 @@ def main() -> int:
               f"({peer:.2f} ms)")
 
     # Serving: the listener in this process, scraped by curl (its CPU is the client's, not ours).
-    from gpuwarden.ops.metrics.server import Listener
+    from gpuwarden.ops.services.metrics_server import Listener
     exposition = Exposition()
     collector = SnapshotCollector(lambda: replace(reading, now=time.time()))
     lst = Listener("127.0.0.1:0", exposition.wsgi_app(collector.collect))

@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from gpuwarden.ops import procs  # noqa: E402
-from gpuwarden.ops.reaper import Reaper, Target  # noqa: E402
-from gpuwarden.ops.settings import Settings  # noqa: E402
+from gpuwarden.ops.node import procs  # noqa: E402
+from gpuwarden.ops.clean.reaper import Reaper, Target  # noqa: E402
+from gpuwarden.ops.foundation.settings import Settings  # noqa: E402
 from test_reaper_family import FAMILY, start_family  # noqa: E402
 
 # A subreaper that starts N sleepers, prints their pids, and reaps whatever exits.
@@ -78,7 +78,7 @@ def bench_reaper(n: int) -> tuple[float, float]:
 
 
 def cli(state: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", state, "--backend", "sim", *args],
+    return subprocess.run([sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", state, "--backend", "sim", *args],
                           cwd=REPO, capture_output=True, text=True)
 
 
@@ -87,7 +87,7 @@ def bench_purge(zombies: int) -> tuple[float, float, int]:
         cli(state, "sim", "init", "--gpus", "8")
         fams = []
         for i in range(zombies):
-            argv = [sys.executable, "-m", "gpuwarden.playbooks.cli", "--state-dir", state, "--backend", "sim",
+            argv = [sys.executable, "-m", "gpuwarden.playbooks.cli.root", "--state-dir", state, "--backend", "sim",
                     "sim", "hold", "--gpu", str(i % 8), "--size", "1GiB"]
             fams.append(start_family(argv))
         allocs = Path(state) / "sim" / "allocs"

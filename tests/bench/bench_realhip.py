@@ -27,7 +27,7 @@ from benchlib import machine, machine_line  # noqa: E402
 
 import realhip  # noqa: E402
 from gpuwarden.ops.engines import preload  # noqa: E402
-from gpuwarden.ops.status_protocol import read_events  # noqa: E402
+from gpuwarden.ops.foundation.status_protocol import read_events  # noqa: E402
 
 TIMER = r"""
 #include <stdio.h>

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchlib import machine, median_ms  # noqa: E402
 
-from gpuwarden.ops.backends.nvml import NvmlBackend  # noqa: E402
-from gpuwarden.ops.settings import Settings  # noqa: E402
+from gpuwarden.ops.node.backends.nvml import NvmlBackend  # noqa: E402
+from gpuwarden.ops.foundation.settings import Settings  # noqa: E402
 from gpuwarden.ops.sampling.sampler import Sampler, take_snapshot  # noqa: E402
 
 # Needs an NVIDIA GPU; tests/device/status_nvml.sh runs it.

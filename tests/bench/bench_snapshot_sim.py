@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import psutil  # noqa: E402
 from benchlib import machine, machine_line, median_ms, times_ms  # noqa: E402
 
-from gpuwarden.ops.backends.sysfs import SysfsBackend  # noqa: E402
-from gpuwarden.ops.pidwatch import usable as pidfds_usable  # noqa: E402
-from gpuwarden.ops.settings import Settings  # noqa: E402
-from gpuwarden.ops.sim.node import SimNode  # noqa: E402
+from gpuwarden.ops.node.backends.sysfs import SysfsBackend  # noqa: E402
+from gpuwarden.ops.foundation.pidwatch import usable as pidfds_usable  # noqa: E402
+from gpuwarden.ops.foundation.settings import Settings  # noqa: E402
+from gpuwarden.ops.node.sim.node import SimNode  # noqa: E402
 from gpuwarden.ops.sampling.sampler import Sampler  # noqa: E402
 
 N_PROCS = 2000
@@ -103,9 +103,9 @@ def sensors_ab(settings: Settings, node: SimNode, runs: int) -> tuple[float, flo
 PEER_WORKER = r"""
 import sys, time
 from pathlib import Path
-from gpuwarden.ops.backends.sysfs import SysfsBackend
+from gpuwarden.ops.node.backends.sysfs import SysfsBackend
 from gpuwarden.ops.sampling.sampler import Sampler
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.settings import Settings
 state, sysfs, dev, fdinfo = map(Path, sys.argv[1:5])
 backend = SysfsBackend(sysfs_root=sysfs, dev_root=dev)
 backend.fdinfo_root = fdinfo

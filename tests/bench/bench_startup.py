@@ -1,7 +1,7 @@
 """What starting the program costs: this tree against a peer (a git ref), same run, same sim node, runs interleaved.
 
 Median wall time of --runs runs of each command, on a 2-GPU sim node with no agent: `python -c pass` (the floor),
-`status --json` and `status` (the fast path, playbooks/fastcli.py) and `journal` (the full Typer CLI), and the
+`status --json` and `status` (the fast path, playbooks/cli/fastcli.py) and `journal` (the full Typer CLI), and the
 number of gpuwarden modules `status --json` loads. Interleaving the two trees run by run keeps a busy machine's
 load from favouring either.
 

@@ -27,9 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 WORK = r'''
 import json, os, sys, time, tempfile
 from pathlib import Path
-from gpuwarden.ops import journal, nodestate
-from gpuwarden.ops.settings import Settings
-from gpuwarden.ops.sim.node import SimNode
+from gpuwarden.ops.foundation import journal; from gpuwarden.ops.node import nodestate
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.node.sim.node import SimNode
 from gpuwarden.ops.engines import state as st
 op, n = sys.argv[1], int(sys.argv[2])
 state = Path(tempfile.mkdtemp()) / "state"

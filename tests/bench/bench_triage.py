@@ -143,8 +143,8 @@ def grep_peer(path: Path, tmp: Path) -> tuple[float, int]:
 
 def bundle_times(tmp: Path) -> dict:
     from gpuwarden.ops.bundle.collect import collect_bundle
-    from gpuwarden.ops.settings import Settings
-    from gpuwarden.ops.sim.node import SimNode
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.node.sim.node import SimNode
     from gpuwarden.ops.bundle.triage_file import triage_bundle
     state = tmp / "state"
     state.mkdir()

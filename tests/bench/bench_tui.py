@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "tests" / "bench"))
 import psutil  # noqa: E402
 
 from benchlib import cpu_model  # noqa: E402
-from gpuwarden.ops.sim.node import SimNode  # noqa: E402
+from gpuwarden.ops.node.sim.node import SimNode  # noqa: E402
 
 GPUWARDEN = Path(sys.executable).parent / "gpuwarden"
 FAKE_ENGINE = REPO / "tests" / "engines" / "fake_engine.py"

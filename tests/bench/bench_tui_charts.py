@@ -30,7 +30,7 @@ import psutil  # noqa: E402
 
 from bench_tui import cpu_percent_over, end_sessions, find_pid, tmux  # noqa: E402
 from benchlib import cpu_model  # noqa: E402
-from gpuwarden.ops.sim.node import SimNode  # noqa: E402
+from gpuwarden.ops.node.sim.node import SimNode  # noqa: E402
 
 GPUWARDEN = Path(sys.executable).parent / "gpuwarden"
 N_GPUS, N_PROCS = 8, 2000
@@ -65,7 +65,7 @@ async def loop_cost(state: Path, charts: bool) -> tuple[list[float], list[float]
     build) over REFRESHES refreshes."""
     from test_tui_support import wait_for
 
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     from gpuwarden.ops.sources import live_source
     from gpuwarden.tui.app import GpuwardenApp
     from gpuwarden.tui.widgets import charts as charts_mod

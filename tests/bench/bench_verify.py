@@ -25,7 +25,7 @@ from benchlib import cpu_model  # noqa: E402
 from gpuwarden.ops.arena.create import create  # noqa: E402
 from gpuwarden.ops.arena.parallel import default_workers  # noqa: E402
 from gpuwarden.ops.arena.verify import verify  # noqa: E402
-from gpuwarden.ops.units import parse_size  # noqa: E402
+from gpuwarden.ops.foundation.units import parse_size  # noqa: E402
 
 
 def best_of(fn, runs: int) -> float:

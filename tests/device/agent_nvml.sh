@@ -134,7 +134,7 @@ echo "== 4. checks and summary"
 nvidia-smi --query-gpu=index --format=csv,noheader | wc -l > "$OUT/smi_gpu_count.txt"
 python3 - "$OUT" <<'PY'
 import json, sys
-from gpuwarden.ops import jsondoc
+from gpuwarden.ops.foundation import jsondoc
 out = sys.argv[1]
 ok = True
 snap = json.load(open(f"{out}/status_via_agent.json"))

@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 ARENA=/dev/shm/gpuwarden-probe.arena
 SIZE=${SIZE:-32GiB}
 ENGINES=${ENGINES:-4}
-if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli); fi
+if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli.root); fi
 trap 'rm -f "$ARENA"' EXIT
 
 echo "== node"

@@ -9,7 +9,7 @@ source tests/device/setup.sh
 set -uo pipefail
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT/bundles" "$OUT/hung"
-if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli); fi
+if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli.root); fi
 SECRET_HF="hf_$(head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 30)"
 SECRET_PW="Pw-$(head -c 12 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 12)"
 HOLDER_PID=""

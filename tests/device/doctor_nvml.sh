@@ -11,7 +11,7 @@ OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT/bundles"
 STATE=$(mktemp -d)
 export GPUWARDEN_STATE_DIR=$STATE
-if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli); fi
+if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli.root); fi
 FAILED=0
 check() { if [ "$1" = 0 ]; then echo "ok: $2"; else echo "FAILED: $2"; FAILED=1; fi; }
 
@@ -27,7 +27,7 @@ python3 - "$OUT/doctor.json" <<'EOF'
 import json, sys
 doc = json.load(open(sys.argv[1]))
 try:
-    from gpuwarden.ops.jsondoc import validate
+    from gpuwarden.ops.foundation.jsondoc import validate
     validate(doc)
     print("schema: valid gpuwarden.doctor/1")
 except ImportError as exc:

@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 ARENA=/dev/shm/gpuwarden-launch-bench.arena
 SIZE=${SIZE:-32GiB}
 ENGINES=${ENGINES:-4}
-if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli); fi
+if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli.root); fi
 cleanup() {
     stop_bench_launches
     rm -f "$ARENA"

@@ -56,7 +56,7 @@ EOF
 "${GW[@]}" drain 0 --yes --timeout 5 > "$OUT/2_drain_busy.txt" 2>&1
 rc=$?
 grep -q "pid $TENANT" "$OUT/2_drain_busy.txt" && named=yes || named=no
-grep -qE "gpuwarden.playbooks.cli|gpuwarden.tui.main" "$OUT/2_drain_busy.txt" && self=yes || self=no
+grep -qE "gpuwarden.playbooks.cli.root|gpuwarden.tui.main" "$OUT/2_drain_busy.txt" && self=yes || self=no
 note "drain with a non-engine tenant: exit $rc (want 1), tenant named: $named, gpuwarden itself listed: $self"
 
 kill -9 "$TENANT"

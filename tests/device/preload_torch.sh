@@ -18,7 +18,7 @@ ARENA=/dev/shm/gpuwarden-preload-torch.arena
 SIZE=${SIZE:-32GiB}
 ENGINES=${ENGINES:-4}
 PER_GPU=${PER_GPU:-0}
-if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli); fi
+if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli.root); fi
 cleanup() {
     stop_bench_launches
     rm -f "$ARENA"

@@ -21,7 +21,7 @@ grep -q busy "$STATE/busy.out" || { echo "the CUDA process did not start:"; cat 
 echo "== gpuwarden sampler, pid $BUSY"
 python3 - "$BUSY" <<'PY'
 import sys, time
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.sampling.sampler import Sampler
 pid = int(sys.argv[1])
 sampler = Sampler(Settings(backend="nvml"))

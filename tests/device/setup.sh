@@ -42,7 +42,7 @@ export GPUWARDEN_STATE_DIR="${GPUWARDEN_STATE_DIR:-/tmp/gw-state}"
 echo "setup: $(python3 --version), $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs), gpuwarden $(gpuwarden --version 2>&1)"
 # Stop every engine that bench_launch.py left in its work folders (device scripts call it on exit).
 stop_bench_launches() {
-    local gw=(python3 -m gpuwarden.playbooks.cli)
+    local gw=(python3 -m gpuwarden.playbooks.cli.root)
     command -v gpuwarden >/dev/null 2>&1 && gw=(gpuwarden)
     for d in /tmp/bench-launch-*; do
         [ -d "$d" ] || continue

@@ -10,7 +10,7 @@ OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 STATE=$(mktemp -d)
 export GPUWARDEN_STATE_DIR=$STATE
-if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli); fi
+if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli.root); fi
 HOLDER_PID=""
 cleanup() { [ -n "$HOLDER_PID" ] && kill "$HOLDER_PID" 2>/dev/null && wait "$HOLDER_PID" 2>/dev/null; }
 trap cleanup EXIT

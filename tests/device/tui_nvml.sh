@@ -14,7 +14,7 @@ export GPUWARDEN_STATE_DIR=$STATE
 ARENA=/dev/shm/gpuwarden-tui.arena
 SIZE=${SIZE:-4GiB}
 CFG=$STATE/node.toml
-if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli); fi
+if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli.root); fi
 SOCK=$STATE/tmux.sock
 HOLDERS=()
 cleanup() {
@@ -93,7 +93,7 @@ else
     python3 - "$CFG" "$OUT" <<'PY'
 import asyncio, sys
 from pathlib import Path
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.tui.sampling import live_source
 

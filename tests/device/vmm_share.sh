@@ -16,7 +16,7 @@ ARENA=/dev/shm/gpuwarden-vmm.arena
 SOCK=/dev/shm/gpuwarden-vmm.keeper.sock
 SIZE=${SIZE:-4GiB}
 RUNTIME=${RUNTIME:-cuda}
-if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli); fi
+if command -v gpuwarden >/dev/null 2>&1; then GW=(gpuwarden); else GW=(python3 -m gpuwarden.playbooks.cli.root); fi
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done; wait; rm -f "$ARENA" "$SOCK"; }
 trap cleanup EXIT
@@ -38,7 +38,7 @@ memfree() { echo $(( $(awk '/^MemFree:/ {print $2}' /proc/meminfo) * 1024 )); }
 wait_serving() {
     python3 - "$@" <<'PY'
 import sys, time
-from gpuwarden.ops.status_protocol import read_events
+from gpuwarden.ops.foundation.status_protocol import read_events
 deadline = time.monotonic() + 300
 while time.monotonic() < deadline:
     phases = [[e.phase for e in read_events(p)] for p in sys.argv[1:]]
@@ -81,7 +81,7 @@ echo "== table"
 python3 - "$OUT" <<'PY' | tee "$OUT/table.txt"
 import json, sys
 from pathlib import Path
-from gpuwarden.ops.status_protocol import read_events
+from gpuwarden.ops.foundation.status_protocol import read_events
 out = Path(sys.argv[1])
 def ev(name, phase):
     return next((e.data for e in read_events(out / name) if e.phase == phase), {})

@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from gpuwarden.ops import gate
-from gpuwarden.ops.status_protocol import StatusWriter
+from gpuwarden.ops.foundation import gate
+from gpuwarden.ops.foundation.status_protocol import StatusWriter
 
 
 def overlapping(marker_dir: Path) -> int:

@@ -56,7 +56,7 @@ def records(state_dir: Path) -> dict[str, dict]:
 def registration_windows(state_dir: Path) -> dict[str, tuple[float, float]]:
     """Each engine's [registering, registered] interval from its own status protocol lines."""
     from gpuwarden.ops.engines import state as st
-    from gpuwarden.ops.status_protocol import read_events
+    from gpuwarden.ops.foundation.status_protocol import read_events
     out = {}
     for name in st.names(state_dir):
         events = read_events(st.engine_dir(state_dir, name) / st.STATUS)
@@ -70,7 +70,7 @@ def stop_everything(state_dir: Path) -> None:
     """Stop every engine and shim of this state dir, politely then not."""
     from gpuwarden.ops.engines import control
     from gpuwarden.ops.engines import state as st
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.foundation.settings import Settings
     settings = Settings(state_dir=state_dir)
     for name in st.names(state_dir):
         try:
@@ -90,8 +90,8 @@ def start_sim_tenant_engine(state_dir: Path, name: str, gpu: int, size: str) -> 
     """Start `gpuwarden sim hold` as a supervised engine on `gpu` and wait until it serves."""
     from gpuwarden.ops.engines import control
     from gpuwarden.ops.engines import state as st
-    from gpuwarden.ops.nodeconfig import EngineConfig
-    from gpuwarden.ops.settings import Settings
+    from gpuwarden.ops.config.nodeconfig import EngineConfig
+    from gpuwarden.ops.foundation.settings import Settings
     from simnode import cli_argv, wait_for
     argv = tuple(cli_argv(state_dir, "sim", "hold", "--gpu", str(gpu), "--size", size))
     eng = EngineConfig(name=name, argv=argv, gpu=gpu, progress="log", registered_pattern="^holding",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuwarden.ops.engines import preload
-from gpuwarden.ops.status_protocol import StatusEvent, read_events
+from gpuwarden.ops.foundation.status_protocol import StatusEvent, read_events
 from simnode import wait_for
 from standins.preload_build import CTYPES_ENGINE, build
 

@@ -11,17 +11,17 @@ from pathlib import Path
 
 from textual.binding import Binding
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.model import NodeSnapshot, snapshot_from_dict
-from gpuwarden.ops.settings import Settings
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.model import NodeSnapshot, snapshot_from_dict
+from gpuwarden.ops.foundation.settings import Settings
 
-from ..app import GpuwardenApp
-from ..history import VramHistory
-from ..widgets.events import EventsPanel
+from gpuwarden.tui.app import GpuwardenApp
+from gpuwarden.tui.history import VramHistory
+from gpuwarden.tui.widgets.events import EventsPanel
 from gpuwarden.ops.sampling.thread import SamplingThread
 from gpuwarden.playbooks.fleet import actions
-from .screen import FleetScreen
-from .remote_run import RemotePlaybookRun
+from gpuwarden.tui.fleet.screen import FleetScreen
+from gpuwarden.tui.fleet.remote_run import RemotePlaybookRun
 
 # Which remote playbook each console key runs on the node.
 REMOTE = {

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import typer
 
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.playbooks.commands import fleet as fleet_cli
-from gpuwarden.ops.units import parse_duration
-from ..command import in_browser, require_terminal
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.playbooks.cli.commands import fleet as fleet_cli
+from gpuwarden.ops.foundation.units import parse_duration
+from gpuwarden.tui.command import in_browser, require_terminal
 
 MIN_REFRESH_S = 0.5
 
@@ -18,7 +18,7 @@ def open_fleet_tui(settings, target, *, refresh_s: float, read_only: bool, histo
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
     require_terminal("the fleet console", "`gpuwarden fleet status --json`")
     # deferred: every command loads this module with the CLI; Textual and the console load when it opens
-    from .app import FleetApp
+    from gpuwarden.tui.fleet.app import FleetApp
     monitor = _monitor(target, refresh_s, history_s).start()
     try:
         app = FleetApp(settings, monitor, target, refresh_s=refresh_s, read_only=read_only,

@@ -10,12 +10,12 @@ import json
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from gpuwarden.ops.errors import GpuwardenError
+from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.playbooks.fleet.actions import RemotePlaybook, command_line, event_from_dict
 from gpuwarden.playbooks.framework import Event, Result
 
-from ..messages import PlaybookFinished
-from ..runner import PlaybookRun
+from gpuwarden.tui.messages import PlaybookFinished
+from gpuwarden.tui.runner import PlaybookRun
 
 if TYPE_CHECKING:
     from textual.app import App

@@ -14,9 +14,9 @@ from textual.widgets import Input, Static
 
 from gpuwarden.ops.fleet.summary import PRIORITY, NodeRow, columns, fallback_notes, worst_first
 
-from ..styles import STYLES as S
-from ..widgets.keystrip import KeyStrip
-from ..widgets.rowtable import RowTable
+from gpuwarden.tui.styles import STYLES as S
+from gpuwarden.tui.widgets.keystrip import KeyStrip
+from gpuwarden.tui.widgets.rowtable import RowTable
 
 STATE_STYLE = {"ok": S["phase.good"], "attention": S["phase.bad"], "unreachable": S["phase.bad"],
                "error": S["phase.bad"]}

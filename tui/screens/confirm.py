@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 
-from ..styles import STYLES as S
+from gpuwarden.tui.styles import STYLES as S
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -14,13 +14,13 @@ from textual.screen import Screen
 from rich.text import Text
 from textual.widgets import Label, RichLog, Static
 
-from gpuwarden.ops.model import EngineInfo
+from gpuwarden.ops.foundation.model import EngineInfo
 from gpuwarden.ops.bundle.triage_file import triage_bundle
 from gpuwarden.ops.engines.logs import follow
 from gpuwarden.ops.triage.render import headline
 
-from ..styles import STYLES as S
-from ..widgets.keystrip import KeyStrip
+from gpuwarden.tui.styles import STYLES as S
+from gpuwarden.tui.widgets.keystrip import KeyStrip
 
 
 def how_it_ended(e: EngineInfo) -> Text:

@@ -12,13 +12,13 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.foundation.model import NodeSnapshot
 
-from .. import text
-from ..sensor_text import sensor_lines
-from ..styles import STYLES as S
-from ..widgets.charts import ChartsPane
-from ..widgets.keystrip import KeyStrip
+from gpuwarden.tui import text
+from gpuwarden.tui.sensor_text import sensor_lines
+from gpuwarden.tui.styles import STYLES as S
+from gpuwarden.tui.widgets.charts import ChartsPane
+from gpuwarden.tui.widgets.keystrip import KeyStrip
 
 
 def gpu_summary(snap: NodeSnapshot, index: int) -> Text:

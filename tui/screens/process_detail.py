@@ -15,13 +15,13 @@ from textual.screen import Screen
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from gpuwarden.ops import procs
-from gpuwarden.ops.model import GpuProcess, NodeSnapshot, ProcessLoad
+from gpuwarden.ops.node import procs
+from gpuwarden.ops.foundation.model import GpuProcess, NodeSnapshot, ProcessLoad
 
-from .. import text
-from ..styles import STYLES as S
-from ..widgets.keystrip import KeyStrip
-from ..widgets.processes import cpu_time, percent
+from gpuwarden.tui import text
+from gpuwarden.tui.styles import STYLES as S
+from gpuwarden.tui.widgets.keystrip import KeyStrip
+from gpuwarden.tui.widgets.processes import cpu_time, percent
 
 SIGNAL_ORDER = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "STOP", "CONT", "KILL")
 
@@ -166,5 +166,5 @@ class ProcessDetailScreen(Screen[None]):
         if not gpus:
             self.notify(f"pid {p.pid} holds no VRAM and no GPU's device file", severity="warning")
             return
-        from .gpu_detail import GpuDetailScreen
+        from gpuwarden.tui.screens.gpu_detail import GpuDetailScreen
         self.app.push_screen(GpuDetailScreen(gpus[0], self.snap))

@@ -12,9 +12,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 from gpuwarden.playbooks.framework import Event
-from ..styles import STYLES as S
-from ..widgets.keystrip import KeyStrip
-from ..keyhints import with_keys
+from gpuwarden.tui.styles import STYLES as S
+from gpuwarden.tui.widgets.keystrip import KeyStrip
+from gpuwarden.tui.keyhints import with_keys
 
 MARK = {"step_ok": ("ok", S["phase.good"]), "step_failed": ("FAILED", S["phase.bad"]),
         "step_skipped": ("skipped", S["phase.busy"])}

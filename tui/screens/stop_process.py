@@ -10,9 +10,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label
 
-from gpuwarden.ops.model import GpuProcess
+from gpuwarden.ops.foundation.model import GpuProcess
 
-from .. import text
+from gpuwarden.tui import text
 
 
 class StopProcessScreen(ModalScreen[str | None]):

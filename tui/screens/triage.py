@@ -10,15 +10,15 @@ import zlib
 from pathlib import Path
 
 from gpuwarden.ops.bundle.replay import open_stream
-from gpuwarden.ops.errors import GpuwardenError
-from gpuwarden.ops.safetext import printable
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.safetext import printable
 
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Label, Static
-from ..widgets.keystrip import KeyStrip
+from gpuwarden.tui.widgets.keystrip import KeyStrip
 
 TRIAGE_NAMES = ("triage.md", "triage.txt")
 LIMIT = 512 * 1024

@@ -9,10 +9,10 @@ from rich.text import Text
 from textual.widgets import Static
 
 from gpuwarden.ops.engines import registrations, runtime_errors
-from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.foundation.model import NodeSnapshot
 
-from .. import text
-from ..styles import STYLES as S
+from gpuwarden.tui import text
+from gpuwarden.tui.styles import STYLES as S
 
 
 class ArenaPanel(Static):

@@ -16,10 +16,10 @@ from textual.containers import Grid
 from textual_plotext import PlotextPlot
 from textual_plotext.plot import Plot
 
-from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.foundation.model import NodeSnapshot
 
-from .. import chartdata
-from ..chartdata import ChartSpec
+from gpuwarden.tui import chartdata
+from gpuwarden.tui.chartdata import ChartSpec
 
 KEYS = ("vram", "busy_percent", "power_mw", "temperature_mc", "week")
 TWO_COLUMNS_AT = 160  # terminal width from which the charts sit two a row

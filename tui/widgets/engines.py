@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gpuwarden.ops.model import EngineInfo, NodeSnapshot
+from gpuwarden.ops.foundation.model import EngineInfo, NodeSnapshot
 
-from .. import text
-from .rowtable import FilteredRowTable
-from ..styles import STYLES as S
+from gpuwarden.tui import text
+from gpuwarden.tui.widgets.rowtable import FilteredRowTable
+from gpuwarden.tui.styles import STYLES as S
 
 COLUMNS = ("ENGINE", "GPU", "PID", "PHASE", "UP", "RST", "EXIT", "LAST LOG LINE")
 PHASE_STYLE = {"serving": S["phase.good"], "registered": S["phase.good"], "crashed": S["phase.bad"], "stale": S["phase.bad"],

@@ -11,8 +11,8 @@ from collections import deque
 from rich.text import Text
 from textual.widget import Widget
 
-from ..node_events import NodeEvent
-from ..styles import STYLES as S
+from gpuwarden.tui.node_events import NodeEvent
+from gpuwarden.tui.styles import STYLES as S
 
 STYLE = {"info": "", "ok": S["phase.good"], "warning": S["phase.busy"], "error": S["phase.bad"]}
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.foundation.model import NodeSnapshot
 
-from .. import text
-from ..history import VramHistory
-from .rowtable import FilteredRowTable
-from ..styles import STYLES as S
+from gpuwarden.tui import text
+from gpuwarden.tui.history import VramHistory
+from gpuwarden.tui.widgets.rowtable import FilteredRowTable
+from gpuwarden.tui.styles import STYLES as S
 
 WIDE_AT = 120  # room for GTT, power and the sparkline (short forms)
 ROOMY_AT = 140  # room for the long forms: a longer bar and sparkline, "(1 holder)"

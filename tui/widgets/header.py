@@ -10,10 +10,10 @@ from pathlib import Path
 from rich.text import Text
 from textual.widget import Widget
 
-from gpuwarden.ops.model import NodeSnapshot
+from gpuwarden.ops.foundation.model import NodeSnapshot
 
-from ..text import duration
-from ..styles import STYLES as S
+from gpuwarden.tui.text import duration
+from gpuwarden.tui.styles import STYLES as S
 
 
 class NodeHeader(Widget):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from ..styles import STYLES as S
+from gpuwarden.tui.styles import STYLES as S
 
 # Short words for the compact form (a word that fits 100 columns with every key).
 SHORT = {"Baseline": "Base", "Details": "Info", "Palette": "Cmds"}

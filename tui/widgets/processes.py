@@ -13,12 +13,12 @@ from typing import Any, Callable
 from rich.text import Text
 from textual.binding import Binding
 
-from gpuwarden.ops.model import GpuProcess, NodeSnapshot, ProcessLoad
+from gpuwarden.ops.foundation.model import GpuProcess, NodeSnapshot, ProcessLoad
 
-from .. import text
-from ..history import ProcessVramHistory
-from ..styles import STYLES as S
-from .rowtable import RowTable
+from gpuwarden.tui import text
+from gpuwarden.tui.history import ProcessVramHistory
+from gpuwarden.tui.styles import STYLES as S
+from gpuwarden.tui.widgets.rowtable import RowTable
 
 TREND_AT = 120  # room for the sparkline
 

@@ -15,7 +15,7 @@ from textual.events import Click
 from textual.message import Message
 from textual.widget import Widget
 
-from ..styles import STYLES as S
+from gpuwarden.tui.styles import STYLES as S
 
 GAP = 2  # cells between columns
 

@@ -5,8 +5,8 @@ Ids are stable (scripts pass them to --only); groups select several at once.
 
 from __future__ import annotations
 
-from ..model import Check
-from . import agent, answers, health, interposer, kernel, memory, nvidia, params, pcie
+from gpuwarden.ops.doctor.model import Check
+from gpuwarden.ops.doctor.checks import agent, answers, health, interposer, kernel, memory, nvidia, params, pcie
 
 # Without persistence mode the NVIDIA driver initializes every GPU inside nvmlInit (seconds on a large node):
 # the checks that ask NVML may take that long before a hung call is the likelier story.

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import stat
 
-from ...agent import client
-from ..model import Result, fail, passed, skip, unknown, warn
-from ..probe import CheckIO
+from gpuwarden.ops.agent import client
+from gpuwarden.ops.doctor.model import Result, fail, passed, skip, unknown, warn
+from gpuwarden.ops.doctor.probe import CheckIO
 
 SOCKET = "agent.sock"
 

@@ -1,16 +1,16 @@
 """Does every GPU answer its driver's reads in time: the readings `status` takes, each under the read deadline.
 
 A wedged GPU (a hung SMU, a stuck ring) blocks sysfs, amdsmi and NVML reads in the kernel; this check names the GPU
-and the file or call that did not answer, as `status` does (gpuwarden.ops.deadline).
+and the file or call that did not answer, as `status` does (gpuwarden.ops.foundation.deadline).
 """
 
 from __future__ import annotations
 
-from ...errors import BackendUnavailable, GpuwardenError
-from ...backends.select import open_backend
-from ...model import snapshot_from_dict
-from ..model import Result, fail, passed, skip
-from ..probe import CheckIO
+from gpuwarden.ops.foundation.errors import BackendUnavailable, GpuwardenError
+from gpuwarden.ops.node.backends.select import open_backend
+from gpuwarden.ops.foundation.model import snapshot_from_dict
+from gpuwarden.ops.doctor.model import Result, fail, passed, skip
+from gpuwarden.ops.doctor.probe import CheckIO
 
 # The check's own limit (doctor cuts checks at theirs): the read deadline inside it is kept below.
 TIMEOUT_S = 8.0
@@ -18,7 +18,7 @@ TIMEOUT_S = 8.0
 
 def _captured(io: CheckIO) -> tuple[list[str], list[int], int, float] | None:
     """What the bundle's own snapshot said (its GPUs, the stale ones); None without one."""
-    from ... import jsondoc
+    from gpuwarden.ops.foundation import jsondoc
     path = io.settings.state_dir / "gpuwarden" / "snapshot.json"
     io.note("the bundle's gpuwarden/snapshot.json")
     try:

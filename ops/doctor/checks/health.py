@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..model import Result, fail, passed, skip, unknown, warn
-from ..node import AmdGpu, amd_gpus, device_model, nvidia_present
-from ..probe import CheckIO
-from .nvidia import nvidia_facts
+from gpuwarden.ops.doctor.model import Result, fail, passed, skip, unknown, warn
+from gpuwarden.ops.doctor.node import AmdGpu, amd_gpus, device_model, nvidia_present
+from gpuwarden.ops.doctor.probe import CheckIO
+from gpuwarden.ops.doctor.checks.nvidia import nvidia_facts
 
 XGMI = 11
 

@@ -5,10 +5,10 @@ A source install without a C compiler has everything but it; ops/engines/preload
 
 from __future__ import annotations
 
-from ...engines import preload
-from ..model import Result, fail, passed, skip, warn
-from ..node import node_config
-from ..probe import CheckIO
+from gpuwarden.ops.engines import preload
+from gpuwarden.ops.doctor.model import Result, fail, passed, skip, warn
+from gpuwarden.ops.doctor.node import node_config
+from gpuwarden.ops.doctor.probe import CheckIO
 
 
 def check_interposer(io: CheckIO) -> Result:

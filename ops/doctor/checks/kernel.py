@@ -10,10 +10,10 @@ from __future__ import annotations
 import gzip
 import io as _io
 
-from .. import compat
-from ..model import Result, fail, passed, skip, unknown, warn
-from ..node import amd_gpus, kernel_release, nvidia_present
-from ..probe import CheckIO
+from gpuwarden.ops.doctor import compat
+from gpuwarden.ops.doctor.model import Result, fail, passed, skip, unknown, warn
+from gpuwarden.ops.doctor.node import amd_gpus, kernel_release, nvidia_present
+from gpuwarden.ops.doctor.probe import CheckIO
 
 
 def check_kernel(io: CheckIO) -> Result:

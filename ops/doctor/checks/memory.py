@@ -14,15 +14,15 @@ import pwd
 import re
 import resource
 
-from ...arena import budget as kfd_budget
-from ...arena.format import DEFAULT_CHUNK, chunk_count_for, header_size_for, load_header
-from ...engines import state as engine_state
-from ...errors import GpuwardenError
-from ...nodeconfig import ArenaConfig
-from ...units import fmt_bytes, parse_kernel_size
-from ..model import Result, fail, passed, skip, unknown, warn
-from ..node import is_live_proc, meminfo, node_config
-from ..probe import CheckIO
+from gpuwarden.ops.arena import budget as kfd_budget
+from gpuwarden.ops.arena.format import DEFAULT_CHUNK, chunk_count_for, header_size_for, load_header
+from gpuwarden.ops.engines import state as engine_state
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.config.nodeconfig import ArenaConfig
+from gpuwarden.ops.foundation.units import fmt_bytes, parse_kernel_size
+from gpuwarden.ops.doctor.model import Result, fail, passed, skip, unknown, warn
+from gpuwarden.ops.doctor.node import is_live_proc, meminfo, node_config
+from gpuwarden.ops.doctor.probe import CheckIO
 
 
 def _arena(io: CheckIO) -> ArenaConfig | None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ...backends.nvml import bus_id
-from ..model import Result, fail, passed, skip, unknown, warn
-from ..node import nvidia_present
-from ..probe import CheckIO
+from gpuwarden.ops.node.backends.nvml import bus_id
+from gpuwarden.ops.doctor.model import Result, fail, passed, skip, unknown, warn
+from gpuwarden.ops.doctor.node import nvidia_present
+from gpuwarden.ops.doctor.probe import CheckIO
 
 
 def _nvml_gpus(nv: Any) -> list[dict[str, Any]]:

@@ -8,13 +8,13 @@ system-memory limit, see ops/arena/budget.py), drivers/gpu/drm/ttm (ttm.pages_li
 
 from __future__ import annotations
 
-from ...arena.budget import kfd_system_limit
-from ...errors import GpuwardenError
-from ...units import fmt_bytes
-from ...arena import budget
-from ..model import Result, passed, skip, unknown, warn
-from ..node import amd_gpus, mem_total, node_config
-from ..probe import CheckIO
+from gpuwarden.ops.arena.budget import kfd_system_limit
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.units import fmt_bytes
+from gpuwarden.ops.arena import budget
+from gpuwarden.ops.doctor.model import Result, passed, skip, unknown, warn
+from gpuwarden.ops.doctor.node import amd_gpus, mem_total, node_config
+from gpuwarden.ops.doctor.probe import CheckIO
 
 PARAMS = "module/amdgpu/parameters"
 MODPROBE = "/etc/modprobe.d/amdgpu.conf"

@@ -15,11 +15,11 @@ import re
 import struct
 from typing import TypedDict
 
-from ...backends.sysfs import AMD_VENDOR
-from ...engines import state as engine_state
-from ..model import Result, fail, passed, skip, unknown, warn
-from ..node import NVIDIA_VENDOR, amd_gpus, cmdline, cmdline_value, readable_cpus
-from ..probe import CheckIO
+from gpuwarden.ops.node.backends.sysfs import AMD_VENDOR
+from gpuwarden.ops.engines import state as engine_state
+from gpuwarden.ops.doctor.model import Result, fail, passed, skip, unknown, warn
+from gpuwarden.ops.doctor.node import NVIDIA_VENDOR, amd_gpus, cmdline, cmdline_value, readable_cpus
+from gpuwarden.ops.doctor.probe import CheckIO
 
 BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 ACS_ID = 0x000D

@@ -1,0 +1,271 @@
+"""The NVML backend: NVIDIA GPUs and their processes through nvidia-ml-py (`import pynvml`).
+
+Handles and static facts are read once at open; each refresh costs a few NVML calls per GPU.
+"""
+
+from __future__ import annotations
+
+import _thread
+from types import ModuleType
+
+from gpuwarden.ops.foundation.deadline import LateRead
+from gpuwarden.ops.foundation.errors import BackendUnavailable
+from gpuwarden.ops.foundation.model import GpuInfo, ProcessUsage, stale_read
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.node.backends import libload
+from gpuwarden.ops.node.backends.nvml_sensors import NvmlSensors
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing (~3 ms): `status` tries this backend on every node
+if TYPE_CHECKING:
+    from typing import Any
+
+_HINT = "install the NVIDIA driver (libnvidia-ml.so.1) or pick another source with --backend"
+
+# Process memory that NVML would not tell us (not permitted, or hidden inside a MIG instance):
+# the PID still uses the GPU, but its VRAM must not be read as 0 bytes by the residual arithmetic.
+SOURCE_UNKNOWN = "nvml-unknown"
+
+
+def bus_id(text: str | None) -> str | None:
+    """NVML's "00000000:18:00.0" in the kernel's spelling, "0000:18:00.0" (lower-case hex)."""
+    if not text:
+        return None
+    try:
+        domain, bus, rest = text.strip().split(":")
+        device, function = rest.split(".")
+        return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{int(function, 16):x}"
+    except ValueError:
+        return text.strip().lower()
+
+
+class NvmlBackend(libload.LibraryBackend):
+    """Backend over NVML. `module` replaces `import pynvml` (tests inject a replaying stand-in)."""
+
+    name = "nvml"
+    simulated = False
+
+    def __init__(self, settings: Settings, module: ModuleType | Any = None):
+        self._settings = settings
+        self._deadlines(settings)
+        nv = module if module is not None else libload.import_vendor(
+            "pynvml", "nvml", "nvidia-ml-py cannot load", _HINT)
+        self._nv = nv
+        self._opening(self._open)
+
+    def _open(self) -> None:
+        """nvmlInit, the handles and the static facts: in a lane, since a wedged GPU can hang any of them."""
+        nv = self._nv
+        self._errors: tuple[type[BaseException], ...] = tuple(
+            e for e in (getattr(nv, "NVMLError", None), getattr(nv, "NVMLLibraryMismatchError", None)) if e)
+        self._unsupported = tuple(e for e in (getattr(nv, "NVMLError_NotSupported", None),) if e)
+        try:
+            nv.nvmlInit()
+        except self._errors as exc:
+            raise BackendUnavailable(f"nvml: {_init_failure(nv, exc)}", _HINT) from None
+        self._shutdown = nv.nvmlShutdown
+        try:
+            count = nv.nvmlDeviceGetCount()
+        except self._errors as exc:
+            self.close()
+            raise BackendUnavailable(f"nvml: cannot count GPUs ({exc})", _HINT) from None
+        # NVML index -> handle. A GPU this user may not open (its /dev/nvidiaN denied) is left out
+        # rather than failing the node; the others keep NVML's numbering, which nvidia-smi shows.
+        self._handles: dict[int, Any] = {}
+        refused = None
+        for i in range(count):
+            try:
+                self._handles[i] = nv.nvmlDeviceGetHandleByIndex(i)
+            except self._errors as exc:
+                refused = exc
+        if not self._handles:
+            self.close()
+            why = f": {count} found, none could be opened ({refused})" if count else " found"
+            raise BackendUnavailable(f"nvml: no usable NVIDIA GPU{why}", _HINT)
+        # The v2 struct keeps driver-reserved memory out of `used`, which is what nvidia-smi shows as
+        # Used; v1's used is total - free and so includes the reserved part. Drivers before r510 lack v2.
+        self._memory_version = getattr(nv, "nvmlMemory_v2", None)
+        self._temperature_v = getattr(nv, "nvmlDeviceGetTemperatureV", None)
+        # The unversioned process listers call the _v3 symbols (drivers r510+); older drivers raise a
+        # version mismatch there and answer only the _v2 ones. Newest first; a mismatch drops it for good.
+        self._listers = [
+            [f for f in (getattr(nv, newest, None), getattr(nv, older, None)) if f]
+            for newest, older in (
+                ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
+                ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"))]
+        self._mismatch = tuple(e for e in (getattr(nv, "NVMLLibraryMismatchError", None),
+                                           getattr(nv, "NVMLError_FunctionNotFound", None)) if e)
+        self._static = {i: self._static_info(i, h) for i, h in self._handles.items()}
+        self._sensors = {i: NvmlSensors(nv, h, self._try) for i, h in self._handles.items()}
+        self._with_processes: set[int] | None = None  # the GPUs the last process list found someone on
+        self._util_seen: dict[int, int] = {}  # gpu -> the newest utilisation sample's timestamp (us)
+
+    # ----------------------------------------------------------------- protocol
+
+    def gpus(self) -> list[GpuInfo]:
+        return self._gpus_in_lanes(list(self._handles.items()), self._gpu, self._stale_gpu)
+
+    def _stale_gpu(self, index: int, late: LateRead) -> GpuInfo:
+        static = self._static[index]
+        return GpuInfo(index=index, name=static["name"], vendor="nvidia", bus_id=static["bus_id"],
+                       uuid=static["uuid"], device_files=static["device_files"], stale=stale_read(late))
+
+    def process_usage(self) -> list[ProcessUsage]:
+        return self._usage_in_lane(self._process_usage)
+
+    def _process_usage(self) -> list[ProcessUsage]:
+        usage: list[ProcessUsage] = []
+        for index, handle in self._handles.items():
+            # A process can sit in both lists (type C+G) with the same figure: count it once.
+            seen: dict[int, int | None] = {}
+            for candidates in self._listers:
+                for proc in self._running(candidates, handle):
+                    pid = int(proc.pid)
+                    used = getattr(proc, "usedGpuMemory", None)
+                    earlier = seen.get(pid)
+                    seen[pid] = used if earlier is None else (earlier if used is None else max(earlier, used))
+            for pid, used in seen.items():
+                usage.append(ProcessUsage(
+                    pid=pid, gpu_index=index, vram_bytes=int(used) if used is not None else 0,
+                    source="nvml" if used is not None else SOURCE_UNKNOWN))
+        self._with_processes = {u.gpu_index for u in usage}
+        return usage
+
+    def process_utilisation(self) -> dict[int, dict[int, tuple[int, int, int, int]]] | None:
+        """gpu -> pid -> (sm, mem, enc, dec) % since the last call (nvmlDeviceGetProcessUtilization), for the GPUs
+        that answered; None when the driver has no such call or the calls are late (their lane names them)."""
+        get = getattr(self._nv, "nvmlDeviceGetProcessUtilization", None)
+        if get is None:
+            return None
+        try:
+            answer: dict[int, dict[int, tuple[int, int, int, int]]] | None = self._lanes.run(
+                (self.name, "utilisation"), self._in_lane(lambda: self._utilisation(get)), self.deadline_s,
+                source=self.name)
+            return answer
+        except LateRead:
+            return None
+
+    def _utilisation(self, get: Any) -> dict[int, dict[int, tuple[int, int, int, int]]] | None:
+        nv = self._nv
+        not_found = getattr(nv, "NVML_ERROR_NOT_FOUND", 6)
+        seen = self._util_seen
+        out: dict[int, dict[int, tuple[int, int, int, int]]] = {}
+        # A GPU on which the last process list found nobody has no process to give a share of its time to; the
+        # call is skipped there (on an idle H200 it was three fifths of the console's CPU).
+        with_processes = self._with_processes
+        for index, handle in self._handles.items():
+            if with_processes is not None and index not in with_processes:
+                out[index] = {}
+                continue
+            mark = self._marks.get(_thread.get_ident())
+            if mark is not None:
+                mark("nvmlDeviceGetProcessUtilization", None, index)
+            try:
+                samples = get(handle, seen.get(index, 0))
+            except self._errors as exc:
+                # NOT_FOUND: no process ran on it since the timestamp; pynvml raises NVML_SUCCESS when the first
+                # call found nothing to size. Both mean "nothing ran"; anything else: this GPU cannot say.
+                if getattr(exc, "value", None) in (not_found, 0):
+                    out[index] = {}
+                continue  # NOT_SUPPORTED (vGPU, MIG), NO_PERMISSION: this GPU's processes show n/a
+            latest: dict[int, Any] = {}
+            for sample in samples:
+                pid = int(sample.pid)
+                if pid not in latest or sample.timeStamp > latest[pid].timeStamp:
+                    latest[pid] = sample  # several samples of one process in the window: the newest
+            if latest:
+                seen[index] = max(int(s.timeStamp) for s in latest.values())
+            out[index] = {pid: (int(s.smUtil), int(s.memUtil), int(s.encUtil), int(s.decUtil))
+                          for pid, s in latest.items()}
+        return out if out else None
+
+    def device_globs(self) -> list[str]:
+        dev = self._settings.dev_root
+        return [str(dev / "nvidia[0-9]*"), str(dev / "nvidiactl"), str(dev / "nvidia-uvm")]
+
+    # ----------------------------------------------------------------- readings
+
+    def _running(self, candidates: list[Any], handle: Any) -> list[Any]:
+        while candidates:
+            try:
+                return list(candidates[0](handle))
+            except self._mismatch:
+                candidates.pop(0)
+            except self._errors:
+                return []
+        return []
+
+    def _static_info(self, index: int, handle: Any) -> dict[str, Any]:
+        nv = self._nv
+        pci = self._try(nv.nvmlDeviceGetPciInfo, handle)
+        minor = self._try(nv.nvmlDeviceGetMinorNumber, handle)
+        return {
+            "name": _text(self._try(nv.nvmlDeviceGetName, handle)) or f"NVIDIA GPU {index}",
+            "bus_id": bus_id(_text(getattr(pci, "busId", None))),
+            "uuid": _text(self._try(nv.nvmlDeviceGetUUID, handle)),
+            "device_files": (str(self._settings.dev_root / f"nvidia{minor}"),) if minor is not None else (),
+        }
+
+    def _memory(self, handle: Any) -> tuple[int | None, int | None]:
+        nv = self._nv
+        if self._memory_version is not None:
+            try:
+                info = nv.nvmlDeviceGetMemoryInfo(handle, version=self._memory_version)
+                return int(info.total), int(info.used)
+            except self._errors:
+                self._memory_version = None  # old driver: stay on v1 from now on
+        info = self._try(nv.nvmlDeviceGetMemoryInfo, handle)
+        if info is None:
+            return None, None
+        return int(info.total), int(info.used)
+
+    def _temperature(self, handle: Any) -> float | None:
+        nv = self._nv
+        sensor = getattr(nv, "NVML_TEMPERATURE_GPU", 0)
+        if self._temperature_v is not None:
+            try:
+                return float(self._temperature_v(handle, sensor))
+            except self._errors:
+                self._temperature_v = None  # driver without nvmlDeviceGetTemperatureV
+        value = self._try(nv.nvmlDeviceGetTemperature, handle, sensor)
+        return None if value is None else float(value)
+
+    def _gpu(self, index: int, handle: Any) -> GpuInfo:
+        nv = self._nv
+        static = self._static[index]
+        total, used = self._memory(handle)
+        rates = self._try(nv.nvmlDeviceGetUtilizationRates, handle)
+        milliwatts = self._try(nv.nvmlDeviceGetPowerUsage, handle)
+        temperature = self._temperature(handle)
+        return GpuInfo(
+            index=index, name=static["name"], vendor="nvidia", bus_id=static["bus_id"], uuid=static["uuid"],
+            vram_total=total, vram_used=used,
+            busy_percent=float(rates.gpu) if rates is not None else None,
+            temperature_c=temperature,
+            power_w=milliwatts / 1000.0 if milliwatts is not None else None,
+            device_files=static["device_files"],
+            sensors=self._sensors[index].read(float(rates.memory) if rates is not None else None, temperature),
+        )
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    value = str(value).strip()
+    return value or None
+
+
+def _init_failure(nv: Any, exc: BaseException) -> str:
+    """nvmlInit's failure as a clause that says what is missing."""
+    reasons = (
+        ("NVMLError_LibraryNotFound", "libnvidia-ml.so.1 not found (no NVIDIA driver)"),
+        ("NVMLError_DriverNotLoaded", "NVIDIA driver not loaded"),
+        ("NVMLError_NoPermission", "no permission to open /dev/nvidia*"),
+        ("NVMLError_LibRmVersionMismatch", "driver and libnvidia-ml versions differ (reload the driver or reboot)"),
+    )
+    for class_name, clause in reasons:
+        cls = getattr(nv, class_name, None)
+        if cls is not None and isinstance(exc, cls):
+            return clause
+    return f"nvmlInit failed ({exc})"

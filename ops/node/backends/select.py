@@ -1,0 +1,68 @@
+"""Choosing a GPU backend: forced by --backend, else the first that works (amdsmi, sysfs, nvml, sim).
+
+When none works the error says, in one line, which were tried and why each failed.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from gpuwarden.ops.foundation.errors import BackendUnavailable, GpuwardenError
+from gpuwarden.ops.foundation.paths import BACKENDS
+from gpuwarden.ops.foundation.settings import Settings
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
+if TYPE_CHECKING:
+    from gpuwarden.ops.node.backends.base import Backend
+
+# name -> (module, class)
+_IMPLS = {
+    "amdsmi": ("gpuwarden.ops.node.backends.amdsmi_backend", "AmdSmiBackend"),
+    "sysfs": ("gpuwarden.ops.node.backends.sysfs", "SysfsBackend"),
+    "nvml": ("gpuwarden.ops.node.backends.nvml", "NvmlBackend"),
+    "sim": ("gpuwarden.ops.node.backends.sim", "SimBackend"),
+}
+
+
+def _construct(name: str, settings: Settings, **kw: object) -> Backend:
+    module_name, cls_name = _IMPLS[name]
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError) as exc:
+        raise BackendUnavailable(f"{name}: not available in this build ({exc})") from None
+    backend: Backend = cls(settings, **kw)
+    return backend
+
+
+def open_backend(settings: Settings, *, fallback_to_sim: bool = True) -> Backend:
+    """The backend to use. Forced: that one or an error with a hint. Auto: first that opens."""
+    if settings.backend:
+        if settings.backend not in BACKENDS:
+            raise GpuwardenError(f"unknown backend {settings.backend!r}", f"choose one of: {', '.join(BACKENDS)}")
+        try:
+            kw = {"create": True} if settings.backend == "sim" else {}
+            return _construct(settings.backend, settings, **kw)
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(
+                f"backend {settings.backend} cannot run here: {exc.message}",
+                exc.hint or "leave out --backend/GPUWARDEN_BACKEND to pick one automatically") from None
+
+    captured = settings.captured
+    order = ["sysfs"] if captured else ["amdsmi", "sysfs", "nvml"]
+    reasons = []
+    for name in order:
+        try:
+            return _construct(name, settings)
+        except BackendUnavailable as exc:
+            reasons.append(exc.message)
+    if not captured:
+        # deferred: the PCI scan runs only when no backend opens
+        from gpuwarden.ops.node.backends.pci import describe
+        reasons.insert(0, describe(settings.sysfs_root))  # "2 AMD GPUs on the PCI bus, amdgpu not loaded"
+    if fallback_to_sim and not captured:
+        return _construct("sim", settings, create=True, fallback_reason="; ".join(reasons))
+    raise BackendUnavailable("no GPU backend works here: " + "; ".join(reasons),
+                             "load the GPU driver (or install its library); --backend sim shows the simulated "
+                             "node, a demo")
+
+

@@ -1,0 +1,256 @@
+"""CLI: `gpuwarden agent` — the node agent: sample continuously, keep history and events, serve the local API.
+
+Runs in the foreground under systemd (Type=notify) or with --foreground; from a terminal it detaches and says
+where it listens. --install-systemd writes its unit (a dry run unless --yes).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.statedir import ensure
+from gpuwarden.ops.foundation.units import parse_duration
+
+from gpuwarden.playbooks.cli.commands.playbook_options import JsonOut, Yes
+
+
+def _config(settings: Settings, interval: float | None):
+    from dataclasses import replace
+
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    from gpuwarden.ops.config import nodeconfig
+    from gpuwarden.ops.config.agent import AgentConfig
+    cfg = nodeconfig.load(settings).agent if settings.config_path.exists() else AgentConfig()
+    if interval is not None:
+        cfg = replace(cfg, interval=interval)
+    return cfg
+
+
+def _sampler(settings: Settings):
+    """The agent's sampler. An agent on the automatic sim fallback would serve a fake node as if it were this
+    one: without a real backend (or --backend sim) it refuses, exit 2."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    from gpuwarden.ops.node.backends.select import open_backend
+    from gpuwarden.ops.sampling.sampler import Sampler
+    return Sampler(settings, open_backend(settings, fallback_to_sim=False))
+
+
+def _detach(settings: Settings, argv: list[str]) -> int:
+    """Start the agent as a daemon (its log in the state dir) and wait until it answers or fails."""
+    import subprocess
+
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    from gpuwarden.ops.agent.client import get
+    from gpuwarden.ops.services.agent_daemon import agent_dir, socket_path
+    ensure(settings.state_dir, "agent")
+    log = agent_dir(settings.state_dir) / "agent.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gpuwarden.tui.main", *argv, "--foreground"], stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=out, start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + 15.0
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+            raise GpuwardenError(f"the agent exited at start (status {code}): {' / '.join(tail)[:300]}",
+                                 f"see {log}")
+        reply = get(socket_path(settings.state_dir), "/healthz", timeout=1.0)
+        if reply is not None:
+            typer.echo(f"agent running (pid {proc.pid}), API on {socket_path(settings.state_dir)}, log {log}")
+            return 0
+        time.sleep(0.1)
+    raise GpuwardenError(f"the agent (pid {proc.pid}) did not answer within 15s", f"see {log}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("agent")
+    def agent_cmd(
+        ctx: typer.Context,
+        interval: Optional[float] = typer.Option(None, "--interval", metavar="SECONDS", min=0.25,
+                                                 help="Seconds between snapshots (default: [agent] interval, 1)."),
+        listen_unix: Optional[Path] = typer.Option(None, "--listen-unix", metavar="PATH",
+                                                   help="Socket of the API (default <state dir>/agent.sock, where "
+                                                        "status and the TUI look for it)."),
+        foreground: bool = typer.Option(False, "--foreground",
+                                        help="Stay in the foreground, logging to stderr (what systemd runs). "
+                                             "Without it, from a terminal, the agent detaches."),
+        install_systemd: bool = typer.Option(False, "--install-systemd",
+                                             help="Write the systemd unit instead of running (a dry run unless "
+                                                  "--yes)."),
+        unit_dir: Path = typer.Option(Path("/etc/systemd/system"), "--unit-dir",
+                                      help="Where --install-systemd writes gpuwarden-agent.service."),
+        metrics_listen: Optional[str] = typer.Option(
+            None, "--metrics-listen", metavar="HOST:PORT", envvar="GPUWARDEN_METRICS_LISTEN",
+            help="Serve Prometheus /metrics over HTTP here: 127.0.0.1:9835 for this node only, 0.0.0.0:9835 for "
+                 "Prometheus elsewhere (a DaemonSet). Off by default; `gpuwarden metrics` works either way."),
+        metrics_tls_cert: Optional[Path] = typer.Option(None, "--metrics-tls-cert", metavar="PEM",
+                                                        help="Serve /metrics over HTTPS with this certificate chain."),
+        metrics_tls_key: Optional[Path] = typer.Option(None, "--metrics-tls-key", metavar="PEM",
+                                                       help="The unencrypted key of --metrics-tls-cert."),
+        metrics_client_ca: Optional[Path] = typer.Option(
+            None, "--metrics-client-ca", metavar="PEM",
+            help="Require scrapers to present a client certificate signed by this CA (mutual TLS)."),
+        per_process: bool = typer.Option(False, "--per-process",
+                                         help="Export VRAM per process and GPU (the largest 256 pairs; off by "
+                                              "default to keep the series bounded)."),
+        hostname_label: bool = typer.Option(False, "--hostname-label",
+                                            help="Add a hostname label to every metric (Prometheus adds instance)."),
+        kubernetes: bool = typer.Option(
+            False, "--kubernetes",
+            help="Kubernetes mode: name the pod of every GPU process and holder, keep the node condition "
+                 "GPUResidualVRAM and the taint gpuwarden.io/gpu-unhealthy current, post node Events, and (opt-in) "
+                 "serve AMD's device-plugin health; the node config's [kubernetes] table sets it up. In-cluster "
+                 "credentials, else KUBECONFIG. With [kubernetes] remediate = true (off by default) a GPU still in "
+                 "trouble after remediate_after is remediated: a cluster slot (Leases, remediation_slots), cordon, "
+                 "evictions (PodDisruptionBudgets respected), fix (purge, reset, verify), then uncordon and untaint "
+                 "only once verified clean; at most once per remediation_interval per node."),
+        node_name: Optional[str] = typer.Option(None, "--node-name", metavar="NAME",
+                                                help="Kubernetes: this node's name (default: [kubernetes] node_name, "
+                                                     "NODE_NAME, the host name)."),
+        k8s_policy: Optional[str] = typer.Option(None, "--k8s-policy", metavar="POLICY",
+                                                 help="Kubernetes: taint (condition and taint, the default), "
+                                                      "condition (the condition only) or off."),
+        taint_after: Optional[str] = typer.Option(None, "--taint-after", metavar="DURATION",
+                                                  help="Kubernetes: how long residual VRAM must last before the "
+                                                       "taint, e.g. 2m (default: [kubernetes] taint_after, 2m)."),
+        amd_health: Optional[bool] = typer.Option(None, "--amd-health/--no-amd-health",
+                                                  help="Kubernetes: serve AMD's per-GPU health service for its "
+                                                       "device plugin (default: [kubernetes] health, off)."),
+        amd_health_socket: Optional[str] = typer.Option(None, "--amd-health-socket", metavar="PATH",
+                                                        help="Kubernetes: that service's unix socket."),
+        yes: Yes = False,
+        json_out: JsonOut = False,
+    ) -> None:
+        """Run the node agent: one sampler for the node (every second by default), per-GPU history, an event
+        log, a kernel-log watch and the policies of the node config's [agent] table; serves
+        /healthz, /v1/snapshot, /v1/history, /v1/events and /metrics over a unix socket, and /metrics
+        over HTTP(S) with --metrics-listen.
+
+        SIGTERM stops it (exit 0), SIGHUP reloads the node config. Exit 2 when no real GPU backend works
+        (pass --backend sim for the simulated node) or another agent runs.
+        """
+        settings: Settings = ctx.obj
+        alias = ctx.info_name == "k8s-agent"  # the DaemonSet's command: Kubernetes mode, never detached
+        kubernetes, foreground = kubernetes or alias, foreground or alias
+        k8s_options = dict(node_name=node_name, policy=k8s_policy, taint_after=taint_after, health=amd_health,
+                           health_socket=amd_health_socket)
+        k8s_cfg = _kubernetes_config(settings, kubernetes, **k8s_options)
+        if install_systemd:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
+            from gpuwarden.playbooks.agentinstall import InstallUnitPlaybook
+            from gpuwarden.playbooks.cli.output import execute, exit_with
+            exit_with(execute(InstallUnitPlaybook(unit_dir), settings, dry_run=not yes, yes=yes, json_out=json_out))
+        cfg = _config(settings, interval)
+        tls = _tls(metrics_listen, metrics_tls_cert, metrics_tls_key, metrics_client_ca)
+        if metrics_listen is not None:  # an empty value (a blank env var) is a mistake, not "no listener"
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
+            from gpuwarden.ops.services.metrics_server import parse_listen
+            parse_listen(metrics_listen)  # a typo fails here, before anything starts or detaches
+        sampler = _sampler(settings)
+        if not foreground and sys.stdin.isatty() and not os.environ.get("NOTIFY_SOCKET"):
+            sampler.close()
+            raise typer.Exit(_detach(settings, sys.argv[1:]))
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
+        from gpuwarden.ops.services.agent_daemon import Agent
+        from gpuwarden.playbooks.agentpolicies import Policies
+        agent = Agent(settings, cfg, socket=listen_unix, sampler=sampler)
+        agent.add_observer(Policies(agent, cfg))  # before start: the first snapshot's events count too
+        k8s = _kubernetes_node(settings, k8s_cfg, agent, lambda: _kubernetes_config(settings, True, **k8s_options)) \
+            if k8s_cfg is not None else None
+        exporter = _exporter(agent, metrics_listen, tls, per_process, hostname_label)
+        url = exporter.start()  # binds before sampling starts: a busy port fails the start in one line
+        try:
+            agent.start()
+        except BaseException:
+            exporter.close()
+            if k8s is not None:
+                k8s.close()
+            raise
+        if k8s is not None:
+            try:
+                k8s.start()  # a busy AMD health socket fails here, in one line
+            except BaseException:
+                agent.stop()
+                raise
+        if url:
+            agent.log("info", f"metrics on {url}")
+        raise typer.Exit(agent.run())
+
+    app.command("k8s-agent", help="The node agent in Kubernetes mode, in the foreground: `gpuwarden agent "
+                "--kubernetes --foreground` with the same options (what deploy/k8s's DaemonSet runs).")(agent_cmd)
+
+
+_K8S_FLAGS = {"node_name": "--node-name", "policy": "--k8s-policy", "taint_after": "--taint-after",
+              "health": "--amd-health", "health_socket": "--amd-health-socket"}
+
+
+def _kubernetes_config(settings: Settings, on: bool, **overrides):
+    """The [kubernetes] table with the command line's overrides, checked before anything starts; None when off."""
+    given = [_K8S_FLAGS[k] for k, v in overrides.items() if v is not None]
+    if not on:
+        if given:
+            raise GpuwardenError(f"{given[0]} is an option of Kubernetes mode",
+                                 "add --kubernetes (or run `gpuwarden k8s-agent`)")
+        return None
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    from gpuwarden.ops.config.nodeconfig import kubernetes_config as for_settings
+    from gpuwarden.ops.k8s.nodesignal import POLICIES
+    policy, taint_after = overrides.get("policy"), overrides.get("taint_after")
+    if policy is not None and policy not in POLICIES:
+        raise GpuwardenError(f"unknown --k8s-policy {policy!r}", f"choose one of: {', '.join(POLICIES)}")
+    if taint_after is not None:
+        overrides["taint_after"] = parse_duration(taint_after)
+    return for_settings(settings, **overrides)
+
+
+def _kubernetes_node(settings: Settings, k8s_cfg, agent, reread):
+    """Kubernetes mode attached to the agent: its lines are the agent's events (kind "kubernetes")."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    from gpuwarden.ops.services.k8s_node import KubernetesNode
+    from gpuwarden.ops.sampling.changes import NodeEvent
+
+    def log(level: str, text: str) -> None:
+        agent.emit(NodeEvent(time.time(), level, text, "kubernetes"))
+    fixer = None
+    if k8s_cfg.remediate:
+        from gpuwarden.playbooks.k8s_remediate import fixer as fix_playbook
+        fixer = fix_playbook(settings)
+    node = KubernetesNode(settings, k8s_cfg, log=log, reread=reread, fixer=fixer)  # credentials are checked here
+    node.attach(agent)
+    return node
+
+
+def _tls(listen: str | None, cert: Path | None, key: Path | None, client_ca: Path | None):
+    if not (cert or key or client_ca):
+        return None
+    if not listen:
+        raise GpuwardenError("--metrics-tls-cert/--metrics-tls-key/--metrics-client-ca need --metrics-listen",
+                             "e.g. --metrics-listen 0.0.0.0:9835 --metrics-tls-cert c.pem --metrics-tls-key k.pem")
+    if cert is None or key is None:
+        raise GpuwardenError("HTTPS for /metrics needs both --metrics-tls-cert and --metrics-tls-key",
+                             "give the PEM certificate chain and its key")
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    from gpuwarden.ops.services.metrics_server import TlsFiles
+    files = TlsFiles(cert, key, client_ca)
+    files.context()  # an unreadable certificate fails here, with its name
+    return files
+
+
+def _exporter(agent, listen: str | None, tls, per_process: bool, hostname_label: bool):
+    """The exporter is always attached: `gpuwarden metrics` asks it over the API socket."""
+    # deferred: the CLI imports every command module at start; this code loads only when the command runs
+    from gpuwarden.ops.services.metrics_exporter import MetricsExporter
+    from gpuwarden.ops.metrics.reading import MetricsOptions
+    options = MetricsOptions(per_process=per_process, hostname=os.uname().nodename if hostname_label else None)
+    exporter = MetricsExporter(agent, options, listen, tls)
+    agent.metrics = exporter
+    agent.add_observer(exporter)
+    return exporter

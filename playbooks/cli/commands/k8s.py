@@ -1,0 +1,125 @@
+"""CLI for Kubernetes tenants: `gpu-check` (an init container's gate) and `post-clean` (a preStop hook).
+
+The node's side (condition, taint, pod names, AMD device-plugin health) is `gpuwarden agent --kubernetes`.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.jsondoc import document, dumps
+from gpuwarden.ops.foundation.model import snapshot_from_dict
+from gpuwarden.playbooks.cli.hints import Invocation
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("gpu-check")
+    def gpu_check_cmd(
+        ctx: typer.Context,
+        gpus: Optional[List[int]] = typer.Argument(None, help="GPU indexes (default: this pod's GPUs, else those "
+                                                   "ROCR/CUDA/HIP_VISIBLE_DEVICES name, else every GPU)."),
+        json_out: bool = typer.Option(False, "--json", help="Print the verdict as JSON (gpuwarden.gpu-check/1)."),
+        no_agent: bool = typer.Option(False, "--no-agent", help="Sample the node here instead of asking the agent."),
+        node: bool = typer.Option(False, "--node", help="The whole node, as node-problem-detector's custom plugin: "
+                                  "one line (at most 80 bytes), exit 0 clean, 1 a GPU is not, 2 unknown."),
+    ) -> None:
+        """Are these GPUs fit for a new tenant? For an init container: exit 0 clean, 1 not (with the reason).
+
+        Asks the agent over its socket (<state dir>/agent.sock: mount the agent's state dir into the pod) and
+        falls back to sampling the node itself. A GPU is not clean when it holds residual VRAM, a
+        dead holder keeps it, or it is drained.
+        """
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
+        from gpuwarden.ops.k8s.gpucheck import check, choose_gpus, own_pod_uid
+        from gpuwarden.playbooks.cli.statusview import agent_reply
+        settings: Settings = ctx.obj
+        if node:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
+            from gpuwarden.playbooks.nodecheck_npd import node_check
+            if gpus:
+                raise typer.BadParameter("--node checks every GPU of the node: name no GPU with it")
+            code, line = node_check(settings, use_agent=not no_agent)
+            typer.echo(line)
+            raise typer.Exit(code)
+        reply = None if no_agent else agent_reply(settings)
+        if reply is not None:
+            snap, source = snapshot_from_dict(reply.json()), "agent"
+        else:
+            # deferred: the CLI imports every command module at start; this code loads only when the command runs
+            from gpuwarden.ops.sampling.sampler import take_snapshot
+            snap, source = take_snapshot(settings), "sampled here"
+        chosen, why = choose_gpus(snap, list(gpus or []), pod_uid=own_pod_uid(settings.proc_root))
+        verdicts = check(snap, chosen)
+        ok = all(v.ok for v in verdicts)
+        if json_out:
+            typer.echo(dumps(document("gpu-check", {"ok": ok, "source": source, "chosen_by": why,
+                                                    "gpus": [v.to_dict() for v in verdicts]})))
+        else:
+            for v in verdicts:
+                typer.echo(f"GPU {v.gpu}: " + ("clean" if v.ok else "NOT CLEAN — " + "; ".join(v.reasons)),
+                           err=not v.ok)
+            if not ok:
+                line = ("gpu-check: a GPU is not fit for a new tenant (ask the operator: `gpuwarden status`, "
+                        + ", ".join(_remedy(v) for v in verdicts if not v.ok) + ")")
+                typer.echo(Invocation(list(settings.cli_words)).paste_ready(line), err=True)
+        raise typer.Exit(0 if ok else 1)
+
+    @app.command("post-clean")
+    def post_clean_cmd(
+        ctx: typer.Context,
+        gpus: Optional[List[int]] = typer.Argument(None, help="GPU indexes (default: the GPUs the pod's processes "
+                                                   "use, else every GPU)."),
+        pod_uid: Optional[str] = typer.Option(None, "--pod-uid", help="The pod to wait for (default: the pod this "
+                                              "command runs in, from /proc/self/cgroup)."),
+        timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for the pod's processes to go."),
+        grace: float = typer.Option(5.0, "--grace", help="Purge: seconds between SIGTERM and SIGKILL."),
+        json_out: bool = typer.Option(False, "--json", help="One JSON event per line (the purge's events)."),
+    ) -> None:
+        """For a preStop hook: wait until the pod's processes leave its GPUs, then purge what they left.
+
+        Runs unattended (no question asked) through the purge playbook with all its guards: PID + start
+        time checked before any signal, other users' and system processes never touched, every step in the
+        journal. Needs the host's PID namespace and root, as the agent's DaemonSet has. Exit 0 clean, 1 when
+        something stays (named), 2 on error.
+        """
+        # deferred: the CLI imports every command module at start; this code loads only when the command runs
+        from gpuwarden.ops.k8s.gpucheck import own_pod_uid
+        from gpuwarden.ops.k8s.postclean import wait_pod_gone
+        from gpuwarden.ops.sampling.sampler import take_snapshot
+        from gpuwarden.playbooks.cli.output import event_printer
+        from gpuwarden.playbooks.framework import run
+        from gpuwarden.playbooks.purge import PurgePlaybook
+        settings: Settings = ctx.obj
+        uid = pod_uid or own_pod_uid(settings.proc_root)
+        if not uid:
+            raise GpuwardenError("post-clean: this process is not in a pod's cgroup",
+                                 "run it as the pod's preStop hook, or name the pod with --pod-uid")
+        say = (lambda m: None) if json_out else (lambda m: typer.echo(f"post-clean: {m}", err=True))
+        snap, left = wait_pod_gone(lambda: take_snapshot(settings), uid, list(gpus) if gpus else None,
+                                   settings.proc_root, timeout, say)
+        if left:
+            typer.echo(f"post-clean: pod {uid} still runs on its GPUs after {timeout:g}s: "
+                       + ", ".join(f"pid {p.pid}" for p in left) + "; nothing purged", err=True)
+            raise typer.Exit(1)
+        targets = list(gpus) if gpus else sorted(r.gpu_index for r in snap.residual if r.significant or r.holders)
+        if not targets:
+            say("the pod's processes are gone and no GPU holds residual VRAM: nothing to purge")
+            raise typer.Exit(0)
+        code = 0
+        for g in targets:
+            result = run(PurgePlaybook(g, grace_s=grace), settings, sink=event_printer(json_out, settings.cli_words),
+                         assume_yes=True)
+            code = max(code, result.exit_code)
+        raise typer.Exit(code)
+
+
+def _remedy(verdict) -> str:
+    """What clears one GPU's verdict: `fix` for residual VRAM (purge alone only verifies an ownerless leak; fix
+    resets it when that is the only way), `undrain` for a GPU that is only drained."""
+    if all(r.startswith("drained") for r in verdict.reasons):
+        return f"`gpuwarden undrain {verdict.gpu}`"
+    return f"`gpuwarden fix {verdict.gpu}`"

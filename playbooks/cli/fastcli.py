@@ -1,0 +1,170 @@
+"""The fast path of the `gpuwarden` program: `status` without loading Typer, Textual or any other command.
+
+`gpuwarden status --json` is what scripts and monitors run every few seconds; it must cost about as much as
+starting Python. run() handles the arguments it fully understands and returns None for anything else
+(--help, other commands, unknown options), which then goes to the full CLI.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from pathlib import Path
+
+from gpuwarden.ops.foundation.paths import DEFAULT_CONFIG, default_state_dir, refuse_squatted
+from gpuwarden.ops.foundation.errors import GpuwardenError
+
+# Global options that take a value, as the full CLI spells them.
+_GLOBAL = {"--state-dir": "state_dir", "--config": "config", "--backend": "backend", "--sysfs-root": "sysfs_root",
+           "--proc-root": "proc_root", "--read-timeout": "read_timeout"}
+_PATHS = {"state_dir", "config", "sysfs_root", "proc_root"}
+
+
+def _parse(argv: list[str]) -> tuple[dict, dict] | None:
+    """(global options, status options) when argv is exactly `[globals] status [status options]`."""
+    glob: dict[str, object] = {}
+    opts: dict[str, object] = {"json_out": False, "watch": False, "interval": 2.0, "bundle": None}
+    i = 0
+    while i < len(argv) and argv[i] != "status":
+        name, eq, value = argv[i].partition("=")
+        if name not in _GLOBAL:
+            return None
+        if not eq:
+            i += 1
+            if i >= len(argv):
+                return None
+            value = argv[i]
+        key = _GLOBAL[name]
+        if key in glob or not value:
+            return None  # leave odd input to the full CLI's messages
+        glob[key] = Path(value) if key in _PATHS else value
+        i += 1
+    if i >= len(argv):
+        return None
+    for arg in argv[i + 1:]:
+        if arg == "--json":
+            opts["json_out"] = True
+        else:
+            return None  # --watch, --bundle, --interval, --help ...: the full CLI handles them
+    return glob, opts
+
+
+def print_error(exc, json_requested: bool) -> None:
+    """A GpuwardenError as the CLI shows it: one line and a hint on stderr; the error document under --json."""
+    # deferred: only an error needs it: `status --json` answered by the agent loads the socket client alone
+    from gpuwarden.ops.foundation.safetext import printable  # messages quote files and process names: no escapes reach a terminal
+    for each in getattr(exc, "errors", None) or [exc]:  # a config with several errors lists them all
+        print(f"gpuwarden: error: {printable(each.message)}", file=sys.stderr)
+        if each.hint:
+            print(f"  hint: {printable(each.hint)}", file=sys.stderr)
+    if json_requested:
+        # A script reading stdout gets the failure in the shape it parses (the exit code stays).
+        # deferred: only an error needs it: `status --json` answered by the agent loads the socket client alone
+        from gpuwarden.ops.foundation.jsondoc import dumps, error_document
+        doc = error_document(exc.message, exc.hint, exc.exit_code)
+        if getattr(exc, "errors", None):
+            doc["errors"] = [{"error": e.message, "hint": e.hint} for e in exc.errors]
+        sys.stdout.write(dumps(doc, indent=None) + "\n")
+
+
+def print_os_error(exc: OSError) -> int:
+    """An unexpected OSError (no permission, read-only or full file system) as one line; exit status 2."""
+    where = f": {exc.filename}" if exc.filename else ""
+    print(f"gpuwarden: error: {exc.strerror or exc}{where}", file=sys.stderr)
+    print("  hint: check that path and its permissions (state lives in --state-dir / GPUWARDEN_STATE_DIR)",
+          file=sys.stderr)
+    return 2
+
+
+def _state_dir(glob: dict) -> Path | None:
+    """The state dir the full CLI would use, without building Settings; None when that takes the config and
+    the config does not read (the full path then reports it)."""
+    import os
+    explicit = glob.get("state_dir") or os.environ.get("GPUWARDEN_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    config = Path(glob.get("config") or os.environ.get("GPUWARDEN_CONFIG") or DEFAULT_CONFIG)
+    try:
+        raw = config.read_bytes()
+    except FileNotFoundError:
+        return default_state_dir()
+    except OSError:
+        return None
+    import tomllib
+    try:
+        state_dir = tomllib.loads(raw.decode()).get("state_dir")
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    return Path(state_dir) if isinstance(state_dir, str) and state_dir else default_state_dir()
+
+
+def _via_agent(glob: dict) -> int | None:
+    """`status --json` answered by the agent, with nothing but the socket; None when no agent serves it."""
+    import os
+    if glob.get("sysfs_root") or glob.get("proc_root") or os.environ.get("GPUWARDEN_SYSFS_ROOT") \
+            or os.environ.get("GPUWARDEN_PROC_ROOT"):
+        return None  # a captured tree: the agent samples the live node
+    if glob.get("config") or os.environ.get("GPUWARDEN_CONFIG"):
+        return None  # a config of this command's own: statusview checks it beside the agent's snapshot
+    state_dir = _state_dir(glob)
+    if state_dir is None:
+        return None
+    refuse_squatted(state_dir)  # a socket in a dir someone else made could serve anything
+    # deferred: only `status --json` asks the agent; every other command loads this module for guarded()
+    from gpuwarden.ops.agent import client
+    reply = client.snapshot(state_dir, glob.get("backend") or os.environ.get("GPUWARDEN_BACKEND"))
+    if reply is None:
+        return None  # no agent, or --backend names another source than the agent's: sample it here
+    sys.stdout.buffer.write(reply.body + b"\n")
+    sys.stdout.flush()
+    attention = reply.headers.get("x-gpuwarden-needs-attention") == "1"
+    return 1 if attention or reply.headers.get("x-gpuwarden-stale") == "1" else 0
+
+
+def run(argv: list[str]) -> int | None:
+    """The exit status of a fast-path command, or None when argv is not one."""
+    parsed = _parse(argv)
+    if parsed is None:
+        return None
+    glob, opts = parsed
+
+    def status() -> int:
+        if opts["json_out"]:
+            code = _via_agent(glob)
+            if code is not None:
+                return code
+        # deferred: when the agent answers, status needs neither
+        from gpuwarden.playbooks.cli import globalopts, statusview
+        words = tuple(w for name, key in _GLOBAL.items() if key in glob for w in (name, str(glob[key])))
+        settings = globalopts.resolve(**glob).with_(cli_words=words)  # type: ignore[arg-type]
+        return statusview.run(settings, **opts)  # type: ignore[arg-type]
+    # One shot: what it allocates goes with the process. The cycle collector's passes would cost ~1 ms while it
+    # runs and ~4 ms at exit, where the interpreter's last collection walks every object left (of ~40 ms in all);
+    # frozen objects are skipped there. Everything is still closed and flushed as usual.
+    gc.disable()
+    try:
+        return guarded(status, bool(opts["json_out"]))
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
+def guarded(call, json_requested: bool) -> int:
+    """call()'s exit status, with the expected failures as one line each (the full CLI uses this too)."""
+    try:
+        return call()
+    except GpuwardenError as exc:
+        print_error(exc, json_requested)
+        return exc.exit_code
+    except KeyboardInterrupt as exc:
+        # Ctrl-C, or SIGTERM/SIGHUP once gpuwarden.ops.foundation.interrupts is installed: one line, 128 + the signal's number.
+        # deferred: only an interrupt needs it; status does without
+        from gpuwarden.ops.foundation import interrupts
+        print(f"gpuwarden: {interrupts.describe(exc)}", file=sys.stderr)
+        return 128 + interrupts.signal_of(exc)
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        # Last line of defence for the expected ones (no permission, read-only or full file system,
+        # a path under /proc): one line, never a traceback.
+        return print_os_error(exc)
