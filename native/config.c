@@ -11,6 +11,7 @@
 
 #define DEFAULT_THRESHOLD ((size_t)256 << 20)
 #define DEFAULT_TIMEOUT 600.0
+#define DEFAULT_LEDGER_THRESHOLD ((size_t)1 << 20)
 
 struct gw_config gw_cfg;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -52,6 +53,7 @@ static void parse_release(const char *v) {
 
 static void load(void) {
     gw_cfg.threshold = (size_t)number_env("GPUWARDEN_PRELOAD_THRESHOLD", (double)DEFAULT_THRESHOLD, 0);
+    gw_cfg.ledger_threshold = (size_t)number_env("GPUWARDEN_LEDGER_THRESHOLD", (double)DEFAULT_LEDGER_THRESHOLD, 0);
     gw_cfg.registration_timeout = number_env("GPUWARDEN_REGISTRATION_TIMEOUT", DEFAULT_TIMEOUT, 0.001);
     parse_release(getenv("GPUWARDEN_GATE_RELEASE"));
     copy_env(gw_cfg.gate_dir, sizeof gw_cfg.gate_dir, "GPUWARDEN_GATE_DIR");

@@ -18,7 +18,13 @@
 
 /* ---- the calls we interpose (interpose.c) ---------------------------------------------------- */
 
-enum gw_kind { GW_REGISTER, GW_UNREGISTER, GW_GETPROC };
+enum gw_kind {
+    GW_REGISTER, GW_UNREGISTER, GW_GETPROC,
+    GW_ALLOC,         /* (void **ptr, size_t bytes, unsigned flags): hipHostMalloc, cudaHostAlloc, cuMemHostAlloc */
+    GW_ALLOC_NOFLAGS, /* (void **ptr, size_t bytes): hipMallocHost, cudaMallocHost, cuMemAllocHost(_v2) */
+    GW_FREE,          /* (void *ptr): hipHostFree, hipFreeHost, cudaFreeHost, cuMemFreeHost */
+    GW_KINDS
+};
 
 struct gw_api {
     const char *name;
@@ -86,6 +92,7 @@ struct gw_config {
     char who[96];                 /* written into the slot file: "preload:<engine>" */
     int status_fd;                /* GPUWARDEN_STATUS_FD, or -1 */
     char status_file[PATH_MAX];   /* GPUWARDEN_STATUS_FILE */
+    size_t ledger_threshold;      /* GPUWARDEN_LEDGER_THRESHOLD: pinned calls this big get a status line each */
 };
 
 GW_HIDDEN extern struct gw_config gw_cfg;
@@ -98,6 +105,28 @@ GW_HIDDEN double gw_mono(void);
 /* Append {"phase":..,"ts":..,"pid":..,"source":"preload"<extra>} as one write(); extra starts with ','. */
 GW_HIDDEN void gw_emit(const char *phase, const char *extra_fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* ---- the KFD ledger: pinned host allocations and frees (ledger.c) ---------------------------- */
+
+struct gw_ledger {
+    size_t pinned_bytes, pinned_count;  /* live now */
+    size_t peak_bytes;                  /* the most live at once */
+    size_t allocs, frees, alloc_bytes;  /* successful calls; bytes ever allocated */
+    size_t failed;                      /* calls that returned an error */
+    size_t untracked;                   /* allocations the pointer table had no room for (their free is unknown) */
+    size_t unknown_frees;               /* frees of pointers no call we saw allocated */
+    int pending;                        /* changed since the last line that carried the totals */
+};
+
+/* After an allocation call (result 0 and p: on the books). Fills `out` with the totals; 1 when a line is due. */
+GW_HIDDEN int gw_ledger_alloc(void *p, size_t n, int result, uint64_t now_ns, struct gw_ledger *out);
+/* Before a free call: take p off the books; its bytes, 0 when unknown. */
+GW_HIDDEN size_t gw_ledger_forget(void *p);
+/* After the free call (`n` from gw_ledger_forget; a failed free puts it back). */
+GW_HIDDEN int gw_ledger_free(void *p, size_t n, int result, uint64_t now_ns, struct gw_ledger *out);
+/* A line carrying the totals was written at `now_ns`. */
+GW_HIDDEN void gw_ledger_sent(uint64_t now_ns);
+GW_HIDDEN void gw_ledger_emit_totals(const char *phase, const struct gw_ledger *t);
 
 /* ---- the registration gate (gate.c) ---------------------------------------------------------- */
 

@@ -1,5 +1,6 @@
-/* interpose.c: the interposed calls: the host-registration entry points, the get-proc-address calls
- * that hand them out, and dlsym/dlvsym/dlopen, which would otherwise hand out the real ones. */
+/* interpose.c: the interposed calls: the host-registration entry points, the pinned host allocations and
+ * frees (the KFD ledger, ledger.c), the get-proc-address calls that hand them out, and dlsym/dlvsym/dlopen,
+ * which would otherwise hand out the real ones. */
 #include "gwpreload.h"
 
 #include <dlfcn.h>
@@ -7,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define GW_EXPORT __attribute__((visibility("default")))
@@ -15,6 +17,10 @@ enum {
     A_HIP_REGISTER, A_HIP_UNREGISTER, A_CUDA_REGISTER, A_CUDA_UNREGISTER,
     A_CU_REGISTER, A_CU_REGISTER_V2, A_CU_UNREGISTER,
     A_CU_GETPROC, A_CU_GETPROC_V2, A_CU_GETPROC_V2_PTSZ, A_HIP_GETPROC,
+    A_HIP_HOST_MALLOC, A_HIP_HOST_ALLOC, A_HIP_EXT_HOST_ALLOC, A_HIP_MALLOC_HOST, A_HIP_MEM_ALLOC_HOST,
+    A_HIP_HOST_FREE, A_HIP_FREE_HOST,
+    A_CUDA_HOST_ALLOC, A_CUDA_MALLOC_HOST, A_CUDA_FREE_HOST,
+    A_CU_HOST_ALLOC, A_CU_ALLOC_HOST, A_CU_ALLOC_HOST_V2, A_CU_FREE_HOST,
     A_COUNT
 };
 
@@ -30,6 +36,26 @@ const struct gw_api gw_apis[] = {
     [A_CU_GETPROC_V2] = {"cuGetProcAddress_v2", GW_GETPROC},
     [A_CU_GETPROC_V2_PTSZ] = {"cuGetProcAddress_v2_ptsz", GW_GETPROC},
     [A_HIP_GETPROC] = {"hipGetProcAddress", GW_GETPROC},
+    /* Pinned host memory. Signatures from HIP's hip_runtime_api.h (hipHostMalloc, hipHostAlloc, hipExtHostAlloc:
+     * (void **ptr, size_t size, unsigned flags); hipMallocHost, hipMemAllocHost: (void **ptr, size_t size);
+     * hipHostFree, hipFreeHost: (void *ptr)), CUDA's cuda_runtime_api.h (cudaHostAlloc(void **, size_t, unsigned),
+     * cudaMallocHost(void **, size_t), cudaFreeHost(void *)) and cuda.h (cuMemHostAlloc(void **, size_t, unsigned),
+     * cuMemAllocHost, #defined to cuMemAllocHost_v2 since CUDA 3.2 (void **, size_t), cuMemFreeHost(void *)).
+     * cudaMallocHost's C++ overload with flags is inline in cuda_runtime.h and reaches cudaHostAlloc. */
+    [A_HIP_HOST_MALLOC] = {"hipHostMalloc", GW_ALLOC},
+    [A_HIP_HOST_ALLOC] = {"hipHostAlloc", GW_ALLOC},
+    [A_HIP_EXT_HOST_ALLOC] = {"hipExtHostAlloc", GW_ALLOC},
+    [A_HIP_MALLOC_HOST] = {"hipMallocHost", GW_ALLOC_NOFLAGS},
+    [A_HIP_MEM_ALLOC_HOST] = {"hipMemAllocHost", GW_ALLOC_NOFLAGS},
+    [A_HIP_HOST_FREE] = {"hipHostFree", GW_FREE},
+    [A_HIP_FREE_HOST] = {"hipFreeHost", GW_FREE},
+    [A_CUDA_HOST_ALLOC] = {"cudaHostAlloc", GW_ALLOC},
+    [A_CUDA_MALLOC_HOST] = {"cudaMallocHost", GW_ALLOC_NOFLAGS},
+    [A_CUDA_FREE_HOST] = {"cudaFreeHost", GW_FREE},
+    [A_CU_HOST_ALLOC] = {"cuMemHostAlloc", GW_ALLOC},
+    [A_CU_ALLOC_HOST] = {"cuMemAllocHost", GW_ALLOC_NOFLAGS},
+    [A_CU_ALLOC_HOST_V2] = {"cuMemAllocHost_v2", GW_ALLOC_NOFLAGS},
+    [A_CU_FREE_HOST] = {"cuMemFreeHost", GW_FREE},
 };
 
 int gw_api_index(const char *name) {
@@ -43,6 +69,8 @@ int gw_api_index(const char *name) {
 
 /* Calls nested inside a gated one (cudaHostRegister reaching cuMemHostRegister) pass straight through. */
 static __thread int depth __attribute__((tls_model("initial-exec")));
+/* The same for the ledger: cudaMallocHost reaching cuMemAllocHost, an old hipMallocHost calling hipHostMalloc. */
+static __thread int ledger_depth __attribute__((tls_model("initial-exec")));
 
 /* ---- bindings: one wrapper function per (call, real function it forwards to) -------------------- */
 
@@ -57,6 +85,9 @@ typedef int (*register_fn)(void *, size_t, unsigned);
 typedef int (*unregister_fn)(void *);
 typedef int (*getproc4_fn)(const char *, void **, int, uint64_t);
 typedef int (*getproc5_fn)(const char *, void **, int, uint64_t, void *);
+typedef int (*alloc_fn)(void **, size_t, unsigned);
+typedef int (*alloc2_fn)(void **, size_t);
+typedef int (*free_fn)(void *);
 
 static void *real_of(struct binding *b, const void *caller) {
     void *real = atomic_load_explicit(&b->real, memory_order_acquire);
@@ -165,6 +196,81 @@ static int do_unregister(struct binding *b, const void *caller, void *p) {
     return r;
 }
 
+/* ---- what happens around a pinned allocation or free (the KFD ledger) --------------------------- */
+
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void emit_host_call(const char *phase, const struct binding *b, void *p, size_t n, long flags, int r,
+                           uint64_t took_ns, const struct gw_ledger *t) {
+    char fl[24];
+    if (flags < 0)
+        strcpy(fl, "null");
+    else
+        snprintf(fl, sizeof fl, "%ld", flags);
+    gw_emit(phase, ",\"call\":\"%s\",\"bytes\":%zu,\"flags\":%s,\"result\":%d,\"seconds\":%.6f,\"ptr\":\"%p\","
+            "\"via\":\"%s\",\"pinned_bytes\":%zu,\"pinned_count\":%zu,\"peak_bytes\":%zu,\"allocs\":%zu,"
+            "\"frees\":%zu,\"alloc_bytes\":%zu,\"failed\":%zu,\"untracked\":%zu,\"unknown_frees\":%zu",
+            gw_apis[b->api].name, n, fl, r, took_ns / 1e9, p, b->via, t->pinned_bytes, t->pinned_count,
+            t->peak_bytes, t->allocs, t->frees, t->alloc_bytes, t->failed, t->untracked, t->unknown_frees);
+}
+
+/* `flags` < 0: the call takes none. A failed call, or one of ledger_threshold bytes or more, is written before
+ * the engine sees its result; smaller ones only move the totals (ledger.c says when those are written). */
+static int do_alloc(struct binding *b, const void *caller, void **pp, size_t n, long flags) {
+    void *real = real_of(b, caller);
+    if (!real)
+        return GW_ERROR_UNKNOWN;
+    if (ledger_depth > 0)
+        return flags >= 0 ? ((alloc_fn)real)(pp, n, (unsigned)flags) : ((alloc2_fn)real)(pp, n);
+    ledger_depth++;
+    uint64_t t0 = mono_ns();
+    int r = flags >= 0 ? ((alloc_fn)real)(pp, n, (unsigned)flags) : ((alloc2_fn)real)(pp, n);
+    uint64_t t1 = mono_ns();
+    gw_config_load();
+    void *p = r == 0 && pp ? *pp : NULL;
+    struct gw_ledger t;
+    int due = gw_ledger_alloc(p, n, r, t1, &t);
+    if (r != 0 || n >= gw_cfg.ledger_threshold) {
+        emit_host_call(r == 0 ? "host-alloc" : "host-alloc-failed", b, p, n, flags, r, t1 - t0, &t);
+        gw_ledger_sent(t1);
+    } else if (due) {
+        gw_ledger_emit_totals("host-ledger", &t);
+        gw_ledger_sent(t1);
+    }
+    ledger_depth--;
+    return r;
+}
+
+static int do_free(struct binding *b, const void *caller, void *p) {
+    free_fn real = (free_fn)real_of(b, caller);
+    if (!real)
+        return GW_ERROR_UNKNOWN;
+    if (ledger_depth > 0 || !p)
+        return real(p);
+    ledger_depth++;
+    /* Off the books before the call: once freed, another thread may be handed the same address. */
+    size_t n = gw_ledger_forget(p);
+    uint64_t t0 = mono_ns();
+    int r = real(p);
+    uint64_t t1 = mono_ns();
+    gw_config_load();
+    struct gw_ledger t;
+    int due = gw_ledger_free(p, n, r, t1, &t);
+    if (r != 0 || n >= gw_cfg.ledger_threshold) {
+        emit_host_call(r == 0 ? "host-free" : "host-free-failed", b, p, n, -1, r, t1 - t0, &t);
+        gw_ledger_sent(t1);
+    } else if (due) {
+        gw_ledger_emit_totals("host-ledger", &t);
+        gw_ledger_sent(t1);
+    }
+    ledger_depth--;
+    return r;
+}
+
 /* The 4-argument cuGetProcAddress answers "cuGetProcAddress" itself with the 5-argument form from 12.0. */
 static int getproc_has_status(int api, int version) {
     if (api == A_CU_GETPROC)
@@ -190,9 +296,11 @@ static int do_getproc(struct binding *b, const void *caller, const char *sym, vo
 
 /* ---- the wrapper functions: NBIND of each kind, each bound to one real function ----------------- */
 
-#define NBIND 16
-static struct binding bind_tab[3][NBIND];
-static atomic_int bind_used[3];
+/* Per kind: each (real function, call, way it was reached) takes one; the ledger's kinds hold up to 5 calls x 3 ways
+ * per runtime copy. */
+#define NBIND 32
+static struct binding bind_tab[GW_KINDS][NBIND];
+static atomic_int bind_used[GW_KINDS];
 
 /* These are bound to a known real function, so they need no caller to find it. */
 #define REG_W(i) static int reg_w##i(void *p, size_t n, unsigned f) { \
@@ -201,14 +309,30 @@ static atomic_int bind_used[3];
 #define GP_W(i) static int gp_w##i(const char *s, void **pfn, int v, uint64_t fl, void *st) { \
         return do_getproc(&bind_tab[GW_GETPROC][i], NULL, s, pfn, v, fl, st); }
 #define SIXTEEN(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
-SIXTEEN(REG_W)
-SIXTEEN(UNREG_W)
-SIXTEEN(GP_W)
+#define THIRTYTWO(M) SIXTEEN(M) M(16) M(17) M(18) M(19) M(20) M(21) M(22) M(23) M(24) M(25) M(26) M(27) M(28) \
+    M(29) M(30) M(31)
+#define ALLOC_W(i) static int alloc_w##i(void **pp, size_t n, unsigned f) { \
+        return do_alloc(&bind_tab[GW_ALLOC][i], NULL, pp, n, (long)f); }
+#define ALLOC2_W(i) static int alloc2_w##i(void **pp, size_t n) { \
+        return do_alloc(&bind_tab[GW_ALLOC_NOFLAGS][i], NULL, pp, n, -1); }
+#define FREE_W(i) static int free_w##i(void *p) { return do_free(&bind_tab[GW_FREE][i], NULL, p); }
+THIRTYTWO(REG_W)
+THIRTYTWO(UNREG_W)
+THIRTYTWO(GP_W)
+THIRTYTWO(ALLOC_W)
+THIRTYTWO(ALLOC2_W)
+THIRTYTWO(FREE_W)
 #define REF(prefix) (void *)prefix##0, (void *)prefix##1, (void *)prefix##2, (void *)prefix##3, \
     (void *)prefix##4, (void *)prefix##5, (void *)prefix##6, (void *)prefix##7, (void *)prefix##8, \
     (void *)prefix##9, (void *)prefix##10, (void *)prefix##11, (void *)prefix##12, (void *)prefix##13, \
-    (void *)prefix##14, (void *)prefix##15
-static void *const wrappers[3][NBIND] = {{REF(reg_w)}, {REF(unreg_w)}, {REF(gp_w)}};
+    (void *)prefix##14, (void *)prefix##15, (void *)prefix##16, (void *)prefix##17, (void *)prefix##18, \
+    (void *)prefix##19, (void *)prefix##20, (void *)prefix##21, (void *)prefix##22, (void *)prefix##23, \
+    (void *)prefix##24, (void *)prefix##25, (void *)prefix##26, (void *)prefix##27, (void *)prefix##28, \
+    (void *)prefix##29, (void *)prefix##30, (void *)prefix##31
+static void *const wrappers[GW_KINDS][NBIND] = {
+    [GW_REGISTER] = {REF(reg_w)}, [GW_UNREGISTER] = {REF(unreg_w)}, [GW_GETPROC] = {REF(gp_w)},
+    [GW_ALLOC] = {REF(alloc_w)}, [GW_ALLOC_NOFLAGS] = {REF(alloc2_w)}, [GW_FREE] = {REF(free_w)},
+};
 
 void *gw_bind(int api, void *real, const char *via, int has_status) {
     int kind = gw_apis[api].kind;
@@ -222,7 +346,8 @@ void *gw_bind(int api, void *real, const char *via, int has_status) {
     if (i >= NBIND) {
         static atomic_int warned;
         if (!atomic_exchange(&warned, 1))
-            gw_emit("preload-warning", ",\"message\":\"more than %d distinct %s functions: the rest pass ungated\"",
+            gw_emit("preload-warning", ",\"message\":\"more than %d distinct %s functions: the rest pass ungated "
+                    "and unrecorded\"",
                     NBIND, gw_apis[api].name);
         return real;
     }
@@ -254,6 +379,13 @@ static struct binding exported[A_COUNT] = {
     [A_CU_GETPROC_V2] = {.api = A_CU_GETPROC_V2, .via = "symbol", .has_status = 1},
     [A_CU_GETPROC_V2_PTSZ] = {.api = A_CU_GETPROC_V2_PTSZ, .via = "symbol", .has_status = 1},
     [A_HIP_GETPROC] = {.api = A_HIP_GETPROC, .via = "symbol", .has_status = 1},
+    [A_HIP_HOST_MALLOC] = EXPORTED(A_HIP_HOST_MALLOC), [A_HIP_HOST_ALLOC] = EXPORTED(A_HIP_HOST_ALLOC),
+    [A_HIP_EXT_HOST_ALLOC] = EXPORTED(A_HIP_EXT_HOST_ALLOC), [A_HIP_MALLOC_HOST] = EXPORTED(A_HIP_MALLOC_HOST),
+    [A_HIP_MEM_ALLOC_HOST] = EXPORTED(A_HIP_MEM_ALLOC_HOST), [A_HIP_HOST_FREE] = EXPORTED(A_HIP_HOST_FREE),
+    [A_HIP_FREE_HOST] = EXPORTED(A_HIP_FREE_HOST), [A_CUDA_HOST_ALLOC] = EXPORTED(A_CUDA_HOST_ALLOC),
+    [A_CUDA_MALLOC_HOST] = EXPORTED(A_CUDA_MALLOC_HOST), [A_CUDA_FREE_HOST] = EXPORTED(A_CUDA_FREE_HOST),
+    [A_CU_HOST_ALLOC] = EXPORTED(A_CU_HOST_ALLOC), [A_CU_ALLOC_HOST] = EXPORTED(A_CU_ALLOC_HOST),
+    [A_CU_ALLOC_HOST_V2] = EXPORTED(A_CU_ALLOC_HOST_V2), [A_CU_FREE_HOST] = EXPORTED(A_CU_FREE_HOST),
 };
 
 #define CALLER __builtin_return_address(0)
@@ -284,6 +416,24 @@ GW_EXPORT int cuGetProcAddress_v2_ptsz(const char *s, void **pfn, int v, uint64_
 GW_EXPORT int hipGetProcAddress(const char *s, void **pfn, int v, uint64_t fl, void *st) {
     return do_getproc(&exported[A_HIP_GETPROC], CALLER, s, pfn, v, fl, st);
 }
+#define ALLOC_EXPORT(fn, a) GW_EXPORT int fn(void **pp, size_t n, unsigned f) { \
+        return do_alloc(&exported[a], CALLER, pp, n, (long)f); }
+#define ALLOC2_EXPORT(fn, a) GW_EXPORT int fn(void **pp, size_t n) { return do_alloc(&exported[a], CALLER, pp, n, -1); }
+#define FREE_EXPORT(fn, a) GW_EXPORT int fn(void *p) { return do_free(&exported[a], CALLER, p); }
+ALLOC_EXPORT(hipHostMalloc, A_HIP_HOST_MALLOC)
+ALLOC_EXPORT(hipHostAlloc, A_HIP_HOST_ALLOC)
+ALLOC_EXPORT(hipExtHostAlloc, A_HIP_EXT_HOST_ALLOC)
+ALLOC2_EXPORT(hipMallocHost, A_HIP_MALLOC_HOST)
+ALLOC2_EXPORT(hipMemAllocHost, A_HIP_MEM_ALLOC_HOST)
+FREE_EXPORT(hipHostFree, A_HIP_HOST_FREE)
+FREE_EXPORT(hipFreeHost, A_HIP_FREE_HOST)
+ALLOC_EXPORT(cudaHostAlloc, A_CUDA_HOST_ALLOC)
+ALLOC2_EXPORT(cudaMallocHost, A_CUDA_MALLOC_HOST)
+FREE_EXPORT(cudaFreeHost, A_CUDA_FREE_HOST)
+ALLOC_EXPORT(cuMemHostAlloc, A_CU_HOST_ALLOC)
+ALLOC2_EXPORT(cuMemAllocHost, A_CU_ALLOC_HOST)
+ALLOC2_EXPORT(cuMemAllocHost_v2, A_CU_ALLOC_HOST_V2)
+FREE_EXPORT(cuMemFreeHost, A_CU_FREE_HOST)
 
 /* ---- dlsym, dlvsym, dlopen ------------------------------------------------------------------------
  * glibc answers dlsym(RTLD_NEXT, ...) and resolves dlopen's search path relative to the *caller's*

@@ -91,3 +91,8 @@ def test_the_ledger_of_an_engines_last_run_beats_the_config_and_the_default(tmp_
     (path / "state.json").write_text(json.dumps({"name": "dp0", "phase": "exited", "pinned_bytes": 9 * GiB}))
     measured = pinned_headroom_for(engine, state_dir)
     assert measured.bytes == 9 * GiB and measured.source == "ledger", measured
+    # What the shim writes (ops/services/shim.py): the interposer's ledger under host_ledger; its peak wins.
+    (path / "state.json").write_text(json.dumps({"name": "dp0", "phase": "exited", "host_ledger": {
+        "pinned_bytes": 1 * GiB, "peak_bytes": 7 * GiB, "failed": 0, "failures": [], "processes": {}}}))
+    measured = pinned_headroom_for(engine, state_dir)
+    assert measured.bytes == 7 * GiB and measured.source == "ledger", measured

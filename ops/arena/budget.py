@@ -26,7 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from gpuwarden.ops.node.debugfs.kfd_limit import computed_limit
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.units import fmt_bytes
@@ -41,11 +43,9 @@ RESERVE = 3 << 29  # AMDGPU_RESERVE_MEM_LIMIT
 
 
 def kfd_system_limit(mem_total: int) -> int:
-    """KFD's max_system_mem_limit for a machine with `mem_total` bytes of RAM."""
-    limit = mem_total - (mem_total >> 6)
-    if limit < 2 * RESERVE:
-        return limit >> 1
-    return limit - RESERVE
+    """KFD's max_system_mem_limit for a machine with `mem_total` bytes of RAM (one arithmetic for the whole
+    product: ops/node/debugfs/kfd_limit.computed_limit, amdgpu_amdkfd_gpuvm_init_mem_limits)."""
+    return computed_limit(mem_total)
 
 
 def mem_total(proc_root: Path) -> int:
@@ -116,9 +116,13 @@ def _ledger_pinned(state_dir: Path, name: str) -> int | None:
         record = engine_state.read_state(state_dir, name) or {}
     except (OSError, GpuwardenError):
         return None
-    for key in ("pinned_peak_bytes", "pinned_bytes"):
-        value = record.get(key)
-        if isinstance(value, int) and value >= 0:
+    # The shim keeps the interposer's ledger under "host_ledger" (ops/services/shim.py): the peak pinned at once is
+    # what the next run must find room for; the flat keys are what a hand-written or older state file may carry.
+    raw = record.get("host_ledger")
+    ledger: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    for value in (ledger.get("peak_bytes"), ledger.get("pinned_bytes"), record.get("pinned_peak_bytes"),
+                  record.get("pinned_bytes")):
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
     return None
 

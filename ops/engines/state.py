@@ -11,7 +11,7 @@ from pathlib import Path
 from gpuwarden.ops.node import procs
 from gpuwarden.ops.foundation import redact, statedir, statefiles
 from gpuwarden.ops.foundation.errors import GpuwardenError
-from gpuwarden.ops.foundation.model import EngineInfo, Registration
+from gpuwarden.ops.foundation.model import EngineInfo, Registration, host_ledger_from
 from gpuwarden.ops.foundation.safetext import log_line, printable
 from gpuwarden.ops.foundation.settings import Settings
 
@@ -187,6 +187,7 @@ def _info(name: str, record: dict[str, Any] | None, spec: dict[str, Any] | None,
         stale=stale,
         registrations=registrations_of(record),
         crashes={str(k): int(v) for k, v in crashes.items() if isinstance(v, int) and not isinstance(v, bool)},
+        host_ledger=host_ledger_from(record.get("host_ledger")),
     )
 
 

@@ -230,6 +230,41 @@ class Registration:
 
 
 @record
+class HostCall:
+    """One pinned host allocation or free the interposer wrote a line for (failed, or of the ledger threshold or more)."""
+
+    kind: str  # "alloc", "free", or "register" (a failed host registration, from the registration records)
+    call: str | None  # hipHostMalloc, cudaHostAlloc, cuMemFreeHost, hipHostRegister, ...
+    bytes: int | None
+    result: int | None  # the call's return value (0: success)
+    ts: float | None = None  # when it returned (seconds since the epoch)
+    seconds: float | None = None  # the call itself
+    flags: int | None = None  # None: the call takes none (hipMallocHost, cudaMallocHost, frees)
+    pid: int | None = None
+    via: str | None = None  # symbol, dlsym, procaddress, deepbind
+
+
+@record
+class HostLedger:
+    """The KFD ledger of an engine's current (or last) run: its pinned host memory, summed over its processes.
+
+    KFD charges pinned host memory against the same system-memory limit as registrations (amdgpu_amdkfd_gpuvm.c,
+    amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu -> amdgpu_amdkfd_reserve_mem_limit), once per process."""
+
+    pinned_bytes: int = 0  # live at the last report
+    peak_bytes: int = 0  # the most live at once, per process, summed (an upper bound across processes)
+    pinned_count: int = 0
+    allocs: int = 0
+    frees: int = 0
+    failed: int = 0  # pinned calls that returned an error in this run
+    processes: int = 0  # engine processes that reported pinned calls
+    untracked: int = 0  # allocations the interposer's pointer table had no room for (their frees are not seen)
+    unknown_frees: int = 0  # frees of pointers no interposed call allocated
+    failures: tuple[HostCall, ...] = ()  # the newest failed calls, restarts included, newest last
+    updated_at: float | None = None
+
+
+@record
 class PodGpus:
     """Kubernetes: GPUs the kubelet assigned to one container of a pod (pod-resources API)."""
 
@@ -270,6 +305,50 @@ class EngineInfo:
     registrations: tuple[Registration, ...] = ()  # newest last
     phase_since: float | None = None  # when it entered `phase` (the shim's record); None when unknown
     crashes: dict[str, int] = field(default_factory=dict)  # signal name ("none": exit code) -> crashes so far
+    host_ledger: HostLedger | None = None  # None: no interposer report of pinned host memory (yet)
+
+    # --- the KFD ledger, read by the budget (ops/arena/budget.py) and shown by engines list, status, metrics ---
+    @property
+    def registered_bytes(self) -> int | None:
+        """Bytes the current (last) run registered successfully; None when no registration was reported."""
+        run = self.last_run_registrations()
+        if not run:
+            return None
+        return sum(r.bytes or 0 for r in run if r.kind == "register" and r.outcome == "registered")
+
+    @property
+    def pinned_bytes(self) -> int | None:
+        """Pinned host memory live at the interposer's last report; None when it reported none."""
+        return self.host_ledger.pinned_bytes if self.host_ledger is not None else None
+
+    @property
+    def pinned_peak_bytes(self) -> int | None:
+        """The most pinned host memory the current (last) run held at once: the headroom it needs under the limit."""
+        return self.host_ledger.peak_bytes if self.host_ledger is not None else None
+
+    @property
+    def failed_calls(self) -> tuple[HostCall, ...]:
+        """The newest failed host calls, registrations and pinned allocations/frees together, oldest first."""
+        regs = tuple(HostCall(kind=r.kind, call=r.call, bytes=r.bytes, result=r.result,
+                              ts=(r.started_at + (r.seconds or 0.0)) if r.started_at is not None else None,
+                              seconds=r.seconds, pid=r.pid, via=r.via)
+                     for r in self.registrations if r.outcome == "failed")
+        pinned = self.host_ledger.failures if self.host_ledger is not None else ()
+        return tuple(sorted(regs + pinned, key=lambda c: c.ts or 0.0))[-8:]
+
+    @property
+    def failed_call_count(self) -> int:
+        """Failed host calls of the current (last) run: registrations that failed and failed pinned calls."""
+        regs = sum(1 for r in self.last_run_registrations() if r.outcome == "failed")
+        return regs + (self.host_ledger.failed if self.host_ledger is not None else 0)
+
+    def last_run_registrations(self) -> list[Registration]:
+        """The registration records of the current (or last) run: those of its newest pid."""
+        records = self.registrations
+        if not records:
+            return []
+        pid = self.pid if any(r.pid == self.pid for r in records) else records[-1].pid
+        return [r for r in records if r.pid == pid]
 
 
 @record
@@ -406,6 +485,8 @@ class NodeSnapshot:
         if devices:
             for g in body["gpus"]:
                 g["physical_device"] = physical_device_of(devices, g["bus_id"], g["index"])
+        for e, out in zip(self.engines, body["engines"]):
+            out["ledger"] = engine_ledger(e)
         body["needs_attention"] = self.needs_attention()
         return document("snapshot", body)
 
@@ -479,9 +560,12 @@ def gpu_driver_books(driver: dict[str, Any], index: int) -> dict[str, Any]:
     free = next((dict(v) for v in driver.get("vram_free") or () if v.get("gpu") == index), None)
     if free is not None:
         free.pop("gpu", None)
-    return {"debugfs": driver.get("debugfs"), "kfd_mem_limit": driver.get("kfd_mem_limit"),
-            "kfd_mem_limit_unavailable": driver.get("kfd_mem_limit_unavailable"), "vram_free": free,
-            "vram_free_unavailable": None if free is not None else driver.get("vram_free_unavailable")}
+    out = {"debugfs": driver.get("debugfs"), "kfd_mem_limit": driver.get("kfd_mem_limit"),
+           "kfd_mem_limit_unavailable": driver.get("kfd_mem_limit_unavailable"), "vram_free": free,
+           "vram_free_unavailable": None if free is not None else driver.get("vram_free_unavailable")}
+    if driver.get("kfd_mem_limit_computed") is not None:
+        out["kfd_mem_limit_computed"] = driver["kfd_mem_limit_computed"]
+    return out
 
 
 def _driver_from_gpus(gpus: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -493,7 +577,8 @@ def _driver_from_gpus(gpus: list[dict[str, Any]]) -> dict[str, Any] | None:
     free = [{"gpu": i, **b["vram_free"]} for i, b in blocks if isinstance(b.get("vram_free"), dict)]
     return {"debugfs": first.get("debugfs"), "kfd_mem_limit": first.get("kfd_mem_limit"),
             "kfd_mem_limit_unavailable": first.get("kfd_mem_limit_unavailable"), "vram_free": free,
-            "vram_free_unavailable": None if free else first.get("vram_free_unavailable")}
+            "vram_free_unavailable": None if free else first.get("vram_free_unavailable"),
+            "kfd_mem_limit_computed": first.get("kfd_mem_limit_computed")}
 
 
 def _loads(processes: list[dict[str, Any]]) -> dict[int, ProcessLoad]:
@@ -553,6 +638,40 @@ def _sensors(data: dict[str, Any] | None) -> GpuSensors | None:
     return _build(GpuSensors, {**data, "throttle": tuple(throttle) if isinstance(throttle, (list, tuple)) else None})
 
 
+def engine_ledger(e: EngineInfo) -> dict[str, Any]:
+    """An engine's KFD ledger as status --json and engines list --json carry it ("ledger")."""
+    return {"registered_bytes": e.registered_bytes, "pinned_bytes": e.pinned_bytes,
+            "pinned_peak_bytes": e.pinned_peak_bytes, "failed_calls": e.failed_call_count,
+            "last_failed_calls": [_plain(c) for c in e.failed_calls]}
+
+
+def host_ledger_from(raw: Any) -> HostLedger | None:
+    """A HostLedger from a state file's (or a document's) "host_ledger"; None when there is none. The failures of a
+    state file are the shim's words of what the engine's interposer sent: anything malformed is left out."""
+    if not isinstance(raw, dict):
+        return None
+
+    def count(v: Any) -> int:
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0
+
+    def opt(v: Any, kind: type) -> Any:
+        if kind is str:
+            return v if isinstance(v, str) else None
+        return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    failures = tuple(HostCall(kind=opt(f.get("kind"), str) or "alloc", call=opt(f.get("call"), str),
+                              bytes=opt(f.get("bytes"), int), result=opt(f.get("result"), int),
+                              ts=opt(f.get("ts"), float), seconds=opt(f.get("seconds"), float),
+                              flags=opt(f.get("flags"), int), pid=opt(f.get("pid"), int), via=opt(f.get("via"), str))
+                     for f in raw.get("failures") or () if isinstance(f, dict))
+    procs = raw.get("processes")
+    return HostLedger(pinned_bytes=count(raw.get("pinned_bytes")), peak_bytes=count(raw.get("peak_bytes")),
+                      pinned_count=count(raw.get("pinned_count")), allocs=count(raw.get("allocs")),
+                      frees=count(raw.get("frees")), failed=count(raw.get("failed")),
+                      processes=len(procs) if isinstance(procs, dict) else count(procs),
+                      untracked=count(raw.get("untracked")), unknown_frees=count(raw.get("unknown_frees")),
+                      failures=failures, updated_at=opt(raw.get("updated_at"), float))
+
+
 def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
     """Inverse of NodeSnapshot.to_dict (used by bundle replay and tests)."""
 
@@ -574,7 +693,8 @@ def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
         for r in data.get("residual", [])
     )
     engines = tuple(
-        _build(EngineInfo, {**e, "registrations": tuple(_build(Registration, r) for r in e.get("registrations", []))})
+        _build(EngineInfo, {**e, "registrations": tuple(_build(Registration, r) for r in e.get("registrations", [])),
+                            "host_ledger": host_ledger_from(e.get("host_ledger"))})
         for e in data.get("engines", [])
     )
     arenas = tuple(

@@ -151,6 +151,9 @@ ENGINE_STATE = Obj({
     "stopped_by_request": Opt(Bool()), "updated_at": Opt(TIME), "launch_id": Opt(STR), "warning": Opt(STR),
     # What the engine's status lines said of its register calls: loosely, the engine writes most of it.
     "registrations": ListOf(Obj({"kind": Str(32), "outcome": Str(32)}), 100_000),
+    # The KFD ledger (gpuwarden.ops.engines.ledger): pinned host memory and failed calls, from the interposer.
+    "host_ledger": Obj({"pinned_bytes": COUNT, "peak_bytes": COUNT, "failed": COUNT, "processes": MapOf(Obj({})),
+                        "failures": ListOf(Obj({}), 1000), "calls": ListOf(Obj({}), 1000)}),
 })
 ENGINE_SPEC = Obj({
     "engine": Obj({"name": Str(64), "argv": ListOf(STR, 4096), "gpu": Opt(COUNT), "env": MapOf(STR),

@@ -230,12 +230,8 @@ def _sensor_families(snap: NodeSnapshot, lab: "_Labels", options: MetricsOptions
 
 # --- engines ---------------------------------------------------------------------------------------------------
 def _last_run(e: EngineInfo) -> list[Registration]:
-    """The registration records of the engine's current (or last) run: those of its newest pid."""
-    records = e.registrations
-    if not records:
-        return []
-    pid = e.pid if any(r.pid == e.pid for r in records) else records[-1].pid
-    return [r for r in records if r.pid == pid and r.kind == "register"]
+    """The registration calls (not unregistrations) of the engine's current (or last) run: those of its newest pid."""
+    return [r for r in e.last_run_registrations() if r.kind == "register"]
 
 
 def _engine_families(snap: NodeSnapshot, now: float, options: MetricsOptions) -> Iterator[Metric]:
@@ -257,6 +253,14 @@ def _engine_families(snap: NodeSnapshot, now: float, options: MetricsOptions) ->
                       "gate slot, summed.", lab.names)
     reg_bytes = _gauge("engine_registered_bytes", "Bytes the last run registered successfully.", lab.names)
     regs = _gauge("engine_registrations", "The last run's registration calls, by outcome.", outcome_lab.names)
+    # The KFD ledger (interposer): pinned host memory draws on the same KFD system-memory limit as registrations.
+    pinned = _gauge("engine_pinned_bytes", "Pinned host memory (hipHostMalloc, cudaHostAlloc, ...) the engine's "
+                    "processes hold, at the interposer's last report.", lab.names)
+    pinned_peak = _gauge("engine_pinned_peak_bytes", "The most pinned host memory the run held at once (per "
+                         "process, summed).", lab.names)
+    failed_calls = _counter("engine_failed_host_calls", "Host calls of the run that returned an error: "
+                            "registrations and pinned allocations/frees (resets when the engine restarts).",
+                            lab.names)
     for e in snap.engines:
         gpu = "" if e.gpu is None else str(e.gpu)
         values = lab.of(e.name, gpu)
@@ -281,7 +285,14 @@ def _engine_families(snap: NodeSnapshot, now: float, options: MetricsOptions) ->
                 by_outcome[r.outcome] = by_outcome.get(r.outcome, 0) + 1
             for outcome, n in by_outcome.items():
                 regs.add_metric(outcome_lab.of(e.name, gpu, outcome), n)
-    return iter((up, phase, in_phase, restarts, crashes, reg_s, reg_wait, reg_bytes, regs))
+        ledger = getattr(e, "host_ledger", None)
+        if ledger is not None:
+            pinned.add_metric(values, ledger.pinned_bytes)
+            pinned_peak.add_metric(values, ledger.peak_bytes)
+        if run or ledger is not None:
+            failed_calls.add_metric(values, e.failed_call_count)
+    return iter((up, phase, in_phase, restarts, crashes, reg_s, reg_wait, reg_bytes, regs, pinned, pinned_peak,
+                 failed_calls))
 
 
 # --- arena and the KFD registration budget ---------------------------------------------------------------------
@@ -324,6 +335,9 @@ def _driver_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[Me
                   "(debugfs kfd/mem_limit, MiB resolution).", none.names)
     limit = _gauge("kfd_system_mem_limit_bytes", "KFD's node-wide system-memory limit as the driver reports it "
                    "(debugfs kfd/mem_limit).", none.names)
+    computed = _gauge("kfd_system_mem_limit_computed_bytes", "KFD's system-memory limit computed from RAM (RAM - "
+                      "RAM/64 - 1.5 GiB, as amdgpu does at load), when debugfs kfd/mem_limit cannot be read.",
+                      none.names)
     free = _gauge("vram_allocator_free_bytes", "Free VRAM in the driver's VRAM allocator (debugfs amdgpu_vram_mm).",
                   lab.names)
     largest = _gauge("vram_largest_free_block_bytes", "The largest free VRAM block: the biggest one allocation can "
@@ -336,6 +350,8 @@ def _driver_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[Me
     if k:
         used.add_metric(none.of(), k["system_used"])
         limit.add_metric(none.of(), k["system_limit"])
+    elif d.get("kfd_mem_limit_computed"):
+        computed.add_metric(none.of(), d["kfd_mem_limit_computed"]["system_limit"])
     labels = {g.index: _gpu_label_values(g) for g in snap.gpus}
     for v in d.get("vram_free") or ():
         values = lab.of(*labels.get(v["gpu"], (str(v["gpu"]), "", "", "")))
@@ -343,7 +359,7 @@ def _driver_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[Me
         largest.add_metric(values, v["largest_free_block"])
         if v.get("fragmentation") is not None:
             frag.add_metric(values, v["fragmentation"])
-    return iter((used, limit, free, largest, frag))
+    return iter((used, limit, computed, free, largest, frag))
 
 
 # --- kernel log ------------------------------------------------------------------------------------------------

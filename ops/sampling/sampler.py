@@ -51,6 +51,7 @@ class Sampler:
         self._hostname = os.uname().nodename  # what socket.gethostname() returns, without importing socket
         self._debugfs: DebugfsReader | None = None  # the allow-listed debugfs reader, made at the first AMD refresh
         self._books: Books | None = None  # the driver's books read through it, refresh after refresh
+        self._kfd_computed: tuple[dict[str, object] | None] | None = None  # KFD's limit from RAM, once read
 
     @property
     def _watch(self) -> PidWatch | None:  # the pidfd watch, for tests that check what is tracked
@@ -172,7 +173,15 @@ class Sampler:
             # deferred: only the AMD backends read debugfs: status on an NVIDIA node goes without it
             from gpuwarden.ops.node.debugfs.books import Books
             kept = self._books = Books(self._debugfs)
-        return kept.read([g.index for g in gpus])
+        books = kept.read([g.index for g in gpus])
+        if books.get("kfd_mem_limit") is None:
+            # Not readable (not root, no debugfs): the limit as amdgpu computes it, said to be computed. RAM is read
+            # once per sampler: it does not change under a running driver (the limit is fixed at its load).
+            if self._kfd_computed is None:
+                from gpuwarden.ops.node.debugfs.kfd_limit import computed
+                self._kfd_computed = (computed(self.settings.proc_root),)
+            books["kfd_mem_limit_computed"] = self._kfd_computed[0]
+        return books
 
 
 def _unknown_residual(residual: tuple[Residual, ...], late: tuple[LateRead, ...]) -> tuple[Residual, ...]:

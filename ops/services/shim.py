@@ -29,6 +29,8 @@ from gpuwarden.ops.engines import preload, runtime_errors
 from gpuwarden.ops.engines import state as st
 from gpuwarden.ops.engines.logs import CappedLog
 from gpuwarden.ops.engines.progress import Progress
+from gpuwarden.ops.engines.ledger import HostLedgerLog
+from gpuwarden.ops.engines.ledger import PHASES as HOST_PHASES
 from gpuwarden.ops.engines.registrations import RegistrationLog
 from gpuwarden.ops.foundation.paths import ORIG_PYTHONPATH
 
@@ -56,6 +58,9 @@ class Shim:
             "gate_slot": None, "stopped_by_request": False, "registrations": [], "updated_at": time.time(),
         }
         self.registrations = RegistrationLog()
+        self.host_ledger = HostLedgerLog()
+        self._ledger_saved_at = 0.0  # monotonic; the ledger's totals are saved at most once a second
+        self._ledger_dirty = False
         self._bundle_threads: list[threading.Thread] = []
         self._save_lock = threading.Lock()
 
@@ -191,8 +196,9 @@ class Shim:
                 slot.release()
             self.save(phase="crashed", detail=f"cannot start {self.engine.argv[0]!r}: {why}", gate_slot=None)
             return "crashed"
+        self.host_ledger.new_run(time.time())
         self.save(pid=proc.pid, pid_start=procs.identity(proc.pid), started_at=time.time(),
-                  phases={"starting": time.time()})
+                  phases={"starting": time.time()}, host_ledger=self.host_ledger.record)
         try:
             return self._supervise(proc, log, status, progress, slot)
         finally:
@@ -237,6 +243,7 @@ class Shim:
                 changed |= progress.on_event(event)
                 self._on_registration(event)
                 preloaded |= event.phase == "preloaded"
+            self._save_host_ledger()
             self._check_hung()
             if ready_file is not None and progress.phase == "serving" and not preloaded:
                 self.save(warning="the interposer did not load in this engine (a static or setuid program?): "
@@ -282,6 +289,7 @@ class Shim:
         for event in status.poll():
             progress.on_event(event)
             self._on_registration(event)
+        self._save_host_ledger(now=True)
         if self.registrations.died(time.time()):
             self.save(registrations=self.registrations.records)
         # Leftover children of the engine keep GPU memory; they go with it. After a stop request they got
@@ -312,7 +320,37 @@ class Shim:
         registered_at = progress.since.get("registered", progress.since.get("serving", time.time()))
         return after is None or time.time() - registered_at >= after
 
+    def _on_host_call(self, event: Any) -> None:
+        """A pinned host allocation or free (the KFD ledger). A failed one is saved at once, said in the record and the
+        journal; the others only move the totals, saved with the next (at most one a second: an engine may pin and
+        free hundreds of buffers a second, each with a line)."""
+        got = self.host_ledger.on_event(event)
+        if got is None:
+            return
+        self._ledger_dirty = True
+        if not event.phase.endswith("-failed"):
+            return
+        error = runtime_errors.describe(got.get("call"), got.get("result"))
+        detail = (f"{got.get('call') or 'pinned host call'} of {fmt_bytes(got.get('bytes'))} returned {error}"
+                  + (": the runtime refused pinned host memory; KFD charges it against the same system-memory limit "
+                     "as registrations (amdgpu_amdkfd_reserve_mem_limit): `gpuwarden engines list` shows whether the "
+                     "charges near that limit" if event.phase == "host-alloc-failed" else ""))
+        journal.write(self.state_dir, "engine-host-call-failed", "failed", engine=self.name, pid=got.get("pid"),
+                      call=got.get("call"), bytes=got.get("bytes"), flags=got.get("flags"),
+                      code=got.get("result"), error=runtime_errors.name(got.get("call"), got.get("result")))
+        self._save_host_ledger(now=True, detail=detail)
+
+    def _save_host_ledger(self, now: bool = False, **changes: Any) -> None:
+        if not self._ledger_dirty or (not now and time.monotonic() - self._ledger_saved_at < 1.0):
+            return
+        self._ledger_dirty = False
+        self._ledger_saved_at = time.monotonic()
+        self.save(host_ledger=self.host_ledger.record, **changes)
+
     def _on_registration(self, event: Any) -> None:
+        if event.phase in HOST_PHASES:
+            self._on_host_call(event)
+            return
         if event.phase == "preload-warning":
             self.save(warning=f"interposer: {event.data.get('message')}")
             return

@@ -1,6 +1,7 @@
 /* Times hipHostRegister as the dynamic linker binds it: through libgwpreload.so when preloaded,
  * else straight into the stand-in runtime (the peer). Prints one JSON object.
- * Usage: preload_bench pass|gated N SIZE */
+ * "pinned" times hipHostMalloc + hipHostFree pairs the same way (the KFD ledger's calls): per call, the pair / 2.
+ * Usage: preload_bench pass|gated|pinned N SIZE */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,8 @@
 #include <time.h>
 
 int hipHostRegister(void *p, size_t n, unsigned flags);
+int hipHostMalloc(void **p, size_t n, unsigned flags);
+int hipHostFree(void *p);
 
 static double now_ns(void) {
     struct timespec ts;
@@ -34,6 +37,21 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n; i++)
             hipHostRegister(buf, size, 0);
         printf("{\"per_call_ns\": %.2f}\n", (now_ns() - t0) / n);
+        return 0;
+    }
+    if (!strcmp(argv[1], "pinned")) {
+        void *p = NULL;
+        long bad = 0;
+        for (long i = 0; i < n / 10; i++) {
+            bad += hipHostMalloc(&p, size, 0) != 0;
+            hipHostFree(p);
+        }
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            bad += hipHostMalloc(&p, size, 0) != 0;
+            bad += hipHostFree(p) != 0;
+        }
+        printf("{\"per_call_ns\": %.2f, \"failed\": %ld}\n", (now_ns() - t0) / (2.0 * n), bad);
         return 0;
     }
     double *t = malloc(n * sizeof *t);

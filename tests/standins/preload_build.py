@@ -2,7 +2,7 @@
 
 From tests/standins/preload/: stand-in runtimes (libamdhip64.so, libcuda.so.1, libcudart.so.12), a library
 engines dlopen with RTLD_DEEPBIND (libdeep.so), one laid out like libtorch_python.so (libtorchlike.so),
-unmodified engine programs (one static), and a second interposer.
+unmodified engine programs (one static; `pinned` allocates pinned host memory), and a second interposer.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ CTYPES_ENGINE = SOURCES / "engine_ctypes.py"
 
 # (output, source, extra arguments); $ORIGIN run paths let each program find the stand-ins beside it.
 TARGETS = (
-    ("libamdhip64.so", "standin_hip.c", ["-shared", "-Wl,-soname,libamdhip64.so"]),
+    # Versioned hip_4.2, as ROCm's libamdhip64 is (dlvsym asks for that version).
+    ("libamdhip64.so", "standin_hip.c", ["-shared", "-Wl,-soname,libamdhip64.so",
+                                         f"-Wl,--version-script,{SOURCES / 'hip.map'}"]),
     ("libcuda.so.1", "standin_cuda.c", ["-shared", "-Wl,-soname,libcuda.so.1"]),
     ("libcudart.so.12", "standin_cudart.c", ["-shared", "-Wl,-soname,libcudart.so.12", "-Wl,-rpath,$ORIGIN", "-ldl"]),
     ("libdeep.so", "deep.c", ["-shared", "-Wl,-soname,libdeep.so", "-Wl,-rpath,$ORIGIN", "-L{out}", "-lamdhip64",
@@ -28,6 +30,8 @@ TARGETS = (
     ("engine_linked", "engine.c", ["-DLINKED", "-Wl,-rpath,$ORIGIN", "-L{out}", "-lamdhip64", "-ldl"]),
     ("engine_dlopen", "engine.c", ["-Wl,-rpath,$ORIGIN", "-ldl"]),
     ("engine_static", "static_engine.c", ["-static"]),
+    ("pinned_linked", "pinned.c", ["-DLINKED", "-Wl,-rpath,$ORIGIN", "-L{out}", "-lamdhip64", "-ldl"]),
+    ("pinned", "pinned.c", ["-Wl,-rpath,$ORIGIN", "-ldl"]),
 )
 
 

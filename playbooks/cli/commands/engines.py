@@ -22,6 +22,7 @@ from gpuwarden.ops.foundation.model import FAILED_REGISTRATION, plain
 from gpuwarden.ops.foundation.safetext import printable
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.jsondoc import document
+from gpuwarden.ops.foundation.units import fmt_bytes
 
 engines_app = typer.Typer(help="Supervised engines: list, logs, stop, restart.", no_args_is_help=True,
                           rich_markup_mode=None)
@@ -59,30 +60,41 @@ def list_cmd(ctx: typer.Context,
              json_out: bool = typer.Option(False, "--json", help="Print the engines as a JSON list.")) -> None:
     """Every engine in the state dir: GPU, phase, pids, restarts, how it ended, the last log line.
 
+    With progress = "preload", the KFD ledger too: bytes registered, pinned host memory (live, and the run's peak)
+    and failed host calls, whose sum KFD charges against one node-wide system-memory limit; and that limit
+    (debugfs kfd/mem_limit when readable, else computed from RAM, as the line says).
+
     An engine whose shim is gone while it claimed to be running shows as `stale`: its record is not
     to be trusted (the shim was killed, or the node rebooted).
     """
     # deferred: only this path of the command needs it
+    from gpuwarden.ops.arena import kfd_node
+    # deferred: only this path of the command needs it
     from gpuwarden.ops.engines import registrations
+    from gpuwarden.ops.foundation.model import engine_ledger
     settings = _settings(ctx)
     infos = st.list_engines(settings)
     if json_out:
         out = []
         for info in infos:
             record = _record_or_empty(settings, info.name)
-            out.append({**plain(info), "detail": record.get("detail", ""), "phases": record.get("phases", {})})
-        sys.stdout.write(json.dumps(document("engines", {"engines": out}), indent=2) + "\n")
+            out.append({**plain(info), "detail": record.get("detail", ""), "phases": record.get("phases", {}),
+                        "ledger": engine_ledger(info)})
+        sys.stdout.write(json.dumps(document("engines", {"engines": out, "kfd": kfd_node.node_kfd(settings)}),
+                                    indent=2) + "\n")
         return
     if not infos:
         typer.echo(f"no engines in {settings.state_dir} (start some with `gpuwarden launch`)")
         return
-    rows = [("NAME", "GPU", "PHASE", "PID", "SHIM", "UP", "RESTARTS", "ENDED", "REGISTERED", "LAST LOG LINE")]
+    rows = [("NAME", "GPU", "PHASE", "PID", "SHIM", "UP", "RESTARTS", "ENDED", "REGISTERED", "PINNED", "FAILED",
+             "LAST LOG LINE")]
     for info in infos:
         record = _record_or_empty(settings, info.name)
         reg = registrations.latest(info.registrations)
         rows.append((info.name, "-" if info.gpu is None else str(info.gpu), info.phase, str(info.pid or "-"),
                      str(info.shim_pid or "-"), _age(info.started_at) if info.phase not in st.FINAL_PHASES else "-",
                      str(info.restarts), _how(record), registrations.describe(reg, short=True) if reg else "-",
+                     _pinned(info), str(info.failed_call_count) if info.failed_call_count else "-",
                      (info.last_log_line or "")[:60]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
@@ -105,6 +117,35 @@ def list_cmd(ctx: typer.Context,
             if reg.kind == "register":
                 typer.echo(printable(f"{info.name}: {reg.call or 'registration'} {registrations.describe(reg)}"
                                      + (f" (pid {reg.pid}, via {reg.via})" if reg.via else "")))
+        for call in info.failed_calls[-3:]:
+            if call.kind != "register":  # failed registrations are the lines above
+                typer.echo(printable(f"{info.name}: {_failed(call)}"))
+    kfd = kfd_node.node_kfd(settings)
+    registered = sum(e.registered_bytes or 0 for e in infos if e.phase not in st.FINAL_PHASES and not e.stale)
+    pinned = sum(e.pinned_bytes or 0 for e in infos if e.phase not in st.FINAL_PHASES and not e.stale)
+    typer.echo(printable(kfd_node.describe(kfd)))
+    if registered or pinned:
+        typer.echo(f"running engines: {fmt_bytes(registered)} registered + {fmt_bytes(pinned)} pinned = "
+                   f"{fmt_bytes(registered + pinned)} charged by KFD (each process's registrations and pinned "
+                   "host memory count once against that limit)")
+
+
+def _pinned(info) -> str:
+    """'2.0 GiB (peak 8.0 GiB)': the engine's pinned host memory now and at the run's peak; '-' when unreported."""
+    if info.host_ledger is None:
+        return "-"
+    now, peak = info.host_ledger.pinned_bytes, info.host_ledger.peak_bytes
+    return fmt_bytes(now) + (f" (peak {fmt_bytes(peak)})" if peak > now else "")
+
+
+def _failed(call) -> str:
+    """'hipHostMalloc of 8.0 GiB FAILED: hipErrorOutOfMemory (2), flags 0x3 (pid 412, via symbol)'."""
+    from gpuwarden.ops.engines import runtime_errors
+    what = f"{call.call or 'host call'} of {fmt_bytes(call.bytes)}" if call.kind == "alloc" else \
+        f"{call.call or 'host free'} ({fmt_bytes(call.bytes)} on the books)"
+    flags = f", flags {call.flags:#x}" if call.flags is not None else ""
+    where = f" (pid {call.pid}" + (f", via {call.via})" if call.via else ")") if call.pid else ""
+    return f"{what} FAILED: {runtime_errors.describe(call.call, call.result)}{flags}{where}"
 
 
 @engines_app.command("logs")

@@ -15,3 +15,8 @@ int deep_register_dlsym(void *p, size_t n) {
     int (*fn)(void *, size_t, unsigned) = h ? (int (*)(void *, size_t, unsigned))dlsym(h, "hipHostRegister") : NULL;
     return fn ? fn(p, n, 0) : -1;
 }
+
+int hipHostMalloc(void **pp, size_t n, unsigned flags);
+int hipHostFree(void *p);
+int deep_host_malloc(void **pp, size_t n, unsigned flags) { return hipHostMalloc(pp, n, flags); }
+int deep_host_free(void *p) { return hipHostFree(p); }

@@ -105,3 +105,46 @@ static int standin_register(const char *call, void *p, size_t n) {
     }
     return (int)result;
 }
+
+/* ---- pinned host memory ---------------------------------------------------------------------------
+ * An allocation is a page of bookkeeping (magic, size) and then the caller's bytes, so that a free of a
+ * pointer no allocation returned fails as the real runtimes do (invalid value). Allocations past
+ * $STANDIN_PINNED_LIMIT live bytes fail with `oom` (2 in every runtime: hipErrorOutOfMemory,
+ * cudaErrorMemoryAllocation, CUDA_ERROR_OUT_OF_MEMORY), as KFD's system-memory limit makes them fail. */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define STANDIN_PAGE 4096
+#define STANDIN_MAGIC 0x70696e6e6564ul  /* "pinned" */
+
+static atomic_size_t standin_pinned;
+
+static int standin_host_alloc(void **pp, size_t n) {
+    if (!pp)
+        return 1;
+    *pp = NULL;
+    long limit = standin_env("STANDIN_PINNED_LIMIT", 0);
+    if (limit && standin_pinned + n > (size_t)limit)
+        return 2;
+    /* Only the bookkeeping page is touched: a "GiB" allocation costs no memory until written. */
+    char *base = malloc(STANDIN_PAGE + (n < 64 ? 64 : n));
+    if (!base)
+        return 2;
+    ((unsigned long *)base)[0] = STANDIN_MAGIC;
+    ((size_t *)base)[1] = n;
+    standin_pinned += n;
+    *pp = base + STANDIN_PAGE;
+    return 0;
+}
+
+static int standin_host_free(void *p) {
+    if (!p)
+        return 0;
+    char *base = (char *)p - STANDIN_PAGE;
+    if (((unsigned long *)base)[0] != STANDIN_MAGIC)
+        return 1;
+    ((unsigned long *)base)[0] = 0;
+    standin_pinned -= ((size_t *)base)[1];
+    free(base);
+    return 0;
+}

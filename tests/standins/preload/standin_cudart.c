@@ -30,3 +30,19 @@ int cudaHostUnregister(void *p) {
     unregister_fn fn = (unregister_fn)driver("cuMemHostUnregister");
     return fn ? fn(p) : 35;
 }
+
+/* Pinned host memory through the driver, as the runtime does: the driver's call nested inside ours. */
+typedef int (*host_alloc_fn)(void **, size_t, unsigned);
+typedef int (*free_host_fn)(void *);
+
+int cudaHostAlloc(void **pp, size_t n, unsigned flags) {
+    host_alloc_fn fn = (host_alloc_fn)driver("cuMemHostAlloc");
+    return fn ? fn(pp, n, flags) : 35;
+}
+
+int cudaMallocHost(void **pp, size_t n) { return cudaHostAlloc(pp, n, 0); }
+
+int cudaFreeHost(void *p) {
+    free_host_fn fn = (free_host_fn)driver("cuMemFreeHost");
+    return fn ? fn(p) : 35;
+}
