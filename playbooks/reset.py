@@ -15,6 +15,8 @@ from gpuwarden.ops.clean.gpureset import ResetPath
 from gpuwarden.ops.foundation.model import NodeSnapshot
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.signalplan import SignalPlan
+from gpuwarden.ops.clean.reaper import command_parts
+from gpuwarden.ops.foundation.safetext import bracketed
 from gpuwarden.ops.node.topology import reset_reach, topology
 
 from gpuwarden.playbooks import nodecheck
@@ -118,8 +120,10 @@ class ResetPlaybook(Playbook):
         peers = nodecheck.hive_peers(snap, self.gpu)
         self._locked = (self.gpu, *nodecheck.reset_peers(snap, self.gpu))
         # What the operator confirms: which GPUs (hive, partitions of the device) and engines the reset takes down.
-        self._reach = reset_reach(topology(snap, ctx.settings.sysfs_root), self.gpu)
+        doc = topology(snap, ctx.settings.sysfs_root)
+        self._reach = reset_reach(doc, self.gpu)
         self.confirm_note = self._reach or ""
+        self._note_wider_reach(ctx, snap, doc)
         if peers:
             ctx.info(f"GPU {self.gpu} is in XGMI hive {info.hive_id} with GPU(s) {', '.join(map(str, peers))}: "
                      "the reset reaches them too", hive=info.hive_id, peers=peers)
@@ -141,6 +145,30 @@ class ResetPlaybook(Playbook):
         ctx.scratch["identity"] = {self.gpu: info.bus_id}
         return problems
 
+    def _note_wider_reach(self, ctx: RunContext, snap: Any, doc: dict[str, Any]) -> None:
+        """What else a reset reaches (catalog amd-smi-reset-reach): GPUs behind the same PCIe switch may be
+        disturbed (AMD: the blast radius depends on the PCIe topology), and every process using a GPU the reset
+        takes down is told its GPU memory is lost (kfd_events.c kfd_signal_reset_event): named before it runs."""
+        row = next((r for r in doc["gpus"] if r["index"] == self.gpu), None)
+        if row is None:
+            return
+        switch_peers = [i for i in row["same_pcie_parent"] if i != self.gpu and i not in self._locked]
+        if switch_peers:
+            ctx.info(f"GPU(s) {', '.join(map(str, switch_peers))} sit behind the same PCIe bridge "
+                     f"({row['pcie_parent']}): a reset is not known to reach them, but AMD says the reach depends on "
+                     "the PCIe topology (`gpuwarden known amd-smi-reset-reach`); watch them afterwards",
+                     switch_peers=switch_peers, pcie_parent=row["pcie_parent"])
+        users = sorted({p.pid: p for g in self._locked for p in nodecheck.users(snap, g)}.values(),
+                       key=lambda p: p.pid)
+        if users:
+            named = ", ".join(f"pid {p.pid} ({_program_first(p.pid, p.command, ctx.settings.proc_root)})"
+                              for p in users[:8])
+            more = f" and {len(users) - 8} more" if len(users) > 8 else ""
+            line = (f"{len(users)} process(es) using GPU(s) {', '.join(map(str, self._locked))} lose their GPU memory "
+                    f"in the reset (KFD signals 'memory lost' to each): {named}{more}")
+            ctx.info(line, pids=[p.pid for p in users])
+            self.confirm_note = "; ".join(x for x in (self.confirm_note, line) if x)
+
     def plan(self, ctx: RunContext) -> list[Step]:
         steps = reset_step(ctx.settings, self.gpu, force=self.force, timeout_s=self.timeout_s,
                            require_drained=True, runner=self.runner, which=self.which,
@@ -150,3 +178,10 @@ class ResetPlaybook(Playbook):
         if self._reach:
             steps[0].description += f" ({self._reach})"
         return steps
+
+
+def _program_first(pid: int, fallback: str, proc_root: Any) -> str:
+    """The process's redacted command line, program name first, cut at the tail (as the signal plans show it)."""
+    program, command = command_parts(pid, proc_root)
+    text = command if program != "?" else bracketed(fallback)
+    return text if len(text) <= 60 else text[:59] + "…"

@@ -147,3 +147,20 @@ def test_undrained_between_plan_and_action_is_not_reset(sim_cli, state_dir):
     with pytest.raises(StepFailed, match="GPU 1 is not drained"):
         steps[0].action(ctx)
     assert _resets(sim_cli) == {}
+
+
+def test_a_forced_reset_names_every_process_that_loses_its_gpu_memory(sim_cli, state_dir):
+    # catalog amd-smi-reset-reach: every KFD process on a reset GPU is told its memory is lost
+    # (kfd_events.c kfd_signal_reset_event): a --force plan names them before anything runs.
+    sim_cli("sim", "init", "--gpus", "2", check=True)
+    tenant = start_tenant(state_dir, 0, "1GiB")
+    try:
+        proc = sim_cli("reset", "0", "--force", "--dry-run")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out
+        assert f"lose their GPU memory in the reset (KFD signals 'memory lost' to each): pid {tenant.pid} (python" \
+            in out, out
+        assert tenant.poll() is None and _resets(sim_cli) == {}
+    finally:
+        tenant.terminate()
+        tenant.wait(10)
