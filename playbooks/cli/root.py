@@ -76,7 +76,8 @@ ConfigOpt = Annotated[Optional[Path], typer.Option(
     help="Node config TOML (default /etc/gpuwarden/node.toml).", show_default=False)]
 BackendOpt = Annotated[Optional[str], typer.Option(
     "--backend", envvar="GPUWARDEN_BACKEND",
-    help="GPU backend: amdsmi, sysfs, nvml or sim (default: the first that works, in that order).",
+    help="GPU backend: amdsmi, sysfs, nvml or sim. Default, for every command: the first of amdsmi, sysfs, "
+         "nvml that works, else an error naming why each failed; the simulated node (sim) only when named.",
     show_default=False)]
 SysfsRootOpt = Annotated[Optional[Path], typer.Option(
     "--sysfs-root", envvar="GPUWARDEN_SYSFS_ROOT", help="Read this tree instead of /sys (a captured node).",

@@ -41,7 +41,7 @@ def local_sampler(settings: Settings, use_pidfds: bool):
     from gpuwarden.ops.node.backends.select import open_backend
     from gpuwarden.ops.sampling.sampler import Sampler
     # The automatic fallback to the simulated node is for the console's demos; status says no backend works.
-    backend = open_backend(settings, fallback_to_sim=False)
+    backend = open_backend(settings)
     return Sampler(settings, backend, use_pidfds=use_pidfds)
 
 

@@ -127,7 +127,8 @@ def scenario_cmd(
     arena: four canaries share one arena through the real launch playbook; the last dies by SIGSEGV
     while registering, with its incident bundle (then: `gpuwarden engines list`, `gpuwarden triage`).
     clean: ends what an earlier scenario started and starts the simulated node over, empty.
-    Every scenario first does what clean does. The sim node must be in use (--backend sim or no GPU).
+    Every scenario first does what clean does. See it with --backend sim (or GPUWARDEN_BACKEND=sim): no
+    command falls back to the simulated node by itself.
     """
     # deferred: only this path of the command needs it
     from gpuwarden.playbooks import scenarios
@@ -151,4 +152,7 @@ def scenario_cmd(
     nxt = {"residual": "see it with `gpuwarden status`, fix it with `gpuwarden fix 1` and `gpuwarden fix 2`",
            "arena": "see it with `gpuwarden engines list` or in the console (`gpuwarden tui`)",
            "clean": "the simulated node is empty"}[name]
-    typer.echo(f"scenario {name}: ready; " + (Invocation(list(settings.cli_words)).paste_ready(nxt) or nxt))
+    # No command falls back to the simulated node by itself (ops/node/backends/select.py): the commands to paste
+    # name it when this one was not given --backend sim.
+    words = list(settings.cli_words) if settings.backend == "sim" else ["--backend", "sim", *settings.cli_words]
+    typer.echo(f"scenario {name}: ready; " + (Invocation(words).paste_ready(nxt) or nxt))
