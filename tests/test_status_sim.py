@@ -208,6 +208,11 @@ def test_no_command_falls_back_to_the_simulated_node_by_itself(cli, state_dir):
             assert "no GPU backend works here" in proc.stderr and "--backend sim" in proc.stderr
         status = cli("--backend", "sim", "status", env=env)
         assert status.returncode == 1 and "GPU 2" in status.stdout
+        # The verdict names the problems it means (issue 36: "NEEDS ATTENTION" said nothing of which).
+        last = status.stdout.strip().splitlines()[-1]
+        assert last.startswith("status: NEEDS ATTENTION: "), last
+        assert "GPU 1: 2.0 GiB residual VRAM held by 1 holder (zombie)" in last, last
+        assert "GPU 2: 14.0 GiB residual VRAM no process owns" in last, last
     finally:
         cli("--backend", "sim", "sim", "scenario", "clean", env=env)
 
