@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_tui_support import make_app, open_processes, wait_for
+from test_tui_support import make_app, open_processes, screen_text, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -58,3 +58,33 @@ def test_a_zombie_holder_named_by_the_kernel_is_bracketed_once():
     shown = gpu_summary(replace(snap, residual=tuple(res)), 1).plain
     assert " [python3]" in shown and "[[python3]]" not in shown, shown
     assert " [python serve.py --tp 1]" in gpu_summary(snap, 1).plain
+
+
+def test_the_confirm_dialog_stands_alone_and_nothing_offers_to_stop_what_has_not_started(state_dir):
+    # Issue 36: the fix confirmation was drawn over the progress view, which showed through at both sides, and the
+    # footer offered "Stop after this step" before anything was confirmed.
+    from test_tui_actions import select_gpu
+    from test_tui_app import live_app, sim_settings
+
+    from gpuwarden.tui.screens.confirm import ConfirmScreen
+    from gpuwarden.tui.screens.progress import ProgressScreen
+
+    async def go():
+        app = live_app(sim_settings(state_dir))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            await select_gpu(app, pilot, 0)
+            await pilot.press("d")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm dialog")
+            await pilot.pause()
+            progress = next(s for s in app.screen_stack if isinstance(s, ProgressScreen))
+            assert not progress.query_one("#progress").display
+            shown = screen_text(app)
+            assert "Stop after this step" not in shown and "Drain GPU 0" in shown, shown
+            await pilot.press("right", "enter")  # Proceed
+            await wait_for(pilot, lambda: not app.current_run.running, timeout=30, what="the drain to end")
+            await wait_for(pilot, lambda: app.screen is progress and "finished" in screen_text(app),
+                           what="the progress view after the answer")
+            assert progress.query_one("#progress").display
+            assert "Stop after this step" not in screen_text(app)  # nothing left to stop
+    run(go())
