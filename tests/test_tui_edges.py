@@ -88,3 +88,36 @@ def test_the_confirm_dialog_stands_alone_and_nothing_offers_to_stop_what_has_not
             assert progress.query_one("#progress").display
             assert "Stop after this step" not in screen_text(app)  # nothing left to stop
     run(go())
+
+
+def test_the_key_list_uses_the_terminal_and_cuts_no_entry_and_explains_the_marks(settings):
+    # Issue 36: the `?` box was 70 columns on a 100-column terminal and cut entries; the GPU table's "!" was never
+    # explained.
+    from rich.console import Console
+
+    from gpuwarden.tui.screens.help import HelpScreen
+
+    def words(text: str) -> str:
+        return " ".join(text.split())
+
+    async def go():
+        app = make_app(settings)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            gpus = app.query_one("#gpus")
+            await wait_for(pilot, lambda: "! residual" in str(gpus.border_subtitle), what="the mark said")
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="the key list")
+            await pilot.pause()
+            box = app.screen.query_one("#help")
+            assert box.region.width >= 96, box.region
+            listing = app.screen.query_one("#help-list")
+            console = Console(width=listing.content_region.width, record=True, file=open("/dev/null", "w"))
+            console.print(app.screen.listing())
+            drawn = words(console.export_text())
+            for _key, what in app.screen.keys + list(app.screen.marks):
+                assert words(what) in drawn, what
+            assert any(mark == "!" for mark, _ in app.screen.marks)
+            shown = screen_text(app)
+            assert "KEY" in shown and "…" not in shown, shown
+    run(go())

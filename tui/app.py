@@ -353,7 +353,8 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
             keys = [(a.key, a.title) for a in ACTIONS] + [("k", "Stop the selected process (TERM/KILL; zombie: f/P)")] + keys
         note = "read-only: no action keys" if self.read_only else "destructive actions ask first; Cancel is the default"
         if not self.is_screen_installed("help"):  # built once: the keys do not change while the app runs
-            self.install_screen(HelpScreen(keys, note), name="help")
+            from gpuwarden.tui.widgets.gpus import MARKS
+            self.install_screen(HelpScreen(keys, note, MARKS), name="help")
         self.push_screen("help")
 
     def action_refresh_now(self) -> None:
