@@ -121,3 +121,28 @@ def test_the_key_list_uses_the_terminal_and_cuts_no_entry_and_explains_the_marks
             shown = screen_text(app)
             assert "KEY" in shown and "…" not in shown, shown
     run(go())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)])
+def test_the_remembered_stacked_layout_keeps_every_panel_on_the_screen(settings, size):
+    # Issue 36: at 80x24 the stacked layout left Processes, Arena and Events below the fold with Engines 14 blank
+    # rows tall, and the console remembered it. Started with it remembered, every panel is on the screen.
+    from gpuwarden.tui.app import GpuwardenApp
+    from gpuwarden.tui.prefs import Prefs
+    from test_tui_support import fixed_snapshot
+    snap = fixed_snapshot()
+
+    async def go():
+        app = GpuwardenApp(settings, source=lambda: snap, prefs=Prefs().with_(layout="stacked"))
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None and app.query_one("#processes").rows)
+            await pilot.pause()
+            bottom_row = size[1] - 1  # the key strip's
+            for name in ("gpus", "engines", "processes", "arena", "events"):
+                region = app.query_one(f"#{name}").region
+                assert region.height >= 4 and region.y + region.height <= bottom_row, (name, region)
+            engines = app.query_one("#engines")
+            assert engines.region.height <= len(snap.engines) + 3, engines.region  # borders, titles, rows
+            shown = screen_text(app)
+            assert "Processes" in shown and "Events" in shown and "Arena" in shown
+    run(go())
