@@ -146,3 +146,27 @@ def test_the_remembered_stacked_layout_keeps_every_panel_on_the_screen(settings,
             shown = screen_text(app)
             assert "Processes" in shown and "Events" in shown and "Arena" in shown
     run(go())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (60, 24)])
+def test_the_empty_engines_panel_says_its_whole_sentence(settings, size):
+    # Issue 36: "no engines supervised: `gpuwarden launch` starts the node config's" — cut, in the text and at the edge.
+    from dataclasses import replace
+
+    from gpuwarden.tui.app import GpuwardenApp
+    from test_tui_support import fixed_snapshot
+    snap = replace(fixed_snapshot(), engines=())
+
+    async def go():
+        app = GpuwardenApp(settings, source=lambda: snap)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            await pilot.pause()
+            panel = app.query_one("#engines")
+            top = panel.region.y
+            body = "\n".join(screen_text(app).splitlines()[top:top + panel.region.height])
+            said = " ".join(w for w in body.replace("│", " ").split() if w not in ("╭─", "╰─"))
+            assert "starts the engines the node config names" in said, body
+            assert "l (or `gpuwarden launch`)" in said, body
+            assert "sim scenario arena` starts the arena drill" in said, body
+    run(go())
