@@ -170,3 +170,19 @@ def test_the_empty_engines_panel_says_its_whole_sentence(settings, size):
             assert "l (or `gpuwarden launch`)" in said, body
             assert "sim scenario arena` starts the arena drill" in said, body
     run(go())
+
+
+def test_the_bundle_result_shows_its_time_once(sim_settings, tmp_path):
+    # Issue 36: the console's bundle result said "(…, 1.2s) (1.2s)": the playbook's message and the step's seconds.
+    import re
+
+    from gpuwarden.playbooks.bundle import BundlePlaybook
+    from gpuwarden.playbooks.framework import run as run_playbook
+    from gpuwarden.tui.screens.progress import event_line
+    events = []
+    result = run_playbook(BundlePlaybook(output=tmp_path / "b.tar.gz", timeout_s=5.0), sim_settings,
+                          sink=events.append, assume_yes=True)
+    assert result.ok, [e.message for e in events]
+    [ok] = [e for e in events if e.kind == "step_ok"]
+    line = event_line(ok).plain
+    assert len(re.findall(r"\d+\.\d+s\b", line)) == 1, line
