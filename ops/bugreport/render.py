@@ -13,6 +13,11 @@ def _v(value: Any) -> str:
     return "not recorded" if value in (None, "", {}, []) else str(value)
 
 
+def _seconds(value: Any) -> str:
+    """One format for the column (issue 36: 0.1234 beside 0.30000000000000004): milliseconds, 3 decimals."""
+    return f"{value:.3f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else _v(value)
+
+
 def markdown(r: dict[str, Any]) -> str:
     env, what, rep = r["environment"], r["what_happened"], r["reproduction"]
     out = [f"# {r['title']}", "",
@@ -57,7 +62,7 @@ def markdown(r: dict[str, Any]) -> str:
         for g in what["registrations"]:
             size = fmt_bytes(g["bytes"]) if isinstance(g.get("bytes"), int) else "?"
             out.append(f"| {g.get('engine')} | {_v(g.get('call'))} | {size} | {g.get('outcome')} "
-                       f"| {_v(g.get('result'))} | {_v(g.get('seconds'))} |")
+                       f"| {_v(g.get('result'))} | {_seconds(g.get('seconds'))} |")
     out += ["", "## How to reproduce", ""]
     if rep.get("command"):
         out += ["```", rep["command"], "```", "", rep["why"]]
