@@ -24,3 +24,13 @@ def test_report_seconds_column_has_one_format():
     cells = [row.rstrip(" |").rsplit("| ", 1)[1] for row in rows]
     assert cells == ["0.123", "0.300", "not recorded"], cells
     assert all(re.fullmatch(r"\d+\.\d{3}|not recorded", c) for c in cells)
+
+
+def test_history_never_draws_an_empty_bar():
+    # Issue 36: `history` drew a series with nothing above zero as `||`.
+    from gpuwarden.playbooks.cli.commands.history import _bar
+    assert _bar("residual", [0, 0, 0], 1.0) == "  residual 0 B throughout (3 points)"
+    assert _bar("used", [0, 0], 0) == "  used     0 B throughout (2 points)"
+    assert _bar("used", [None, None], 0) == "  used     no readings (2 points)"
+    drawn = _bar("used", [0, 5, 10], 10)
+    assert drawn.startswith("  used     |") and drawn.endswith("|") and "||" not in drawn and drawn.count("█") == 1
