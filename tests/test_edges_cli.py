@@ -34,3 +34,57 @@ def test_history_never_draws_an_empty_bar():
     assert _bar("used", [None, None], 0) == "  used     no readings (2 points)"
     drawn = _bar("used", [0, 5, 10], 10)
     assert drawn.startswith("  used     |") and drawn.endswith("|") and "||" not in drawn and drawn.count("█") == 1
+
+
+def _fake_proc(root, mem_total_kb: int, mem_available_kb: int, tmpfs_dir) -> None:
+    (root / "self").mkdir(parents=True)
+    (root / "meminfo").write_text(f"MemTotal:       {mem_total_kb} kB\nMemFree:        1 kB\n"
+                                  f"MemAvailable:   {mem_available_kb} kB\n")
+    (root / "self" / "mountinfo").write_text(
+        "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+        f"30 22 0:25 / {str(tmpfs_dir).replace(' ', chr(92) + '040')} rw,nosuid,nodev shared:5 - tmpfs tmpfs rw\n")
+
+
+def test_arena_create_on_tmpfs_warns_of_the_hosts_memory(cli, tmp_path):
+    # Issue 36: a 14 GiB tmpfs arena on a 24 GiB host said nothing. Here: a fake /proc whose meminfo has 24 MiB
+    # (so a 14 MiB arena is 58% of it) and whose mountinfo mounts the arena's directory as tmpfs.
+    shm = tmp_path / "shm dir"
+    shm.mkdir()
+    proc = tmp_path / "proc"
+    _fake_proc(proc, 24 * 1024, 20 * 1024, shm)
+    made = cli("--proc-root", str(proc), "arena", "create", str(shm / "w.arena"), "--size", "14MiB",
+               "--chunk-size", "1MiB", "-q")
+    assert made.returncode == 0, made.stderr
+    [warning] = [line for line in made.stderr.splitlines() if line.startswith("warning: ")]
+    assert "14.0 MiB arena on tmpfs" in warning and "58% of this host's 24.0 MiB" in warning, warning
+    assert "20.0 MiB available now" in warning
+    # Not on tmpfs (the root is ext4 in that mountinfo): nothing to say.
+    other = tmp_path / "disk"
+    other.mkdir()
+    quiet = cli("--proc-root", str(proc), "arena", "create", str(other / "w.arena"), "--size", "14MiB",
+                "--chunk-size", "1MiB", "-q")
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr
+
+
+def test_the_memory_warning_weighs_the_tmpfs_free_space():
+    from gpuwarden.ops.arena.memcheck import warnings
+    GiB = 1 << 30
+    [said] = warnings(14 * GiB, 24 * GiB, 20 * GiB, "/dev/shm", 30 * GiB)  # a tmpfs mounted larger than RAM
+    assert "58% of this host's 24.0 GiB, 20.0 GiB available now" in said and "the tmpfs has 30.0 GiB free" in said
+    assert warnings(14 * GiB, 24 * GiB, 20 * GiB, "/dev/shm", 12 * GiB) == []  # create() refuses, naming the room
+    assert warnings(2 * GiB, 24 * GiB, 20 * GiB, "/dev/shm", 12 * GiB) == []
+    assert warnings(4 * GiB, 24 * GiB, 3 * GiB, "/dev/shm", 12 * GiB) != []  # more than is available now
+    assert warnings(14 * GiB, 24 * GiB, 20 * GiB, None, None) == []
+
+
+def test_an_arena_is_created_0640(cli, tmp_path):
+    # Issue 36: arenas were created 0644, the weights readable by every local user.
+    import os
+    import stat
+    old = os.umask(0o022)
+    try:
+        made = cli("arena", "create", str(tmp_path / "w.arena"), "--size", "4MiB", "--chunk-size", "1MiB", "-q")
+    finally:
+        os.umask(old)
+    assert made.returncode == 0, made.stderr
+    assert stat.S_IMODE(os.stat(tmp_path / "w.arena").st_mode) == 0o640

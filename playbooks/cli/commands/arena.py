@@ -6,6 +6,7 @@ Each reports with --json; verify and create show progress on a terminal; errors 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -90,6 +91,9 @@ def create_cmd(
     """Create an arena: payload first (on every core), then the header with per-chunk xxh3 hashes.
 
     Written under a temporary name and renamed at the end: a failure (e.g. a full tmpfs) leaves nothing behind.
+    Mode 0640: engines of your group map it (read-only when they may not write), other users cannot read the
+    weights; `chgrp GROUP FILE` shares it with another group. On tmpfs it warns when the arena takes more than
+    half of this host's memory or more than is available, and when the tmpfs has less free than it needs.
     """
     # deferred: only this path of the command needs it
     from gpuwarden.ops.foundation import interrupts
@@ -105,10 +109,24 @@ def create_cmd(
         typer.echo(f"gpuwarden: {what} after the arena was created: {_p(path)} is complete", err=True)
 
 
+def _warn_memory(settings: Settings, path: str, size: Optional[str], source: Optional[str]) -> None:
+    """Say before a tmpfs arena is written when it takes much of this host's memory or more than the tmpfs has
+    free (ops/arena/memcheck.py); create() itself refuses what cannot be."""
+    from gpuwarden.ops.arena import memcheck
+    try:
+        need = parse_size(size) if size else os.stat(source).st_size if source else 0
+    except (GpuwardenError, OSError):
+        return  # create() says what is wrong with --size or --from
+    if need > 0:
+        for line in memcheck.check(Path(path), need, settings.proc_root):
+            typer.echo(f"warning: {line}", err=True)
+
+
 def _create_and_report(settings: Settings, held, path: str, size: Optional[str], source: Optional[str],
                        chunk_size: str, force: bool, workers: Optional[int], json_out: bool, quiet: bool) -> None:
     from gpuwarden.ops.foundation import journal
     from gpuwarden.ops.arena.create import create
+    _warn_memory(settings, path, size, source)
     try:
         made = create(path, size=parse_size(size) if size else None, source=source,
                       chunk_size=parse_size(chunk_size), force=force, workers=workers,
