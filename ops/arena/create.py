@@ -27,6 +27,9 @@ from gpuwarden.ops.arena import format as fmt
 from gpuwarden.ops.arena.parallel import ChunkPool, Progress, Stopwatch, fmt_rate
 
 
+MODE = 0o640  # owner writes, its group reads and maps, others nothing (less by the umask)
+
+
 @dataclass(frozen=True)
 class Created:
     path: str
@@ -92,7 +95,9 @@ def create(path: str | Path, *, size: int | None = None, source: str | Path | No
         tmp = path.parent / f".{path.name}.partial-{os.getpid()}"
         hold.hold()  # until the try below, which removes the file: an interrupt in between would leave it
         try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            # 0640: the weights are readable by the engines of the creator's group (they map it read-only when
+            # they may not write: mapping.MappedArena), not by every local user; chgrp shares it with another.
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, MODE)
         except FileNotFoundError:
             hold.release()
             if path.parent.is_dir():  # e.g. /proc: the directory is there, files cannot be made in it
