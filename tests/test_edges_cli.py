@@ -88,3 +88,12 @@ def test_an_arena_is_created_0640(cli, tmp_path):
         os.umask(old)
     assert made.returncode == 0, made.stderr
     assert stat.S_IMODE(os.stat(tmp_path / "w.arena").st_mode) == 0o640
+
+
+def test_doctor_counts_one_check_in_the_singular(cli):
+    # Issue 36: `doctor --only agent` said "1 checks".
+    proc = cli("doctor", "--only", "agent")
+    first = proc.stdout.splitlines()[0]
+    assert ", 1 check in " in first, proc.stdout + proc.stderr
+    many = cli("doctor").stdout.splitlines()[0]
+    assert re.search(r", \d+ checks in ", many), many

@@ -20,7 +20,7 @@ def render(report: Report, width: int = 100, *, verbose: bool = False, colour: b
     width = max(60, width)
     id_width = max((len(f.id) for f in report.findings), default=8)
     lines = [f"gpuwarden doctor: {report.source}{' (SIMULATED GPUs)' if report.simulated else ''}, "
-             f"{len(report.findings)} checks in {report.duration_s:.2f}s", ""]
+             f"{len(report.findings)} check{'' if len(report.findings) == 1 else 's'} in {report.duration_s:.2f}s", ""]
     for f in report.ordered():
         mark = LABEL[f.verdict]
         if colour:
