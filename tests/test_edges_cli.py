@@ -97,3 +97,13 @@ def test_doctor_counts_one_check_in_the_singular(cli):
     assert ", 1 check in " in first, proc.stdout + proc.stderr
     many = cli("doctor").stdout.splitlines()[0]
     assert re.search(r", \d+ checks in ", many), many
+
+
+def test_sizes_in_commands_to_paste_read_as_an_operator_types_them():
+    # Issue 36: the arena's hint said `--size 268435456B`.
+    from gpuwarden.ops.arena.format import recreate_hint
+    from gpuwarden.ops.foundation.units import parse_size, size_arg
+    assert "--size 256MiB`" in recreate_hint("/dev/shm/w.arena", 268435456)
+    for n in (1, 4097, 1 << 10, 3 << 20, 14 << 30, (1 << 30) + (1 << 20), 5 << 40):
+        assert parse_size(size_arg(n)) == n, n
+    assert size_arg(268435456) == "256MiB" and size_arg(4097) == "4097B" and size_arg(14 << 30) == "14GiB"

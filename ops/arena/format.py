@@ -157,7 +157,8 @@ def recreate_hint(path: str | Path, payload: int | None = None) -> str:
     where = _quoted(path)
     if not payload:  # a header too damaged to say: the operator must supply the size, so no paste-ready command
         return f"recreate it: gpuwarden arena create {where} --force --size and the size the weights need"
-    return f"recreate it with `gpuwarden arena create {where} --force --size {payload}B`"
+    from gpuwarden.ops.foundation.units import size_arg  # only on the error path, as _quoted's shlex
+    return f"recreate it with `gpuwarden arena create {where} --force --size {size_arg(payload)}`"
 
 
 def read_header(fd: int, path: str | Path, file_size: int | None = None) -> Header:

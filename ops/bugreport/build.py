@@ -15,6 +15,7 @@ from gpuwarden.ops.bundle.replay import open_bundle, read_member, top_dir
 from gpuwarden.ops.bundle.triage_file import triage_bundle
 from gpuwarden.ops.doctor.diagnose import diagnose_bundle
 from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.foundation.units import size_arg
 from gpuwarden.ops.bugreport.environment import collect
 
 MAX_ATTACHMENTS = 60
@@ -30,7 +31,7 @@ def _reproduction(arenas: list[Any], snapshot: dict[str, Any], env: dict[str, An
         return {"command": None, "why": "the bundle names no arena and engines to reproduce with; run "
                                        "`gpuwarden arena probe --engines N --size SIZE` with the incident's numbers"}
     size = arena.get("size")
-    target = f"--arena {arena['path']}" if arena.get("path") else f"--size {size}B"
+    target = f"--arena {arena['path']}" if arena.get("path") else f"--size {size_arg(size) if isinstance(size, int) else 'SIZE'}"
     return {"command": f"gpuwarden arena probe --engines {engines} --concurrency {engines} {target} "
                        f"--runtime {runtime} --visibility all --hold 30",
             "why": f"{engines} engine(s) registering the {arena.get('path')} arena at once (as in the incident; "

@@ -72,6 +72,15 @@ def fmt_bytes(n: int | None, *, precision: int = 1, compact: bool = False) -> st
     return f"{sign}{value:.{precision}f} {unit}"
 
 
+def size_arg(n: int) -> str:
+    """`n` bytes as an operator types it in a command, exactly (parse_size reads it back as `n`): the largest
+    binary unit that divides it, "256MiB" for 268435456; bytes ("4097B") when none does."""
+    for suffix, unit in (("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return f"{n}B"
+
+
 def fmt_used_of(used: int | None, total: int | None) -> str:
     """'12.0/24Gi': used and total in the total's unit, short enough for a narrow column."""
     if used is None or total is None:
