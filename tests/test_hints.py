@@ -126,7 +126,7 @@ CASES = [
     ("no-reset", _leak, ("fix", "2", "--yes", "--no-reset"), ["fix 2"], None, (0,)),
     ("reset-fails", _reset_fails, ("reset", "2", "--yes"), ["sim fault reset-fails off"], None, (0,)),
     ("corrupt-arena", _corrupt_arena, ("arena", "verify", "{state}/w.arena"),
-     ["arena create {state}/w.arena --force --size 5242880B"], None, (0,)),
+     ["arena create {state}/w.arena --force --size 5MiB"], None, (0,)),
     ("arena-create-on-a-directory", _nothing, ("arena", "create", "{state}", "--size", "1MiB"),
      ["arena create {state}/weights.arena --size 1MiB"], None, (0,)),
     ("ownerless-gpu-check", _leak, ("gpu-check", "2", "--no-agent"), ["status", "fix 2"], None, (0, 1)),
