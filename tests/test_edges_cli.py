@@ -107,3 +107,13 @@ def test_sizes_in_commands_to_paste_read_as_an_operator_types_them():
     for n in (1, 4097, 1 << 10, 3 << 20, 14 << 30, (1 << 30) + (1 << 20), 5 << 40):
         assert parse_size(size_arg(n)) == n, n
     assert size_arg(268435456) == "256MiB" and size_arg(4097) == "4097B" and size_arg(14 << 30) == "14GiB"
+
+
+def test_sim_hold_refuses_nothing_and_says_sizes_in_units(sim_cli):
+    # Issue 36: `sim hold` accepted 0GiB and said its out-of-memory in raw bytes.
+    zero = sim_cli("sim", "hold", "--gpu", "0", "--size", "0GiB", timeout=20)
+    assert zero.returncode == 2 and "more than 0 bytes" in zero.stderr and "Traceback" not in zero.stderr
+    big = sim_cli("sim", "hold", "--gpu", "0", "--size", "100GiB", timeout=20)
+    assert big.returncode == 2, big.stderr
+    first = big.stderr.splitlines()[0]
+    assert "asked 100.0 GiB" in first and " GiB free" in first and "bytes" not in first, first

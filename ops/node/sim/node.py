@@ -211,7 +211,7 @@ class SimNode:
                 free = cfg["vram"] - used[gpu]
                 if nbytes > free:
                     raise GpuwardenError(
-                        f"out of memory on simulated GPU {gpu}: asked {nbytes} bytes, {free} free",
+                        f"out of memory on simulated GPU {gpu}: asked {_fmt(nbytes)}, {_fmt(free)} free",
                         "see `gpuwarden status` for who holds it")
                 path = self.allocs_dir / f"{pid}-{ticks}-{gpu}.json"
                 prev = (statefiles.load(path, statefiles.SIM_ALLOC, root=self.state_dir) or {}).get("bytes", 0)

@@ -57,7 +57,10 @@ def hold_cmd(
     # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.tenant import hold
     settings: Settings = ctx.obj
-    raise typer.Exit(hold(settings.state_dir, list(gpu), parse_size(size),
+    nbytes = parse_size(size)
+    if nbytes <= 0:  # a tenant of 0 bytes holds nothing to see: refused, as `sim leak` refuses it
+        raise GpuwardenError(f"a simulated tenant must hold more than 0 bytes, not {size}", "e.g. --size 1GiB")
+    raise typer.Exit(hold(settings.state_dir, list(gpu), nbytes,
                           busy=None if busy is None else busy / 100))
 
 
