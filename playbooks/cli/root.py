@@ -106,7 +106,9 @@ def build_app(*, console: Callable[[Settings], int | None] | None = None, comman
         "(launch, drain, reset, purge, bundle). Run with no command to open the TUI.\n\n"
         "Exit status: 0 done or healthy; 1 needs attention, refused (a safety check, no --yes without a "
         "terminal) or a step failed; 2 error (bad input, missing file, no permission); 130 interrupted "
-        "(143 by SIGTERM, 129 by SIGHUP: every command cleans up as it does for Ctrl-C).",
+        "(143 by SIGTERM, 129 by SIGHUP: every command cleans up as it does for Ctrl-C), except that Ctrl-C "
+        "is how `status --watch` and `journal --follow` end: the watch exits with its last view's 0 or 1, the "
+        "follow with 0.",
         no_args_is_help=False,
         add_completion=True,
         pretty_exceptions_enable=False,

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from gpuwarden.ops.foundation import interrupts
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.agent import client
@@ -107,7 +108,8 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
                 _show(settings, snap, json_out, True, interval)
                 time.sleep(interval)
                 snap = sampler.snapshot()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            interrupts.ctrl_c_only(exc)  # Ctrl-C ends a watch: the last view's code; SIGTERM/SIGHUP do not
             return 1 if snap.needs_attention() else 0
     finally:
         sampler.close()
@@ -124,7 +126,8 @@ def _watch_agent(settings: Settings, json_out: bool, interval: float) -> int:
             code = 1 if snap.needs_attention() or (snap.agent or {}).get("stale") else 0
             _show(settings, snap, json_out, True, interval)
             time.sleep(interval)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        interrupts.ctrl_c_only(exc)
         return code
 
 
