@@ -25,6 +25,7 @@ def test_the_table_names_these_codes():
     codes = {int(c) for c in re.findall(r"\b(\d{1,3})\b", table())}
     assert codes == {0, 1, 2, 130, 143, 129}, table()
     assert "`status --watch` and `journal --follow` end" in table() and "last view's 0 or 1" in table()
+    assert "(`sim hold`) ends on any of those signals with 0" in table()
 
 
 def test_0_healthy_1_needs_attention_1_refused_2_error(sim_cli):
@@ -96,3 +97,11 @@ def test_ctrl_c_ends_a_journal_follow_with_0_and_sigterm_does_not(sim_cli, sim_s
         _wait_for_output(proc, "arena create")
         proc.send_signal(sig)
         assert proc.wait(30) == code, (sig, proc.stderr.read())
+
+
+def test_a_simulated_tenant_ends_on_a_signal_with_0(sim_state):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        proc = _start(sim_state, "sim", "hold", "--gpu", "0", "--size", "1GiB")
+        _wait_for_output(proc, "holding")
+        proc.send_signal(sig)
+        assert proc.wait(30) == 0, (sig, proc.stderr.read())

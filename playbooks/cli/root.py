@@ -108,7 +108,7 @@ def build_app(*, console: Callable[[Settings], int | None] | None = None, comman
         "terminal) or a step failed; 2 error (bad input, missing file, no permission); 130 interrupted "
         "(143 by SIGTERM, 129 by SIGHUP: every command cleans up as it does for Ctrl-C), except that Ctrl-C "
         "is how `status --watch` and `journal --follow` end: the watch exits with its last view's 0 or 1, the "
-        "follow with 0.",
+        "follow with 0; and a simulated tenant (`sim hold`) ends on any of those signals with 0.",
         no_args_is_help=False,
         add_completion=True,
         pretty_exceptions_enable=False,
