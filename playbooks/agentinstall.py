@@ -122,7 +122,7 @@ class InstallUnitPlaybook(Playbook):
         try:
             if self.path.exists() and self.path.read_text() == text:
                 raise SkipStep(f"{self.path} is already this unit")
-            atomic_write(self.path, text, 0o644)
+            atomic_write(self.path, text, 0o644, root=self.path.parent)  # the unit dir is its own root
         except PermissionError:
             raise StepFailed(f"no permission to write {self.path}", "run it as root (sudo)") from None
         journal.write(ctx.settings.state_dir, "install-systemd", "ok", unit=str(self.path))

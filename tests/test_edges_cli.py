@@ -117,3 +117,17 @@ def test_sim_hold_refuses_nothing_and_says_sizes_in_units(sim_cli):
     assert big.returncode == 2, big.stderr
     first = big.stderr.splitlines()[0]
     assert "asked 100.0 GiB" in first and " GiB free" in first and "bytes" not in first, first
+
+
+def test_agent_install_systemd_writes_the_unit_with_yes_and_nothing_without(cli, tmp_path):
+    # Issue 36: `agent --install-systemd --yes` failed (TypeError in the write step) and wrote nothing.
+    units = tmp_path / "units"
+    units.mkdir()
+    dry = cli("agent", "--install-systemd", "--unit-dir", str(units))
+    assert dry.returncode == 0 and "dry run" in dry.stdout and not list(units.iterdir()), dry.stdout + dry.stderr
+    done = cli("agent", "--install-systemd", "--yes", "--unit-dir", str(units))
+    unit = units / "gpuwarden-agent.service"
+    assert unit.exists(), done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "TypeError" not in done.stdout + done.stderr
+    text = unit.read_text()
+    assert "[Service]" in text and "ExecStart=" in text and " agent" in text
