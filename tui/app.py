@@ -463,7 +463,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if isinstance(focused, ProcessesPanel) and focused.display:
             process = focused.selected()
             gpus = sorted(process.vram) if process is not None else []
-            if not gpus:
+            if process is None or not gpus:
                 return table_gpu, None
             if len(gpus) == 1:
                 return gpus[0], None
