@@ -12,6 +12,7 @@ from gpuwarden.ops.foundation.model import NodeSnapshot, snapshot_from_dict
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.bundle.replay import snapshot_from_bundle
 from gpuwarden.ops.foundation.paths import AGENT_SOCKET
+from gpuwarden.ops.node.backends.select import open_for_console
 from gpuwarden.ops.sampling.sampler import Sampler
 
 SnapshotSource = Callable[[], NodeSnapshot]
@@ -19,7 +20,7 @@ SnapshotSource = Callable[[], NodeSnapshot]
 
 def live_source(settings: Settings) -> tuple[SnapshotSource, Callable[[], None]]:
     """The live node through a Sampler (opened here, so a missing GPU library fails before the screen)."""
-    sampler = Sampler(settings)
+    sampler = Sampler(settings, open_for_console(settings))
     return sampler.snapshot, sampler.close
 
 
@@ -55,7 +56,7 @@ class AgentOrLocal:
         if snap is not None:
             return snap
         if self._sampler is None:
-            self._sampler = Sampler(self.settings)
+            self._sampler = Sampler(self.settings, open_for_console(self.settings))
         return self._sampler.snapshot()
 
     def agent_json(self, target: str) -> dict[str, Any] | None:
@@ -73,5 +74,5 @@ def viewer_source(settings: Settings) -> tuple[SnapshotSource, Callable[[], None
     """The agent's snapshots when one answers, else the live node sampled here (which must open now)."""
     source = AgentOrLocal(settings)
     if source._from_agent() is None:
-        source._sampler = Sampler(settings)  # a missing GPU library fails here, before the screen
+        source._sampler = Sampler(settings, open_for_console(settings))  # fails here, before the screen
     return source, source.close

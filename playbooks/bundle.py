@@ -50,4 +50,5 @@ class BundlePlaybook(Playbook):
         ctx.scratch["bundle"] = str(result.path)
         for line in result.report.summary()[:5]:
             ctx.info(f"triage: {line}")
-        return f"{result.path} ({fmt_bytes(result.bytes)}, {result.duration_s:.1f}s)"
+        # Its time is the step's own: the console and the CLI print the step's seconds after it (issue 36: twice).
+        return f"{result.path} ({fmt_bytes(result.bytes)})"

@@ -75,7 +75,7 @@ def test_sim_hold_says_sizes_in_units_and_refuses_nothing(sim_cli):
     [line] = errors(sim_cli("sim", "hold", "--gpu", "0", "--size", "100GiB"))
     assert "out of memory on simulated GPU 0: asked 100.0 GiB, 24.0 GiB free of 24.0 GiB" in line
     zero = sim_cli("sim", "hold", "--gpu", "0", "--size", "0GiB", timeout=20)
-    assert zero.returncode == 2 and "a tenant must hold more than 0 bytes" in errors(zero)[0]
+    assert zero.returncode == 2 and "a simulated tenant must hold more than 0 bytes" in errors(zero)[0]
 
 
 

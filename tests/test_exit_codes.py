@@ -57,8 +57,8 @@ def test_0_healthy_1_attention_2_error(env):
     attention = gw(env, "status")
     assert attention.returncode == 1
     # The verdict says which problem it means (it said only "NEEDS ATTENTION": issue 36).
-    assert attention.stdout.splitlines()[-1] == ("status: NEEDS ATTENTION: GPU 1 has 1.0 GiB residual VRAM, "
-                                                 "no process holds it"), attention.stdout
+    assert attention.stdout.splitlines()[-1] == ("status: NEEDS ATTENTION: GPU 1: 1.0 GiB residual VRAM no "
+                                                 "process owns"), attention.stdout
     bad = gw(env, "drain", "7", "--yes")
     assert bad.returncode == 2 and bad.stderr.startswith("gpuwarden: error:") and "Traceback" not in bad.stderr
 

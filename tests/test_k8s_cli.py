@@ -187,14 +187,17 @@ def test_host_roots_are_the_live_node_not_a_captured_tree(tmp_path, monkeypatch)
     monkeypatch.setenv("GPUWARDEN_HOST_ROOT", str(host))
     s = Settings.from_env(state_dir=tmp_path / "state")
     assert (s.sysfs_root, s.proc_root, s.live, s.captured) == (host / "sys", host / "proc", True, False)
-    # Live: every real backend is tried, and with none the node says SIMULATED (a captured tree would fail).
-    backend = open_backend(s)
-    assert backend.simulated and "amdsmi" in backend.fallback_reason
+    # Live: every real backend is tried (amdsmi and nvml too, not the captured tree's sysfs alone); with none,
+    # the error names each, and no command falls back to the simulated node (ops/node/backends/select.py).
+    with pytest.raises(BackendUnavailable) as live:
+        open_backend(s)
+    assert "amdsmi:" in live.value.message and "nvml:" in live.value.message
     monkeypatch.delenv("GPUWARDEN_HOST_ROOT")
     captured = Settings.from_env(state_dir=tmp_path / "state", sysfs_root=host / "sys")
     assert captured.captured
-    with pytest.raises(BackendUnavailable):
+    with pytest.raises(BackendUnavailable) as tree:
         open_backend(captured)
+    assert "amdsmi:" not in tree.value.message and "sysfs:" in tree.value.message
 
 
 def test_status_names_pods_on_processes_holders_and_the_last_tenant():

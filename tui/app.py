@@ -353,7 +353,8 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
             keys = [(a.key, a.title) for a in ACTIONS] + [("k", "Stop the selected process (TERM/KILL; zombie: f/P)")] + keys
         note = "read-only: no action keys" if self.read_only else "destructive actions ask first; Cancel is the default"
         if not self.is_screen_installed("help"):  # built once: the keys do not change while the app runs
-            self.install_screen(HelpScreen(keys, note), name="help")
+            from gpuwarden.tui.widgets.gpus import MARKS
+            self.install_screen(HelpScreen(keys, note, MARKS), name="help")
         self.push_screen("help")
 
     def action_refresh_now(self) -> None:
@@ -450,8 +451,31 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
     # --- actions --------------------------------------------------------------------------------
     def _target(self) -> Target:
         engine = self.query_one(EnginesPanel).selected()
-        return Target(gpu=self.query_one(GpusPanel).selected_gpu(), engine=engine.name if engine else None,
+        return Target(gpu=self._action_gpu()[0], engine=engine.name if engine else None,
                       engine_gpu=engine.gpu if engine else None)
+
+    def _action_gpu(self) -> tuple[int | None, str | None]:
+        """The GPU a GPU action means: the focused process's or engine's, not the GPU table's cursor it may
+        not show (issue 36: after `p`, `d` offered to drain the GPU under the hidden table's cursor). A process on
+        several GPUs means the table's GPU when it is one of them, else none, with what to do."""
+        table_gpu = self.query_one(GpusPanel).selected_gpu()
+        focused = self.focused
+        if isinstance(focused, ProcessesPanel) and focused.display:
+            process = focused.selected()
+            gpus = sorted(process.vram) if process is not None else []
+            if process is None or not gpus:
+                return table_gpu, None
+            if len(gpus) == 1:
+                return gpus[0], None
+            if table_gpu in gpus:
+                return table_gpu, None
+            return None, (f"process {process.pid} uses GPUs {', '.join(map(str, gpus))}: select one in the "
+                          "GPU table (tab) first")
+        if isinstance(focused, EnginesPanel) and focused.display:
+            engine = focused.selected()
+            if engine is not None and engine.gpu is not None:
+                return engine.gpu, None
+        return table_gpu, None
 
     def may_act(self) -> bool:
         """Whether a playbook may start now; when not, the operator is told why."""
@@ -469,7 +493,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         spec = by_name(name)
         target = self._target()
         if spec.needs == "gpu" and target.gpu is None:
-            self.notify("select a GPU first", severity="warning")
+            self.notify(self._action_gpu()[1] or "select a GPU first", severity="warning")
             return
         if spec.needs == "engine" and target.engine is None:
             self.notify("select an engine first (tab to the Engines panel)", severity="warning")

@@ -24,6 +24,10 @@ class LayoutMixin:
         engines, processes = self.query_one("#engines"), self.query_one("#processes")  # type: ignore[attr-defined]
         engines.display = layout in ("engines", "stacked")
         processes.display = layout in ("processes", "stacked")
+        # Stacked, Engines is as tall as its rows (up to a third) and the rest share what is left, so Processes,
+        # Arena and Events stay on an 80x24 screen (issue 36: Engines took 14 blank rows and pushed them below).
+        for panel in (engines, processes, self.query_one("#bottom")):  # type: ignore[attr-defined]
+            panel.set_class(layout == "stacked", "stacked")
         focused = self.focused  # type: ignore[attr-defined]
         if focused is not None and not focused.display:
             (processes if processes.display else engines).focus()

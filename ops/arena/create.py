@@ -34,6 +34,9 @@ MIN_COPY_BLOCK = 64 << 10
 PATTERN_BLOCK = 8 << 20
 
 
+MODE = 0o640  # owner writes, its group reads and maps, others nothing (less by the umask)
+
+
 @dataclass(frozen=True)
 class Created:
     path: str
@@ -101,9 +104,9 @@ def create(path: str | Path, *, size: int | None = None, source: str | Path | No
         tmp = path.parent / f".{path.name}.partial-{os.getpid()}"
         hold.hold()  # until the try below, which removes the file: an interrupt in between would leave it
         try:
-            # 0644: engines of other users map and register it read-only (ops/arena/mapping.py); docs/arena.md
-            # says how to restrict it to their group.
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            # 0640: the weights are readable by the engines of the creator's group (they map it read-only when
+            # they may not write: mapping.MappedArena), not by every local user; chgrp shares it with another.
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, MODE)
         except FileNotFoundError:
             hold.release()
             if path.parent.is_dir():  # e.g. /proc: the directory is there, files cannot be made in it

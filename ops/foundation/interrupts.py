@@ -31,6 +31,14 @@ def install() -> None:
             signal.signal(sig, _raise)
 
 
+def ctrl_c_only(exc: BaseException) -> None:
+    """For a command whose normal end is Ctrl-C (`status --watch`, `journal --follow`): return for Ctrl-C, re-raise
+    SIGTERM and SIGHUP, which then exit 143 and 129 as every command's do (issue 36: a watch ended by SIGTERM
+    exited 0)."""
+    if isinstance(exc, Interrupted):
+        raise exc
+
+
 def signal_of(exc: BaseException) -> int:
     """The signal behind a KeyboardInterrupt: SIGINT unless it was one of ours."""
     return getattr(exc, "signum", signal.SIGINT)

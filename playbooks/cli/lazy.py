@@ -12,6 +12,8 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from gpuwarden.playbooks.cli.summaries import summarise
+
 # name -> ("module:attribute", kind). kind "group": the attribute is a Typer used as a whole (engines, arena);
 # kind "command": the attribute is a Typer holding that command among others of one module (drain, undrain).
 Lazy = dict[str, tuple[str, str]]
@@ -44,7 +46,11 @@ class LazyGroup(TyperGroup):
             if isinstance(command, LazyGroup) and self.nested.get(name):
                 command.lazy.update(self.nested[name])
             self.add_command(command, name)
-        return super().get_command(ctx, name)
+        command = super().get_command(ctx, name)
+        if command is not None:
+            # The root is "gpuwarden"; a lazy group under it (fleet) lists its commands as "fleet tui".
+            summarise(name if self.name in (None, "gpuwarden") else f"{self.name} {name}", command)
+        return command
 
     def invoke(self, ctx: Any) -> Any:
         try:

@@ -76,7 +76,8 @@ ConfigOpt = Annotated[Optional[Path], typer.Option(
     help="Node config TOML (default /etc/gpuwarden/node.toml).", show_default=False)]
 BackendOpt = Annotated[Optional[str], typer.Option(
     "--backend", envvar="GPUWARDEN_BACKEND",
-    help="GPU backend: amdsmi, sysfs, nvml or sim (default: the first that works, in that order).",
+    help="GPU backend: amdsmi, sysfs, nvml or sim. Default, for every command: the first of amdsmi, sysfs, "
+         "nvml that works, else an error naming why each failed; the simulated node (sim) only when named.",
     show_default=False)]
 SysfsRootOpt = Annotated[Optional[Path], typer.Option(
     "--sysfs-root", envvar="GPUWARDEN_SYSFS_ROOT", help="Read this tree instead of /sys (a captured node).",
@@ -105,7 +106,9 @@ def build_app(*, console: Callable[[Settings], int | None] | None = None, comman
         "(launch, drain, reset, purge, bundle). Run with no command to open the TUI.\n\n"
         "Exit status: 0 done or healthy; 1 needs attention, refused (a safety check, no --yes without a "
         "terminal) or a step failed; 2 error (bad input, missing file, no permission); 130 interrupted "
-        "(143 by SIGTERM, 129 by SIGHUP: every command cleans up as it does for Ctrl-C).",
+        "(143 by SIGTERM, 129 by SIGHUP: every command cleans up as it does for Ctrl-C), except that Ctrl-C "
+        "is how `status --watch` and `journal --follow` end: the watch exits with its last view's 0 or 1, the "
+        "follow with 0; and a simulated tenant (`sim hold`) ends on any of those signals with 0.",
         no_args_is_help=False,
         add_completion=True,
         pretty_exceptions_enable=False,

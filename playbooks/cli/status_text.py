@@ -225,25 +225,31 @@ def render(snap: NodeSnapshot, width: int = 100) -> str:
     lines.append("")
     stale = bool(snap.agent and snap.agent.get("stale"))
     if snap.needs_attention() or stale:
-        lines.append("status: NEEDS ATTENTION: " + "; ".join(attention_reasons(snap, stale)))
+        lines.append("status: NEEDS ATTENTION: " + "; ".join(attention_reasons(snap) or ["see the lines above"]))
     else:
         lines.append("status: healthy")
     return "\n".join(lines)
 
 
-def attention_reasons(snap: NodeSnapshot, agent_stale: bool = False) -> list[str]:
-    """What made the node NEEDS ATTENTION, one short clause each, in the order needs_attention() checks."""
-    out = []
+def attention_reasons(snap: NodeSnapshot) -> list[str]:
+    """What makes the report end NEEDS ATTENTION, one short phrase a cause, in the order of
+    NodeSnapshot.needs_attention's tests (ops/foundation/model.py), so the last line says which problem it means."""
+    reasons = []
     for r in snap.residual:
-        if r.significant or r.holders:
-            held = f", {len(r.holders)} holder(s)" if r.holders else ", no process holds it"
-            out.append(f"GPU {r.gpu_index} has {fmt_bytes(r.residual)} residual VRAM{held}")
-    out += [f"GPU {g.index} does not answer" for g in snap.gpus if g.stale is not None]
-    out += [f"engine {e.name} {'crashed' if e.phase == 'crashed' else 'failed to register'}"
-            for e in snap.engines if e.phase in ATTENTION_PHASES]
-    if agent_stale:
-        out.append("the agent's data is stale")
-    return out or ["see the warnings above"]
+        if not (r.significant or r.holders):
+            continue
+        size = "" if r.residual is None else f"{fmt_bytes(r.residual)} "
+        if r.holders:
+            kinds = sorted({h.reason for h in r.holders})
+            reasons.append(f"GPU {r.gpu_index}: {size}residual VRAM held by {len(r.holders)} "
+                           f"{'holder' if len(r.holders) == 1 else 'holders'} ({', '.join(kinds)})")
+        else:
+            reasons.append(f"GPU {r.gpu_index}: {size}residual VRAM no process owns")
+    reasons += [f"GPU {g.index} did not answer in time" for g in snap.gpus if g.stale is not None]
+    reasons += [f"engine {e.name} {e.phase}" for e in snap.engines if e.phase in ATTENTION_PHASES]
+    if snap.agent and snap.agent.get("stale"):
+        reasons.append("the agent's data is stale")
+    return reasons
 
 
 def registration_failure_line(e: EngineInfo, now: float) -> str:

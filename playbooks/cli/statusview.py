@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from gpuwarden.ops.foundation import interrupts
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.agent import client
@@ -41,7 +42,7 @@ def local_sampler(settings: Settings, use_pidfds: bool):
     from gpuwarden.ops.node.backends.select import open_backend
     from gpuwarden.ops.sampling.sampler import Sampler
     # The automatic fallback to the simulated node is for the console's demos; status says no backend works.
-    backend = open_backend(settings, fallback_to_sim=False)
+    backend = open_backend(settings)
     return Sampler(settings, backend, use_pidfds=use_pidfds)
 
 
@@ -107,7 +108,8 @@ def run(settings: Settings, *, json_out: bool = False, watch: bool = False, inte
                 _show(settings, snap, json_out, True, interval)
                 time.sleep(interval)
                 snap = sampler.snapshot()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            interrupts.ctrl_c_only(exc)  # Ctrl-C ends a watch: the last view's code; SIGTERM/SIGHUP do not
             return 1 if snap.needs_attention() else 0
     finally:
         sampler.close()
@@ -124,7 +126,8 @@ def _watch_agent(settings: Settings, json_out: bool, interval: float) -> int:
             code = 1 if snap.needs_attention() or (snap.agent or {}).get("stale") else 0
             _show(settings, snap, json_out, True, interval)
             time.sleep(interval)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        interrupts.ctrl_c_only(exc)
         return code
 
 

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from gpuwarden.ops.foundation.model import NodeSnapshot
+from gpuwarden.ops.foundation.safetext import bracketed
 
 from gpuwarden.tui import text
 from gpuwarden.tui.sensor_text import sensor_lines
@@ -55,7 +56,7 @@ def gpu_summary(snap: NodeSnapshot, index: int) -> Text:
         for h in r.holders:
             t.append(f"\nholder pid {h.pid if h.pid is not None else '-'}: ", style=S["residual"])
             t.append(f"{h.reason}, {text.size(h.vram_bytes) if h.vram_bytes is not None else 'size unknown'} — "
-                     f"{h.detail}" + (f" [{text.command_line(h.command, 40)}]" if h.command else "")
+                     f"{h.detail}" + (f" {bracketed(text.command_line(h.command, 40))}" if h.command else "")
                      + (f" — pod {h.namespace}/{h.pod}" + (" (deleted)" if h.pod_deleted_at else "") if h.pod else ""))
     return t
 

@@ -1,6 +1,7 @@
 """The progress view of a running playbook: its plan, each step as it starts and ends, and the outcome.
 
 Escape hides it while the playbook goes on (its steps stay in the Events panel); c asks it to stop after the current step.
+While the confirm dialog asks, this view draws nothing (the dialog stands alone) and offers no c: nothing runs yet.
 """
 
 from __future__ import annotations
@@ -68,7 +69,10 @@ class ProgressScreen(ModalScreen[None]):
             with VerticalScroll(id="progress-log"):
                 yield Static("", id="progress-lines")
             yield Label("", id="progress-state")
-        yield KeyStrip([("esc", "Hide"), ("c", "Stop after this step")])
+        # Two strips, one shown: keys are fixed for a strip's life (widgets/keystrip.py), and c means something only
+        # while a step may run.
+        yield KeyStrip([("esc", "Hide"), ("c", "Stop after this step")], id="keys-running")
+        yield KeyStrip([("esc", "Hide")], id="keys-idle")
 
     def on_mount(self) -> None:
         self.refresh_lines()
@@ -82,6 +86,10 @@ class ProgressScreen(ModalScreen[None]):
         lines = self.query("#progress-lines")
         if not lines:
             return  # not composed yet: on_mount draws it
+        asking = self.run.result is None and getattr(self.run, "asking", False)
+        self.query_one("#progress").display = not asking
+        self.query_one("#keys-running").display = self.run.result is None and not asking
+        self.query_one("#keys-idle").display = not self.query_one("#keys-running").display
         lines.first(Static).update(t)
         self.query_one("#progress-log", VerticalScroll).scroll_end(animate=False)
         state = self.query_one("#progress-state", Label)
@@ -97,5 +105,7 @@ class ProgressScreen(ModalScreen[None]):
         self.dismiss(None)
 
     def action_cancel_run(self) -> None:
+        if self.run.result is not None or getattr(self.run, "asking", False):
+            return  # finished, or nothing started yet: the strip offers no c then
         self.run.cancel()
         self.notify("stop requested: the playbook ends after the current step")

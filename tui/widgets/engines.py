@@ -67,7 +67,8 @@ class EnginesPanel(FilteredRowTable):
         if count and self.hidden == count:
             self.set_empty_text(f"nothing matches /{self.filter_text} (/ then Esc clears it)")
         else:
-            self.set_empty_text("no engines supervised: `gpuwarden launch` starts the node config's"
+            self.set_empty_text("no engines supervised: l (or `gpuwarden launch`) starts the engines the node "
+                                "config names"
                                 + ("\nsimulated node: `gpuwarden sim scenario arena` starts the arena drill"
                                    if getattr(self, "_simulated", False) else ""))
         shown = " · ".join(x for x in (self.subtitle, self.stale_note) if x)

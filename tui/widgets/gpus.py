@@ -19,6 +19,12 @@ WIDE_AT = 120  # room for GTT, power and the sparkline (short forms)
 ROOMY_AT = 140  # room for the long forms: a longer bar and sparkline, "(1 holder)"
 NARROW = ("GPU", "NAME", "VRAM", "USED", "RESID", "BUSY", "TEMP", "ENG", "")
 NARROW_NAME = 14
+# The marks of the last column, said where they show (the panel's subtitle) and in the `?` list (issue 36: the
+# "!" was never explained).
+MARKS = (("!", "residual VRAM above the tolerance: enter shows its holders, f fixes it"),
+         ("STALE / STL", "its driver did not answer in time: blanks are unknown, not zero"),
+         ("DRAINED / DRN", "drained: engines kept off it (u undrains)"))
+MARK_NOTE = "! residual: enter"
 TREND = ("GPU", "NAME", "VRAM", "USED", "RESIDUAL", "GTT", "BUSY", "TEMP", "POWER", "ENG", "VRAM 5 MIN", "")
 
 
@@ -40,6 +46,7 @@ class GpusPanel(FilteredRowTable):
         self.border_title = "GPUs"
         self.subtitle = ""
         self.stale_note = ""
+        self.mark_note = ""  # MARK_NOTE while a row shows "!"
         self.device_members: dict[str, list[int]] = {}
 
     def selected_gpu(self) -> int | None:
@@ -62,6 +69,7 @@ class GpusPanel(FilteredRowTable):
             if e.gpu is not None and e.phase not in ("exited", "crashed"):
                 engines[e.gpu] = engines.get(e.gpu, 0) + 1
         rows = []
+        marked = False
         groups = devices(snap)
         self.device_members = groups
         member_of = {i: bus for bus, members in groups.items() for i in members}
@@ -96,6 +104,7 @@ class GpusPanel(FilteredRowTable):
                 mark.append("DRAINED" if wide else "DRN", style=S["drained"])
             elif significant:
                 mark.append("!", style=S["residual"])
+                marked = True
             name = f"└ {g.compute_partition or 'part'} {groups[member_of[g.index]].index(g.index)}" \
                 if g.index in member_of else g.name
             row = [str(g.index), text.clip(name, name_w),
@@ -113,6 +122,7 @@ class GpusPanel(FilteredRowTable):
             rows.append((str(g.index), row))
         self.set_columns(TREND if trend else NARROW)
         self.set_rows(rows)
+        self.mark_note = MARK_NOTE if marked else ""
         self._show_subtitle()
 
     @staticmethod
@@ -140,6 +150,7 @@ class GpusPanel(FilteredRowTable):
 
     def _show_subtitle(self) -> None:
         self.subtitle = self.filter_note()
-        shown = " · ".join(x for x in (self.subtitle, getattr(self, "stale_note", "")) if x)
+        shown = " · ".join(x for x in (self.subtitle, getattr(self, "stale_note", ""), getattr(self, "mark_note", ""))
+                           if x)
         if shown != self.border_subtitle:
             self.border_subtitle = shown

@@ -152,7 +152,13 @@ class RowTable(Widget, can_focus=True):
 
     # --- drawing ------------------------------------------------------------------------------
     def get_content_height(self, container, viewport, width: int) -> int:
-        return max(len(self.rows), len(self.empty_text.splitlines())) + 1
+        return max(len(self.rows), len(self._empty_lines(width))) + 1
+
+    def _empty_lines(self, width: int) -> list[str]:
+        """The empty text wrapped at word boundaries to `width` (issue 36: a sentence cut at the edge)."""
+        import textwrap  # deferred: only an empty table draws it
+        return [part for line in self.empty_text.splitlines()
+                for part in (textwrap.wrap(line, max(width, 8)) or [""])]
 
     def _widths(self, texts: list[list[Text]], room: int) -> list[int]:
         widths = [cell_len(c) for c in self.columns]
@@ -179,7 +185,7 @@ class RowTable(Widget, can_focus=True):
         out = Text(no_wrap=True, overflow="crop")
         out.append_text(self._line([Text(c) for c in self.columns], widths, S["table.header"]))
         if not texts and self.empty_text:
-            for line in self.empty_text.splitlines()[:body]:
+            for line in self._empty_lines(width)[:body]:
                 out.append("\n")
                 out.append(line[:width], style=S["dim"])
         for i in range(self._offset, min(len(texts), self._offset + body)):

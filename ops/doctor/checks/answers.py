@@ -44,7 +44,7 @@ def check_answers(io: CheckIO) -> Result:
     deadline = min(settings.read_timeout_s, TIMEOUT_S - 2.0)
     settings = settings.with_(read_timeout_s=deadline, **({"backend": "sim"} if io.roots.simulated else {}))
     try:
-        backend = open_backend(settings, fallback_to_sim=False)
+        backend = open_backend(settings)
     except BackendUnavailable as exc:
         return skip(f"no GPU backend works here ({exc.message})")
     except GpuwardenError as exc:

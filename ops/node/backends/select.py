@@ -1,6 +1,10 @@
-"""Choosing a GPU backend: forced by --backend, else the first that works (amdsmi, sysfs, nvml, sim).
+"""Choosing a GPU backend, one rule for every command: forced by --backend, else the first real one that opens
+(amdsmi, sysfs, nvml). The simulated node only when asked for; when none works the error names each reason.
+The one exception is the console a person opens (`open_for_console`): it shows the simulated node, labelled
+SIMULATED with the reasons, so `gpuwarden` on a machine without a GPU is a demo, not an error.
 
-When none works the error says, in one line, which were tried and why each failed.
+Why no automatic fallback to `sim`: a node whose driver failed would be shown, fixed, exported and reported to
+Kubernetes as a fake node (commit 6b28e99 refused it for the Kubernetes agent; issue 36 asked for one rule).
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ def _construct(name: str, settings: Settings, **kw: object) -> Backend:
     return backend
 
 
-def open_backend(settings: Settings, *, fallback_to_sim: bool = True) -> Backend:
-    """The backend to use. Forced: that one or an error with a hint. Auto: first that opens."""
+def open_backend(settings: Settings) -> Backend:
+    """The backend to use. Forced: that one or an error with a hint. Auto: the first real one that opens, or
+    BackendUnavailable naming why each failed (never the simulated node: see the module's docstring)."""
     if settings.backend:
         if settings.backend not in BACKENDS:
             raise GpuwardenError(f"unknown backend {settings.backend!r}", f"choose one of: {', '.join(BACKENDS)}")
@@ -59,10 +64,17 @@ def open_backend(settings: Settings, *, fallback_to_sim: bool = True) -> Backend
         # deferred: the PCI scan runs only when no backend opens
         from gpuwarden.ops.node.backends.pci import describe
         reasons.insert(0, describe(settings.sysfs_root))  # "2 AMD GPUs on the PCI bus, amdgpu not loaded"
-    if fallback_to_sim and not captured:
-        return _construct("sim", settings, create=True, fallback_reason="; ".join(reasons))
     raise BackendUnavailable("no GPU backend works here: " + "; ".join(reasons),
-                             "load the GPU driver (or install its library); --backend sim shows the simulated "
-                             "node, a demo")
+                             "load the GPU driver (or install its library); `gpuwarden --backend sim ...` "
+                             "(or GPUWARDEN_BACKEND=sim) shows the simulated node, a demo")
 
 
+def open_for_console(settings: Settings) -> Backend:
+    """The console's backend: open_backend's, else (nothing forced, a live node) the simulated node, labelled with
+    why no real backend works (the snapshot's SIMULATED warning carries the reasons)."""
+    try:
+        return open_backend(settings)
+    except BackendUnavailable as exc:
+        if settings.backend or settings.captured:
+            raise
+        return _construct("sim", settings, create=True, fallback_reason=exc.message)

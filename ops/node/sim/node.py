@@ -50,14 +50,11 @@ def _fmt(n: int) -> str:
     return fmt_bytes(n)
 
 
-def _has_gpu_tree(sysfs_root: Path) -> bool:
-    return (sysfs_root / "class/kfd/kfd/topology/nodes").is_dir() or (sysfs_root / "module/nvidia").is_dir()
-
-
 def active_sim_root(settings: Settings) -> Path | None:
-    """The simulated node's sysfs tree when it stands in for this node's GPUs (forced, or no real GPU tree)."""
+    """The simulated node's sysfs tree when it stands in for this node's GPUs: only when --backend sim names it,
+    the one rule of ops/node/backends/select.py (no command falls back to it by itself)."""
     sim = SimNode(settings.state_dir)
-    if sim.exists and (settings.backend == "sim" or (settings.backend is None and not _has_gpu_tree(settings.sysfs_root))):
+    if sim.exists and settings.backend == "sim":
         return sim.sysfs_root
     return None
 
@@ -214,8 +211,8 @@ class SimNode:
                 free = cfg["vram"] - used[gpu]
                 if nbytes > free:
                     raise GpuwardenError(
-                        f"out of memory on simulated GPU {gpu}: asked {fmt_bytes(nbytes)}, "
-                        f"{fmt_bytes(free)} free of {fmt_bytes(cfg['vram'])}",
+                        f"out of memory on simulated GPU {gpu}: asked {_fmt(nbytes)}, {_fmt(free)} free of "
+                        f"{_fmt(cfg['vram'])}",
                         "see `gpuwarden status` for who holds it")
                 path = self.allocs_dir / f"{pid}-{ticks}-{gpu}.json"
                 prev = (statefiles.load(path, statefiles.SIM_ALLOC, root=self.state_dir) or {}).get("bytes", 0)

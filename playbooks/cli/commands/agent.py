@@ -42,7 +42,7 @@ def _sampler(settings: Settings):
     # deferred: only this path of the command needs it
     from gpuwarden.ops.node.backends.select import open_backend
     from gpuwarden.ops.sampling.sampler import Sampler
-    return Sampler(settings, open_backend(settings, fallback_to_sim=False))
+    return Sampler(settings, open_backend(settings))
 
 
 def _detach(settings: Settings, argv: list[str]) -> int:

@@ -91,8 +91,9 @@ def create_cmd(
     """Create an arena: payload first (on every core), then the header with per-chunk xxh3 hashes.
 
     Written under a temporary name and renamed at the end: a failure (e.g. a full tmpfs) leaves nothing behind.
-    On tmpfs, an arena larger than half of RAM (or than what is available) is warned about first. The file is
-    0644: engines of other users map and register it read-only (chgrp + chmod 0640 restricts it to a group).
+    Mode 0640: engines of your group map it (read-only when they may not write), other users cannot read the
+    weights; `chgrp GROUP FILE` shares it with another group. On tmpfs it warns when the arena takes more than
+    half of this host's memory or more than is available, and when the tmpfs has less free than it needs.
     """
     # deferred: only this path of the command needs it
     # deferred: only this path of the command needs it
@@ -110,16 +111,16 @@ def create_cmd(
 
 
 def _warn_memory(settings: Settings, path: str, size: Optional[str], source: Optional[str]) -> None:
-    """Before minutes of writing: an arena on tmpfs that takes most of the host's memory gets one line."""
-    # deferred: only this path of the command needs it
-    from gpuwarden.ops.arena.hostmem import tmpfs_warning
+    """Say before a tmpfs arena is written when it takes much of this host's memory or more than the tmpfs has
+    free (ops/arena/memcheck.py); create() itself refuses what cannot be."""
+    from gpuwarden.ops.arena import memcheck
     try:
-        nbytes = parse_size(size) if size else os.stat(source).st_size if source else None
-    except (OSError, GpuwardenError):
-        return  # create() says what is wrong with the size or the source, in its own words
-    line = tmpfs_warning(Path(path), nbytes, settings.proc_root) if nbytes else None
-    if line:
-        typer.echo(f"gpuwarden: warning: {line}", err=True)
+        need = parse_size(size) if size else os.stat(source).st_size if source else 0
+    except (GpuwardenError, OSError):
+        return  # create() says what is wrong with --size or --from
+    if need > 0:
+        for line in memcheck.check(Path(path), need, settings.proc_root):
+            typer.echo(f"gpuwarden: warning: {line}", err=True)
 
 
 def _create_and_report(settings: Settings, held, path: str, size: Optional[str], source: Optional[str],

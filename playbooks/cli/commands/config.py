@@ -181,7 +181,7 @@ def _node_gpus(settings: Settings) -> tuple[int | None, str | None]:
     # deferred: only this path of the command needs it
     from gpuwarden.ops.node.backends.select import open_backend
     try:
-        backend = open_backend(settings, fallback_to_sim=False)
+        backend = open_backend(settings)
     except GpuwardenError as exc:
         return None, f"GPU indexes not checked: {exc.message}"
     try:

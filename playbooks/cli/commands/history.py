@@ -41,6 +41,16 @@ def _spark(values: list[float | None], top: float) -> str:
     return "".join(out)
 
 
+def _bar(label: str, values: list[float | None], top: float) -> str:
+    """One series' line: its sparkline between bars, or, when nothing in it is above zero, words (issue 36: an
+    all-zero series drew as an empty `||`)."""
+    points = _sample(values, 60)
+    if top <= 0 or not any(v for v in points if v):
+        known = [v for v in values if v is not None]
+        return f"  {label:<8} {'0 B throughout' if known else 'no readings'} ({len(values)} points)"
+    return f"  {label:<8} |{_spark(points, top)}|"
+
+
 def _sample(values: list, width: int) -> list:
     """At most `width` points: the max of each stretch (a spike must not vanish)."""
     if len(values) <= width:
@@ -119,8 +129,8 @@ def history_cmd(
             peak_res = max((v for v in residual if v is not None), default=0)
             typer.echo(f"GPU {g} ({res}, {s['points']} points)  used peak {fmt_bytes(top)}  "
                        f"residual peak {fmt_bytes(max(peak_res, 0))}")
-            typer.echo(f"  used     |{_spark(_sample(used, 60), top)}|")
-            typer.echo(f"  residual |{_spark(_sample(residual, 60), max(top, peak_res, 1))}|")
+            typer.echo(_bar("used", used, top))
+            typer.echo(_bar("residual", residual, max(top, peak_res, 1)))
     events = doc.get("events") or []
     typer.echo("" if doc["gpus"] else "no samples yet")
     typer.echo(f"{len(events)} event(s)" + (":" if events else ""))

@@ -70,7 +70,7 @@ def journal_cmd(
                                              "(2026-12-01 21:30)."),
     until: Optional[str] = typer.Option(None, "--until", metavar="WHEN", help="Entries up to then (as --since)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Then print new entries as they are written, "
-                                "until Ctrl-C."),
+                                "until Ctrl-C (exit 0; SIGTERM and SIGHUP exit 143 and 129)."),
     json_out: bool = typer.Option(False, "--json", help="One JSON object per line, as stored."),
 ) -> None:
     """Show the journal of every change gpuwarden made: playbook steps, signals sent, resets, removed files."""
@@ -110,5 +110,6 @@ def journal_cmd(
                                 keep_going=lambda: end is None or time.time() <= end):
             if inside(e):
                 _show(e, json_out)
-    except KeyboardInterrupt:
-        return
+    except KeyboardInterrupt as exc:
+        from gpuwarden.ops.foundation import interrupts
+        interrupts.ctrl_c_only(exc)  # Ctrl-C ends a follow (0); SIGTERM and SIGHUP exit 143 and 129

@@ -60,7 +60,10 @@ def hold_cmd(
     # deferred: only this path of the command needs it
     from gpuwarden.ops.node.sim.tenant import hold
     settings: Settings = ctx.obj
-    raise typer.Exit(hold(settings.state_dir, list(gpu), parse_size(size),
+    nbytes = parse_size(size)
+    if nbytes <= 0:  # a tenant of 0 bytes holds nothing to see: refused, as `sim leak` refuses it
+        raise GpuwardenError(f"a simulated tenant must hold more than 0 bytes, not {size}", "e.g. --size 1GiB")
+    raise typer.Exit(hold(settings.state_dir, list(gpu), nbytes,
                           busy=None if busy is None else busy / 100))
 
 
@@ -135,7 +138,8 @@ def scenario_cmd(
     allocation fails and all four die of SIGSEGV, with an incident bundle (then: `gpuwarden engines list`,
     `gpuwarden triage BUNDLE`).
     clean: ends what an earlier scenario started and starts the simulated node over, empty.
-    Every scenario first does what clean does. The sim node must be in use (--backend sim or no GPU).
+    Every scenario first does what clean does. See it with --backend sim (or GPUWARDEN_BACKEND=sim): no
+    command falls back to the simulated node by itself.
     """
     # deferred: only this path of the command needs it
     from gpuwarden.playbooks import scenarios
@@ -159,4 +163,7 @@ def scenario_cmd(
     nxt = {"residual": "see it with `gpuwarden status`, fix it with `gpuwarden fix 1` and `gpuwarden fix 2`",
            "arena": "see it with `gpuwarden engines list` or in the console (`gpuwarden tui`)",
            "clean": "the simulated node is empty"}[name]
-    typer.echo(f"scenario {name}: ready; " + (Invocation(list(settings.cli_words)).paste_ready(nxt) or nxt))
+    # No command falls back to the simulated node by itself (ops/node/backends/select.py): the commands to paste
+    # name it when this one was not given --backend sim.
+    words = list(settings.cli_words) if settings.backend == "sim" else ["--backend", "sim", *settings.cli_words]
+    typer.echo(f"scenario {name}: ready; " + (Invocation(words).paste_ready(nxt) or nxt))

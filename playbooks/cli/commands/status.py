@@ -23,7 +23,9 @@ def status_cmd(
     ctx: typer.Context,
     json_out: bool = typer.Option(False, "--json", help="Print the whole snapshot as JSON (for scripts): "
                                   "the gpuwarden.snapshot/1 document."),
-    watch: bool = typer.Option(False, "--watch", "-w", help="Refresh in place until Ctrl-C."),
+    watch: bool = typer.Option(False, "--watch", "-w",
+                               help="Refresh in place until Ctrl-C, then exit with the last view's status (0 or 1); "
+                                    "SIGTERM and SIGHUP exit 143 and 129."),
     interval: float = typer.Option(2.0, "--interval", help="Seconds between refreshes with --watch.", min=0.25),
     bundle: Optional[Path] = typer.Option(None, "--bundle", help="Show the node as captured in an incident bundle."),
     topology: bool = typer.Option(False, "--topology", help="Show XGMI hives, PCIe parents, NUMA nodes and which "
