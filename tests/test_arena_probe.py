@@ -75,7 +75,7 @@ def test_probe_trace_keeps_capped_redacted_logs_and_says_what_it_would_capture(t
     from gpuwarden.ops.foundation import jsondoc
     from gpuwarden.ops.foundation.jsondoc import document
     from gpuwarden.playbooks import probetrace
-    settings = Settings(state_dir=state_dir, config_path=state_dir / "node.toml")
+    settings = Settings(state_dir=state_dir, config_path=state_dir / "node.toml", backend="sim")  # the node: simulated
     opts = ProbeOptions(engines=1, concurrency=1, runtime="hip", size=4 << 20, copy_buffer="0", trace=True,
                         workdir=str(tmp_path), timeout_s=60)
     report = Probe(settings, opts).run()  # no ROCm here: the hip canary fails, the trace says what it would do

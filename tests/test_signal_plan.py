@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+
+import pytest
 import signal
 import subprocess
 import sys
@@ -44,6 +46,13 @@ def _zombie_under_live_parent(state_dir):
     wait_for(lambda: proc_state(fam.tenant) == "Z", 5, "the tenant to become a zombie")
     return fam, ticks
 
+
+
+@pytest.fixture
+def settings(state_dir):
+    """The suite's node is simulated, and no command falls back to it on its own (ops/node/backends/select.py)."""
+    from gpuwarden.ops.foundation.settings import Settings
+    return Settings(state_dir=state_dir, config_path=state_dir / "node.toml", backend="sim")
 
 def test_fix_names_the_zombies_parent_before_signalling_it_and_journals_what_was_sent(sim_cli, state_dir):
     fam, _ = _zombie_under_live_parent(state_dir)

@@ -99,17 +99,19 @@ def journal_cmd(
         what = "no journal entries in that window" if window else "journal is empty"
         typer.echo(f"{what} ({settings.state_dir / 'journal.log'})")
         return
-    for e in entries:
-        _show(e, json_out)
-    if not follow:
-        return
     import time
-    try:
+    try:  # from the first line shown: a follow's Ctrl-C may come while the backlog still prints
+        for e in entries:
+            _show(e, json_out)
+        if not follow:
+            return
         # --until in the future ends the follow there; one in the past leaves nothing to wait for.
         for e in journal.follow(settings.state_dir, start=got.end or (0, 0),
                                 keep_going=lambda: end is None or time.time() <= end):
             if inside(e):
                 _show(e, json_out)
     except KeyboardInterrupt as exc:
+        if not follow:
+            raise
         from gpuwarden.ops.foundation import interrupts
         interrupts.ctrl_c_only(exc)  # Ctrl-C ends a follow (0); SIGTERM and SIGHUP exit 143 and 129
