@@ -364,6 +364,10 @@ class NodeSnapshot:
     # pid -> host CPU, RSS and GPU time over the interval, a table of its own so the process records stay the same
     # objects refresh after refresh; JSON carries each one inside its process record ("load").
     process_load: dict[int, ProcessLoad] = field(default_factory=dict)
+    # AMD sysfs: when the oldest per-process VRAM figure in `processes` was read from KFD (the files are re-read in
+    # turns, ops/node/backends/sysfs.py VRAM_SPREAD): about taken_at when all were read now; None: not from KFD.
+    # JSON carries it in each GPU record as processes_vram_checked_at (the top level is closed to older readers).
+    process_vram_checked_at: float | None = None
 
     def __post_init__(self) -> None:
         if any(not isinstance(w, SnapshotWarning) for w in self.warnings):
@@ -406,6 +410,10 @@ class NodeSnapshot:
         if devices:
             for g in body["gpus"]:
                 g["physical_device"] = physical_device_of(devices, g["bus_id"], g["index"])
+        checked = body.pop("process_vram_checked_at", None)
+        if checked is not None:  # inside each GPU record (open), not at the closed top level older readers check
+            for g in body["gpus"]:
+                g["processes_vram_checked_at"], g["processes_vram_checked_at_iso"] = checked, iso(checked)
         body["needs_attention"] = self.needs_attention()
         return document("snapshot", body)
 
@@ -583,8 +591,9 @@ def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
     )
     pods = tuple(_build(PodGpus, {**p, "gpus": tuple(p.get("gpus", ()))}) for p in data.get("pods", []))
     driver = data.get("driver") if isinstance(data.get("driver"), dict) else _driver_from_gpus(data.get("gpus", []))
+    checked = next((g.get("processes_vram_checked_at") for g in data.get("gpus", []) if isinstance(g, dict)), None)
     return _build(NodeSnapshot, {
-        **data, "driver": driver, "process_load": _loads(data.get("processes", [])),
+        **data, "process_vram_checked_at": checked, "driver": driver, "process_load": _loads(data.get("processes", [])),
         "gpus": gpus, "processes": procs, "residual": residual, "engines": engines,
         "arenas": arenas, "pods": pods, "drained": tuple(data.get("drained", ())),
         "warnings": tuple(as_warning(w) for w in data.get("warnings", ()) or ()),

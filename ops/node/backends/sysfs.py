@@ -9,6 +9,7 @@ per-process files, one for discovery; a GPU whose read is late comes back STALE 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from gpuwarden.ops.foundation.deadline import DEFAULT_S, LANES, LateRead, Lanes
@@ -258,6 +259,14 @@ class SysfsBackend:
         # The last full pass, when every vram file it read is held open: (listing, fds, bytes read, result).
         # The same listing and the same bytes from the same fds can only give the same result again.
         self._repeat: tuple[list[str], list[int], list[bytes], list[ProcessUsage]] | None = None
+        # The cheap signal for skipping vram files (see _kfd_usage): each GPU's mem_info_vram_used as gpus() last
+        # read it (None until a gpus() call precedes process_usage()), and per GPU of the last full pass its held
+        # fds, the bytes they read and the device figure they were last checked against.
+        self._vram_seen: list[int | None] | None = None
+        self._parts: dict[int, tuple[list[int], list[bytes], list[int | None]]] = {}
+        # Wall time at which each rotation phase's files were last read; the oldest is how old a figure can be.
+        self._phase_read_at: list[float] = [0.0] * self.VRAM_SPREAD
+        self.vram_checked_at: float | None = None  # the oldest per-process VRAM read behind the last answer
 
     def _identity_dirs(self) -> list[str]:
         """Directories that a driver reload (or a rebuilt sim tree) replaces: each card's kobject, its
@@ -434,6 +443,7 @@ class SysfsBackend:
             lates = blocked[index]
             stale = stale_read(min(lates, key=lambda b: b.since)) if lates else None
             out.append(GpuInfo(**static, **dict(values.get(index, {})), stale=stale))
+        self._vram_seen = [g.vram_used if g.stale is None else None for g in out]
         return out
 
     def _each_in_lanes(self, todo: list[int], root_s: str, statics: list[dict[str, Any] | None],
@@ -490,17 +500,22 @@ class SysfsBackend:
         relist_all = self._refreshes % self.RELIST_EVERY == 0
         repeat = self._repeat
         mark("the per-process VRAM files", base)
+        seen, self._vram_seen = self._vram_seen, None  # a signal is good for the one pass after its gpus()
+        now = time.time()
         if repeat is not None and not relist_all and listing == repeat[0]:
-            pread = os.pread
-            try:
-                raws = [pread(fd, 64, 0) for fd in repeat[1]]  # one C-level loop: 2,000 PIDs in ~2 ms
-            except OSError:
-                raws = None  # a process left: the full pass below drops its files
-            if raws == repeat[2]:
+            same = self._skim(seen) if seen is not None else self._reread(repeat[1], repeat[2])
+            if same:
+                if seen is None:
+                    self._phase_read_at = [now] * self.VRAM_SPREAD
+                else:
+                    self._phase_read_at[self._refreshes % self.VRAM_SPREAD] = now
+                self.vram_checked_at = min(self._phase_read_at)
                 return repeat[3]
         self._repeat = None
+        self._parts = {}
         fds: list[int] | None = []
         raws_read: list[bytes] = []
+        gpus_read: list[int] = []
         held_fd = self._held.fd
         known = self._entries
         for gone in known.keys() - set(listing):
@@ -538,6 +553,7 @@ class SysfsBackend:
                     else:
                         fds.append(fd)
                         raws_read.append(raw)
+                        gpus_read.append(entry[1])
                 if raw == entry[2]:
                     append(entry[3])
                     continue
@@ -557,9 +573,55 @@ class SysfsBackend:
                 fds = None
         if fds is not None:
             self._repeat = (listing, fds, raws_read, out)
+            parts: dict[int, tuple[list[int], list[bytes], list[int | None]]] = {}
+            for fd, raw, gpu in zip(fds, raws_read, gpus_read):
+                part = parts.get(gpu)
+                if part is None:
+                    part = parts[gpu] = ([], [], [seen[gpu] if seen is not None and gpu < len(seen) else None])
+                part[0].append(fd)
+                part[1].append(raw)
+            self._parts = parts
+        self._phase_read_at = [now] * self.VRAM_SPREAD
+        self.vram_checked_at = now
         return out
 
     RELIST_EVERY = 10
+    # A refresh re-reads only the vram files of GPUs whose device VRAM moved since their files were last read, and
+    # 1/VRAM_SPREAD of the others in turn (a deep pass spread over VRAM_SPREAD refreshes). Why this is sound: KFD's
+    # vram_<gpu_id> is the process's VRAM BO total (kfd_procfs_show, pdd->vram_usage), which changes only when
+    # it allocates or frees VRAM, and that moves the GPU's mem_info_vram_used, read every refresh anyway. What it
+    # costs: an allocation that leaves the device total where it was (another process freed as much between two
+    # refreshes) is seen by the rotation, VRAM_SPREAD refreshes later at the latest (8 s at the agent's 1 s);
+    # NodeSnapshot.process_vram_checked_at says how old the oldest figure can be. inotify does not report sysfs
+    # attribute changes, and the fdinfo counters cost more to read than the vram file itself.
+    VRAM_SPREAD = 8
+
+    @staticmethod
+    def _reread(fds: list[int], raws: list[bytes]) -> bool:
+        """Every held file reads the bytes it read last time (one C-level loop)."""
+        pread = os.pread
+        try:
+            return [pread(fd, 64, 0) for fd in fds] == raws
+        except OSError:
+            return False  # a process left: the full pass drops its files
+
+    def _skim(self, seen: list[int | None]) -> bool:
+        """The files that can have changed read the same as last time: every file of a GPU whose device VRAM
+        moved, this refresh's phase of the rest (see VRAM_SPREAD). False: the full pass must run."""
+        phase, spread = self._refreshes % self.VRAM_SPREAD, self.VRAM_SPREAD
+        pread = os.pread
+        try:
+            for gpu, (fds, raws, at) in self._parts.items():
+                now = seen[gpu] if gpu < len(seen) else None
+                if now is None or now != at[0]:
+                    if [pread(fd, 64, 0) for fd in fds] != raws:
+                        return False
+                    at[0] = now  # the files explain the device figure (a non-KFD allocation moved it)
+                elif [pread(fd, 64, 0) for fd in fds[phase::spread]] != raws[phase::spread]:
+                    return False
+        except OSError:
+            return False
+        return True
 
     def _forget_pid(self, pid_s: str) -> None:
         for entry in self._entries.pop(pid_s, None) or ():
