@@ -111,3 +111,25 @@ def test_without_the_device_signal_every_file_is_read(node_and_procs):
         assert {(u.pid, u.gpu_index): u.vram_bytes for u in backend.process_usage()}[(pid, 0)] == 70 * MiB
     finally:
         backend.close()
+
+
+def test_the_compact_json_is_the_document_with_every_process_and_load(node_and_procs, state_dir):
+    """to_json writes the processes from their cached JSON (with the load joined once per pair): the same document
+    as to_dict, the first time and again from the caches, and it carries how old the per-process figures are."""
+    import json
+
+    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.sampling.sampler import Sampler
+    node, procs = node_and_procs
+    backend = SysfsBackend(sysfs_root=node.sysfs_root, dev_root=node.dev_root)
+    sampler = Sampler(Settings(state_dir=state_dir), backend, deep_every_s=1e9, process_load=True)
+    try:
+        sampler.snapshot(deep=True)
+        snap = sampler.snapshot(deep=False)
+        assert snap.process_load and len(snap.processes) == 16
+        for _ in range(2):
+            assert json.loads(snap.to_json()) == json.loads(json.dumps(snap.to_dict()))
+        gpu = json.loads(snap.to_json())["gpus"][0]
+        assert gpu["processes_vram_checked_at"] <= snap.taken_at and gpu["processes_vram_checked_at_iso"]
+    finally:
+        sampler.close()

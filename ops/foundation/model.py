@@ -392,13 +392,20 @@ class NodeSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """The gpuwarden.snapshot/1 document: every field, an ISO-8601 twin beside each time, needs_attention."""
-        body = _plain(self)
+        return self._document(with_processes=True)
+
+    def _document(self, with_processes: bool) -> dict[str, Any]:
+        """to_dict(); without the process records when to_json writes them from their own cached JSON (2,000 of
+        them made into dicts, each load parsed back, only to be dropped, was most of a big node's to_json)."""
+        body = _plain(self, skip="" if with_processes else "processes")
+        if not with_processes:
+            body["processes"] = _PROCESSES_MARK
         driver = body.pop("driver", None)
         for optional in ("agent", "kubernetes"):
             if body.get(optional) is None:
                 body.pop(optional, None)
         loads = self.process_load
-        if loads:
+        if loads and with_processes:
             for p in body["processes"]:
                 load = loads.get(p["pid"])
                 if load is not None:
@@ -421,8 +428,7 @@ class NodeSnapshot:
         """The document as JSON: compact (each unchanged process's JSON reused) unless an indent is asked for."""
         if indent is not None:
             return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
-        doc = self.to_dict()
-        doc["processes"] = _PROCESSES_MARK
+        doc = self._document(with_processes=False)
         text = json.dumps(doc, separators=(",", ":"))
         # The key and a string value are what json.dumps writes for the mark: no other text can look like it.
         spot = f'"processes":{json.dumps(_PROCESSES_MARK)}'
@@ -448,7 +454,12 @@ def _process_json(p: "GpuProcess", load: "ProcessLoad | None" = None) -> str:
         object.__setattr__(p, "_json_cache", cached)
     if load is None:
         return cached
-    return cached[:-1] + ',"load":' + _load_json(load) + "}"
+    joined = load.__dict__.get("_joined")  # an idle process keeps both objects: its record with load, made once
+    if joined is not None and joined[0] is p:
+        return joined[1]
+    text = cached[:-1] + ',"load":' + _load_json(load) + "}"
+    object.__setattr__(load, "_joined", (p, text))
+    return text
 
 
 def _load_json(load: "ProcessLoad") -> str:
@@ -524,7 +535,7 @@ TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at", "phase_since", 
                          "since"})
 
 
-def _plain(obj: Any) -> Any:
+def _plain(obj: Any, skip: str = "") -> Any:
     names = getattr(type(obj), "__record_fields__", None)
     if names is not None:
         # A sampler hands out the same GpuProcess while nothing about it changed: convert it once.
@@ -533,7 +544,7 @@ def _plain(obj: Any) -> Any:
             return dict(cached)  # a copy: a reader that edits its document must not edit the next one
         out: dict[str, Any] = {}
         for name in names:
-            if name == "process_load":
+            if name == "process_load" or name == skip:
                 continue  # a side table: to_dict puts each entry inside its process record
             value = getattr(obj, name)
             out[name] = value if value is None or isinstance(value, (str, int, float)) else _plain(value)
