@@ -133,3 +133,27 @@ def test_the_compact_json_is_the_document_with_every_process_and_load(node_and_p
         assert gpu["processes_vram_checked_at"] <= snap.taken_at and gpu["processes_vram_checked_at_iso"]
     finally:
         sampler.close()
+
+
+def test_directories_are_listed_again_only_when_a_device_figure_moves_unexplained(node_and_procs, monkeypatch):
+    """Steady refreshes list only the KFD proc directory (not 16 PID directories every RELIST_EVERY); a known
+    process's first VRAM on another GPU (a new vram file, the device figure moved, no held file did) is seen at
+    the refresh after next at the latest."""
+    node, procs = node_and_procs
+    backend = SysfsBackend(sysfs_root=node.sysfs_root, dev_root=node.dev_root)
+    try:
+        for _ in range(3):
+            _refresh(backend)
+        listed: list[str] = []
+        real = os.listdir
+        monkeypatch.setattr(os, "listdir", lambda p: (listed.append(str(p)), real(p))[1])
+        for _ in range(2 * SysfsBackend.RELIST_EVERY):
+            _refresh(backend)
+        kfd = str(node.sysfs_root / "class/kfd/kfd/proc")
+        assert [p for p in listed if p.startswith(kfd + "/")] == []
+        pid = procs[0].pid  # on GPU 0 only
+        node.allocate(pid, 1, 8 * MiB)
+        seen = [_refresh(backend).get((pid, 1)) for _ in range(2)]
+        assert seen[-1] == 8 * MiB, seen
+    finally:
+        backend.close()
