@@ -456,7 +456,7 @@ def _process_json(p: "GpuProcess", load: "ProcessLoad | None" = None) -> str:
         return cached
     joined = load.__dict__.get("_joined")  # an idle process keeps both objects: its record with load, made once
     if joined is not None and joined[0] is p:
-        return joined[1]
+        return str(joined[1])
     text = cached[:-1] + ',"load":' + _load_json(load) + "}"
     object.__setattr__(load, "_joined", (p, text))
     return text
