@@ -443,6 +443,10 @@ class NodeSnapshot:
     # pid -> host CPU, RSS and GPU time over the interval, a table of its own so the process records stay the same
     # objects refresh after refresh; JSON carries each one inside its process record ("load").
     process_load: dict[int, ProcessLoad] = field(default_factory=dict)
+    # AMD sysfs: when the oldest per-process VRAM figure in `processes` was read from KFD (the files are re-read in
+    # turns, ops/node/backends/sysfs.py VRAM_SPREAD): about taken_at when all were read now; None: not from KFD.
+    # JSON carries it in each GPU record as processes_vram_checked_at (the top level is closed to older readers).
+    process_vram_checked_at: float | None = None
 
     def __post_init__(self) -> None:
         if any(not isinstance(w, SnapshotWarning) for w in self.warnings):
@@ -467,13 +471,20 @@ class NodeSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """The gpuwarden.snapshot/1 document: every field, an ISO-8601 twin beside each time, needs_attention."""
-        body = _plain(self)
+        return self._document(with_processes=True)
+
+    def _document(self, with_processes: bool) -> dict[str, Any]:
+        """to_dict(); without the process records when to_json writes them from their own cached JSON (2,000 of
+        them made into dicts, each load parsed back, only to be dropped, was most of a big node's to_json)."""
+        body = _plain(self, skip="" if with_processes else "processes")
+        if not with_processes:
+            body["processes"] = _PROCESSES_MARK
         driver = body.pop("driver", None)
         for optional in ("agent", "kubernetes"):
             if body.get(optional) is None:
                 body.pop(optional, None)
         loads = self.process_load
-        if loads:
+        if loads and with_processes:
             for p in body["processes"]:
                 load = loads.get(p["pid"])
                 if load is not None:
@@ -487,6 +498,10 @@ class NodeSnapshot:
                 g["physical_device"] = physical_device_of(devices, g["bus_id"], g["index"])
         for e, out in zip(self.engines, body["engines"]):
             out["ledger"] = engine_ledger(e)
+        checked = body.pop("process_vram_checked_at", None)
+        if checked is not None:  # inside each GPU record (open), not at the closed top level older readers check
+            for g in body["gpus"]:
+                g["processes_vram_checked_at"], g["processes_vram_checked_at_iso"] = checked, iso(checked)
         body["needs_attention"] = self.needs_attention()
         return document("snapshot", body)
 
@@ -494,8 +509,7 @@ class NodeSnapshot:
         """The document as JSON: compact (each unchanged process's JSON reused) unless an indent is asked for."""
         if indent is not None:
             return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
-        doc = self.to_dict()
-        doc["processes"] = _PROCESSES_MARK
+        doc = self._document(with_processes=False)
         text = json.dumps(doc, separators=(",", ":"))
         # The key and a string value are what json.dumps writes for the mark: no other text can look like it.
         spot = f'"processes":{json.dumps(_PROCESSES_MARK)}'
@@ -521,7 +535,12 @@ def _process_json(p: "GpuProcess", load: "ProcessLoad | None" = None) -> str:
         object.__setattr__(p, "_json_cache", cached)
     if load is None:
         return cached
-    return cached[:-1] + ',"load":' + _load_json(load) + "}"
+    joined = load.__dict__.get("_joined")  # an idle process keeps both objects: its record with load, made once
+    if joined is not None and joined[0] is p:
+        return str(joined[1])
+    text = cached[:-1] + ',"load":' + _load_json(load) + "}"
+    object.__setattr__(load, "_joined", (p, text))
+    return text
 
 
 def _load_json(load: "ProcessLoad") -> str:
@@ -601,7 +620,7 @@ TIME_FIELDS = frozenset({"taken_at", "start_time", "started_at", "phase_since", 
                          "since"})
 
 
-def _plain(obj: Any) -> Any:
+def _plain(obj: Any, skip: str = "") -> Any:
     names = getattr(type(obj), "__record_fields__", None)
     if names is not None:
         # A sampler hands out the same GpuProcess while nothing about it changed: convert it once.
@@ -610,7 +629,7 @@ def _plain(obj: Any) -> Any:
             return dict(cached)  # a copy: a reader that edits its document must not edit the next one
         out: dict[str, Any] = {}
         for name in names:
-            if name == "process_load":
+            if name == "process_load" or name == skip:
                 continue  # a side table: to_dict puts each entry inside its process record
             value = getattr(obj, name)
             out[name] = value if value is None or isinstance(value, (str, int, float)) else _plain(value)
@@ -703,8 +722,9 @@ def snapshot_from_dict(data: dict[str, Any]) -> NodeSnapshot:
     )
     pods = tuple(_build(PodGpus, {**p, "gpus": tuple(p.get("gpus", ()))}) for p in data.get("pods", []))
     driver = data.get("driver") if isinstance(data.get("driver"), dict) else _driver_from_gpus(data.get("gpus", []))
+    checked = next((g.get("processes_vram_checked_at") for g in data.get("gpus", []) if isinstance(g, dict)), None)
     return _build(NodeSnapshot, {
-        **data, "driver": driver, "process_load": _loads(data.get("processes", [])),
+        **data, "process_vram_checked_at": checked, "driver": driver, "process_load": _loads(data.get("processes", [])),
         "gpus": gpus, "processes": procs, "residual": residual, "engines": engines,
         "arenas": arenas, "pods": pods, "drained": tuple(data.get("drained", ())),
         "warnings": tuple(as_warning(w) for w in data.get("warnings", ()) or ()),

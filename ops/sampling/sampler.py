@@ -127,6 +127,7 @@ class Sampler:
             baseline_recorded=bool(extras.baseline),
             source=f"bundle:{self.settings.replay}" if self.settings.replay else "live",
             duration_s=round(time.perf_counter() - t0, 6), driver=driver, process_load=loads,
+            process_vram_checked_at=getattr(self.backend, "vram_checked_at", None),
         )
 
     def _gem_holders(self, residual: tuple[Residual, ...], processes: tuple[GpuProcess, ...],

@@ -121,8 +121,11 @@ class Report:
         return 1 if c.get("critical") or c.get("error") else 0
 
     def summary(self) -> list[str]:
-        """Short lines, most important first (info findings left out)."""
-        return [line_of(f) for f in self.ordered() if f.severity != "info"]
+        """Short lines, most important first (info findings left out): one per group of findings that differ
+        only in the device (ops/triage/groups.py), at most groups.SUMMARY_MAX lines whatever the log."""
+        from gpuwarden.ops.triage import groups  # groups builds on this module
+
+        return groups.summary(self.ordered())
 
     def headline(self) -> str | None:
         """One sentence: the top finding, and what it led to on the same GPU (reset, VRAM lost)."""

@@ -14,6 +14,7 @@ from gpuwarden.ops.foundation.safetext import printable
 from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.foundation.jsondoc import iso, document, dumps
 from gpuwarden.ops.triage.findings import Finding, Report, line_of
+from gpuwarden.ops.triage.groups import SUMMARY_MAX, group
 
 _MARK = {"critical": "CRITICAL", "error": "ERROR", "warning": "warning", "info": "info"}
 SCHEMA = "triage"
@@ -55,9 +56,10 @@ def summary_lines(report: Report, limit: int = 12) -> list[str]:
 
 
 def timeline_lines(report: Report, limit: int = 30) -> list[str]:
-    """Warnings and worse by where they first appear: what went wrong first is often the cause."""
-    shown = sorted((f for f in report.findings if f.severity != "info" and f.first_line is not None),
-                   key=lambda f: f.first_line or 0)  # every one has a first line (filtered above)
+    """Warnings and worse by where they first appear: what went wrong first is often the cause. One line per
+    group (the same failure on several devices appears once, at its first device)."""
+    firsts = [g.first for g in group([f for f in report.ordered() if f.severity != "info"])]
+    shown = sorted((f for f in firsts if f.first_line is not None), key=lambda f: f.first_line or 0)
     return [sanitize(f"{f.first_stamp or f'line {f.first_line}'}: {f.title}") for f in shown[:limit]]
 
 
@@ -96,13 +98,52 @@ def known_lines(report: Report, limit: int = 12) -> list[str]:
     return out + ([f"- ... and {more} more (`triage --json`: known_issues)"] if more > 0 else [])
 
 
+# The Markdown report stays readable whatever the log: findings are written in group order until this many
+# bytes are out, the rest named by count (the --json document carries every one). Each finding is capped
+# (MAX_EXAMPLES, MAX_VICTIMS, MAX_DETAIL_VALUES), so one block stays far below the headroom to REPORT_MAX.
+REPORT_MAX = 256 * 1024
+FINDINGS_BUDGET = 200 * 1024
+FULL_PER_GROUP = 3  # members of a group written in full; the rest one line each
+BRIEF_PER_GROUP = 40
+
+
+def _when(f: Finding) -> str:
+    when = f.first_stamp or (f"line {f.first_line}" if f.first_line else "")
+    if f.count > 1 and when and (f.last_stamp or f.last_line):
+        when = f"{when} … {f.last_stamp or f'line {f.last_line}'}"
+    return when
+
+
+def _finding_block(f: Finding) -> list[str]:
+    out = [f"### [{_MARK.get(f.severity, f.severity)}] {sanitize(line_of(f))}", ""]
+    when = _when(f)
+    out.append(f"- category: {f.category} · rule: `{f.rule}` · occurrences: {f.count}"
+               + (f" · when: {sanitize(when)}" if when else ""))
+    if f.devices:
+        out.append(f"- devices: {sanitize(', '.join(f.devices))}")
+    if f.meaning:
+        out.append(f"- meaning: {sanitize(f.meaning)}")
+    if f.check:
+        out.append(f"- first check: {sanitize(f.check)}")
+    if f.victims:
+        out.append(f"- victims ({len(f.victims)}):")
+        out += [f"  - {_victim(v)}" for v in f.victims]
+    details = _details(f)
+    if details:
+        out.append("- details: " + details)
+    if f.examples:
+        out += ["", "```"] + [sanitize(e) for ex in f.examples for e in ex.splitlines()] + ["```"]
+    out.append("")
+    return out
+
+
 def markdown(report: Report) -> str:
     counts = report.counts()
     found = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     out = [headline(report), "",
            f"Triage of {sanitize(report.source or 'log')}: {report.lines} lines read; "
            + (f"findings: {found}" if report.findings else "no findings") + ".", "", "## Summary", ""]
-    out += [f"- {line}" for line in summary_lines(report, limit=50)]
+    out += [f"- {line}" for line in summary_lines(report, limit=SUMMARY_MAX)]
     timeline = timeline_lines(report)
     if len(timeline) > 1:
         out += ["", "## Timeline (first occurrence of each problem, in log order)", ""] + [f"- {t}" for t in timeline]
@@ -113,30 +154,34 @@ def markdown(report: Report) -> str:
         out += ["", "## Notes", ""] + [f"- {sanitize(n)}" for n in report.notes]
     if report.findings:
         out += ["", "## Findings", ""]
-    for f in report.ordered():
-        out.append(f"### [{_MARK.get(f.severity, f.severity)}] {sanitize(line_of(f))}")
-        out.append("")
-        when = f.first_stamp or (f"line {f.first_line}" if f.first_line else "")
-        if f.count > 1 and when and (f.last_stamp or f.last_line):
-            when = f"{when} … {f.last_stamp or f'line {f.last_line}'}"
-        out.append(f"- category: {f.category} · rule: `{f.rule}` · occurrences: {f.count}"
-                   + (f" · when: {sanitize(when)}" if when else ""))
-        if f.devices:
-            out.append(f"- devices: {sanitize(', '.join(f.devices))}")
-        if f.meaning:
-            out.append(f"- meaning: {sanitize(f.meaning)}")
-        if f.check:
-            out.append(f"- first check: {sanitize(f.check)}")
-        if f.victims:
-            out.append(f"- victims ({len(f.victims)}):")
-            out += [f"  - {_victim(v)}" for v in f.victims]
-        details = _details(f)
-        if details:
-            out.append("- details: " + details)
-        if f.examples:
-            out += ["", "```"] + [sanitize(e) for ex in f.examples for e in ex.splitlines()] + ["```"]
-        out.append("")
-    return "\n".join(out).rstrip() + "\n"
+    size = sum(len(line.encode()) + 1 for line in out)
+    left = 0
+    for g in group(report.ordered()):
+        if left or size > FINDINGS_BUDGET:
+            left += len(g.members)
+            continue
+        for i, f in enumerate(g.members):
+            if i == FULL_PER_GROUP:  # the rest of a group: one line each, they differ only in the device
+                rest = g.members[i:]
+                block = ["#### more of the same", ""] + [
+                    f"- {sanitize(line_of(m))} · {sanitize(_when(m))}" for m in rest[:BRIEF_PER_GROUP]]
+                if len(rest) > BRIEF_PER_GROUP:
+                    block.append(f"- ... and {len(rest) - BRIEF_PER_GROUP} more (`triage --json`)")
+                block.append("")
+            else:
+                block = _finding_block(f)
+            out += block
+            size += sum(len(line.encode()) + 1 for line in block)
+            if i == FULL_PER_GROUP:
+                break
+    if left:
+        out += [f"... and {left} more findings not shown, to keep this report under {REPORT_MAX // 1024} KiB: "
+                "`gpuwarden triage --json` has every one with its details.", ""]
+    text = "\n".join(out).rstrip() + "\n"
+    if len(text.encode()) > REPORT_MAX:  # only where the sections above the findings are themselves huge
+        cut = text.encode()[:REPORT_MAX - 200].decode(errors="ignore")
+        text = cut[:cut.rfind("\n") + 1] + "... (cut here to stay under 256 KiB; `triage --json` has the rest)\n"
+    return text
 
 
 def _iso_times(d: dict[str, Any], f: Finding) -> None:

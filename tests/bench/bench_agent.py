@@ -91,10 +91,11 @@ def hold_tenants(state: Path, gpus: int) -> list[subprocess.Popen]:
     return tenants
 
 
-def start_agent(state: Path, interval: float = 1.0) -> subprocess.Popen:
+def start_agent(state: Path, interval: float = 1.0, env: dict[str, str] | None = None) -> subprocess.Popen:
     log = open(state.parent / f"agent-{state.name}.log", "ab")
     p = subprocess.Popen([PY, "-m", "gpuwarden.tui.main", "--state-dir", str(state), "--backend", "sim", "agent", "--foreground",
-                          "--interval", str(interval)], stdout=log, stderr=log, env=child_env(), cwd=REPO)
+                          "--interval", str(interval)], stdout=log, stderr=log, env=env or child_env(),
+                         cwd=REPO if env is None else state.parent)
     sock = state / "agent.sock"
     from gpuwarden.ops.agent.client import get
     deadline = time.monotonic() + 120
@@ -194,7 +195,8 @@ def print_startup(s: dict[str, dict], runs: int) -> None:
           f"in {len(extra)} modules; the largest: " + ", ".join(f"{n} {us / 1e3:.2f}" for us, n in extra[:12]))
 
 
-def big_node(window: float) -> dict[str, object]:
+def big_node(window: float, peer: str | None = None) -> dict[str, object]:
+    """Part 2 and 3 on the big node: {tree label: figures}; with `peer`, that git ref's agent too, after this one."""
     base = Path(tempfile.mkdtemp(prefix="gw-bench-agent-big-"))
     state = base / "big"
     node = SimNode(state)
@@ -222,23 +224,33 @@ def big_node(window: float) -> dict[str, object]:
                 t = (now // 60 - 7 * 24 * 60 + m) * 60
                 f.write(json.dumps({"t": t, "gpus": {str(g): [16 << 30, 17 << 30, 0, 0] for g in range(N_GPUS)}},
                                    separators=(",", ":")) + "\n")
-        agent = start_agent(state)
+        trees: list[tuple[str, dict[str, str] | None]] = [("this tree", None)]
+        if peer is not None:
+            import benchlib
+            tmp = Path(tempfile.mkdtemp(prefix="gw-bench-agent-peer-"))
+            trees.append((f"peer ({peer})", {**child_env(), **benchlib.linked_env(
+                export_tree(REPO, peer, tmp), tmp / "pkgs")}))
+        out: dict[str, object] = {}
         top = subprocess.Popen(["top", "-b", "-d", "1"], stdout=subprocess.DEVNULL)
-        try:
-            time.sleep(10)  # the first deep scans and the engines' shared-file reads
-            a0, t0, top0 = proc_cpu_s(agent.pid), time.monotonic(), proc_cpu_s(top.pid)
-            time.sleep(window)
-            a1, t1, top1 = proc_cpu_s(agent.pid), time.monotonic(), proc_cpu_s(top.pid)
-            from gpuwarden.ops.agent.client import get
-            health = get(state / "agent.sock", "/healthz").json()
-            snap_bytes = len(get(state / "agent.sock", "/v1/snapshot").body)
-            lat = latency(state / "agent.sock", 20.0, env=child_env())
-            return {"agent_cpu_pct": 100 * (a1 - a0) / (t1 - t0), "top_cpu_pct": 100 * (top1 - top0) / (t1 - t0),
-                    "agent_rss_mib": rss_mib(agent.pid), "history_bytes": health["history_bytes"],
-                    "snapshot_bytes": snap_bytes, "latency": lat, "window_s": window}
-        finally:
-            agent.send_signal(signal.SIGTERM)
-            agent.wait(10)
+        for label, env in trees:  # one after the other on the same node, each agent alone
+            agent = start_agent(state, env=env)
+            try:
+                time.sleep(10)  # the first deep scans and the engines' shared-file reads
+                a0, t0, top0 = proc_cpu_s(agent.pid), time.monotonic(), proc_cpu_s(top.pid)
+                time.sleep(window)
+                a1, t1, top1 = proc_cpu_s(agent.pid), time.monotonic(), proc_cpu_s(top.pid)
+                from gpuwarden.ops.agent.client import get
+                health = get(state / "agent.sock", "/healthz").json()
+                snap_bytes = len(get(state / "agent.sock", "/v1/snapshot").body)
+                lat = latency(state / "agent.sock", 20.0, env=child_env())
+                out[label] = {"agent_cpu_pct": 100 * (a1 - a0) / (t1 - t0),
+                              "top_cpu_pct": 100 * (top1 - top0) / (t1 - t0), "agent_rss_mib": rss_mib(agent.pid),
+                              "history_bytes": health["history_bytes"], "snapshot_bytes": snap_bytes, "latency": lat,
+                              "window_s": window}
+            finally:
+                agent.send_signal(signal.SIGTERM)
+                agent.wait(10)
+        return out
     finally:
         if top is not None:
             top.kill()
@@ -256,23 +268,30 @@ def main() -> int:
     ap.add_argument("--json-out", type=Path)
     ap.add_argument("--startup-only", action="store_true", help="part 1 alone (status start-up and its imports)")
     ap.add_argument("--before", metavar="REF", help="also time status at this commit (e.g. main), in the same turns")
+    ap.add_argument("--big-only", action="store_true", help="parts 2 and 3 on the big node alone")
+    ap.add_argument("--peer", metavar="REF", help="also run this commit's agent on the big node (after this tree's)")
     args = ap.parse_args()
     print(machine_line())
-    s = startup(args.runs, args.before)
-    print_startup(s, args.runs)
+    s = startup(args.runs, args.before) if not args.big_only else {}
+    if s:
+        print_startup(s, args.runs)
     if args.startup_only:
         if args.json_out:
             args.json_out.write_text(json.dumps({"machine": machine(), "startup": s}, indent=2) + "\n")
         return 0
-    b = big_node(args.window)
-    print(f"2. agent at 1 s, {N_GPUS} GPUs, {N_ENGINES} engines, {N_PROCS} GPU processes, 7 days of history, "
-          f"over {b['window_s']:.0f} s")
-    print(f"   agent CPU {b['agent_cpu_pct']:.2f}% of a core (peer top -b -d 1: {b['top_cpu_pct']:.2f}%), "
-          f"RSS {b['agent_rss_mib']:.1f} MiB, history rings {b['history_bytes'] / 2**20:.2f} MiB, "
-          f"snapshot {b['snapshot_bytes'] / 1024:.0f} KiB")
-    for label, lat in (("small node", s["latency (small node)"]), ("big node", b["latency"])):
-        print(f"3. /v1/snapshot, 10 clients at 10 Hz, {label}: {lat['requests']} requests, {lat['failed']} failed, "
-              f"p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.1f} ms")
+    trees = big_node(args.window, args.peer)
+    for tree, b in trees.items():
+        assert isinstance(b, dict)
+        print(f"2. agent at 1 s ({tree}), {N_GPUS} GPUs, {N_ENGINES} engines, {N_PROCS} GPU processes, 7 days of "
+              f"history, over {b['window_s']:.0f} s")
+        print(f"   agent CPU {b['agent_cpu_pct']:.2f}% of a core (peer top -b -d 1: {b['top_cpu_pct']:.2f}%), "
+              f"RSS {b['agent_rss_mib']:.1f} MiB, history rings {b['history_bytes'] / 2**20:.2f} MiB, "
+              f"snapshot {b['snapshot_bytes'] / 1024:.0f} KiB")
+        lats = ([("small node", s["latency (small node)"])] if s else []) + [(f"big node, {tree}", b["latency"])]
+        for label, lat in lats:
+            print(f"3. /v1/snapshot, 10 clients at 10 Hz, {label}: {lat['requests']} requests, {lat['failed']} "
+                  f"failed, p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.1f} ms")
+    b = trees
     if args.json_out:
         args.json_out.write_text(json.dumps({"machine": machine(), "startup": s, "big_node": b}, indent=2) + "\n")
     return 0

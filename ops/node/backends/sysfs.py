@@ -9,6 +9,7 @@ per-process files, one for discovery; a GPU whose read is late comes back STALE 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from gpuwarden.ops.foundation.deadline import DEFAULT_S, LANES, LateRead, Lanes
@@ -258,6 +259,16 @@ class SysfsBackend:
         # The last full pass, when every vram file it read is held open: (listing, fds, bytes read, result).
         # The same listing and the same bytes from the same fds can only give the same result again.
         self._repeat: tuple[list[str], list[int], list[bytes], list[ProcessUsage]] | None = None
+        # The cheap signal for skipping vram files (see _kfd_usage): each GPU's mem_info_vram_used as gpus() last
+        # read it (None until a gpus() call precedes process_usage()); per GPU of the last full pass its held fds
+        # and the bytes they read; the device figures the held files were last checked against.
+        self._vram_seen: list[int | None] | None = None
+        self._parts: dict[int, tuple[list[int], list[bytes]]] = {}
+        self._figures: list[int | None] | None = None
+        # Wall time at which each rotation phase's files were last read; the oldest is how old a figure can be.
+        self._phase_read_at: list[float] = [0.0] * self.VRAM_SPREAD
+        self.vram_checked_at: float | None = None  # the oldest per-process VRAM read behind the last answer
+        self._relist_due = False
 
     def _identity_dirs(self) -> list[str]:
         """Directories that a driver reload (or a rebuilt sim tree) replaces: each card's kobject, its
@@ -434,6 +445,7 @@ class SysfsBackend:
             lates = blocked[index]
             stale = stale_read(min(lates, key=lambda b: b.since)) if lates else None
             out.append(GpuInfo(**static, **dict(values.get(index, {})), stale=stale))
+        self._vram_seen = [g.vram_used if g.stale is None else None for g in out]
         return out
 
     def _each_in_lanes(self, todo: list[int], root_s: str, statics: list[dict[str, Any] | None],
@@ -473,7 +485,9 @@ class SysfsBackend:
 
     def _kfd_usage(self, mark: Mark) -> list[ProcessUsage]:
         """KFD's per-process VRAM. The vram_<gpu_id> files are kept open and re-read with pread;
-        each PID's directory is listed when first seen and again every RELIST_EVERY refreshes.
+        each PID's directory is listed when first seen and again when the device signal asks (see _skim) or every
+        RELIST_BACKSTOP refreshes (RELIST_EVERY without the signal). Only files that can have changed are read:
+        see VRAM_SPREAD.
         A file that reads the same bytes as last time gives back the same ProcessUsage object, and a
         refresh where every file does gives back the very same list (callers must not change it)."""
         out: list[ProcessUsage] = []
@@ -487,20 +501,30 @@ class SysfsBackend:
         except OSError:
             return out
         self._refreshes += 1
-        relist_all = self._refreshes % self.RELIST_EVERY == 0
+        seen, self._vram_seen = self._vram_seen, None  # a signal is good for the one pass after its gpus()
+        # With the device signal, directories are listed again when a GPU's VRAM moved and no file we hold changed
+        # (a known process's first VRAM on another GPU: a new vram file), else every RELIST_BACKSTOP refreshes;
+        # without it, every RELIST_EVERY.
+        relist_all = self._relist_due or self._refreshes % (
+            self.RELIST_EVERY if seen is None else self.RELIST_BACKSTOP) == 0
+        self._relist_due = False
         repeat = self._repeat
         mark("the per-process VRAM files", base)
+        now = time.time()
         if repeat is not None and not relist_all and listing == repeat[0]:
-            pread = os.pread
-            try:
-                raws = [pread(fd, 64, 0) for fd in repeat[1]]  # one C-level loop: 2,000 PIDs in ~2 ms
-            except OSError:
-                raws = None  # a process left: the full pass below drops its files
-            if raws == repeat[2]:
+            same = self._skim(seen) if seen is not None else self._reread(repeat[1], repeat[2])
+            if same:
+                if seen is None:
+                    self._phase_read_at = [now] * self.VRAM_SPREAD
+                else:
+                    self._phase_read_at[self._refreshes % self.VRAM_SPREAD] = now
+                self.vram_checked_at = min(self._phase_read_at)
                 return repeat[3]
         self._repeat = None
+        before, self._parts = self._parts, {}
         fds: list[int] | None = []
         raws_read: list[bytes] = []
+        gpus_read: list[int] = []
         held_fd = self._held.fd
         known = self._entries
         for gone in known.keys() - set(listing):
@@ -538,6 +562,7 @@ class SysfsBackend:
                     else:
                         fds.append(fd)
                         raws_read.append(raw)
+                        gpus_read.append(entry[1])
                 if raw == entry[2]:
                     append(entry[3])
                     continue
@@ -557,9 +582,74 @@ class SysfsBackend:
                 fds = None
         if fds is not None:
             self._repeat = (listing, fds, raws_read, out)
+            parts: dict[int, tuple[list[int], list[bytes]]] = {}
+            for fd, raw, gpu in zip(fds, raws_read, gpus_read):
+                part = parts.get(gpu)
+                if part is None:
+                    part = parts[gpu] = ([], [])
+                part[0].append(fd)
+                part[1].append(raw)
+            self._parts = parts
+        figures, self._figures = self._figures, seen
+        if seen is not None and figures is not None and not relist_all:
+            for gpu, figure in enumerate(seen):
+                if figure is not None and (gpu >= len(figures) or figures[gpu] != figure) and \
+                        sorted(before.get(gpu, ((), ()))[1]) == sorted(parts.get(gpu, ((), ()))[1] if fds is not None else ()):
+                    self._relist_due = True  # this GPU's VRAM moved and none of its files did: a new file?
+        self._phase_read_at = [now] * self.VRAM_SPREAD
+        self.vram_checked_at = now
         return out
 
     RELIST_EVERY = 10
+    RELIST_BACKSTOP = 60  # with the device signal: a new vram file no device figure betrayed, seen this late
+    # A refresh re-reads only the vram files of GPUs whose device VRAM moved since their files were last read, and
+    # 1/VRAM_SPREAD of the others in turn (a deep pass spread over VRAM_SPREAD refreshes). Why this is sound: KFD's
+    # vram_<gpu_id> is the process's VRAM BO total (kfd_procfs_show, pdd->vram_usage), which changes only when
+    # it allocates or frees VRAM, and that moves the GPU's mem_info_vram_used, read every refresh anyway. What it
+    # costs: an allocation that leaves the device total where it was (another process freed as much between two
+    # refreshes) is seen by the rotation, VRAM_SPREAD refreshes later at the latest (8 s at the agent's 1 s);
+    # NodeSnapshot.process_vram_checked_at says how old the oldest figure can be. inotify does not report sysfs
+    # attribute changes, and the fdinfo counters cost more to read than the vram file itself.
+    VRAM_SPREAD = 8
+
+    @staticmethod
+    def _reread(fds: list[int], raws: list[bytes]) -> bool:
+        """Every held file reads the bytes it read last time (one C-level loop)."""
+        pread = os.pread
+        try:
+            return [pread(fd, 64, 0) for fd in fds] == raws
+        except OSError:
+            return False  # a process left: the full pass drops its files
+
+    def _skim(self, seen: list[int | None]) -> bool:
+        """The files that can have changed read the same as last time: every file of a GPU whose device VRAM
+        moved, this refresh's phase of the rest (see VRAM_SPREAD). False: the full pass must run."""
+        phase, spread = self._refreshes % self.VRAM_SPREAD, self.VRAM_SPREAD
+        figures = self._figures or []
+        pread = os.pread
+        parts = self._parts
+        relist = False
+        try:
+            for gpu, figure in enumerate(seen):
+                moved = figure is None or gpu >= len(figures) or figures[gpu] != figure
+                part = parts.get(gpu)
+                if part is None:
+                    relist = relist or (moved and figure is not None)  # VRAM on a GPU no file of ours is for
+                    continue
+                fds, raws = part
+                if moved:
+                    if [pread(fd, 64, 0) for fd in fds] != raws:
+                        return False
+                    # None of its files moved: a vram file we do not hold yet (a known process's first VRAM on
+                    # this GPU) or memory KFD does not count; the next refresh lists the directories again.
+                    relist = relist or figure is not None
+                elif [pread(fd, 64, 0) for fd in fds[phase::spread]] != raws[phase::spread]:
+                    return False
+        except OSError:
+            return False
+        self._figures = seen
+        self._relist_due = relist
+        return True
 
     def _forget_pid(self, pid_s: str) -> None:
         for entry in self._entries.pop(pid_s, None) or ():
