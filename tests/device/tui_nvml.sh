@@ -95,7 +95,7 @@ import asyncio, sys
 from pathlib import Path
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.tui.app import GpuwardenApp
-from gpuwarden.tui.sampling import live_source
+from gpuwarden.ops.sources import live_source
 
 cfg, out = Path(sys.argv[1]), Path(sys.argv[2])
 
