@@ -25,6 +25,7 @@ from typing import Any, Callable, Protocol, TextIO
 
 from gpuwarden.ops import __version__
 from gpuwarden.ops.config import nodeconfig
+from gpuwarden.ops.config.keys import MIN_REFRESH_S
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.jsondoc import iso, document
 from gpuwarden.ops.foundation.model import NodeSnapshot
@@ -224,7 +225,7 @@ class Agent:
             return
         old, self.config = self.config, cfg
         if self._thread is not None:
-            self._thread.interval = max(cfg.interval, 0.25)
+            self._thread.interval = max(cfg.interval, MIN_REFRESH_S)
         if self._sampler is not None:
             self._sampler.deep_every_s = cfg.deep_scan_interval
             self._sampler.full_scan_every_s = cfg.full_scan_interval
