@@ -16,7 +16,7 @@ from gpuwarden.ops.foundation.paths import default_state_dir
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: status --json resolves its state dir here
 if TYPE_CHECKING:
-    from typing import Mapping
+    from typing import Any, Mapping
 
     from gpuwarden.ops.config.agent import AgentConfig
     from gpuwarden.ops.foundation.settings import Settings
@@ -94,7 +94,7 @@ def state_dir(options: Mapping[str, object], environ: Mapping[str, str] | None =
     found = config_state_dir(config_path(options, env))
     if found is _UNREADABLE:
         return None
-    return found if isinstance(found, Path) else default_state_dir()
+    return found if isinstance(found, Path) else default_state_dir(env)
 
 
 def resolve(options: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None, *,
@@ -151,7 +151,7 @@ def resolve(options: Mapping[str, object] | None = None, environ: Mapping[str, s
     chosen = _given(options, env, keys.key("", "state_dir"))[0]
     if chosen is None:
         found = config_state_dir(config)
-        chosen = found if isinstance(found, Path) else default_state_dir()
+        chosen = found if isinstance(found, Path) else default_state_dir(env)
     host_root = Path(str(got["host_root"])) if got["host_root"] is not None else None
 
     def path(name: str) -> Path:
@@ -175,7 +175,7 @@ def resolve(options: Mapping[str, object] | None = None, environ: Mapping[str, s
     return settings
 
 
-def agent_config(settings: Settings, **overrides: object) -> AgentConfig:
+def agent_config(settings: Settings, **overrides: Any) -> AgentConfig:
     """The [agent] section as the agent runs it: table defaults < node config < command line (`overrides`,
     None for an option not given)."""
     from dataclasses import replace

@@ -45,7 +45,7 @@ def _path(k: Key, v: Any) -> str:
     problem = path_problem(k, v)
     if problem:
         raise Bad(problem.replace(repr(v), show(v)))
-    return v
+    return str(v)
 
 
 def _str(k: Key, v: Any) -> str:
