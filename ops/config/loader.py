@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from typing import Any, Mapping
 
     from gpuwarden.ops.config.agent import AgentConfig
+    from gpuwarden.ops.config.kubernetes import KubernetesConfig
     from gpuwarden.ops.foundation.settings import Settings
 
 MAX_CONFIG_BYTES = 1 << 20  # as nodeconfig reads it
@@ -173,6 +174,20 @@ def resolve(options: Mapping[str, object] | None = None, environ: Mapping[str, s
     if check:
         statedir.check(settings.state_dir)  # not ours, shared with other users, unreadable: one line, now
     return settings
+
+
+def kubernetes_config(settings: Settings, **overrides: Any) -> KubernetesConfig:
+    """The [kubernetes] section as the agent runs it: table defaults < node config < command line (`overrides`,
+    None for an option not given)."""
+    from dataclasses import replace
+
+    from gpuwarden.ops.config import nodeconfig
+    # deferred: status reads node.toml: only a node with a [kubernetes] table pays for that code
+    from gpuwarden.ops.config.kubernetes import KubernetesConfig
+    cfg = KubernetesConfig()
+    if settings.config_path.exists():
+        cfg = nodeconfig.load(settings).kubernetes or cfg
+    return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
 
 
 def agent_config(settings: Settings, **overrides: Any) -> AgentConfig:

@@ -417,15 +417,3 @@ def signal_number(name: str) -> int:
     if number is None:
         raise ConfigError(f"unknown signal {name!r}", 'use a name such as "SIGTERM" or "SIGINT"')
     return number
-
-
-def kubernetes_config(settings: Settings, **overrides: Any) -> Any:
-    """The node config's [kubernetes] table (defaults without one), with command-line overrides applied."""
-    from dataclasses import replace
-
-    # deferred: status reads node.toml: only a node with a [kubernetes] table pays for that code
-    from gpuwarden.ops.config.kubernetes import KubernetesConfig
-    cfg = KubernetesConfig()
-    if settings.config_path.exists():
-        cfg = load(settings).kubernetes or cfg
-    return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, TextIO
 
 from gpuwarden.ops import __version__
-from gpuwarden.ops.config import nodeconfig
+from gpuwarden.ops.config import loader
 from gpuwarden.ops.config.keys import MIN_REFRESH_S
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.jsondoc import iso, document
@@ -219,7 +219,7 @@ class Agent:
     def reload(self) -> None:
         """SIGHUP: read the node config again; a config that does not load leaves the running one in place."""
         try:
-            cfg = nodeconfig.load(self.settings).agent if self.settings.config_path.exists() else AgentConfig()
+            cfg = loader.agent_config(self.settings)  # the file again; --interval stays the file's on a reload
         except GpuwardenError as exc:
             self.log("error", f"reload refused, keeping the running config: {exc.message}")
             return

@@ -348,7 +348,7 @@ def _kubernetes_config(settings: Settings, on: bool, **overrides):
                                  "add --kubernetes (or run `gpuwarden k8s-agent`)")
         return None
     # deferred: only this path of the command needs it
-    from gpuwarden.ops.config.nodeconfig import kubernetes_config as for_settings
+    from gpuwarden.ops.config.loader import kubernetes_config as for_settings
     from gpuwarden.ops.k8s.nodesignal import POLICIES
     policy, taint_after = overrides.get("policy"), overrides.get("taint_after")
     if policy is not None and policy not in POLICIES:
