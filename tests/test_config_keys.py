@@ -151,3 +151,14 @@ def test_one_signal_parser_and_one_refresh_floor():
         canary._signal_number("foo")
     assert thread.MIN_REFRESH_S is command.MIN_REFRESH_S is keys.MIN_REFRESH_S
     assert keys.key("agent", "interval").low == keys.MIN_REFRESH_S
+
+
+def test_the_roots_options_read_the_tables_variables():
+    """The Typer root declares each global option with its variable (Typer reads it first): the same as the table."""
+    import typer
+
+    from gpuwarden.playbooks.cli.root import build_app
+    params = {opt: p for p in typer.main.get_command(build_app()).params for opt in p.opts}
+    for k in keys.KEYS:
+        if k.option:
+            assert params[k.option].envvar == k.env, k

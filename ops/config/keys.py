@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 MIN_REFRESH_S = 0.25
 MAX_SECONDS = 1e7  # about 16 weeks: any duration past this is a typo
 MAX_GPU_INDEX = 1023
+MAX_CONFIG_BYTES = 1 << 20  # a node config is a few KiB: a bigger file is the wrong file
 BACKENDS = ("amdsmi", "sysfs", "nvml", "sim")
 
 # Sections, in the order the reference shows them. "global": the command line and the environment only;

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from gpuwarden.ops.config.kubernetes import KubernetesConfig
     from gpuwarden.ops.foundation.settings import Settings
 
-MAX_CONFIG_BYTES = 1 << 20  # as nodeconfig reads it
 _UNREADABLE = object()  # a config that is there but does not read: its state_dir is unknown
 
 
@@ -56,9 +55,9 @@ def _read_config(path: Path) -> bytes | None:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CONFIG_BYTES:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > keys.MAX_CONFIG_BYTES:
             raise OSError(f"{path} is not a node config")
-        return os.read(fd, MAX_CONFIG_BYTES + 1)
+        return os.read(fd, keys.MAX_CONFIG_BYTES + 1)
     finally:
         os.close(fd)
 

@@ -1,6 +1,7 @@
 """The node config (TOML): the arena, the engines to supervise, the stagger policy, the state dir.
 
-`load(settings)` parses and validates it; every error names the file, the line and the key.
+`load(settings)` parses it, checks each table against ops/config/keys.py, then the rules across keys; every error
+(all of them, not the first) names the file, the line and the key.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from gpuwarden.ops.config import keys, schema
 from gpuwarden.ops.config.agent import DEFAULT as AGENT_DEFAULTS
 from gpuwarden.ops.config.agent import AgentConfig
 from gpuwarden.ops.config.agent import parse as parse_agent
-from gpuwarden.ops.config.schema import regex_problem  # noqa: F401 (re-exported: the canary and tests use it)
+from gpuwarden.ops.config.schema import regex_problem  # noqa: F401 (re-exported: tests/test_harden_fuzz.py)
 from gpuwarden.ops.foundation import inputs, tomlpos
 from gpuwarden.ops.foundation.errors import ConfigError, GpuwardenError
 from gpuwarden.ops.foundation.interrupts import signal_number as _signal_number
@@ -103,7 +104,7 @@ class NodeConfig:
         return next((e for e in self.engines if e.name == name), None)
 
 
-MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_BYTES = keys.MAX_CONFIG_BYTES
 MAX_ENGINES = 1024
 MAX_SECONDS = keys.MAX_SECONDS
 MAX_DEPTH = 16  # tables/arrays nested deeper than any node config needs
