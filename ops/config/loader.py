@@ -49,7 +49,7 @@ def config_path(options: Mapping[str, object], environ: Mapping[str, str]) -> Pa
     return Path(str(value)) if value is not None else Path(keys.default("global", "config"))
 
 
-def _read_config(path: Path) -> bytes | None:
+def _read_config(path: Path) -> bytes:
     """The config's bytes; OSError when it is missing, unreadable, not a regular file or over 1 MiB."""
     # Never blocks (a FIFO), never reads a device: the node config is a regular file of at most 1 MiB.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -62,7 +62,7 @@ def _read_config(path: Path) -> bytes | None:
         os.close(fd)
 
 
-def config_state_dir(path: Path) -> object:
+def _config_state_dir(path: Path) -> object:
     """The node config's state_dir: a Path, None when the file does not exist or does not name one, or
     _UNREADABLE when it cannot be read, is not TOML, or its state_dir is not valid (loading the config says
     why: that error stays with the command that loads it)."""
@@ -74,7 +74,7 @@ def config_state_dir(path: Path) -> object:
         return _UNREADABLE
     import tomllib
     try:
-        data = tomllib.loads(raw.decode())  # type: ignore[union-attr]
+        data = tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
         return _UNREADABLE
     value = data.get("state_dir")
@@ -91,7 +91,7 @@ def state_dir(options: Mapping[str, object], environ: Mapping[str, str] | None =
     value, _ = _given(options, env, keys.key("", "state_dir"))
     if value is not None:
         return Path(str(value))
-    found = config_state_dir(config_path(options, env))
+    found = _config_state_dir(config_path(options, env))
     if found is _UNREADABLE:
         return None
     return found if isinstance(found, Path) else default_state_dir(env)
@@ -147,11 +147,8 @@ def resolve(options: Mapping[str, object] | None = None, environ: Mapping[str, s
     if errors:
         raise errors[0] if len(errors) == 1 else SettingsErrors(errors)
 
-    config = config_path(options, env)
-    chosen = _given(options, env, keys.key("", "state_dir"))[0]
-    if chosen is None:
-        found = config_state_dir(config)
-        chosen = found if isinstance(found, Path) else default_state_dir(env)
+    # A config that does not read leaves the default; the command that loads the config says what is wrong.
+    chosen = state_dir(options, env) or default_state_dir(env)
     host_root = Path(str(got["host_root"])) if got["host_root"] is not None else None
 
     def path(name: str) -> Path:
@@ -164,7 +161,7 @@ def resolve(options: Mapping[str, object] | None = None, environ: Mapping[str, s
     else:
         sysfs_root, proc_root = path("sysfs_root"), path("proc_root")
     settings = Settings(
-        state_dir=Path(str(chosen)), config_path=config,
+        state_dir=chosen, config_path=config_path(options, env),
         backend=str(backend) if backend and backend != "auto" else None,
         sysfs_root=sysfs_root, proc_root=proc_root, host_root=host_root,
         dev_root=path("dev_root"), etc_root=path("etc_root"), boot_root=path("boot_root"), opt_root=path("opt_root"),
