@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from gpuwarden.ops.foundation import gate
 from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.interrupts import signal_number
 from gpuwarden.ops.foundation.status_protocol import PHASES, StatusWriter
 from gpuwarden.ops.foundation.units import fmt_bytes, parse_size
 from gpuwarden.ops import register
@@ -63,13 +64,12 @@ class _Stop:
 
 
 def _signal_number(name: str) -> int:
-    name = name.upper()
-    if not name.startswith("SIG"):
-        name = "SIG" + name
-    try:
-        return int(getattr(signal, name))
-    except AttributeError:
-        raise GpuwardenError(f"unknown signal {name!r}", "e.g. SEGV, ABRT, KILL, BUS") from None
+    number = signal_number(name)
+    if number is None:
+        shown = name.strip().upper()
+        raise GpuwardenError(f"unknown signal {shown if shown.startswith('SIG') else 'SIG' + shown!r}",
+                             "e.g. SEGV, ABRT, KILL, BUS")
+    return number
 
 
 class Canary:

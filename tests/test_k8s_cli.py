@@ -180,12 +180,12 @@ def test_kubernetes_config_errors_name_the_line(tmp_path):
 def test_host_roots_are_the_live_node_not_a_captured_tree(tmp_path, monkeypatch):
     from gpuwarden.ops.node.backends.select import open_backend
     from gpuwarden.ops.foundation.errors import BackendUnavailable
-    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.config import loader
     host = tmp_path / "host"
     (host / "sys").mkdir(parents=True)
     (host / "proc").symlink_to("/proc")
     monkeypatch.setenv("GPUWARDEN_HOST_ROOT", str(host))
-    s = Settings.from_env(state_dir=tmp_path / "state")
+    s = loader.resolve({"state_dir": tmp_path / "state"}, check=False)
     assert (s.sysfs_root, s.proc_root, s.live, s.captured) == (host / "sys", host / "proc", True, False)
     # Live: every real backend is tried (amdsmi and nvml too, not the captured tree's sysfs alone); with none,
     # the error names each, and no command falls back to the simulated node (ops/node/backends/select.py).
@@ -193,7 +193,7 @@ def test_host_roots_are_the_live_node_not_a_captured_tree(tmp_path, monkeypatch)
         open_backend(s)
     assert "amdsmi:" in live.value.message and "nvml:" in live.value.message
     monkeypatch.delenv("GPUWARDEN_HOST_ROOT")
-    captured = Settings.from_env(state_dir=tmp_path / "state", sysfs_root=host / "sys")
+    captured = loader.resolve({"state_dir": tmp_path / "state", "sysfs_root": host / "sys"}, check=False)
     assert captured.captured
     with pytest.raises(BackendUnavailable) as tree:
         open_backend(captured)

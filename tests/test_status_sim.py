@@ -225,12 +225,12 @@ def test_backend_help_states_the_rule(cli):
 def test_the_console_alone_falls_back_to_the_labelled_simulated_node(tmp_path, monkeypatch):
     # The product's first command opens the console on a machine with no GPU: it shows the simulated node,
     # labelled with why no real backend works (ops/node/backends/select.open_for_console); commands do not.
-    from gpuwarden.ops.foundation.settings import Settings
+    from gpuwarden.ops.config import loader
     from gpuwarden.ops.node.backends.select import BackendUnavailable, open_backend
     from gpuwarden.ops.sources import viewer_source
     for name in ("GPUWARDEN_BACKEND", "GPUWARDEN_SYSFS_ROOT", "GPUWARDEN_PROC_ROOT", "GPUWARDEN_CONFIG"):
         monkeypatch.delenv(name, raising=False)
-    settings = Settings.from_env().with_(state_dir=tmp_path / "state")  # this live node: no GPU here or in CI
+    settings = loader.resolve(check=False).with_(state_dir=tmp_path / "state")  # this live node: no GPU here or in CI
     try:
         open_backend(settings).close()
     except BackendUnavailable:

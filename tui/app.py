@@ -26,7 +26,8 @@ from gpuwarden.tui.keyhints import with_keys
 from gpuwarden.tui.messages import PlaybookFinished, PlaybookProgress, SamplingFailed, SnapshotArrived
 from gpuwarden.tui.palette import GpuwardenCommands
 from gpuwarden.tui.runner import PlaybookRun
-from gpuwarden.ops.sampling.thread import MIN_REFRESH_S, SamplingThread, SnapshotSource
+from gpuwarden.ops.config.keys import MIN_REFRESH_S
+from gpuwarden.ops.sampling.thread import SamplingThread, SnapshotSource
 from gpuwarden.tui.text import duration
 from gpuwarden.tui.widgets.arena import ArenaPanel
 from gpuwarden.tui.widgets.engines import EnginesPanel

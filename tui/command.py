@@ -12,10 +12,10 @@ from typing import Optional
 
 import typer
 
+from gpuwarden.ops.config.keys import MIN_REFRESH_S  # the floor every sampler keeps
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.settings import Settings
 
-MIN_REFRESH_S = 0.25
 
 
 def in_browser() -> bool:
@@ -76,7 +76,7 @@ def tui_cmd(
                                    help="Watch only: the action keys (launch, stop, drain, reset, purge, "
                                         "baseline, bundle) are not bound and not in the command palette."),
     refresh: Optional[float] = typer.Option(None, "--refresh", metavar="SECONDS",
-                                            help="Seconds between snapshots (0.25 or more; default: the one "
+                                            help=f"Seconds between snapshots ({MIN_REFRESH_S:g} or more; default: the one "
                                                  "chosen in the console last time, else 1). A slow backend "
                                                  "call delays the next one; it is never overlapped."),
     bundle: Optional[Path] = typer.Option(None, "--bundle", metavar="FILE",

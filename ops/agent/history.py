@@ -15,6 +15,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.ops.config.keys import MIN_REFRESH_S
 from gpuwarden.ops.foundation.jsondoc import document, iso
 from gpuwarden.ops.foundation.model import GpuInfo, NodeSnapshot
 from gpuwarden.ops.foundation.statedir import atomic_write
@@ -132,7 +133,7 @@ class History:
         # back (NTP, an operator) shifts later rows by the step, so every series stays ordered.
         self._last_t = float("-inf")
         self.skew_s = 0.0
-        self._fine_capacity = max(60, math.ceil(FINE_SPAN_S / max(interval_s, 0.25)))
+        self._fine_capacity = max(60, math.ceil(FINE_SPAN_S / max(interval_s, MIN_REFRESH_S)))
         self._fine: dict[int, Ring] = {}
         self._minutes: dict[int, Ring] = {}
         self._open: dict[int, _Minute] = {}

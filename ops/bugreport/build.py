@@ -15,6 +15,7 @@ from gpuwarden.ops import knowledge
 from gpuwarden.ops.bundle.replay import open_bundle, read_member
 from gpuwarden.ops.bundle.triage_file import triage_bundle
 from gpuwarden.ops.doctor.diagnose import diagnose_bundle
+from gpuwarden.ops.config import loader
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.bugreport.environment import collect
 
@@ -148,7 +149,7 @@ def build(path: Path | str, settings: Settings | None = None) -> dict[str, Any]:
 
     # doctor unpacks the bundle to a temporary tree (zlib and file writes release the GIL) while triage reads it
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="report-doctor") as pool:
-        doctor_job = pool.submit(diagnose_bundle, path, settings or Settings.from_env())
+        doctor_job = pool.submit(diagnose_bundle, path, settings or loader.resolve(check=False))
         report = triage_bundle(path)
         doctor = doctor_job.result()
     crashes = [{"title": f.title, "count": f.count, "library": f.details.get("library"),

@@ -14,6 +14,7 @@ import time
 
 from gpuwarden.ops.foundation import journal, statedir
 from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.config import loader
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.bundle.collect import collect_bundle
 
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", required=True)
     parser.add_argument("--reason", required=True)
     args = parser.parse_args(argv)
-    path = maybe_collect(Settings.from_env(state_dir=args.state_dir), engine=args.engine, reason=args.reason)
+    path = maybe_collect(loader.resolve({"state_dir": args.state_dir}, check=False), engine=args.engine, reason=args.reason)
     print(path or "")
     return 0
 

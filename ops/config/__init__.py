@@ -1,4 +1,4 @@
-"""The node config's tables that belong to one domain ([agent], [kubernetes]): their shapes and parsers.
+"""Configuration: every key declared once (keys), checked by one schema, resolved by one loader; the node config.
 
-They sit below the domains that use them so that gpuwarden.ops.config.nodeconfig can parse the whole file.
+keys.py the table, schema.py its checks, loader.py defaults < file < environment < options, nodeconfig.py the file.
 """

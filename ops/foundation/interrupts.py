@@ -87,3 +87,23 @@ class Held:
         if sig is not None:
             self.pending = None
             raise KeyboardInterrupt() if sig == signal.SIGINT else Interrupted(sig)
+
+
+def signal_name(text: str) -> str | None:
+    """The canonical name of a signal written "SIGTERM", "term" or "TERM" (None when no such signal exists).
+
+    The one parser of signal names: the node config's stop_signal, the canary's --crash-signal and the console's
+    process actions all read names through it."""
+    name = text.strip().upper()
+    if not name.startswith("SIG"):
+        name = "SIG" + name
+    try:
+        return signal.Signals[name].name
+    except KeyError:
+        return None
+
+
+def signal_number(text: str) -> int | None:
+    """The number of a signal written as signal_name() reads it; None when no such signal exists."""
+    name = signal_name(text)
+    return None if name is None else int(signal.Signals[name])

@@ -11,16 +11,20 @@ from pathlib import Path
 
 from gpuwarden.ops.foundation.errors import GpuwardenError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: status finds the agent's socket here
+if TYPE_CHECKING:
+    from typing import Mapping
+
 BACKENDS = ("amdsmi", "sysfs", "nvml", "sim")
 DEFAULT_CONFIG = Path("/etc/gpuwarden/node.toml")
 AGENT_SOCKET = "agent.sock"  # in the state dir
 
 
-def default_state_dir() -> Path:
+def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
     """/run/gpuwarden for root, $XDG_RUNTIME_DIR/gpuwarden otherwise (a per-user fallback in /tmp)."""
     if os.geteuid() == 0:
         return Path("/run/gpuwarden")
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    runtime = (os.environ if environ is None else environ).get("XDG_RUNTIME_DIR")
     if runtime:
         return Path(runtime) / "gpuwarden"
     return Path(f"/tmp/gpuwarden-{os.geteuid()}")

@@ -1,17 +1,15 @@
 """Where gpuwarden reads and writes: state dir, config file, backend choice, /sys and /proc roots.
 
-Built once per command from global options and GPUWARDEN_* variables; passed down to everything.
+Built once per command by ops/config/loader.resolve (options, GPUWARDEN_* variables, node config, defaults);
+passed down to everything.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from gpuwarden.ops.foundation.paths import BACKENDS, DEFAULT_CONFIG, default_state_dir  # noqa: F401 (re-exported)
 from gpuwarden.ops.foundation.records import record, replace
-from gpuwarden.ops.foundation.deadline import check_seconds
-from gpuwarden.ops.foundation.errors import GpuwardenError
 
 
 @record
@@ -38,49 +36,6 @@ class Settings:
     # Seconds a read of a GPU source (a sysfs file, an amdsmi or NVML call) may take before the GPU counts as
     # STALE and the refresh goes on without it (gpuwarden.ops.foundation.deadline); --read-timeout / GPUWARDEN_READ_TIMEOUT.
     read_timeout_s: float = 3.0
-
-    @classmethod
-    def from_env(cls, **overrides: object) -> "Settings":
-        """Resolve each field: explicit override, else GPUWARDEN_* variable, else default."""
-        env = os.environ
-
-        def pick(key: str, var: str, default: object) -> object:
-            value = overrides.get(key)
-            if value not in (None, ""):
-                return value
-            if env.get(var):
-                return env[var]
-            return default
-
-        backend = pick("backend", "GPUWARDEN_BACKEND", None)
-        if backend == "auto":
-            backend = None
-        host = pick("host_root", "GPUWARDEN_HOST_ROOT", None)
-        host_root: Path | None = None
-        if host is not None:
-            # The host's own /sys and /proc under its mount point; --sysfs-root/--proc-root do not mix with it.
-            host_root = Path(str(host))
-            sysfs_root, proc_root = host_root / "sys", host_root / "proc"
-        else:
-            sysfs_root = Path(str(pick("sysfs_root", "GPUWARDEN_SYSFS_ROOT", "/sys")))
-            proc_root = Path(str(pick("proc_root", "GPUWARDEN_PROC_ROOT", "/proc")))
-        timeout = pick("read_timeout_s", "GPUWARDEN_READ_TIMEOUT", 3.0)
-        try:
-            timeout = float(timeout)  # type: ignore[arg-type]
-        except ValueError:
-            raise GpuwardenError(f"GPUWARDEN_READ_TIMEOUT={timeout!r} is not a number of seconds",
-                                 "e.g. GPUWARDEN_READ_TIMEOUT=3 (the default)") from None
-        return cls(
-            read_timeout_s=check_seconds(timeout, "--read-timeout/GPUWARDEN_READ_TIMEOUT"),
-            state_dir=Path(str(pick("state_dir", "GPUWARDEN_STATE_DIR", default_state_dir()))),
-            config_path=Path(str(pick("config_path", "GPUWARDEN_CONFIG", DEFAULT_CONFIG))),
-            backend=str(backend) if backend else None,
-            dev_root=Path(str(pick("dev_root", "GPUWARDEN_DEV_ROOT", "/dev"))),
-            etc_root=Path(str(pick("etc_root", "GPUWARDEN_ETC_ROOT", "/etc"))),
-            boot_root=Path(str(pick("boot_root", "GPUWARDEN_BOOT_ROOT", "/boot"))),
-            opt_root=Path(str(pick("opt_root", "GPUWARDEN_OPT_ROOT", "/opt"))),
-            sysfs_root=sysfs_root, proc_root=proc_root, host_root=host_root,
-        )
 
     def with_(self, **changes: object) -> "Settings":
         return replace(self, **changes)

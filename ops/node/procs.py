@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gpuwarden.ops.foundation import redact
 from gpuwarden.ops.foundation.heldfiles import HeldFiles, open_or_none
+from gpuwarden.ops.foundation.interrupts import signal_number as _signal_number
 from gpuwarden.ops.foundation.model import PROC_STATES
 from gpuwarden.ops.foundation.records import record
 from gpuwarden.ops.foundation.safetext import printable
@@ -333,8 +334,11 @@ _UNCATCHABLE = frozenset({"KILL", "STOP"})
 
 
 def signal_number(name: str) -> int:
-    import signal
-    return int(signal.Signals[f"SIG{name}"])
+    """The number of a signal named "TERM" (or "SIGTERM"); KeyError for no such signal."""
+    number = _signal_number(name)
+    if number is None:
+        raise KeyError(name)
+    return number
 
 
 def ends_or_freezes(name: str, caught: frozenset[int] = frozenset(), ignored: frozenset[int] = frozenset()) -> bool:

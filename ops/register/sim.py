@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.config import loader
 from gpuwarden.ops.foundation.units import fmt_bytes, parse_size
 from gpuwarden.ops.node.sim import registrations
 from gpuwarden.ops.node.sim.node import SimNode
@@ -42,7 +42,7 @@ class SimRuntime(Runtime):
     name = "sim"
 
     def __init__(self, state_dir: Path | None = None) -> None:
-        self.state_dir = Path(state_dir) if state_dir else Settings.from_env().state_dir
+        self.state_dir = Path(state_dir) if state_dir else loader.resolve(check=False).state_dir
         self._pinned: list[ctypes.Array[ctypes.c_char]] = []
 
     def open(self, gpu: int) -> None:

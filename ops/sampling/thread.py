@@ -10,12 +10,13 @@ import threading
 import time
 from typing import Callable
 
+from gpuwarden.ops.config.keys import MIN_REFRESH_S
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.model import NodeSnapshot
 
 SnapshotSource = Callable[[], NodeSnapshot]
 
-MIN_REFRESH_S = 0.25
+# MIN_REFRESH_S: one floor for every sampler (the console, the agent, status --watch), declared with the keys.
 
 
 class SamplingThread:

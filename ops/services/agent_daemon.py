@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, TextIO
 
 from gpuwarden.ops import __version__
-from gpuwarden.ops.config import nodeconfig
+from gpuwarden.ops.config import loader
+from gpuwarden.ops.config.keys import MIN_REFRESH_S
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.jsondoc import iso, document
 from gpuwarden.ops.foundation.model import NodeSnapshot
@@ -218,13 +219,13 @@ class Agent:
     def reload(self) -> None:
         """SIGHUP: read the node config again; a config that does not load leaves the running one in place."""
         try:
-            cfg = nodeconfig.load(self.settings).agent if self.settings.config_path.exists() else AgentConfig()
+            cfg = loader.agent_config(self.settings)  # the file again; --interval stays the file's on a reload
         except GpuwardenError as exc:
             self.log("error", f"reload refused, keeping the running config: {exc.message}")
             return
         old, self.config = self.config, cfg
         if self._thread is not None:
-            self._thread.interval = max(cfg.interval, 0.25)
+            self._thread.interval = max(cfg.interval, MIN_REFRESH_S)
         if self._sampler is not None:
             self._sampler.deep_every_s = cfg.deep_scan_interval
             self._sampler.full_scan_every_s = cfg.full_scan_interval

@@ -11,7 +11,7 @@ import gc
 import sys
 from pathlib import Path
 
-from gpuwarden.ops.foundation.paths import DEFAULT_CONFIG, default_state_dir, refuse_squatted
+from gpuwarden.ops.foundation.paths import refuse_squatted
 from gpuwarden.ops.foundation.errors import GpuwardenError
 
 # Global options that take a value, as the full CLI spells them.
@@ -76,28 +76,6 @@ def print_os_error(exc: OSError) -> int:
     return 2
 
 
-def _state_dir(glob: dict) -> Path | None:
-    """The state dir the full CLI would use, without building Settings; None when that takes the config and
-    the config does not read (the full path then reports it)."""
-    import os
-    explicit = glob.get("state_dir") or os.environ.get("GPUWARDEN_STATE_DIR")
-    if explicit:
-        return Path(explicit)
-    config = Path(glob.get("config") or os.environ.get("GPUWARDEN_CONFIG") or DEFAULT_CONFIG)
-    try:
-        raw = config.read_bytes()
-    except FileNotFoundError:
-        return default_state_dir()
-    except OSError:
-        return None
-    import tomllib
-    try:
-        state_dir = tomllib.loads(raw.decode()).get("state_dir")
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return None
-    return Path(state_dir) if isinstance(state_dir, str) and state_dir else default_state_dir()
-
-
 def _via_agent(glob: dict) -> int | None:
     """`status --json` answered by the agent, with nothing but the socket; None when no agent serves it."""
     import os
@@ -106,7 +84,9 @@ def _via_agent(glob: dict) -> int | None:
         return None  # a captured tree: the agent samples the live node
     if glob.get("config") or os.environ.get("GPUWARDEN_CONFIG"):
         return None  # a config of this command's own: statusview checks it beside the agent's snapshot
-    state_dir = _state_dir(glob)
+    # deferred: with the options' paths; the config's state_dir read without its validator
+    from gpuwarden.ops.config.loader import state_dir as resolve_state_dir
+    state_dir = resolve_state_dir(glob)
     if state_dir is None:
         return None
     refuse_squatted(state_dir)  # a socket in a dir someone else made could serve anything

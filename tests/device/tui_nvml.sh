@@ -93,14 +93,14 @@ else
     python3 - "$CFG" "$OUT" <<'PY'
 import asyncio, sys
 from pathlib import Path
-from gpuwarden.ops.foundation.settings import Settings
+from gpuwarden.ops.config import loader
 from gpuwarden.tui.app import GpuwardenApp
 from gpuwarden.ops.sources import live_source
 
 cfg, out = Path(sys.argv[1]), Path(sys.argv[2])
 
 async def shot(width, height, name):
-    settings = Settings.from_env(backend="nvml", config_path=cfg)
+    settings = loader.resolve({"backend": "nvml", "config": cfg}, check=False)
     source, close = live_source(settings)
     app = GpuwardenApp(settings, source=source, on_exit=close)
     async with app.run_test(size=(width, height)) as pilot:

@@ -17,6 +17,7 @@ import typer
 
 from gpuwarden.ops.foundation import extras
 from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.config.keys import MIN_REFRESH_S
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.statedir import ensure
 from gpuwarden.ops.foundation.units import parse_duration
@@ -25,15 +26,9 @@ from gpuwarden.playbooks.cli.commands.playbook_options import JsonOut, Yes
 
 
 def _config(settings: Settings, interval: float | None):
-    from dataclasses import replace
-
     # deferred: only this path of the command needs it
-    from gpuwarden.ops.config import nodeconfig
-    from gpuwarden.ops.config.agent import AgentConfig
-    cfg = nodeconfig.load(settings).agent if settings.config_path.exists() else AgentConfig()
-    if interval is not None:
-        cfg = replace(cfg, interval=interval)
-    return cfg
+    from gpuwarden.ops.config import loader
+    return loader.agent_config(settings, interval=interval)  # table defaults < [agent] < --interval
 
 
 def _sampler(settings: Settings):
@@ -84,7 +79,7 @@ def agent_cmd(
              "agent of this state dir and wait until it has exited; status: is one running (exit 0), running "
              "but not answering (1), or not (3); restart: stop, then start it again with the command line and "
              "GPUWARDEN_* environment it ran with. Without one: run the agent (detached from a terminal)."),
-    interval: Optional[float] = typer.Option(None, "--interval", metavar="SECONDS", min=0.25,
+    interval: Optional[float] = typer.Option(None, "--interval", metavar="SECONDS", min=MIN_REFRESH_S,
                                              help="Seconds between snapshots (default: [agent] interval, 1)."),
     listen_unix: Optional[Path] = typer.Option(None, "--listen-unix", metavar="PATH",
                                                help="Socket of the API (default <state dir>/agent.sock, where "
@@ -353,7 +348,7 @@ def _kubernetes_config(settings: Settings, on: bool, **overrides):
                                  "add --kubernetes (or run `gpuwarden k8s-agent`)")
         return None
     # deferred: only this path of the command needs it
-    from gpuwarden.ops.config.nodeconfig import kubernetes_config as for_settings
+    from gpuwarden.ops.config.loader import kubernetes_config as for_settings
     from gpuwarden.ops.k8s.nodesignal import POLICIES
     policy, taint_after = overrides.get("policy"), overrides.get("taint_after")
     if policy is not None and policy not in POLICIES:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import typer
 
-from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.engines import state as st
 
 LOOKUP_S = 1.0
@@ -20,13 +19,14 @@ LOOKUP_S = 1.0
 def _settings(ctx: typer.Context):
     """Settings from the global options typed so far (completion never runs the global callback)."""
     # deferred: only this path of the command needs it
-    from gpuwarden.ops.config.nodeconfig import effective_settings
+    from gpuwarden.ops.config import loader
+    from gpuwarden.ops.foundation.errors import GpuwardenError
     params = ctx.find_root().params
-    paths = {k: params.get(k) for k in ("state_dir", "sysfs_root", "proc_root")}
-    settings = Settings.from_env(state_dir=paths["state_dir"], config_path=params.get("config"),
-                                 backend=params.get("backend"), sysfs_root=paths["sysfs_root"],
-                                 proc_root=paths["proc_root"])
-    return effective_settings(settings)
+    try:
+        return loader.resolve({k: params.get(k) for k in ("state_dir", "config", "backend", "sysfs_root",
+                                                          "proc_root")}, check=False)
+    except GpuwardenError:  # a word still being typed (--backend am<TAB>): complete from the paths alone
+        return loader.resolve({k: params.get(k) for k in ("state_dir", "config")}, environ={}, check=False)
 
 
 def _gpu_list(ctx: typer.Context) -> list[tuple[str, str]]:

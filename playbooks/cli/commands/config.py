@@ -17,59 +17,9 @@ from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.jsondoc import document
+from gpuwarden.ops.config import reference
 
-FOUR_ENGINES = '''\
-# /etc/gpuwarden/node.toml — four data-parallel engines, one GPU each, sharing one weight arena.
-
-# Where gpuwarden keeps engine state, logs and the registration gate (default /run/gpuwarden as root).
-state_dir = "/run/gpuwarden"
-
-[arena]
-path = "/dev/shm/experts.arena"      # MAP_SHARED file every engine maps and registers
-size = "64GiB"                       # payload size; launch refuses an arena of another size
-source = "/models/experts.bin"       # what `gpuwarden arena create` fills it from
-
-[stagger]
-slots = 1                            # at most this many engines register at once (launch --stagger K)
-registration_timeout = 600           # seconds an engine may take to register before its slot is freed
-
-[defaults]                           # every engine gets these unless it sets its own
-workdir = "/srv/engine"
-progress = "preload"                 # gpuwarden interposes the engine's hipHostRegister (LD_PRELOAD)
-ready_pattern = "serving on port \\\\d+"
-gate_release = "ready"               # keep its gate slot until ready_pattern shows, not only until registered
-register_threshold = "256MiB"        # smaller registrations pass straight through
-# (a static or setuid engine ignores LD_PRELOAD: use progress = "log" with registered_pattern instead)
-stop_signal = "SIGINT"
-stop_grace = 60
-restart = "on-failure"               # restart after a crash, with backoff...
-restart_backoff = 5                  # ...5 s, 10 s, 20 s ... up to restart_backoff_max
-restart_backoff_max = 120
-start_limit_burst = 3                # ...but give up after 3 starts within 600 s
-start_limit_interval = 600
-log_max = "256MiB"                   # engine.log + engine.log.1 stay under this
-env = { NCCL_DEBUG = "WARN" }
-
-[[engines]]
-name = "dp0"
-gpu = 0                              # the shim sets ROCR/HIP/CUDA_VISIBLE_DEVICES so it sees only GPU 0
-argv = ["/opt/engine/bin/serve", "--arena", "/dev/shm/experts.arena", "--dp-rank", "0", "--port", "8000"]
-
-[[engines]]
-name = "dp1"
-gpu = 1
-argv = ["/opt/engine/bin/serve", "--arena", "/dev/shm/experts.arena", "--dp-rank", "1", "--port", "8001"]
-
-[[engines]]
-name = "dp2"
-gpu = 2
-argv = ["/opt/engine/bin/serve", "--arena", "/dev/shm/experts.arena", "--dp-rank", "2", "--port", "8002"]
-
-[[engines]]
-name = "dp3"
-gpu = 3
-argv = ["/opt/engine/bin/serve", "--arena", "/dev/shm/experts.arena", "--dp-rank", "3", "--port", "8003"]
-'''
+FOUR_ENGINES = reference.example(4)  # generated from ops/config/keys.py, as docs/configuration.md's tables
 
 CANARY = '''\
 # A canary per GPU: maps and verifies the arena, registers it, copies it to the GPU, serves until stopped.
@@ -197,7 +147,9 @@ def example_cmd(canary: bool = typer.Option(False, "--canary", help="The canary 
                 runtime: str = typer.Option("hip", "--runtime", metavar="hip|cuda|host|sim",
                                             help="With --canary: how the canaries register (sim runs anywhere).")) \
         -> None:
-    """Print a complete, commented node config to start from (four engines on four GPUs, or canaries)."""
+    """Print a complete, commented node config to start from (four engines on four GPUs, or canaries).
+
+    Its keys and comments come from the same table as the reference in docs/configuration.md."""
     if runtime not in RUNTIMES:
         raise GpuwardenError(f"unknown runtime {runtime!r}", f"choose one of: {', '.join(RUNTIMES)}")
     sys.stdout.write(canary_example(runtime) if canary else FOUR_ENGINES)

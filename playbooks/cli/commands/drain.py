@@ -60,7 +60,7 @@ def drain_cmd(
     nodecheck.require_gpu(nodecheck.snapshot(settings), gpu)
     if kubernetes:
         # deferred: only this path of the command needs it
-        from gpuwarden.ops.config.nodeconfig import kubernetes_config as for_settings
+        from gpuwarden.ops.config.loader import kubernetes_config as for_settings
         from gpuwarden.ops.k8s.kube import connect
         from gpuwarden.playbooks.k8s_drain import KubernetesDrainPlaybook
         cfg = for_settings(settings, node_name=node_name)
@@ -96,7 +96,7 @@ def undrain_cmd(
     pb = UndrainPlaybook(gpu)
     if kubernetes:
         # deferred: only this path of the command needs it
-        from gpuwarden.ops.config.nodeconfig import kubernetes_config as for_settings
+        from gpuwarden.ops.config.loader import kubernetes_config as for_settings
         from gpuwarden.ops.k8s.kube import connect
         from gpuwarden.playbooks.k8s_drain import KubernetesUndrainPlaybook
         cfg = for_settings(settings, node_name=node_name)

@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from gpuwarden.ops.config.keys import MIN_REFRESH_S
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.playbooks.cli import statusview
 
@@ -26,7 +27,7 @@ def status_cmd(
     watch: bool = typer.Option(False, "--watch", "-w",
                                help="Refresh in place until Ctrl-C, then exit with the last view's status (0 or 1); "
                                     "SIGTERM and SIGHUP exit 143 and 129."),
-    interval: float = typer.Option(2.0, "--interval", help="Seconds between refreshes with --watch.", min=0.25),
+    interval: float = typer.Option(2.0, "--interval", help="Seconds between refreshes with --watch.", min=MIN_REFRESH_S),
     bundle: Optional[Path] = typer.Option(None, "--bundle", help="Show the node as captured in an incident bundle."),
     topology: bool = typer.Option(False, "--topology", help="Show XGMI hives, PCIe parents, NUMA nodes and which "
                                   "GPUs a reset of each GPU reaches (with --json: gpuwarden.topology/1)."),
