@@ -10,8 +10,6 @@ from gpuwarden.ops.agent import client
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.model import NodeSnapshot, snapshot_from_dict
 from gpuwarden.ops.foundation.settings import Settings
-from gpuwarden.ops.node.backends.select import open_backend, open_for_console
-from gpuwarden.ops.sampling.sampler import Sampler
 from gpuwarden.ops.sources.choose import (AGENT, BUNDLE, LOCAL, SIMULATED, SourceWarning, agent_reply, agent_socket,
                                           own_config_warning)
 
@@ -19,6 +17,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~3 ms): 
 if TYPE_CHECKING:
     from typing import Any, Protocol
 
+    from gpuwarden.ops.sampling.sampler import Sampler
     from gpuwarden.ops.sources.choose import SourceSettings
 
     class Source(Protocol):
@@ -78,8 +77,11 @@ class LocalSource:
     node when none works, labelled with why."""
 
     def __init__(self, settings: Settings, *, use_pidfds: bool = True, console: bool = False):
+        # deferred: a status the agent answers (text too) loads neither the sampler nor a backend
+        from gpuwarden.ops.node.backends.select import open_backend, open_for_console
+        from gpuwarden.ops.sampling.sampler import Sampler
         backend = open_for_console(settings) if console else open_backend(settings)
-        self.sampler = Sampler(settings, backend, use_pidfds=use_pidfds)  # opened now: a missing library fails here
+        self.sampler: Sampler = Sampler(settings, backend, use_pidfds=use_pidfds)  # opened now: a missing library fails here
         self.fallback_reason: str | None = getattr(backend, "fallback_reason", None)
         self.kind = SIMULATED if self.fallback_reason else LOCAL
 

@@ -111,7 +111,7 @@ class _AgentSettings:
         self.cli_words = cli_words
 
 
-def agent_settings(glob: dict) -> _AgentSettings | None:
+def agent_settings(glob: dict[str, object]) -> _AgentSettings | None:
     """The settings the agent's cheap path needs, resolved from the global options and the environment without
     Settings; None when they need the full resolution (a node config of this command's own to validate, a state
     dir the config names that does not read). The one place the configuration loader has to replace here."""
@@ -125,12 +125,12 @@ def agent_settings(glob: dict) -> _AgentSettings | None:
                     or os.environ.get("GPUWARDEN_PROC_ROOT"))
     if not captured:  # (a captured tree asks no agent: the chooser's rule 2)
         refuse_squatted(state_dir)  # a socket in a dir someone else made could serve anything
-    backend = glob.get("backend") or os.environ.get("GPUWARDEN_BACKEND")
+    backend = str(glob.get("backend") or os.environ.get("GPUWARDEN_BACKEND") or "")
     words = tuple(w for name, key in _GLOBAL.items() if key in glob for w in (name, str(glob[key])))
-    return _AgentSettings(state_dir, backend if backend != "auto" else None, captured, words)
+    return _AgentSettings(state_dir, backend if backend not in ("", "auto") else None, captured, words)
 
 
-def _via_agent(glob: dict) -> int | None:
+def _via_agent(glob: dict[str, object]) -> int | None:
     """`status --json` answered by the agent, its bytes untouched; None when the chooser says to take the full
     path (no agent serves this node as the command reads it)."""
     settings = agent_settings(glob)
