@@ -9,9 +9,8 @@ from __future__ import annotations
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.k8s.nodesignal import assess, condition_for
-from gpuwarden.ops.foundation.model import snapshot_from_dict
 from gpuwarden.ops.sampling.sampler import take_snapshot
-from gpuwarden.ops.agent.client import reply_for as agent_reply
+from gpuwarden.ops.sources.choose import ONCE, choose
 
 # NPD cuts a plugin's stdout at pluginConfig.max_output_length, 80 bytes by default
 # (pkg/custompluginmonitor/types/config.go, defaultMaxOutputLength); deploy/k8s/npd sets the same.
@@ -30,11 +29,12 @@ def fit(line: str, limit: int = MAX_OUTPUT) -> str:
 
 def node_check(settings: Settings, use_agent: bool = True) -> tuple[int, str]:
     try:
-        reply = None
         if use_agent:
-            reply = agent_reply(settings)
-        if reply is not None:
-            snap = snapshot_from_dict(reply.json())
+            source = choose(settings, ONCE)  # the agent's latest when it answers, else sampled here
+            try:
+                snap = source.snapshot(deep=True)
+            finally:
+                source.close()
         else:
             snap = take_snapshot(settings)
         if not snap.gpus:

@@ -168,7 +168,7 @@ def test_the_console_reads_the_agent_and_backfills_its_sparklines(sim_state):
     from test_tui_support import screen_text
     from test_tui_support import wait_for as pilot_wait
     from gpuwarden.tui.app import GpuwardenApp
-    from gpuwarden.ops.sources import viewer_source
+    from gpuwarden.ops.sources.choose import CONSOLE, choose
 
     agent = start_agent(sim_state)
     try:
@@ -178,7 +178,8 @@ def test_the_console_reads_the_agent_and_backfills_its_sparklines(sim_state):
         wait_for(lambda: fine().get("points", 0) > 2 and max(fine()["used"]) > 0,
                  what="history before the console opens")
         settings = Settings(state_dir=sim_state, backend="sim", config_path=sim_state / "node.toml")
-        source, close = viewer_source(settings)
+        source = choose(settings, CONSOLE)
+        close = source.close
 
         async def go():
             app = GpuwardenApp(settings, source=source, on_exit=close, refresh_s=0.25, read_only=True)

@@ -227,7 +227,7 @@ def test_the_console_alone_falls_back_to_the_labelled_simulated_node(tmp_path, m
     # labelled with why no real backend works (ops/node/backends/select.open_for_console); commands do not.
     from gpuwarden.ops.config import loader
     from gpuwarden.ops.node.backends.select import BackendUnavailable, open_backend
-    from gpuwarden.ops.sources import viewer_source
+    from gpuwarden.ops.sources.choose import CONSOLE, choose
     for name in ("GPUWARDEN_BACKEND", "GPUWARDEN_SYSFS_ROOT", "GPUWARDEN_PROC_ROOT", "GPUWARDEN_CONFIG"):
         monkeypatch.delenv(name, raising=False)
     settings = loader.resolve(check=False).with_(state_dir=tmp_path / "state")  # this live node: no GPU here or in CI
@@ -237,7 +237,8 @@ def test_the_console_alone_falls_back_to_the_labelled_simulated_node(tmp_path, m
         pass  # as on every machine the suite runs on
     else:
         pytest.skip("a real GPU backend works on this machine")
-    source, close = viewer_source(settings)
+    source = choose(settings, CONSOLE)
+    close = source.close
     try:
         snap = source()
     finally:

@@ -110,7 +110,7 @@ def test_a_collected_bundle_opens_read_only_with_its_triage(state_dir, tmp_path)
     from gpuwarden.playbooks.bundle import BundlePlaybook
     from gpuwarden.playbooks.framework import run
     from gpuwarden.tui.app import GpuwardenApp
-    from gpuwarden.ops.sources import bundle_source
+    from gpuwarden.ops.sources.choose import CONSOLE, choose
     settings = sim_settings(state_dir)
     SimNode(state_dir).leak(3, 2 << 30)
     result = run(BundlePlaybook(output=tmp_path / "incident.tar.gz"), settings)
@@ -118,7 +118,7 @@ def test_a_collected_bundle_opens_read_only_with_its_triage(state_dir, tmp_path)
     bundle = tmp_path / "incident.tar.gz"
 
     async def go():
-        app = GpuwardenApp(settings, source=bundle_source(bundle, settings), bundle=bundle)
+        app = GpuwardenApp(settings, source=choose(settings, CONSOLE, bundle=bundle), bundle=bundle)
         async with app.run_test(size=(120, 36)) as pilot:
             await wait_for(pilot, lambda: app.snapshot is not None)
             text = screen_text(app)

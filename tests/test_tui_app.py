@@ -34,8 +34,9 @@ def sim_settings(state_dir: Path, config: Path | None = None) -> Settings:
 
 def live_app(settings: Settings, **kw):
     from gpuwarden.tui.app import GpuwardenApp
-    from gpuwarden.ops.sources import live_source
-    source, close = live_source(settings)
+    from gpuwarden.ops.sources.kinds import LocalSource
+    source = LocalSource(settings, console=True)  # the console's node, no agent asked
+    close = source.close
     return GpuwardenApp(settings, source=source, on_exit=close, refresh_s=0.25, **kw)
 
 

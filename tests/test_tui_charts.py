@@ -98,7 +98,7 @@ def test_a_reading_the_source_lacks_is_na_not_zero(settings):
 def test_the_seven_day_trend_and_older_points_come_from_the_agent(state_dir):
     from agentnode import start_agent
     from simnode import wait_for as wait_until
-    from gpuwarden.ops.sources import viewer_source
+    from gpuwarden.ops.sources.choose import CONSOLE, choose
     from gpuwarden.tui.app import GpuwardenApp
     settings = node(state_dir, gpus=2)
     # Three days of minute trend, as an agent that ran before writes it (used avg, used max, residual max,
@@ -114,7 +114,8 @@ def test_the_seven_day_trend_and_older_points_come_from_the_agent(state_dir):
         # The agent's history starts before the console: its points are older than the console's first.
         wait_until(lambda: len((agent.json("/v1/history?gpu=0&resolution=fine")["gpus"].get("0", {}).get("fine")
                                 or {}).get("t", [])) >= 3, 30, "the agent's first samples")
-        source, close = viewer_source(settings)
+        source = choose(settings, CONSOLE)
+        close = source.close
 
         async def go():
             app = GpuwardenApp(settings, source=source, on_exit=close, refresh_s=0.25)

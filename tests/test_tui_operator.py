@@ -228,7 +228,7 @@ def test_k_stops_a_real_process_after_the_dialog(tmp_path, state_dir):
     from simnode import cli_argv, proc_state
     from test_reaper_family import holds_sim_vram, start_family
     from gpuwarden.tui.app import GpuwardenApp
-    from gpuwarden.ops.sources import live_source
+    from gpuwarden.ops.sources.kinds import LocalSource
     SimNode(state_dir).init(gpus=2, vram=8 << 30)
     settings = Settings(state_dir=state_dir, backend="sim", config_path=state_dir / "node.toml")
     # Its parent is a subreaper that reaps it (a test's own child would stay a zombie under pytest).
@@ -240,7 +240,8 @@ def test_k_stops_a_real_process_after_the_dialog(tmp_path, state_dir):
             assert time.monotonic() < deadline, "the tenant never held its VRAM"
             time.sleep(0.05)
         async def go():
-            source, close = live_source(settings)
+            source = LocalSource(settings, console=True)  # the console's node, no agent asked
+            close = source.close
             app = GpuwardenApp(settings, source=source, on_exit=close, refresh_s=0.25)
             async with app.run_test(size=(120, 36)) as pilot:
                 await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.processes, timeout=20)

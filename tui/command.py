@@ -45,18 +45,14 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
     require_terminal("the console", "`gpuwarden status` (or `status --json`)")
     # deferred: every command loads this module with the CLI; the console's sources load when it opens
-    from gpuwarden.ops.sources import bundle_source, viewer_source
-    close = None
-    if bundle is not None:
-        source = bundle_source(bundle, settings)
-    else:
-        # The agent's snapshots when it answers (many consoles share its sampler), else sampled here;
-        # a missing GPU library fails here, in one line.
-        source, close = viewer_source(settings)
+    from gpuwarden.ops.sources.choose import CONSOLE, choose
+    # The bundle's node; else the agent's snapshots when it answers (many consoles share its sampler), else
+    # sampled here, else the labelled simulated node (ops/sources/choose.py); a missing GPU library fails here.
+    source = choose(settings, CONSOLE, bundle=bundle)
     # deferred: every command loads this module with the CLI; Textual and the console load when it opens
     from gpuwarden.tui.app import GpuwardenApp
     app = GpuwardenApp(settings, source=source, refresh_s=refresh_s, read_only=read_only, bundle=bundle,
-                       on_exit=close, watch_terminal=not in_browser(), prefs=remembered,
+                       on_exit=source.close, watch_terminal=not in_browser(), prefs=remembered,
                        prefs_path=console_prefs.path())
     app.prefs_note = note
     try:

@@ -1,8 +1,8 @@
 """Asking the local agent over its unix socket, with nothing heavier than `socket` imported.
 
-get() returns None when no agent answers (no socket, nobody listening, no permission, no answer in time),
-so callers fall back to sampling themselves; snapshot() is the one way status, the consoles and bundles ask
-for the agent's latest snapshot. Nothing here imports the rest of the agent: any layer may use it.
+get() returns None when no agent answers (no socket, nobody listening, no permission, no answer in time).
+Whether a command's snapshot comes from the agent at all is ops/sources/choose.py's to decide; bundles take the
+agent's latest through snapshot(). Nothing here imports the rest of the agent: any layer may use it.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status`
 if TYPE_CHECKING:
     import socket
     from typing import Any
-
-    from gpuwarden.ops.foundation.settings import Settings
 
 TIMEOUT_S = 2.0
 _FULL_QUEUE_RETRY_S = 0.01  # how soon a connect that met a full listen queue tries again
@@ -111,11 +109,3 @@ def snapshot(state_dir: Path, backend: str | None = None, timeout: float = TIMEO
     if backend and backend != "auto" and reply.headers.get("x-gpuwarden-backend") != backend:
         return None
     return reply
-
-
-def reply_for(settings: Settings) -> Reply | None:
-    """The agent's latest snapshot reply, when an agent serves this node as the calling command would read it."""
-    if settings.captured:
-        return None  # a captured tree: the agent samples the live node (the host's roots under a mount are live)
-    return snapshot(settings.state_dir, settings.backend)  # None too when --backend names another source
-

@@ -76,29 +76,54 @@ def print_os_error(exc: OSError) -> int:
     return 2
 
 
-def _via_agent(glob: dict) -> int | None:
-    """`status --json` answered by the agent, with nothing but the socket; None when no agent serves it."""
+class _AgentSettings:
+    """What ops/sources/choose.py reads of the settings, for `status --json` answered by the agent: building
+    Settings would load three more modules (records, deadline, settings) on the path scripts poll."""
+
+    __slots__ = ("state_dir", "backend", "captured", "cli_words")
+
+    def __init__(self, state_dir: Path, backend: str | None, captured: bool, cli_words: tuple[str, ...]):
+        self.state_dir = state_dir
+        self.backend = backend
+        self.captured = captured
+        self.cli_words = cli_words
+
+
+def agent_settings(glob: dict[str, object]) -> _AgentSettings | None:
+    """The settings the agent's cheap path needs, resolved from the global options and the environment without
+    Settings; None when they need the full resolution (a node config of this command's own to validate, a state
+    dir the config names that does not read). The state dir comes from the configuration loader's cheap state_dir()."""
     import os
-    if glob.get("sysfs_root") or glob.get("proc_root") or os.environ.get("GPUWARDEN_SYSFS_ROOT") \
-            or os.environ.get("GPUWARDEN_PROC_ROOT"):
-        return None  # a captured tree: the agent samples the live node
     if glob.get("config") or os.environ.get("GPUWARDEN_CONFIG"):
-        return None  # a config of this command's own: statusview checks it beside the agent's snapshot
+        return None  # a config of this command's own: the full path validates it and checks it beside the agent
     # deferred: with the options' paths; the config's state_dir read without its validator
     from gpuwarden.ops.config.loader import state_dir as resolve_state_dir
     state_dir = resolve_state_dir(glob)
     if state_dir is None:
         return None
-    refuse_squatted(state_dir)  # a socket in a dir someone else made could serve anything
+    captured = bool(glob.get("sysfs_root") or glob.get("proc_root") or os.environ.get("GPUWARDEN_SYSFS_ROOT")
+                    or os.environ.get("GPUWARDEN_PROC_ROOT"))
+    if not captured:  # (a captured tree asks no agent: the chooser's rule 2)
+        refuse_squatted(state_dir)  # a socket in a dir someone else made could serve anything
+    backend = str(glob.get("backend") or os.environ.get("GPUWARDEN_BACKEND") or "")
+    words = tuple(w for name, key in _GLOBAL.items() if key in glob for w in (name, str(glob[key])))
+    return _AgentSettings(state_dir, backend if backend not in ("", "auto") else None, captured, words)
+
+
+def _via_agent(glob: dict[str, object]) -> int | None:
+    """`status --json` answered by the agent, its bytes untouched; None when the chooser says to take the full
+    path (no agent serves this node as the command reads it)."""
+    settings = agent_settings(glob)
+    if settings is None:
+        return None
     # deferred: only `status --json` asks the agent; every other command loads this module for guarded()
-    from gpuwarden.ops.agent import client
-    reply = client.snapshot(state_dir, glob.get("backend") or os.environ.get("GPUWARDEN_BACKEND"))
+    from gpuwarden.ops.sources.choose import raw, reply_exit_code
+    reply = raw(settings)
     if reply is None:
-        return None  # no agent, or --backend names another source than the agent's: sample it here
+        return None
     sys.stdout.buffer.write(reply.body + b"\n")
     sys.stdout.flush()
-    attention = reply.headers.get("x-gpuwarden-needs-attention") == "1"
-    return 1 if attention or reply.headers.get("x-gpuwarden-stale") == "1" else 0
+    return reply_exit_code(reply)
 
 
 def run(argv: list[str]) -> int | None:

@@ -1,5 +1,5 @@
-"""What `gpuwarden status` does, without the CLI framework: ask the agent when its socket answers, else sample
-the node here; print the report (or the snapshot document) and return the exit status.
+"""What `gpuwarden status` does, without the CLI framework: show the snapshots of the source ops/sources/choose.py
+picks (a bundle, the agent, the node sampled here) as a report or the snapshot document; return the exit status.
 
 Exit 0 healthy, 1 needs attention (or the agent's data is stale), 2 error — including "no GPU backend works
 here", which the automatic fallback to the simulated node must never turn into "healthy".
@@ -13,37 +13,13 @@ import time
 from pathlib import Path
 
 from gpuwarden.ops.foundation import interrupts
-from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.settings import Settings
-from gpuwarden.ops.agent import client
-from gpuwarden.ops.foundation.model import SnapshotWarning, snapshot_from_dict
-from gpuwarden.ops.foundation.paths import AGENT_SOCKET
+from gpuwarden.ops.sources.choose import AGENT, BUNDLE, ONCE, WATCH, choose, reply_exit_code
+from gpuwarden.ops.sources.kinds import AgentSource
 
-
-def _own_config_problem(settings: Settings) -> str | None:
-    """The agent read its own node config; a --config (or GPUWARDEN_CONFIG) given to this command that does
-    not load must still be said, as a sampled status says it. None when none was given or it loads."""
-    if "--config" not in settings.cli_words and not os.environ.get("GPUWARDEN_CONFIG"):
-        return None
-    if not settings.config_path.exists():
-        return None  # no file is no config, as a sampled status has it
-    # deferred: only with a config file: status otherwise goes without nodeconfig (typing, tomllib)
-    from gpuwarden.ops.config import nodeconfig
-    try:
-        nodeconfig.load(settings)
-    except GpuwardenError as exc:
-        return (f"node config unusable, arena and launch settings ignored: {exc.message} "
-                "(see `gpuwarden config check`)")
-    return None
-
-
-def local_sampler(settings: Settings, use_pidfds: bool):
-    # deferred: status answered by the agent samples nothing: no backend, no sampler
-    from gpuwarden.ops.node.backends.select import open_backend
-    from gpuwarden.ops.sampling.sampler import Sampler
-    # The automatic fallback to the simulated node is for the console's demos; status says no backend works.
-    backend = open_backend(settings)
-    return Sampler(settings, backend, use_pidfds=use_pidfds)
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: status goes without it
+if TYPE_CHECKING:
+    from gpuwarden.ops.sources.kinds import Source
 
 
 def _columns() -> int:
@@ -69,65 +45,64 @@ def _render(settings: Settings, snap, width: int | None = None) -> str:
 def run(settings: Settings, *, json_out: bool = False, watch: bool = False, interval: float = 2.0,
         bundle: Path | None = None) -> int:
     """Show the node once (or until Ctrl-C with watch); the exit status of the last report."""
-    if bundle is not None:
-        # deferred: only `status --bundle` reads a bundle (tarfile)
-        from gpuwarden.ops.bundle.replay import snapshot_from_bundle
-        snap = snapshot_from_bundle(bundle, settings)
-        _show(settings, snap, json_out, watch)
-        return 1 if snap.needs_attention() else 0
-    reply = client.reply_for(settings)
-    if reply is not None and not watch:
-        stale = reply.headers.get("x-gpuwarden-stale") == "1"
-        attention = reply.headers.get("x-gpuwarden-needs-attention") == "1"
-        problem = _own_config_problem(settings)
-        if json_out and problem is None:
-            sys.stdout.buffer.write(reply.body + b"\n")
-            sys.stdout.flush()
-        elif json_out:
-            import json
-            doc = reply.json()
-            doc["warnings"] = [*(doc.get("warnings") or []), {"code": "config-unusable", "message": problem}]
-            sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
-        else:
-            snap = snapshot_from_dict(reply.json())
-            if problem is not None:
-                from dataclasses import replace
-                snap = replace(snap, warnings=(*snap.warnings, SnapshotWarning("config-unusable", problem)))
-            sys.stdout.write(_render(settings, snap) + "\n")
-        return 1 if attention or stale else 0
-    if reply is not None:
-        return _watch_agent(settings, json_out, interval)
-    sampler = local_sampler(settings, use_pidfds=watch)
+    # Where the snapshots come from (bundle, agent, sampled here) is ops/sources/choose.py's to say.
+    source = choose(settings, WATCH if watch else ONCE, bundle=bundle)
     try:
-        snap = sampler.snapshot(deep=True)
+        if source.kind == BUNDLE:
+            snap = source.snapshot()
+            _show(settings, snap, json_out, watch)
+            return 1 if snap.needs_attention() else 0
+        if isinstance(source, AgentSource) and not watch:
+            return _agent_once(settings, source, json_out)
         if not watch:
+            snap = source.snapshot(deep=True)
             _show(settings, snap, json_out, False)
             return 1 if snap.needs_attention() else 0
-        try:
-            while True:
-                _show(settings, snap, json_out, True, interval)
-                time.sleep(interval)
-                snap = sampler.snapshot()
-        except KeyboardInterrupt as exc:
-            interrupts.ctrl_c_only(exc)  # Ctrl-C ends a watch: the last view's code; SIGTERM/SIGHUP do not
-            return 1 if snap.needs_attention() else 0
+        return _watch(settings, source, json_out, interval)
     finally:
-        sampler.close()
+        source.close()
 
 
-def _watch_agent(settings: Settings, json_out: bool, interval: float) -> int:
+def _agent_once(settings: Settings, source: AgentSource, json_out: bool) -> int:
+    """The agent's snapshot, once: its bytes untouched for --json unless the source has warnings to add."""
+    reply = source.reply
+    warnings = source.warnings
+    if json_out and not warnings:
+        sys.stdout.buffer.write(reply.body + b"\n")
+        sys.stdout.flush()
+    elif json_out:
+        import json
+        doc = reply.json()
+        doc["warnings"] = [*(doc.get("warnings") or []), *(w.to_dict() for w in warnings)]
+        sys.stdout.write(json.dumps(doc, separators=(",", ":")) + "\n")
+    else:
+        snap = source.snapshot()
+        if warnings:
+            from dataclasses import replace
+            from gpuwarden.ops.foundation.model import SnapshotWarning
+            snap = replace(snap, warnings=(*snap.warnings, *(SnapshotWarning(w.code, w.message) for w in warnings)))
+        sys.stdout.write(_render(settings, snap) + "\n")
+    return reply_exit_code(reply)
+
+
+def _watch(settings: Settings, source: Source, json_out: bool, interval: float) -> int:
+    """A report every `interval` seconds until Ctrl-C; the exit status of the last one."""
     code = 0
+    if source.kind != AGENT:
+        snap = source.snapshot(deep=True)  # a deep first look (device-file holders); later refreshes are quick
+        code = 1 if snap.needs_attention() else 0
+    else:
+        snap = None
     try:
         while True:
-            reply = client.get(settings.state_dir / AGENT_SOCKET, "/v1/snapshot")
-            if reply is None or reply.status != 200:
-                raise GpuwardenError("the agent stopped answering", "run `gpuwarden status` again to sample here")
-            snap = snapshot_from_dict(reply.json())
-            code = 1 if snap.needs_attention() or (snap.agent or {}).get("stale") else 0
+            if snap is None:
+                snap = source.snapshot()
+                code = 1 if snap.needs_attention() or (snap.agent or {}).get("stale") else 0
             _show(settings, snap, json_out, True, interval)
             time.sleep(interval)
+            snap = None
     except KeyboardInterrupt as exc:
-        interrupts.ctrl_c_only(exc)
+        interrupts.ctrl_c_only(exc)  # Ctrl-C ends a watch: the last view's code; SIGTERM/SIGHUP do not
         return code
 
 

@@ -9,7 +9,7 @@ import sys
 
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.node.topology import reset_reach, topology
-from gpuwarden.playbooks.cli.statusview import local_sampler
+from gpuwarden.ops.sources.kinds import LocalSource
 
 
 COLUMNS = ("GPU", "BUS", "PARTITION", "HIVE", "NUMA", "PCIE PARENT", "SHARES PARENT WITH", "RESET REACHES")
@@ -28,13 +28,14 @@ def table_rows(doc: dict) -> list[tuple[str, ...]]:
 
 
 def run(settings: Settings, *, json_out: bool = False) -> int:
-    sampler = local_sampler(settings, use_pidfds=False)
+    # Always sampled here: the reset scopes come from the sysfs tree the backend reads, which no agent serves.
+    local = LocalSource(settings, use_pidfds=False)
     try:
-        snap = sampler.snapshot(deep=False)
+        snap = local.snapshot(deep=False)
         # The tree the backend reads (the simulated node's own, under --backend sim), else the node's /sys.
-        root = getattr(sampler.backend, "sysfs_root", settings.sysfs_root)
+        root = getattr(local.sampler.backend, "sysfs_root", settings.sysfs_root)
     finally:
-        sampler.close()
+        local.close()
     doc = topology(snap, root)
     if json_out:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

@@ -66,12 +66,13 @@ async def loop_cost(state: Path, charts: bool) -> tuple[list[float], list[float]
     from test_tui_support import wait_for
 
     from gpuwarden.ops.foundation.settings import Settings
-    from gpuwarden.ops.sources import live_source
+    from gpuwarden.ops.sources.kinds import LocalSource
     from gpuwarden.tui.app import GpuwardenApp
     from gpuwarden.tui.widgets import charts as charts_mod
 
     settings = Settings(state_dir=state, backend="sim", config_path=state / "node.toml")
-    source, close = live_source(settings)
+    source = LocalSource(settings, console=True)  # the console's node, no agent asked
+    close = source.close
     app = GpuwardenApp(settings, source=source, on_exit=close, refresh_s=0.25)
     loop_ms: list[float] = []
     show_ms: list[float] = []

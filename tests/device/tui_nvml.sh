@@ -95,13 +95,14 @@ import asyncio, sys
 from pathlib import Path
 from gpuwarden.ops.config import loader
 from gpuwarden.tui.app import GpuwardenApp
-from gpuwarden.ops.sources import live_source
+from gpuwarden.ops.sources.kinds import LocalSource
 
 cfg, out = Path(sys.argv[1]), Path(sys.argv[2])
 
 async def shot(width, height, name):
     settings = loader.resolve({"backend": "nvml", "config": cfg}, check=False)
-    source, close = live_source(settings)
+    source = LocalSource(settings, console=True)
+    close = source.close
     app = GpuwardenApp(settings, source=source, on_exit=close)
     async with app.run_test(size=(width, height)) as pilot:
         for _ in range(100):

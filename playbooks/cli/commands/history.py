@@ -16,9 +16,8 @@ from gpuwarden.playbooks.cli.commands.playbook_options import GPU_INDEX
 
 from gpuwarden.ops.foundation.errors import GpuwardenError, NotFound
 from gpuwarden.ops.foundation.settings import Settings
-from gpuwarden.ops.foundation.paths import AGENT_SOCKET
 from gpuwarden.ops.foundation.units import fmt_bytes, parse_duration
-from gpuwarden.ops.agent.client import get
+from gpuwarden.ops.sources.choose import HISTORY, agent_reply
 from gpuwarden.ops.services.agent_daemon import agent_dir
 from gpuwarden.ops.agent.events import read_files
 from gpuwarden.ops.agent.history import read_trend
@@ -65,8 +64,8 @@ def _sample(values: list, width: int) -> list:
 
 def _document(settings: Settings, gpu: int | None, since: float, resolution: str) -> tuple[dict, str]:
     q = f"/v1/history?since={since:.3f}&resolution={resolution}&events=1" + (f"&gpu={gpu}" if gpu is not None else "")
-    reply = get(settings.state_dir / AGENT_SOCKET, q)
-    if reply is not None and reply.status == 200:
+    reply = agent_reply(settings, HISTORY, q)  # the state dir's agent, whatever roots this command reads
+    if reply is not None:
         return reply.json(), "agent"
     directory = agent_dir(settings.state_dir)
     if not directory.is_dir():

@@ -13,7 +13,6 @@ from gpuwarden.playbooks.cli.commands.playbook_options import GPU_INDEX
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.jsondoc import document, dumps
-from gpuwarden.ops.foundation.model import snapshot_from_dict
 from gpuwarden.playbooks.cli.hints import Invocation
 
 
@@ -59,7 +58,6 @@ def gpu_check_cmd(
         raise typer.Exit(code)
     # deferred: only this path of the command needs it
     from gpuwarden.ops.k8s.gpucheck import check, choose_gpus, own_pod_uid
-    from gpuwarden.ops.agent.client import reply_for as agent_reply
     settings: Settings = ctx.obj
     if node:
         # deferred: only this path of the command needs it
@@ -69,13 +67,19 @@ def gpu_check_cmd(
         code, line = node_check(settings, use_agent=not no_agent)
         typer.echo(line)
         raise typer.Exit(code)
-    reply = None if no_agent else agent_reply(settings)
-    if reply is not None:
-        snap, source = snapshot_from_dict(reply.json()), "agent"
-    else:
+    if no_agent:
         # deferred: only this path of the command needs it
         from gpuwarden.ops.sampling.sampler import take_snapshot
         snap, source = take_snapshot(settings), "sampled here"
+    else:
+        # deferred: only this path of the command needs it
+        from gpuwarden.ops.sources.choose import AGENT, ONCE, choose
+        chosen_source = choose(settings, ONCE)  # the agent's latest when it answers, else sampled here
+        try:
+            snap = chosen_source.snapshot(deep=True)
+            source = "agent" if chosen_source.kind == AGENT else "sampled here"
+        finally:
+            chosen_source.close()
     chosen, why = choose_gpus(snap, list(gpus or []), pod_uid=own_pod_uid(settings.proc_root))
     verdicts = check(snap, chosen)
     ok = all(v.ok for v in verdicts)

@@ -5,36 +5,33 @@ node_exporter's textfile collector. Works without an agent (it samples once); se
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from gpuwarden.ops.foundation.settings import Settings
-from gpuwarden.ops.foundation.paths import AGENT_SOCKET
-from gpuwarden.ops.agent.client import get
 from gpuwarden.ops.metrics.collector import render
 from gpuwarden.ops.metrics.plan import PlanCache
 from gpuwarden.ops.metrics.reading import MetricsOptions, Reading
-from gpuwarden.ops.sampling.sampler import take_snapshot
+from gpuwarden.ops.sources.choose import METRICS, choose
+from gpuwarden.ops.sources.kinds import AgentSource
+
+if TYPE_CHECKING:
+    from gpuwarden.ops.sources.kinds import Source
 
 
-def _from_agent(settings: Settings, per_process: bool, hostname: bool) -> bytes | None:
-    """The running agent's exposition over its socket (with its kernel-log counts and residual ages); None
-    when no agent answers, or it samples another backend than the one asked for."""
+def _target(per_process: bool, hostname: bool) -> str:
+    """The agent's /metrics with this command's options as its query."""
     query = "&".join(f"{k}=1" for k, on in (("per_process", per_process), ("hostname", hostname)) if on)
-    reply = get(settings.state_dir / AGENT_SOCKET, "/metrics" + (f"?{query}" if query else ""))
-    if reply is None or reply.status != 200:
-        return None
-    if settings.backend and reply.headers.get("x-gpuwarden-backend") != settings.backend:
-        return None
-    return reply.body
+    return "/metrics" + (f"?{query}" if query else "")
 
 
-def _exposition(settings: Settings, per_process: bool, hostname: str | None) -> tuple[bytes, list[str]]:
+def _exposition(settings: Settings, source: Source, per_process: bool,
+                hostname: str | None) -> tuple[bytes, list[str]]:
     """The exposition of a snapshot taken now, and what did not answer in time (one line per stale GPU or file)."""
     import time
 
-    snap = take_snapshot(settings)
+    snap = source.snapshot(deep=True)
     reading = Reading(snap, "oneshot", now=time.time(), plan=PlanCache(settings).current())
     late = [w.message for w in snap.warnings if w.code == "stale"]
     return render(reading, MetricsOptions(per_process=per_process, hostname=hostname)), late
@@ -83,11 +80,16 @@ def metrics_cmd(
     """
     import os
     settings: Settings = ctx.obj
-    body = None if settings.replay else _from_agent(settings, per_process, hostname_label)
-    if body is None:
-        body, late = _exposition(settings, per_process, os.uname().nodename if hostname_label else None)
-    else:
-        late = _stale_in(body)
+    # The running agent's exposition (with its kernel-log counts and residual ages), else a sample taken here:
+    # ops/sources/choose.py decides.
+    source = choose(settings, METRICS, target=_target(per_process, hostname_label))
+    try:
+        if isinstance(source, AgentSource):
+            body, late = source.reply.body, _stale_in(source.reply.body)
+        else:
+            body, late = _exposition(settings, source, per_process, os.uname().nodename if hostname_label else None)
+    finally:
+        source.close()
     if textfile is None:
         typer.echo(body.decode(), nl=False)
     else:
