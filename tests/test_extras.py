@@ -1,7 +1,7 @@
 """A base install (no extras) runs every node command, and each command that needs an extra says which, exit 2.
 
 The base venv is real: a fresh venv whose site-packages holds only gpuwarden and the distributions its base
-requirements pull in (linked from this test venv, resolved from their metadata): kubernetes, grpc, asyncssh,
+requirements pull in (linked from this test venv, resolved from their metadata): lightkube, grpc, asyncssh,
 ClusterShell, textual-serve and aiohttp are simply not there, as after `pip install gpuwarden`.
 """
 
@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 
 from conftest import REPO
 
-EXTRAS_MODULES = ("kubernetes", "grpc", "google.protobuf", "asyncssh", "ClusterShell", "textual_serve", "aiohttp")
+EXTRAS_MODULES = ("lightkube", "httpx2", "grpc", "google.protobuf", "asyncssh", "ClusterShell", "textual_serve", "aiohttp")
 
 
 def base_distributions() -> dict[str, md.Distribution]:
@@ -83,7 +83,7 @@ def test_the_base_venv_lacks_every_extra_and_has_gpuwardens_base(base_venv):
     out = subprocess.run([str(base_venv), "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     names = set(base_distributions())
-    assert not names & {"kubernetes", "grpcio", "protobuf", "asyncssh", "clustershell", "textual-serve", "aiohttp"}
+    assert not names & {"lightkube", "lightkube-models", "httpx2", "kubernetes", "grpcio", "protobuf", "asyncssh", "clustershell", "textual-serve", "aiohttp"}
 
 
 def test_a_node_command_runs_on_the_base_install(base_venv, tmp_path):
@@ -140,16 +140,17 @@ def test_the_extras_bring_what_the_helper_says(tmp_path):
 
 
 def test_an_extra_installed_without_its_dependencies_is_named_too(base_venv, tmp_path):
-    # A `kubernetes` whose own dependency is missing (pip install --no-deps): still one line, naming both.
-    fake = tmp_path / "fake" / "kubernetes"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("import urllib3_missing_for_this_test  # noqa\n")
-    (fake / "client.py").write_text("")
-    code = ("from gpuwarden.ops.foundation import extras\n"
-            "try:\n    extras.require('kubernetes.client', 'agent --kubernetes')\n"
-            "except extras.MissingExtra as exc:\n    print(exc.message); print(exc.hint)\n")
+    # A `lightkube` whose own dependency is missing (pip install --no-deps): still one line, naming both.
+    fake = tmp_path / "fake" / "lightkube"
+    (fake / "core").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "core" / "__init__.py").write_text("")
+    (fake / "core" / "generic_client.py").write_text("import httpx2_missing_for_this_test  # noqa\n")
+    code = ("from gpuwarden.ops.k8s import kube\n"
+            "try:\n    kube.connect()\n"
+            "except kube.extras.MissingExtra as exc:\n    print(exc.message); print(exc.hint)\n")
     out = subprocess.run([str(base_venv), "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(fake.parent)})
     assert out.stdout.splitlines() == [
-        "agent --kubernetes needs the kubernetes extra (urllib3_missing_for_this_test, which kubernetes needs, "
+        "Kubernetes mode needs the kubernetes extra (httpx2_missing_for_this_test, which lightkube needs, "
         "is missing)", "pip install 'gpuwarden[kubernetes]'"], out.stdout + out.stderr

@@ -199,17 +199,17 @@ def test_a_heartbeat_every_few_minutes_is_the_only_cost_of_a_quiet_node(api):
 
 
 def test_the_standin_applies_json_patch_with_its_test_operation(api):
-    # The client sends a list body as JSON Patch; a failed "test" makes the whole patch fail (RFC 6902).
-    from kubernetes.client.exceptions import ApiException
+    # A list body goes as JSON Patch; a failed "test" makes the whole patch fail (RFC 6902).
+    from gpuwarden.ops.k8s.kube import JSON_PATCH, KubeError
     kube = api.kube()
     rv = api.node(NODE)["metadata"]["resourceVersion"]
-    kube.core.patch_node(NODE, [{"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-                                {"op": "add", "path": "/spec/unschedulable", "value": True}])
+    kube.patch_node(NODE, [{"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+                           {"op": "add", "path": "/spec/unschedulable", "value": True}], JSON_PATCH)
     assert api.node(NODE)["spec"]["unschedulable"] is True
-    with pytest.raises(ApiException) as err:
-        kube.core.patch_node(NODE, [{"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-                                    {"op": "remove", "path": "/spec/unschedulable"}])
-    assert err.value.status == 422
+    with pytest.raises(KubeError) as err:
+        kube.patch_node(NODE, [{"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+                               {"op": "remove", "path": "/spec/unschedulable"}], JSON_PATCH)
+    assert err.value.status == 422 and "testing value /metadata/resourceVersion failed" in err.value.message
     assert api.node(NODE)["spec"]["unschedulable"] is True
 
 

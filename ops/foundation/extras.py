@@ -14,7 +14,7 @@ from gpuwarden.ops.foundation.errors import GpuwardenError
 # Which extra brings each top-level module gpuwarden imports only in some commands (pyproject.toml's
 # [project.optional-dependencies]; keep the two in step).
 EXTRA_OF = {
-    "kubernetes": "kubernetes",
+    "lightkube": "kubernetes",
     "grpc": "kubernetes",
     "google.protobuf": "kubernetes",
     "asyncssh": "fleet",
@@ -25,7 +25,7 @@ EXTRA_OF = {
 
 # What each extra must make importable before a command that needs it starts.
 MODULES = {
-    "kubernetes": ("kubernetes", "grpc", "google.protobuf"),
+    "kubernetes": ("lightkube", "grpc", "google.protobuf"),
     "fleet": ("asyncssh", "ClusterShell"),
     "serve": ("textual_serve", "aiohttp"),
 }

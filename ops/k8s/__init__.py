@@ -1,5 +1,5 @@
 """Kubernetes mode: pod attribution, the node condition/taint, AMD device-plugin health, evictions.
 
-Only `gpuwarden agent --kubernetes`, `drain --kubernetes`, `gpu-check` and `post-clean` import the
-official `kubernetes` client (lazily); the cgroup parser and the reconciler's logic need no library.
+Only `gpuwarden agent --kubernetes`, `k8s-agent` and `drain/undrain --kubernetes` import the API client,
+lightkube (lazily, in kube.py); the cgroup parser and the reconciler's logic need no library.
 """

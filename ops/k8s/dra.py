@@ -157,9 +157,9 @@ class DeviceTaints:
         self.slice_version, self.rule_version = discover(self.kube)
         self._scan(gpus)
         if self.rule_version is not None:
-            listed = self.kube.request(f"list devicetaintrules of node {self.node}", "GET",
-                                       f"/apis/{GROUP}/{self.rule_version}/devicetaintrules",
-                                       query={"labelSelector": f"{NODE_LABEL}={self.node}"})
+            listed = self.kube.list_cluster(f"list devicetaintrules of node {self.node}",
+                                            f"{GROUP}/{self.rule_version}", "DeviceTaintRule", "devicetaintrules",
+                                            query={"labelSelector": f"{NODE_LABEL}={self.node}"})
             by_name = {rule_name(self.node, d): d for d in self.devices}
             for item in listed.get("items") or ():
                 name = item["metadata"]["name"]
@@ -171,9 +171,9 @@ class DeviceTaints:
         if self.slice_version is None:
             self.devices, self.unmatched = [], []
             return
-        listed = self.kube.request(f"list resourceslices of node {self.node}", "GET",
-                                   f"/apis/{GROUP}/{self.slice_version}/resourceslices",
-                                   query={"fieldSelector": f"spec.nodeName={self.node}"})
+        listed = self.kube.list_cluster(f"list resourceslices of node {self.node}", f"{GROUP}/{self.slice_version}",
+                                        "ResourceSlice", "resourceslices",
+                                        query={"fieldSelector": f"spec.nodeName={self.node}"})
         self._slices = [s for s in listed.get("items") or () if (s.get("spec") or {}).get("driver") in self.drivers]
         self.devices, self.unmatched = map_devices(self._slices, gpus)
 
@@ -223,9 +223,8 @@ class DeviceTaints:
 
     def _create(self, name: str, device: Device, value: str) -> None:
         try:
-            self.kube.request(f"create devicetaintrule {name}", "POST",
-                              f"/apis/{GROUP}/{self.rule_version}/devicetaintrules",
-                              body=self._body(name, device, value))
+            self.kube.create_cluster(f"create devicetaintrule {name}", f"{GROUP}/{self.rule_version}",
+                                     "DeviceTaintRule", "devicetaintrules", self._body(name, device, value))
         except Conflict:
             pass  # there already (another agent of this node wrote it a moment ago): one rule, as wanted
         self.rules[name] = (device, value)
@@ -237,8 +236,8 @@ class DeviceTaints:
     def _delete(self, name: str) -> None:
         device, value = self.rules[name]
         try:
-            self.kube.request(f"delete devicetaintrule {name}", "DELETE",
-                              f"/apis/{GROUP}/{self.rule_version}/devicetaintrules/{name}")
+            self.kube.delete_cluster(f"delete devicetaintrule {name}", f"{GROUP}/{self.rule_version}",
+                                     "DeviceTaintRule", "devicetaintrules", name)
         except NotFoundError:
             pass  # someone removed it already: the wanted state
         del self.rules[name]

@@ -94,8 +94,8 @@ class TokenVerifier:
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                 "spec": {"token": token, "audiences": [self.audience]}}
         try:
-            review = self.kube.request("create a tokenreview", "POST", "/apis/authentication.k8s.io/v1/tokenreviews",
-                                       body=body)
+            review = self.kube.create_cluster("create a tokenreview", "authentication.k8s.io/v1", "TokenReview",
+                                              "tokenreviews", body)
         except KubeError as exc:
             raise Refused(503, f"the agent cannot verify tokens now: {exc.message}") from None
         status = review.get("status") or {}

@@ -1,4 +1,4 @@
-"""The Kubernetes API as gpuwarden uses it: the official client, raw JSON in and out, one-line errors.
+"""The Kubernetes API as gpuwarden uses it: lightkube's config, routes and transport, raw JSON in and out.
 
 Loads the client lazily (in-cluster service account, else KUBECONFIG); counts the calls it makes so the
 agent can show its API cost. Every refusal becomes a KubeError naming the verb, the object and the fix.
@@ -6,23 +6,34 @@ agent can show its API cost. Every refusal becomes a KubeError naming the verb, 
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-from collections.abc import Mapping
-from types import ModuleType
-from typing import Any, Callable, Iterator
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn
 
 from gpuwarden.ops.foundation import extras
 
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.k8s.objects import Lease, Node, Pod, PodList, WatchEvent
 
+if TYPE_CHECKING:
+    import httpx2
+    from lightkube.config.kubeconfig import KubeConfig
+    from lightkube.core.generic_client import BasicRequest, GenericSyncClient
+
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 RBAC_HINT = ("grant it in the ClusterRole of deploy/k8s/base/rbac.yaml "
              "(kubectl apply -k deploy/k8s/overlays/amd, or .../nvidia)")
+CREDENTIALS_HINT = "run in the DaemonSet (service account), or set KUBECONFIG to a kubeconfig file"
+# Where a pod finds its service account (the Kubernetes docs, "Accessing the Kubernetes API from a Pod").
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# kubeconfig fields that name a file, resolved against the file that says them (kubectl's rule).
+_FILE_FIELDS = {"clusters": ("cluster", ("certificate-authority",)),
+                "users": ("user", ("client-certificate", "client-key", "tokenFile"))}
 
 
 class KubeError(GpuwardenError):
@@ -51,123 +62,254 @@ class NotFoundError(KubeError):
 
 
 _BY_STATUS = {403: Forbidden, 409: Conflict, 429: TooManyRequests, 404: NotFoundError}
+_HINTS = {403: RBAC_HINT,
+          409: "it changed meanwhile; gpuwarden reads it again and retries",
+          429: "a PodDisruptionBudget does not allow it now; wait, or relax the budget",
+          404: "check the name (this node's: --node-name, [kubernetes] node_name, NODE_NAME)"}
 
 
-def _load_client() -> tuple[ModuleType, ModuleType]:
-    """The client's `client` and `config` modules (untyped: the official client ships no annotations)."""
-    # deferred: optional (the kubernetes extra), and heavy: only Kubernetes mode pays for it
-    return (extras.require("kubernetes.client", "Kubernetes mode"),
-            extras.require("kubernetes.config", "Kubernetes mode"))
+def _load_client() -> None:
+    """Import lightkube, or MissingExtra naming the kubernetes extra (and which of lightkube's own dependencies
+    is missing, for an install made with --no-deps)."""
+    # deferred: optional (the kubernetes extra): only Kubernetes mode pays for it
+    extras.require("lightkube.core.generic_client", "Kubernetes mode")
 
 
-def connect(kubeconfig: str | None = None) -> "Kube":
-    """A Kube for this pod's service account when in a cluster, else for KUBECONFIG (or ~/.kube/config)."""
-    client, config = _load_client()
-    conf = client.Configuration()
+# --- configuration -----------------------------------------------------------------------------------
+def connect(kubeconfig: str | None = None, timeout_s: float = 10.0) -> "Kube":
+    """A Kube for this pod's service account when in a cluster (KUBERNETES_SERVICE_HOST set and no kubeconfig
+    given), else for `kubeconfig`, KUBECONFIG or ~/.kube/config (a list joined by os.pathsep merges as kubectl
+    merges it); the current context of that file."""
+    _load_client()
+    import yaml
+    from lightkube.core.exceptions import ConfigError
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=conf)
+            config = _in_cluster()
         else:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=conf, persist_config=False)
-    except (config.ConfigException, OSError, TypeError, ValueError) as exc:
-        raise GpuwardenError(f"no Kubernetes credentials: {exc}",
-                             "run in the DaemonSet (service account), or set KUBECONFIG to a kubeconfig file") from None
-    # A hung API server must not hold the agent's sampling: every call gets a deadline.
-    conf.retries = 1
-    return Kube(client.ApiClient(conf), host=conf.host)
+            config = _from_files(kubeconfig)
+        return _connect(config, timeout_s)
+    except (ConfigError, OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
+        # KeyError: a context names a cluster or user the file does not define, or a section is missing
+        why = f"the kubeconfig lacks {exc}" if isinstance(exc, KeyError) else " ".join(str(exc).split())
+        why = why or type(exc).__name__  # one line: a YAML error spans several
+        raise GpuwardenError(f"no Kubernetes credentials: {why}", CREDENTIALS_HINT) from None
 
 
+def connect_config(kubeconfig: Mapping[str, Any], timeout_s: float = 10.0) -> "Kube":
+    """A Kube for a kubeconfig given as its parsed document (its current context)."""
+    _load_client()
+    from lightkube.config.kubeconfig import KubeConfig
+    return _connect(KubeConfig.from_dict(dict(kubeconfig)), timeout_s)
+
+
+def _in_cluster() -> "KubeConfig":
+    """The pod's service account: token, CA and namespace files, the API at KUBERNETES_SERVICE_HOST/PORT."""
+    from lightkube.config.kubeconfig import KubeConfig
+    from lightkube.core.exceptions import ConfigError
+    if not os.environ.get("KUBERNETES_SERVICE_PORT"):
+        raise ConfigError("KUBERNETES_SERVICE_HOST is set but KUBERNETES_SERVICE_PORT is not")
+    for name in ("token", "ca.crt"):
+        path = SERVICE_ACCOUNT / name
+        if not path.is_file() or path.stat().st_size == 0:
+            raise ConfigError(f"{path} is missing or empty (is the service-account token mounted? "
+                              "automountServiceAccountToken must not be false)")
+    return KubeConfig.from_service_account(SERVICE_ACCOUNT)
+
+
+def _from_files(kubeconfig: str | None) -> "KubeConfig":
+    """One kubeconfig, or several merged: the first file to name a cluster, context or user (or to set
+    current-context) wins; files named there that do not exist are skipped (kubectl's loading rules)."""
+    from lightkube.config.kubeconfig import KubeConfig
+    from lightkube.core.exceptions import ConfigError
+    spec = kubeconfig if kubeconfig is not None else (os.environ.get("KUBECONFIG") or "~/.kube/config")
+    paths = [Path(p).expanduser() for p in spec.split(os.pathsep) if p]
+    found = [p for p in paths if p.is_file()]
+    if not found:
+        raise ConfigError(f"no kubeconfig file at {spec}")
+    if len(found) == 1:
+        _parse(found[0])  # a broken file named in one line, before lightkube reads it
+        return KubeConfig.from_file(found[0])
+    merged: dict[str, Any] = {"clusters": [], "contexts": [], "users": []}
+    seen: dict[str, set[str]] = {key: set() for key in merged}
+    for path in found:
+        doc = _parse(path)
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{path} is not a kubeconfig (a YAML mapping)")
+        merged["current-context"] = merged.get("current-context") or doc.get("current-context") or None
+        for key in ("clusters", "contexts", "users"):
+            for entry in doc.get(key) or ():
+                if isinstance(entry, dict) and str(entry.get("name")) not in seen[key]:
+                    seen[key].add(str(entry.get("name")))
+                    merged[key].append(_absolute(key, entry, path.parent.resolve()))
+    return KubeConfig.from_dict(merged)
+
+
+def _parse(path: Path) -> Any:
+    """A kubeconfig file's YAML document; ConfigError naming the file and the line when it is not YAML."""
+    import yaml
+    from lightkube.core.exceptions import ConfigError
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path} is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+
+
+def _absolute(key: str, entry: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A merged entry's relative file names made absolute against the file it came from."""
+    inner, fields = _FILE_FIELDS.get(key, ("", ()))
+    body = dict(entry.get(inner) or {}) if inner else {}
+    for name in fields:
+        if isinstance(body.get(name), str) and body[name] and not Path(body[name]).is_absolute():
+            body[name] = str(base / body[name])
+    return {**entry, inner: body} if inner else entry
+
+
+def _connect(config: "KubeConfig", timeout_s: float) -> "Kube":
+    import httpx2
+    from lightkube.config.client_adapter import ConnectionParams
+    from lightkube.config.models import User
+    from lightkube.core.exceptions import ConfigError
+    from lightkube.core.generic_client import GenericSyncClient
+    single = config.get()
+    if single is None:
+        raise ConfigError("the kubeconfig sets no current-context")
+    if single.user is None:
+        single = single._replace(user=User())  # a context with no user: no credentials (kubectl proxy)
+    # A hung API server must not hold the agent's sampling: every call gets a deadline (the client's default
+    # here, and each request below names its own as well).
+    client = GenericSyncClient(ConnectionParams(timeout=httpx2.Timeout(timeout_s)), single)
+    return Kube(client, host=single.cluster.server, timeout_s=timeout_s)
+
+
+# --- the calls ---------------------------------------------------------------------------------------
 class Kube:
-    """The calls the agent and the playbooks make; raw dicts as the API serves them."""
+    """The calls the agent and the playbooks make; raw dicts as the API serves them. lightkube's resource
+    types give each call its route (group, version, plural, scope, subresource); bodies go and come as the
+    API's JSON untouched, so a field newer than lightkube-models survives a read-modify-write."""
 
-    def __init__(self, api_client: Any, host: str = "", timeout_s: float = 10.0):
-        client, _ = _load_client()
-        self.api_client = api_client
-        self.core = client.CoreV1Api(api_client)
-        self.coordination = client.CoordinationV1Api(api_client)
+    def __init__(self, client: "GenericSyncClient", host: str = "", timeout_s: float = 10.0):
+        _load_client()
+        from lightkube.resources.coordination_v1 import Lease as LeaseResource
+        from lightkube.resources.core_v1 import Event, Node as NodeResource, NodeStatus, Pod as PodResource
+        from lightkube.resources.core_v1 import PodEviction
+        self.client = client
         self.host = host
         self.timeout_s = timeout_s
         self.calls = 0
+        self._node, self._node_status, self._pod = NodeResource, NodeStatus, PodResource
+        self._eviction, self._event, self._lease = PodEviction, Event, LeaseResource
 
     def close(self) -> None:
-        self.api_client.close()
+        self.client.close()  # type: ignore[no-untyped-call]  # lightkube leaves it unannotated
 
     # ------------------------------------------------------------------------------------------
-    def _call(self, what: str, fn: Callable[..., Any], *args: object, raw: bool = True, **kw: object) -> Any:
-        """fn(*args, **kw) with a deadline; the JSON it answered (raw) or the client's response object. Any: the
-        typed methods below say which object each call answers."""
-        # deferred: the client's modules, loaded by _load_client() when Kubernetes mode starts
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
+    def _prepare(self, method: str, res: type, *, name: str | None = None, namespace: str | None = None,
+                 body: object = None, params: Mapping[str, str] | None = None, content_type: str | None = None,
+                 watch: bool = False) -> "BasicRequest":
+        obj = _Body(body) if isinstance(body, Mapping) and method in ("post", "put") else body
+        return self.client.prepare_request(method, res, obj=obj, name=name, namespace=namespace, watch=watch,
+                                           params=dict(params or {}),
+                                           headers={"Content-Type": content_type} if content_type else None)
+
+    def _send(self, what: str, br: "BasicRequest", *, stream: bool = False) -> "httpx2.Response":
+        """The response to `br` (2xx), with a deadline; any other answer or none raises KubeError."""
+        import httpx2
+        from lightkube.core.exceptions import ConfigError
         self.calls += 1
-        kw.setdefault("_request_timeout", self.timeout_s)
-        if raw:
-            kw["_preload_content"] = False
+        if br.timeout is None:
+            br.timeout = httpx2.Timeout(self.timeout_s)
         try:
-            resp = fn(*args, **kw)
-        except ApiException as exc:
-            raise self._error(what, exc) from None
-        except HTTPError as exc:
-            # urllib3 wraps the cause (connection refused, timeout) in MaxRetryError: the cause is the news.
-            cause = str(getattr(exc, "reason", None) or exc)
-            cause = cause.split("): ", 1)[-1] if "): " in cause else cause
+            resp: httpx2.Response = self.client.send(self.client.build_adapter_request(br), stream=stream)
+        except httpx2.HTTPError as exc:  # refused, timed out, TLS, a torn answer: no word from the API
+            cause = str(exc) or type(exc).__name__
             raise KubeError(f"cannot reach the Kubernetes API at {self.host or '?'} to {what}: {cause[:200]}",
                             "check the API server and the node's network; gpuwarden retries") from None
-        if not raw:
+        except (ConfigError, OSError) as exc:  # a token file gone, an exec plugin failing or missing: at request time
+            raise KubeError(f"no Kubernetes credentials to {what}: {exc}", CREDENTIALS_HINT) from None
+        if 200 <= resp.status_code <= 299:
             return resp
-        data = resp.data
-        return json.loads(data) if data else {}
-
-    def _error(self, what: str, exc: Any) -> KubeError:
-        message, reason = exc.reason or "", ""
         try:
-            body = json.loads(exc.body or "{}")
-            message, reason = body.get("message") or message, body.get("reason", "")
+            if stream:
+                resp.read()
+            self._raise(what, resp)
+        finally:
+            resp.close()
+
+    def _call(self, what: str, br: "BasicRequest") -> Any:
+        """The JSON the API answered to `br`. Any: the typed methods below say which object each call answers."""
+        import msgspec
+        data = self._send(what, br).content
+        return msgspec.json.decode(data) if data else {}
+
+    def _raise(self, what: str, resp: "httpx2.Response") -> NoReturn:
+        """KubeError for a refusal, from the Status body the API answers with (lightkube's ApiError reads it)."""
+        from lightkube.core.exceptions import ApiError
+        code = resp.status_code
+        message, reason = resp.reason_phrase or "", ""
+        try:
+            status = ApiError(request=resp.request, response=resp).status
+            message, reason = status.message or message, status.reason or ""
             # A 429 from an eviction names the PodDisruptionBudget only in its causes.
-            causes = [str(c["message"]) for c in (body.get("details") or {}).get("causes") or ()
-                      if isinstance(c, dict) and c.get("message")]
+            causes = [c.message for c in (status.details.causes or ()) if c.message] if status.details else []
             if causes:
                 message = f"{message} ({'; '.join(causes)})"
-        except (TypeError, ValueError):
+        except (TypeError, ValueError):  # not a Status (a proxy's HTML page): the HTTP reason stands
             pass
-        cls = _BY_STATUS.get(exc.status, KubeError)
-        hint = {403: RBAC_HINT,
-                409: "it changed meanwhile; gpuwarden reads it again and retries",
-                429: "a PodDisruptionBudget does not allow it now; wait, or relax the budget",
-                404: "check the name (this node's: --node-name, [kubernetes] node_name, NODE_NAME)"}.get(exc.status)
-        return cls(f"Kubernetes refused to {what} ({exc.status} {reason or exc.reason}): {message}",
-                   hint, status=exc.status, reason=reason)
+        cls = _BY_STATUS.get(code, KubeError)
+        raise cls(f"Kubernetes refused to {what} ({code} {reason or resp.reason_phrase}): {message}",
+                  _HINTS.get(code), status=code, reason=reason)
 
-    # --- any path (resource.k8s.io, authentication.k8s.io: types the client may not know yet) ------------
+    # --- any path (API discovery: which versions a group serves) -----------------------------------------------
     def request(self, what: str, method: str, path: str, *, query: Mapping[str, str] | None = None,
                 body: object = None) -> Any:
-        """One call to `path` (e.g. /apis/resource.k8s.io/v1/resourceslices) through the client's auth and
-        deadline; the JSON it answered. Any: each caller reads the object its path serves."""
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
+        """One call to `path` (e.g. /apis/resource.k8s.io) through the client's auth and deadline; the JSON it
+        answered. Any: each caller reads the object its path serves."""
+        _load_client()
+        from lightkube.core.generic_client import BasicRequest
+        br = BasicRequest(method=method, url=path.lstrip("/"), params=dict(query or {}), data=body,
+                          headers={"Accept": "application/json"})
+        return self._call(what, br)
 
-        def call(_request_timeout: float, **_: Any) -> Any:
-            # deferred: the client's modules, loaded by _load_client() when Kubernetes mode starts
-            from kubernetes.client.exceptions import ApiException
-            prepared = self.api_client.param_serialize(method, path, query_params=list((query or {}).items()),
-                                                       header_params=headers, body=body,
-                                                       auth_settings=["BearerToken"])
-            resp = self.api_client.call_api(*prepared, _request_timeout=_request_timeout)
-            resp.read()
-            if not 200 <= resp.status <= 299:
-                raise ApiException(http_resp=resp)
-            return resp
-        return self._call(what, call)
+    # --- cluster-scoped objects of a version chosen at run time (resource.k8s.io, authentication.k8s.io) -----
+    def cluster_resource(self, api_version: str, kind: str, plural: str) -> type:
+        """lightkube's type of a cluster-scoped resource: lightkube-models' when it has that version (1.37.0.8:
+        resource.k8s.io v1 and v1beta2 ResourceSlice and DeviceTaintRule, authentication.k8s.io/v1
+        TokenReview), else a generic resource of that group, version and plural (a version newer than the models)."""
+        from lightkube.core.exceptions import LoadResourceError
+        from lightkube.core.resource_registry import resource_registry
+        from lightkube.generic_resource import create_global_resource
+        try:
+            return resource_registry.load(api_version, kind)
+        except LoadResourceError:
+            group, _, version = api_version.rpartition("/")
+            return create_global_resource(group, version, kind, plural)
+
+    def list_cluster(self, what: str, api_version: str, kind: str, plural: str,
+                     query: Mapping[str, str] | None = None) -> Any:
+        """The list (e.g. ResourceSliceList) the API answers; Any: the caller reads the list its kind serves."""
+        return self._call(what, self._prepare("list", self.cluster_resource(api_version, kind, plural), params=query))
+
+    def create_cluster(self, what: str, api_version: str, kind: str, plural: str, body: Mapping[str, object]) -> Any:
+        """POST of `body`; the object the API answers (409 Conflict when the name is taken)."""
+        return self._call(what, self._prepare("post", self.cluster_resource(api_version, kind, plural), body=body))
+
+    def delete_cluster(self, what: str, api_version: str, kind: str, plural: str, name: str) -> Any:
+        """DELETE of one object (404 NotFoundError when it is gone already)."""
+        return self._call(what, self._prepare("delete", self.cluster_resource(api_version, kind, plural), name=name))
 
     # --- nodes ---------------------------------------------------------------------------------
     def node(self, name: str) -> Node:
-        node: Node = self._call(f"get node {name}", self.core.read_node, name)
+        node: Node = self._call(f"get node {name}", self._prepare("get", self._node, name=name))
         return node
 
-    def patch_node(self, name: str, body: Mapping[str, object], content_type: str = SMP) -> Node:
-        # The client's default for a patch is JSON Patch; a dict body must say which patch it is.
-        node: Node = self._call(f"patch node {name}", self.core.patch_node, name, body, _content_type=content_type)
+    def patch_node(self, name: str, body: Mapping[str, object] | Sequence[Mapping[str, object]],
+                   content_type: str = SMP) -> Node:
+        """A patch of the node: strategic merge (the default), MERGE or JSON_PATCH (a list of operations)."""
+        node: Node = self._call(f"patch node {name}", self._prepare("patch", self._node, name=name, body=body,
+                                                                    content_type=content_type))
         return node
 
     def update_node(self, name: str, change: Callable[[Node], Mapping[str, object] | None],
@@ -191,29 +333,36 @@ class Kube:
                         "gpuwarden tries again later")
 
     def patch_node_status(self, name: str, body: Mapping[str, object], content_type: str = SMP) -> Node:
-        node: Node = self._call(f"patch nodes/status of {name}", self.core.patch_node_status, name, body,
-                                _content_type=content_type)
+        node: Node = self._call(f"patch nodes/status of {name}",
+                                self._prepare("patch", self._node_status, name=name, body=body,
+                                              content_type=content_type))
         return node
 
     # --- pods ----------------------------------------------------------------------------------
     def pods_on(self, node: str) -> PodList:
         """PodList of the pods bound to `node` (fieldSelector spec.nodeName)."""
-        pods: PodList = self._call(f"list pods on node {node}", self.core.list_pod_for_all_namespaces,
-                                   field_selector=f"spec.nodeName={node}")
+        from lightkube.core.generic_client import ALL_NS
+        pods: PodList = self._call(f"list pods on node {node}",
+                                   self._prepare("list", self._pod, namespace=ALL_NS,
+                                                 params={"fieldSelector": f"spec.nodeName={node}"}))
         return pods
 
     def watch_pods(self, node: str, resource_version: str, timeout_s: int) -> "WatchStream":
         """A watch of the pods on `node` from `resource_version`; iterate it for (type, object)."""
-        resp = self._call(f"watch pods on node {node}", self.core.list_pod_for_all_namespaces, raw=False,
-                          field_selector=f"spec.nodeName={node}", watch=True, resource_version=resource_version,
-                          allow_watch_bookmarks=True, timeout_seconds=timeout_s, _preload_content=False,
-                          _request_timeout=(self.timeout_s, timeout_s + 15))
-        return WatchStream(resp)
+        import httpx2
+        from lightkube.core.generic_client import ALL_NS
+        br = self._prepare("list", self._pod, namespace=ALL_NS, watch=True,
+                           params={"fieldSelector": f"spec.nodeName={node}", "resourceVersion": resource_version,
+                                   "allowWatchBookmarks": "true", "timeoutSeconds": str(int(timeout_s))})
+        # The server ends the watch after timeoutSeconds; a read that outlasts that by 15 s is a dead connection.
+        br.timeout = httpx2.Timeout(self.timeout_s, read=timeout_s + 15.0)
+        return WatchStream(self._send(f"watch pods on node {node}", br, stream=True))
 
     def pod(self, namespace: str, name: str) -> Pod | None:
         # A list by name, not a get: the agent's role has list/watch on pods and nothing more.
-        listed: PodList = self._call(f"list pod {namespace}/{name}", self.core.list_namespaced_pod, namespace,
-                                     field_selector=f"metadata.name={name}")
+        listed: PodList = self._call(f"list pod {namespace}/{name}",
+                                     self._prepare("list", self._pod, namespace=namespace,
+                                                   params={"fieldSelector": f"metadata.name={name}"}))
         items = listed.get("items") or []
         return items[0] if items else None
 
@@ -225,56 +374,72 @@ class Kube:
             body["deleteOptions"] = {"gracePeriodSeconds": int(grace_s)}
         if dry_run:
             body.setdefault("deleteOptions", {})["dryRun"] = ["All"]
-        self._call(f"evict pod {namespace}/{name}", self.core.create_namespaced_pod_eviction, name, namespace, body)
+        self._call(f"evict pod {namespace}/{name}",
+                   self._prepare("post", self._eviction, name=name, namespace=namespace, body=body))
 
     # --- events --------------------------------------------------------------------------------
     def create_event(self, namespace: str, body: Mapping[str, object]) -> None:
-        self._call(f"create an event in {namespace}", self.core.create_namespaced_event, namespace, body)
-
+        self._call(f"create an event in {namespace}",
+                   self._prepare("post", self._event, namespace=namespace, body=body))
 
     # --- leases (coordination.k8s.io/v1) ------------------------------------------------------------
     def lease(self, namespace: str, name: str) -> Lease:
-        lease: Lease = self._call(f"get lease {namespace}/{name}", self.coordination.read_namespaced_lease, name,
-                                  namespace)
+        lease: Lease = self._call(f"get lease {namespace}/{name}",
+                                  self._prepare("get", self._lease, name=name, namespace=namespace))
         return lease
 
     def create_lease(self, namespace: str, body: Lease) -> Lease:
         """409 (Conflict) when a lease of that name exists already."""
         lease: Lease = self._call(f"create lease {namespace}/{body['metadata']['name']}",
-                                  self.coordination.create_namespaced_lease, namespace, body)
+                                  self._prepare("post", self._lease, namespace=namespace, body=body))
         return lease
 
     def update_lease(self, namespace: str, body: Lease) -> Lease:
         """PUT with the resourceVersion it was read at: 409 (Conflict) when anyone wrote it since."""
         name = body["metadata"]["name"]
-        lease: Lease = self._call(f"update lease {namespace}/{name}", self.coordination.replace_namespaced_lease,
-                                  name, namespace, body)
+        lease: Lease = self._call(f"update lease {namespace}/{name}",
+                                  self._prepare("put", self._lease, name=name, namespace=namespace, body=body))
         return lease
+
+
+class _Body(dict[str, Any]):
+    """A raw body as lightkube's request builder reads it: it looks up `.metadata.namespace` (and `.name`) of
+    what it creates or replaces. The JSON sent is the dict itself; nothing is parsed into lightkube's models."""
+
+    @property
+    def metadata(self) -> SimpleNamespace:
+        meta = self.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        return SimpleNamespace(namespace=meta.get("namespace"), name=meta.get("name"))
 
 
 class WatchStream:
     """Lines of a watch response as (type, object) pairs; close() ends it from another thread."""
 
-    def __init__(self, resp: Any):
+    def __init__(self, resp: "httpx2.Response"):
         self._resp = resp
+        self._closed = False
 
     def __iter__(self) -> Iterator[tuple[str, Pod]]:
-        buf = b""
-        for chunk in self._resp.stream(amt=None, decode_content=False):
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
+        import httpx2
+        import msgspec
+        try:
+            for line in self._resp.iter_lines():
                 if line.strip():
-                    event: WatchEvent = json.loads(line)
+                    event: WatchEvent = msgspec.json.decode(line)
                     yield event.get("type", ""), event.get("object") or {}
-        if buf.strip():
-            event = json.loads(buf)
-            yield event.get("type", ""), event.get("object") or {}
+        except httpx2.HTTPError:
+            if not self._closed:
+                raise  # a torn stream or a read past its deadline: the caller lists again
+        finally:
+            self._resp.close()
 
     def close(self) -> None:
-        # Closing the response would wait for the reader's buffer lock; shutting the socket down wakes
-        # the reader (EOF) and lets it finish by itself.
-        sock = getattr(getattr(self._resp, "_connection", None), "sock", None)
+        # Closing the response would wait for the reader; shutting the socket down wakes the reader (EOF)
+        # and lets it finish by itself.
+        self._closed = True
+        stream = self._resp.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)

@@ -42,7 +42,7 @@ def child_cpu_ms(argv: list[str], env: dict[str, str]) -> float:
 
 def typer_029(into: Path) -> Path:
     """typer 0.29.2 in a folder of its own, put first on PYTHONPATH for that configuration (pydantic comes
-    from the venv, where the Kubernetes client already needs it)."""
+    from the venv, where the test extra's Kyverno schema models, cloudcoil, need it)."""
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(into),
                     "typer==0.29.2"], check=True)
     return into

@@ -97,9 +97,13 @@ CLIENT_IMPORTS = {
     "kubernetes": "import kubernetes.client, kubernetes.config; kubernetes.client.CoreV1Api; "
                   "kubernetes.client.CoordinationV1Api; kubernetes.client.EventsV1Api; "
                   "getattr(kubernetes.client, 'ResourceV1beta1Api', None)",
-    "lightkube": "import lightkube; from lightkube.resources.core_v1 import Node, Pod; "
-                 "from lightkube.resources.coordination_v1 import Lease; from lightkube.resources.events_v1 import Event; "
-                 "from lightkube.generic_resource import create_global_resource",
+    # What ops/k8s/kube.py imports since the port: the client core, the types that route its calls, generics.
+    "lightkube": "import lightkube.core.generic_client, lightkube.config.kubeconfig, lightkube.generic_resource; "
+                 "from lightkube.resources.core_v1 import Event, Node, NodeStatus, Pod, PodEviction; "
+                 "from lightkube.resources.coordination_v1 import Lease; "
+                 "from lightkube.core.resource_registry import resource_registry; "
+                 "resource_registry.load('resource.k8s.io/v1', 'DeviceTaintRule'); "
+                 "resource_registry.load('resource.k8s.io/v1', 'ResourceSlice')",
 }
 CLIENT_GROUPS = ("core_v1", "coordination_v1", "events_v1", "resource_v1", "resource_v1beta1", "resource_v1beta2",
                  "resource_v1alpha3")

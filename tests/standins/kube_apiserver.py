@@ -3,7 +3,7 @@
 Written from the Kubernetes API reference (API concepts: resourceVersion preconditions and 409, watch
 streams with bookmarks and 410 Gone; strategic-merge, JSON-merge and JSON patches; the Eviction
 subresource answering 429 while a PodDisruptionBudget allows no disruption; Status bodies for errors)
-and driven by the official client. A real API server cannot run on these machines; this is the one
+and driven by gpuwarden's client (lightkube underneath). A real API server cannot run on these machines; this is the one
 stand-in the k8s tests use. Every request is logged, so tests can count what the agent costs.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import ssl
 import threading
 import time
 import uuid
@@ -141,11 +142,24 @@ def json_patch(doc, ops):
     return doc
 
 
+def kubeconfig_for(url: str, token: str = "test-token") -> dict:
+    """A kubeconfig document whose current context is the API at `url`, with a bearer token."""
+    return {"apiVersion": "v1", "kind": "Config", "current-context": "standin",
+            "clusters": [{"name": "standin", "cluster": {"server": url}}],
+            "users": [{"name": "agent", "user": {"token": token}}],
+            "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "agent"}}]}
+
+
 # --- the server ------------------------------------------------------------------------------------
 class FakeApiServer:
     """Holds nodes, pods, events and PDBs; serves them over HTTP on 127.0.0.1 (start()/stop())."""
 
-    def __init__(self):
+    def __init__(self, tls: tuple[str, str] | None = None, token: str | None = None):
+        """tls: (certificate, key) files to serve HTTPS with, as a real API server does; token: when set, a
+        request without `Authorization: Bearer <token>` is answered 401 Unauthorized (authentication runs
+        before anything else)."""
+        self.tls = tls
+        self.token = token
         self.cond = threading.Condition()
         self.rv = 1000
         self.nodes: dict[str, dict] = {}
@@ -173,13 +187,17 @@ class FakeApiServer:
         self._timers: list[threading.Timer] = []
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.httpd.daemon_threads = True
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
     def start(self) -> "FakeApiServer":
         self._thread.start()
@@ -194,24 +212,18 @@ class FakeApiServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def kubeconfig(self, token: str = "test-token") -> dict:
+        """A kubeconfig whose current context is this server, with a bearer token."""
+        return kubeconfig_for(self.url, token)
+
     def write_kubeconfig(self, path: Path, token: str = "test-token") -> Path:
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "standin",
-            "clusters": [{"name": "standin", "cluster": {"server": self.url}}],
-            "users": [{"name": "agent", "user": {"token": token}}],
-            "contexts": [{"name": "standin", "context": {"cluster": "standin", "user": "agent"}}]}))
+        path.write_text(json.dumps(self.kubeconfig(token)))
         return path
 
     def kube(self):
-        """A gpuwarden Kube on the official client, talking to this server."""
-        from kubernetes import client
-
-        from gpuwarden.ops.k8s.kube import Kube
-        conf = client.Configuration(host=self.url)
-        conf.api_key = {"BearerToken": "test-token"}
-        conf.api_key_prefix = {"BearerToken": "Bearer"}
-        conf.retries = 0
-        return Kube(client.ApiClient(conf), host=self.url)
+        """A gpuwarden Kube (lightkube underneath) talking to this server, set up from its kubeconfig."""
+        from gpuwarden.ops.k8s.kube import connect_config
+        return connect_config(self.kubeconfig())
 
     # --- objects the tests put in place ------------------------------------------------------------
     def _bump(self, obj: dict) -> None:
@@ -827,6 +839,8 @@ def _handler(api: FakeApiServer):
             route = api._route(method, url.path, query)
             verb, resource = (route[0], route[1]) if route else ("?", "?")
             try:
+                if api.token is not None and self.headers.get("Authorization") != f"Bearer {api.token}":
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
                 code, obj = api.handle(method, url.path, query, body, self.headers.get("Content-Type", ""))
             except ApiError as exc:
                 code, obj = exc.code, exc.status()
