@@ -160,6 +160,124 @@ static int maybe_facility(const char *p, Py_ssize_t n)
     return 0;
 }
 
+/* What the Python parser would make of a line, where this file knows it. */
+struct parsed {
+    Py_ssize_t message;        /* where the message starts */
+    Py_ssize_t ds, de;         /* the [mono] stamp's digits, when de > ds */
+    PyObject *stamp, *wall;    /* borrowed: a known ctime stamp's (from the parser's cache), or NULL */
+    PyObject *program;         /* borrowed, or NULL */
+    char sbuf[24];             /* a syslog stamp ("Jan  2 03:04:05" as "Jan 2 03:04:05"), sbuf[:slen] */
+    Py_ssize_t slen;
+    Py_ssize_t ps, pe;         /* a syslog program's span, when pe > ps */
+    int continuation, prefixed;
+};
+
+/* Characters of a syslog program name: logline._SYSLOG's [\w./@-]. */
+static int is_prog(char c) { return is_alpha(c) || is_digit(c) || (c && strchr("_./@-", c) != NULL); }
+
+/* After a program name at p[i:]: an optional "[pid]", then ':'; the index past the ':', or -1. (The regex's
+ * lazy name can only end where the run of name characters does: '[' and ':' are not name characters.) */
+static Py_ssize_t after_prog(const char *p, Py_ssize_t n, Py_ssize_t i)
+{
+    if (i < n && p[i] == '[') {
+        Py_ssize_t j = i + 1;
+        while (j < n && is_digit(p[j]))
+            j++;
+        if (j == i + 1 || j >= n || p[j] != ']')
+            return -1;
+        i = j + 1;
+    }
+    return i < n && p[i] == ':' ? i + 1 : -1;
+}
+
+/* logline._SYSLOG on a line of printable ASCII that starts with a letter. Every part of the pattern can match
+ * in one way only (each greedy run is followed by a character it cannot take), so this walks it left to right.
+ * The end of the match, or -1; the stamp ("mon day hms") into out->sbuf, the program's span. */
+static Py_ssize_t match_syslog(const char *p, Py_ssize_t n, struct parsed *out)
+{
+    Py_ssize_t i = 0, mon, ds, de, hms;
+    while (i < n && is_alpha(p[i]))
+        i++;
+    if (i < 3 || i > 5)
+        return -1;
+    if (i < n && p[i] == '.')
+        i++;
+    mon = i;
+    Py_ssize_t s = i;
+    while (i < n && is_blank(p[i]))
+        i++;
+    if (i == s)
+        return -1;
+    ds = i;
+    while (i < n && is_digit(p[i]))
+        i++;
+    de = i;
+    if (de - ds < 1 || de - ds > 2)
+        return -1;
+    s = i;
+    while (i < n && is_blank(p[i]))
+        i++;
+    if (i == s || i + 8 > n)
+        return -1;
+    hms = i;
+    if (!(is_digit(p[i]) && is_digit(p[i + 1]) && p[i + 2] == ':' && is_digit(p[i + 3]) && is_digit(p[i + 4])
+          && p[i + 5] == ':' && is_digit(p[i + 6]) && is_digit(p[i + 7])))
+        return -1;
+    i += 8;
+    if (i + 1 < n && p[i] == '.' && is_digit(p[i + 1])) { /* (?:\.\d+)? */
+        i++;
+        while (i < n && is_digit(p[i]))
+            i++;
+    }
+    s = i;
+    while (i < n && is_blank(p[i]))
+        i++;
+    if (i == s)
+        return -1;
+    Py_ssize_t end = -1, ps = i, pe = i;
+    /* "prog[pid]: " */
+    while (pe < n && is_prog(p[pe]))
+        pe++;
+    if (pe > ps) {
+        end = after_prog(p, n, pe);
+        if (end >= 0 && !(end < n && is_blank(p[end])))
+            end = -1;
+        else if (end >= 0)
+            end++;
+    }
+    if (end < 0) { /* "host prog[pid]:" and one optional blank */
+        Py_ssize_t h = i;
+        while (h < n && !is_blank(p[h]))
+            h++;
+        if (h == i)
+            return -1;
+        s = h;
+        while (h < n && is_blank(p[h]))
+            h++;
+        if (h == s)
+            return -1;
+        ps = pe = h;
+        while (pe < n && is_prog(p[pe]))
+            pe++;
+        if (pe == ps || (end = after_prog(p, n, pe)) < 0)
+            return -1;
+        if (end < n && is_blank(p[end]))
+            end++;
+    }
+    Py_ssize_t len = 0;
+    memcpy(out->sbuf, p, (size_t)mon);
+    len = mon;
+    out->sbuf[len++] = ' ';
+    memcpy(out->sbuf + len, p + ds, (size_t)(de - ds));
+    len += de - ds;
+    out->sbuf[len++] = ' ';
+    memcpy(out->sbuf + len, p + hms, 8);
+    out->slen = len + 8;
+    out->ps = ps;
+    out->pe = pe;
+    return end;
+}
+
 /* Whether logline._SYSLOG could match: 3-5 letters, '.'?, blanks, 1-2 digits, blanks, dd:dd:dd. */
 static int maybe_syslog(const char *p, Py_ssize_t n)
 {
@@ -188,15 +306,6 @@ static int maybe_syslog(const char *p, Py_ssize_t n)
     return is_digit(p[i]) && is_digit(p[i + 1]) && p[i + 2] == ':' && is_digit(p[i + 3]) && is_digit(p[i + 4])
         && p[i + 5] == ':' && is_digit(p[i + 6]) && is_digit(p[i + 7]);
 }
-
-/* What the Python parser would make of a line, where this file knows it. */
-struct parsed {
-    Py_ssize_t message;        /* where the message starts */
-    Py_ssize_t ds, de;         /* the [mono] stamp's digits, when de > ds */
-    PyObject *stamp, *wall;    /* borrowed: a known ctime stamp's (from the parser's cache), or NULL */
-    PyObject *program;         /* borrowed, or NULL */
-    int continuation, prefixed;
-};
 
 /* 1: parsed into *out; 0: the Python parser must do it; -1: error. */
 static int parse_plain(const char *p, Py_ssize_t n, PyObject *ctime, struct parsed *out)
@@ -246,7 +355,17 @@ static int parse_plain(const char *p, Py_ssize_t n, PyObject *ctime, struct pars
         rest = 7 + (n > 7 && is_blank(p[7]));
         out->program = str_kernel;
         out->prefixed = 1;
-    } else if (is_digit(c0) || is_alpha(c0)) {
+    } else if (is_alpha(c0)) {
+        /* a remote relay or a dmesg -x facility first are the parser's; then a syslog prefix or none (the ISO
+         * and time-only stamps start with a digit) */
+        if (maybe_remote(p, n) || maybe_facility(p, n))
+            return 0;
+        Py_ssize_t end = match_syslog(p, n, out);
+        if (end >= 0) {
+            out->prefixed = 1;
+            rest = end;
+        }
+    } else if (is_digit(c0)) {
         if (maybe_remote(p, n) || maybe_facility(p, n) || maybe_syslog(p, n))
             return 0;
         if ((n > 4 && p[4] == '-') || (n > 2 && p[2] == ':')) /* ISO and time-only stamps */
@@ -369,6 +488,8 @@ static PyObject *make_line(PyObject *type, long number, const char *p, Py_ssize_
     }
     if (r->stamp != NULL) {
         v[F_STAMP] = Py_NewRef(r->stamp);
+    } else if (r->slen > 0) {
+        v[F_STAMP] = PyUnicode_FromStringAndSize(r->sbuf, r->slen);
     } else if (r->de > r->ds) {
         v[F_STAMP] = PyUnicode_FromStringAndSize(p + r->ds, r->de - r->ds);
     } else {
@@ -390,7 +511,12 @@ static PyObject *make_line(PyObject *type, long number, const char *p, Py_ssize_
     }
     v[F_WALL] = Py_NewRef(r->wall ? r->wall : Py_None);
     v[F_LEVEL] = Py_NewRef(Py_None);
-    v[F_PROGRAM] = Py_NewRef(r->program ? r->program : Py_None);
+    if (r->pe > r->ps && !(r->pe - r->ps == 6 && memcmp(p + r->ps, "kernel", 6) == 0))
+        v[F_PROGRAM] = PyUnicode_FromStringAndSize(p + r->ps, r->pe - r->ps);
+    else
+        v[F_PROGRAM] = Py_NewRef(r->pe > r->ps ? str_kernel : r->program ? r->program : Py_None);
+    if (v[F_PROGRAM] == NULL)
+        goto done;
     v[F_CONTINUATION] = PyBool_FromLong(r->continuation);
     v[F_PREFIXED] = PyBool_FromLong(r->prefixed);
     line = maker.alloc ? maker.alloc((PyTypeObject *)type, 0) : PyType_GenericAlloc((PyTypeObject *)type, 0);

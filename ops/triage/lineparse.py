@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuwarden.ops.triage.logline import MAX_LINE, LineParser, LogLine
+
+if TYPE_CHECKING:
+    from gpuwarden.ops.triage.analyze import Analyzer
 
 PURE_ENV = "GPUWARDEN_TRIAGE_PURE"
 
@@ -27,6 +30,28 @@ def _compiled() -> Any:
 
 _LINES = _compiled()
 COMPILED = _LINES is not None  # what `gpuwarden doctor`-style reports and the bench print
+
+
+def feed_block(block: bytes, first: int, analyzer: Analyzer) -> int:
+    """Feed every line of `block` (it ends with a newline), numbered from `first`, to the analyzer in order; how
+    many lines were cut at MAX_LINE bytes. Compiled: the block parsed in one call, then each line fed. Pure:
+    each line decoded and fed as it comes (no list of parsed lines to hold: as fast as before the compiled path)."""
+    if _LINES is not None:
+        lines, cut = parse_block(block, first, analyzer.parser)
+        feed_line = analyzer.feed_line
+        for line in lines:
+            feed_line(line)
+        return cut
+    feed = analyzer.feed
+    raws = block.split(b"\n")
+    raws.pop()  # the block ends with a newline: nothing after it
+    cut = 0
+    for number, raw in enumerate(raws, first):
+        if len(raw) > MAX_LINE:
+            raw = raw[:MAX_LINE]
+            cut += 1
+        feed(raw.decode("utf-8", "replace"), number)
+    return cut
 
 
 def parse_block(block: bytes, first: int, parser: LineParser) -> tuple[list[LogLine], int]:
