@@ -150,11 +150,10 @@ def bundle_times(tmp: Path) -> dict:
     from gpuwarden.ops.foundation.settings import Settings
     from gpuwarden.ops.node.sim.node import SimNode
     from gpuwarden.ops.bundle.triage_file import triage_bundle
-    state = tmp / "state"
-    state.mkdir()
+    state = Path(tempfile.mkdtemp(prefix="state-", dir=tmp))  # fresh each run, also under a kept --keep folder
     SimNode(state).init(gpus=8, vram=24 << 30)
     settings = Settings(state_dir=state, backend="sim")
-    result = collect_bundle(settings, output=tmp / "b.tar.gz", safe_mode=True, timeout_s=10)
+    result = collect_bundle(settings, output=state / "b.tar.gz", safe_mode=True, timeout_s=10)
     runs = []
     for _ in range(5):
         t0 = time.perf_counter()
