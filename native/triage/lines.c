@@ -164,7 +164,7 @@ static int maybe_facility(const char *p, Py_ssize_t n)
 struct parsed {
     Py_ssize_t message;        /* where the message starts */
     Py_ssize_t ds, de;         /* the [mono] stamp's digits, when de > ds */
-    PyObject *stamp, *wall;    /* borrowed: a known ctime stamp's (from the parser's cache), or NULL */
+    PyObject *stamp, *wall;    /* a known ctime stamp's (from the parser's cache; owned), or NULL */
     PyObject *program;         /* borrowed, or NULL */
     char sbuf[24];             /* a syslog stamp ("Jan  2 03:04:05" as "Jan 2 03:04:05"), sbuf[:slen] */
     Py_ssize_t slen;
@@ -344,8 +344,9 @@ static int parse_plain(const char *p, Py_ssize_t n, PyObject *ctime, struct pars
                 return PyErr_Occurred() ? -1 : 0;
             if (!PyTuple_Check(known) || PyTuple_Size(known) != 2)
                 return 0;
-            out->stamp = PyTuple_GetItem(known, 0);
-            out->wall = PyTuple_GetItem(known, 1);
+            /* owned until the line is made: a finalizer run by an allocation on the way could empty the cache */
+            out->stamp = Py_NewRef(PyTuple_GetItem(known, 0));
+            out->wall = Py_NewRef(PyTuple_GetItem(known, 1));
             out->prefixed = 1;
             rest = end;
         }
@@ -586,6 +587,8 @@ static PyObject *parse_block(PyObject *self, PyObject *args)
         int known = plain_ascii(p, n) ? parse_plain(p, n, ctime, &r) : 0;
         if (known > 0) {
             line = make_line(type, number, p, n, &r);
+            Py_XDECREF(r.stamp);
+            Py_XDECREF(r.wall);
         } else if (known == 0) {
             PyObject *text = PyUnicode_DecodeUTF8(p, n, "replace");
             PyObject *num = PyLong_FromLong(number);
