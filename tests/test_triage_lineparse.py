@@ -40,7 +40,8 @@ PREFIXES = (
     "Mar 3 1:02:03 host kernel: ", "Marchx 3 10:02:03 host kernel: ", "2024-01-02T03:04:05.123456+00:00 host kernel: ",
     "2024-01-02T03:04:05Z ", "2024-01-0 ", "14:16:27.894416 pop-os kernel: ", "14:16:27 kernel: ", "1:2 ",
     "/var/log/syslog:Apr  9 12:59:18 host kernel: ", "/var/log/kern.log.1:", "/x ", "_x: ", ".a: ", "-a: ", ":a ",
-    "  ", "\t", " [ 1.0] ", "*", "<6>", "kfd kfd: ", "authpriv: ", "kernel : ", "amdgpu: ", "NVRM: ",
+    "  ", "\t", " [ 1.0] ", "[12345678901.1234567] ", "Jan  2 03:04:05 host kernel: [12345678901.123456] ",
+    "kernel: [0.00000000000000000001] ", "[Tue Mar  5 10:00:00 2024] [99999999999.99999] ", "*", "<6>", "kfd kfd: ", "authpriv: ", "kernel : ", "amdgpu: ", "NVRM: ",
 )
 BODIES = (
     "amdgpu 0000:c3:00.0: amdgpu: GPU reset begin!", "NVRM: Xid (PCI:0000:b3:00): 79, GPU has fallen off the bus.",

@@ -499,8 +499,9 @@ static PyObject *make_line(PyObject *type, long number, const char *p, Py_ssize_
     if (v[F_MESSAGE] == NULL || v[F_STAMP] == NULL)
         goto done;
     if (r->de > r->ds) {
-        PyObject *digits = r->stamp == NULL ? Py_NewRef(v[F_STAMP])
-                                            : PyUnicode_FromStringAndSize(p + r->ds, r->de - r->ds);
+        /* the stamp is these digits unless a ctime or syslog stamp came first */
+        PyObject *digits = r->stamp == NULL && r->slen == 0 ? Py_NewRef(v[F_STAMP])
+                                                            : PyUnicode_FromStringAndSize(p + r->ds, r->de - r->ds);
         if (digits == NULL)
             goto done;
         v[F_MONO] = mono_float(p, r->ds, r->de, digits);
