@@ -48,10 +48,13 @@ def wheels(manylinux_wheel) -> dict[str, Path]:
     return built
 
 
-def _library(wheel: Path, into: Path) -> Path:
+TRIAGE_EXT = "gpuwarden/ops/triage/_lines.abi3.so"  # triage's compiled line parser (native/triage/lines.c)
+
+
+def _library(wheel: Path, into: Path, name: str = "gpuwarden/ops/engines/libgwpreload.so") -> Path:
     with zipfile.ZipFile(wheel) as z:
-        z.extract("gpuwarden/ops/engines/libgwpreload.so", into)
-    return into / "gpuwarden/ops/engines/libgwpreload.so"
+        z.extract(name, into)
+    return into / name
 
 
 def glibc_versions(lib: Path) -> set[tuple[int, ...]]:
@@ -81,14 +84,18 @@ def test_wheel_is_manylinux2014_and_asks_nothing_newer_than_glibc_2_17(wheels, a
     assert f"Tag: py3-none-manylinux2014_{arch}" in meta.splitlines() and "Root-Is-Purelib: false" in meta
     # one namespace only: nothing installs as a bare ops/tui/playbooks
     assert {n.split("/")[0] for n in names} == {"gpuwarden", f"gpuwarden-{VERSION}.dist-info"}
-    lib = _library(wheel, tmp_path)
+    from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
-    with lib.open("rb") as f:
-        elf = ELFFile(f)
-        assert elf["e_machine"] == ELF_MACHINE[arch] and elf["e_type"] == "ET_DYN"
-        assert elf.get_section_by_name(".debug_info") is None  # shipped stripped
-    versions = glibc_versions(lib)
-    assert versions and max(versions) <= (2, 17), sorted(versions)
+    for lib in (_library(wheel, tmp_path), _library(wheel, tmp_path, TRIAGE_EXT)):
+        with lib.open("rb") as f:
+            elf = ELFFile(f)
+            assert elf["e_machine"] == ELF_MACHINE[arch] and elf["e_type"] == "ET_DYN", lib
+            assert elf.get_section_by_name(".debug_info") is None, lib  # shipped stripped
+            needed = {t.needed for s in elf.iter_sections() if isinstance(s, DynamicSection)
+                      for t in s.iter_tags() if t.entry.d_tag == "DT_NEEDED"}
+            assert not any(n.startswith("libpython") for n in needed), (lib, needed)  # any CPython's, abi3
+        versions = glibc_versions(lib)
+        assert versions and max(versions) <= (2, 17), (lib, sorted(versions))
 
 
 @pytest.fixture(scope="session")
@@ -128,6 +135,10 @@ def test_the_image_has_no_compiler_and_runs_the_cli(image_root):
     proc = sh(image_root, "for t in gcc cc clang tcc; do command -v $t && exit 3; done; gpuwarden --version")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith(VERSION), proc.stdout
+    # the wheel's prebuilt triage line parser loads into the image's Python (Debian's, another build than ours)
+    proc = sh(image_root, f"{_container().VENV}/bin/python -c 'from gpuwarden.ops.triage import lineparse; "
+                          "print(lineparse.COMPILED)'")
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stdout + proc.stderr
     proc = sh(image_root, "gpuwarden --state-dir /tmp/s --backend sim status --json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
@@ -354,6 +365,7 @@ def test_a_source_install_without_a_compiler_has_all_but_the_interposer_and_says
     import subprocess
     env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
     env.pop("GPUWARDEN_PRELOAD_PREBUILT", None)
+    env.pop("GPUWARDEN_TRIAGE_PREBUILT", None)
     tree = wheelbuild._source_tree(tmp_path / "src")  # what the sdist holds, not this checkout's build/
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(tmp_path / "dist"),
                             str(tree)], env=env, capture_output=True, text=True, timeout=600)
@@ -361,6 +373,8 @@ def test_a_source_install_without_a_compiler_has_all_but_the_interposer_and_says
     assert "installed without its registration interposer" in built.stdout + built.stderr
     wheel = next((tmp_path / "dist").glob("gpuwarden-*.whl"))
     assert "gpuwarden/ops/engines/libgwpreload.so" not in zipfile.ZipFile(wheel).namelist()
+    assert "triage's compiled line parser was not built" in built.stdout + built.stderr
+    assert TRIAGE_EXT not in zipfile.ZipFile(wheel).namelist()
     py = _venv_with_test_deps(tmp_path / "venv")
     subprocess.run([*_pip_install(py), "--no-deps", str(wheel)], check=True, timeout=300)
     cfg = tmp_path / "node.toml"
@@ -377,6 +391,14 @@ def test_a_source_install_without_a_compiler_has_all_but_the_interposer_and_says
     assert launch.returncode != 0 and "interposer" in launch.stdout + launch.stderr, launch.stdout + launch.stderr
     assert "apt-get install gcc" in launch.stdout + launch.stderr
     assert "Traceback" not in launch.stderr + doctor.stderr
+    # triage takes its pure-Python parser and finds what the compiled one finds
+    log = tmp_path / "kern.log"
+    log.write_text("[  1.000000] amdgpu 0000:03:00.0: amdgpu: GPU reset begin!\n")
+    triage = run("triage", str(log), "--json")
+    assert json.loads(triage.stdout)["findings"][0]["rule"] == "amdgpu.reset_begin", triage.stdout + triage.stderr
+    which = subprocess.run([str(py), "-c", "from gpuwarden.ops.triage import lineparse; print(lineparse.COMPILED)"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert which.stdout.strip() == "False", which.stdout + which.stderr
 
 
 def _pip_install(py: Path) -> list[str]:

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Builds gpuwarden's wheels that install without a C compiler: manylinux2014 x86_64 and aarch64.
 
-The interposer (native/) is compiled once per architecture by zig's clang against glibc 2.17 (PyPI's
-`ziglang` package, no system toolchain) and put into an otherwise ordinary wheel tagged py3-none-manylinux2014_*.
+The interposer (native/*.c) and triage's line parser (native/triage/lines.c, a CPython extension on the 3.11
+limited API, so one build serves every CPython >= 3.11) are compiled once per architecture by zig's clang
+against glibc 2.17 (PyPI's `ziglang` package, no system toolchain) and put into an otherwise ordinary wheel
+tagged py3-none-manylinux2014_* (setup.py's PlatformWheel says why not cp311-abi3).
 
     python deploy/wheel/build.py [--out dist] [--arch x86_64 --arch aarch64]
 """
@@ -14,12 +16,14 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHES = ("x86_64", "aarch64")
 GLIBC = "2.17"  # manylinux2014's baseline
+LIMITED_API = "0x030B0000"  # the extension's stable ABI: CPython 3.11's (setup.py builds it with the same)
 # What a wheel is built from: the rest of the checkout (tests, deploy, .venv) stays out of it.
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "CHANGELOG.md", "__init__.py", "__main__.py",
            "ops", "playbooks", "tui", "native")
@@ -56,6 +60,20 @@ def build_library(arch: str, dest: Path) -> Path:
     return dest
 
 
+def build_triage(arch: str, dest: Path) -> Path:
+    """ops/triage/_lines.abi3.so for `arch`. The limited API's headers are the same on every architecture, so
+    this Python's own (its pyconfig.h is x86_64's or aarch64's; both are LP64 Linux: the same sizes) serve both;
+    the extension links no libpython, as CPython extensions on Linux never do."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    argv = [*zig_cc(), "-target", f"{arch}-linux-gnu.{GLIBC}", "-shared", "-std=gnu11", "-O2", "-fPIC", "-Wall",
+            "-Wextra", "-g0", "-s", f"-DPy_LIMITED_API={LIMITED_API}", f"-I{sysconfig.get_paths()['include']}",
+            str(REPO / "native" / "triage" / "lines.c"), "-o", str(dest)]
+    env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": os.environ.get(
+        "ZIG_GLOBAL_CACHE_DIR", str(Path(tempfile.gettempdir()) / "gpuwarden-zig-cache"))}
+    subprocess.run(argv, check=True, env=env)
+    return dest
+
+
 def _source_tree(into: Path) -> Path:
     into.mkdir(parents=True)
     for name in SOURCES:
@@ -74,7 +92,8 @@ def build_wheel(arch: str, out: Path, *, isolated: bool = True) -> Path:
     with tempfile.TemporaryDirectory(prefix=f"gpuwarden-wheel-{arch}-") as tmp:
         tree = _source_tree(Path(tmp) / "src")
         lib = build_library(arch, Path(tmp) / "lib" / "libgwpreload.so")
-        env = {**os.environ, "GPUWARDEN_PRELOAD_PREBUILT": str(lib),
+        triage = build_triage(arch, Path(tmp) / "lib" / "_lines.abi3.so")
+        env = {**os.environ, "GPUWARDEN_PRELOAD_PREBUILT": str(lib), "GPUWARDEN_TRIAGE_PREBUILT": str(triage),
                "GPUWARDEN_WHEEL_PLATFORM": f"manylinux2014_{arch}"}
         wheel = out / f"gpuwarden-{version()}-py3-none-manylinux2014_{arch}.whl"
         wheel.unlink(missing_ok=True)

@@ -120,9 +120,12 @@ class Analyzer:
     # --- input ------------------------------------------------------------------------------
     def feed(self, raw: str, number: int | None = None) -> None:
         """One raw line (with or without its newline). `number` is its 1-based line number when lines were skipped."""
-        self.number = number if number is not None else self.number + 1
+        self.feed_line(self.parser.parse(number if number is not None else self.number + 1, raw))
+
+    def feed_line(self, line: LogLine) -> None:
+        """One line parsed by self.parser, in order (stream.py parses a block at once: lineparse.parse_block)."""
+        self.number = line.number
         self.lines += 1
-        line = self.parser.parse(self.number, raw)
         if line.stamp:
             self.stamped += 1
         held = self.held

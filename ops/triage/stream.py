@@ -17,6 +17,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Protocol
 
 from gpuwarden.ops.triage.analyze import DEVICE_CARRY, SPECIALS, Analyzer, add_snapshot
 from gpuwarden.ops.triage.findings import Report
+from gpuwarden.ops.triage.lineparse import feed_block
 from gpuwarden.ops.triage.logline import HUMAN_HINT_BYTES, MAX_LINE
 from gpuwarden.ops.triage.patterns import PF_DETAIL  # noqa: F401  (their literals are listed below)
 from gpuwarden.ops.triage.dispatch import Dispatch
@@ -201,15 +202,9 @@ class StreamFeeder:
         base = self.lines  # lines before this piece
         count = block.count(b"\n")
         if self.prefilter is None or base + count <= HEAD_LINES or self._dense(self.prefilter, block):
-            # every line: a storm where most lines matter anyway costs less without the prefilter
-            feed = self.a.feed
-            lines = block.split(b"\n")
-            lines.pop()  # the block ends with a newline: nothing after it
-            for number, line in enumerate(lines, base + 1):
-                if len(line) > MAX_LINE:
-                    line = line[:MAX_LINE]
-                    self.cut += 1
-                feed(line.decode("utf-8", "replace"), number)
+            # every line: a storm where most lines matter anyway costs less without the prefilter. The block is
+            # split, decoded and parsed in one call where the compiled parser is there (lineparse decides)
+            self.cut += feed_block(block, base + 1, self.a)
             self.lines += count
             return
         pos = 0  # first byte not yet fed or skipped

@@ -11,7 +11,8 @@ candidate lines); a node-scraper-style loop (every rule's regex tried on every l
 the first 20 MB and scaled; `--peer REF`: the triage of another commit (git archive) on the same file; and two
 floors, the least CPython work that looks at every line: `split` (read in 4 MiB chunks, split, decode each
 line) and `parse` (that, plus this tree's prefix parse of each line and one dict lookup of its message: the
-stamp and message any triage that reads every line needs).
+stamp and message any triage that reads every line needs). This tree's triage runs twice: with its compiled
+line parser (native/triage/lines.c, where built) and with the pure-Python one (GPUWARDEN_TRIAGE_PURE=1).
 Bundle: one made by collect_bundle() on a simulated node (with this host's kernel log), triaged in-process
 (median of 5) and by the CLI (`gpuwarden triage BUNDLE`, interpreter start included).
 Targets: 200 MB in <= 5 s on one core with bounded memory; a bundle in <= 1 s.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -37,6 +39,8 @@ sys.path.insert(0, str(REPO))
 
 import benchlib  # noqa: E402
 from benchlib import machine_line  # noqa: E402
+
+from gpuwarden.ops.triage import lineparse  # noqa: E402
 
 CORPUS = REPO / "tests" / "triage_corpus"
 SHARED = REPO / "tests" / "fixtures" / "dmesg"
@@ -99,11 +103,11 @@ _USAGE = ("\nimport resource as _r, json as _j; _u = _r.getrusage(_r.RUSAGE_SELF
           "print(_j.dumps([_u.ru_utime + _u.ru_stime, _u.ru_maxrss]))")
 
 
-def child(code: str, *args: str, root: Path = REPO) -> tuple[float, float, int, str]:
+def child(code: str, *args: str, root: Path = REPO, env: dict[str, str] | None = None) -> tuple[float, float, int, str]:
     """(wall s, CPU s, peak RSS KiB, stdout) of a child python running `code` in the tree at root."""
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code + _USAGE, *args], cwd=root, capture_output=True, text=True,
-                          check=True)
+                          check=True, env=env)
     wall = time.perf_counter() - t0
     *out, usage = proc.stdout.strip().splitlines()
     cpu, rss = json.loads(usage)
@@ -146,11 +150,10 @@ def bundle_times(tmp: Path) -> dict:
     from gpuwarden.ops.foundation.settings import Settings
     from gpuwarden.ops.node.sim.node import SimNode
     from gpuwarden.ops.bundle.triage_file import triage_bundle
-    state = tmp / "state"
-    state.mkdir()
+    state = Path(tempfile.mkdtemp(prefix="state-", dir=tmp))  # fresh each run, also under a kept --keep folder
     SimNode(state).init(gpus=8, vram=24 << 30)
     settings = Settings(state_dir=state, backend="sim")
-    result = collect_bundle(settings, output=tmp / "b.tar.gz", safe_mode=True, timeout_s=10)
+    result = collect_bundle(settings, output=state / "b.tar.gz", safe_mode=True, timeout_s=10)
     runs = []
     for _ in range(5):
         t0 = time.perf_counter()
@@ -175,6 +178,9 @@ def main() -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     peer_root = benchlib.export_tree(REPO, args.peer, Path(tempfile.mkdtemp(prefix="bench-triage-peer-"))) \
         if args.peer else None
+    # The peer's children import the peer's gpuwarden (PYTHONPATH before the editable install's finder); without
+    # it they ran this tree's code from the peer's folder (so did this bench's peer figures before 2026-12-05).
+    peer_env = benchlib.linked_env(peer_root, peer_root.parent / "pkgs") if peer_root is not None else None
     out: dict[str, object] = {"machine": benchlib.machine()}
     for kind in args.kinds.split(","):
         path = tmp / f"{kind}.log"
@@ -188,13 +194,19 @@ def main() -> None:
                    result=got, us_per_line=round(cpu / lines * 1e6, 2))
         print(f"{kind}: {size / 2**20:.0f} MiB, {lines} lines: triage {cpu:.2f} s CPU ({wall:.2f} s wall, "
               f"{cpu / lines * 1e6:.2f} us a line), peak RSS {rss / 1024:.0f} MiB", flush=True)
+        # the same triage on its pure-Python line parser (ops/triage/lineparse.py's fallback), same file, same run
+        pure_env = {**os.environ, "GPUWARDEN_TRIAGE_PURE": "1"}
+        _, ucpu, _, ugot = child(TRIAGE, str(path), env=pure_env)
+        row.update(compiled=lineparse.COMPILED, pure_cpu_s=round(ucpu, 2), pure_same_result=ugot == got)
+        print(f"  pure-Python line parser: {ucpu:.2f} s CPU; compiled one built here: {lineparse.COMPILED}; same "
+              f"findings/lines/headline: {ugot == got}", flush=True)
         for floor in ("split", "parse"):
             _, fcpu, frss, _ = child(FLOOR, str(path), floor)
             row[f"floor_{floor}_cpu_s"] = round(fcpu, 2)
             print(f"  floor '{floor}': {fcpu:.2f} s CPU ({fcpu / lines * 1e6:.2f} us a line), triage / floor "
-                  f"{cpu / fcpu:.2f}", flush=True)
+                  f"{cpu / fcpu:.2f} (pure-Python parser {ucpu / fcpu:.2f})", flush=True)
         if peer_root is not None:
-            pwall, pcpu, prss, pgot = child(TRIAGE, str(path), root=peer_root)
+            pwall, pcpu, prss, pgot = child(TRIAGE, str(path), root=peer_root, env=peer_env)
             row.update(peer=args.peer, peer_cpu_s=round(pcpu, 2), peer_wall_s=round(pwall, 2),
                        peer_rss_mib=round(prss / 1024), peer_result=pgot, peer_same_result=pgot == got)
             print(f"  peer {args.peer}: {pcpu:.2f} s CPU ({pwall:.2f} s wall), peak RSS {prss / 1024:.0f} MiB -> "
