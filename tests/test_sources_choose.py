@@ -251,3 +251,48 @@ def test_the_raw_path_loads_only_the_socket_client_and_the_chooser():
                           + code], capture_output=True, text=True, env=env, timeout=60, check=True).stdout
     assert out.strip() == "['gpuwarden.ops.sources', 'gpuwarden.ops.sources.choose']"
     assert client.SNAPSHOT == "/v1/snapshot"
+
+
+def test_the_console_asks_a_missing_agent_again_only_every_few_seconds(sim_settings, body, monkeypatch):
+    """No agent: the console samples here and does not knock on the socket every refresh (issue 38); an agent that
+    starts is taken once AGENT_RETRY_S has passed since the last miss."""
+    from gpuwarden.ops.sources import kinds
+    asked = []
+    real = kinds.ConsoleSource._from_agent
+
+    def counting(self):
+        asked.append(1)
+        return real(self)
+    monkeypatch.setattr(kinds.ConsoleSource, "_from_agent", counting)
+    source = ch.choose(sim_settings, ch.CONSOLE)
+    try:
+        assert isinstance(source, ConsoleSource) and not source.via_agent
+        for _ in range(3):
+            source()
+        assert len(asked) == 1  # the chooser's question only
+        fake = FakeAgent(sim_settings.state_dir, body)
+        try:
+            source()
+            assert not source.via_agent  # inside the retry window: still sampled here
+            source._agent_missed_at -= kinds.AGENT_RETRY_S  # the window has passed
+            assert source().agent is not None and source.via_agent and len(asked) == 2
+            source()
+            assert len(asked) == 3  # with an agent, every refresh is its answer
+        finally:
+            fake.stop()
+    finally:
+        source.close()
+
+
+def test_the_consoles_own_sampler_reads_every_processs_fds_once_a_minute(sim_settings):
+    from gpuwarden.ops.sources import kinds
+    local = kinds.LocalSource(sim_settings, console=True)
+    try:
+        assert local.sampler.full_scan_every_s == kinds.CONSOLE_FULL_SCAN_S == 60.0
+    finally:
+        local.close()
+    plain = kinds.LocalSource(sim_settings)
+    try:
+        assert plain.sampler.full_scan_every_s == 0.0  # status: every deep scan is full
+    finally:
+        plain.close()

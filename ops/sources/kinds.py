@@ -4,6 +4,7 @@ and the console's agent-else-here. Each is called for a NodeSnapshot, says what 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from gpuwarden.ops.agent import client
@@ -82,6 +83,12 @@ class LocalSource:
         from gpuwarden.ops.sampling.sampler import Sampler
         backend = open_for_console(settings) if console else open_backend(settings)
         self.sampler: Sampler = Sampler(settings, backend, use_pidfds=use_pidfds)  # opened now: a missing library fails here
+        if console:
+            # Between full scans a deep scan reads /proc/<pid>/fd only of new processes and known holders: every
+            # process's fds each 10 s was a sixth of an idle console's CPU on an H100 (issue 38). What waits up to
+            # CONSOLE_FULL_SCAN_S is a process first seen without a GPU file that opens one later and allocates
+            # nothing (one that allocates is listed by KFD or NVML at once).
+            self.sampler.full_scan_every_s = CONSOLE_FULL_SCAN_S
         self.fallback_reason: str | None = getattr(backend, "fallback_reason", None)
         self.kind = SIMULATED if self.fallback_reason else LOCAL
 
@@ -132,6 +139,12 @@ class BundleSource:
         pass
 
 
+# The console's local sampler: every process's /proc/<pid>/fd read at most this often (the agent's default: 300 s).
+CONSOLE_FULL_SCAN_S = 60.0
+# While no agent answered, the console asks again at most this often: a started agent is taken within that.
+AGENT_RETRY_S = 5.0
+
+
 class ConsoleSource:
     """The console's: the agent's snapshots while it answers, a Sampler of our own while it does not.
 
@@ -144,7 +157,9 @@ class ConsoleSource:
         self.socket = agent_socket(settings)
         self._local: LocalSource | None = None
         self.via_agent = False
+        self._agent_missed_at: float | None = None  # monotonic time of the last ask no agent answered
         if self._from_agent() is None:
+            self._agent_missed_at = time.monotonic()
             self._local = LocalSource(settings, console=True)
 
     @property
@@ -167,7 +182,11 @@ class ConsoleSource:
         return snapshot_from_dict(reply.json()) if reply is not None else None
 
     def snapshot(self, deep: bool | None = None) -> NodeSnapshot:
+        missed = self._agent_missed_at
+        if missed is not None and self._local is not None and time.monotonic() - missed < AGENT_RETRY_S:
+            return self._local.snapshot(deep)  # no agent a moment ago: not asked again every refresh
         snap = self._from_agent()
+        self._agent_missed_at = None if snap is not None else time.monotonic()
         self.via_agent = snap is not None
         if snap is not None:
             return snap

@@ -41,11 +41,11 @@ nvidia-smi pmon -s u -c 3 2>&1 | grep -E "^#|$BUSY"
 } | tee "$OUT/proc_util_nvml.txt"
 tmux -S "$SOCK" new-session -d -s gw -x 160 -y 48 "gpuwarden --backend nvml tui --refresh 1"
 sleep 6
-tmux -S "$SOCK" send-keys -t gw p  # the Processes panel
+tmux -S "$SOCK" send-keys -t gw: p  # the Processes panel
 sleep 3
-tmux -S "$SOCK" capture-pane -p -t gw > "$OUT/proc_util_tui_processes.txt"
-tmux -S "$SOCK" send-keys -t gw i  # the selected process's view (the busy one: most VRAM)
+tmux -S "$SOCK" capture-pane -p -t gw: > "$OUT/proc_util_tui_processes.txt"
+tmux -S "$SOCK" send-keys -t gw: i  # the selected process's view (the busy one: most VRAM)
 sleep 3
-tmux -S "$SOCK" capture-pane -p -t gw > "$OUT/proc_util_tui_process_view.txt"
+tmux -S "$SOCK" capture-pane -p -t gw: > "$OUT/proc_util_tui_process_view.txt"
 echo "== TUI Processes panel"; cat "$OUT/proc_util_tui_processes.txt"
 echo "== TUI process view"; cat "$OUT/proc_util_tui_process_view.txt"

@@ -14,7 +14,7 @@ SOCK=$STATE/tmux.sock
 trap 'tmux -S "$SOCK" kill-server 2>/dev/null' EXIT
 tmux -S "$SOCK" new-session -d -s gw -x 160 -y 48 "GPUWARDEN_STATE_DIR=$STATE exec python3 -m gpuwarden --backend nvml tui --refresh 1"
 sleep 5
-PID=$(tmux -S "$SOCK" list-panes -t gw -F '#{pane_pid}')
+PID=$(tmux -S "$SOCK" list-panes -t gw: -F '#{pane_pid}')
 py-spy record --pid "$PID" --threads --nonblocking --format raw -r 500 -d "$PROFILE_S" -o "$OUT/tui_profile.raw" 2>&1 | tail -2
 python3 - "$OUT/tui_profile.raw" <<'PY' | tee "$OUT/tui_profile.txt"
 import collections, re, sys

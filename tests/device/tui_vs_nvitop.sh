@@ -38,15 +38,15 @@ fi
 tmux -S "$SOCK" new-session -d -s gw -x 160 -y 48 "gpuwarden --backend nvml tui --refresh 1"
 tmux -S "$SOCK" new-session -d -s nv -x 160 -y 48 "python3 -m nvitop --interval 1"
 sleep 5  # both past their start-up (imports, first NVML init) before counting
-GW=$(tmux -S "$SOCK" list-panes -t gw -F '#{pane_pid}')
-NV=$(tmux -S "$SOCK" list-panes -t nv -F '#{pane_pid}')
-tmux -S "$SOCK" capture-pane -p -t gw > "$OUT/tui_vs_nvitop_gw_start.txt"
+GW=$(tmux -S "$SOCK" list-panes -t gw: -F '#{pane_pid}')
+NV=$(tmux -S "$SOCK" list-panes -t nv: -F '#{pane_pid}')
+tmux -S "$SOCK" capture-pane -p -t gw: > "$OUT/tui_vs_nvitop_gw_start.txt"
 g0=$(tree_ticks "$GW"); n0=$(tree_ticks "$NV"); t0=$(date +%s.%N)
 sleep "$SECONDS_EACH"
 g1=$(tree_ticks "$GW"); n1=$(tree_ticks "$NV"); t1=$(date +%s.%N)
-tmux -S "$SOCK" send-keys -t gw Down Enter  # GPU 0's detail view: the sensor lines
+tmux -S "$SOCK" send-keys -t gw: Down Enter  # GPU 0's detail view: the sensor lines
 sleep 2
-tmux -S "$SOCK" capture-pane -p -t gw > "$OUT/tui_vs_nvitop_gw_detail.txt"
+tmux -S "$SOCK" capture-pane -p -t gw: > "$OUT/tui_vs_nvitop_gw_detail.txt"
 hz=$(getconf CLK_TCK)
 python3 - "$g0" "$g1" "$n0" "$n1" "$t0" "$t1" "$hz" <<'PY' | tee "$OUT/tui_vs_nvitop.txt"
 import sys
