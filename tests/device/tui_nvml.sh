@@ -68,18 +68,18 @@ capture() {  # $1 width, $2 height, $3 file: start the TUI in tmux, capture the 
     tmux -S "$SOCK" new-session -d -x "$1" -y "$2" -s tui \
         "${GW[*]} --state-dir $STATE --config $CFG --backend nvml tui --refresh 1; echo tui-exit=\$? > $STATE/tui.rc; sleep 30"
     for _ in $(seq 1 100); do
-        tmux -S "$SOCK" capture-pane -p -t tui | grep -q "engine(s)\|none supervised" && break
+        tmux -S "$SOCK" capture-pane -p -t tui: | grep -q "engine(s)\|none supervised" && break
         sleep 0.2
     done
     sleep 3  # a few refreshes: the sparkline and the events fill in
-    tmux -S "$SOCK" capture-pane -p -t tui > "$3"
-    tmux -S "$SOCK" send-keys -t tui Enter
+    tmux -S "$SOCK" capture-pane -p -t tui: > "$3"
+    tmux -S "$SOCK" send-keys -t tui: Enter
     sleep 1.5
-    tmux -S "$SOCK" capture-pane -p -t tui > "${3%.txt}_gpu0.txt"
-    tmux -S "$SOCK" send-keys -t tui Escape
+    tmux -S "$SOCK" capture-pane -p -t tui: > "${3%.txt}_gpu0.txt"
+    tmux -S "$SOCK" send-keys -t tui: Escape
     sleep 0.5
     rm -f "$STATE/tui.rc"
-    tmux -S "$SOCK" send-keys -t tui q
+    tmux -S "$SOCK" send-keys -t tui: q
     for _ in $(seq 1 50); do [ -f "$STATE/tui.rc" ] && break; sleep 0.2; done
     echo "$1x$2: $(cat "$STATE/tui.rc" 2>/dev/null || echo 'tui-exit=missing (did not quit)')"
 }
