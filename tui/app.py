@@ -95,6 +95,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         self._started = time.monotonic()
         self._stale_shown = False
         self._quit_asked = float("-inf")
+        self._process_gpu_shown = True  # every source starts asking it; the first watchdog tick tells it the view
         if not self.read_only:
             for spec in ACTIONS:
                 self.bind(spec.key, f"act('{spec.name}')", description=spec.short)
@@ -254,6 +255,7 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         if self._watch_terminal and not _terminal_alive():
             self.exit(return_code=0)
             return
+        self._tell_process_gpu()
         stale = self.stale_for()
         self._set_stale(stale is not None, stale)
         if stale is not None or self.sample_error:
@@ -367,6 +369,19 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
             self.notify("no playbook has run in this session")
             return
         self.push_screen(ProgressScreen(self.current_run))
+
+    def _tell_process_gpu(self) -> None:
+        """Per-process GPU% is asked of the GPU source only while a view shows it: the Processes panel, or a screen
+        over the main one (a process's or a GPU's detail). Shown again, the next snapshot is taken at once."""
+        shown = bool(self.processes_panel.display) or len(self.screen_stack) > 1
+        if shown == self._process_gpu_shown:
+            return
+        self._process_gpu_shown = shown
+        tell = getattr(self.source, "show_process_gpu", None)
+        if tell is not None:
+            tell(shown)
+            if shown:
+                self.action_refresh_now()
 
     async def action_quit(self) -> None:
         """Quit; while a playbook runs, only on a second q within a few seconds (leaving cuts it short)."""

@@ -52,6 +52,9 @@ class Sampler:
         self._debugfs: DebugfsReader | None = None  # the allow-listed debugfs reader, made at the first AMD refresh
         self._books: Books | None = None  # the driver's books read through it, refresh after refresh
         self._kfd_computed: tuple[dict[str, object] | None] | None = None  # KFD's limit from RAM, once read
+        # Whether anyone shows per-process GPU%: NVML's per-process utilisation is the costliest call of a refresh
+        # with a busy process, and a console whose Processes view is hidden need not ask it (issue 38).
+        self.process_gpu = True
 
     @property
     def _watch(self) -> PidWatch | None:  # the pidfd watch, for tests that check what is tracked
@@ -87,7 +90,7 @@ class Sampler:
         if self.load is not None and not self.settings.replay:
             utilisation = getattr(self.backend, "process_utilisation", None)
             loads = self.load.sample(processes, gpus, attribution.drm_fds,
-                                     utilisation() if utilisation is not None else None)
+                                     utilisation() if utilisation is not None and self.process_gpu else None)
         extras = self.extras.sample()
         residual, residual_warnings = attribution.residual(gpus, processes, extras.baseline)
         late = getattr(self.backend, "late", ())  # late reads of the refresh that belong to no one GPU

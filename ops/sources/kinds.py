@@ -104,6 +104,10 @@ class LocalSource:
     def snapshot(self, deep: bool | None = None) -> NodeSnapshot:
         return self.sampler.snapshot(deep=deep)
 
+    def show_process_gpu(self, shown: bool) -> None:
+        """Whether a view shows per-process GPU% (NVML asks it per GPU with processes; hidden, it is not asked)."""
+        self.sampler.process_gpu = shown
+
     def __call__(self) -> NodeSnapshot:
         return self.sampler.snapshot()
 
@@ -158,6 +162,7 @@ class ConsoleSource:
         self._local: LocalSource | None = None
         self.via_agent = False
         self._agent_missed_at: float | None = None  # monotonic time of the last ask no agent answered
+        self._process_gpu = True
         if self._from_agent() is None:
             self._agent_missed_at = time.monotonic()
             self._local = LocalSource(settings, console=True)
@@ -192,10 +197,16 @@ class ConsoleSource:
             return snap
         if self._local is None:
             self._local = LocalSource(self.settings, console=True)
+            self._local.show_process_gpu(self._process_gpu)
         return self._local.snapshot(deep)
 
     def __call__(self) -> NodeSnapshot:
         return self.snapshot()
+
+    def show_process_gpu(self, shown: bool) -> None:
+        self._process_gpu = shown
+        if self._local is not None:
+            self._local.show_process_gpu(shown)
 
     def agent_json(self, target: str) -> dict[str, Any] | None:
         """Another document from the agent (history, events), for a viewer's backfill; None without one."""
