@@ -43,7 +43,7 @@ class Served(Protocol):
     metrics: MetricsText | None
 
     def health(self) -> dict[str, Any]: ...
-    def snapshot_document(self) -> tuple[bytes, bool, bool] | None: ...
+    def snapshot_document(self) -> tuple[bytes | tuple[bytes, ...], bool, bool] | None: ...
     def backend_name(self) -> str: ...
     def log(self, level: str, text: str) -> None: ...
 
@@ -218,7 +218,7 @@ class Handler(BaseHTTPRequestHandler):
         body, attention, stale = served
         self._send(200, body, {"X-Gpuwarden-Needs-Attention": "1" if attention else "0",
                                "X-Gpuwarden-Stale": "1" if stale else "0",
-                               "X-Gpuwarden-Backend": self.server.agent.backend_name()})
+                               "X-Gpuwarden-Backend": self.server.agent.backend_name()}, gather=True)
 
     def _metrics(self, qs: str) -> None:
         """The Prometheus exposition (what `gpuwarden metrics` prints when an agent runs)."""
@@ -307,19 +307,52 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, doc: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(doc, separators=(",", ":"), default=str).encode(), headers)
 
-    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None,
-              content_type: str = "application/json") -> None:
+    def _send(self, status: int, body: bytes | tuple[bytes, ...], headers: dict[str, str] | None = None,
+              content_type: str = "application/json", gather: bool = False) -> None:
+        parts = (body,) if isinstance(body, bytes) else body
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(sum(len(p) for p in parts)))
         self.send_header("Cache-Control", "no-store")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         # The write deadline is the socket's timeout (IO_TIMEOUT_S: sendall's is the total, since Python 3.5);
         # the answer is not marked as waiting meanwhile: an honest client mid-answer must not be the one a
         # crowd of slow senders evicts. A client that does not read is caught before its next request.
-        self.end_headers()
-        self.wfile.write(body)
+        if not gather:
+            self.end_headers()
+            for part in parts:
+                self.wfile.write(part)
+            return
+        self._headers_buffer.append(b"\r\n")
+        head = b"".join(self._headers_buffer)
+        self._headers_buffer = []
+        send_gathered(self.connection, (head, *parts))
+
+
+def send_gathered(conn: socket.socket, parts: tuple[bytes, ...]) -> None:
+    """The parts written as one answer: one sendmsg of them all (no copy joining them), with the send buffer
+    grown to hold the whole answer where the kernel allows (net.core.wmem_max), so a big node's snapshot
+    (~1 MB) goes out in one call and the handler is done, instead of waking once per 200 KiB the client reads.
+    Partial sends (the socket's timeout makes it non-blocking underneath) continue where they stopped; the
+    deadline is the socket's timeout for each wait, as sendall's."""
+    total = sum(len(p) for p in parts)
+    try:
+        # Linux doubles the value asked for and caps it at wmem_max; a failure leaves the default (~200 KiB).
+        if conn.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < total + 4096:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, total + 4096)
+    except OSError:
+        pass
+    views = [memoryview(p) for p in parts if p]
+    while views:
+        sent = conn.sendmsg(views)
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
 
 
 def bind(path: Path, agent: Served, group: str | None) -> ApiServer:
