@@ -7,12 +7,14 @@ a client that never reads, or a crowd of them, cannot block the agent's sampling
 
 from __future__ import annotations
 
+import email.utils
 import grp
 import json
 import os
 import socket
 import socketserver
 import struct
+import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -127,6 +129,10 @@ class ApiServer(ConnectionCap, socketserver.ThreadingMixIn, socketserver.UnixStr
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # a client that hung up mid-answer is not the agent's problem; nothing to print
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        if not snapshot_inline(self, request):
+            super().process_request(request, client_address)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -330,12 +336,66 @@ class Handler(BaseHTTPRequestHandler):
         send_gathered(self.connection, (head, *parts))
 
 
-def send_gathered(conn: socket.socket, parts: tuple[bytes, ...]) -> None:
-    """The parts written as one answer: one sendmsg of them all (no copy joining them), with the send buffer
-    grown to hold the whole answer where the kernel allows (net.core.wmem_max), so a big node's snapshot
-    (~1 MB) goes out in one call and the handler is done, instead of waking once per 200 KiB the client reads.
-    Partial sends (the socket's timeout makes it non-blocking underneath) continue where they stopped; the
-    deadline is the socket's timeout for each wait, as sendall's."""
+_SNAPSHOT_LINES = (b"GET /v1/snapshot HTTP/1.1", b"GET /v1/snapshot HTTP/1.0")
+
+
+def snapshot_inline(server: ApiServer, conn: socket.socket) -> bool:
+    """Answer a plain `GET /v1/snapshot` in the accepting thread, without a thread for the connection: its
+    request already whole in the socket (peeked, never waited for), the answer the snapshot's bytes made once per
+    snapshot, written in one non-blocking gathered send into a send buffer grown to hold it, then the connection
+    closed. A thread start and the HTTP parser per request were most of a request's CPU, and a burst of pollers
+    queued behind those thread starts. False (nothing read or written) for anything else: the handler serves it.
+    An answer the buffer cannot take whole is finished by a thread of its own under the usual write timeout."""
+    if conn.gettimeout() is not None:
+        return False  # a socket with a timeout would wait inside each call, MSG_DONTWAIT or not
+    try:
+        head = conn.recv(8192, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:
+        return False
+    end = head.find(b"\r\n\r\n")
+    if end < 0 or len(head) != end + 4 or head[:head.find(b"\r\n")] not in _SNAPSHOT_LINES:
+        return False  # not whole yet, pipelined, or another request: the handler's
+    served = server.agent.snapshot_document()
+    if served is None:
+        return False  # "no snapshot yet" is the handler's answer
+    body, attention, stale = served
+    parts = (body,) if isinstance(body, bytes) else body
+    try:
+        conn.recv(len(head), socket.MSG_DONTWAIT)  # taken off the socket: closing on unread data resets the client
+    except OSError:
+        server.shutdown_request(conn)
+        return True
+    answer = (f"HTTP/1.1 200 OK\r\nServer: {Handler.server_version}\r\n"
+              f"Date: {email.utils.formatdate(usegmt=True)}\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {sum(len(p) for p in parts)}\r\nCache-Control: no-store\r\n"
+              f"X-Gpuwarden-Needs-Attention: {'1' if attention else '0'}\r\n"
+              f"X-Gpuwarden-Stale: {'1' if stale else '0'}\r\n"
+              f"X-Gpuwarden-Backend: {server.agent.backend_name()}\r\nConnection: close\r\n\r\n").encode()
+    views = _grow_and_view(conn, (answer, *parts))
+    try:
+        _advance(views, conn.sendmsg(views, [], socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        pass
+    except OSError:
+        server.shutdown_request(conn)
+        return True
+    if not views:
+        server.shutdown_request(conn)
+        return True
+
+    def finish() -> None:
+        try:
+            conn.settimeout(IO_TIMEOUT_S)
+            _send_views(conn, views)
+        except OSError:
+            pass
+        finally:
+            server.shutdown_request(conn)
+    threading.Thread(target=finish, name="api-finish", daemon=True).start()
+    return True
+
+
+def _grow_and_view(conn: socket.socket, parts: tuple[bytes, ...]) -> list[memoryview]:
     total = sum(len(p) for p in parts)
     try:
         # Linux doubles the value asked for and caps it at wmem_max; a failure leaves the default (~200 KiB).
@@ -343,16 +403,32 @@ def send_gathered(conn: socket.socket, parts: tuple[bytes, ...]) -> None:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, total + 4096)
     except OSError:
         pass
-    views = [memoryview(p) for p in parts if p]
+    return [memoryview(p) for p in parts if p]
+
+
+def _advance(views: list[memoryview], sent: int) -> None:
+    """Drop `sent` bytes off the front of `views`."""
+    while sent and views:
+        if sent >= len(views[0]):
+            sent -= len(views[0])
+            views.pop(0)
+        else:
+            views[0] = views[0][sent:]
+            sent = 0
+
+
+def _send_views(conn: socket.socket, views: list[memoryview]) -> None:
     while views:
-        sent = conn.sendmsg(views)
-        while sent and views:
-            if sent >= len(views[0]):
-                sent -= len(views[0])
-                views.pop(0)
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
+        _advance(views, conn.sendmsg(views))
+
+
+def send_gathered(conn: socket.socket, parts: tuple[bytes, ...]) -> None:
+    """The parts written as one answer: one sendmsg of them all (no copy joining them), with the send buffer
+    grown to hold the whole answer where the kernel allows (net.core.wmem_max), so a big node's snapshot
+    (~1 MB) goes out in one call and the handler is done, instead of waking once per 200 KiB the client reads.
+    Partial sends (the socket's timeout makes it non-blocking underneath) continue where they stopped; the
+    deadline is the socket's timeout for each wait, as sendall's."""
+    _send_views(conn, _grow_and_view(conn, parts))
 
 
 def bind(path: Path, agent: Served, group: str | None) -> ApiServer:
