@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 
 from gpuwarden.ops.agent.events import EventLog
 from gpuwarden.ops.agent.history import History
@@ -90,3 +91,83 @@ def test_a_gathered_send_reaches_a_slow_reader_whole():
     finally:
         a.close()
         b.close()
+
+
+class _BigAgent:
+    """What the API reads of an agent (api.Served): a snapshot document of `size` bytes in two parts."""
+
+    stopping = False
+    metrics = None
+    events = None
+    history = None
+
+    def __init__(self, size: int):
+        self.doc = (b'{"pad":"' + b"x" * size + b'"', b',"agent":{}}')
+        self.asked = 0
+
+    def health(self):
+        return {"ok": True}
+
+    def snapshot_document(self):
+        self.asked += 1
+        return self.doc, False, False
+
+    def backend_name(self):
+        return "fake"
+
+    def log(self, level, text):
+        pass
+
+
+def _serve(agent, tmp_path):
+    from gpuwarden.ops.services.agent_api import Access, ApiServer
+    server = ApiServer(tmp_path / "api.sock", agent, Access(None))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def test_a_plain_snapshot_request_is_answered_whole_without_a_handler_thread(tmp_path, monkeypatch):
+    import socketserver
+
+    from gpuwarden.ops.agent.client import get
+    handled: list[object] = []
+    real = socketserver.ThreadingMixIn.process_request
+    monkeypatch.setattr(socketserver.ThreadingMixIn, "process_request",
+                        lambda self, request, addr: (handled.append(request), real(self, request, addr))[1])
+    agent = _BigAgent(1 << 20)
+    server, thread = _serve(agent, tmp_path)
+    try:
+        for _ in range(5):
+            r = get(tmp_path / "api.sock", "/v1/snapshot")
+            assert r is not None and r.status == 200 and r.body == b"".join(agent.doc)
+            assert r.headers["x-gpuwarden-backend"] == "fake" and r.headers["connection"] == "close"
+        assert handled == []  # served in the accepting thread: no handler thread started
+        # Anything else is the handler's: a query string is refused there, as before.
+        r = get(tmp_path / "api.sock", "/v1/snapshot?x=1")
+        assert r is not None and r.status == 400 and len(handled) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_answer_larger_than_the_buffer_is_finished_for_a_client_that_reads_late(tmp_path):
+    agent = _BigAgent(12 << 20)  # past what a grown send buffer takes (2 x wmem_max, 4 MiB by default)
+    server, thread = _serve(agent, tmp_path)
+    try:
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(str(tmp_path / "api.sock"))
+        c.sendall(b"GET /v1/snapshot HTTP/1.1\r\nHost: agent\r\n\r\n")
+        deadline = time.monotonic() + 5
+        while agent.asked == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the answer is being written before this client reads a byte
+        c.settimeout(5)
+        got = bytearray()
+        while chunk := c.recv(1 << 20):
+            got.extend(chunk)
+        c.close()
+        head, _, body = bytes(got).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK") and body == b"".join(agent.doc)
+    finally:
+        server.shutdown()
+        server.server_close()
