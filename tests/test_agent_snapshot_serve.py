@@ -128,25 +128,42 @@ def _serve(agent, tmp_path):
 
 
 def test_a_plain_snapshot_request_is_answered_whole_without_a_handler_thread(tmp_path, monkeypatch):
+    """Requests already whole when accepted (the server starts after they are sent): each answered in the
+    accepting thread; one whose head is not a plain GET /v1/snapshot goes to a handler thread, as before."""
     import socketserver
 
-    from gpuwarden.ops.agent.client import get
+    from gpuwarden.ops.services.agent_api import Access, ApiServer
     handled: list[object] = []
     real = socketserver.ThreadingMixIn.process_request
     monkeypatch.setattr(socketserver.ThreadingMixIn, "process_request",
                         lambda self, request, addr: (handled.append(request), real(self, request, addr))[1])
     agent = _BigAgent(1 << 20)
-    server, thread = _serve(agent, tmp_path)
+    server = ApiServer(tmp_path / "api.sock", agent, Access(None))
+    clients = []
     try:
-        for _ in range(5):
-            r = get(tmp_path / "api.sock", "/v1/snapshot")
-            assert r is not None and r.status == 200 and r.body == b"".join(agent.doc)
-            assert r.headers["x-gpuwarden-backend"] == "fake" and r.headers["connection"] == "close"
-        assert handled == []  # served in the accepting thread: no handler thread started
-        # Anything else is the handler's: a query string is refused there, as before.
-        r = get(tmp_path / "api.sock", "/v1/snapshot?x=1")
-        assert r is not None and r.status == 400 and len(handled) == 1
+        for target in ["/v1/snapshot"] * 5 + ["/v1/snapshot?x=1"]:
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(str(tmp_path / "api.sock"))
+            c.sendall(f"GET {target} HTTP/1.1\r\nHost: agent\r\n\r\n".encode())
+            c.settimeout(10)
+            clients.append(c)
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        answers = []
+        for c in clients:
+            got = bytearray()
+            while chunk := c.recv(1 << 20):
+                got.extend(chunk)
+                if b"\r\n\r\n" in got and got.startswith(b"HTTP/1.1 400"):
+                    break  # the handler keeps that connection open for a next request
+            answers.append(bytes(got).partition(b"\r\n\r\n"))
+        for head, _, body in answers[:5]:
+            assert head.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in head
+            assert b"X-Gpuwarden-Backend: fake" in head and body == b"".join(agent.doc)
+        assert answers[5][0].startswith(b"HTTP/1.1 400")
+        assert len(handled) == 1  # the 400 alone went to a handler thread
     finally:
+        for c in clients:
+            c.close()
         server.shutdown()
         server.server_close()
 
