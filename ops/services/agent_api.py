@@ -325,15 +325,12 @@ class Handler(BaseHTTPRequestHandler):
         # The write deadline is the socket's timeout (IO_TIMEOUT_S: sendall's is the total, since Python 3.5);
         # the answer is not marked as waiting meanwhile: an honest client mid-answer must not be the one a
         # crowd of slow senders evicts. A client that does not read is caught before its next request.
-        if not gather:
-            self.end_headers()
-            for part in parts:
-                self.wfile.write(part)
+        self.end_headers()
+        if gather:
+            send_gathered(self.connection, parts)
             return
-        self._headers_buffer.append(b"\r\n")
-        head = b"".join(self._headers_buffer)
-        self._headers_buffer = []
-        send_gathered(self.connection, (head, *parts))
+        for part in parts:
+            self.wfile.write(part)
 
 
 _SNAPSHOT_LINES = (b"GET /v1/snapshot HTTP/1.1", b"GET /v1/snapshot HTTP/1.0")
