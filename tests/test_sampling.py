@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from simnode import wait_for
 
@@ -222,7 +223,7 @@ def test_kept_stat_files_show_a_stop_at_the_next_deep_scan_and_let_go_of_a_reape
         assert held is not None and held.fd(stat) is not None  # kept open, re-read by pread
         assert sampler.snapshot().processes[0].state == "sleeping"
         os.kill(sleeper.pid, signal.SIGSTOP)
-        wait_for(lambda: open(stat).read().split(") ")[1][0] == "T", what="the sleeper to stop")
+        wait_for(lambda: Path(stat).read_text().split(") ")[1][0] == "T", what="the sleeper to stop")
         assert sampler.snapshot(deep=True).processes[0].state == "stopped"  # through the same kept fd
         assert held.fd(stat) is not None
         sleeper.kill()
