@@ -157,3 +157,70 @@ def test_directories_are_listed_again_only_when_a_device_figure_moves_unexplaine
         assert seen[-1] == 8 * MiB, seen
     finally:
         backend.close()
+
+
+def _listings_of(kfd: str, listed: list[str]) -> int:
+    return sum(1 for p in listed if p == kfd)
+
+
+def test_the_proc_directory_is_listed_again_only_when_its_stamp_moves(node_and_procs, monkeypatch):
+    """Steady refreshes reuse the KFD proc directory's last listing (listed once in LIST_SPREAD); a process that
+    comes (a new PID directory: the link count moves) is seen at the next refresh, even with no VRAM yet."""
+    node, procs = node_and_procs
+    backend = SysfsBackend(sysfs_root=node.sysfs_root, dev_root=node.dev_root)
+    extra = subprocess.Popen(["sleep", "60"])
+    try:
+        for _ in range(3):
+            _refresh(backend)
+        kfd = str(node.sysfs_root / "class/kfd/kfd/proc")
+        listed: list[str] = []
+        real = os.listdir
+        monkeypatch.setattr(os, "listdir", lambda p: (listed.append(str(p)), real(p))[1])
+        for _ in range(2 * SysfsBackend.LIST_SPREAD):
+            _refresh(backend)
+        assert _listings_of(kfd, listed) <= 3, listed  # 16 refreshes: the spread's own listings (and a relist's)
+        # A new KFD process that has allocated nothing: a directory with a vram file at 0, as kfd_procfs_add_sysfs
+        # makes it at its first open of /dev/kfd. Nothing on any GPU moved; the link count did.
+        d = os.path.join(kfd, str(extra.pid))
+        os.mkdir(d)
+        with open(os.path.join(d, f"vram_{node.gpu_id(0)}"), "w") as f:
+            f.write("0\n")
+        assert _refresh(backend).get((extra.pid, 0)) == 0
+    finally:
+        extra.kill()
+        extra.wait()
+        backend.close()
+
+
+def test_a_process_swapped_for_another_behind_an_unchanged_stamp_is_seen_within_the_spread(node_and_procs):
+    """One KFD process leaves and another comes in the same interval, the directory's link count and mtime as
+    before (kernfs keeps no mtime for a directory nobody set attributes on): the one that left is gone at the next
+    refresh (its GPU's VRAM moved, so its held files are read: they read nothing), the newcomer shows within LIST_SPREAD refreshes."""
+    node, procs = node_and_procs
+    backend = SysfsBackend(sysfs_root=node.sysfs_root, dev_root=node.dev_root)
+    newcomer = subprocess.Popen(["sleep", "60"])
+    try:
+        for _ in range(3):
+            _refresh(backend)
+        kfd = node.sysfs_root / "class/kfd/kfd/proc"
+        before = os.stat(kfd)
+        leaver = procs[3].pid
+        node.free(leaver)  # its VRAM freed (the GPU's figure moves) and its directory removed, as KFD does at exit
+        assert not (kfd / str(leaver)).exists()
+        (kfd / str(newcomer.pid)).mkdir()
+        (kfd / str(newcomer.pid) / f"vram_{node.gpu_id(1)}").write_text("0\n")
+        os.utime(kfd, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert os.stat(kfd).st_nlink == before.st_nlink
+        seen_at = None
+        for n in range(1, SysfsBackend.LIST_SPREAD + 2):
+            usage = _refresh(backend)
+            if n == 1:
+                assert (leaver, 1) not in usage
+            if (newcomer.pid, 1) in usage:
+                seen_at = n
+                break
+        assert seen_at is not None, "the newcomer was not seen within LIST_SPREAD refreshes"
+    finally:
+        newcomer.kill()
+        newcomer.wait()
+        backend.close()

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from simnode import wait_for
 
@@ -205,3 +206,30 @@ def test_waiting_on_a_descriptor_above_select_s_limit():
         for fd in (r, high_r):
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_kept_stat_files_show_a_stop_at_the_next_deep_scan_and_let_go_of_a_reaped_process(state_dir):
+    import signal
+    node = SimNode(state_dir)
+    node.init(gpus=1, vram=1 << 30)
+    sampler = Sampler(Settings(state_dir=state_dir), SysfsBackend(sysfs_root=node.sysfs_root, dev_root=node.dev_root),
+                      deep_every_s=1e9)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        node.allocate(sleeper.pid, 0, 64 * MiB)
+        sampler.snapshot(deep=True)
+        held = sampler.attribution.procs._held
+        stat = f"/proc/{sleeper.pid}/stat"
+        assert held is not None and held.fd(stat) is not None  # kept open, re-read by pread
+        assert sampler.snapshot().processes[0].state == "sleeping"
+        os.kill(sleeper.pid, signal.SIGSTOP)
+        wait_for(lambda: Path(stat).read_text().split(") ")[1][0] == "T", what="the sleeper to stop")
+        assert sampler.snapshot(deep=True).processes[0].state == "stopped"  # through the same kept fd
+        assert held.fd(stat) is not None
+        sleeper.kill()
+        sleeper.wait()  # reaped: its kept fd now fails, and the PID could name a new process
+        assert sampler.attribution.procs.read(sleeper.pid) is None and held.fd(stat) is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        sampler.close()

@@ -6,6 +6,7 @@ the whole of /proc scanned at most every full_scan_s; in between only known mapp
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -68,6 +69,20 @@ class ArenaWatch:
         self._scans: dict[str, tuple[float, list[int]]] = {}  # arena path -> (when, mapper pids)
         # arena path -> (when, engines, mappers)
         self._quick: dict[str, tuple[float, tuple[int, ...], tuple[ArenaMapper, ...]]] = {}
+        # shared file -> (its stamp, whether it starts like an arena): a stat a refresh instead of open, read and
+        # close for each file an engine maps shared (32 engines: ~0.15 ms); a rewritten file is looked at again.
+        self._magic: dict[str, tuple[tuple[int, int, int] | None, bool]] = {}
+
+    def _is_arena(self, path: str) -> bool:
+        try:
+            st = os.stat(path)
+            stamp: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            stamp = None
+        hit = self._magic.get(path)
+        if hit is None or hit[0] != stamp or stamp is None:
+            hit = self._magic[path] = (stamp, _is_arena(path))
+        return hit[1]
 
     def _shared_files(self, pid: int) -> set[str]:
         now = time.monotonic()
@@ -108,10 +123,16 @@ class ArenaWatch:
         live = set(engine_pids)
         for pid in [p for p in self._shared if p not in live]:
             del self._shared[pid]
+        asked: set[str] = set()
         for pid in engine_pids:
-            for path in sorted(self._shared_files(pid)):
-                if path not in paths and _is_arena(path):
+            shared = self._shared_files(pid)
+            asked.update(shared)
+            for path in sorted(shared):
+                if path not in paths and self._is_arena(path):
                     paths.append(path)
+        if len(self._magic) > len(asked):  # files no engine maps any more
+            for gone in self._magic.keys() - asked:
+                del self._magic[gone]
         for gone in [p for p in self._quick if p not in paths]:
             self._quick.pop(gone, None)
             self._scans.pop(gone, None)

@@ -49,10 +49,11 @@ class FileCache:
             raise hit[3]
         return hit[2]
 
-    def sweep(self) -> None:
-        """Forget files not asked for since the last sweep (engines removed, logs rotated away)."""
+    def sweep(self, keep: frozenset[str] | set[str] = frozenset()) -> None:
+        """Forget files not asked for since the last sweep (engines removed, logs rotated away), but those in
+        `keep` (files a caller knows unchanged without asking, see engines.watch)."""
         gen = self._generation
-        for key in [k for k, v in self._hits.items() if v[1] != gen]:
+        for key in [k for k, v in self._hits.items() if v[1] != gen and k[0] not in keep]:
             del self._hits[key]
         self._generation += 1
 

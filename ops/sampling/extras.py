@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gpuwarden.ops.arena.watch import ArenaWatch
+    from gpuwarden.ops.engines.watch import EngineWatch
     from gpuwarden.ops.config.nodeconfig import NodeConfig
 
 
@@ -42,6 +43,7 @@ class NodeExtras:
         self.with_engines = with_engines  # a bundle replay has no live engines or arenas to read
         self._arenas: ArenaWatch | None = None  # made at the first refresh that has something to watch
         self._engines: dict[str, Any] = {}  # list_engines' memo: an unchanged engine is the same EngineInfo again
+        self._engine_watch: EngineWatch | None = None  # made at the first refresh with an engines directory
 
     def config(self) -> NodeConfig | None:
         """The node config (None when there is none); ConfigError when it does not load."""
@@ -75,9 +77,12 @@ class NodeExtras:
         arenas: tuple[ArenaInfo, ...] = ()
         if self.with_engines and (settings.state_dir / "engines").is_dir():
             try:
-                # deferred: the engine records' code loads only on a node that has engines
-                from gpuwarden.ops.engines.state import list_engines
-                engines = tuple(list_engines(settings, self.files, self._engines))
+                watch = self._engine_watch
+                if watch is None:
+                    # deferred: the engine records' code loads only on a node that has engines
+                    from gpuwarden.ops.engines.watch import EngineWatch
+                    watch = self._engine_watch = EngineWatch(settings)
+                engines = watch.engines(self.files, self._engines)
             except Exception as exc:  # a broken state file must not hide the GPUs
                 warnings.append(SnapshotWarning("engine-state-unreadable", f"engine state unreadable: {exc}"))
         if self.with_engines:
@@ -85,9 +90,15 @@ class NodeExtras:
                 arenas = self._list_arenas(engines, arena_path)
             except Exception as exc:
                 warnings.append(SnapshotWarning("arena-state-unreadable", f"arena state unreadable: {exc}"))
-        self.files.sweep()
+        self.files.sweep(self._engine_watch.files() if self._engine_watch is not None else frozenset())
         return Extras(baseline=baseline, baseline_problem=bool(baseline_problem), drained=drained, engines=engines,
                       arenas=arenas, warnings=tuple(warnings))
+
+    def close(self) -> None:
+        """Let go of the shims' pidfds (the engine watch's)."""
+        if self._engine_watch is not None:
+            self._engine_watch.close()
+            self._engine_watch = None
 
     def _list_arenas(self, engines: tuple[EngineInfo, ...], arena_path: str | None) -> tuple[ArenaInfo, ...]:
         if arena_path is None and not any(e.pid for e in engines):

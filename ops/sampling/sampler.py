@@ -67,6 +67,7 @@ class Sampler:
     def close_readers(self) -> None:
         """Close what the sampler itself holds open (pidfds, stat files), leaving the backend open."""
         self.attribution.close()
+        self.extras.close()
         if self.load is not None:
             self.load.close()
 

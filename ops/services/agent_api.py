@@ -7,12 +7,14 @@ a client that never reads, or a crowd of them, cannot block the agent's sampling
 
 from __future__ import annotations
 
+import email.utils
 import grp
 import json
 import os
 import socket
 import socketserver
 import struct
+import threading
 import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -43,7 +45,7 @@ class Served(Protocol):
     metrics: MetricsText | None
 
     def health(self) -> dict[str, Any]: ...
-    def snapshot_document(self) -> tuple[bytes, bool, bool] | None: ...
+    def snapshot_document(self) -> tuple[bytes | tuple[bytes, ...], bool, bool] | None: ...
     def backend_name(self) -> str: ...
     def log(self, level: str, text: str) -> None: ...
 
@@ -127,6 +129,10 @@ class ApiServer(ConnectionCap, socketserver.ThreadingMixIn, socketserver.UnixStr
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # a client that hung up mid-answer is not the agent's problem; nothing to print
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        if not snapshot_inline(self, request):
+            super().process_request(request, client_address)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -218,7 +224,7 @@ class Handler(BaseHTTPRequestHandler):
         body, attention, stale = served
         self._send(200, body, {"X-Gpuwarden-Needs-Attention": "1" if attention else "0",
                                "X-Gpuwarden-Stale": "1" if stale else "0",
-                               "X-Gpuwarden-Backend": self.server.agent.backend_name()})
+                               "X-Gpuwarden-Backend": self.server.agent.backend_name()}, gather=True)
 
     def _metrics(self, qs: str) -> None:
         """The Prometheus exposition (what `gpuwarden metrics` prints when an agent runs)."""
@@ -307,11 +313,12 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, doc: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(doc, separators=(",", ":"), default=str).encode(), headers)
 
-    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None,
-              content_type: str = "application/json") -> None:
+    def _send(self, status: int, body: bytes | tuple[bytes, ...], headers: dict[str, str] | None = None,
+              content_type: str = "application/json", gather: bool = False) -> None:
+        parts = (body,) if isinstance(body, bytes) else body
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(sum(len(p) for p in parts)))
         self.send_header("Cache-Control", "no-store")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
@@ -319,7 +326,106 @@ class Handler(BaseHTTPRequestHandler):
         # the answer is not marked as waiting meanwhile: an honest client mid-answer must not be the one a
         # crowd of slow senders evicts. A client that does not read is caught before its next request.
         self.end_headers()
-        self.wfile.write(body)
+        if gather:
+            send_gathered(self.connection, parts)
+            return
+        for part in parts:
+            self.wfile.write(part)
+
+
+_SNAPSHOT_LINES = (b"GET /v1/snapshot HTTP/1.1", b"GET /v1/snapshot HTTP/1.0")
+
+
+def snapshot_inline(server: ApiServer, conn: socket.socket) -> bool:
+    """Answer a plain `GET /v1/snapshot` in the accepting thread, without a thread for the connection: its
+    request already whole in the socket (peeked, never waited for), the answer the snapshot's bytes made once per
+    snapshot, written in one non-blocking gathered send into a send buffer grown to hold it, then the connection
+    closed. A thread start and the HTTP parser per request were most of a request's CPU, and a burst of pollers
+    queued behind those thread starts. False (nothing read or written) for anything else: the handler serves it.
+    An answer the buffer cannot take whole is finished by a thread of its own under the usual write timeout."""
+    if conn.gettimeout() is not None:
+        return False  # a socket with a timeout would wait inside each call, MSG_DONTWAIT or not
+    try:
+        head = conn.recv(8192, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:
+        return False
+    end = head.find(b"\r\n\r\n")
+    if end < 0 or len(head) != end + 4 or head[:head.find(b"\r\n")] not in _SNAPSHOT_LINES:
+        return False  # not whole yet, pipelined, or another request: the handler's
+    served = server.agent.snapshot_document()
+    if served is None:
+        return False  # "no snapshot yet" is the handler's answer
+    body, attention, stale = served
+    parts = (body,) if isinstance(body, bytes) else body
+    try:
+        conn.recv(len(head), socket.MSG_DONTWAIT)  # taken off the socket: closing on unread data resets the client
+    except OSError:
+        server.shutdown_request(conn)
+        return True
+    answer = (f"HTTP/1.1 200 OK\r\nServer: {Handler.server_version}\r\n"
+              f"Date: {email.utils.formatdate(usegmt=True)}\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {sum(len(p) for p in parts)}\r\nCache-Control: no-store\r\n"
+              f"X-Gpuwarden-Needs-Attention: {'1' if attention else '0'}\r\n"
+              f"X-Gpuwarden-Stale: {'1' if stale else '0'}\r\n"
+              f"X-Gpuwarden-Backend: {server.agent.backend_name()}\r\nConnection: close\r\n\r\n").encode()
+    views = _grow_and_view(conn, (answer, *parts))
+    try:
+        _advance(views, conn.sendmsg(views, [], socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        pass
+    except OSError:
+        server.shutdown_request(conn)
+        return True
+    if not views:
+        server.shutdown_request(conn)
+        return True
+
+    def finish() -> None:
+        try:
+            conn.settimeout(IO_TIMEOUT_S)
+            _send_views(conn, views)
+        except OSError:
+            pass
+        finally:
+            server.shutdown_request(conn)
+    threading.Thread(target=finish, name="api-finish", daemon=True).start()
+    return True
+
+
+def _grow_and_view(conn: socket.socket, parts: tuple[bytes, ...]) -> list[memoryview]:
+    total = sum(len(p) for p in parts)
+    try:
+        # Linux doubles the value asked for and caps it at wmem_max; a failure leaves the default (~200 KiB).
+        if conn.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < total + 4096:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, total + 4096)
+    except OSError:
+        pass
+    return [memoryview(p) for p in parts if p]
+
+
+def _advance(views: list[memoryview], sent: int) -> None:
+    """Drop `sent` bytes off the front of `views`."""
+    while sent and views:
+        if sent >= len(views[0]):
+            sent -= len(views[0])
+            views.pop(0)
+        else:
+            views[0] = views[0][sent:]
+            sent = 0
+
+
+def _send_views(conn: socket.socket, views: list[memoryview]) -> None:
+    while views:
+        _advance(views, conn.sendmsg(views))
+
+
+def send_gathered(conn: socket.socket, parts: tuple[bytes, ...]) -> None:
+    """The parts written as one answer: one sendmsg of them all (no copy joining them), with the send buffer
+    grown to hold the whole answer where the kernel allows (net.core.wmem_max), so a big node's snapshot
+    (~1 MB) goes out in one call and the handler is done, instead of waking once per 200 KiB the client reads.
+    Partial sends (the socket's timeout makes it non-blocking underneath) continue where they stopped; the
+    deadline is the socket's timeout for each wait, as sendall's."""
+    _send_views(conn, _grow_and_view(conn, parts))
 
 
 def bind(path: Path, agent: Served, group: str | None) -> ApiServer:

@@ -269,6 +269,8 @@ class SysfsBackend:
         self._phase_read_at: list[float] = [0.0] * self.VRAM_SPREAD
         self.vram_checked_at: float | None = None  # the oldest per-process VRAM read behind the last answer
         self._relist_due = False
+        # The KFD proc directory's (nlink, mtime, inode) when it was last listed (see _kfd_usage).
+        self._listed_stamp: tuple[int, int, int] | None = None
 
     def _identity_dirs(self) -> list[str]:
         """Directories that a driver reload (or a rebuilt sim tree) replaces: each card's kobject, its
@@ -493,13 +495,6 @@ class SysfsBackend:
         out: list[ProcessUsage] = []
         base = self._proc_dir_s
         mark("the KFD process list", base)
-        try:
-            # Names only (inodes would cost a DirEntry per PID, 2,000 a refresh): a PID whose directory was replaced
-            # (a new process) shows in its held files, which read an error (sysfs: the kobject is gone) or nothing
-            # (the sim empties a file before it removes it); that PID is listed again at once.
-            listing = [n for n in os.listdir(base) if n.isdigit()]
-        except OSError:
-            return out
         self._refreshes += 1
         seen, self._vram_seen = self._vram_seen, None  # a signal is good for the one pass after its gpus()
         # With the device signal, directories are listed again when a GPU's VRAM moved and no file we hold changed
@@ -509,10 +504,38 @@ class SysfsBackend:
             self.RELIST_EVERY if seen is None else self.RELIST_BACKSTOP) == 0
         self._relist_due = False
         repeat = self._repeat
+        try:
+            # The directory's link count is its subdirectories + 2 on sysfs (fs/kernfs/inode.c,
+            # kernfs_refresh_inode: set_nlink(inode, kn->dir.subdirs + 2)), so a KFD process that comes or goes
+            # changes it; its mtime moves too on tmpfs (the sim) and where kernfs keeps the directory's iattrs.
+            # While the stamp holds, the last listing stands (2,000 names: 0.7 ms) and the files alone are checked,
+            # with a listing every LIST_SPREAD refreshes for what the count cannot show (one process left and
+            # another came in the same interval: the one that left is seen at once where its files are read, see
+            # _skim; the newcomer, until it allocates, within LIST_SPREAD refreshes).
+            st = os.stat(base)
+            stamp = (st.st_nlink, st.st_mtime_ns, st.st_ino)
+            if repeat is not None and not relist_all and stamp == self._listed_stamp and \
+                    self._refreshes % self.LIST_SPREAD:
+                listing = repeat[0]
+            else:
+                # Names only (inodes would cost a DirEntry per PID, 2,000 a refresh): a PID whose directory was
+                # replaced (a new process) shows in its held files, which read an error (sysfs: the kobject is gone)
+                # or nothing (the sim empties a file before it removes it); that PID is listed again at once.
+                listing = [n for n in os.listdir(base) if n.isdigit()]
+                self._listed_stamp = stamp
+        except OSError:
+            return out
         mark("the per-process VRAM files", base)
         now = time.time()
         if repeat is not None and not relist_all and listing == repeat[0]:
             same = self._skim(seen) if seen is not None else self._reread(repeat[1], repeat[2])
+            if not same and listing is repeat[0]:
+                # Something changed behind a listing taken earlier: look at the directory as it is now.
+                try:
+                    listing = [n for n in os.listdir(base) if n.isdigit()]
+                except OSError:
+                    return out
+                self._listed_stamp = stamp
             if same:
                 if seen is None:
                     self._phase_read_at = [now] * self.VRAM_SPREAD
@@ -601,6 +624,7 @@ class SysfsBackend:
         return out
 
     RELIST_EVERY = 10
+    LIST_SPREAD = 8  # the KFD proc directory is listed at least this often while its stamp holds (see _kfd_usage)
     RELIST_BACKSTOP = 60  # with the device signal: a new vram file no device figure betrayed, seen this late
     # A refresh re-reads only the vram files of GPUs whose device VRAM moved since their files were last read, and
     # 1/VRAM_SPREAD of the others in turn (a deep pass spread over VRAM_SPREAD refreshes). Why this is sound: KFD's
