@@ -5,7 +5,7 @@
  * no prefix at all) into the parser's LogLine objects. Every other line (non-ASCII or control characters, a
  * `dmesg -H` stamp, syslog/ISO/remote/grep prefixes, a ctime stamp not seen yet) goes to the Python parser, in
  * order: a line is parsed here only where ops/triage/logline.py's regexes provably give the same answer, so
- * the results are the same whichever path runs (tests/test_triage_lineparse.py compares them).
+ * the results are the same whichever path runs (tests/integration/ops/triage/test_triage_lineparse.py compares them).
  *
  * Plain C on CPython's limited API (3.11): one build serves every CPython >= 3.11 (an .abi3.so).
  */

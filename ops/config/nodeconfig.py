@@ -18,7 +18,7 @@ from gpuwarden.ops.config import keys, schema
 from gpuwarden.ops.config.agent import DEFAULT as AGENT_DEFAULTS
 from gpuwarden.ops.config.agent import AgentConfig
 from gpuwarden.ops.config.agent import parse as parse_agent
-from gpuwarden.ops.config.schema import regex_problem  # noqa: F401 (re-exported: tests/test_harden_fuzz.py)
+from gpuwarden.ops.config.schema import regex_problem  # noqa: F401 (re-exported: tests/integration/project/test_harden_fuzz.py)
 from gpuwarden.ops.foundation import inputs, tomlpos
 from gpuwarden.ops.foundation.errors import ConfigError, GpuwardenError
 from gpuwarden.ops.foundation.interrupts import signal_number as _signal_number

@@ -1,5 +1,5 @@
 """What ops/config/keys.py's table generates: the node config `gpuwarden config example` prints, and the reference
-tables of docs/configuration.md (tests/test_config_keys.py checks that the page holds exactly these).
+tables of docs/configuration.md (tests/integration/ops/config/test_config_keys.py checks that the page holds exactly these).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 status (text, --json, --watch), the console, metrics and history ask it; what it hands back names itself.
 
-The rules, in order (tests/test_sources_choose.py checks each):
+The rules, in order (tests/integration/ops/sources/test_sources_choose.py checks each):
   1. A bundle named by the caller is the source, whatever else answers.
   2. A captured tree (--sysfs-root/--proc-root, a replay) is read here: the agent samples the live node.
      History is the exception: it is the state dir's, whatever roots the command reads.
