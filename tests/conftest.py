@@ -5,15 +5,12 @@ Tests run the installed `gpuwarden` in subprocesses where behaviour at the proce
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "fixtures"  # captured public outputs; provenance in its SOURCES.md
+from helpers.paths import FIXTURES, REPO
+from helpers.cli import gpuwarden, wheel_build_module
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -39,15 +36,6 @@ def fixtures() -> Path:
     if not FIXTURES.is_dir():
         pytest.fail(f"captured fixtures not found at {FIXTURES}: the checkout is incomplete")
     return FIXTURES
-
-
-def wheel_build_module():
-    """deploy/wheel/build.py (the wheels' and the image's build script), imported once."""
-    if "build" not in sys.modules:
-        sys.path.insert(0, str(REPO / "deploy" / "wheel"))
-    import build
-    assert Path(build.__file__).resolve() == REPO / "deploy" / "wheel" / "build.py", build.__file__
-    return build
 
 
 @pytest.fixture(scope="session")
@@ -86,19 +74,6 @@ def state_dir(tmp_path: Path) -> Path:
 def settings(state_dir: Path):
     from gpuwarden.ops.foundation.settings import Settings
     return Settings(state_dir=state_dir, config_path=state_dir / "node.toml")
-
-
-def gpuwarden(*args: str, env: dict[str, str] | None = None, timeout: float = 60,
-              input: str | None = None, check: bool = False) -> subprocess.CompletedProcess:
-    """Run the real CLI in a child process (stdin not a terminal), return the completed process."""
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("GPUWARDEN_BACKEND", None) if env is not None and "GPUWARDEN_BACKEND" not in env else None
-    proc = subprocess.run([sys.executable, "-m", "gpuwarden.tui.main", *args], env=full_env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout,
-                          input=input if input is not None else "")
-    if check and proc.returncode != 0:
-        raise AssertionError(f"gpuwarden {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 @pytest.fixture
@@ -166,9 +141,9 @@ def standins(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def real_hip() -> Path:
-    """The directory of ROCm 5.4's real libamdhip64.so (tests/realhip.py fetches it once); skipped where it
+    """The directory of ROCm 5.4's real libamdhip64.so (tests/helpers/realhip.py fetches it once); skipped where it
     cannot run, and on a machine with /dev/kfd, where the real runtime would use the GPU for real."""
-    import realhip
+    from helpers import realhip
     why = realhip.unsupported()
     if why:
         pytest.skip(why)
@@ -181,4 +156,4 @@ def real_hip() -> Path:
 
 
 # Real sshd servers in front of sim nodes, started once per session for the fleet tests.
-from sshfleet import ssh_fleet  # noqa: E402,F401
+from helpers.sshfleet import ssh_fleet  # noqa: E402,F401

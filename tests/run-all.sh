@@ -21,7 +21,7 @@ missing=""
 # Crashed engines' cores are read by eu-stack, else gdb; the tests take each tool's branch on a real core.
 command -v gdb >/dev/null 2>&1 || missing="$missing gdb"
 command -v eu-stack >/dev/null 2>&1 || missing="$missing elfutils"
-[ -x /usr/sbin/mkfs.ext4 ] || missing="$missing e2fsprogs"  # tests/test_agent_readonly.py: an ext4 that errors to read-only
+[ -x /usr/sbin/mkfs.ext4 ] || missing="$missing e2fsprogs"  # tests/integration/ops/agent/test_agent_readonly.py: an ext4 that errors to read-only
 # Packaging: the compiler-free wheel is installed into a Debian root fs built by mmdebstrap (no gcc there),
 # the container image is packed by umoci, the aarch64 interposer runs under qemu-user, and the kustomize
 # overlays are rendered by kubectl (>= 1.21 for kustomize's components: the machines' image has one; Debian 12's
@@ -51,8 +51,8 @@ fi
 .venv/bin/ruff check --quiet .
 .venv/bin/python tests/typecheck.py
 # The preload tests also run unmodified engines against ROCm 5.4's real HIP runtime (PyPI's pytorch-triton-rocm
-# wheel, fetched once into .cache/rocm-5.4; tests/realhip.py says how and why).
-.venv/bin/python tests/realhip.py fetch
+# wheel, fetched once into .cache/rocm-5.4; tests/helpers/realhip.py says how and why).
+.venv/bin/python tests/helpers/realhip.py fetch
 # Each test file whole on one worker (its module and session fixtures built once);
 # GPUWARDEN_TEST_JOBS=0 runs everything in this process.
 # Two workers a core: most tests wait on the children they start (CLI, agent, sshd, Prometheus, Chromium), and

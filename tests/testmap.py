@@ -61,7 +61,7 @@ def imported_parts(path: Path) -> set[str]:
 
 def render() -> str:
     by_part: dict[str, set[str]] = defaultdict(set)
-    for path in sorted(TESTS.glob("test_*.py")):
+    for path in sorted((p for tier in ("unit", "integration") for p in TESTS.glob(f"{tier}/**/test_*.py"))):
         for part in imported_parts(path):
             by_part[part].add(path.stem)
     rows = [f"| `{part}` | " + ", ".join(f"`{t}`" for t in sorted(tests)) + " |" for part, tests in

@@ -1,6 +1,6 @@
 """Writes known_issues.json from known_issues.toml (the same document, with the TOML's sha256), after checking it.
 
-Run after editing the catalog: `python -m gpuwarden.ops.knowledge.build`; tests/test_known_issues.py fails when
+Run after editing the catalog: `python -m gpuwarden.ops.knowledge.build`; tests/integration/ops/knowledge/test_known_issues.py fails when
 the JSON is stale. The JSON only makes loading fast; the TOML stays the source.
 """
 

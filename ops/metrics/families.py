@@ -1,7 +1,7 @@
 """The metric families of one Reading: every gpuwarden_* series, rebuilt from scratch at each scrape so a GPU,
 engine or process that went away leaves no stale series. Base units (bytes, seconds, ratios), counters _total.
 
-docs/metrics.md documents each family; tests/test_metrics_rules.py holds the table to them.
+docs/metrics.md documents each family; tests/integration/ops/metrics/test_metrics_rules.py holds the table to them.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import benchlib  # noqa: E402
-from sshfleet import SshFleet, black_hole, client_env, init_all  # noqa: E402
+from helpers.sshfleet import SshFleet, black_hole, client_env, init_all  # noqa: E402
 
 GPUWARDEN = Path(sys.executable).parent / "gpuwarden"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -126,8 +126,8 @@ def measure_prometheus(fleet: SshFleet, env: dict[str, str], nodelist: str, ours
     """An agent exporting metrics on every node, a real Prometheus scraping them every 5 s under instance = the
     node's name: `fleet status --prometheus` (every row from Prometheus) against `fleet status` over SSH (each
     node's status answered by its agent), interleaved; then the console with --prometheus."""
-    from test_fleet_prometheus import start_exporting_agent
-    from test_metrics_e2e import Prom
+    from helpers.fleet_prometheus import start_exporting_agent
+    from helpers.metrics_e2e import Prom
     agents, targets = [], {}
     prom = None
     try:

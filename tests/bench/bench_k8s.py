@@ -116,11 +116,11 @@ def k8s_agent(settings, cfg, api, interval: float = 1.0):
 
 
 def leak_to_taint(grace: float, rounds: int) -> dict:
-    from k8s_helpers import NODE
+    from helpers.k8s import NODE
     from gpuwarden.ops.config.kubernetes import KubernetesConfig
     from gpuwarden.ops.foundation.settings import Settings
     from gpuwarden.ops.node.sim.node import SimNode
-    from simnode import start_tenant, wait_for
+    from helpers.simnode import start_tenant, wait_for
     from standins.kube_apiserver import FakeApiServer
     times = []
     for _ in range(rounds):
@@ -146,7 +146,7 @@ def leak_to_taint(grace: float, rounds: int) -> dict:
 
 
 def quiet_calls(seconds: float) -> dict:
-    from k8s_helpers import NODE, Clock, snapshot
+    from helpers.k8s import NODE, Clock, snapshot
     from gpuwarden.ops.config.kubernetes import KubernetesConfig
     from gpuwarden.ops.k8s.nodesignal import NodeSignal
     from gpuwarden.ops.foundation.settings import Settings
@@ -159,7 +159,7 @@ def quiet_calls(seconds: float) -> dict:
     settings = Settings(state_dir=state, backend="sim")
     cfg = KubernetesConfig(node_name=NODE, pod_resources_socket=str(state / "none.sock"))
     agent, node = k8s_agent(settings, cfg, api)
-    from simnode import wait_for
+    from helpers.simnode import wait_for
     wait_for(lambda api=api: api.condition(NODE, "GPUResidualVRAM"), timeout=30, what="start")
     time.sleep(5)  # let the start-up calls (GET node, status patch, list, watch) pass: they are counted apart
     t0 = time.time()
@@ -193,7 +193,7 @@ def quiet_calls(seconds: float) -> dict:
 def tenant_exclusion(rounds: int, quiet_s: float) -> dict:
     import io
 
-    from k8s_helpers import NODE
+    from helpers.k8s import NODE
     from gpuwarden.ops.foundation import journal
     from gpuwarden.ops.services.agent_daemon import Agent
     from gpuwarden.ops.config.agent import AgentConfig
@@ -203,7 +203,7 @@ def tenant_exclusion(rounds: int, quiet_s: float) -> dict:
     from gpuwarden.ops.foundation.settings import Settings
     from gpuwarden.ops.node.sim.node import SimNode
     from gpuwarden.playbooks.k8s_postclean import cleaner
-    from simnode import start_tenant, wait_for
+    from helpers.simnode import start_tenant, wait_for
     from standins.kube_apiserver import FakeApiServer
     from standins.podresources_server import PodResourcesServer
     out: dict = {"rounds": []}

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from gpuwarden.ops.node import procs  # noqa: E402
 from gpuwarden.ops.clean.reaper import Reaper, Target  # noqa: E402
 from gpuwarden.ops.foundation.settings import Settings  # noqa: E402
-from test_reaper_family import FAMILY, start_family  # noqa: E402
+from helpers.reaper_family import FAMILY, start_family  # noqa: E402
 
 # A subreaper that starts N sleepers, prints their pids, and reaps whatever exits.
 KEEPER = r'''

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from benchlib import machine, machine_line  # noqa: E402
 
-import realhip  # noqa: E402
+from helpers import realhip  # noqa: E402
 from gpuwarden.ops.engines import preload  # noqa: E402
 from gpuwarden.ops.foundation.status_protocol import read_events  # noqa: E402
 

@@ -63,7 +63,7 @@ def measure_cpu(state: Path) -> dict[str, float]:
 async def loop_cost(state: Path, charts: bool) -> tuple[list[float], list[float], list[float]]:
     """(event-loop ms per snapshot handled, event-loop ms per set of built charts handed over, worker ms per
     build) over REFRESHES refreshes."""
-    from test_tui_support import wait_for
+    from helpers.tui_support import wait_for
 
     from gpuwarden.ops.foundation.settings import Settings
     from gpuwarden.ops.sources import live_source

@@ -1,6 +1,6 @@
 /* A stand-in engine for the arena incident: it says it registered, waits for a go file, then faults at one
  * fixed offset inside a shared library, as every engine faulted inside libamdhip64 at the same offset.
- * Built by tests/test_triage_engines.py with the system compiler; argv[1] is the go file. */
+ * Built by tests/integration/ops/triage/test_triage_engines.py with the system compiler; argv[1] is the go file. */
 #include <stdio.h>
 #include <stdint.h>
 #include <sys/resource.h>

@@ -92,7 +92,7 @@ def start_sim_tenant_engine(state_dir: Path, name: str, gpu: int, size: str) -> 
     from gpuwarden.ops.engines import state as st
     from gpuwarden.ops.config.nodeconfig import EngineConfig
     from gpuwarden.ops.foundation.settings import Settings
-    from simnode import cli_argv, wait_for
+    from helpers.simnode import cli_argv, wait_for
     argv = tuple(cli_argv(state_dir, "sim", "hold", "--gpu", str(gpu), "--size", size))
     eng = EngineConfig(name=name, argv=argv, gpu=gpu, progress="log", registered_pattern="^holding",
                        stop_grace=3.0, gated=False)

@@ -16,7 +16,7 @@ import pytest
 
 from gpuwarden.ops.engines import preload
 from gpuwarden.ops.foundation.status_protocol import StatusEvent, read_events
-from simnode import wait_for
+from helpers.simnode import wait_for
 from standins.preload_build import CTYPES_ENGINE, build
 
 SIZE = 512 << 20  # above the default 256 MiB threshold

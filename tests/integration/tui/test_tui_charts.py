@@ -1,0 +1,274 @@
+"""The GPU detail view's charts, the topology view, MI300 partitions in the GPUs panel, and the blast radius in
+fix's confirmation (issue 24). Textual's Pilot on the simulated node (its hive and partition modes), with a real
+agent for the seven-day trend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import replace
+
+import pytest
+from helpers.tui_app import live_app
+from helpers.tui_support import fixed_snapshot, make_app, palette_choose, screen_text, wait_for
+
+from gpuwarden.ops.foundation.settings import Settings
+
+pytestmark = pytest.mark.timeout(120)
+
+# The tests make their own sim node (hive, partitions): conftest's sim_cli initialises none.
+SIM_NODE = None
+
+SIZES = [(80, 24), (200, 50)]
+HIVE_REACH = "resetting GPU 2 also resets GPUs 0-1, 3 of hive 0x51510001"
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def node(state_dir, **kw) -> Settings:
+    from gpuwarden.ops.node.sim.node import SimNode
+    SimNode(state_dir).init(**{"gpus": 4, "vram": 24 << 30, **kw})
+    return Settings(state_dir=state_dir, backend="sim", config_path=state_dir / "node.toml")
+
+
+def flat(text: str) -> str:
+    """Screen text as one line of words: wrapped dialog lines joined, borders dropped."""
+    return " ".join(text.translate({ord(c): " " for c in "│█▆▇▁▔▄▀"}).split())
+
+
+async def open_charts(app, pilot, drawn: int = 2):
+    await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
+    await wait_for(pilot, lambda: app.chart_history.gpus(), timeout=30, what="the chart history's first sample")
+    await pilot.press("c")
+    await wait_for(pilot, lambda: type(app.screen).__name__ == "GpuDetailScreen", what="the GPU detail view")
+    pane = app.screen.query_one("#charts")
+    await wait_for(pilot, lambda: pane.builds >= drawn and pane.settled(), timeout=30, what="the charts drawn")
+    await pilot.pause()  # the drawn figures reach the screen with the messages already queued
+    return pane
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_detail_view_charts_the_last_hour(state_dir, size):
+    settings = node(state_dir)
+
+    async def go():
+        app = live_app(settings)
+        async with app.run_test(size=size) as pilot:
+            pane = await open_charts(app, pilot)
+            # c scrolls the view down to the charts once they are drawn
+            await wait_for(pilot, lambda: "-60" in screen_text(app), what="the first chart's axis on screen")
+            text = screen_text(app)
+            assert "VRAM GiB (used, residual), last hour" in text, text
+            assert "-60" in text and "-30" in text  # the hour's axis
+            assert "⢕⢕ used" in text and "⢕⢕ residual" in text  # the legend of both lines
+            charts = {c.key: c.built.plain for c in pane.query("Chart")}
+            assert "24┤" in charts["vram"] and "minutes ago" in charts["vram"]  # y axis: the GPU's 24 GiB
+            for key, title in (("busy_percent", "busy %"), ("power_mw", "power W"), ("temperature_mc", "temperature C")):
+                assert f"{title}, last hour" in charts[key] and "minutes ago" in charts[key], charts[key]
+            assert "n/a: the 7-day trend is the agent's; no agent serves this node" in charts["week"]
+            if size == (200, 50):  # two a row, everything on one screen
+                assert "busy %, last hour" in text and "temperature C, last hour" in text
+                assert "n/a: the 7-day trend is the agent's" in text
+            else:  # one a row: the first chart fits under the summary, the rest scroll
+                assert "24┤" in text
+    run(go())
+
+
+def test_a_reading_the_source_lacks_is_na_not_zero(settings):
+    def source():
+        snap = fixed_snapshot(taken_at=time.time())
+        return replace(snap, gpus=tuple(replace(g, power_w=None, temperature_c=None) for g in snap.gpus))
+
+    async def go():
+        app = make_app(settings, source=source)
+        async with app.run_test(size=(200, 50)) as pilot:
+            pane = await open_charts(app, pilot)
+            charts = {c.key: c.built.plain for c in pane.query("Chart")}
+            assert "n/a: the sim backend gives no power reading for this GPU" in charts["power_mw"]
+            assert "n/a: the sim backend gives no temperature reading for this GPU" in charts["temperature_mc"]
+            assert "87.0┤" not in charts["busy_percent"] and "minutes ago" in charts["busy_percent"]
+            assert "n/a: the sim backend gives no power" in screen_text(app)
+    run(go())
+
+
+def test_the_seven_day_trend_and_older_points_come_from_the_agent(state_dir):
+    from helpers.agentnode import start_agent
+    from helpers.simnode import wait_for as wait_until
+    from gpuwarden.ops.sources import viewer_source
+    from gpuwarden.tui.app import GpuwardenApp
+    settings = node(state_dir, gpus=2)
+    # Three days of minute trend, as an agent that ran before writes it (used avg, used max, residual max,
+    # holders max, fragmentation per mille): GPU 0 at 6 GiB, with a 2 GiB residual on the last day.
+    trend = state_dir / "agent" / "trend.jsonl"
+    trend.parent.mkdir(mode=0o750)
+    now = time.time() // 60 * 60
+    trend.write_text("".join(json.dumps({"t": now - k * 1800, "gpus": {"0": [6 << 30, 7 << 30,
+                                                                          (2 << 30) if k < 48 else 0, 0, -1]}}) + "\n"
+                             for k in range(144, 0, -1)))
+    agent = start_agent(state_dir)
+    try:
+        # The agent's history starts before the console: its points are older than the console's first.
+        wait_until(lambda: len((agent.json("/v1/history?gpu=0&resolution=fine")["gpus"].get("0", {}).get("fine")
+                                or {}).get("t", [])) >= 3, 30, "the agent's first samples")
+        source, close = viewer_source(settings)
+
+        async def go():
+            app = GpuwardenApp(settings, source=source, on_exit=close, refresh_s=0.25)
+            async with app.run_test(size=(200, 50)) as pilot:
+                pane = await open_charts(app, pilot)
+                await wait_for(pilot, lambda: "days ago" in pane.query_one("#chart-week").built.plain, timeout=30,
+                               what="the 7-day trend drawn")
+                week = pane.query_one("#chart-week").built.plain
+                assert "VRAM GiB, last 7 days (agent's minute trend)" in week and "used avg" in week, week
+                assert "residual peak" in week and "24┤" in week
+                assert pane._agent_fine and pane._agent_fine["points"] >= 3  # the agent's last hour, asked once
+                assert "n/a" not in pane.query_one("#chart-busy_percent").built.plain
+        run(go())
+    finally:
+        agent.stop()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_topology_view_shows_hives_numa_and_each_blast_radius(state_dir, size):
+    settings = node(state_dir, hive=True)
+
+    async def go():
+        app = live_app(settings)
+        async with app.run_test(size=size) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
+            await pilot.press("x")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "TopologyScreen", what="the topology view")
+            await wait_for(pilot, lambda: app.screen.computed >= 1, timeout=30, what="the topology read")
+            await wait_for(pilot, lambda: "RESET REACHES" in screen_text(app), what="the topology drawn")
+            text = screen_text(app)
+            assert "XGMI hive 0x51510001, NUMA node 0" in text, text
+            assert "RESET REACHES" in text and "0, 1, 2, 3     0x51510001  0" in text, text
+            if size == (200, 50):
+                assert "SPX/NPS1   0000:12:00.0" in text
+                assert HIVE_REACH in text and "Blast radius of a reset" in text
+            else:
+                assert HIVE_REACH in flat(text) or "Blast radius" in text
+    run(go())
+
+
+def test_colon_reaches_the_topology_view(settings):
+    async def go():
+        app = make_app(settings)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
+            await palette_choose(app, pilot, "go to topology", "Go to topology")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "TopologyScreen", what="the topology view")
+            await wait_for(pilot, lambda: app.screen.computed >= 1, timeout=30, what="the topology read")
+            assert "Topology of node-a17: 4 GPU(s), no XGMI hive" in screen_text(app)
+    run(go())
+
+
+def test_fix_in_the_console_confirms_with_the_blast_radius(state_dir):
+    from gpuwarden.ops.node.sim.node import SimNode
+    settings = node(state_dir, hive=True)
+    SimNode(state_dir).leak(2, 2 << 30)
+
+    async def go():
+        app = live_app(settings)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
+            app.query_one("#gpus").focus()
+            await pilot.press("down", "down", "f")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen", timeout=30,
+                           what="the confirm dialog")
+            await wait_for(pilot, lambda: "If a reset is needed" in flat(screen_text(app)), what="the question drawn")
+            assert f"If a reset is needed, {HIVE_REACH}." in app.screen.question and app.screen.question.endswith("Proceed?")
+            text = flat(screen_text(app))
+            assert f"If a reset is needed, {HIVE_REACH}." in text, text
+            assert f"({HIVE_REACH}) (only if needed)" in text  # the reset step of the plan says it too
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.current_run.result is not None, timeout=30, what="the cancelled run")
+            assert app.current_run.result.refused == "cancelled"
+    run(go())
+
+
+def test_partitions_are_grouped_under_their_device_and_a_reset_says_it_takes_the_device(state_dir):
+    from gpuwarden.ops.node.sim.node import SimNode
+    settings = node(state_dir, partition="DPX")
+    SimNode(state_dir).leak(2, 3 << 30)
+
+    async def go():
+        app = live_app(settings)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
+            panel = app.query_one("#gpus")
+            await wait_for(pilot, lambda: len(panel.rows) == 6, what="4 partitions under 2 device rows")
+            assert [k for k, _ in panel.rows] == ["dev:0000:10:00.0", "0", "1", "dev:0000:11:00.0", "2", "3"]
+            await wait_for(pilot, lambda: "reset: all 2" in screen_text(app), what="the device rows drawn")
+            text = screen_text(app)
+            assert "0000:11:00.0 DPX/NPS1" in text and "2 partitions" in text and "reset: all 2" in text
+            assert "└ DPX 1" in text
+            lines = {line.split()[1]: line for line in text.splitlines()
+                     if len(line.split()) > 1 and line.split()[0] == "│" and line.split()[1] in "0123"}
+            assert "3.0 GiB" in lines["2"] and "3.0 GiB" not in lines["3"], lines  # residual per partition
+            assert "1 of 2" in next(line for line in text.splitlines() if "0000:11:00.0 DPX" in line)
+            panel.cursor_row = 4  # GPU 2, a partition of device 0000:11:00.0
+            await pilot.press("f")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "ConfirmScreen", timeout=30,
+                           what="the confirm dialog")
+            reach = "resetting GPU 2 resets its physical device 0000:11:00.0, so also GPU 3 (DPX of the same device)"
+            assert reach in app.screen.question
+            assert "mark GPU 2, 3 drained" in flat(screen_text(app))
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.current_run.result is not None, timeout=30, what="the cancelled run")
+    run(go())
+
+
+def test_sim_partitions_share_their_device_and_fix_plans_for_the_whole_device(sim_cli):
+    bad = sim_cli("sim", "init", "--gpus", "3", "--partition", "dpx")
+    assert bad.returncode == 2 and "cannot cut 3 simulated GPU(s) into DPX partitions" in bad.stderr, bad.stderr
+    sim_cli("sim", "init", "--gpus", "8", "--partition", "cpx", check=True)
+    topo = sim_cli("status", "--topology")
+    assert topo.returncode == 0, topo.stderr
+    assert "CPX/NPS4" in topo.stdout
+    assert "resetting GPU 0 resets its physical device 0000:10:00.0, so also GPUs 1-7 (CPX of the same device)" \
+        in topo.stdout
+    sim_cli("sim", "leak", "--gpu", "5", "--size", "1GiB", check=True)
+    plan = sim_cli("fix", "5", "--dry-run")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "GPU 5 is a partition of physical device 0000:10:00.0 with GPU 0, 1, 2, 3, 4, 6, 7" in plan.stdout
+    assert "mark GPU 5, 0, 1, 2, 3, 4, 6, 7 drained" in plan.stdout
+
+
+def test_the_charting_library_loads_with_the_chart_view_only():
+    import subprocess
+    import sys
+    probe = ("import sys, gpuwarden.tui.app; a = any(m.split('.')[0] in ('textual_plotext', 'plotext') for m in "
+             "sys.modules); import gpuwarden.tui.screens.gpu_detail; print(a, 'textual_plotext' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["False", "True"], out.stdout + out.stderr
+
+
+def test_a_sim_reset_of_a_partition_clears_the_whole_device(state_dir):
+    from gpuwarden.ops.node.sim.node import SimNode
+    node(state_dir, partition="DPX")
+    sim = SimNode(state_dir)
+    for g in (1, 2, 3):
+        sim.leak(g, 1 << 30)
+    sim.reset(3)
+    assert set(sim.describe()["leaked"]) == {1}  # GPUs 2 and 3 are one device; GPU 1 is the other's
+
+
+def test_the_topology_of_a_node_read_over_ssh_reads_no_local_pci_tree(settings):
+    def source():
+        return replace(fixed_snapshot(taken_at=time.time()), source="ssh:gpu07")
+
+    async def go():
+        app = make_app(settings, source=source)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
+            await pilot.press("x")
+            await wait_for(pilot, lambda: getattr(app.screen, "computed", 0) >= 1, timeout=30, what="the topology")
+            await wait_for(pilot, lambda: "NUMA and PCIe n/a" in screen_text(app), what="the topology drawn")
+            assert all(r["numa_node"] is None and r["pcie_parent"] is None for r in app.screen.doc["gpus"])
+            assert "NUMA and PCIe n/a: node-a17 is read over SSH" in screen_text(app)
+    run(go())
