@@ -53,8 +53,9 @@ fi
 # The preload tests also run unmodified engines against ROCm 5.4's real HIP runtime (PyPI's pytorch-triton-rocm
 # wheel, fetched once into .cache/rocm-5.4; tests/helpers/realhip.py says how and why).
 .venv/bin/python tests/helpers/realhip.py fetch
-# Each test file whole on one worker (its module and session fixtures built once);
-# GPUWARDEN_TEST_JOBS=0 runs everything in this process.
+# Both tiers (pyproject's testpaths: tests/unit, then tests/integration); arguments go to pytest, so
+# `bash tests/run-all.sh tests/unit` runs the unit tier alone. Each test file whole on one worker (its module and
+# session fixtures built once); GPUWARDEN_TEST_JOBS=0 runs everything in this process.
 # Two workers a core: most tests wait on the children they start (CLI, agent, sshd, Prometheus, Chromium), and
 # with one a core the two cores were busy 53% of the run (632 s of pytest); with two, 425 s (measured 2026-12-02).
 jobs=$(( $(nproc) * 2 ))

@@ -1,4 +1,4 @@
-"""What several test files share with test_reaper_family.py: FAMILY, holds_sim_vram, proc_state, start_family, wait_for.
+"""What several test files share with test_reaper_family.py: FAMILY, holds_sim_vram, start_family.
 
 Taken out of test_reaper_family.py so that no test module imports another (tests/README.md)."""
 

@@ -9,8 +9,9 @@ import os
 import signal
 import time
 
-from helpers.simnode import proc_state, wait_for  # noqa: F401  (re-exported for the reaper and purge tests)
 from helpers.reaper_family import start_family
+from helpers.simnode import proc_state, wait_for
+
 
 def test_family_bad_parent_leaves_a_zombie():
     fam = start_family(["sleep", "30"])
