@@ -1,4 +1,4 @@
-"""What several test files share with test_metrics_exposition.py: _reading, _snapshot.
+"""What several test files share with test_metrics_exposition.py: make_reading, make_snapshot.
 
 Taken out of test_metrics_exposition.py so that no test module imports another (tests/README.md)."""
 
@@ -20,7 +20,7 @@ def _gpu(i: int) -> GpuInfo:
                    busy_percent=50.0, temperature_c=40.0 + i, power_w=300.0)
 
 
-def _snapshot(gpus=(0, 1, 2), engines=True, processes=()) -> NodeSnapshot:
+def make_snapshot(gpus=(0, 1, 2), engines=True, processes=()) -> NodeSnapshot:
     zombie = Holder(pid=41, start_time=1.0, reason="zombie", gpus=(1,), vram_bytes=3 * GiB)
     dead = Holder(pid=42, start_time=None, reason="kfd-without-process", gpus=(1,), vram_bytes=GiB)
     files = Holder(pid=43, start_time=1.0, reason="disk-sleep", gpus=(1,), vram_bytes=None)
@@ -49,7 +49,7 @@ def _snapshot(gpus=(0, 1, 2), engines=True, processes=()) -> NodeSnapshot:
                                 "vram_free_unavailable": None})
 
 
-def _reading(snap: NodeSnapshot, **kw) -> Reading:
+def make_reading(snap: NodeSnapshot, **kw) -> Reading:
     base = dict(mode="agent", age_s=0.4, residual_since={1: NOW - 90, 2: NOW - 400},
                 findings={("gpu-page-fault", "error"): 3, ("segfault", "error"): 0}, now=NOW,
                 plan=PlanBudget("/dev/shm/w", 4 * 64 * GiB * 8, 500 * GiB, False, False))

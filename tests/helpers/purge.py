@@ -1,4 +1,4 @@
-"""What several test files share with test_purge.py: _spawn_with_pid.
+"""What several test files share with test_purge.py: spawn_with_pid.
 
 Taken out of test_purge.py so that no test module imports another (tests/README.md)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 
 
-def _spawn_with_pid(pid: int, argv: list[str], tries: int = 20) -> subprocess.Popen | None:
+def spawn_with_pid(pid: int, argv: list[str], tries: int = 20) -> subprocess.Popen | None:
     """Start argv as PID `pid` through ns_last_pid (root only); None when another fork keeps winning."""
     for _ in range(tries):
         try:

@@ -16,7 +16,7 @@ from helpers.simnode import cli_argv, start_tenant
 from helpers.reaper_family import holds_sim_vram, start_family
 from helpers.simnode import proc_state, wait_for
 from helpers.journal import read_journal
-from helpers.purge import _spawn_with_pid
+from helpers.purge import spawn_with_pid
 
 
 # The sim node these tests run on (conftest.py's sim_cli fixture reads it).
@@ -247,7 +247,7 @@ def test_purge_never_signals_a_pid_reused_between_plan_and_action(sim_cli, state
     zombie = fam.tenant
     fam.stop()  # the careless parent dies; the keeper reaps the zombie: its PID is free again
     assert wait_for(lambda: proc_state(zombie) is None, 5)
-    reused = _spawn_with_pid(zombie, ["sleep", "60"])
+    reused = spawn_with_pid(zombie, ["sleep", "60"])
     if reused is None:
         pytest.skip("could not get the freed PID back (the machine forks too much right now)")
     try:

@@ -293,11 +293,11 @@ def test_a_pipelining_crowd_does_not_starve_healthz(cli, state_dir):
 def test_the_metrics_listener_answers_garbage_with_a_status_line(cli, state_dir):
     from helpers.agentnode import start_agent
     from helpers.simnode import wait_for
-    from helpers.harden_slowloris import _metrics_port
+    from helpers.harden_slowloris import metrics_port
     assert cli("sim", "init", "--gpus", "2").returncode == 0
     agent = start_agent(state_dir, agent_args=("--metrics-listen", "127.0.0.1:0"))
     try:
-        port = int(wait_for(lambda: _metrics_port(agent), 10, "the metrics listener's port"))
+        port = int(wait_for(lambda: metrics_port(agent), 10, "the metrics listener's port"))
         for garbage in (b"GARBAGE\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\r\n\r\n", b"GET\r\n\r\n",
                         b"GET /metrics\r\n\r\n"):  # the last is HTTP/0.9's form, answered without a status line
             with socket.create_connection(("127.0.0.1", port), timeout=5) as s:

@@ -14,7 +14,7 @@ from helpers.agentnode import start_agent
 from helpers.simnode import wait_for
 
 from gpuwarden.ops.agent.client import get
-from helpers.harden_slowloris import _metrics_port
+from helpers.harden_slowloris import metrics_port
 
 
 class Crowd:
@@ -63,7 +63,7 @@ def test_a_slowloris_crowd_holds_neither_health_nor_scrapes(cli, state_dir):
     assert cli("sim", "init", "--gpus", "2").returncode == 0
     agent = start_agent(state_dir, agent_args=("--metrics-listen", "127.0.0.1:0"))
     try:
-        port = int(wait_for(lambda: _metrics_port(agent), 10, "the metrics listener's port"))
+        port = int(wait_for(lambda: metrics_port(agent), 10, "the metrics listener's port"))
         # The listener binds before the first sample: until that lands /healthz rightly says 503 (no snapshot).
         wait_for(lambda: (r := get(agent.sock, "/healthz")) is not None and r.status == 200, 10, "the first snapshot")
 

@@ -22,7 +22,7 @@ from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.metrics.collector import SnapshotCollector, registry_for, render
 from gpuwarden.ops.metrics.reading import MetricsOptions
 from gpuwarden.ops.foundation.model import GpuProcess
-from helpers.metrics_exposition import GiB, NOW, _reading, _snapshot
+from helpers.metrics_exposition import GiB, NOW, make_reading, make_snapshot
 
 def _samples(text: bytes) -> dict[str, dict[tuple, float]]:
     """{sample name: {sorted label items: value}}."""
@@ -40,7 +40,7 @@ def _one(samples, name: str, **labels) -> float:
 
 
 def test_families_carry_the_snapshot_in_base_units():
-    s = _samples(render(_reading(_snapshot())))
+    s = _samples(render(make_reading(make_snapshot())))
     gpu1 = dict(gpu="1", bus_id="0000:11:00.0", uuid="u1", model="AMD Instinct MI300X")
     assert _one(s, "gpuwarden_gpu_vram_used_bytes", **gpu1) == 21 * GiB
     assert _one(s, "gpuwarden_gpu_residual_bytes", **gpu1) == 4 * GiB
@@ -79,7 +79,7 @@ def test_families_carry_the_snapshot_in_base_units():
 def test_a_gpu_engine_or_process_that_went_away_leaves_no_series():
     tenant = GpuProcess(pid=7, start_time=1.0, user="ann", command="/usr/bin/python3 serve.py --token=x",
                         state="sleeping", vram={0: 5 * GiB})
-    readings = iter([_reading(_snapshot(processes=(tenant,))), _reading(_snapshot(gpus=(0,), engines=False))])
+    readings = iter([make_reading(make_snapshot(processes=(tenant,))), make_reading(make_snapshot(gpus=(0,), engines=False))])
     registry = registry_for(SnapshotCollector(lambda: next(readings), MetricsOptions(per_process=True)))
     from prometheus_client.exposition import generate_latest
     first, second = _samples(generate_latest(registry)), _samples(generate_latest(registry))
@@ -95,7 +95,7 @@ def test_per_process_series_are_capped_and_the_rest_summed():
     procs = [GpuProcess(pid=1000 + i, start_time=1.0, user="u", command="t", state="sleeping",
                         vram={i % 2: (i + 1) << 20}) for i in range(300)]
     options = MetricsOptions(per_process=True, per_process_max=256, hostname="n1")
-    s = _samples(render(_reading(_snapshot(processes=procs)), options))
+    s = _samples(render(make_reading(make_snapshot(processes=procs)), options))
     series = s["gpuwarden_process_vram_bytes"]
     assert len(series) == 256
     assert min(series.values()) == 45 << 20  # the 44 smallest (1..44 MiB) are left out, their sum kept
@@ -104,7 +104,7 @@ def test_per_process_series_are_capped_and_the_rest_summed():
 
 
 def test_one_shot_reading_leaves_out_what_only_the_agent_knows():
-    s = _samples(render(_reading(_snapshot(), mode="oneshot", age_s=None, residual_since=None, findings=None,
+    s = _samples(render(make_reading(make_snapshot(), mode="oneshot", age_s=None, residual_since=None, findings=None,
                                  plan=None)))
     for name in ("gpuwarden_gpu_residual_age_seconds", "gpuwarden_kernel_findings_total",
                  "gpuwarden_agent_snapshot_age_seconds", "gpuwarden_kfd_system_limit_bytes"):
@@ -114,7 +114,7 @@ def test_one_shot_reading_leaves_out_what_only_the_agent_knows():
 
 def test_promtool_accepts_the_exposition(tmp_path):
     procs = [GpuProcess(pid=7, start_time=1.0, user="ann", command="python3", state="sleeping", vram={0: GiB})]
-    body = render(_reading(_snapshot(processes=procs)), MetricsOptions(per_process=True, hostname="n1"))
+    body = render(make_reading(make_snapshot(processes=procs)), MetricsOptions(per_process=True, hostname="n1"))
     proc = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # promtool's lint can fail: a counter without _total is refused.
@@ -162,7 +162,7 @@ def listener():
     started = []
 
     def start(tls=None, listen="127.0.0.1:0"):
-        reading = _reading(_snapshot())
+        reading = make_reading(make_snapshot())
         app = make_wsgi_app(registry_for(SnapshotCollector(lambda: reading)))
         lst = Listener(listen, app, tls)
         lst.start()
@@ -237,9 +237,9 @@ def test_registration_figures_of_the_last_run():
     regs = (R("register", "hipHostRegister", 8 * GiB, "registered", NOW - 100, 9.0, 1.0, 0, 99),  # an older run
             R("register", "hipHostRegister", 8 * GiB, "registered", NOW - 20, 2.5, 4.0, 0, 100),
             R("register", "hipHostRegister", GiB, "failed", NOW - 10, 0.5, 0.0, 1, 100))
-    snap = _snapshot()
+    snap = make_snapshot()
     snap = replace(snap, engines=(replace(snap.engines[0], registrations=regs),))
-    s = _samples(render(_reading(snap)))
+    s = _samples(render(make_reading(snap)))
     assert _one(s, "gpuwarden_engine_registration_seconds", engine="dp0") == 3.0
     assert _one(s, "gpuwarden_engine_registration_wait_seconds", engine="dp0") == 4.0
     assert _one(s, "gpuwarden_engine_registered_bytes", engine="dp0") == 8 * GiB
@@ -253,9 +253,9 @@ def test_per_process_gpu_busy_follows_the_vram_pairs_and_their_cap():
                         vram={0: (i + 1) << 20}) for i in range(300)]
     loads = {p.pid: ProcessLoad(pid=p.pid, gpus={0: GpuLoad(percent=float(i % 100))}, source="fdinfo")
              for i, p in enumerate(procs)}
-    snap = dataclasses.replace(_snapshot(processes=procs), process_load=loads)
-    s = _samples(render(_reading(snap), MetricsOptions(per_process=True, per_process_max=256)))
+    snap = dataclasses.replace(make_snapshot(processes=procs), process_load=loads)
+    s = _samples(render(make_reading(snap), MetricsOptions(per_process=True, per_process_max=256)))
     busy = s["gpuwarden_process_gpu_busy_percent"]
     assert len(busy) == 256 and set(busy) == set(s["gpuwarden_process_vram_bytes"])  # the same pairs, the same cap
     assert _one(s, "gpuwarden_process_gpu_busy_percent", pid="1299", gpu="0") == 99.0
-    assert "gpuwarden_process_gpu_busy_percent" not in _samples(render(_reading(snap), MetricsOptions()))
+    assert "gpuwarden_process_gpu_busy_percent" not in _samples(render(make_reading(snap), MetricsOptions()))

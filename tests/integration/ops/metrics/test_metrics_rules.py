@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from dataclasses import replace
 
-from helpers.metrics_exposition import _reading, _snapshot
+from helpers.metrics_exposition import make_reading, make_snapshot
 
 from helpers.paths import REPO
 from gpuwarden.ops.metrics.collector import render
@@ -58,9 +58,9 @@ def _exported_names() -> set[str]:
     """Every family name the exporter can produce (a reading with everything in it), with its sample suffixes."""
     procs = (GpuProcess(pid=7, start_time=1.0, user="u", command="x", state="sleeping", vram={0: 1}),)
     # Kubernetes mode: GPU 2's significant residual was last given to a deleted pod.
-    snap = replace(_snapshot(processes=procs), pods=(PodGpus("team-a", "trainer-0", "main", (2,), deleted_at=1.0),),
+    snap = replace(make_snapshot(processes=procs), pods=(PodGpus("team-a", "trainer-0", "main", (2,), deleted_at=1.0),),
                    kubernetes={"condition": {"status": "True"}, "taint": "residual-vram", "problem": None})
-    body = render(_reading(snap), MetricsOptions(per_process=True)).decode()
+    body = render(make_reading(snap), MetricsOptions(per_process=True)).decode()
     names = set(re.findall(r"^(gpuwarden_\w+)", body, re.M))
     names |= {"gpuwarden_engine_registration_seconds", "gpuwarden_engine_registration_wait_seconds",
               "gpuwarden_engine_registered_bytes", "gpuwarden_engine_registrations"}  # need registration records

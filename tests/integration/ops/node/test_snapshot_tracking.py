@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers.simnode import proc_state, start_tenant, wait_for
-from helpers.purge import _spawn_with_pid
+from helpers.purge import spawn_with_pid
 
 from gpuwarden.ops.node import procs
 from gpuwarden.ops.node.backends.sysfs import SysfsBackend
@@ -132,7 +132,7 @@ def test_a_reused_pid_is_a_new_process_at_the_next_refresh(tracked):
     # Start times count in clock ticks: the next process must not share the old one's tick.
     hz = os.sysconf("SC_CLK_TCK")
     wait_for(lambda: time.clock_gettime(time.CLOCK_BOOTTIME) * hz > old_ticks + 1, what="the next clock tick")
-    new = _spawn_with_pid(old.pid, ["sleep", "61"])
+    new = spawn_with_pid(old.pid, ["sleep", "61"])
     if new is None:
         pytest.skip("could not get the freed PID back (the machine forks too much right now)")
     children.append(new)
