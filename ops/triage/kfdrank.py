@@ -143,7 +143,11 @@ def rank(report: Report, ctx: KfdContext | None) -> None:
     if storm is None:
         return
     victims = {v.get("engine") or v.get("process") for v in storm.victims}
-    reg = {n: b for n, b in (ctx.registered.items() if ctx else []) if n in victims or not victims}
+    # Every engine whose last run registered counts against the limit, not only the storm's victims: one whose next
+    # pinned allocation fitted (after a peer died and its charges were freed) serves on, and its registration was
+    # part of what the others met. No victim among them: the storm was in other processes, and it is not ranked.
+    registered = dict(ctx.registered) if ctx else {}
+    reg = registered if not victims or victims & registered.keys() else {}
     if not reg or ctx is None:
         what = "; ".join(NEEDS)
         report.notes.append(f"this crash storm can be KFD's system-memory limit ({PINNED}, {SHARED}); to rank it, "

@@ -424,17 +424,20 @@ def _venv_with_test_deps(where: Path) -> Path:
 
 
 PEERS = ("ops", "tui", "playbooks")
+# What PyPI's ops requires that the test venv does not bring (websocket-client came with the official Kubernetes
+# client until gpuwarden moved to lightkube).
+OPS_NEEDS = ("opentelemetry-api", "websocket-client")
 
 
 @pytest.fixture(scope="session")
 def pypi_peers(tmp_path_factory) -> Path:
-    """PyPI's ops, tui and playbooks, and ops' one requirement the test venv lacks (opentelemetry-api), as wheels
+    """PyPI's ops, tui and playbooks, and ops' requirements the test venv lacks (OPS_NEEDS), as wheels
     in one folder: fetched (pip's cache) and built (tui is an sdist) once a session, then installed from there
     with --no-index by both orders."""
     import subprocess
     out = tmp_path_factory.mktemp("peers")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
-                    "-w", str(out), *PEERS, "opentelemetry-api"], check=True, timeout=600)
+                    "-w", str(out), *PEERS, *OPS_NEEDS], check=True, timeout=600)
     return out
 
 
@@ -444,8 +447,8 @@ def test_the_wheel_lives_beside_pypis_ops_tui_and_playbooks(wheels, pypi_peers, 
     py = _venv_with_test_deps(tmp_path / "venv")
     pip = [*_pip_install(py), "--no-index", "--find-links", str(pypi_peers)]
     # Their own files are what the test is about: with --no-deps pip does not resolve the test venv's whole set
-    # again; ops' one requirement the test venv lacks is installed beside them.
-    theirs = [*pip, "--no-deps", *PEERS, "opentelemetry-api"]
+    # again; ops' requirements the test venv lacks are installed beside them.
+    theirs = [*pip, "--no-deps", *PEERS, *OPS_NEEDS]
     ours = [*pip, "--no-deps", str(wheels["x86_64"])]
     for argv in ([theirs, ours] if order == "theirs-first" else [ours, theirs]):
         subprocess.run(argv, check=True, timeout=300)

@@ -66,6 +66,20 @@ def test_the_storm_in_registering_engines_puts_the_kfd_entry_first_with_the_numb
     assert doc["node_context"]["registered"]["dp1"] == 25 * GiB
 
 
+def test_an_engine_that_served_on_still_counts_against_the_limit():
+    """dp0 registered and did not crash (its next pinned allocation fitted once a peer's charges were freed): its
+    registration was part of what the others met, so the numbers count all four, as the incident's operator would."""
+    m = members()
+    m["kernel/kernel.log"] = b"\n".join(line for line in kernel_log().splitlines() if b"dp0[" not in line) + b"\n"
+    state = json.loads(m["engines/dp0/state.json"])
+    state.update(phase="serving", signal=None, died_while=None)
+    state["phases"].pop("crashed")
+    m["engines/dp0/state.json"] = json.dumps(state).encode()
+    report = triage_members(m.get, [f"dp{i}" for i in range(4)], "bundle")
+    because = report.known[0]["because"]
+    assert "dp0-dp3 registered 4 x 25.0 GiB = 100.0 GiB of a 121.55 GiB limit" in because, because
+
+
 def test_without_context_the_report_says_what_it_needs_and_how_to_get_it():
     m = members(with_context=False)
     report = triage_members(m.get, [], "dmesg")
