@@ -240,6 +240,11 @@ def _failed_alive(evidence: list[EngineEvidence]) -> list[Finding]:
     return out
 
 
+def _crashed_at(e: EngineEvidence) -> float | None:
+    t = (e.state.get("phases") or {}).get("crashed")
+    return float(t) if isinstance(t, (int, float)) else None
+
+
 def _storms(summaries: list[dict[str, Any]], evidence: list[EngineEvidence], kernel: Report | None,
             arenas: Sequence[str]) -> list[Finding]:
     """Several engines dead of the same signal at the same place: one cause, said first."""
@@ -248,10 +253,20 @@ def _storms(summaries: list[dict[str, Any]], evidence: list[EngineEvidence], ker
         if info.get("signal") and info.get("library"):
             groups.setdefault((info["signal"], info["library"], info.get("offset")), []).append(info)
     by_name = {e.name: e for e in evidence}
+    # An engine dead of the same signal with no fault line of its own: the kernel prints "segfault at" through
+    # printk_ratelimit() (arch/x86/mm/fault.c, show_signal_msg: 10 lines per 5 s), so in a storm some are dropped.
+    # It joins the group it died beside (crash times within TOGETHER_S), said so in the title.
+    unplaced = [i for i in summaries if i.get("signal") and not i.get("library")]
     out = []
     for (sig, lib, off), infos in groups.items():
         if len(infos) < 2:
             continue
+        crashed = [t for t in (_crashed_at(by_name[i["name"]]) for i in infos) if t is not None]
+        joined = [i for i in unplaced if i["signal"] == sig and crashed and (t := _crashed_at(by_name[i["name"]]))
+                  is not None and min(crashed) - TOGETHER_S <= t <= max(crashed) + TOGETHER_S]
+        unplaced = [i for i in unplaced if i not in joined]
+        placed = len(infos)
+        infos = infos + joined
         states = [by_name[i["name"]].state for i in infos]
         times = [t for t in ((s.get("phases") or {}).get("crashed") for s in states) if isinstance(t, (int, float))]
         if len(times) < len(infos) and kernel is not None:
@@ -269,6 +284,9 @@ def _storms(summaries: list[dict[str, Any]], evidence: list[EngineEvidence], ker
             after = ", while registering"
         names = sorted(i["name"] for i in infos)
         title = f"{len(infos)} engines died of {sig} in {lib}" + (f" at offset {off}" if off else "") + span + after
+        if joined:
+            title += (f" ({len(joined)} of them without a fault line of {'its' if len(joined) == 1 else 'their'} own: "
+                      f"the kernel rate-limits them; {placed} name the place)")
         out.append(Finding(rule="engine.crash_storm", category="engine", severity="critical", title=title,
                            signature=f"{sig}|{lib}|{off}", tier=SHARED_CRASH, count=len(infos), source="engines",
                            meaning="several engines died of the same signal at the same place: one shared cause",
@@ -277,5 +295,6 @@ def _storms(summaries: list[dict[str, Any]], evidence: list[EngineEvidence], ker
                                  "with `launch --stagger 1`",
                            victims=[{"process": i["name"], "pid": i.get("pid"), "engine": i["name"]} for i in infos],
                            details={"engines": names, "signal": sig, "library": lib, "offset": off,
+                                    "without_fault_line": sorted(i["name"] for i in joined),
                                     "short": f"{len(infos)} engines died of {sig}"}))
     return out

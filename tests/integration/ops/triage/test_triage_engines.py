@@ -81,7 +81,12 @@ def test_four_engines_dying_together_are_one_headline(tmp_path, supervised, cli)
     engines = {e["name"]: e for e in doc["engines"]}
     assert sorted(engines) == ["dp0", "dp1", "dp2", "dp3"]
     offsets = {e.get("offset") for e in engines.values()}
-    assert len(offsets) == 1 and None not in offsets
+    # The kernel prints 'segfault at' through printk_ratelimit(): with the suite's other crashes in the same seconds
+    # a line can be dropped; that engine is still one of the storm, and the headline says why it names no place.
+    unplaced = sorted(n for n, e in engines.items() if e.get("offset") is None)
+    assert len(offsets - {None}) == 1 and len(unplaced) <= 1, engines
+    if unplaced:
+        assert "(1 of them without a fault line of its own" in headline, headline
     if any(e.get("backtrace") for e in engines.values()):
         # the core's stack names the function and agrees with the kernel's offset
         e = next(e for e in engines.values() if e.get("backtrace"))

@@ -145,3 +145,16 @@ def test_the_svm_line_and_hips_cannot_create_memory_line_are_kfd_limit_findings_
     assert "hipErrorInvalidValue" in rules["engine.hip_create_memory_failed"].meaning
     for f in (rules["kfd.svm_mem_limit"], rules["engine.host_memory_failed"]):
         assert "confirm on this node" in f.check and "kfd/mem_limit" in f.check
+
+
+def test_an_engine_whose_fault_line_the_kernel_dropped_still_joins_the_storm():
+    """The kernel prints 'segfault at' through printk_ratelimit(): in a storm a line can be missing. dp3 died of the
+    same signal a moment after the others, with no line of its own: it is one of the storm, and the title says why it
+    names no place."""
+    m = members()
+    m["kernel/kernel.log"] = b"\n".join(line for line in kernel_log().splitlines() if b"dp3[" not in line) + b"\n"
+    report = triage_members(m.get, [f"dp{i}" for i in range(4)], "bundle")
+    doc = report.to_dict()
+    assert doc["headline"].startswith("4 engines died of SIGSEGV in libamdhip64.so.7 at offset 0xb71c9"), doc["headline"]
+    assert "(1 of them without a fault line of its own: the kernel rate-limits them; 3 name the place)" \
+        in doc["headline"], doc["headline"]
