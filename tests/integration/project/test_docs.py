@@ -42,6 +42,8 @@ def test_the_readme_is_a_front_door():
 
 
 def test_nothing_points_outside_the_repository():
+    # Spelled in two parts so that this file, which looks for it, does not contain it.
+    OUTSIDE = "../" + "shared"
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
     offenders = []
     for name in tracked.stdout.split("\0"):
@@ -52,7 +54,7 @@ def test_nothing_points_outside_the_repository():
             text = path.read_text()
         except (UnicodeDecodeError, OSError):
             continue
-        if "../shared" in text and name != "tests/integration/project/test_docs.py":
+        if OUTSIDE in text:
             offenders.append(name)
     assert not offenders, offenders
 
