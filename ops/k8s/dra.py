@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 from gpuwarden.ops.foundation import journal
 from gpuwarden.ops.foundation.model import GpuInfo
-from gpuwarden.ops.k8s.kube import Conflict, Forbidden, Kube, KubeError, NotFoundError
+from gpuwarden.ops.k8s.kube import Conflict, Kube, KubeError, NotFoundError
 
 GROUP = "resource.k8s.io"
 # Newest first: v1 is DRA's GA version (1.34 for slices; DeviceTaintRule GA later), v1beta2 serves DeviceTaintRule
@@ -209,11 +209,11 @@ class DeviceTaints:
                 self.log("ok", f"kubernetes: device taints of node {self.node}: working again")
             self.problem = None
         except KubeError as exc:
-            line = exc.message + (f" ({exc.hint})" if exc.hint else "")
+            line = exc.line()
             if line != self.problem:
                 self.log("error", f"kubernetes: device taints of node {self.node}: {line}")
             self.problem = line
-            self._retry_at = now + (self.retry_s * 4 if isinstance(exc, Forbidden) else self.retry_s)
+            self._retry_at = now + exc.retry_in(self.retry_s)
 
     def _body(self, name: str, device: Device, value: str) -> dict[str, Any]:
         return {"apiVersion": f"{GROUP}/{self.rule_version}", "kind": "DeviceTaintRule",

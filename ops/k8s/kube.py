@@ -44,9 +44,21 @@ class KubeError(GpuwardenError):
         self.status = status
         self.reason = reason
 
+    def line(self) -> str:
+        """The refusal in one log line, its hint in parentheses."""
+        return self.message + (f" ({self.hint})" if self.hint else "")
+
+    def retry_in(self, retry_s: float) -> float:
+        """Seconds a reconciler waits before asking again."""
+        return retry_s
+
 
 class Forbidden(KubeError):
     """403: the service account lacks a verb (RBAC)."""
+
+    def retry_in(self, retry_s: float) -> float:
+        # Forbidden stays forbidden until someone fixes RBAC: ask again slowly, never in a tight loop.
+        return retry_s * 4
 
 
 class Conflict(KubeError):

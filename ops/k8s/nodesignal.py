@@ -15,7 +15,7 @@ from gpuwarden.ops.config.kubernetes import POLICIES
 from gpuwarden.ops.foundation.jsondoc import iso
 from gpuwarden.ops.foundation.model import Holder, NodeSnapshot
 from gpuwarden.ops.foundation.units import fmt_bytes
-from gpuwarden.ops.k8s.kube import Forbidden, Kube, KubeError
+from gpuwarden.ops.k8s.kube import Kube, KubeError
 from gpuwarden.ops.k8s.objects import Node, Taint
 
 CONDITION = "GPUResidualVRAM"
@@ -151,12 +151,11 @@ class NodeSignal:
                 self.log("ok", f"kubernetes: node {self.node_name}: working again")
             self.problem = None
         except KubeError as exc:
-            line = exc.message + (f" ({exc.hint})" if exc.hint else "")
+            line = exc.line()
             if line != self.problem:
                 self.log("error", f"kubernetes: node {self.node_name}: {line}")
             self.problem = line
-            # Forbidden stays forbidden until someone fixes RBAC: ask again slowly, never in a tight loop.
-            self._retry_at = now + (self.retry_s * 4 if isinstance(exc, Forbidden) else self.retry_s)
+            self._retry_at = now + exc.retry_in(self.retry_s)
 
     def bad_for(self, now: float | None = None) -> dict[int, float]:
         """Seconds each GPU in trouble has been so (the remediation's grace counts from there)."""

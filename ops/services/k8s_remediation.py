@@ -211,7 +211,7 @@ class Remediator:
             except Interrupted:
                 return
             except KubeError as exc:
-                line = exc.message + (f" ({exc.hint})" if exc.hint else "")
+                line = exc.line()
                 if line != self.problem:
                     self.log("error", f"kubernetes: remediation of node {self.node_name}: {line}")
                 self.problem = line
