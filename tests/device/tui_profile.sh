@@ -16,25 +16,4 @@ tmux -S "$SOCK" new-session -d -s gw -x 160 -y 48 "GPUWARDEN_STATE_DIR=$STATE ex
 sleep 5
 PID=$(tmux -S "$SOCK" list-panes -t gw: -F '#{pane_pid}')
 py-spy record --pid "$PID" --threads --nonblocking --format raw -r 500 -d "$PROFILE_S" -o "$OUT/tui_profile.raw" 2>&1 | tail -2
-python3 - "$OUT/tui_profile.raw" <<'PY' | tee "$OUT/tui_profile.txt"
-import collections, re, sys
-IDLE = re.compile(r"\.(select|wait|poll|accept|recv|recv_into|read|sleep|acquire) \(|^time\.sleep|_wait_for_tstate_lock")
-own, incl, threads, total = collections.Counter(), collections.Counter(), collections.Counter(), 0
-for line in open(sys.argv[1]):
-    stack, _, n = line.rstrip().rpartition(" ")
-    n = int(n)
-    frames = stack.split(";")
-    if IDLE.search(frames[-1]):
-        continue  # --nonblocking cannot tell a thread parked in select/wait from one running: drop them here
-    total += n
-    threads[frames[0].split("):")[-1].strip()] += n
-    own[frames[-1]] += n
-    for f in set(frames[1:]):
-        incl[f] += n
-print(f"{total} active samples at 500 Hz = {total / 500:.2f} s of CPU")
-for t, n in threads.most_common(10): print(f"thread {100 * n / total:5.1f}%  {t}")
-print("--- self")
-for f, n in own.most_common(40): print(f"{100 * n / total:5.1f}%  {f[:160]}")
-print("--- inclusive")
-for f, n in incl.most_common(90): print(f"{100 * n / total:5.1f}%  {f[:160]}")
-PY
+python3 tests/device/profile_summary.py "$OUT/tui_profile.raw" 500 | tee "$OUT/tui_profile.txt"
