@@ -18,8 +18,11 @@ from gpuwarden.ops.foundation.safetext import bracketed
 from gpuwarden.tui import text
 from gpuwarden.tui.sensor_text import sensor_lines
 from gpuwarden.tui.styles import STYLES as S
-from gpuwarden.tui.widgets.charts import ChartsPane
 from gpuwarden.tui.widgets.keystrip import KeyStrip
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpuwarden.tui.widgets.charts import ChartsPane
 
 
 def gpu_summary(snap: NodeSnapshot, index: int) -> Text:
@@ -73,6 +76,7 @@ class GpuDetailScreen(Screen[None]):
         self.charts_first = charts  # opened for its charts (c): scrolled down to them
         self._summary: tuple | None = None  # what the summary and the table show now
         self._rows: list[tuple] | None = None
+        self._charts: ChartsPane | None = None
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -80,8 +84,21 @@ class GpuDetailScreen(Screen[None]):
             table = DataTable(cursor_type="row", id="gpu-procs")
             table.border_title = "Processes on this GPU"
             yield table
-            yield ChartsPane(self.index)
+            yield self._charts_or_why()
         yield KeyStrip([("q/esc", "Back"), ("c", "Charts")])
+
+    def _charts_or_why(self) -> Static | ChartsPane:
+        """The charts, or one line on why not: a chart library that does not import costs this view its charts,
+        never the console (a device run had plotext 6 installed beside textual-plotext 1.0.1, which needs < 6)."""
+        try:
+            # deferred: the chart library is imported by the view that draws charts, and may be broken
+            from gpuwarden.tui.widgets.charts import ChartsPane
+        except ImportError as exc:
+            return Static(Text(f"charts unavailable: {exc}. Reinstall the chart library gpuwarden depends on: "
+                               "pip install --force-reinstall 'textual-plotext>=1.0.1' 'plotext<6'",
+                               style=S["phase.bad"]), id="charts-missing")
+        self._charts = ChartsPane(self.index)
+        return self._charts
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns("PID", "USER", "STATE", "VRAM", "FROM", "CONTAINER", "COMMAND")
@@ -95,8 +112,9 @@ class GpuDetailScreen(Screen[None]):
             self.call_after_refresh(self.action_charts)
 
     def action_charts(self) -> None:
-        """Scroll down to the charts (below the processes)."""
-        self.query_one(VerticalScroll).scroll_to_widget(self.query_one(ChartsPane), animate=False, top=True)
+        """Scroll down to the charts (below the processes), or to the line that says why there are none."""
+        target = self._charts if self._charts is not None else self.query_one("#charts-missing")
+        self.query_one(VerticalScroll).scroll_to_widget(target, animate=False, top=True)
 
     def show_snapshot(self, snap: NodeSnapshot) -> None:
         self.snap = snap
@@ -105,7 +123,8 @@ class GpuDetailScreen(Screen[None]):
         if (summary.plain, summary.spans) != self._summary:
             self._summary = (summary.plain, summary.spans)
             self.query_one("#gpu-summary", Static).update(summary)
-        self.query_one(ChartsPane).update(snap)
+        if self._charts is not None:
+            self._charts.update(snap)
         g = snap.gpu(self.index)
         files = set(g.device_files) if g else set()
         rows = []

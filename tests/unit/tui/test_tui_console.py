@@ -101,6 +101,38 @@ def test_a_snapshot_for_a_view_missing_a_child_it_draws_into_does_not_end_the_co
     run(go())
 
 
+def test_a_chart_library_that_does_not_import_costs_the_view_its_charts_not_the_console(settings, monkeypatch):
+    # A lent H200 had plotext 6 beside textual-plotext 1.0.1 (which imports plotext._dict, gone in 6): Enter on a GPU
+    # ended the console. Here plotext._dict is made unimportable the same way, and the chart modules unloaded.
+    import sys
+
+    from gpuwarden.tui.screens.gpu_detail import GpuDetailScreen
+
+    for name in [m for m in sys.modules if m.split(".")[0] in ("plotext", "textual_plotext")] + [
+            "gpuwarden.tui.widgets.charts"]:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setitem(sys.modules, "plotext._dict", None)
+
+    async def go():
+        app = make_app(settings)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
+            view = GpuDetailScreen(1, app.snapshot, charts=True)
+            await app.push_screen(view)
+            await wait_for(pilot, lambda: view.is_mounted, what="the view mounted")
+            await pilot.press("c")
+            newer = dataclasses.replace(app.snapshot, taken_at=app.snapshot.taken_at + 1)
+            app.snapshot = newer
+            app._draw([])
+            await pilot.pause()
+            line = str(view.query_one("#charts-missing").render())
+            assert "charts unavailable" in line and "plotext._dict" in line and "pip install" in line
+            assert "GPU 1" in screen_text(app)
+            assert app.return_code is None and app._exception is None
+
+    run(go())
+
+
 def test_enter_on_a_process_opens_its_gpu_not_the_gpu_panels(settings):
     # Enter on a process opens the process's own view (issue 24); g there opens its GPU, not the GPU panel's.
     async def go():
