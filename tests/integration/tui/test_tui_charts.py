@@ -243,10 +243,13 @@ def test_sim_partitions_share_their_device_and_fix_plans_for_the_whole_device(si
 def test_the_charting_library_loads_with_the_chart_view_only():
     import subprocess
     import sys
+    # Loaded when the GPU view composes its charts: not by the app, nor by importing the view's module.
     probe = ("import sys, gpuwarden.tui.app; a = any(m.split('.')[0] in ('textual_plotext', 'plotext') for m in "
-             "sys.modules); import gpuwarden.tui.screens.gpu_detail; print(a, 'textual_plotext' in sys.modules)")
+             "sys.modules); from gpuwarden.tui.screens.gpu_detail import GpuDetailScreen; "
+             "b = 'textual_plotext' in sys.modules; w = GpuDetailScreen(0, None)._charts_or_why(); "
+             "print(a, b, 'textual_plotext' in sys.modules, type(w).__name__)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert out.stdout.split() == ["False", "True"], out.stdout + out.stderr
+    assert out.stdout.split() == ["False", "False", "True", "ChartsPane"], out.stdout + out.stderr
 
 
 def test_a_sim_reset_of_a_partition_clears_the_whole_device(state_dir):
