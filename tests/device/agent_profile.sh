@@ -18,9 +18,23 @@ for _ in $(seq 100); do
     sleep 0.2
 done
 sleep 10
-hz=$(getconf CLK_TCK)
-t0=$(awk '{print $14 + $15}' "/proc/$AGENT/stat")
+# Each thread's own CPU over the window from /proc/<pid>/task/<tid>/stat (exact, unlike sampling), named by py-spy dump.
+thread_ticks() { for t in /proc/$AGENT/task/*; do echo "${t##*/} $(sed 's/^.*) //' "$t/stat" | awk '{print $12 + $13}')"; done; }
+thread_ticks > "$OUT/threads0.txt"
 py-spy record --pid "$AGENT" --threads --nonblocking --format raw -r 500 -d "$PROFILE_S" -o "$OUT/agent_profile.raw" 2>&1 | tail -2
-t1=$(awk '{print $14 + $15}' "/proc/$AGENT/stat")
-echo "agent CPU while profiled (py-spy's reads included): $(( (t1 - t0) * 1000 / hz )) ms over ${PROFILE_S} s"
+thread_ticks > "$OUT/threads1.txt"
+py-spy dump --pid "$AGENT" 2>/dev/null | grep '^Thread' > "$OUT/thread_names.txt"
+python3 - "$OUT" "$PROFILE_S" "$(getconf CLK_TCK)" <<'PY' | tee "$OUT/agent_threads.txt"
+import re, sys
+out, window, hz = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+read = lambda name: dict(line.split() for line in open(f"{out}/{name}") if line.strip())
+a, b = read("threads0.txt"), read("threads1.txt")
+names = {m.group(1): (m.group(2) or "(unnamed)") for m in
+         re.finditer(r'^Thread (\d+) \([^)]*\)(?::\s*"([^"]*)")?', open(f"{out}/thread_names.txt").read(), re.M)}
+rows = sorted(((int(b[t]) - int(a.get(t, 0))) * 1000 / hz, t) for t in b)
+total = sum(ms for ms, _ in rows)
+print(f"agent CPU over {window:.0f} s while profiled: {total:.0f} ms = {100 * total / 1000 / window:.3f}% of a core")
+for ms, t in reversed(rows):
+    print(f"{ms:7.0f} ms  {ms / window:6.2f} ms/s  tid {t}  {names.get(t, '?')}")
+PY
 python3 tests/device/profile_summary.py "$OUT/agent_profile.raw" 500 | tee "$OUT/agent_profile.txt"
