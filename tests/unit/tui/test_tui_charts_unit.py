@@ -13,7 +13,7 @@ import pytest
 from helpers.tui_app import live_app
 from helpers.tui_support import fixed_snapshot, make_app, screen_text, wait_for
 
-from gpuwarden.ops.foundation.settings import Settings
+from helpers.tui_app import flat, node, open_charts
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,28 +23,6 @@ HIVE_REACH = "resetting GPU 2 also resets GPUs 0-1, 3 of hive 0x51510001"
 
 def run(coro):
     return asyncio.run(coro)
-
-
-def node(state_dir, **kw) -> Settings:
-    from gpuwarden.ops.node.sim.node import SimNode
-    SimNode(state_dir).init(**{"gpus": 4, "vram": 24 << 30, **kw})
-    return Settings(state_dir=state_dir, backend="sim", config_path=state_dir / "node.toml")
-
-
-def flat(text: str) -> str:
-    """Screen text as one line of words: wrapped dialog lines joined, borders dropped."""
-    return " ".join(text.translate({ord(c): " " for c in "│█▆▇▁▔▄▀"}).split())
-
-
-async def open_charts(app, pilot, drawn: int = 2):
-    await wait_for(pilot, lambda: app.snapshot is not None, timeout=30, what="first snapshot")
-    await wait_for(pilot, lambda: app.chart_history.gpus(), timeout=30, what="the chart history's first sample")
-    await pilot.press("c")
-    await wait_for(pilot, lambda: type(app.screen).__name__ == "GpuDetailScreen", what="the GPU detail view")
-    pane = app.screen.query_one("#charts")
-    await wait_for(pilot, lambda: pane.builds >= drawn and pane.settled(), timeout=30, what="the charts drawn")
-    await pilot.pause()  # the drawn figures reach the screen with the messages already queued
-    return pane
 
 
 @pytest.mark.parametrize("size", SIZES)

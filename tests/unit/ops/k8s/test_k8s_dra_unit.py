@@ -9,22 +9,7 @@ import pytest
 from helpers.k8s import NODE, Clock, GiB, api, cluster_role_rules, snapshot  # noqa: F401  (api is a fixture)
 from gpuwarden.ops.k8s.dra import TAINT_KEY, map_devices, rule_name
 from helpers.k8s_dra import rig  # noqa: F401  (fixtures and marks: pytest finds them by name)
-
-AMD = "gpu.amd.com"
-
-
-def amd_devices(gpus: int = 4, partitions: dict[int, int] | None = None) -> list[dict]:
-    """As ROCm/k8s-gpu-dra-driver publishes them: gpu-<card>-<render>, the standard pciBusID attribute; the
-    partitions of one GPU share its bus id (docs/driver-attributes.md)."""
-    out = []
-    for i in range(gpus):
-        bus = f"0000:{0x10 + i:02x}:00.0"
-        for p in range((partitions or {}).get(i, 1)):
-            kind = "amdgpu-partition" if (partitions or {}).get(i) else "amdgpu"
-            out.append({"name": f"gpu-{i + p}-{128 + i + p}" if not p else f"gpu-{i}-{200 + p}",
-                        "attributes": {"type": {"string": kind}, "resource.kubernetes.io/pciBusID": {"string": bus},
-                                       "numaNode": {"int": 0}}})
-    return out
+from helpers.k8s_dra import AMD, amd_devices
 
 
 # --- mapping and discovery -------------------------------------------------------------------------------------

@@ -7,26 +7,12 @@ The arena incident as a bundle: four engines registered 25 GiB each of a 121.55 
 from __future__ import annotations
 
 import json
-import time
 
 from gpuwarden.ops.triage import kfdrank
 from gpuwarden.ops.triage.bundle import triage_members
+from helpers.kfd_log import T0, kernel_log, stamp
 
 GiB = 1 << 30
-T0 = 1796126400.0
-
-
-def stamp(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f",{int((t % 1) * 1e6):06d}+00:00"
-
-
-def kernel_log() -> bytes:
-    lines = [f"{stamp(T0 + 9.0)} amdgpu: Evicting PASID 0x8001 queues", f"{stamp(T0 + 9.1)} amdgpu: Restoring PASID 0x8001 queues"]
-    for i in range(4):
-        lines.append(f"{stamp(T0 + 10 + i * 0.3)} dp{i}[{5000 + i}]: segfault at 8 ip 00007f1c1d3bd5d4 sp "
-                     f"00007fff64729c30 error 6 in libamdhip64.so.7[b71c9,7f1c1d300000+3a0000] likely on CPU 1 "
-                     "(core 1, socket 0)")
-    return ("\n".join(lines) + "\n").encode()
 
 
 def members(with_context: bool = True) -> dict[str, bytes]:
