@@ -1,4 +1,5 @@
-"""Nothing signalled unseen (issue 35): every plan names the processes it may signal, the reaper sends nothing
+"""The unit half of tests/integration/playbooks/test_signal_plan.py (its tests that need no process, socket or server); the pair's subject:
+Nothing signalled unseen (issue 35): every plan names the processes it may signal, the reaper sends nothing
 else, guarded roles need --end-parents, unattended policies never end a parent or an engine.
 
 Real processes (a zombie under a live parent that never reaps), the simulated node, and the CLI (text, --json).

@@ -1,4 +1,5 @@
-"""The TUI under Textual's Pilot: header, panels, read-only, stale data, confirm dialog, and every action.
+"""The unit half of tests/integration/tui/test_tui_app.py (its tests that need no process, socket or server); the pair's subject:
+The TUI under Textual's Pilot: header, panels, read-only, stale data, confirm dialog, and every action.
 
 Actions run against real supervised engines (fake_engine under real shims) on the simulated node.
 """

@@ -1,4 +1,5 @@
-"""The GPU detail view's charts, the topology view, MI300 partitions in the GPUs panel, and the blast radius in
+"""The unit half of tests/integration/tui/test_tui_charts.py (its tests that need no process, socket or server); the pair's subject:
+The GPU detail view's charts, the topology view, MI300 partitions in the GPUs panel, and the blast radius in
 fix's confirmation (issue 24). Textual's Pilot on the simulated node (its hive and partition modes), with a real
 agent for the seven-day trend.
 """

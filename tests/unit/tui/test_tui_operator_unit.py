@@ -1,4 +1,5 @@
-"""The operator's hands in the TUI (Pilot): clicks on every panel, the processes panel (sort, filter, tree,
+"""The unit half of tests/integration/tui/test_tui_operator.py (its tests that need no process, socket or server); the pair's subject:
+The operator's hands in the TUI (Pilot): clicks on every panel, the processes panel (sort, filter, tree,
 k on a real process), the layout and remembered settings, the key strip by width, the engine detail view.
 """
 

@@ -1,4 +1,5 @@
-"""The vendor reset paths, proven by the exact command or library call they make (no real GPU is reset).
+"""The unit half of tests/integration/ops/clean/test_reset_vendor.py (its tests that need no process, socket or server); the pair's subject:
+The vendor reset paths, proven by the exact command or library call they make (no real GPU is reset).
 
 The amdsmi stand-in has the real call names and argument shapes of ROCm's py-interface/amdsmi_interface.py.
 """

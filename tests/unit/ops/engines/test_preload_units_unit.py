@@ -1,4 +1,5 @@
-"""The interposer's Python side without engines: config keys, registration records, the build's one-line error."""
+"""The unit half of tests/integration/ops/engines/test_preload_units.py (its tests that need no process, socket or server); the pair's subject:
+The interposer's Python side without engines: config keys, registration records, the build's one-line error."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The JSON contract: documents name their schema, the published schemas load, errors under --json are JSON."""
+"""The unit half of tests/integration/ops/foundation/test_jsondoc.py (its tests that need no process, socket or server); the pair's subject:
+The JSON contract: documents name their schema, the published schemas load, errors under --json are JSON."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The one size parser and formatter: decimal and binary units mean what they say, guesses are refused."""
+"""The unit half of tests/integration/ops/foundation/test_units.py (its tests that need no process, socket or server); the pair's subject:
+The one size parser and formatter: decimal and binary units mean what they say, guesses are refused."""
 
 from __future__ import annotations
 

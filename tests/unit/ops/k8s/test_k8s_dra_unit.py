@@ -1,4 +1,5 @@
-"""Per-GPU exclusion on DRA clusters and the agent's post-clean, against the API-server stand-in (ResourceSlices,
+"""The unit half of tests/integration/ops/k8s/test_k8s_dra.py (its tests that need no process, socket or server); the pair's subject:
+Per-GPU exclusion on DRA clusters and the agent's post-clean, against the API-server stand-in (ResourceSlices,
 DeviceTaintRules, discovery, RBAC) and the kubelet's pod-resources stand-in, through the official client."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Pods by UID from a list + watch, pod attribution of processes and holders, GPUs from pod-resources,
+"""The unit half of tests/integration/ops/k8s/test_k8s_pods.py (its tests that need no process, socket or server); the pair's subject:
+Pods by UID from a list + watch, pod attribution of processes and holders, GPUs from pod-resources,
 and AMD's health service read by a client generated from the same proto."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The catalog of known issues (ops/knowledge): it loads and is well-formed, every claim is located in a source
+"""The unit half of tests/integration/ops/knowledge/test_known_issues.py (its tests that need no process, socket or server); the pair's subject:
+The catalog of known issues (ops/knowledge): it loads and is well-formed, every claim is located in a source
 or marked as gpuwarden's own reasoning, every id the code cites exists, every entry with a log signature matches
 a real log excerpt it was written from (tests/fixtures/SOURCES.md, tests/triage_corpus/SOURCES.md), healthy logs
 match nothing, and `triage`, `triage --json` and `gpuwarden known` cite or list the entries.

@@ -1,4 +1,5 @@
-"""The catalog entries added in wave 4 (after the `# --- added in wave 4 ---` line of known_issues.toml): every
+"""The unit half of tests/integration/ops/knowledge/test_known_wave4.py (its tests that need no process, socket or server); the pair's subject:
+The catalog entries added in wave 4 (after the `# --- added in wave 4 ---` line of known_issues.toml): every
 claim they make is located in a source (URL, locator, date checked, what is there) or marked as gpuwarden's own
 reasoning, the catalog holds 70 or more entries, and the loader refuses evidence it could not show to an operator.
 """

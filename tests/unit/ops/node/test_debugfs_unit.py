@@ -1,4 +1,5 @@
-"""The debugfs reader and parsers (ops/node/debugfs): only allow-listed files are ever opened, trigger files never
+"""The unit half of tests/integration/ops/node/test_debugfs.py (its tests that need no process, socket or server); the pair's subject:
+The debugfs reader and parsers (ops/node/debugfs): only allow-listed files are ever opened, trigger files never
 (proved with inotify over the sim node's debugfs tree while status, bundle, doctor, arena budget and the agent
 run), links/FIFOs/oversized/slow files are refused within their bounds, and each file parses from the kernel's
 own print format.

@@ -1,4 +1,5 @@
-"""Engine-side triage: what a crashed engine died of, from a real bundle of real crashes, and from engine logs.
+"""The unit half of tests/integration/ops/triage/test_triage_engines.py (its tests that need no process, socket or server); the pair's subject:
+Engine-side triage: what a crashed engine died of, from a real bundle of real crashes, and from engine logs.
 
 The storm test is the arena incident in miniature: four supervised engines register, then fault together
 in one shared library at one offset; the kernel logs the segfaults, the cores are real, the bundle is made

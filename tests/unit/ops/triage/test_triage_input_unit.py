@@ -1,4 +1,5 @@
-"""`gpuwarden triage` on hostile and odd input, through the real CLI: FIFOs, devices, pipes, empty and binary
+"""The unit half of tests/integration/ops/triage/test_triage_input.py (its tests that need no process, socket or server); the pair's subject:
+`gpuwarden triage` on hostile and odd input, through the real CLI: FIFOs, devices, pipes, empty and binary
 files, terminal escapes in a log, and the --explain / --json contracts.
 """
 

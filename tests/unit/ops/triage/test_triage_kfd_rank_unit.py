@@ -1,4 +1,5 @@
-"""Triage ranks the KFD system-memory entry first with the node's numbers, or says which context it needs.
+"""The unit half of tests/integration/ops/triage/test_triage_kfd_rank.py (its tests that need no process, socket or server); the pair's subject:
+Triage ranks the KFD system-memory entry first with the node's numbers, or says which context it needs.
 
 The arena incident as a bundle: four engines registered 25 GiB each of a 121.55 GiB limit, dp2's hipHostMalloc of
 8 GiB failed 0.3 s before the first of four same-offset libamdhip64 segfaults, after KFD evict/restore lines.

@@ -1,4 +1,5 @@
-"""Triage on the captured kernel logs: every fixture yields the findings it contains, signatures group.
+"""The unit half of tests/integration/ops/triage/test_triage.py (its tests that need no process, socket or server); the pair's subject:
+Triage on the captured kernel logs: every fixture yields the findings it contains, signatures group.
 
 Logs come from tests/fixtures/dmesg (real pastes, see SOURCES.md); the CLI runs as a subprocess.
 """

@@ -1,4 +1,5 @@
-"""The amdsmi backend: one clear line without the library, and the contract with amdsmi 6.1, 6.2 and
+"""The unit half of tests/integration/ops/node/backends/test_backend_amdsmi.py (its tests that need no process, socket or server); the pair's subject:
+The amdsmi backend: one clear line without the library, and the contract with amdsmi 6.1, 6.2 and
 7.0.2 checked through a stand-in built from each version's real signatures, replaying captured amd-smi output.
 """
 

@@ -1,4 +1,5 @@
-"""The NVML backend: one clear line without a driver (real: this machine has no libnvidia-ml), and the
+"""The unit half of tests/integration/ops/node/backends/test_backend_nvml.py (its tests that need no process, socket or server); the pair's subject:
+The NVML backend: one clear line without a driver (real: this machine has no libnvidia-ml), and the
 struct-to-GpuInfo mapping through a stand-in pynvml replaying captured `nvidia-smi -q` reports.
 """
 
