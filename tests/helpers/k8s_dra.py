@@ -1,4 +1,4 @@
-"""What several test files share with test_k8s_dra.py: rig.
+"""What several test files share with test_k8s_dra.py: rig, and amd_devices for both tiers' DRA tests.
 
 Taken out of test_k8s_dra.py so that no test module imports another (tests/README.md)."""
 
@@ -63,3 +63,20 @@ def rig(api, tmp_path):
     yield make
     for r in made:
         r.close()
+
+
+AMD = "gpu.amd.com"
+
+
+def amd_devices(gpus: int = 4, partitions: dict[int, int] | None = None) -> list[dict]:
+    """As ROCm/k8s-gpu-dra-driver publishes them: gpu-<card>-<render>, the standard pciBusID attribute; the
+    partitions of one GPU share its bus id (docs/driver-attributes.md)."""
+    out = []
+    for i in range(gpus):
+        bus = f"0000:{0x10 + i:02x}:00.0"
+        for p in range((partitions or {}).get(i, 1)):
+            kind = "amdgpu-partition" if (partitions or {}).get(i) else "amdgpu"
+            out.append({"name": f"gpu-{i + p}-{128 + i + p}" if not p else f"gpu-{i}-{200 + p}",
+                        "attributes": {"type": {"string": kind}, "resource.kubernetes.io/pciBusID": {"string": bus},
+                                       "numaNode": {"int": 0}}})
+    return out

@@ -14,12 +14,10 @@ import pytest
 from helpers.k8s import NODE, GiB, api, snapshot  # noqa: F401
 from gpuwarden.ops.k8s.attribution import PodAttributor
 from gpuwarden.ops.k8s.health import HealthService
-from gpuwarden.ops.k8s.podresources import GpuAssignments, gpu_index_of, list_assignments
 from gpuwarden.ops.k8s.pods import PodCache
 from gpuwarden.ops.k8s.proto import metricssvc_pb2, metricssvc_pb2_grpc
 from gpuwarden.ops.foundation.model import GpuProcess, Holder
 from helpers.simnode import wait_for
-from standins.podresources_server import PodResourcesServer
 
 CID = "a534eb629135e43beb13213976e37bb2ab95cba4c0d1d0b4e27c6bc4d8091b83"
 UID = "471203d1-984f-477e-9c35-db96487ffe5e"
@@ -89,36 +87,6 @@ def test_attribution_names_processes_and_holders_from_cgroup_and_cache(api, cach
     gone = GpuProcess(pid=100, start_time=None, user=None, command="", state="gone", vram={2: GiB})
     snap2 = dataclasses.replace(snap, processes=(gone,))
     assert att.annotate(snap2).processes[0].pod == "trainer-0"
-
-
-def test_gpus_come_from_the_real_pod_resources_proto(tmp_path):
-    sock = str(tmp_path / "kubelet.sock")
-    server = PodResourcesServer(sock).start()
-    try:
-        server.assign("team-a", "trainer-0", "main", "amd.com/gpu", ["0000:12:00.0"])
-        server.assign("team-a", "trainer-0", "sidecar", "example.com/nic", ["eth9"])
-        server.assign("team-b", "infer-1", "main", "amd.com/gpu", ["0000:10:00.0", "0000:11:00.0"])
-        got = list_assignments(sock)
-        assert sorted((a.pod, a.container, a.device_ids) for a in got) == [
-            ("infer-1", "main", ("0000:10:00.0", "0000:11:00.0")), ("trainer-0", "main", ("0000:12:00.0",))]
-        gpus = snapshot().gpus
-        assert gpu_index_of("0000:12:00.0", gpus) == 2 and gpu_index_of("12:00.0", gpus) == 2
-        assert gpu_index_of("UUID-3", gpus) == 3 and gpu_index_of("nope", gpus) is None
-        clock = [100.0]
-        ga = GpuAssignments(sock, clock=lambda: clock[0])
-        ga.refresh()
-        recs = ga.records(gpus, lambda ns, name: (None, None))
-        assert {(r.pod, r.gpus) for r in recs} == {("trainer-0", (2,)), ("infer-1", (0, 1))}
-        server.remove_pod("team-a", "trainer-0")
-        clock[0] = 160.0
-        ga.refresh()
-        gone = [r for r in ga.records(gpus, lambda ns, name: (None, None)) if r.pod == "trainer-0"]
-        assert gone[0].deleted_at == 160.0  # remembered, with when it left
-    finally:
-        server.stop()
-    bad = GpuAssignments(str(tmp_path / "missing.sock"))
-    bad.refresh()
-    assert "did not answer" in bad.problem
 
 
 def test_amd_health_service_as_the_device_plugin_reads_it(tmp_path):

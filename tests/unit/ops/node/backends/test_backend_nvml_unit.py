@@ -1,0 +1,245 @@
+"""The unit half of tests/integration/ops/node/backends/test_backend_nvml.py (its tests that need no process, socket or server); the pair's subject:
+The NVML backend: one clear line without a driver (real: this machine has no libnvidia-ml), and the
+struct-to-GpuInfo mapping through a stand-in pynvml replaying captured `nvidia-smi -q` reports.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import re
+
+import pynvml
+
+import pytest
+
+from gpuwarden.ops.node.backends import libload
+from gpuwarden.ops.node.backends.nvml import SOURCE_UNKNOWN, NvmlBackend, bus_id
+from gpuwarden.ops.foundation.errors import BackendUnavailable
+from standins import pynvml_standin as standin
+from standins.nvsmi_capture import MIB, parse_q, parse_query_csv
+from helpers.paths import REPO
+
+BACKEND_SRC = REPO / "ops/node/backends/nvml.py"
+H100X8_Q = "nvidia/nvidia_smi_q_text_8x_h100_sxm_565.txt"
+H100X8_TABLE = "nvidia/nvidia_smi_default_table_8x_h100_sxm_565.txt"
+H100_LOAD_Q = "nvidia/nvidia_smi_q_text_h100_80gb_hbm3_590.48.01_load.txt"
+H100_LOAD_APPS = "nvidia/nvidia_smi_query_compute_apps_h100_80gb_hbm3_590.48.01_load.csv"
+H200_MIG_GPU = "nvidia/nvidia_smi_query_gpu_all_fields_h200_mig_590.48.01_load.csv"
+H200_MIG_APPS = "nvidia/nvidia_smi_query_compute_apps_h200_mig_590.48.01_load.csv"
+
+
+@pytest.fixture
+def open_replay(settings, tmp_path):
+    opened = []
+    settings = settings.with_(dev_root=tmp_path / "dev")
+
+    def make(capture_path, **kw):
+        mod = standin.build(parse_q(capture_path), **kw)
+        backend = NvmlBackend(settings, module=mod)
+        opened.append(backend)
+        return backend, mod
+    yield make
+    for b in opened:
+        b.close()
+
+
+def test_without_a_driver_it_says_so_in_one_line(settings, capfd):
+    libload.forget_failures()
+    with pytest.raises(BackendUnavailable) as err:
+        NvmlBackend(settings)  # the real pynvml: libnvidia-ml.so.1 is not on this machine
+    assert err.value.message == "nvml: libnvidia-ml.so.1 not found (no NVIDIA driver)"
+    assert capfd.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("code, clause", [
+    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "NVIDIA driver not loaded"),
+    (pynvml.NVML_ERROR_NO_PERMISSION, "no permission to open /dev/nvidia*"),
+    (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+     "driver and libnvidia-ml versions differ (reload the driver or reboot)"),
+    (pynvml.NVML_ERROR_UNKNOWN, "nvmlInit failed (Unknown Error)"),
+])
+def test_init_failures_become_one_clause(code, clause, settings, fixtures):
+    mod = standin.build(parse_q(fixtures / H100X8_Q), init_error=code)
+    with pytest.raises(BackendUnavailable) as err:
+        NvmlBackend(settings, module=mod)
+    assert err.value.message == f"nvml: {clause}"
+
+
+def test_eight_h100_match_what_nvidia_smi_printed(open_replay, fixtures, tmp_path):
+    backend, _ = open_replay(fixtures / H100X8_Q)
+    gpus = backend.gpus()
+    assert len(gpus) == 8 and {g.name for g in gpus} == {"NVIDIA H100 80GB HBM3"}
+    assert gpus[0].bus_id == "0000:18:00.0" and gpus[7].bus_id == "0000:db:00.0"
+    assert gpus[0].uuid == "GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1"
+    assert [g.device_files for g in gpus] == [(str(tmp_path / f"dev/nvidia{i}"),) for i in range(8)]
+    assert gpus[0].power_w == pytest.approx(100.89) and gpus[0].temperature_c == 30.0
+    assert all(g.vendor == "nvidia" and g.gtt_total is None and g.busy_percent == 0.0 for g in gpus)
+    # The default table's Memory-Usage column ("1MiB /  81559MiB") is what `used` must equal.
+    table = (fixtures / H100X8_TABLE).read_text()
+    shown = [(int(u), int(t)) for u, t in re.findall(r"(\d+)MiB /\s+(\d+)MiB", table)]
+    assert shown == [(g.vram_used // MIB, g.vram_total // MIB) for g in gpus]
+
+
+def test_a_gpu_this_user_may_not_open_is_left_out_and_the_rest_keep_their_index(open_replay, fixtures):
+    backend, _ = open_replay(fixtures / H100X8_Q, denied=frozenset({1}))
+    gpus = backend.gpus()
+    assert [g.index for g in gpus] == [0, 2, 3, 4, 5, 6, 7]
+    assert gpus[1].bus_id == "0000:3a:00.0"  # NVML's (and nvidia-smi's) GPU 2
+
+
+def test_no_gpu_may_be_opened(settings, fixtures):
+    mod = standin.build(parse_q(fixtures / H100_LOAD_Q), denied=frozenset({0}))
+    with pytest.raises(BackendUnavailable) as err:
+        NvmlBackend(settings, module=mod)
+    assert err.value.message == "nvml: no usable NVIDIA GPU: 1 found, none could be opened (Insufficient Permissions)"
+    assert mod.calls.count("nvmlShutdown") == 1
+
+
+def test_v1_memory_counts_the_reservation_as_used(open_replay, fixtures):
+    backend, mod = open_replay(fixtures / H100X8_Q, memory_v2=False)
+    gpus = backend.gpus()
+    backend.gpus()
+    # total - free = 81559 - 81106 MiB, i.e. Reserved 454 + Used 1 (each rounded by nvidia-smi): the
+    # driver's reservation would read as a tenant's VRAM, which is why the v2 struct is asked first.
+    assert gpus[0].vram_used == (81559 - 81106) * MIB and gpus[0].vram_total == 81559 * MIB
+    v2_attempts = [c for c in mod.calls if c == "nvmlDeviceGetMemoryInfo"]
+    assert len(v2_attempts) == 1 + 2 * 8  # one failed v2 call, then v1 for 8 GPUs in each refresh
+
+
+def test_processes_under_load_match_compute_apps(open_replay, fixtures):
+    backend, _ = open_replay(fixtures / H100_LOAD_Q)
+    [gpu] = backend.gpus()
+    assert gpu.vram_used == 19818 * MIB and gpu.busy_percent == 100.0
+    assert gpu.power_w == pytest.approx(629.45) and gpu.temperature_c == 59.0
+    usage = backend.process_usage()
+    rows = list(csv.reader((fixtures / H100_LOAD_APPS).read_text().splitlines()[1:], skipinitialspace=True))
+    expected = {int(r[5]): int(r[7].split()[0]) * MIB for r in rows}
+    assert {u.pid: u.vram_bytes for u in usage} == expected
+    assert {(u.gpu_index, u.source, u.gtt_bytes) for u in usage} == {(0, "nvml", None)}
+
+
+def test_h200_in_mig_mode_without_utilisation_or_minor_number(settings, fixtures):
+    gpus = parse_query_csv(fixtures / H200_MIG_GPU, fixtures / H200_MIG_APPS)
+    backend = NvmlBackend(settings, module=standin.build(gpus))
+    try:
+        [gpu] = backend.gpus()
+        usage = backend.process_usage()
+    finally:
+        backend.close()
+    # MIG mode: utilization.gpu was [N/A] (NVML: NotSupported) -> None, and nothing else breaks
+    assert gpu.busy_percent is None and gpu.name == "NVIDIA H200" and gpu.bus_id == "0000:83:00.0"
+    assert gpu.vram_used == 16959 * MIB and gpu.vram_total == 143771 * MIB
+    assert gpu.temperature_c == 36.0 and gpu.power_w == pytest.approx(295.01)
+    assert gpu.device_files == ()  # the capture has no minor number: no guessed /dev/nvidiaN
+    assert {u.pid: u.vram_bytes // MIB for u in usage} == {12249: 2194, 12250: 1170, 12267: 13526}
+
+
+def test_standin_rejects_what_pynvml_rejects(fixtures):
+    mod = standin.build(parse_q(fixtures / H100_LOAD_Q))
+    mod.nvmlInit()
+    handle = mod.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(standin.ContractViolation):
+        mod.nvmlDeviceGetPowerUsage(handle, 0)  # wrong arity
+    with pytest.raises(standin.ContractViolation):
+        mod.nvmlDeviceGetPowerUsage(0)  # an index where a handle belongs
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        mod.nvmlDeviceGetFanSpeed(handle)  # real signature, nothing captured: NotSupported
+
+
+def test_old_driver_without_v3_process_lists_falls_back_to_v2(open_replay, fixtures):
+    backend, mod = open_replay(fixtures / H100_LOAD_Q, process_v3=False)
+    first = backend.process_usage()
+    second = backend.process_usage()
+    assert sorted(u.pid for u in first) == sorted(u.pid for u in second) == [11327, 11328, 11345]
+    # the unversioned lister is tried once per GPU and kind, then only _v2 is called
+    assert mod.calls.count("nvmlDeviceGetComputeRunningProcesses") == 1
+    assert mod.calls.count("nvmlDeviceGetComputeRunningProcesses_v2") == 2
+
+
+def test_memory_not_permitted_is_marked_unknown_not_zero_evidence(open_replay, fixtures):
+    backend, _ = open_replay(fixtures / H100_LOAD_Q, process_memory=False)
+    usage = backend.process_usage()
+    assert sorted(u.pid for u in usage) == [11327, 11328, 11345]
+    assert {(u.vram_bytes, u.source) for u in usage} == {(0, SOURCE_UNKNOWN)}
+
+
+def test_a_compute_and_graphics_process_is_counted_once(settings, fixtures):
+    gpus = parse_q(fixtures / H100_LOAD_Q)
+    gpus[0].processes[0].kind = "C+G"  # the same PID in both NVML lists, as nvidia-smi's "C+G" rows are
+    backend = NvmlBackend(settings, module=standin.build(gpus))
+    try:
+        usage = backend.process_usage()
+    finally:
+        backend.close()
+    assert [u.pid for u in usage].count(11327) == 1
+    assert next(u for u in usage if u.pid == 11327).vram_bytes == 2566 * MIB
+
+
+def test_close_shuts_nvml_down_once(open_replay, fixtures):
+    backend, mod = open_replay(fixtures / H100_LOAD_Q)
+    backend.close()
+    backend.close()
+    assert mod.calls.count("nvmlShutdown") == 1
+
+
+def test_device_globs(open_replay, fixtures, tmp_path):
+    backend, _ = open_replay(fixtures / H100_LOAD_Q)
+    assert backend.device_globs() == [str(tmp_path / "dev/nvidia[0-9]*"), str(tmp_path / "dev/nvidiactl"),
+                                      str(tmp_path / "dev/nvidia-uvm")]
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("00000000:18:00.0", "0000:18:00.0"), ("00000000:DB:00.0", "0000:db:00.0"),
+    ("00000001:0A:1F.7", "0001:0a:1f.7"), (None, None), ("", None),
+])
+def test_bus_id_spelling(raw, expected):
+    assert bus_id(raw) == expected
+
+
+def test_every_nvml_name_the_backend_uses_exists_in_pynvml():
+    tree = ast.parse(BACKEND_SRC.read_text())
+    names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr.startswith("nvml")}
+    names |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+              and re.fullmatch(r"(nvml\w+|NVML\w+)", n.value)}
+    assert "nvmlDeviceGetMemoryInfo" in names, "the AST scan found nothing: the test is broken"
+    missing = sorted(n for n in names if not hasattr(pynvml, n))
+    assert not missing, missing
+
+
+def test_a_query_the_device_does_not_support_is_asked_once(settings, fixtures):
+    # H200 in MIG mode: no fan (passively cooled) and no utilisation; every refresh asked both again, and the
+    # error path of the fan query alone was a sixth of the console's CPU on a real H200.
+    gpus = parse_query_csv(fixtures / H200_MIG_GPU, fixtures / H200_MIG_APPS)
+    mod = standin.build(gpus)
+    backend = NvmlBackend(settings, module=mod)
+    try:
+        for _ in range(4):
+            [gpu] = backend.gpus()
+    finally:
+        backend.close()
+    assert gpu.busy_percent is None and gpu.sensors.fan_percent is None and gpu.power_w == pytest.approx(295.01)
+    assert mod.calls.count("nvmlDeviceGetFanSpeed") == 1
+    assert mod.calls.count("nvmlDeviceGetUtilizationRates") == 1
+    assert mod.calls.count("nvmlDeviceGetPowerUsage") == 4  # what answers is asked on every refresh
+
+
+def test_the_not_supported_memory_knows_real_handles_which_do_not_hash(settings, fixtures):
+    # pynvml's handles are ctypes pointers (unhashable): the first version of the memory keyed calls by their
+    # arguments' hash, skipped every real handle and so never remembered anything on the H200.
+    backend = NvmlBackend(settings, module=standin.build(parse_q(fixtures / H100_LOAD_Q)))
+    calls = []
+
+    def fan(handle):
+        calls.append(handle)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    try:
+        handle = pynvml.c_nvmlDevice_t()
+        with pytest.raises(TypeError):
+            hash(handle)
+        assert [backend._try(fan, handle) for _ in range(3)] == [None, None, None]
+        assert len(calls) == 1
+        other = pynvml.c_nvmlDevice_t()
+        assert backend._try(fan, other) is None and len(calls) == 2  # another device is asked for itself
+    finally:
+        backend.close()
