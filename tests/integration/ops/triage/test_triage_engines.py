@@ -121,7 +121,10 @@ def test_the_arena_scenarios_bundle_leads_with_the_crashed_canary(standins, supe
     assert "canary0-canary3 registered 4 x 64.0 MiB" in doc["known_issues"][0]["because"]
     others = [f for f in doc["findings"] if f["category"] == "segfault" and
               not any(v.get("engine") for v in f["victims"])]
-    assert all(f["scope"] == "other-process" and f"not {subject} nor another engine" in f["title"] for f in others)
+    # Seen once under the full suite (other tests' crashes in the same kernel log): the message names the finding.
+    odd = [{k: f.get(k) for k in ("scope", "title", "victims")} for f in others
+           if not (f["scope"] == "other-process" and f"not {subject} nor another engine" in f["title"])]
+    assert not odd, odd
     # The kernel rate-limits fault lines (printk_ratelimit), so the foreign one may be missing; when logged, it is
     # among the other processes' (the line is the real kernel's "engine_dlopen[pid]: segfault at 8 ... error 6").
     log = subprocess.run(["tar", "-xzOf", bundle, "--wildcards", "*/kernel/kernel.log"], capture_output=True).stdout
