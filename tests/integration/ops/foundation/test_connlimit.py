@@ -154,3 +154,30 @@ def test_a_whole_request_its_handler_is_still_parsing_is_never_dropped_as_slow(s
     finally:
         for s in crowd:
             s.close()
+
+
+def _voluntary_switches(thread: threading.Thread) -> int:
+    status = f"/proc/self/task/{thread.native_id}/status"
+    with open(status) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+
+def test_the_deadline_watcher_sleeps_while_no_connection_is_timed(server_at):
+    # An idle agent's watcher woke four times a second with nothing to time (a device profile found it). Once the
+    # last timed connection is gone it must not wake at all; it still drops a slow one afterwards.
+    server = server_at(4)
+    slow = connect(server, CROWD_HEAD)
+    wait_for(lambda: server._watcher is not None and server.started, 30, "the watcher and the slow handler")
+    slow.close()
+    wait_for(lambda: server.active == 0, 30, "the slow connection's handler ending")
+    watcher = server._watcher
+    before = _voluntary_switches(watcher)
+    # Absence of activity can only be seen over a window: 1 s is four rounds of the old watcher.
+    threading.Event().wait(1.0)
+    assert _voluntary_switches(watcher) - before <= 1
+    server.request_deadline_s = 0.2
+    again = connect(server, CROWD_HEAD)
+    try:
+        wait_for(lambda: server.evicted >= 1, 30, "the watcher waking for a newly timed connection")
+    finally:
+        again.close()
