@@ -12,6 +12,7 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding
 from textual.events import Click
+from textual.geometry import Region
 from textual.message import Message
 from textual.widget import Widget
 
@@ -72,10 +73,14 @@ class RowTable(Widget, can_focus=True):
 
     def set_rows(self, rows: list[tuple[str, list[Any]]]) -> None:
         """Show these (key, cells) rows; the cursor stays on the same key when it is still there."""
-        same = len(rows) == len(self.rows) and all(
-            k == ok and len(c) == len(oc) and all(_same(a, b) for a, b in zip(c, oc))
-            for (k, c), (ok, oc) in zip(rows, self.rows))
-        if same:
+        changed = self._changed_lines(rows)
+        if changed is not None:
+            self.rows = rows
+            if changed:
+                # Only the lines whose cells changed are drawn again: on a busy GPU its row changes every refresh,
+                # and redrawing the whole panel (borders, header, every row) was most of the console's CPU.
+                width = self.content_size.width
+                self.refresh(*(Region(0, y, width, 1) for y in changed))
             return
         old_key = self.cursor_key()
         resized = len(rows) != len(self.rows)
@@ -85,6 +90,28 @@ class RowTable(Widget, can_focus=True):
             self.cursor_row = keys.index(old_key)
         self.cursor_row = min(self.cursor_row, max(len(rows) - 1, 0))
         self.refresh(layout=resized)
+
+    def _changed_lines(self, rows: list[tuple[str, list[Any]]]) -> list[int] | None:
+        """The content lines (visible ones only) of the rows that differ from those shown, when every change
+        keeps the table's shape: the same keys in the same order and each changed cell as wide as before, so
+        no column moves. None when the shape changes and the whole table must be drawn again."""
+        if len(rows) != len(self.rows):
+            return None
+        body = max(self.content_size.height - 1, 1)
+        lines = []
+        for i, ((key, cells), (old_key, old_cells)) in enumerate(zip(rows, self.rows)):
+            if key != old_key or len(cells) != len(old_cells):
+                return None
+            row_changed = False
+            for a, b in zip(cells, old_cells):
+                if _same(a, b):
+                    continue
+                if _text(a).cell_len != _text(b).cell_len:
+                    return None
+                row_changed = True
+            if row_changed and self._offset <= i < self._offset + body:
+                lines.append(1 + i - self._offset)  # line 0 is the header
+        return lines
 
     def set_empty_text(self, text: str) -> None:
         if text != self.empty_text:
