@@ -214,6 +214,11 @@ def _run_steps(ctx: RunContext, playbook: Playbook, steps: list[Step], emit: Cal
             journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "skipped", reason=str(exc))
             continue
         except GpuwardenError as exc:
+            interrupt = _unwinding_from(exc)
+            if interrupt is not None:  # as below: the interruption is what happened
+                journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "failed", error=str(exc),
+                              during="interrupt")
+                raise interrupt from exc
             emit(Event("step_failed", playbook.name, step.name, str(exc),
                        {"seconds": round(time.monotonic() - t0, 3)}))
             journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "failed", error=str(exc))
@@ -223,10 +228,41 @@ def _run_steps(ctx: RunContext, playbook: Playbook, steps: list[Step], emit: Cal
             continue
         except Exception as exc:  # a bug in a step must still end the run cleanly and be journalled
             msg = f"{type(exc).__name__}: {exc}"
+            interrupt = _unwinding_from(exc)
+            if interrupt is not None:
+                # A clean-up that failed while Ctrl-C (or SIGTERM) unwound the step must not turn the interruption
+                # into a step failure (exit 1 instead of 130): the operator stopped it; the error is journalled.
+                journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "failed", error=msg,
+                              during="interrupt", where=_where(exc))
+                raise interrupt from exc
             emit(Event("step_failed", playbook.name, step.name, msg, {"unexpected": True}))
-            journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "failed", error=msg)
+            journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "failed", error=msg,
+                          where=_where(exc))
             return step.name
         emit(Event("step_ok", playbook.name, step.name, message, {"seconds": round(time.monotonic() - t0, 3)}))
         journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "ok", message=message)
     ctx.step = None
     return failed
+
+
+def _unwinding_from(exc: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt `exc` was raised while handling (in a `finally` or `except` that ran because of it), if any."""
+    seen: set[int] = set()
+    context = exc.__context__
+    while context is not None and id(context) not in seen:
+        if isinstance(context, KeyboardInterrupt):
+            return context
+        seen.add(id(context))
+        context = context.__context__
+    return None
+
+
+def _where(exc: BaseException) -> str:
+    """file:line of the frame that raised `exc`, for the journal: an unexpected error is a bug to report."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    code = tb.tb_frame.f_code
+    return f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"

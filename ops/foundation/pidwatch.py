@@ -95,7 +95,7 @@ class PidWatch:
         fd = self._fd_of.pop(pid, None)
         if fd is None:
             return
-        del self._pid_of[fd]
+        self._pid_of.pop(fd, None)
         # A forked child may still share this fd; unregister, or its events would outlive the close.
         try:
             self._ep.unregister(fd)
@@ -105,10 +105,15 @@ class PidWatch:
         self.budget.give()
 
     def close(self) -> None:
-        for fd in self._fd_of.values():
+        # One atomic pop per descriptor, as forget() takes its own: a forget() still running elsewhere when the
+        # owner closes (a read abandoned at its deadline) and this close never both close one descriptor.
+        while True:
+            try:
+                _, fd = self._fd_of.popitem()
+            except KeyError:
+                break
+            self._pid_of.pop(fd, None)
             os.close(fd)
-        self.budget.give(len(self._fd_of))
-        self._fd_of.clear()
-        self._pid_of.clear()
+            self.budget.give()
         self._ep.close()
 

@@ -17,6 +17,7 @@ from helpers.purge import spawn_with_pid
 
 from gpuwarden.ops.node import procs
 from gpuwarden.ops.node.backends.sysfs import SysfsBackend
+from gpuwarden.ops.foundation.fdbudget import FdBudget
 from gpuwarden.ops.foundation.pidwatch import PidWatch, usable
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.node.sim.node import SimNode
@@ -226,3 +227,30 @@ def test_pidwatch_declines_past_its_limit():
         assert not watch.track(os.getppid())
     finally:
         watch.close()
+
+
+def test_pidwatch_close_while_a_forget_runs_closes_each_descriptor_once(monkeypatch):
+    # A read abandoned at its deadline may still forget() a process while the owner closes the watch (Ctrl-C in
+    # a drain's wait): a forget() that runs between two of close()'s closes must not make either close a
+    # descriptor twice (EBADF, or another file's descriptor given the same number since).
+    if not usable(Path("/proc")):
+        pytest.skip("pidfd_open is not available here")
+    budget = FdBudget(10)
+    watch = PidWatch(limit=8, budget=budget)
+    assert watch.track(os.getpid()) and watch.track(os.getppid())
+    fds = set(watch._fd_of.values())
+    closed: list[int] = []
+    real_close = os.close
+
+    def close_and_let_the_other_thread_run(fd: int) -> None:
+        closed.append(fd)
+        real_close(fd)
+        if len(closed) == 1:
+            for pid in watch.pids():  # the abandoned reader forgets what is still tracked
+                watch.forget(pid)
+
+    monkeypatch.setattr(os, "close", close_and_let_the_other_thread_run)
+    watch.close()
+    monkeypatch.undo()
+    assert sorted(closed) == sorted(fds) and len(watch) == 0
+    assert budget.take(10)  # every descriptor given back once: none counted twice, none lost
