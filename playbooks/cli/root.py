@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
@@ -20,6 +20,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click.exceptions import NoArgsIsHelpError  # type: ignore
 
 from gpuwarden.ops import __version__
+from gpuwarden.ops.config import keys
 from gpuwarden.ops.foundation import interrupts
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.safetext import printable
@@ -67,29 +68,33 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-StateDirOpt = Annotated[Optional[Path], typer.Option(
-    "--state-dir", envvar="GPUWARDEN_STATE_DIR", readable=False,  # statedir.check says it in one line
-    help="Where gpuwarden keeps state (default /run/gpuwarden as root, $XDG_RUNTIME_DIR/gpuwarden otherwise).",
-    show_default=False)]
-ConfigOpt = Annotated[Optional[Path], typer.Option(
-    "--config", envvar="GPUWARDEN_CONFIG", readable=False,  # nodeconfig says it in one line
-    help="Node config TOML (default /etc/gpuwarden/node.toml).", show_default=False)]
-BackendOpt = Annotated[Optional[str], typer.Option(
-    "--backend", envvar="GPUWARDEN_BACKEND",
+def _global(name: str, section: str = "global", **more: Any) -> Any:
+    """A global option as the keys table declares it (ops/config/keys.py): its flag and its environment variable
+    come from there, so the root, the loader and the docs' reference table cannot disagree."""
+    k = keys.key(section, name)
+    assert k.option is not None
+    return typer.Option(k.option, envvar=k.env, show_default=False, **more)
+
+
+StateDirOpt = Annotated[Optional[Path], _global(
+    "state_dir", "", readable=False,  # statedir.check says it in one line
+    help="Where gpuwarden keeps state (default /run/gpuwarden as root, $XDG_RUNTIME_DIR/gpuwarden otherwise).")]
+ConfigOpt = Annotated[Optional[Path], _global(
+    "config", readable=False,  # nodeconfig says it in one line
+    help="Node config TOML (default /etc/gpuwarden/node.toml).")]
+BackendOpt = Annotated[Optional[str], _global(
+    "backend",
     help="GPU backend: amdsmi, sysfs, nvml or sim. Default, for every command: the first of amdsmi, sysfs, "
-         "nvml that works, else an error naming why each failed; the simulated node (sim) only when named.",
-    show_default=False)]
-SysfsRootOpt = Annotated[Optional[Path], typer.Option(
-    "--sysfs-root", envvar="GPUWARDEN_SYSFS_ROOT", help="Read this tree instead of /sys (a captured node).",
-    show_default=False)]
-ProcRootOpt = Annotated[Optional[Path], typer.Option(
-    "--proc-root", envvar="GPUWARDEN_PROC_ROOT", help="Read this tree instead of /proc (a captured node).",
-    show_default=False)]
-ReadTimeoutOpt = Annotated[Optional[float], typer.Option(
-    "--read-timeout", envvar="GPUWARDEN_READ_TIMEOUT", metavar="SECONDS",
+         "nvml that works, else an error naming why each failed; the simulated node (sim) only when named.")]
+SysfsRootOpt = Annotated[Optional[Path], _global(
+    "sysfs_root", help="Read this tree instead of /sys (a captured node).")]
+ProcRootOpt = Annotated[Optional[Path], _global(
+    "proc_root", help="Read this tree instead of /proc (a captured node).")]
+ReadTimeoutOpt = Annotated[Optional[float], _global(
+    "read_timeout", metavar="SECONDS",
     help="How long one read of a GPU source (a sysfs file, an amdsmi or NVML call) may take before that GPU "
          "is shown as STALE and named, and the command goes on without it (default 3; 0.05 to 600). A "
-         "hung driver blocks such reads in the kernel.", show_default=False)]
+         "hung driver blocks such reads in the kernel.")]
 VersionOpt = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")]
 
