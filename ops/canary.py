@@ -179,8 +179,13 @@ class Canary:
                 if len({p["pid"] for p in peers}) >= self.o.pin_after_peers or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
-            used = max(used, registrations.charged(runtime.state_dir)
-                       + sum(p["bytes"] for p in peers if p["stale"]))
+            # The ledger now, then the peers again: a peer that died since the wait's last look (its pin failed
+            # first) left its charge behind on a real node for a moment, so it counts once as stale. In the other
+            # order it could be missed by both reads; in this one it is at worst counted twice, which fails the
+            # pin as the incident's peers all failed.
+            now = registrations.charged(runtime.state_dir)
+            peers = registrations.registered_since(runtime.state_dir, self.o.arena, self.started - PEER_WAIT_S)
+            used = max(used, now + sum(p["bytes"] for p in peers if p["stale"]))
         if self.stop.requested:
             return
         self.say(f"allocating a {fmt_bytes(self.o.pin)} pinned host buffer (hipHostMalloc); the KFD ledger holds "
