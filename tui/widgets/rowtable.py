@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.events import Click
 from textual.geometry import Region
+from textual.strip import Strip
 from textual.message import Message
 from textual.widget import Widget
 
@@ -64,6 +65,9 @@ class RowTable(Widget, can_focus=True):
         # (cell, width) -> Text for a last-column cell wider than its room: a table whose last column says
         # most in its middle (a command line's arguments) shortens it so; None: cut at the end.
         self.fit_last: Any = None
+        self._frame: list[Text] | None = None  # the lines as Text, until the next refresh
+        self._strips: dict[int, tuple[tuple[Any, ...], Strip]] = {}  # line -> (what it showed, its segments)
+        self._strips_style: Any = None
 
     # --- data ---------------------------------------------------------------------------------
     def set_columns(self, columns: Sequence[str]) -> None:
@@ -198,7 +202,8 @@ class RowTable(Widget, can_focus=True):
             widths[-1] = max(0, min(widths[-1], room - fixed))
         return widths
 
-    def render(self) -> Text:
+    def _text_lines(self) -> list[Text]:
+        """The content as drawn now, one Text per line: the header, then the rows that fit (or the empty text)."""
         width, height = self.content_size.width, self.content_size.height
         body = max(height - 1, 1)
         if self.cursor_row < self._offset:
@@ -209,22 +214,48 @@ class RowTable(Widget, can_focus=True):
         texts = [[_text(c) for c in cells] for _, cells in self.rows]
         widths = self._widths(texts, width)
         self._drawn_widths = widths
-        out = Text(no_wrap=True, overflow="crop")
-        out.append_text(self._line([Text(c) for c in self.columns], widths, S["table.header"]))
+        lines = [self._line([Text(c) for c in self.columns], widths, S["table.header"])]
         if not texts and self.empty_text:
-            for line in self._empty_lines(width)[:body]:
-                out.append("\n")
-                out.append(line[:width], style=S["dim"])
+            lines += [Text(line[:width], style=S["dim"]) for line in self._empty_lines(width)[:body]]
         for i in range(self._offset, min(len(texts), self._offset + body)):
-            out.append("\n")
             style = ""
             if i == self.cursor_row:
                 style = S["cursor.focus"] if self.has_focus else S["cursor"]
             row = texts[i]
             if self.fit_last is not None and widths and row and row[-1].cell_len > widths[-1]:
                 row = [*row[:-1], self.fit_last(row[-1], widths[-1])]
-            out.append_text(self._line(row, widths, style))
-        return out
+            lines.append(self._line(row, widths, style))
+        return lines
+
+    def render(self) -> Text:
+        return Text("\n", no_wrap=True, overflow="crop").join(self._text_lines())
+
+    # Textual's line API: each line is turned into segments here, and only when its text changed. Drawing the whole
+    # table as one Text made Textual lay out and style every line again at every refresh (0.6 ms a refresh of a
+    # one-GPU panel at 160 columns, on a busy GPU each second).
+    def refresh(self, *regions: Any, **kw: Any) -> Any:
+        self._frame = None
+        return super().refresh(*regions, **kw)
+
+    def render_line(self, y: int) -> Strip:
+        frame = getattr(self, "_frame", None)
+        if frame is None:
+            frame = self._frame = self._text_lines()
+            self._strips_style = self.rich_style
+        if y >= len(frame):
+            return Strip.blank(self.content_size.width, self._strips_style)
+        text = frame[y]
+        sign = (text.plain, text.style, text.spans, self._strips_style)
+        cached = self._strips.get(y)
+        if cached is not None and cached[0] == sign:
+            return cached[1]
+        console = self.app.console
+        base = self._strips_style
+        if text.style:  # Text.render leaves the line's own style out when the line has no spans
+            base = base + console.get_style(text.style)
+        strip = Strip(text.render(console), text.cell_len).apply_style(base)
+        self._strips[y] = (sign, strip)
+        return strip
 
     @staticmethod
     def _line(cells: list[Text], widths: list[int], style: str) -> Text:

@@ -126,7 +126,9 @@ def test_partitions_are_grouped_under_their_device_and_a_reset_says_it_takes_the
                            what="the confirm dialog")
             reach = "resetting GPU 2 resets its physical device 0000:11:00.0, so also GPU 3 (DPX of the same device)"
             assert reach in app.screen.question
-            assert "mark GPU 2, 3 drained" in flat(screen_text(app))
+            # The dialog is up before its plan is drawn: wait for the line rather than read the screen once.
+            await wait_for(pilot, lambda: "mark GPU 2, 3 drained" in flat(screen_text(app)), timeout=30,
+                           what="the plan's mark step for both partitions")
             await pilot.press("escape")
             await wait_for(pilot, lambda: app.current_run.result is not None, timeout=30, what="the cancelled run")
     run(go())
