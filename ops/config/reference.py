@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gpuwarden.ops.config import keys
 from gpuwarden.ops.config.keys import Key
+import textwrap
 
 _TITLES = {
     "global": "Command line and environment",
@@ -100,7 +101,6 @@ def _line(k: Key, value: str) -> list[str]:
 
 def _comment(k: Key) -> list[str]:
     """The key's help as comment lines of at most 116 characters, above the key."""
-    import textwrap  # only the example needs it
     return textwrap.wrap(f"# {k.help}", 116, subsequent_indent="# ")
 
 

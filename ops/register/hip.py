@@ -19,6 +19,7 @@ _UNAVAILABLE = {"hipErrorNoDevice", "hipErrorInsufficientDriver", "hipErrorInval
 def _import() -> Any:
     # deferred: optional (hip-python), and only the hip runtime needs it
     try:
+        # deferred: vendor library, loaded through libload
         from hip import hip
         return hip
     except ImportError:
