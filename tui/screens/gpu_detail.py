@@ -91,7 +91,7 @@ class GpuDetailScreen(Screen[None]):
         """The charts, or one line on why not: a chart library that does not import costs this view its charts,
         never the console (a device run had plotext 6 installed beside textual-plotext 1.0.1, which needs < 6)."""
         try:
-            # deferred: the chart library is imported by the view that draws charts, and may be broken
+            # deferred: a broken chart library must cost this view its charts, not the console (ImportError below)
             from gpuwarden.tui.widgets.charts import ChartsPane
         except ImportError as exc:
             return Static(Text(f"charts unavailable: {exc}. Reinstall the chart library gpuwarden depends on: "
