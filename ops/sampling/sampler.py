@@ -17,6 +17,7 @@ from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.sampling.attribution import Attribution
 from gpuwarden.ops.sampling.extras import NodeExtras
 from gpuwarden.ops.node.debugfs.reader import DebugfsReader
+from gpuwarden.ops.node.debugfs.kfd_limit import computed
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
@@ -184,8 +185,6 @@ class Sampler:
             # Not readable (not root, no debugfs): the limit as amdgpu computes it, said to be computed. RAM is read
             # once per sampler: it does not change under a running driver (the limit is fixed at its load).
             if self._kfd_computed is None:
-                # deferred: keeps the agent's start cheap (0.7 ms there)
-                from gpuwarden.ops.node.debugfs.kfd_limit import computed
                 self._kfd_computed = (computed(self.settings.proc_root),)
             books["kfd_mem_limit_computed"] = self._kfd_computed[0]
         return books

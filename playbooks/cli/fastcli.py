@@ -15,7 +15,6 @@ from pathlib import Path
 from gpuwarden.ops.foundation.paths import refuse_squatted
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.config.loader import state_dir as resolve_state_dir
-from gpuwarden.ops.foundation.safetext import printable
 
 # Global options that take a value, as the full CLI spells them.
 _GLOBAL = {"--state-dir": "state_dir", "--config": "config", "--backend": "backend", "--sysfs-root": "sysfs_root",
@@ -54,6 +53,9 @@ def _parse(argv: list[str]) -> tuple[dict, dict] | None:
 
 def print_error(exc, json_requested: bool) -> None:
     """A GpuwardenError as the CLI shows it: one line and a hint on stderr; the error document under --json."""
+    # messages quote files and process names: no escapes reach a terminal
+    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (0.25 ms there, 0.5 with loader's deadline)
+    from gpuwarden.ops.foundation.safetext import printable
     for each in getattr(exc, "errors", None) or [exc]:  # a config with several errors lists them all
         print(f"gpuwarden: error: {printable(each.message)}", file=sys.stderr)
         if each.hint:

@@ -1,14 +1,19 @@
 """Lists every import made inside a function in the package, and what hoisting it would cost a hot path.
 
 For each: the module it is in, the target, the measured paths that load that module, what hoisting would add to
-the dearest of them, and whether it must stay deferred whatever it costs. The paths (`python -X importtime`, a sim
-node): `status --json` sampled here and answered by the agent, `--help` (which loads every command module), each
-command's own start (`gpuwarden <command> --help`: the lazy root imports only that command's module), the console's
-and the agent's modules. Hoisting target T into module M adds, on a path that loads M, the import time of the modules T brings
-that the path does not load already (each module's own time, the least of three runs of `import T`).
+the dearest of them, and whether it must stay deferred whatever it costs. The paths (`python -X importtime` and
+sys.modules at exit, on a sim node): `status --json` sampled here, read through the sysfs backend chosen as on a
+node, with an engine running, and answered by the agent; `--help` (which loads every command module); each
+command's own start (`gpuwarden <command> --help`: the lazy root imports only that command's module); the
+console's and the agent's modules. Hoisting `from X import a` into module M adds, on a path that loads M, the
+import time of the modules the statement loads that the path does not load already (each module's own time, the
+least of three runs).
 
-Must stay: an optional extra (pyproject's optional-dependencies), a vendor library loaded through libload, an
-import that would close a cycle among the package's module-level imports, or one that costs >= the threshold.
+Must stay: an optional extra (pyproject's optional-dependencies, or what a package module loads at its top from
+one), a vendor library (amdsmi, hip-python, nvidia-ml-py: imported where used, as libload does), an import that
+would close a cycle among the package's module-level imports, or one that costs >= the threshold on some path.
+Several cheap hoists into one module add up: compare the paths' module lists before and after
+(tests/bench/RESULTS.md, issue 37).
 
     python tests/bench/audit_deferred.py [--threshold-ms 0.5] [--json]
 """
@@ -175,14 +180,15 @@ def loaded_by(code: str, env: dict[str, str]) -> set[str]:
 
 def cli(*args: str) -> str:
     """Code that runs the program as `python -m gpuwarden args` does."""
-    return f"import runpy\nsys.argv = ['gpuwarden', *{list(args)!r}]\nrunpy.run_module('gpuwarden', run_name='__main__')\n"
+    return (f"import runpy\nsys.argv = ['gpuwarden', *{list(args)!r}]\n"
+            "runpy.run_module('gpuwarden', run_name='__main__')\n")
 
 
-def brought(modules: tuple[str, ...], env: dict[str, str]) -> dict[str, float]:
-    """Module -> own import time in ms of what importing `modules` loads, the least of RUNS runs."""
+def brought(code: str, env: dict[str, str]) -> dict[str, float]:
+    """Module -> own import time in ms of what the import statement `code` loads, the least of RUNS runs."""
     out: dict[str, float] = {}
     for _ in range(RUNS):
-        for name, (own, _) in importtime(["-c", f"import {', '.join(modules)}"], env).items():
+        for name, (own, _) in importtime(["-c", code], env).items():
             out[name] = min(own, out.get(name, own))
     return out
 
@@ -205,6 +211,28 @@ def with_agent(env: dict[str, str]) -> set[str]:
             notify.close()
             agent.terminate()
             agent.wait(timeout=60)
+
+
+def with_engine(state: Path, env: dict[str, str]) -> set[str]:
+    """What `status --json` loads on a node running an engine (its state, its shim alive, an arena registered):
+    the engine's and the arena's readers load then (tests/integration/playbooks/cli/test_cli_imports.py)."""
+    sys.path.insert(0, str(REPO.parent))
+    from gpuwarden.ops.engines import state as engine_state
+    from gpuwarden.ops.foundation import statedir
+    from gpuwarden.ops.node import procs
+    shim = subprocess.Popen(["sleep", "600"])
+    try:
+        ticks = procs.identity(shim.pid)
+        where = engine_state.engine_dir(state, "e0")
+        where.mkdir(parents=True)
+        statedir.write_json(where / engine_state.STATE, {
+            "name": "e0", "gpu": 0, "phase": "serving", "shim_pid": shim.pid, "shim_start": ticks, "pid": shim.pid,
+            "pid_start": ticks, "restarts": 0, "registrations": [
+                {"kind": "register", "outcome": "registered", "bytes": 1 << 30, "started_at": 1.0}]}, root=state)
+        return loaded_by(cli(*PATHS["status --json"]), env)
+    finally:
+        shim.kill()
+        shim.wait()
 
 
 def commands() -> dict[str, str]:
@@ -232,21 +260,26 @@ def audit(threshold_ms: float) -> list[dict[str, object]]:
         loaded = {name: loaded_by(cli(*argv), env) for name, argv in PATHS.items()}
         loaded.update({name: loaded_by(f"import {mods}", env) for name, mods in MODULE_PATHS.items()})
         loaded["status --json (agent)"] = with_agent(env)
+        # a real backend's path: the sysfs backend chosen as on a node (no --backend) over the sim node's tree
+        loaded["status --json (sysfs)"] = loaded_by(cli("--sysfs-root", f"{tmp}/sim/root/sys", "status", "--json"),
+                                                    {k: v for k, v in env.items() if k != "GPUWARDEN_BACKEND"})
+        loaded["status --json (engine)"] = with_engine(Path(tmp), env)
         for name, module in commands().items():  # in sequence: the box has two cores
             mods = loaded_by(cli("--backend", "sim", *name.split(), "--help"), env)
             if module not in mods:  # status answers --help from its fast path (playbooks/cli/fastcli.py)
                 print(f"note: `gpuwarden {name} --help` does not load {module}", file=sys.stderr)
             loaded[f"{name} --help"] = mods
     graph = import_graph()
-    alone: dict[tuple[str, ...], dict[str, float]] = {}
+    alone: dict[str, dict[str, float]] = {}
     rows: list[dict[str, object]] = []
     for module, line, target, commented, subs in sorted(function_imports()):
         paths = [name for name, mods in loaded.items() if module in mods]
-        # `from X import a` loads X.a too where that is a module
-        modules = (target, *(sub for sub in subs if sub in graph))
-        if paths and modules not in alone:
-            alone[modules] = brought(modules, env)
-        costs = {p: sum(own for name, own in alone[modules].items() if name not in loaded[p]) for p in paths}
+        # `from X import a` loads X.a too where that is a module, or what X's __getattr__ loads for a
+        names = ", ".join(sub.rsplit(".", 1)[1] for sub in subs)
+        code = f"from {target} import {names}" if subs else f"import {target}"
+        if paths and code not in alone:
+            alone[code] = brought(code, env)
+        costs = {p: sum(own for name, own in alone[code].items() if name not in loaded[p]) for p in paths}
         dearest = max(costs, key=costs.__getitem__) if costs else ""
         cost = costs.get(dearest, 0.0)
         cycle = target.startswith("gpuwarden.") and closes_cycle(graph, module, target)
@@ -254,8 +287,8 @@ def audit(threshold_ms: float) -> list[dict[str, object]]:
         stay = ("extra" if extra else "vendor" if _within(target, VENDOR) else
                 "cycle" if cycle else "costly" if cost >= threshold_ms else "")
         rows.append({"module": module, "line": line, "target": target, "paths": paths, "dearest": dearest,
-                     "cost_ms": round(cost, 2), "stay": stay,
-                     "extra": EXTRAS[next(r for r in EXTRAS if _within(extra, (r,)))] if extra else "", "commented": commented})
+                     "cost_ms": round(cost, 2), "stay": stay, "commented": commented,
+                     "extra": EXTRAS[next(r for r in EXTRAS if _within(extra, (r,)))] if extra else ""})
     return rows
 
 

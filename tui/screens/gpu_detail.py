@@ -6,6 +6,8 @@ Follows the live snapshots while open; Escape goes back.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -20,7 +22,6 @@ from gpuwarden.tui.sensor_text import sensor_lines
 from gpuwarden.tui.styles import STYLES as S
 from gpuwarden.tui.widgets.keystrip import KeyStrip
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpuwarden.tui.widgets.charts import ChartsPane
 
