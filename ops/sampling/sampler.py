@@ -141,7 +141,7 @@ class Sampler:
         """Residual VRAM no live process and no holder explains: amdgpu_gem_info's per-client buffer lists name
         who holds buffers there (a DRM client KFD has no per-process entry for). Read only for such a GPU."""
         # only the AMD backends read debugfs: status on an NVIDIA node goes without it
-        # deferred: keeps the agent's start cheap (2.0 ms there)
+        # deferred: keeps the agent's start cheap (1.7 ms there)
         from gpuwarden.ops.node.debugfs import books
         reader = self._debugfs
         if reader is None:
@@ -177,7 +177,7 @@ class Sampler:
         kept = self._books
         if kept is None or kept.reader is not self._debugfs:
             # only the AMD backends read debugfs: status on an NVIDIA node goes without it
-            # deferred: keeps the agent's start cheap (2.2 ms there)
+            # deferred: keeps the agent's start cheap (1.7 ms there)
             from gpuwarden.ops.node.debugfs.books import Books
             kept = self._books = Books(self._debugfs)
         books = kept.read([g.index for g in gpus])

@@ -54,7 +54,7 @@ def _parse(argv: list[str]) -> tuple[dict, dict] | None:
 def print_error(exc, json_requested: bool) -> None:
     """A GpuwardenError as the CLI shows it: one line and a hint on stderr; the error document under --json."""
     # messages quote files and process names: no escapes reach a terminal
-    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (0.25 ms there, 0.5 with loader's deadline)
+    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (0.25 ms, 0.5 with loader's deadline)
     from gpuwarden.ops.foundation.safetext import printable
     for each in getattr(exc, "errors", None) or [exc]:  # a config with several errors lists them all
         print(f"gpuwarden: error: {printable(each.message)}", file=sys.stderr)
@@ -63,7 +63,7 @@ def print_error(exc, json_requested: bool) -> None:
     if json_requested:
         # A script reading stdout gets the failure in the shape it parses (the exit code stays).
         # only an error needs it: `status --json` answered by the agent loads the socket client alone
-        # deferred: keeps `gpuwarden status --json` answered by the agent cheap (2.4 ms there)
+        # deferred: keeps `gpuwarden status --json` answered by the agent cheap (0.2 ms there; 0.5 with printable's above)
         from gpuwarden.ops.foundation.jsondoc import dumps, error_document
         doc = error_document(exc.message, exc.hint, exc.exit_code)
         if getattr(exc, "errors", None):
@@ -118,7 +118,7 @@ def _via_agent(glob: dict[str, object]) -> int | None:
     if settings is None:
         return None
     # only `status --json` asks the agent; every other command loads this module for guarded()
-    # deferred: keeps `gpuwarden fix --help` cheap (3.4 ms there)
+    # deferred: keeps every other command's start cheap (0.5 ms on `gpuwarden fix --help`)
     from gpuwarden.ops.sources.choose import raw, reply_exit_code
     reply = raw(settings)
     if reply is None:
@@ -141,7 +141,7 @@ def run(argv: list[str]) -> int | None:
             if code is not None:
                 return code
         # when the agent answers, status needs neither
-        # deferred: keeps `gpuwarden status --json` answered by the agent cheap (7.1 ms there)
+        # deferred: keeps `gpuwarden status --json` answered by the agent cheap (5.4 ms there)
         from gpuwarden.playbooks.cli import globalopts, statusview
         words = tuple(w for name, key in _GLOBAL.items() if key in glob for w in (name, str(glob[key])))
         settings = globalopts.resolve(**glob).with_(cli_words=words)  # type: ignore[arg-type]
@@ -167,7 +167,7 @@ def guarded(call, json_requested: bool) -> int:
     except KeyboardInterrupt as exc:
         # Ctrl-C, or SIGTERM/SIGHUP once gpuwarden.ops.foundation.interrupts is installed: one line, 128 + the signal's number.
         # only an interrupt needs it; status does without
-        # deferred: keeps `gpuwarden status --json` answered by the agent cheap (2.3 ms there)
+        # deferred: keeps `gpuwarden status --json` answered by the agent cheap (0.6 ms there)
         from gpuwarden.ops.foundation import interrupts
         print(f"gpuwarden: {interrupts.describe(exc)}", file=sys.stderr)
         return 128 + interrupts.signal_of(exc)

