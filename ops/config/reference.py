@@ -4,9 +4,10 @@ tables of docs/configuration.md (tests/integration/ops/config/test_config_keys.p
 
 from __future__ import annotations
 
+import textwrap
+
 from gpuwarden.ops.config import keys
 from gpuwarden.ops.config.keys import Key
-import textwrap
 
 _TITLES = {
     "global": "Command line and environment",

@@ -8,6 +8,8 @@ or freezes the process.
 
 from __future__ import annotations
 
+import signal
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -23,7 +25,6 @@ from gpuwarden.tui.styles import STYLES as S
 from gpuwarden.tui.widgets.keystrip import KeyStrip
 from gpuwarden.tui.widgets.processes import cpu_time, percent
 from gpuwarden.tui.screens.gpu_detail import GpuDetailScreen
-import signal
 
 SIGNAL_ORDER = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "STOP", "CONT", "KILL")
 
