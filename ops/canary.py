@@ -168,7 +168,7 @@ class Canary:
 
     def _pin(self, runtime: Any) -> None:
         """The engine's next allocation after it is up: a pinned host buffer, charged by KFD like the arena."""
-        # deferred: keeps `gpuwarden canary --help` cheap (9.3 ms there)
+        # deferred: keeps `gpuwarden canary --help` cheap (9.6 ms there)
         from gpuwarden.ops.register.sim import PinFailed
         assert self.o.pin is not None
         used = registrations.charged(runtime.state_dir)

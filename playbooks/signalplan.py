@@ -233,7 +233,7 @@ def engine_entries(classifier: Classifier, state_dir: Path, names: Iterable[str]
 
     allowed=False (an unattended policy): listed with every signal withheld, so the plan says what it will not do.
     """
-    # deferred: keeps `gpuwarden reset --help` cheap (8.9 ms there)
+    # deferred: keeps `gpuwarden reset --help` cheap (12.8 ms there)
     from gpuwarden.ops.config.nodeconfig import EngineConfig, signal_number
     out = []
     for name in names:

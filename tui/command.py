@@ -37,7 +37,7 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
     Without --refresh the remembered one applies (tui/prefs.py), else 1 s.
     """
     # only the console reads its remembered settings
-    # deferred: keeps `gpuwarden fleet --help` cheap (4.4 ms there)
+    # deferred: keeps `gpuwarden fleet --help` cheap (4.6 ms there)
     from gpuwarden.tui import prefs as console_prefs
     remembered, note = console_prefs.load()
     if refresh_s is None:
@@ -46,13 +46,13 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
     require_terminal("the console", "`gpuwarden status` (or `status --json`)")
     # the console's sources load when it opens
-    # deferred: keeps `gpuwarden fleet --help` and `tui --help` cheap (0.5 ms there)
+    # deferred: keeps `gpuwarden fleet --help` cheap (3.5 ms there)
     from gpuwarden.ops.sources.choose import CONSOLE, choose
     # The bundle's node; else the agent's snapshots when it answers (many consoles share its sampler), else
     # sampled here, else the labelled simulated node (ops/sources/choose.py); a missing GPU library fails here.
     source = choose(settings, CONSOLE, bundle=bundle)
     # Textual and the console load when it opens
-    # deferred: keeps `gpuwarden tui --help` cheap (222.0 ms there)
+    # deferred: keeps `gpuwarden tui --help` cheap (274.6 ms there)
     from gpuwarden.tui.app import GpuwardenApp
     app = GpuwardenApp(settings, source=source, refresh_s=refresh_s, read_only=read_only, bundle=bundle,
                        on_exit=source.close, watch_terminal=not in_browser(), prefs=remembered,

@@ -73,9 +73,9 @@ def served_command(settings_args: list[str], *, fleet_args: list[str] | None, al
 def make_server(command: str, host: str, port: int, token: str | None, public_url: str | None, title: str):
     """A textual-serve Server that asks for the token (query `token=` once, then a cookie) when there is one, and
     ends each session's console with its websocket, and every one of them with serve."""
-    # deferred: keeps `gpuwarden serve --help` cheap (17.7 ms there)
+    # deferred: keeps `gpuwarden serve --help` cheap (18.1 ms there)
     import asyncio
-    # deferred: keeps `gpuwarden serve --help` cheap (2.0 ms there)
+    # deferred: keeps `gpuwarden serve --help` cheap (2.1 ms there)
     import logging
 
     # deferred: the web server (aiohttp, textual-serve) loads only for `gpuwarden serve`
@@ -296,7 +296,7 @@ def serve_cmd(
     if fleet:
         # The fleet as `fleet tui` will take it, judged now (host count, hosts file, fleet and ssh config):
         # a 'node[1-99999999]' must be refused here, not by the console each browser session starts.
-        # deferred: keeps `gpuwarden serve --help` cheap (40.2 ms there)
+        # deferred: keeps `gpuwarden serve --help` cheap (45.2 ms there)
         from gpuwarden.playbooks.fleet.target import resolve
         resolve(hosts_file=hosts, hosts_from=None, group=None, nodelist=nodelist, fleet_config=fleet_config,
                 ssh_config=ssh_config, accept_new=False, parallel=None, timeout=None, remote_command=None,

@@ -44,7 +44,7 @@ def connect(sock_path: Path | str, timeout: float = TIMEOUT_S) -> socket.socket:
     """A unix stream socket connected to `sock_path`, each operation on it bounded by `timeout`. A full listen
     queue is waited on, up to `timeout`: a unix connect meets it with EAGAIN at once (TCP would retry its SYN),
     and a crowd of connections must not make a listening agent look absent. OSError when none is made."""
-    # deferred: keeps `gpuwarden status --json` cheap (2.3 ms there)
+    # deferred: keeps `gpuwarden status --json` cheap (2.5 ms there)
     import socket
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     s.settimeout(timeout)

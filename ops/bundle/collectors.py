@@ -254,7 +254,7 @@ KFD_LIMIT_MEMBER = "gpuwarden/kfd_limit.json"
 def _kfd_limit(settings: Settings) -> dict[str, object]:
     """KFD's system-memory use and limit for triage's context: debugfs when readable (root), else the limit the
     driver computes from RAM (amdgpu_amdkfd_gpuvm_init_mem_limits) with no figure for what is in use."""
-    # deferred: keeps `gpuwarden bundle --help` cheap (10.0 ms there); most bundles never need the arithmetic
+    # deferred: keeps `gpuwarden bundle --help` cheap (17.6 ms there); most bundles never need the arithmetic
     from gpuwarden.ops.arena import budget
     live, where = budget.live_limit(settings)
     if live is not None:

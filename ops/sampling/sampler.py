@@ -17,7 +17,6 @@ from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.sampling.attribution import Attribution
 from gpuwarden.ops.sampling.extras import NodeExtras
 from gpuwarden.ops.node.debugfs.reader import DebugfsReader
-from gpuwarden.ops.node.debugfs.kfd_limit import computed
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
@@ -141,7 +140,7 @@ class Sampler:
         """Residual VRAM no live process and no holder explains: amdgpu_gem_info's per-client buffer lists name
         who holds buffers there (a DRM client KFD has no per-process entry for). Read only for such a GPU."""
         # only the AMD backends read debugfs: status on an NVIDIA node goes without it
-        # deferred: keeps the agent's start cheap (1.7 ms there)
+        # deferred: keeps the agent's start cheap (1.6 ms there)
         from gpuwarden.ops.node.debugfs import books
         reader = self._debugfs
         if reader is None:
@@ -177,7 +176,7 @@ class Sampler:
         kept = self._books
         if kept is None or kept.reader is not self._debugfs:
             # only the AMD backends read debugfs: status on an NVIDIA node goes without it
-            # deferred: keeps the agent's start cheap (1.7 ms there)
+            # deferred: keeps the agent's start cheap (1.6 ms there)
             from gpuwarden.ops.node.debugfs.books import Books
             kept = self._books = Books(self._debugfs)
         books = kept.read([g.index for g in gpus])
@@ -185,6 +184,8 @@ class Sampler:
             # Not readable (not root, no debugfs): the limit as amdgpu computes it, said to be computed. RAM is read
             # once per sampler: it does not change under a running driver (the limit is fixed at its load).
             if self._kfd_computed is None:
+                # deferred: keeps `gpuwarden status --json` cheap (0.1 ms there); a non-root AMD node reads it
+                from gpuwarden.ops.node.debugfs.kfd_limit import computed
                 self._kfd_computed = (computed(self.settings.proc_root),)
             books["kfd_mem_limit_computed"] = self._kfd_computed[0]
         return books

@@ -116,7 +116,7 @@ def own_config_warning(settings: Settings) -> SourceWarning | None:
     if not names_own_config(settings) or not settings.config_path.exists():
         return None
     # only with a config file of the command's own (typing, tomllib)
-    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (19.4 ms there)
+    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (25.1 ms there)
     from gpuwarden.ops.config import nodeconfig
     try:
         nodeconfig.load(settings)
@@ -134,7 +134,7 @@ def choose(settings: Settings, want: str = ONCE, *, bundle: Path | None = None,
     if want == HISTORY:
         raise ValueError("history has no snapshot source: use agent_reply(settings, HISTORY, target)")
     # raw() answers `status --json` without the data model or the sampler
-    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (4.4 ms there)
+    # deferred: keeps `gpuwarden status --json` answered by the agent cheap (7.2 ms there)
     from gpuwarden.ops.sources import kinds
     if bundle is not None:
         return kinds.BundleSource(settings, bundle)

@@ -40,7 +40,7 @@ class Dispatch:
     def _compile(self) -> _LiteralSet | None:
         try:
             # optional (google-re2); without it the prefilter is Python's re
-            # deferred: keeps `gpuwarden --help` cheap (1.9 ms there)
+            # deferred: keeps `gpuwarden --help` cheap (2.5 ms there)
             import re2
         except ImportError:
             return None

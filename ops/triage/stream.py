@@ -65,7 +65,7 @@ def _compile(literals: list[str]) -> _LineFinder:
     pattern = rb"(?m)^[^\n]*?(?:" + body + rb")[^\n]*$"
     try:
         # optional (google-re2): linear-time matching in C; the prefilter is where a hostile log would bite
-        # deferred: keeps `gpuwarden --help` cheap (1.9 ms there)
+        # deferred: keeps `gpuwarden --help` cheap (2.5 ms there)
         import re2
         opts = re2.Options()
         opts.case_sensitive = False

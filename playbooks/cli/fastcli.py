@@ -141,7 +141,7 @@ def run(argv: list[str]) -> int | None:
             if code is not None:
                 return code
         # when the agent answers, status needs neither
-        # deferred: keeps `gpuwarden status --json` answered by the agent cheap (5.4 ms there)
+        # deferred: keeps `gpuwarden status --json` answered by the agent cheap (8.0 ms there)
         from gpuwarden.playbooks.cli import globalopts, statusview
         words = tuple(w for name, key in _GLOBAL.items() if key in glob for w in (name, str(glob[key])))
         settings = globalopts.resolve(**glob).with_(cli_words=words)  # type: ignore[arg-type]
@@ -167,7 +167,7 @@ def guarded(call, json_requested: bool) -> int:
     except KeyboardInterrupt as exc:
         # Ctrl-C, or SIGTERM/SIGHUP once gpuwarden.ops.foundation.interrupts is installed: one line, 128 + the signal's number.
         # only an interrupt needs it; status does without
-        # deferred: keeps `gpuwarden status --json` answered by the agent cheap (0.6 ms there)
+        # deferred: keeps `gpuwarden status --json` answered by the agent cheap (2.4 ms there)
         from gpuwarden.ops.foundation import interrupts
         print(f"gpuwarden: {interrupts.describe(exc)}", file=sys.stderr)
         return 128 + interrupts.signal_of(exc)

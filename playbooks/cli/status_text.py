@@ -10,7 +10,6 @@ import time
 from gpuwarden.ops.foundation.model import ATTENTION_PHASES, FAILED_REGISTRATION, EngineInfo, NodeSnapshot, physical_devices
 from gpuwarden.ops.foundation.safetext import bracketed
 from gpuwarden.ops.foundation.units import fmt_bytes
-from gpuwarden.ops.engines import runtime_errors
 
 
 def _pct(used: int | None, total: int | None) -> str:
@@ -255,6 +254,8 @@ def attention_reasons(snap: NodeSnapshot) -> list[str]:
 
 def registration_failure_line(e: EngineInfo, now: float) -> str:
     """Why an engine in failed-registration needs attention, and what to do, on one line."""
+    # deferred: keeps `gpuwarden status` cheap (0.25 ms there); only an engine whose registration failed needs it
+    from gpuwarden.ops.engines import runtime_errors
     failed = next((r for r in reversed(e.registrations) if r.kind == "register" and r.outcome == "failed"), None)
     what = "a registration"
     if failed is not None:

@@ -39,7 +39,7 @@ def _columns() -> int:
 def _render(settings: Settings, snap, width: int | None = None) -> str:
     # deferred: keeps `gpuwarden status --json` cheap (0.3 ms there, with the shlex hints imports): it renders no text
     from gpuwarden.playbooks.cli.hints import Invocation
-    # deferred: keeps `gpuwarden status --help` cheap (0.8 ms there)
+    # deferred: keeps `gpuwarden status --help` cheap (4.7 ms there)
     from gpuwarden.playbooks.cli.status_text import render
     # Hints in warnings name commands to paste: they get the global options this command was given.
     return Invocation(list(settings.cli_words)).paste_ready(render(snap, width or _columns())) or ""

@@ -2,7 +2,7 @@
 
 For each: the module it is in, the target, the measured paths that load that module, what hoisting would add to
 the dearest of them, and whether it must stay deferred whatever it costs. The paths (`python -X importtime` and
-sys.modules at exit, on a sim node): `status --json` sampled here, read through the sysfs backend chosen as on a
+sys.modules at exit, on a sim node): `status` and `status --json` sampled here, read through the sysfs backend chosen as on a
 node, with an engine running, and answered by the agent; `--help` (which loads every command module); each
 command's own start (`gpuwarden <command> --help`: the lazy root imports only that command's module); the
 console's and the agent's modules. Hoisting `from X import a` into module M adds, on a path that loads M, the
@@ -33,7 +33,8 @@ from typing import Iterable
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("ops", "playbooks", "tui", "deploy")
-PATHS = {"status --json": ("--backend", "sim", "status", "--json"), "--help": ("--help",)}
+PATHS = {"status --json": ("--backend", "sim", "status", "--json"), "status": ("--backend", "sim", "status"),
+         "--help": ("--help",)}
 # Paths measured by importing their entry modules (the console needs a terminal, the agent runs until stopped).
 MODULE_PATHS = {"console": "gpuwarden.tui.app, gpuwarden.tui.command",
                 "agent": "gpuwarden.ops.services.agent_daemon"}
@@ -263,12 +264,12 @@ def audit(threshold_ms: float) -> list[dict[str, object]]:
         # a real backend's path: the sysfs backend chosen as on a node (no --backend) over the sim node's tree
         loaded["status --json (sysfs)"] = loaded_by(cli("--sysfs-root", f"{tmp}/sim/root/sys", "status", "--json"),
                                                     {k: v for k, v in env.items() if k != "GPUWARDEN_BACKEND"})
-        loaded["status --json (engine)"] = with_engine(Path(tmp), env)
         for name, module in commands().items():  # in sequence: the box has two cores
             mods = loaded_by(cli("--backend", "sim", *name.split(), "--help"), env)
             if module not in mods:  # status answers --help from its fast path (playbooks/cli/fastcli.py)
                 print(f"note: `gpuwarden {name} --help` does not load {module}", file=sys.stderr)
             loaded[f"{name} --help"] = mods
+        loaded["status --json (engine)"] = with_engine(Path(tmp), env)  # last: the other paths see no engine
     graph = import_graph()
     alone: dict[str, dict[str, float]] = {}
     rows: list[dict[str, object]] = []

@@ -18,7 +18,7 @@ def open_fleet_tui(settings, target, *, refresh_s: float, read_only: bool, histo
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
     require_terminal("the fleet console", "`gpuwarden fleet status --json`")
     # Textual and the console load when it opens
-    # deferred: keeps `gpuwarden fleet --help` cheap (239.6 ms there)
+    # deferred: keeps `gpuwarden fleet --help` cheap (293.1 ms there)
     from gpuwarden.tui.fleet.app import FleetApp
     monitor = _monitor(target, refresh_s, history_s).start()
     try:
@@ -38,13 +38,13 @@ def _monitor(target, refresh_s: float, history_s: float | None):
     hosts = list(target.hosts)
     if target.prometheus is None:
         # the fleet's sources (asyncio, ssl) when it opens
-        # deferred: keeps `gpuwarden fleet --help` cheap (27.4 ms there)
+        # deferred: keeps `gpuwarden fleet --help` cheap (32.2 ms there)
         from gpuwarden.ops.fleet.monitor import FleetMonitor
         return FleetMonitor(hosts, target.ssh, target.remote, interval=refresh_s, parallel=target.parallel)
     # the fleet's sources (asyncio, http) when it opens
-    # deferred: keeps `gpuwarden fleet --help` cheap (39.7 ms there)
+    # deferred: keeps `gpuwarden fleet --help` cheap (41.8 ms there)
     from gpuwarden.ops.fleet.promfleet import read_fleet
-    # deferred: keeps `gpuwarden fleet --help` cheap (40.1 ms there)
+    # deferred: keeps `gpuwarden fleet --help` cheap (45.6 ms there)
     from gpuwarden.ops.fleet.promwatch import PromFleetMonitor
     if not hosts:  # the fleet is every node Prometheus knows now (one that appears later needs a restart)
         hosts = list(read_fleet(target.prometheus, None).hosts)

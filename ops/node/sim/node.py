@@ -20,7 +20,6 @@ from gpuwarden.ops.node.procs import identity
 from gpuwarden.ops.foundation.statedir import StateFileError
 from gpuwarden.ops.node.debugfs.allowlist import TRIGGERS
 from gpuwarden.ops.foundation.units import fmt_bytes
-from gpuwarden.ops.node.sim.drm import SimDrm
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status` starts without it
 if TYPE_CHECKING:
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     Config = dict[str, Any]
     Alloc = dict[str, Any]
 
+    from gpuwarden.ops.node.sim.drm import SimDrm
 
 GPU_ID_BASE = 41000  # KFD gpu_ids are opaque numbers; distinct from indexes on purpose
 RENDER_MINOR_BASE = 128
@@ -164,6 +164,8 @@ class SimNode:
     @property
     def drm(self) -> "SimDrm":
         """The simulated DRM clients (fdinfo with engine time) of this node."""
+        # deferred: keeps `gpuwarden --help` cheap (2.7 ms there)
+        from gpuwarden.ops.node.sim.drm import SimDrm
         return SimDrm(self.state_dir, self.root / "proc")
 
     def open_client(self, pid: int, fd: int, gpu: int, busy: float = 0.0) -> int:

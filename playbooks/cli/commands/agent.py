@@ -31,8 +31,6 @@ from gpuwarden.ops.foundation.units import parse_duration
 from gpuwarden.playbooks.cli.commands.playbook_options import JsonOut, Yes
 from gpuwarden.ops.config import loader
 from gpuwarden.ops.config.loader import kubernetes_config as for_settings
-from gpuwarden.ops.node.backends.select import open_backend
-from gpuwarden.ops.agent.client import get
 
 
 def _config(settings: Settings, interval: float | None):
@@ -42,7 +40,9 @@ def _config(settings: Settings, interval: float | None):
 def _sampler(settings: Settings):
     """The agent's sampler. An agent on the automatic sim fallback would serve a fake node as if it were this
     one: without a real backend (or --backend sim) it refuses, exit 2."""
-    # deferred: keeps `gpuwarden agent --help` cheap (4.0 ms there)
+    # deferred: keeps `gpuwarden agent --help` cheap (1.9 ms there); only this path of the command needs it
+    from gpuwarden.ops.node.backends.select import open_backend
+    # deferred: keeps `gpuwarden agent --help` cheap (6.5 ms there)
     from gpuwarden.ops.sampling.sampler import Sampler
     return Sampler(settings, open_backend(settings))
 
@@ -50,7 +50,9 @@ def _sampler(settings: Settings):
 def _detach(settings: Settings, argv: list[str]) -> int:
     """Start the agent as a daemon (its log in the state dir) and wait until it answers or fails."""
 
-    # deferred: keeps `gpuwarden agent --help` cheap (56.7 ms there)
+    # deferred: keeps `gpuwarden agent --help` cheap (2.3 ms there); only this path of the command needs it
+    from gpuwarden.ops.agent.client import get
+    # deferred: keeps `gpuwarden agent --help` cheap (74.6 ms there)
     from gpuwarden.ops.services.agent_daemon import agent_dir, socket_path
     ensure(settings.state_dir, "agent")
     log = agent_dir(settings.state_dir) / "agent.log"
@@ -173,9 +175,9 @@ def agent_cmd(
                        health_socket=amd_health_socket)
     k8s_cfg = _kubernetes_config(settings, kubernetes, **k8s_options)
     if install_systemd:
-        # deferred: keeps `gpuwarden agent --help` cheap (12.0 ms there); only this path of the command needs it
+        # deferred: keeps `gpuwarden agent --help` cheap (15.4 ms there); only this path of the command needs it
         from gpuwarden.playbooks.agentinstall import InstallUnitPlaybook, unit_text
-        # deferred: keeps `gpuwarden agent --help` cheap (12.1 ms there)
+        # deferred: keeps `gpuwarden agent --help` cheap (15.2 ms there)
         from gpuwarden.playbooks.cli.output import execute, exit_with
         unit = InstallUnitPlaybook(unit_dir)
         result = execute(unit, settings, dry_run=not yes, yes=yes, json_out=json_out)
@@ -185,16 +187,16 @@ def agent_cmd(
     cfg = _config(settings, interval)
     tls = _tls(metrics_listen, metrics_tls_cert, metrics_tls_key, metrics_client_ca)
     if metrics_listen is not None:  # an empty value (a blank env var) is a mistake, not "no listener"
-        # deferred: keeps `gpuwarden agent --help` cheap (19.6 ms there); only this path of the command needs it
+        # deferred: keeps `gpuwarden agent --help` cheap (19.8 ms there); only this path of the command needs it
         from gpuwarden.ops.services.metrics_server import parse_listen
         parse_listen(metrics_listen)  # a typo fails here, before anything starts or detaches
     sampler = _sampler(settings)
     if action is not None or (not foreground and sys.stdin.isatty() and not os.environ.get("NOTIFY_SOCKET")):
         sampler.close()
         raise typer.Exit(_detach(settings, _without_action(sys.argv[1:], action)))
-    # deferred: keeps `gpuwarden agent --help` cheap (57.5 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden agent --help` cheap (71.0 ms there); only this path of the command needs it
     from gpuwarden.ops.services.agent_daemon import Agent
-    # deferred: keeps `gpuwarden agent --help` cheap (81.1 ms there)
+    # deferred: keeps `gpuwarden agent --help` cheap (111.9 ms there)
     from gpuwarden.playbooks.agentpolicies import Policies
     agent = Agent(settings, cfg, socket=listen_unix, sampler=sampler)
     agent.add_observer(Policies(agent, cfg))  # before start: the first snapshot's events count too
@@ -253,9 +255,11 @@ def _cli_words(argv: tuple[str, ...]) -> list[str] | None:
 
 def _lifecycle(ctx: typer.Context, settings: Settings, action: str) -> int:
     """`agent stop` and `agent status`: the agent of this state dir, found by the lock it holds."""
-    # deferred: keeps `gpuwarden agent --help` cheap (6.0 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden agent --help` cheap (6.2 ms there); only this path of the command needs it
     from gpuwarden.ops.agent import running
-    # deferred: keeps `gpuwarden agent --help` cheap (56.4 ms there)
+    # deferred: keeps `gpuwarden agent --help` cheap (2.3 ms there)
+    from gpuwarden.ops.agent.client import get
+    # deferred: keeps `gpuwarden agent --help` cheap (69.3 ms there)
     from gpuwarden.ops.services.agent_daemon import socket_path
     _only_action(ctx, action)
     state = settings.state_dir
@@ -287,7 +291,7 @@ def _lifecycle(ctx: typer.Context, settings: Settings, action: str) -> int:
 
 def _not_running(settings: Settings) -> None:
     """`agent start` when one runs already: say so and which, exit 0 (it is running, as asked)."""
-    # deferred: keeps `gpuwarden agent --help` cheap (6.0 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden agent --help` cheap (6.2 ms there); only this path of the command needs it
     from gpuwarden.ops.agent import running
     run = running.find(settings.state_dir)
     if run is not None:
@@ -311,7 +315,7 @@ def _restart_reuses(ctx: typer.Context, settings: Settings) -> bool:
     """`agent restart`: stop the running agent and start it again as it ran (its argv and GPUWARDEN_*
     environment). False when none runs: the caller starts one with this command line's options."""
 
-    # deferred: keeps `gpuwarden agent --help` cheap (6.0 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden agent --help` cheap (6.2 ms there); only this path of the command needs it
     from gpuwarden.ops.agent import running
     run = running.find(settings.state_dir)
     if run is None:
@@ -348,7 +352,7 @@ def _kubernetes_config(settings: Settings, on: bool, **overrides):
             raise GpuwardenError(f"{given[0]} is an option of Kubernetes mode",
                                  "add --kubernetes (or run `gpuwarden k8s-agent`)")
         return None
-    # deferred: keeps `gpuwarden agent --help` cheap (8.7 ms there)
+    # deferred: keeps `gpuwarden agent --help` cheap (13.8 ms there)
     from gpuwarden.ops.k8s.nodesignal import POLICIES
     policy, taint_after = overrides.get("policy"), overrides.get("taint_after")
     if policy is not None and policy not in POLICIES:
@@ -360,21 +364,21 @@ def _kubernetes_config(settings: Settings, on: bool, **overrides):
 
 def _kubernetes_node(settings: Settings, k8s_cfg, agent, reread):
     """Kubernetes mode attached to the agent: its lines are the agent's events (kind "kubernetes")."""
-    # deferred: keeps `gpuwarden agent --help` cheap (41.1 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden agent --help` cheap (56.1 ms there); only this path of the command needs it
     from gpuwarden.ops.services.k8s_node import KubernetesNode
-    # deferred: keeps `gpuwarden agent --help` cheap (6.1 ms there)
+    # deferred: keeps `gpuwarden agent --help` cheap (11.2 ms there)
     from gpuwarden.ops.sampling.changes import NodeEvent
 
     def log(level: str, text: str) -> None:
         agent.emit(NodeEvent(time.time(), level, text, "kubernetes"))
     fixer = None
     if k8s_cfg.remediate:
-        # deferred: keeps `gpuwarden agent --help` cheap (42.6 ms there)
+        # deferred: keeps `gpuwarden agent --help` cheap (69.4 ms there)
         from gpuwarden.playbooks.k8s_remediate import fixer as fix_playbook
         fixer = fix_playbook(settings)
     post_cleaner = None
     if k8s_cfg.post_clean:
-        # deferred: keeps `gpuwarden agent --help` cheap (44.2 ms there)
+        # deferred: keeps `gpuwarden agent --help` cheap (62.5 ms there)
         from gpuwarden.playbooks.k8s_postclean import cleaner as clean_playbook
         post_cleaner = clean_playbook(settings)
     # credentials are checked here
@@ -392,7 +396,7 @@ def _tls(listen: str | None, cert: Path | None, key: Path | None, client_ca: Pat
     if cert is None or key is None:
         raise GpuwardenError("HTTPS for /metrics needs both --metrics-tls-cert and --metrics-tls-key",
                              "give the PEM certificate chain and its key")
-    # deferred: keeps `gpuwarden agent --help` cheap (19.9 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden agent --help` cheap (20.2 ms there); only this path of the command needs it
     from gpuwarden.ops.services.metrics_server import TlsFiles
     files = TlsFiles(cert, key, client_ca)
     files.context()  # an unreadable certificate fails here, with its name
@@ -401,9 +405,9 @@ def _tls(listen: str | None, cert: Path | None, key: Path | None, client_ca: Pat
 
 def _exporter(agent, listen: str | None, tls, per_process: bool, hostname_label: bool):
     """The exporter is always attached: `gpuwarden metrics` asks it over the API socket."""
-    # deferred: keeps `gpuwarden agent --help` cheap (69.8 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden agent --help` cheap (92.9 ms there); only this path of the command needs it
     from gpuwarden.ops.services.metrics_exporter import MetricsExporter
-    # deferred: keeps `gpuwarden agent --help` cheap (3.9 ms there)
+    # deferred: keeps `gpuwarden agent --help` cheap (5.0 ms there)
     from gpuwarden.ops.metrics.reading import MetricsOptions
     options = MetricsOptions(per_process=per_process, hostname=os.uname().nodename if hostname_label else None)
     exporter = MetricsExporter(agent, options, listen, tls)

@@ -123,9 +123,9 @@ def _warn_memory(settings: Settings, path: str, size: Optional[str], source: Opt
 
 def _create_and_report(settings: Settings, held, path: str, size: Optional[str], source: Optional[str],
                        chunk_size: str, force: bool, workers: Optional[int], json_out: bool, quiet: bool) -> None:
-    # deferred: keeps `gpuwarden arena --help` cheap (4.6 ms there)
+    # deferred: keeps `gpuwarden arena --help` cheap (4.5 ms there)
     from gpuwarden.ops.foundation import journal
-    # deferred: keeps `gpuwarden arena --help` cheap (3.1 ms there)
+    # deferred: keeps `gpuwarden arena --help` cheap (5.4 ms there)
     from gpuwarden.ops.arena.create import create
     _warn_memory(settings, path, size, source)
     try:
@@ -170,9 +170,9 @@ def verify_cmd(
     Exit status: 0 good; 1 the arena is damaged (truncated, bad magic, newer version, size or hash mismatch);
     2 it cannot be read (missing, no permission).
     """
-    # deferred: keeps `gpuwarden arena --help` cheap (1.1 ms there)
+    # deferred: keeps `gpuwarden arena --help` cheap (4.6 ms there)
     from gpuwarden.ops.arena.format import ArenaError
-    # deferred: keeps `gpuwarden arena --help` cheap (3.1 ms there)
+    # deferred: keeps `gpuwarden arena --help` cheap (5.6 ms there)
     from gpuwarden.ops.arena.verify import verify
     try:
         try:
@@ -208,7 +208,7 @@ def inspect_cmd(
     For each mapper: resident (Rss) and proportional (Pss) share of the arena from /proc/<pid>/smaps, and
     whether it registered the arena, when its status-protocol file says so. Exit 1 when the header is bad.
     """
-    # deferred: keeps `gpuwarden arena --help` cheap (5.6 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden arena --help` cheap (9.1 ms there); only this path of the command needs it
     from gpuwarden.ops.arena.inspect import inspect
     settings: Settings = ctx.find_root().obj
     info = inspect(path, settings.proc_root, settings.state_dir)
@@ -257,7 +257,7 @@ def budget_cmd(
     a stated 4 GiB default) and, when that headroom is only assumed, says the verdict is not certain and what
     decides it. Without flags the arena and engines come from the node config.
     """
-    # deferred: keeps `gpuwarden arena --help` cheap (29.3 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden arena --help` cheap (40.7 ms there); only this path of the command needs it
     from gpuwarden.ops.arena.budget import compute, engine_names, from_config
     settings: Settings = ctx.find_root().obj
     names: list[str] = []
@@ -318,7 +318,7 @@ def probe_cmd(
     Reports per canary the register seconds, copy GB/s and how it ended (the signal's name if it crashed),
     then stops them all. Exit 0 when every canary registered, served and stopped cleanly, 1 otherwise.
     """
-    # deferred: keeps `gpuwarden arena --help` cheap (54.9 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden arena --help` cheap (70.4 ms there); only this path of the command needs it
     from gpuwarden.playbooks.probe import Probe, ProbeOptions, table
     settings: Settings = ctx.find_root().obj
     if runtime not in ("hip", "cuda", "host", "sim"):

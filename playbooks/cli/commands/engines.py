@@ -68,9 +68,9 @@ def list_cmd(ctx: typer.Context,
     An engine whose shim is gone while it claimed to be running shows as `stale`: its record is not
     to be trusted (the shim was killed, or the node rebooted).
     """
-    # deferred: keeps `gpuwarden engines --help` cheap (25.9 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden engines --help` cheap (36.2 ms there); only this path of the command needs it
     from gpuwarden.ops.arena import kfd_node
-    # deferred: keeps `gpuwarden engines --help` cheap (1.7 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden engines --help` cheap (0.8 ms there); only this path of the command needs it
     from gpuwarden.ops.engines import registrations
     settings = _settings(ctx)
     infos = st.list_engines(settings)
@@ -204,16 +204,16 @@ def stop_cmd(ctx: typer.Context, name: Optional[str] = typer.Argument(None, help
         targets = tuple((i.name, i.gpu) for i in infos if i.phase not in st.FINAL_PHASES)
     results = []
     if targets:
-        # deferred: keeps `gpuwarden engines --help` cheap (8.1 ms there); only this path of the command needs it
+        # deferred: keeps `gpuwarden engines --help` cheap (10.4 ms there); only this path of the command needs it
         from gpuwarden.playbooks.framework import run
-        # deferred: keeps `gpuwarden engines --help` cheap (17.5 ms there)
+        # deferred: keeps `gpuwarden engines --help` cheap (23.4 ms there)
         from gpuwarden.playbooks.stop import StopEnginePlaybook
         pb = StopEnginePlaybook(engines=targets, timeout_s=timeout)
         if name or yes:
             # Naming one engine is the operator's confirmation; the runner adds locks and journal.
             outcome = run(pb, settings, assume_yes=True)
         else:
-            # deferred: keeps `gpuwarden engines --help` cheap (8.6 ms there)
+            # deferred: keeps `gpuwarden engines --help` cheap (11.0 ms there)
             from gpuwarden.playbooks.cli.output import event_printer, terminal_confirm
             confirm = None if json_out else terminal_confirm()
             names = ", ".join(n for n, _ in targets)
@@ -245,7 +245,7 @@ def restart_cmd(ctx: typer.Context, name: str = typer.Argument(..., help="Engine
                 timeout: Optional[float] = typer.Option(None, "--timeout", min=0,
                                                         help="Grace before SIGKILL when stopping it.")) -> None:
     """Stop an engine (if it runs) and start it again under a new shim, with the spec it was launched with."""
-    # deferred: keeps `gpuwarden engines --help` cheap (12.0 ms there); only this path of the command needs it
+    # deferred: keeps `gpuwarden engines --help` cheap (15.2 ms there); only this path of the command needs it
     from gpuwarden.ops.engines import control
     settings = _settings(ctx)
     shim_pid = control.restart(settings, name, timeout_s=timeout)

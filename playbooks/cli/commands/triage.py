@@ -132,7 +132,7 @@ def _report_for(path: str):
     report = _read_report(path)
     if not report.known:  # a bundle's triage cited already, with the bundle's versions
         cite(report)  # a bare log says nothing of the node's versions: matches say "not known"
-        # deferred: keeps `gpuwarden triage --help` cheap (1.2 ms there)
+        # deferred: keeps `gpuwarden triage --help` cheap (3.2 ms there)
         from gpuwarden.ops.triage import kfdrank
         kfdrank.rank(report, None)  # a bare log has no node context: the report says which it would need
     return report
@@ -147,10 +147,10 @@ def _read_report(path: str):
     head = os.pread(fd, 512, 0)  # leaves the offset where it is, for the read that follows
     if head[:2] == b"\x1f\x8b" or (len(head) >= 262 and head[257:262] == b"ustar"):
         os.close(fd)
-        # deferred: keeps `gpuwarden triage --help` cheap (8.3 ms there)
+        # deferred: keeps `gpuwarden triage --help` cheap (13.4 ms there)
         from gpuwarden.ops.bundle.replay import is_tar
         if is_tar(p):  # a truncated or corrupt gzip is one line naming it
-            # deferred: keeps `gpuwarden triage --help` cheap (27.4 ms there)
+            # deferred: keeps `gpuwarden triage --help` cheap (40.4 ms there)
             from gpuwarden.ops.bundle.triage_file import triage_bundle
             return triage_bundle(p)
         raise GpuwardenError(f"{p} is compressed or archived but is not a bundle", _WHAT_TO_GIVE)
