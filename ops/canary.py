@@ -8,12 +8,14 @@ holds the arena in VMM host memory and passes its descriptor over a unix socket;
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import signal
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any, TextIO
 
@@ -28,6 +30,7 @@ from gpuwarden.ops.arena.mapping import MappedArena
 from gpuwarden.ops.register import share
 from gpuwarden.ops.register.base import Runtime, physical_gpu
 from gpuwarden.ops.register.share import Keeper
+from gpuwarden.ops.node.sim import registrations
 
 VERIFY_MODES = ("full", "header", "none")
 FAULT_PHASES = tuple(p for p in PHASES if p != "exited")
@@ -165,8 +168,8 @@ class Canary:
 
     def _pin(self, runtime: Any) -> None:
         """The engine's next allocation after it is up: a pinned host buffer, charged by KFD like the arena."""
+        # deferred: keeps `gpuwarden canary --help` cheap (9.6 ms there)
         from gpuwarden.ops.register.sim import PinFailed
-        from gpuwarden.ops.node.sim import registrations
         assert self.o.pin is not None
         used = registrations.charged(runtime.state_dir)
         if self.o.pin_after_peers:
@@ -324,8 +327,6 @@ class Canary:
 
 def record_failed_call(state_dir: Any, **call: Any) -> None:
     """The sim ledger's failed calls (<state dir>/sim/failed-calls.jsonl), which triage reads as node context."""
-    import json
-    from pathlib import Path
     path = Path(state_dir) / "sim" / "failed-calls.jsonl"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from gpuwarden.playbooks import nodecheck
 from gpuwarden.playbooks.framework import Playbook, RunContext, SkipStep, Step, StepFailed
 from gpuwarden.playbooks.purge import PurgePlaybook
 from gpuwarden.playbooks.reset import reset_step
+from gpuwarden.ops.node.topology import reset_reach, topology
 
 
 class FixPlaybook(Playbook):
@@ -83,7 +84,6 @@ class FixPlaybook(Playbook):
         self._engines = [(e.name, e.gpu) for e in snap.engines
                          if e.gpu in self._hive and e.phase not in ("exited", "crashed") and not e.stale]
         self._no_reset = self._why_no_reset(ctx, snap, info)
-        from gpuwarden.ops.node.topology import reset_reach, topology
         reach = reset_reach(topology(snap, ctx.settings.sysfs_root), self.gpu)
         self._reach = reach
         self.confirm_note = f"if a reset is needed, {reach}" if reach and self._no_reset is None else ""

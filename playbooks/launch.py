@@ -78,7 +78,6 @@ class LaunchPlaybook(Playbook):
             if preload.missing():
                 problems.append(preload.missing())
         if self.config.arena is not None:
-            from pathlib import Path
             if not Path(self.config.arena.path).exists():
                 size = f"{self.config.arena.size}B" if self.config.arena.size else "SIZE"
                 if self.config.arena.size and self.config.arena.size % (1 << 30) == 0:

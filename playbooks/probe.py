@@ -5,6 +5,7 @@ A plain runner (it changes nothing on the node but its own temporary arena), rep
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import signal
@@ -24,6 +25,11 @@ from gpuwarden.ops.foundation.status_protocol import ENV_FILE, StatusFollower
 from gpuwarden.ops.foundation.units import fmt_bytes
 from gpuwarden.ops.arena import create, format as fmt
 from gpuwarden.playbooks.probetrace import Trace
+from gpuwarden.ops.node.sim import registrations
+from gpuwarden.ops.node.debugfs.dyndbg import KfdLimitDebug
+from gpuwarden.playbooks.nodecheck import snapshot
+from gpuwarden.ops.node.sim.node import SimNode
+from gpuwarden.ops.engines import state as engine_state
 
 # Variables that narrow which GPUs a canary sees. ROCR_ acts at the ROCr level, so a HIP registration is
 # mapped (and charged by KFD) for that one GPU only; HIP then numbers it 0.
@@ -86,7 +92,6 @@ def _require_runtime(runtime: str) -> None:
     """A runtime whose library is not installed fails here, in one line (exit 2), not once per canary."""
     module = _LIBRARIES.get(runtime)
     if module is not None:
-        import importlib
         importlib.import_module(module)._import()  # RuntimeUnavailable names the library and how to get it
 
 
@@ -138,7 +143,6 @@ class Probe:
             if self.trace.plan()["note"]:
                 self.say(f"trace: {self.trace.plan()['note']}")
             if o.runtime in ("hip", "sim"):
-                from gpuwarden.ops.node.debugfs.dyndbg import KfdLimitDebug
                 dyndbg = KfdLimitDebug(self.settings.sysfs_root, self.settings.state_dir)
                 self._dyndbg_notes = [dyndbg.enable()]
                 self.say(self._dyndbg_notes[0])
@@ -206,17 +210,13 @@ class Probe:
         if self.o.runtime == "host":
             return None
         if self.o.runtime == "sim":
-            from gpuwarden.ops.node.sim.node import SimNode
             node = SimNode(self.settings.state_dir)
             return list(range(node.config()["gpus"])) if node.exists else None
-        from gpuwarden.playbooks.nodecheck import snapshot
         return [g.index for g in snapshot(self.settings).gpus]
 
     def _sim_already_charged(self) -> list[dict]:
         """Live charges in the simulated KFD ledger that are not this probe's: whose (engine name when one of the
         node's engines has that pid) and how much. The probe's limit leaves room for them and says so."""
-        from gpuwarden.ops.engines import state as engine_state
-        from gpuwarden.ops.node.sim import registrations
         owners: dict[int, str] = {}
         for name in engine_state.names(self.settings.state_dir):
             record = engine_state.read_state(self.settings.state_dir, name) or {}

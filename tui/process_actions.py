@@ -14,6 +14,7 @@ from gpuwarden.tui.runner import PlaybookRun
 from gpuwarden.tui.screens.progress import ProgressScreen
 from gpuwarden.tui.screens.stop_process import StopProcessScreen
 from gpuwarden.playbooks.stopproc import StopProcessPlaybook
+from gpuwarden.playbooks.signalproc import SignalProcessPlaybook
 
 GRACE_S = 5.0
 
@@ -102,9 +103,6 @@ class ProcessActionsMixin:
         """The process view's menu: send SIG`name` through the signal playbook (asks first when `ends`)."""
         if not self.may_act():  # type: ignore[attr-defined]
             return
-        from gpuwarden.playbooks.signalproc import SignalProcessPlaybook
-        from gpuwarden.tui.runner import PlaybookRun
-        from gpuwarden.tui.screens.progress import ProgressScreen
         pb = SignalProcessPlaybook(process, name, ends=ends)
         # Destructive (it ends or freezes the process): the runner's dialog, Cancel focused, shows the step first.
         run = PlaybookRun(self, pb, self.settings, f"SIG{name} to pid {process.pid}")  # type: ignore[attr-defined]

@@ -12,6 +12,7 @@ from gpuwarden.playbooks.framework import Event, Playbook, Result, run
 
 from gpuwarden.tui.messages import PlaybookFinished, PlaybookProgress
 from gpuwarden.tui.screens.confirm import ConfirmScreen
+from gpuwarden.playbooks.signalplan import describe_entries
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -64,7 +65,6 @@ class PlaybookRun:
         planned = next((e for e in reversed(self.events) if e.kind == "planned"), None)
         steps = list(planned.data.get("steps", [])) if planned is not None else []
         if planned is not None and planned.data.get("signals"):
-            from gpuwarden.playbooks.signalplan import describe_entries
             steps += [{"signal": line} for line in describe_entries(planned.data["signals"])]
         self.asking = True
         try:

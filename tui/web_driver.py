@@ -5,7 +5,9 @@ Textual's web driver stops reading at end of input and leaves the app running wi
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 
 from textual import messages
 from textual.drivers.web_driver import WebDriver
@@ -23,8 +25,6 @@ def die_with_serve() -> None:
     expected = os.environ.pop(SERVE_PID_ENV, "")  # not for what the console starts in turn
     if not expected.isdigit():
         return
-    import ctypes
-    import signal
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     except (OSError, AttributeError):

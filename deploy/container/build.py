@@ -15,11 +15,13 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import tomllib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -113,8 +115,6 @@ def _quote(s: str) -> str:
 def _dependencies(extra: str = "all") -> list[str]:
     """What `pip install 'gpuwarden[all]'` asks for: the base requirements and every extra's (the image runs
     Kubernetes mode, the fleet and serve). `all` names the other extras (gpuwarden[kubernetes,fleet,serve])."""
-    import re
-    import tomllib
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     optional = project.get("optional-dependencies", {})
     deps, todo, seen = list(project["dependencies"]), [extra], set()

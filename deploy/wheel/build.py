@@ -41,6 +41,7 @@ def version() -> str:
 
 def zig_cc() -> list[str]:
     try:
+        # deferred: optional extra [test] (the wheel build's compiler); the ImportError below says how to get it
         import ziglang  # noqa: F401
     except ImportError:
         raise SystemExit("the wheels are cross-built with zig: pip install ziglang (the test extra has it)") from None

@@ -10,6 +10,7 @@ import errno
 import os
 import re
 import shutil
+import stat
 import subprocess
 import threading
 import time
@@ -22,6 +23,8 @@ from gpuwarden.ops.foundation.waitfd import readable
 from gpuwarden.ops.agent.writewatch import WriteWatch, ignore
 from gpuwarden.ops.triage.findings import Finding
 from gpuwarden.ops.triage.live import LiveTriage
+from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.foundation.statedir import atomic_write
 
 KMSG = "/dev/kmsg"
 # A /dev/kmsg record: "PRI,SEQ,USEC,FLAGS[,more];message" (Documentation/ABI/testing/dev-kmsg).
@@ -248,8 +251,6 @@ class _KmsgRecords:
             if useful(line):
                 out.append(line)
         if out and self.state_file is not None and self.last_seq is not None:
-            from gpuwarden.ops.foundation.errors import GpuwardenError
-            from gpuwarden.ops.foundation.statedir import atomic_write
             try:
                 atomic_write(self.state_file, str(self.last_seq), 0o600, root=self.state_file.parent)
             except (OSError, GpuwardenError) as exc:  # statedir's open errors are GpuwardenErrors
@@ -272,7 +273,6 @@ class _FileLines:
         self.buf = b""
         self.regular = False
         try:
-            import stat
             self.regular = stat.S_ISREG(os.fstat(fd).st_mode)
         except OSError:
             pass

@@ -38,6 +38,7 @@ from gpuwarden.ops.node.debugfs import parse
 from gpuwarden.ops.node.debugfs.reader import DebugfsReader
 from gpuwarden.ops.node.sim.node import active_sim_root
 from gpuwarden.ops.arena.format import load_header
+from gpuwarden.ops.engines import state as engine_state
 
 RESERVE = 3 << 29  # AMDGPU_RESERVE_MEM_LIMIT
 
@@ -111,7 +112,6 @@ def pinned_headroom_for(engine: nodeconfig.EngineConfig | str | None, state_dir:
 
 def _ledger_pinned(state_dir: Path, name: str) -> int | None:
     """Hook for the interposer's ledger: the engine state's peak (or current) pinned bytes, when recorded."""
-    from gpuwarden.ops.engines import state as engine_state  # deferred: budget is imported by `status`
     try:
         record = engine_state.read_state(state_dir, name) or {}
     except (OSError, GpuwardenError):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import stat
 import struct
 import time
@@ -41,6 +42,7 @@ from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.inputs import kind_of
 from gpuwarden.ops.foundation.records import record
 from gpuwarden.ops.foundation.safetext import printable
+from gpuwarden.ops.foundation.units import size_arg
 
 MAGIC = b"GWARENA\0"
 VERSION = 1
@@ -160,7 +162,6 @@ def _pread_exact(fd: int, size: int, offset: int) -> bytes:
 
 
 def _quoted(path: str | Path) -> str:
-    import shlex  # only on the error path: status reads arena headers and keeps its imports few
     return shlex.quote(str(path))
 
 
@@ -169,8 +170,6 @@ def recreate_hint(path: str | Path, payload: int | None = None) -> str:
     where = _quoted(path)
     if not payload:  # a header too damaged to say: the operator must supply the size, so no paste-ready command
         return f"recreate it: gpuwarden arena create {where} --force --size and the size the weights need"
-    # deferred: only on the error path, as _quoted's shlex
-    from gpuwarden.ops.foundation.units import size_arg
     return f"recreate it with `gpuwarden arena create {where} --force --size {size_arg(payload)}`"
 
 

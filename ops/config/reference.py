@@ -4,6 +4,8 @@ tables of docs/configuration.md (tests/integration/ops/config/test_config_keys.p
 
 from __future__ import annotations
 
+import textwrap
+
 from gpuwarden.ops.config import keys
 from gpuwarden.ops.config.keys import Key
 
@@ -100,7 +102,6 @@ def _line(k: Key, value: str) -> list[str]:
 
 def _comment(k: Key) -> list[str]:
     """The key's help as comment lines of at most 116 characters, above the key."""
-    import textwrap  # only the example needs it
     return textwrap.wrap(f"# {k.help}", 116, subsequent_indent="# ")
 
 

@@ -137,7 +137,8 @@ class FleetMonitor:
 
     async def _stream(self, feed: NodeFeed, conn: asyncssh.SSHClientConnection) -> None:
         command = self.command("status", "--watch", "--json", "--interval", f"{self.interval:g}")
-        import asyncssh  # deferred: asyncssh (and cryptography) load only when a node is reached over ssh
+        # deferred: optional extra [fleet]; asyncssh (and cryptography) load only when a node is reached over ssh
+        import asyncssh
         proc = await conn.create_process(command, stderr=asyncssh.DEVNULL)
         try:
             async for line in proc.stdout:

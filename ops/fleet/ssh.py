@@ -62,7 +62,8 @@ class _Policy:
         self.added: str | None = None
 
     def client(self) -> asyncssh.SSHClient:
-        import asyncssh  # deferred: asyncssh (and cryptography) load only when a node is reached over ssh
+        # deferred: optional extra [fleet]; asyncssh (and cryptography) load only when a node is reached over ssh
+        import asyncssh
 
         policy = self
 
@@ -79,7 +80,8 @@ class _Policy:
         return Client()
 
     def _has_entry(self, host: str, addr: str, port: int) -> bool:
-        import asyncssh  # deferred: asyncssh (and cryptography) load only when a node is reached over ssh
+        # deferred: optional extra [fleet]; asyncssh (and cryptography) load only when a node is reached over ssh
+        import asyncssh
         for path in self.files:
             try:
                 found = asyncssh.match_known_hosts(path, host, addr, port if port != DEFAULT_PORT else None)
@@ -102,7 +104,8 @@ class _Policy:
 
 
 def _options(host: Host, ssh: SshSettings, **extra: Any) -> asyncssh.SSHClientConnectionOptions:
-    import asyncssh  # deferred: asyncssh (and cryptography) load only when a node is reached over ssh
+    # deferred: optional extra [fleet]; asyncssh (and cryptography) load only when a node is reached over ssh
+    import asyncssh
     config = [str(p) for p in ssh.config_files] if ssh.config_files else ()
     kwargs: dict[str, Any] = {"config": config, "host": host.address or host.name,
                               "connect_timeout": ssh.connect_timeout, "login_timeout": ssh.connect_timeout, **extra}
@@ -183,7 +186,8 @@ async def _hops(host: Host, ssh: SshSettings, jump: str, hops: int) -> asyncssh.
 
 async def _open(host: Host, ssh: SshSettings, options: asyncssh.SSHClientConnectionOptions, policy: _Policy,
                 via: asyncssh.SSHClientConnection | None) -> asyncssh.SSHClientConnection:
-    import asyncssh  # deferred: asyncssh (and cryptography) load only when a node is reached over ssh
+    # deferred: optional extra [fleet]; asyncssh (and cryptography) load only when a node is reached over ssh
+    import asyncssh
     extra: dict[str, Any] = {"tunnel": via} if via is not None else {}
     files = policy.files = _known_files(options)
     if not files:

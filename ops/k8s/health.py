@@ -75,10 +75,12 @@ def merge(ours: list[GpuState], theirs: list[GpuState]) -> list[GpuState]:
 
 def ask_upstream(socket_path: str, timeout_s: float = 1.0) -> list[GpuState]:
     """MetricsService.List of AMD's exporter on its socket; GpuwardenError when it does not answer."""
-    # deferred: grpc with protobuf only when the service runs (the kubernetes extra)
+    # deferred: optional extra [kubernetes]; grpc with protobuf only when the service runs (the kubernetes extra)
     import grpc
+    # deferred: optional extra [kubernetes]
     from google.protobuf import empty_pb2
 
+    # deferred: optional extra [kubernetes]
     from gpuwarden.ops.k8s.proto import metricssvc_pb2_grpc
     try:
         with grpc.insecure_channel(f"unix://{socket_path}") as channel:
@@ -124,8 +126,10 @@ class HealthService:
     def start(self) -> None:
         # deferred: optional (the kubernetes extra), and grpc with protobuf only when the service starts
         extras.need("kubernetes", "--amd-health")
+        # deferred: optional extra [kubernetes]
         import grpc
 
+        # deferred: optional extra [kubernetes]
         from gpuwarden.ops.k8s.proto import metricssvc_pb2, metricssvc_pb2_grpc
         service = self
 

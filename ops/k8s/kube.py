@@ -93,7 +93,9 @@ def connect(kubeconfig: str | None = None, timeout_s: float = 10.0) -> "Kube":
     given), else for `kubeconfig`, KUBECONFIG or ~/.kube/config (a list joined by os.pathsep merges as kubectl
     merges it); the current context of that file."""
     _load_client()
+    # deferred: optional extra [kubernetes]
     import yaml
+    # deferred: optional extra [kubernetes]
     from lightkube.core.exceptions import ConfigError
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -111,13 +113,16 @@ def connect(kubeconfig: str | None = None, timeout_s: float = 10.0) -> "Kube":
 def connect_config(kubeconfig: Mapping[str, Any], timeout_s: float = 10.0) -> "Kube":
     """A Kube for a kubeconfig given as its parsed document (its current context)."""
     _load_client()
+    # deferred: optional extra [kubernetes]
     from lightkube.config.kubeconfig import KubeConfig
     return _connect(KubeConfig.from_dict(dict(kubeconfig)), timeout_s)
 
 
 def _in_cluster() -> "KubeConfig":
     """The pod's service account: token, CA and namespace files, the API at KUBERNETES_SERVICE_HOST/PORT."""
+    # deferred: optional extra [kubernetes]
     from lightkube.config.kubeconfig import KubeConfig
+    # deferred: optional extra [kubernetes]
     from lightkube.core.exceptions import ConfigError
     if not os.environ.get("KUBERNETES_SERVICE_PORT"):
         raise ConfigError("KUBERNETES_SERVICE_HOST is set but KUBERNETES_SERVICE_PORT is not")
@@ -132,7 +137,9 @@ def _in_cluster() -> "KubeConfig":
 def _from_files(kubeconfig: str | None) -> "KubeConfig":
     """One kubeconfig, or several merged: the first file to name a cluster, context or user (or to set
     current-context) wins; files named there that do not exist are skipped (kubectl's loading rules)."""
+    # deferred: optional extra [kubernetes]
     from lightkube.config.kubeconfig import KubeConfig
+    # deferred: optional extra [kubernetes]
     from lightkube.core.exceptions import ConfigError
     spec = kubeconfig if kubeconfig is not None else (os.environ.get("KUBECONFIG") or "~/.kube/config")
     paths = [Path(p).expanduser() for p in spec.split(os.pathsep) if p]
@@ -159,7 +166,9 @@ def _from_files(kubeconfig: str | None) -> "KubeConfig":
 
 def _parse(path: Path) -> Any:
     """A kubeconfig file's YAML document; ConfigError naming the file and the line when it is not YAML."""
+    # deferred: optional extra [kubernetes]
     import yaml
+    # deferred: optional extra [kubernetes]
     from lightkube.core.exceptions import ConfigError
     try:
         return yaml.safe_load(path.read_text()) or {}
@@ -180,10 +189,15 @@ def _absolute(key: str, entry: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 def _connect(config: "KubeConfig", timeout_s: float) -> "Kube":
+    # deferred: optional extra [kubernetes]
     import httpx2
+    # deferred: optional extra [kubernetes]
     from lightkube.config.client_adapter import ConnectionParams
+    # deferred: optional extra [kubernetes]
     from lightkube.config.models import User
+    # deferred: optional extra [kubernetes]
     from lightkube.core.exceptions import ConfigError
+    # deferred: optional extra [kubernetes]
     from lightkube.core.generic_client import GenericSyncClient
     single = config.get()
     if single is None:
@@ -204,8 +218,11 @@ class Kube:
 
     def __init__(self, client: "GenericSyncClient", host: str = "", timeout_s: float = 10.0):
         _load_client()
+        # deferred: optional extra [kubernetes]
         from lightkube.resources.coordination_v1 import Lease as LeaseResource
+        # deferred: optional extra [kubernetes]
         from lightkube.resources.core_v1 import Event, Node as NodeResource, NodeStatus, Pod as PodResource
+        # deferred: optional extra [kubernetes]
         from lightkube.resources.core_v1 import PodEviction
         self.client = client
         self.host = host
@@ -228,7 +245,9 @@ class Kube:
 
     def _send(self, what: str, br: "BasicRequest", *, stream: bool = False) -> "httpx2.Response":
         """The response to `br` (2xx), with a deadline; any other answer or none raises KubeError."""
+        # deferred: optional extra [kubernetes]
         import httpx2
+        # deferred: optional extra [kubernetes]
         from lightkube.core.exceptions import ConfigError
         self.calls += 1
         if br.timeout is None:
@@ -252,12 +271,14 @@ class Kube:
 
     def _call(self, what: str, br: "BasicRequest") -> Any:
         """The JSON the API answered to `br`. Any: the typed methods below say which object each call answers."""
+        # deferred: optional extra [kubernetes]
         import msgspec
         data = self._send(what, br).content
         return msgspec.json.decode(data) if data else {}
 
     def _raise(self, what: str, resp: "httpx2.Response") -> NoReturn:
         """KubeError for a refusal, from the Status body the API answers with (lightkube's ApiError reads it)."""
+        # deferred: optional extra [kubernetes]
         from lightkube.core.exceptions import ApiError
         code = resp.status_code
         message, reason = resp.reason_phrase or "", ""
@@ -280,6 +301,7 @@ class Kube:
         """One call to `path` (e.g. /apis/resource.k8s.io) through the client's auth and deadline; the JSON it
         answered. Any: each caller reads the object its path serves."""
         _load_client()
+        # deferred: optional extra [kubernetes]
         from lightkube.core.generic_client import BasicRequest
         br = BasicRequest(method=method, url=path.lstrip("/"), params=dict(query or {}), data=body,
                           headers={"Accept": "application/json"})
@@ -290,8 +312,11 @@ class Kube:
         """lightkube's type of a cluster-scoped resource: lightkube-models' when it has that version (1.37.0.8:
         resource.k8s.io v1 and v1beta2 ResourceSlice and DeviceTaintRule, authentication.k8s.io/v1
         TokenReview), else a generic resource of that group, version and plural (a version newer than the models)."""
+        # deferred: optional extra [kubernetes]
         from lightkube.core.exceptions import LoadResourceError
+        # deferred: optional extra [kubernetes]
         from lightkube.core.resource_registry import resource_registry
+        # deferred: optional extra [kubernetes]
         from lightkube.generic_resource import create_global_resource
         try:
             return resource_registry.load(api_version, kind)
@@ -353,6 +378,7 @@ class Kube:
     # --- pods ----------------------------------------------------------------------------------
     def pods_on(self, node: str) -> PodList:
         """PodList of the pods bound to `node` (fieldSelector spec.nodeName)."""
+        # deferred: optional extra [kubernetes]
         from lightkube.core.generic_client import ALL_NS
         pods: PodList = self._call(f"list pods on node {node}",
                                    self._prepare("list", self._pod, namespace=ALL_NS,
@@ -361,7 +387,9 @@ class Kube:
 
     def watch_pods(self, node: str, resource_version: str, timeout_s: int) -> "WatchStream":
         """A watch of the pods on `node` from `resource_version`; iterate it for (type, object)."""
+        # deferred: optional extra [kubernetes]
         import httpx2
+        # deferred: optional extra [kubernetes]
         from lightkube.core.generic_client import ALL_NS
         br = self._prepare("list", self._pod, namespace=ALL_NS, watch=True,
                            params={"fieldSelector": f"spec.nodeName={node}", "resourceVersion": resource_version,
@@ -433,7 +461,9 @@ class WatchStream:
         self._closed = False
 
     def __iter__(self) -> Iterator[tuple[str, Pod]]:
+        # deferred: optional extra [kubernetes]
         import httpx2
+        # deferred: optional extra [kubernetes]
         import msgspec
         try:
             for line in self._resp.iter_lines():

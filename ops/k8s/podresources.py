@@ -34,8 +34,10 @@ def list_assignments(socket_path: str = DEFAULT_SOCKET, timeout_s: float = 2.0) 
     """One List call; GpuwardenError (one line) when the socket is missing or the kubelet does not answer."""
     # deferred: optional (the kubernetes extra), and grpc with protobuf only when the kubelet is asked
     extras.need("kubernetes", "the kubelet's pod-resources API")
+    # deferred: optional extra [kubernetes]
     import grpc
 
+    # deferred: optional extra [kubernetes]
     from gpuwarden.ops.k8s.proto import podresources_pb2, podresources_pb2_grpc
     try:
         with grpc.insecure_channel(f"unix://{socket_path}") as channel:

@@ -8,10 +8,12 @@ next; formatting only the families that changed keeps a scrape of a large node w
 from __future__ import annotations
 
 import gc
+import gzip
 import threading
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from prometheus_client.core import Metric
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
@@ -45,7 +47,6 @@ class Exposition:
         Prometheus' text format). One scrape at a time, and without the cyclic garbage collector: a full
         collection of the agent's heap would otherwise land in a scrape now and then (most of its p99); it
         runs at the next allocation after the scrape instead."""
-        from prometheus_client.exposition import choose_encoder  # deferred: the agent's exporter only
         encoder, content_type = choose_encoder(accept or "")
         openmetrics = content_type.startswith("application/openmetrics-text")
         parts: list[bytes] = []
@@ -83,7 +84,6 @@ class Exposition:
 
     def wsgi_app(self, families: Callable[[], Iterable[Metric]]) -> WSGIApplication:
         """A WSGI app serving GET (any path, like prometheus_client's) from `families()`."""
-        from prometheus_client.exposition import gzip_accepted  # deferred: the agent's exporter only
 
         def app(environ: WSGIEnvironment, start_response: StartResponse) -> list[bytes]:
             if environ["REQUEST_METHOD"] not in ("GET", "HEAD"):
@@ -92,7 +92,6 @@ class Exposition:
             body, content_type = self.render(families, environ.get("HTTP_ACCEPT"))
             headers = [("Content-Type", content_type)]
             if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
-                import gzip
                 body = gzip.compress(body, compresslevel=1)  # level 1: a tenth of the CPU, most of the gain
                 headers.append(("Content-Encoding", "gzip"))
             headers.append(("Content-Length", str(len(body))))

@@ -19,11 +19,13 @@ _UNAVAILABLE = {"cudaErrorInsufficientDriver", "cudaErrorNoDevice", "cudaErrorIn
 def _import() -> Any:
     # deferred: optional (cuda-bindings or cuda-python), and only the cuda runtime needs it
     try:
+        # deferred: optional extra [cuda]
         from cuda.bindings import runtime as cudart
         return cudart
     except ImportError:
         pass
     try:
+        # deferred: optional extra [cuda]
         from cuda import cudart
         return cudart
     except ImportError:

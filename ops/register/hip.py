@@ -17,8 +17,8 @@ _UNAVAILABLE = {"hipErrorNoDevice", "hipErrorInsufficientDriver", "hipErrorInval
 
 
 def _import() -> Any:
-    # deferred: optional (hip-python), and only the hip runtime needs it
     try:
+        # deferred: vendor library (hip-python), imported where used as libload does: only the hip runtime needs it
         from hip import hip
         return hip
     except ImportError:

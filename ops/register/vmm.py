@@ -6,6 +6,7 @@ importer: import fd -> reserve + map + set access for its GPU -> copy to a devic
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -118,7 +119,8 @@ class CudaVmm(VmmShare):
     def _drv(self) -> Any:
         if getattr(self, "_d", None) is None:
             try:
-                # deferred: optional (cuda-bindings), and only --share on the cuda runtime needs it
+                # optional (cuda-bindings), and only --share on the cuda runtime needs it
+                # deferred: optional extra [cuda]
                 from cuda.bindings import driver
             except ImportError:
                 raise RuntimeUnavailable("cuda: --share needs cuda-bindings' driver module (cuda.bindings.driver)",
@@ -246,7 +248,6 @@ class HipVmm(VmmShare):
         return self.api.mod.hipMemCreate(size, prop, 0)
 
     def _export(self, handle: Any) -> int:
-        import ctypes
         h = self.api.mod
         out = ctypes.c_int(-1)
         self._check(h.hipMemExportToShareableHandle(

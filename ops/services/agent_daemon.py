@@ -13,6 +13,7 @@ and `events` serve in-process readers.
 from __future__ import annotations
 
 import fcntl
+import grp
 import json
 import os
 import signal
@@ -153,7 +154,6 @@ class Agent:
         group = self.config.socket_group
         if not group:
             return
-        import grp
         try:
             gid = grp.getgrnam(group).gr_gid
         except KeyError:

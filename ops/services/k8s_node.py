@@ -31,6 +31,8 @@ from gpuwarden.ops.k8s.pods import PodCache
 from gpuwarden.ops.services.k8s_remediation import Fixer, Remediator
 from gpuwarden.ops.k8s.remediationslots import ClusterSlots
 from gpuwarden.ops.foundation.errors import GpuwardenError
+from gpuwarden.ops.sampling.sampler import take_snapshot
+from gpuwarden.ops.foundation import journal
 
 Log = Callable[[str, str], None]  # (level: info|ok|warning|error, text)
 # What annotate() was given besides the snapshot: the pods' GPUs, the "kubernetes" block, the pod cache version.
@@ -92,7 +94,6 @@ class KubernetesNode:
             state_dir=settings.state_dir, events=self.events, log=log)
         self.cleaner: TenantCleaner | None = None
         if cfg.post_clean:
-            from gpuwarden.ops.sampling.sampler import take_snapshot
             tuning = {"snapshot": lambda: take_snapshot(settings), **(post_clean_tuning or {})}
             self.cleaner = TenantCleaner(cleaner=post_cleaner, sysfs_root=settings.sysfs_root,
                                          state_dir=settings.state_dir, grace_s=cfg.post_clean_grace,
@@ -113,7 +114,6 @@ class KubernetesNode:
 
     def _remediator(self, settings: Settings, cfg: KubernetesConfig, fixer: Fixer,
                     tuning: dict[str, Any]) -> Remediator:
-        from gpuwarden.ops.sampling.sampler import take_snapshot
         slots = ClusterSlots(self.kube, cfg.lease_namespace, self.node_name, slots=cfg.remediation_slots,
                              duration_s=int(tuning.pop("lease_s", 600)))
         return Remediator(self.kube, self.node_name, state_dir=settings.state_dir, sysfs_root=settings.sysfs_root,
@@ -290,7 +290,6 @@ class KubernetesNode:
     def _say_health(self, before: dict[int, str], now: dict[int, str]) -> None:
         """Device-plugin clusters: each GPU the health service turns unhealthy or healthy, as an Event and a
         journal line (what the device plugin will do with it: stop or resume giving it to new pods)."""
-        from gpuwarden.ops.foundation import journal
         for g in sorted(set(before) | set(now)):
             if (g in before) == (g in now):
                 continue

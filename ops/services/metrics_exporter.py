@@ -6,9 +6,11 @@ Nothing is rendered between scrapes: the sampling thread only pays for on_event'
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
+from dataclasses import replace
 
 from gpuwarden.ops.foundation.model import NodeSnapshot
 from gpuwarden.ops.triage.patterns import RULES
@@ -84,8 +86,6 @@ class MetricsExporter:
             return b""
         collector = self.collector
         if (per_process and not self.options.per_process) or (hostname and not self.options.hostname):
-            import os
-            from dataclasses import replace
             options = replace(self.options, per_process=per_process or self.options.per_process,
                               hostname=self.options.hostname or (os.uname().nodename if hostname else None))
             collector = SnapshotCollector(self.reading, options)

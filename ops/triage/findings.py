@@ -123,6 +123,7 @@ class Report:
     def summary(self) -> list[str]:
         """Short lines, most important first (info findings left out): one per group of findings that differ
         only in the device (ops/triage/groups.py), at most groups.SUMMARY_MAX lines whatever the log."""
+        # deferred: import cycle with gpuwarden.ops.triage
         from gpuwarden.ops.triage import groups  # groups builds on this module
 
         return groups.summary(self.ordered())

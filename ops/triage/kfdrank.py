@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from gpuwarden.ops.knowledge.catalog import load
 from gpuwarden.ops.foundation.errors import GpuwardenError
-from gpuwarden.ops.foundation.units import fmt_bytes
+from gpuwarden.ops.foundation.units import fmt_bytes, parse_size
 from gpuwarden.ops.engines.runtime_errors import name as error_name
 from gpuwarden.ops.triage.findings import Finding, Report
 from gpuwarden.ops.triage.registration import clock
@@ -104,7 +104,6 @@ def context_from(read: Callable[[str], bytes | None], evidence: list[Any], kfd: 
 
 def _simulated_limit(evidence: list[Any]) -> int | None:
     """The sim runtime's KFD limit (GPUWARDEN_SIM_KFD_LIMIT in an engine's spec), for a simulated incident."""
-    from gpuwarden.ops.foundation.units import parse_size
     for e in evidence:
         spec = e.spec.get("engine") if isinstance(e.spec.get("engine"), dict) else e.spec
         env = spec.get("env") if isinstance(spec, dict) else None

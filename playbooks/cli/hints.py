@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 # A backticked gpuwarden command (optionally under sudo); _BARE: one that names no global option yet.
 _COMMAND = r"`((?:sudo )?gpuwarden) ([^`]+)`"
@@ -24,7 +25,6 @@ class Invocation:
     def paste_ready(self, text: str | None) -> str | None:
         if not text or not self.words:
             return text
-        import shlex
         prefix = " ".join(shlex.quote(w) for w in self.words)
         return re.sub(_BARE, lambda m: f"`{m.group(1)} {prefix} {m.group(2)}`", text)
 

@@ -79,7 +79,8 @@ def pull_all(target: FleetTarget, out_dir: Path, bundle_args: tuple[str, ...] = 
         item.remote_path = str(result["path"])
         local = out_dir / node_dir(host.name) / os.path.basename(item.remote_path)
         local.parent.mkdir(mode=0o700, exist_ok=True)
-        import asyncssh  # deferred: asyncssh (and cryptography) load only when a node is reached over ssh
+        # deferred: optional extra [fleet]; asyncssh (and cryptography) load only when a node is reached over ssh
+        import asyncssh
         try:
             async with conn.start_sftp_client() as sftp:
                 await sftp.get(item.remote_path, str(local))

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.fleet.hostlist import HostBudget
 from gpuwarden.ops.fleet.inventory import Duplicate, FleetConfig, Host, distinct, load_fleet_config, read_hosts_file
+from gpuwarden.ops.fleet.inventory import expand_nodelist, Inventory
 from gpuwarden.ops.fleet.promfleet import DEFAULT_MAX_AGE_S, PromSettings
 from gpuwarden.ops.fleet.ssh import SshSettings
 from gpuwarden.ops.foundation.journal import who
+from gpuwarden.ops.fleet.sshconfig import check_ssh_config
+from gpuwarden.ops.fleet.ansible import read_group
 
 
 def default_fleet_config() -> Path:
@@ -36,7 +40,6 @@ class FleetTarget:
     duplicates: tuple[Duplicate, ...] = ()  # inventory entries that named a node again (asked once)
 
     def duplicates_warning(self) -> str | None:
-        from gpuwarden.ops.fleet.inventory import Inventory
         return Inventory(self.hosts, self.duplicates).warning()
 
     def remote(self, *args: str, env: dict[str, str] | None = None) -> str:
@@ -62,12 +65,10 @@ def resolve(*, hosts_file: Path | None, hosts_from: Path | None, group: str | No
     if hosts_file is not None:
         hosts += read_hosts_file(hosts_file, budget)
     if hosts_from is not None:
-        from gpuwarden.ops.fleet.ansible import read_group
         hosts += read_group(hosts_from, group, budget)
     elif group is not None:
         raise GpuwardenError("--group needs --hosts-from", "give the Ansible inventory: --hosts-from inventory.ini")
     if nodelist:
-        from gpuwarden.ops.fleet.inventory import expand_nodelist
         hosts += [Host(n, source="--nodelist") for n in expand_nodelist(nodelist, budget)]
     if not hosts:
         hosts = list(config.hosts)
@@ -80,7 +81,6 @@ def resolve(*, hosts_file: Path | None, hosts_from: Path | None, group: str | No
     if ssh_config is not None:
         # Once, here: bounded in size, a FIFO or a directory named as such, an Include loop named (asyncssh would
         # read it again for each host, and recurse until RecursionError).
-        from gpuwarden.ops.fleet.sshconfig import check_ssh_config
         check_ssh_config(ssh_config)
     t = timeout if timeout is not None else config.timeout
     if t <= 0:
@@ -109,5 +109,4 @@ def _prometheus(config: FleetConfig, url: str | None, selector: str | None,
 
 def fleet_origin() -> str:
     """Who is asking, as the nodes' journals record it: operator@console-host."""
-    import socket
     return f"{who()}@{socket.gethostname()}"

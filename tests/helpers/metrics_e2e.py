@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import urllib.parse
+import urllib.request
 from helpers.net import free_port
 from helpers.simnode import wait_for
 from helpers.metrics_rules import RULES

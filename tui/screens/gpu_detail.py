@@ -6,6 +6,8 @@ Follows the live snapshots while open; Escape goes back.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -20,7 +22,6 @@ from gpuwarden.tui.sensor_text import sensor_lines
 from gpuwarden.tui.styles import STYLES as S
 from gpuwarden.tui.widgets.keystrip import KeyStrip
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpuwarden.tui.widgets.charts import ChartsPane
 
@@ -91,7 +92,7 @@ class GpuDetailScreen(Screen[None]):
         """The charts, or one line on why not: a chart library that does not import costs this view its charts,
         never the console (a device run had plotext 6 installed beside textual-plotext 1.0.1, which needs < 6)."""
         try:
-            # deferred: the chart library is imported by the view that draws charts, and may be broken
+            # deferred: a broken chart library must cost this view its charts, not the console (ImportError below)
             from gpuwarden.tui.widgets.charts import ChartsPane
         except ImportError as exc:
             return Static(Text(f"charts unavailable: {exc}. Reinstall the chart library gpuwarden depends on: "

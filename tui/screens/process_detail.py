@@ -8,6 +8,8 @@ or freezes the process.
 
 from __future__ import annotations
 
+import signal
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -22,12 +24,12 @@ from gpuwarden.tui import text
 from gpuwarden.tui.styles import STYLES as S
 from gpuwarden.tui.widgets.keystrip import KeyStrip
 from gpuwarden.tui.widgets.processes import cpu_time, percent
+from gpuwarden.tui.screens.gpu_detail import GpuDetailScreen
 
 SIGNAL_ORDER = ("TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "STOP", "CONT", "KILL")
 
 
 def _names(numbers: frozenset[int]) -> str:
-    import signal
     out = []
     for n in sorted(numbers):
         try:
@@ -166,5 +168,4 @@ class ProcessDetailScreen(Screen[None]):
         if not gpus:
             self.notify(f"pid {p.pid} holds no VRAM and no GPU's device file", severity="warning")
             return
-        from gpuwarden.tui.screens.gpu_detail import GpuDetailScreen
         self.app.push_screen(GpuDetailScreen(gpus[0], self.snap))

@@ -16,6 +16,7 @@ from gpuwarden.playbooks.framework import Event
 from gpuwarden.tui.styles import STYLES as S
 from gpuwarden.tui.widgets.keystrip import KeyStrip
 from gpuwarden.tui.keyhints import with_keys
+from gpuwarden.playbooks.signalplan import describe_entries
 
 MARK = {"step_ok": ("ok", S["phase.good"]), "step_failed": ("FAILED", S["phase.bad"]),
         "step_skipped": ("skipped", S["phase.busy"])}
@@ -32,7 +33,6 @@ def event_line(event: Event) -> Text:
             if s.get("destructive"):
                 t.append("  [changes the node]", style=S["phase.busy"])
         if event.data.get("signals"):
-            from gpuwarden.playbooks.signalplan import describe_entries
             t.append("\n  processes it may signal:", style="bold")
             for line in describe_entries(event.data["signals"]):
                 t.append(f"\n    - {line}")

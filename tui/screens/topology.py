@@ -19,6 +19,8 @@ from gpuwarden.playbooks.cli.topologyview import COLUMNS, table_rows
 
 from gpuwarden.tui.styles import STYLES as S
 from gpuwarden.tui.widgets.keystrip import KeyStrip
+from gpuwarden.ops.node.topology import reset_reach, topology
+from gpuwarden.ops.node.sim.node import active_sim_root
 
 # The CLI's columns, what an operator asks first leftmost: at 80 columns the PCIe ones scroll off, not these.
 ORDER = (0, 7, 3, 4, 2, 1, 5, 6)
@@ -26,7 +28,6 @@ ORDER = (0, 7, 3, 4, 2, 1, 5, 6)
 
 def blast_text(doc: dict) -> Text:
     """Each GPU's blast radius in words; one line for GPUs whose reset reaches nothing else."""
-    from gpuwarden.ops.node.topology import reset_reach
     t = Text("Blast radius of a reset\n", style="bold")
     alone = []
     for r in doc["gpus"]:
@@ -49,7 +50,6 @@ REMOTE_ROOT = Path("/nonexistent/remote-node")  # no tree at all: every PCI fiel
 
 def sysfs_root(settings) -> Path:
     """The tree the sampler reads: the simulated node's own when it stands in for the GPUs, else the node's /sys."""
-    from gpuwarden.ops.node.sim.node import active_sim_root
     return active_sim_root(settings) or settings.sysfs_root
 
 
@@ -89,7 +89,6 @@ class TopologyScreen(Screen[None]):
 
     def _compute(self, snap: NodeSnapshot, settings) -> None:
         """(worker thread) The topology document: a few small sysfs reads per GPU."""
-        from gpuwarden.ops.node.topology import topology
         # A node read over SSH (the fleet console): this machine's PCI tree says nothing about it.
         remote = snap.source.startswith("ssh:")
         doc = topology(snap, REMOTE_ROOT if remote else sysfs_root(settings))

@@ -6,6 +6,7 @@ with a changing VRAM column that was most of the TUI's CPU. This draws only the 
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Sequence
 
 from rich.cells import cell_len
@@ -187,7 +188,6 @@ class RowTable(Widget, can_focus=True):
 
     def _empty_lines(self, width: int) -> list[str]:
         """The empty text wrapped at word boundaries to `width` (issue 36: a sentence cut at the edge)."""
-        import textwrap  # deferred: only an empty table draws it
         return [part for line in self.empty_text.splitlines()
                 for part in (textwrap.wrap(line, max(width, 8)) or [""])]
 

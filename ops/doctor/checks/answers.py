@@ -11,6 +11,7 @@ from gpuwarden.ops.node.backends.select import open_backend
 from gpuwarden.ops.foundation.model import snapshot_from_dict
 from gpuwarden.ops.doctor.model import Result, fail, passed, skip
 from gpuwarden.ops.doctor.probe import CheckIO
+from gpuwarden.ops.foundation import jsondoc
 
 # The check's own limit (doctor cuts checks at theirs): the read deadline inside it is kept below.
 TIMEOUT_S = 8.0
@@ -18,7 +19,6 @@ TIMEOUT_S = 8.0
 
 def _captured(io: CheckIO) -> tuple[list[str], list[int], int, float] | None:
     """What the bundle's own snapshot said (its GPUs, the stale ones); None without one."""
-    from gpuwarden.ops.foundation import jsondoc
     path = io.settings.state_dir / "gpuwarden" / "snapshot.json"
     io.note("the bundle's gpuwarden/snapshot.json")
     try:

@@ -130,7 +130,8 @@ def nvidia_facts(io: CheckIO) -> dict[str, Any]:
         nv = io.probe.extra.get("pynvml")
         if nv is None:
             try:
-                # deferred: optional (nvidia-ml-py), and only a check of a live NVIDIA node asks NVML
+                # only a check of a live NVIDIA node asks NVML
+                # deferred: vendor library (nvidia-ml-py), imported where used as libload imports its own
                 import pynvml as nv  # type: ignore[no-redef]
             except ImportError:
                 return {"error": "nvidia-ml-py (pynvml) is not installed"}

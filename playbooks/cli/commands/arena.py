@@ -5,8 +5,10 @@ Each reports with --json; verify and create show progress on a terminal; errors 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -20,6 +22,8 @@ from gpuwarden.ops.foundation.jsondoc import document, iso
 from gpuwarden.ops.foundation.safetext import printable
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.units import fmt_bytes, parse_size
+from gpuwarden.ops.foundation import interrupts
+from gpuwarden.ops.arena import memcheck
 
 arena_app = typer.Typer(
     name="arena", no_args_is_help=True, rich_markup_mode=None,
@@ -67,7 +71,6 @@ def _fail_json(exc: GpuwardenError, path: str | None = None) -> None:
 
 def _interrupted_json(exc: KeyboardInterrupt, path: str) -> None:
     """With --json, an interrupt is a document too; the interrupt then goes on to its usual end (exit 128+N)."""
-    from gpuwarden.ops.foundation import interrupts
     code = 128 + interrupts.signal_of(exc)
     obj = document("arena-error", {"ok": False, "path": path, "error": f"{interrupts.describe(exc)}: {path} was not "
                                    "finished", "hint": "run the command again", "kind": "interrupted",
@@ -95,9 +98,6 @@ def create_cmd(
     weights; `chgrp GROUP FILE` shares it with another group. On tmpfs it warns when the arena takes more than
     half of this host's memory or more than is available, and when the tmpfs has less free than it needs.
     """
-    # deferred: only this path of the command needs it
-    # deferred: only this path of the command needs it
-    from gpuwarden.ops.foundation import interrupts
     settings: Settings = ctx.find_root().obj
     held = interrupts.Held()  # create() holds interrupts from just before its rename; released once reported
     try:
@@ -105,15 +105,13 @@ def create_cmd(
     finally:
         late = held.release()
     if late is not None:
-        from gpuwarden.ops.foundation.safetext import printable as _p
         what = "interrupted" if late == signal.SIGINT else f"{signal.Signals(late).name} came"
-        typer.echo(f"gpuwarden: {what} after the arena was created: {_p(path)} is complete", err=True)
+        typer.echo(f"gpuwarden: {what} after the arena was created: {printable(path)} is complete", err=True)
 
 
 def _warn_memory(settings: Settings, path: str, size: Optional[str], source: Optional[str]) -> None:
     """Say before a tmpfs arena is written when it takes much of this host's memory or more than the tmpfs has
     free (ops/arena/memcheck.py); create() itself refuses what cannot be."""
-    from gpuwarden.ops.arena import memcheck
     try:
         need = parse_size(size) if size else os.stat(source).st_size if source else 0
     except (GpuwardenError, OSError):
@@ -125,7 +123,9 @@ def _warn_memory(settings: Settings, path: str, size: Optional[str], source: Opt
 
 def _create_and_report(settings: Settings, held, path: str, size: Optional[str], source: Optional[str],
                        chunk_size: str, force: bool, workers: Optional[int], json_out: bool, quiet: bool) -> None:
+    # deferred: keeps `gpuwarden arena --help` cheap (4.5 ms there)
     from gpuwarden.ops.foundation import journal
+    # deferred: keeps `gpuwarden arena --help` cheap (5.4 ms there)
     from gpuwarden.ops.arena.create import create
     _warn_memory(settings, path, size, source)
     try:
@@ -135,7 +135,6 @@ def _create_and_report(settings: Settings, held, path: str, size: Optional[str],
     except GpuwardenError as exc:
         if Path(path).is_dir() and exc.message.endswith("is a directory"):
             # The pasteable form: this same command with a file name inside that directory.
-            import shlex
             what = f"--size {size}" if size else f"--from {shlex.quote(str(source))}"
             exc.hint = f"name the arena file inside it: `gpuwarden arena create " \
                        f"{shlex.quote(str(Path(path) / 'weights.arena'))} {what}`"
@@ -171,15 +170,15 @@ def verify_cmd(
     Exit status: 0 good; 1 the arena is damaged (truncated, bad magic, newer version, size or hash mismatch);
     2 it cannot be read (missing, no permission).
     """
+    # deferred: keeps `gpuwarden arena --help` cheap (4.6 ms there)
     from gpuwarden.ops.arena.format import ArenaError
+    # deferred: keeps `gpuwarden arena --help` cheap (5.6 ms there)
     from gpuwarden.ops.arena.verify import verify
     try:
         try:
             done = verify(path, expect_size=None if expect_size is None else parse_size(expect_size, bare_bytes=True),
                           workers=workers, method=method, progress=_progress("verifying", not quiet and not json_out))
         except OSError as exc:  # one the reader did not expect: still one line (one document) naming the file
-            import errno
-            import os
             raise ArenaError("unreadable", f"verifying arena {path} failed: {exc.strerror or os.strerror(errno.EIO)}",
                              "check the path and the device under it (dmesg)") from None
     except GpuwardenError as exc:
@@ -209,7 +208,7 @@ def inspect_cmd(
     For each mapper: resident (Rss) and proportional (Pss) share of the arena from /proc/<pid>/smaps, and
     whether it registered the arena, when its status-protocol file says so. Exit 1 when the header is bad.
     """
-    # deferred: only this path of the command needs it
+    # deferred: keeps `gpuwarden arena --help` cheap (9.1 ms there); only this path of the command needs it
     from gpuwarden.ops.arena.inspect import inspect
     settings: Settings = ctx.find_root().obj
     info = inspect(path, settings.proc_root, settings.state_dir)
@@ -258,7 +257,7 @@ def budget_cmd(
     a stated 4 GiB default) and, when that headroom is only assumed, says the verdict is not certain and what
     decides it. Without flags the arena and engines come from the node config.
     """
-    # deferred: only this path of the command needs it
+    # deferred: keeps `gpuwarden arena --help` cheap (40.7 ms there); only this path of the command needs it
     from gpuwarden.ops.arena.budget import compute, engine_names, from_config
     settings: Settings = ctx.find_root().obj
     names: list[str] = []
@@ -319,7 +318,7 @@ def probe_cmd(
     Reports per canary the register seconds, copy GB/s and how it ended (the signal's name if it crashed),
     then stops them all. Exit 0 when every canary registered, served and stopped cleanly, 1 otherwise.
     """
-    # deferred: only this path of the command needs it
+    # deferred: keeps `gpuwarden arena --help` cheap (70.4 ms there); only this path of the command needs it
     from gpuwarden.playbooks.probe import Probe, ProbeOptions, table
     settings: Settings = ctx.find_root().obj
     if runtime not in ("hip", "cuda", "host", "sim"):

@@ -18,6 +18,8 @@ from gpuwarden.ops.foundation.jsondoc import document
 from gpuwarden.ops.triage.render import headline, summary_lines
 from gpuwarden.playbooks.bundle import BundlePlaybook
 from gpuwarden.playbooks.framework import Event, run
+from gpuwarden.playbooks.cli.output import event_printer
+from gpuwarden.ops.bundle.collect import check_options
 
 HELP = """Collect an incident bundle: kernel log (dmesg, else journalctl -k, else /dev/kmsg), amd-smi /
 rocm-smi / nvidia-smi output, the gpuwarden snapshot, the raw sysfs/KFD/DRM-fdinfo and /proc files
@@ -99,9 +101,6 @@ def bundle_cmd(
     playbook = BundlePlaybook(output=output, since=since, safe_mode=safe_mode, timeout_s=timeout,
                               max_bytes=parse_size(max_bytes, bare_bytes=True))
     if dry_run:
-        # deferred: only this path of the command needs it
-        from gpuwarden.ops.bundle.collect import check_options
-        from gpuwarden.playbooks.cli.output import event_printer
         check_options(since, timeout, playbook.max_bytes)  # a plan the real run would refuse is refused too
         raise typer.Exit(run(playbook, settings, sink=event_printer(json_out, settings.cli_words), dry_run=True).exit_code)
     progress = None if json_out else _progress_printer()

@@ -16,6 +16,7 @@ from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.jsondoc import dumps
 from gpuwarden.ops.doctor.checks import REGISTRY
 from gpuwarden.ops.doctor.diagnose import diagnose, diagnose_bundle, document
+from gpuwarden.playbooks.cli.doctor_report import render, use_colour
 
 
 def _progress_printer():
@@ -76,8 +77,6 @@ def doctor_cmd(
     if json_out:
         sys.stdout.write(dumps(document(report)) + "\n")
     else:
-        # deferred: only this path of the command needs it
-        from gpuwarden.playbooks.cli.doctor_report import render, use_colour
         typer.echo(render(report, shutil.get_terminal_size((100, 24)).columns, verbose=verbose,
                           colour=use_colour(sys.stdout)))
     raise typer.Exit(report.exit_code)

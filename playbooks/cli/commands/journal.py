@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Optional
 
 import typer
@@ -17,7 +18,7 @@ from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.jsondoc import document, iso
 from gpuwarden.ops.foundation.units import parse_duration
-from gpuwarden.ops.foundation import journal
+from gpuwarden.ops.foundation import interrupts, journal
 
 _BASE = ("ts", "time", "host", "who", "pid", "action", "result")
 
@@ -33,7 +34,6 @@ def _line(entry: dict) -> str:
 def when(text: str, now: float | None = None) -> float:
     """--since/--until: a time ago (30m, 2h, 7d) or a local date and time (2026-12-01, 2026-12-01 21:30[:15],
     with T between them as well); the epoch seconds it names."""
-    import time
     raw = text.strip()
     for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
         try:
@@ -99,7 +99,6 @@ def journal_cmd(
         what = "no journal entries in that window" if window else "journal is empty"
         typer.echo(f"{what} ({settings.state_dir / 'journal.log'})")
         return
-    import time
     try:  # from the first line shown: a follow's Ctrl-C may come while the backlog still prints
         for e in entries:
             _show(e, json_out)
@@ -113,5 +112,4 @@ def journal_cmd(
     except KeyboardInterrupt as exc:
         if not follow:
             raise
-        from gpuwarden.ops.foundation import interrupts
         interrupts.ctrl_c_only(exc)  # Ctrl-C ends a follow (0); SIGTERM and SIGHUP exit 143 and 129

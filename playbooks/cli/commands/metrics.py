@@ -4,6 +4,8 @@ node_exporter's textfile collector. Works without an agent (it samples once); se
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -15,6 +17,7 @@ from gpuwarden.ops.metrics.plan import PlanCache
 from gpuwarden.ops.metrics.reading import MetricsOptions, Reading
 from gpuwarden.ops.sources.choose import METRICS, choose
 from gpuwarden.ops.sources.kinds import AgentSource
+from gpuwarden.ops.metrics.textfile import write
 
 if TYPE_CHECKING:
     from gpuwarden.ops.sources.kinds import Source
@@ -29,7 +32,6 @@ def _target(per_process: bool, hostname: bool) -> str:
 def _exposition(settings: Settings, source: Source, per_process: bool,
                 hostname: str | None) -> tuple[bytes, list[str]]:
     """The exposition of a snapshot taken now, and what did not answer in time (one line per stale GPU or file)."""
-    import time
 
     snap = source.snapshot(deep=True)
     reading = Reading(snap, "oneshot", now=time.time(), plan=PlanCache(settings).current())
@@ -78,7 +80,6 @@ def metrics_cmd(
     A GPU whose reads do not answer within --read-timeout is exported with gpuwarden_gpu_stale 1 and
     without the readings it did not give; it is named on stderr and the exit status is 1.
     """
-    import os
     settings: Settings = ctx.obj
     # The running agent's exposition (with its kernel-log counts and residual ages), else a sample taken here:
     # ops/sources/choose.py decides.
@@ -93,8 +94,6 @@ def metrics_cmd(
     if textfile is None:
         typer.echo(body.decode(), nl=False)
     else:
-        # deferred: only this path of the command needs it
-        from gpuwarden.ops.metrics.textfile import write
         path = write(textfile, body)
         typer.echo(f"wrote {path} ({len(body)} bytes)", err=True)
     for line in late:

@@ -10,6 +10,7 @@ import typer
 from gpuwarden.ops.foundation.errors import GpuwardenError, NotFound
 from gpuwarden.ops.foundation.jsondoc import document, dumps
 from gpuwarden.ops.bugreport import build
+from gpuwarden.ops.bugreport.render import markdown
 
 
 cli = typer.Typer(rich_markup_mode=None)  # this module's commands: the root loads it only when one is named
@@ -35,6 +36,4 @@ def report_cmd(
     if json_out:
         sys.stdout.write(dumps(document("report", body), indent=2) + "\n")
     else:
-        # deferred: only this path of the command needs it
-        from gpuwarden.ops.bugreport.render import markdown
         sys.stdout.write(markdown(body))

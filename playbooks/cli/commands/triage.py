@@ -15,9 +15,11 @@ import typer
 from gpuwarden.ops.foundation.errors import GpuwardenError, NotFound
 from gpuwarden.ops.triage.analyze import Analyzer
 from gpuwarden.ops.triage.stream import StreamFeeder
-from gpuwarden.ops.knowledge import load
+from gpuwarden.ops.knowledge import load, cite
 from gpuwarden.ops.triage import explain
 from gpuwarden.ops.triage.render import as_json, markdown
+from gpuwarden.ops.foundation.units import fmt_bytes
+from gpuwarden.ops.knowledge.render import entry_text
 
 _WHAT_TO_GIVE = ("give `dmesg` / `journalctl -k` output, a syslog file, an engine log, or a bundle from "
                  "`gpuwarden bundle`")
@@ -117,7 +119,6 @@ def _analyze_fd(fd: int, name: str, size: int | None):
     if feeder.cut:
         report.notes.append(f"{feeder.cut} line(s) longer than the line limit were cut")
     if grew > 0:
-        from gpuwarden.ops.foundation.units import fmt_bytes
         report.notes.append(f"{name} grew by {fmt_bytes(grew)} while triage read it: this report covers its first "
                             f"{fmt_bytes(got)}, as it was when triage started (run triage again for the rest)")
     if not report.findings and not a.stamped:
@@ -130,9 +131,8 @@ def _analyze_fd(fd: int, name: str, size: int | None):
 def _report_for(path: str):
     report = _read_report(path)
     if not report.known:  # a bundle's triage cited already, with the bundle's versions
-        # deferred: only this path of the command needs it
-        from gpuwarden.ops.knowledge import cite
         cite(report)  # a bare log says nothing of the node's versions: matches say "not known"
+        # deferred: keeps `gpuwarden triage --help` cheap (3.2 ms there)
         from gpuwarden.ops.triage import kfdrank
         kfdrank.rank(report, None)  # a bare log has no node context: the report says which it would need
     return report
@@ -147,8 +147,10 @@ def _read_report(path: str):
     head = os.pread(fd, 512, 0)  # leaves the offset where it is, for the read that follows
     if head[:2] == b"\x1f\x8b" or (len(head) >= 262 and head[257:262] == b"ustar"):
         os.close(fd)
+        # deferred: keeps `gpuwarden triage --help` cheap (13.4 ms there)
         from gpuwarden.ops.bundle.replay import is_tar
         if is_tar(p):  # a truncated or corrupt gzip is one line naming it
+            # deferred: keeps `gpuwarden triage --help` cheap (40.4 ms there)
             from gpuwarden.ops.bundle.triage_file import triage_bundle
             return triage_bundle(p)
         raise GpuwardenError(f"{p} is compressed or archived but is not a bundle", _WHAT_TO_GIVE)
@@ -163,8 +165,6 @@ def _explain(name: str) -> None:
     if entry is None:
         known = load().get(name)
         if known is not None:
-            # deferred: only this path of the command needs it
-            from gpuwarden.ops.knowledge.render import entry_text
             sys.stdout.write(entry_text(known))
             return
         close = explain.suggestions(name)
