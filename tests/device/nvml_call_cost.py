@@ -1,0 +1,69 @@
+"""What each NVML call of a refresh costs in CPU (user + kernel) on this node: where the agent's and the console's
+sampling time goes, and which calls a slower cadence would save most on. Reads only; touches no GPU setting.
+
+Usage (on the GPU machine, after setup.sh): python3 tests/device/nvml_call_cost.py [REPEATS]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pynvml as nv
+
+
+def cost(fn, *args, repeats: int) -> tuple[float, float, str]:
+    """(CPU us per call, wall us per call, what it answered or raised) over `repeats` calls."""
+    try:
+        answer = repr(fn(*args))[:40]
+    except nv.NVMLError as exc:
+        answer = f"NVMLError {exc}"
+    c0, w0 = time.thread_time(), time.perf_counter()
+    for _ in range(repeats):
+        try:
+            fn(*args)
+        except nv.NVMLError:
+            pass
+    return ((time.thread_time() - c0) / repeats * 1e6, (time.perf_counter() - w0) / repeats * 1e6, answer)
+
+
+def main(repeats: int) -> None:
+    nv.nvmlInit()
+    h = nv.nvmlDeviceGetHandleByIndex(0)
+    sm, mem = nv.NVML_CLOCK_SM, nv.NVML_CLOCK_MEM
+    volatile = nv.NVML_VOLATILE_ECC
+    calls = [
+        ("every refresh", "nvmlDeviceGetMemoryInfo", (h,)),
+        ("every refresh", "nvmlDeviceGetUtilizationRates", (h,)),
+        ("every refresh", "nvmlDeviceGetPowerUsage", (h,)),
+        ("every refresh", "nvmlDeviceGetTemperature", (h, nv.NVML_TEMPERATURE_GPU)),
+        ("every refresh", "nvmlDeviceGetClockInfo", (h, sm)),
+        ("every refresh", "nvmlDeviceGetClockInfo", (h, mem)),
+        ("every refresh", "nvmlDeviceGetCurrentClocksEventReasons", (h,)),
+        ("every refresh", "nvmlDeviceGetComputeRunningProcesses", (h,)),
+        ("every refresh", "nvmlDeviceGetGraphicsRunningProcesses", (h,)),
+        ("while shown", "nvmlDeviceGetProcessUtilization", (h, 0)),
+        ("every 10th", "nvmlDeviceGetEnforcedPowerLimit", (h,)),
+        ("every 10th", "nvmlDeviceGetTotalEccErrors", (h, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, volatile)),
+        ("every 10th", "nvmlDeviceGetTotalEccErrors", (h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, volatile)),
+        ("every 10th", "nvmlDeviceGetRemappedRows", (h,)),
+        ("every 10th", "nvmlDeviceGetCurrPcieLinkGeneration", (h,)),
+        ("every 10th", "nvmlDeviceGetCurrPcieLinkWidth", (h,)),
+    ]
+    print(f"NVML driver {nv.nvmlSystemGetDriverVersion()}, GPU 0 {nv.nvmlDeviceGetName(h)}, {repeats} calls each")
+    print(f"{'cadence':14s} {'call':42s} {'cpu us':>8s} {'wall us':>8s}  answer")
+    per_refresh = 0.0
+    for cadence, name, args in calls:
+        fn = getattr(nv, name, None)
+        if fn is None:
+            print(f"{cadence:14s} {name:42s} {'-':>8s} {'-':>8s}  not in this nvidia-ml-py")
+            continue
+        cpu, wall, answer = cost(fn, *args, repeats=repeats)
+        per_refresh += cpu if cadence == "every refresh" else cpu / 10 if cadence == "every 10th" else 0.0
+        print(f"{cadence:14s} {name:42s} {cpu:8.1f} {wall:8.1f}  {answer}")
+    print(f"one GPU's NVML calls per refresh (every-refresh calls + a tenth of the others): {per_refresh:.0f} us of CPU")
+    nv.nvmlShutdown()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 300)
