@@ -2,7 +2,7 @@
 # The node agent on an NVIDIA node (issue 10's H200 figures), self-checking:
 #  1. `status --json` whole-process CPU and wall, without the agent and through it, against bare
 #     `python3 -c pass`, a process that only initialises NVML, `nvidia-smi --query-gpu=...` and `nvitop --once`;
-#  2. the agent at 1 s (--backend nvml) against `nvidia-smi dmon -d 1` and `nvitop-exporter --interval 1`
+#  2. the agent at 1 s (--backend nvml; over AGENT_WINDOW seconds, default 60) against `nvidia-smi dmon -d 1` and `nvitop-exporter --interval 1`
 #     over the same window: CPU % of one core and RSS;
 #  3. GET /v1/snapshot latency with 10 clients at 10 Hz;
 #  4. checks: the agent's snapshot validates against gpuwarden.snapshot/1 and lists the GPUs nvidia-smi lists.
@@ -98,7 +98,7 @@ if command -v nvitop-exporter >/dev/null 2>&1 || python3 -c 'import nvitop_expor
     PEERS+=($!); EXPORTER=$!
 fi
 sleep 10  # warm-up: first deep scans, NVML handles, the exporter's first scrape setup
-python3 - "$AGENT_PID" "$DMON" "${EXPORTER:-0}" 60 > "$OUT/cpu.json" <<'PY'
+python3 - "$AGENT_PID" "$DMON" "${EXPORTER:-0}" "${AGENT_WINDOW:-60}" > "$OUT/cpu.json" <<'PY'
 import json, os, sys, time
 pids = {"gpuwarden agent (1 s)": int(sys.argv[1]), "nvidia-smi dmon -d 1": int(sys.argv[2]),
         "nvitop-exporter --interval 1": int(sys.argv[3])}

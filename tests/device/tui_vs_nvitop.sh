@@ -41,9 +41,19 @@ sleep 5  # both past their start-up (imports, first NVML init) before counting
 GW=$(tmux -S "$SOCK" list-panes -t gw: -F '#{pane_pid}')
 NV=$(tmux -S "$SOCK" list-panes -t nv: -F '#{pane_pid}')
 tmux -S "$SOCK" capture-pane -p -t gw: > "$OUT/tui_vs_nvitop_gw_start.txt"
+thread_ticks() {  # "tid ticks" for each thread of the console's process (the main thread's tid is its pid)
+    for t in /proc/$1/task/*; do set -- $(sed 's/^.*) //' "$t/stat"); echo "${t##*/} $((${12} + ${13}))"; done
+}
 g0=$(tree_ticks "$GW"); n0=$(tree_ticks "$NV"); t0=$(date +%s.%N)
+thread_ticks "$GW" > "$OUT/threads_start.txt"
 sleep "$SECONDS_EACH"
 g1=$(tree_ticks "$GW"); n1=$(tree_ticks "$NV"); t1=$(date +%s.%N)
+thread_ticks "$GW" > "$OUT/threads_end.txt"
+# Where the console's CPU went: its main thread (Textual: drawing, events) against the others (the sampler, the
+# read lanes, Textual's writer), in clock ticks over the window.
+awk -v pid="$GW" 'NR==FNR {a[$1]=$2; next} {d=$2-a[$1]; if ($1==pid) m+=d; else o+=d}
+    END {printf "console threads: main %d ticks, others %d ticks\n", m, o}' \
+    "$OUT/threads_start.txt" "$OUT/threads_end.txt" | tee "$OUT/threads.txt"
 tmux -S "$SOCK" send-keys -t gw: Down Enter  # GPU 0's detail view: the sensor lines
 sleep 2
 tmux -S "$SOCK" capture-pane -p -t gw: > "$OUT/tui_vs_nvitop_gw_detail.txt"
