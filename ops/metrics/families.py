@@ -389,7 +389,8 @@ def _process_families(snap: NodeSnapshot, options: MetricsOptions) -> Iterator[M
                   gpu_lab.names)
     # GPU% of the same (process, GPU) pairs, so its cardinality has the same cap (and the series join on labels).
     busy = _gauge("process_gpu_busy_percent", "GPU time per process and GPU over the agent's interval (AMD: DRM fdinfo "
-                  "gfx+compute, NVIDIA: NVML SM utilisation), for the pairs process_vram_bytes lists (--per-process).",
+                  "gfx+compute, NVIDIA: NVML SM utilisation, at most 5 s old where that call is dear), for the pairs "
+                  "process_vram_bytes lists (--per-process).",
                   lab.names)
     pairs = [(b, -gi, -p.pid, p) for p in snap.processes for gi, b in p.vram.items() if b > 0]
     keep = heapq.nlargest(options.per_process_max, pairs, key=lambda t: t[:3])

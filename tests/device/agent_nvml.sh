@@ -6,7 +6,7 @@
 #     over the same window: CPU % of one core and RSS;
 #  3. GET /v1/snapshot latency with 10 clients at 10 Hz;
 #  4. checks: the agent's snapshot validates against gpuwarden.snapshot/1 and lists the GPUs nvidia-smi lists.
-# Only reads the GPUs. Run from the repo root; results land in $OUT. nvitop-exporter is optional (carry the
+# LOAD=1 runs tests/device/gpu_busy.py on GPU 0 meanwhile. Only reads the GPUs. Run from the repo root; results land in $OUT. nvitop-exporter is optional (carry the
 # nvitop_exporter and prometheus_client wheels in .device/wheels to get that peer).
 
 source tests/device/setup.sh
@@ -78,6 +78,11 @@ PY
 head -16 "$OUT/imports.txt"
 
 echo "== 2. agent at 1 s"
+if [ "${LOAD:-0}" = 1 ]; then  # a CUDA process busy half the time: the per-process calls have someone to report
+    python3 tests/device/gpu_busy.py 0.5 > "$STATE/busy.out" 2>&1 &
+    PEERS+=($!)
+    for _ in $(seq 120); do grep -q busy "$STATE/busy.out" && break; sleep 0.5; done
+fi
 gpuwarden --backend nvml agent --foreground --interval 1 > "$OUT/agent.log" 2>&1 &
 AGENT_PID=$!
 for _ in $(seq 1 100); do

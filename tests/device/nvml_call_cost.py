@@ -2,6 +2,7 @@
 sampling time goes, and which calls a slower cadence would save most on. Reads only; touches no GPU setting.
 
 Usage (on the GPU machine, after setup.sh): python3 tests/device/nvml_call_cost.py [REPEATS]
+Run it beside tests/device/gpu_busy.py as well: a process on the GPU changes what the process calls cost.
 """
 
 from __future__ import annotations
@@ -61,6 +62,15 @@ def main(repeats: int) -> None:
         cpu, wall, answer = cost(fn, *args, repeats=repeats)
         per_refresh += cpu if cadence == "every refresh" else cpu / 10 if cadence == "every 10th" else 0.0
         print(f"{cadence:14s} {name:42s} {cpu:8.1f} {wall:8.1f}  {answer}")
+    # nvmlDeviceGetProcessUtilization as a sampler calls it: since its last answer's newest sample, not since 0.
+    fn = nv.nvmlDeviceGetProcessUtilization
+    try:
+        last = max((int(s.timeStamp) for s in fn(h, 0)), default=0)
+    except nv.NVMLError:
+        last = int(time.time() * 1e6) - 1_000_000
+    for label, since in (("since 1 s ago", int(time.time() * 1e6) - 1_000_000), ("since its newest sample", last)):
+        cpu, wall, answer = cost(fn, h, since, repeats=max(20, repeats // 10))
+        print(f"{'while shown':14s} {'nvmlDeviceGetProcessUtilization ' + label:42s} {cpu:8.1f} {wall:8.1f}  {answer}")
     print(f"one GPU's NVML calls per refresh (every-refresh calls + a tenth of the others): {per_refresh:.0f} us of CPU")
     nv.nvmlShutdown()
 

@@ -243,3 +243,52 @@ def test_the_not_supported_memory_knows_real_handles_which_do_not_hash(settings,
         assert backend._try(fan, other) is None and len(calls) == 2  # another device is asked for itself
     finally:
         backend.close()
+
+
+def _dear(mod, cpu_s: float):
+    """The stand-in's nvmlDeviceGetProcessUtilization made to burn `cpu_s` of the calling thread's CPU first, as
+    the real call does (1.5 ms an H100 with a process, tests/device/nvml_call_cost.py); returns its call count."""
+    import time
+    answer, calls = mod.nvmlDeviceGetProcessUtilization, []
+
+    def dear(handle, timeStamp):
+        calls.append(timeStamp)
+        until = time.thread_time() + cpu_s
+        while time.thread_time() < until:
+            pass
+        return answer(handle, timeStamp)
+    dear.__name__ = "nvmlDeviceGetProcessUtilization"
+    mod.nvmlDeviceGetProcessUtilization = dear
+    return calls
+
+
+def test_a_dear_process_utilisation_call_is_asked_less_often_until_the_processes_change(settings, tmp_path, fixtures):
+    from gpuwarden.ops.node.backends import nvml
+    gpus = parse_q(fixtures / H100_LOAD_Q)
+    pid = gpus[0].processes[0].pid
+    mod = standin.build(gpus, utilisation={0: [(pid, 10, 50, 5, 0, 0)]})
+    backend = NvmlBackend(settings.with_(dev_root=tmp_path / "dev"), module=mod)
+    calls = _dear(mod, 0.002)
+    backend.process_usage()
+    first = backend.process_utilisation()
+    assert first is not None and first[0][pid] == (50, 5, 0, 0) and len(calls) == 1
+    # 2 ms of CPU a pass: asked again only after 2 ms / UTIL_SHARE, at most UTIL_MAX_EVERY_S later.
+    assert backend.util_every_s == pytest.approx(min(nvml.UTIL_MAX_EVERY_S, 0.002 / nvml.UTIL_SHARE), rel=0.5)
+    backend.process_usage()
+    assert backend.process_utilisation() is first and len(calls) == 1
+    # A process gone from the lists: its GPU is asked again at once, not after the interval.
+    gpus[0].processes.pop(0)
+    backend.process_usage()
+    backend.process_utilisation()
+    assert len(calls) == 2
+    backend.close()
+
+
+def test_a_cheap_process_utilisation_call_is_asked_every_refresh(open_replay, fixtures):
+    pid = parse_q(fixtures / H100_LOAD_Q)[0].processes[0].pid
+    backend, mod = open_replay(fixtures / H100_LOAD_Q, utilisation={0: [(pid, 10, 50, 5, 0, 0)]})
+    calls = _dear(mod, 0.0)
+    for _ in range(3):
+        backend.process_usage()
+        backend.process_utilisation()
+    assert len(calls) == 3 and backend.util_every_s == 0.0
