@@ -10,6 +10,7 @@ SECONDS_EACH=${SECONDS_EACH:-90}
 STATE=$(mktemp -d /tmp/gw-split-XXXX)
 export GPUWARDEN_STATE_DIR=$STATE
 SOCK=$STATE/tmux.sock
+rm -f "$OUT/tui_cpu_split.txt"  # a table left by an earlier run must not pass for this one
 BUSY=""
 cleanup() { tmux -S "$SOCK" kill-server 2>/dev/null; [ -n "$BUSY" ] && kill "$BUSY" 2>/dev/null; }
 trap cleanup EXIT
