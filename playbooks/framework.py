@@ -214,11 +214,7 @@ def _run_steps(ctx: RunContext, playbook: Playbook, steps: list[Step], emit: Cal
             journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "skipped", reason=str(exc))
             continue
         except GpuwardenError as exc:
-            interrupt = _unwinding_from(exc)
-            if interrupt is not None:  # as below: the interruption is what happened
-                journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "failed", error=str(exc),
-                              during="interrupt")
-                raise interrupt from exc
+            _raise_if_interrupted(ctx, f"{playbook.name}:{step.name}", exc, str(exc))
             emit(Event("step_failed", playbook.name, step.name, str(exc),
                        {"seconds": round(time.monotonic() - t0, 3)}))
             journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "failed", error=str(exc))
@@ -228,13 +224,7 @@ def _run_steps(ctx: RunContext, playbook: Playbook, steps: list[Step], emit: Cal
             continue
         except Exception as exc:  # a bug in a step must still end the run cleanly and be journalled
             msg = f"{type(exc).__name__}: {exc}"
-            interrupt = _unwinding_from(exc)
-            if interrupt is not None:
-                # A clean-up that failed while Ctrl-C (or SIGTERM) unwound the step must not turn the interruption
-                # into a step failure (exit 1 instead of 130): the operator stopped it; the error is journalled.
-                journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "failed", error=msg,
-                              during="interrupt", where=_where(exc))
-                raise interrupt from exc
+            _raise_if_interrupted(ctx, f"{playbook.name}:{step.name}", exc, msg)
             emit(Event("step_failed", playbook.name, step.name, msg, {"unexpected": True}))
             journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "failed", error=msg,
                           where=_where(exc))
@@ -243,6 +233,16 @@ def _run_steps(ctx: RunContext, playbook: Playbook, steps: list[Step], emit: Cal
         journal.write(ctx.settings.state_dir, f"{playbook.name}:{step.name}", "ok", message=message)
     ctx.step = None
     return failed
+
+
+def _raise_if_interrupted(ctx: RunContext, action: str, exc: BaseException, error: str) -> None:
+    """Raise the interrupt `exc` was raised while handling, once the error is journalled: a clean-up that failed
+    while Ctrl-C (or SIGTERM) unwound a step must not turn the interruption into a step failure (exit 1 instead of
+    130); the operator stopped it."""
+    interrupt = _unwinding_from(exc)
+    if interrupt is not None:
+        journal.write(ctx.settings.state_dir, action, "failed", error=error, during="interrupt", where=_where(exc))
+        raise interrupt from exc
 
 
 def _unwinding_from(exc: BaseException) -> KeyboardInterrupt | None:

@@ -227,9 +227,6 @@ class RowTable(Widget, can_focus=True):
             lines.append(self._line(row, widths, style))
         return lines
 
-    def render(self) -> Text:
-        return Text("\n", no_wrap=True, overflow="crop").join(self._text_lines())
-
     # Textual's line API: each line is turned into segments here, and only when its text changed. Drawing the whole
     # table as one Text made Textual lay out and style every line again at every refresh (0.6 ms a refresh of a
     # one-GPU panel at 160 columns, on a busy GPU each second).

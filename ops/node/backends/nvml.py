@@ -106,10 +106,9 @@ class NvmlBackend(libload.LibraryBackend):
                                            getattr(nv, "NVMLError_FunctionNotFound", None)) if e)
         self._static = {i: self._static_info(i, h) for i, h in self._handles.items()}
         self._sensors = {i: NvmlSensors(nv, h, self._try) for i, h in self._handles.items()}
-        self._with_processes: set[int] | None = None  # the GPUs the last process list found someone on
         self._util_seen: dict[int, int] = {}  # gpu -> the newest utilisation sample's timestamp (us)
         self._util_last: dict[int, dict[int, tuple[int, int, int, int]]] | None = None
-        self._process_keys: frozenset[tuple[int, int]] = frozenset()  # (gpu, pid) of the last process lists
+        self._process_keys: frozenset[tuple[int, int]] | None = None  # (gpu, pid) of the last process lists
         self._util_for: frozenset[tuple[int, int]] | None = None  # ... when the dear call last answered
         self._util_next = 0.0  # monotonic time the dear call is due again
         self.util_every_s = 0.0  # how old per-process GPU% may be (0: asked every refresh)
@@ -142,7 +141,6 @@ class NvmlBackend(libload.LibraryBackend):
                 usage.append(ProcessUsage(
                     pid=pid, gpu_index=index, vram_bytes=int(used) if used is not None else 0,
                     source="nvml" if used is not None else SOURCE_UNKNOWN))
-        self._with_processes = {u.gpu_index for u in usage}
         self._process_keys = frozenset((u.gpu_index, u.pid) for u in usage)
         return usage
 
@@ -153,8 +151,8 @@ class NvmlBackend(libload.LibraryBackend):
         if get is None:
             return None
         now = time.monotonic()
-        if self._util_last is not None and now < self._util_next and self._same_processes():
-            return self._util_last
+        if self._util_last is not None and now < self._util_next and self._process_keys == self._util_for:
+            return self._util_last  # a process that came or went is asked about at once, not seconds later
         cost = [0.0]
 
         def timed() -> dict[int, dict[int, tuple[int, int, int, int]]] | None:
@@ -173,11 +171,6 @@ class NvmlBackend(libload.LibraryBackend):
         self._util_last, self._util_for = answer, self._process_keys
         return answer
 
-    def _same_processes(self) -> bool:
-        """True while the process lists are those of the last answer: a process that came or went is asked about
-        at once, so a new process's share is not shown as idle for seconds."""
-        return self._process_keys == self._util_for
-
     def _utilisation(self, get: Any) -> dict[int, dict[int, tuple[int, int, int, int]]] | None:
         nv = self._nv
         not_found = getattr(nv, "NVML_ERROR_NOT_FOUND", 6)
@@ -185,7 +178,8 @@ class NvmlBackend(libload.LibraryBackend):
         out: dict[int, dict[int, tuple[int, int, int, int]]] = {}
         # A GPU on which the last process list found nobody has no process to give a share of its time to; the
         # call is skipped there (on an idle H200 it was three fifths of the console's CPU).
-        with_processes = self._with_processes
+        keys = self._process_keys
+        with_processes = {gpu for gpu, _ in keys} if keys is not None else None  # None: not listed yet
         for index, handle in self._handles.items():
             if with_processes is not None and index not in with_processes:
                 out[index] = {}
