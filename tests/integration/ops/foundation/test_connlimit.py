@@ -69,7 +69,10 @@ class Server(ConnectionCap, socketserver.ThreadingMixIn, socketserver.UnixStream
         pass  # the crowd hanging up mid-request
 
     def process_request(self, request: socket.socket, client_address: object) -> None:
-        self.dispatched.append(request.recv(64, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        try:
+            self.dispatched.append(request.recv(64, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except BlockingIOError:  # accepted before its client sent a byte
+            self.dispatched.append(b"")
         super().process_request(request, client_address)
 
     def serve_in_background(self) -> None:
