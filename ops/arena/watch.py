@@ -22,8 +22,13 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `status`
 if TYPE_CHECKING:
     from typing import Sequence
 
-# An engine maps its arena once, at start: what a PID maps shared is read again only this often.
+# An engine maps its arena once, at start: what a PID maps shared is read again only this often while the engine
+# is young (its first SETTLING_S as we know it), then every SETTLED_SHARED_FILES_S. Each look reads the engine's
+# whole /proc/<pid>/maps (thousands of lines for a serving engine): 32 engines every 15 s were the big sim node
+# agent's largest periodic step after the deep scan. An arena mapped by an engine past its start is seen this late.
 SHARED_FILES_S = 15.0
+SETTLING_S = 120.0
+SETTLED_SHARED_FILES_S = 60.0
 # Reading /proc/<pid>/maps costs the kernel ~0.1 ms a process: thousands of them make a full scan
 # take 100+ ms, too much for every refresh. New mappers are engines (seen at once) or show up within this.
 FULL_SCAN_S = 15.0
@@ -66,7 +71,9 @@ class ArenaWatch:
         self.full_scan_s = full_scan_s
         self.quick_s = quick_s
         self.shared_files_s = shared_files_s
+        self.settled_shared_files_s = max(shared_files_s, SETTLED_SHARED_FILES_S)
         self._shared: dict[int, tuple[float, set[str]]] = {}  # pid -> (when read, its shared files)
+        self._first_seen: dict[int, float] = {}  # pid -> when this watch first read its shared files
         self._scans: dict[str, tuple[float, list[int]]] = {}  # arena path -> (when, mapper pids)
         # arena path -> (when, engines, mappers)
         self._quick: dict[str, tuple[float, tuple[int, ...], tuple[ArenaMapper, ...]]] = {}
@@ -88,9 +95,14 @@ class ArenaWatch:
     def _shared_files(self, pid: int) -> set[str]:
         now = time.monotonic()
         hit = self._shared.get(pid)
-        if hit is None or now - hit[0] > self.shared_files_s:
-            hit = (now, shared_files(pid, self.settings.proc_root))
-            self._shared[pid] = hit
+        if hit is not None:
+            young = now - self._first_seen[pid] < SETTLING_S
+            if now - hit[0] <= (self.shared_files_s if young else self.settled_shared_files_s):
+                return hit[1]
+        else:
+            self._first_seen[pid] = now
+        hit = (now, shared_files(pid, self.settings.proc_root))
+        self._shared[pid] = hit
         return hit[1]
 
     def _mappers(self, path: str, engines: list[int]) -> tuple[ArenaMapper, ...]:
@@ -124,6 +136,7 @@ class ArenaWatch:
         live = set(engine_pids)
         for pid in [p for p in self._shared if p not in live]:
             del self._shared[pid]
+            del self._first_seen[pid]
         asked: set[str] = set()
         for pid in engine_pids:
             shared = self._shared_files(pid)

@@ -625,7 +625,11 @@ class SysfsBackend:
 
     RELIST_EVERY = 10
     LIST_SPREAD = 8  # the KFD proc directory is listed at least this often while its stamp holds (see _kfd_usage)
-    RELIST_BACKSTOP = 60  # with the device signal: a new vram file no device figure betrayed, seen this late
+    # With the device signal: a new vram file no device figure betrayed (a known process's first VRAM on a GPU while
+    # another of its processes freed as much within the same refresh) is seen this many refreshes late at most. A
+    # relist reads every PID's directory (2,000: 38 ms on the big sim node): at 60 that was 0.6 ms/s, an eighth of
+    # the agent's CPU there, for a case that needs two exactly offsetting changes in one second.
+    RELIST_BACKSTOP = 300
     # A refresh re-reads only the vram files of GPUs whose device VRAM moved since their files were last read, and
     # 1/VRAM_SPREAD of the others in turn (a deep pass spread over VRAM_SPREAD refreshes). Why this is sound: KFD's
     # vram_<gpu_id> is the process's VRAM BO total (kfd_procfs_show, pdd->vram_usage), which changes only when
