@@ -100,7 +100,7 @@ def finding_event(finding: dict[str, Any], ts: float) -> NodeEvent:
 class _Lines(Protocol):
     """A kernel log source: read() gives the new lines ([] when none came within `timeout`, None at its end)."""
 
-    def read(self, timeout: float) -> list[str] | None: ...
+    def read(self, timeout: float | None, wake: int | None = None) -> list[str] | None: ...
     def close(self) -> None: ...
 
 
@@ -121,6 +121,9 @@ class KernelWatch:
         self.describe = "off"
         self.lines_read = 0
         self._stop = threading.Event()
+        # stop() writes here: the thread sleeps on the kernel log until a line comes (it used to wake every BATCH_S
+        # to look at the stop flag: 0.19 ms/s of an idle agent).
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._thread: threading.Thread | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -137,10 +140,20 @@ class KernelWatch:
 
     def stop(self) -> None:
         self._stop.set()
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:  # a wake-up is pending already, or stop() ran before
+            pass
         if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
         if self._thread is not None:
-            self._thread.join(1.0)  # it looks at the stop flag at least every BATCH_S
+            self._thread.join(1.0)  # woken by the pipe (a regular file source looks at the flag 5 times a second)
+        if self._thread is None or not self._thread.is_alive():
+            for name in ("_wake_r", "_wake_w"):
+                fd = getattr(self, name)
+                if fd >= 0:
+                    setattr(self, name, -1)
+                    os.close(fd)
 
     # --- sources --------------------------------------------------------------------------------
     def _open(self) -> _Lines | None:
@@ -184,7 +197,8 @@ class KernelWatch:
         first = 0.0
         try:
             while not self._stop.is_set():
-                lines = reader.read(timeout=BATCH_S if not batch else max(0.0, first + BATCH_S - time.monotonic()))
+                # Nothing pending: asleep until a line comes or stop() wakes it; else until the batch is due.
+                lines = reader.read(None if not batch else max(0.0, first + BATCH_S - time.monotonic()), self._wake_r)
                 if lines is None:
                     break  # the source ended (a FIFO's writer went away and will not come back is fine too)
                 if lines and not batch:
@@ -227,8 +241,8 @@ class _KmsgRecords:
         except (OSError, ValueError):
             return None
 
-    def read(self, timeout: float) -> list[str] | None:
-        if not readable(self.fd, timeout):
+    def read(self, timeout: float | None, wake: int | None = None) -> list[str] | None:
+        if not readable(self.fd, timeout, wake):
             return []
         out: list[str] = []
         while len(out) < BATCH_LINES:
@@ -279,12 +293,16 @@ class _FileLines:
         if self.regular:
             os.lseek(fd, 0, os.SEEK_END)
 
-    def read(self, timeout: float) -> list[str] | None:
+    def read(self, timeout: float | None, wake: int | None = None) -> list[str] | None:
         if self.regular:
-            if timeout > 0:
-                time.sleep(min(timeout, 0.2))  # a growing regular file cannot be waited on: look 5 times a second
+            # A growing regular file cannot be waited on: look 5 times a second (or sooner, woken to stop).
+            pause = 0.2 if timeout is None else min(timeout, 0.2)
+            if pause > 0 and wake is not None:
+                readable(wake, pause)
+            elif pause > 0:
+                time.sleep(pause)
         else:
-            if not readable(self.fd, timeout):
+            if not readable(self.fd, timeout, wake):
                 return []
         chunks: list[bytes] = []
         while True:

@@ -9,8 +9,16 @@ import select
 from typing import Any
 
 
-def readable(fd: Any, timeout_s: float) -> bool:
-    """True when `fd` (a number or an object with fileno()) has data, end of file or a hang-up within timeout_s."""
+def readable(fd: Any, timeout_s: float | None, wake: int | None = None) -> bool:
+    """True when `fd` (a number or an object with fileno()) has data, end of file or a hang-up within timeout_s
+    (None: however long it takes). False at the timeout, or as soon as `wake` (a pipe's read end) is readable:
+    how a thread asleep on `fd` is told to stop without waking on a timer to look."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)  # POLLHUP and POLLERR are reported without asking, as select reports EOF
-    return bool(poller.poll(max(0.0, timeout_s) * 1000))
+    if wake is not None:
+        poller.register(wake, select.POLLIN)
+    ready = poller.poll(None if timeout_s is None else max(0.0, timeout_s) * 1000)
+    if wake is None:
+        return bool(ready)
+    mine = fd if isinstance(fd, int) else fd.fileno()
+    return any(got == mine for got, _ in ready)

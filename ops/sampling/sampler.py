@@ -57,6 +57,12 @@ class Sampler:
         # with a busy process, and a console whose Processes view is hidden need not ask it (issue 38).
         self.process_gpu = True
 
+    def quiet_process_gpu(self, quiet: bool) -> None:
+        """Nobody reads per-process GPU% now (an agent with no client): a backend whose per-process call is dear
+        asks it seldom (NVML: every UTIL_QUIET_EVERY_S), not at its usual cadence."""
+        if hasattr(self.backend, "util_quiet"):
+            self.backend.util_quiet = quiet
+
     @property
     def _watch(self) -> PidWatch | None:  # the pidfd watch, for tests that check what is tracked
         return self.attribution.watch

@@ -47,6 +47,9 @@ from gpuwarden.ops.agent.kernelwatch import KernelWatch
 AGENT_DIR = "agent"
 STALE_INTERVALS = 3.0  # no snapshot for this many intervals (plus STALE_GRACE_S): the API says stale
 STALE_GRACE_S = 2.0
+# Per-process GPU% has a reader while a /v1/snapshot or a per-process /metrics was served within this (a console,
+# `status --watch`, a fleet view or a scraper asks far more often); with none, a dear source is asked seldom.
+PROCESS_GPU_READERS_S = 120.0
 _PRIORITY = {"error": 3, "warning": 4, "ok": 5, "info": 6}
 # How long the sampling thread may hold the GIL while an API thread waits for it (CPython's default: 5 ms). A
 # big node's refresh and its JSON are several ms of Python each second; a request arriving meanwhile waited
@@ -93,6 +96,8 @@ class Agent:
         self.writes = WriteWatch(self.log)  # which of the state dir's files cannot be written right now
         self._done = threading.Event()
         self._reload = threading.Event()
+        self._wake = threading.Event()  # set with _done or _reload: the main loop's wake-up
+        self._process_gpu_read_at = -PROCESS_GPU_READERS_S  # monotonic: when per-process GPU% was last served
         self._latest: Latest | None = None
         # (the snapshot, its JSON body, needs attention): the object itself, since a freed snapshot's id() is
         # soon another's
@@ -177,17 +182,38 @@ class Agent:
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (exit 0), reloading the config on SIGHUP; the main thread's loop."""
-        signal.signal(signal.SIGTERM, lambda *_: self._done.set())
-        signal.signal(signal.SIGINT, lambda *_: self._done.set())
-        signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+        def told(flag: threading.Event) -> Callable[..., None]:
+            def handler(*_: object) -> None:
+                flag.set()
+                self._wake.set()
+            return handler
+        signal.signal(signal.SIGTERM, told(self._done))
+        signal.signal(signal.SIGINT, told(self._done))
+        signal.signal(signal.SIGHUP, told(self._reload))
         notify(f"READY=1\nSTATUS=sampling every {self.config.interval:g}s\nMAINPID={os.getpid()}")
-        while not self._done.wait(1.0):
+        # Asleep until a signal, or until the latest snapshot would turn stale: the stale check used to wake this
+        # thread every second (an idle agent's main thread: 0.14 ms/s); now it wakes about once per stale limit.
+        while not self._done.is_set():
+            self._wake.wait(self._until_stale())
+            self._wake.clear()  # before the flags are read: a signal from now on wakes the next wait
+            if self._done.is_set():
+                break
             if self._reload.is_set():
                 self._reload.clear()
                 self.reload()
             self._check_stale()
         self.stop()
         return 0
+
+    def _until_stale(self) -> float:
+        """Seconds until the latest snapshot turns stale if no newer one comes (a full limit once it is stale)."""
+        stale, age = self.staleness()
+        limit = self._stale_limit()
+        if stale:
+            return limit
+        if age is None:
+            age = time.time() - self.started_at
+        return max(0.05, limit - age + 0.01)
 
     def stop(self) -> None:
         if self.stopping:
@@ -248,7 +274,9 @@ class Agent:
     def _sample(self) -> NodeSnapshot:
         if self._sampler is None:  # start() makes the sampler before the sampling thread that calls this
             raise RuntimeError("the agent samples only once started")
-        snap = self._sampler.snapshot()
+        sampler = self._sampler
+        sampler.quiet_process_gpu(not self._process_gpu_read())
+        snap = sampler.snapshot()
         for annotate in self.annotators:
             try:
                 snap = annotate(snap)
@@ -305,10 +333,23 @@ class Agent:
     def latest(self) -> Latest | None:
         return self._latest
 
+    def process_gpu_served(self) -> None:
+        """Per-process GPU% went to a reader (a snapshot, a per-process exposition): keep it at its usual cadence."""
+        self._process_gpu_read_at = time.monotonic()
+
+    def _process_gpu_read(self) -> bool:
+        metrics = self.metrics
+        if metrics is not None and getattr(metrics, "scraped_per_process", False):
+            return True  # a listener exporting per-process series: its scraper comes back on its own interval
+        return time.monotonic() - self._process_gpu_read_at < PROCESS_GPU_READERS_S
+
+    def _stale_limit(self) -> float:
+        return STALE_INTERVALS * self.config.interval + STALE_GRACE_S
+
     def staleness(self) -> tuple[bool, float | None]:
         """(stale?, age in seconds of the latest snapshot; None before the first)."""
         latest = self._latest
-        limit = STALE_INTERVALS * self.config.interval + STALE_GRACE_S
+        limit = self._stale_limit()
         if latest is None:
             age = time.time() - self.started_at
             return age > limit, None
@@ -323,6 +364,7 @@ class Agent:
         latest = self._latest
         if latest is None:
             return None
+        self._process_gpu_read_at = time.monotonic()
         served = self._serve(latest.snapshot)
         stale, age = self.staleness()
         tail = (f',"agent":{{"pid":{os.getpid()},"interval_s":{json.dumps(self.config.interval)},'

@@ -46,6 +46,11 @@ class MetricsExporter:
         if listen:
             self.listener = Listener(listen, self.exposition.wsgi_app(self.collector.collect), tls)
 
+    @property
+    def scraped_per_process(self) -> bool:
+        """A listener exports per-process series: its scraper reads per-process GPU% (the agent keeps it fresh)."""
+        return self.listener is not None and self.options.per_process
+
     def start(self) -> str | None:
         """Bind the listener (before the agent starts, so a busy port fails the start); its URL, or None."""
         return self.listener.start() if self.listener is not None else None
@@ -84,6 +89,8 @@ class MetricsExporter:
         per_process and hostname add to the agent's own options for this one."""
         if self.agent.latest() is None:
             return b""
+        if per_process or self.options.per_process:
+            self.agent.process_gpu_served()
         collector = self.collector
         if (per_process and not self.options.per_process) or (hostname and not self.options.hostname):
             options = replace(self.options, per_process=per_process or self.options.per_process,

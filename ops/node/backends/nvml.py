@@ -30,6 +30,9 @@ _HINT = "install the NVIDIA driver (libnvidia-ml.so.1) or pick another source wi
 UTIL_DEAR_S = 0.0002
 UTIL_SHARE = 0.0005
 UTIL_MAX_EVERY_S = 5.0
+# While nobody reads per-process GPU% (an agent with no client: see Sampler.quiet_process_gpu), a dear pass is asked
+# this often instead: the first reader after a quiet spell sees a figure up to this old, the next ones fresh.
+UTIL_QUIET_EVERY_S = 30.0
 
 # Process memory that NVML would not tell us (not permitted, or hidden inside a MIG instance):
 # the PID still uses the GPU, but its VRAM must not be read as 0 bytes by the residual arithmetic.
@@ -111,7 +114,9 @@ class NvmlBackend(libload.LibraryBackend):
         self._process_keys: frozenset[tuple[int, int]] | None = None  # (gpu, pid) of the last process lists
         self._util_for: frozenset[tuple[int, int]] | None = None  # ... when the dear call last answered
         self._util_next = 0.0  # monotonic time the dear call is due again
+        self._util_asked = 0.0  # monotonic time it last answered
         self.util_every_s = 0.0  # how old per-process GPU% may be (0: asked every refresh)
+        self.util_quiet = False  # nobody reads per-process GPU% now: a dear pass waits UTIL_QUIET_EVERY_S
 
     # ----------------------------------------------------------------- protocol
 
@@ -151,7 +156,9 @@ class NvmlBackend(libload.LibraryBackend):
         if get is None:
             return None
         now = time.monotonic()
-        if self._util_last is not None and now < self._util_next and self._process_keys == self._util_for:
+        if self._util_last is not None and self._process_keys == self._util_for and (
+                now < self._util_next or (self.util_quiet and self.util_every_s and
+                                          now < self._util_asked + UTIL_QUIET_EVERY_S)):
             return self._util_last  # a process that came or went is asked about at once, not seconds later
         cost = [0.0]
 
@@ -168,6 +175,7 @@ class NvmlBackend(libload.LibraryBackend):
             return None
         self.util_every_s = min(UTIL_MAX_EVERY_S, cost[0] / UTIL_SHARE) if cost[0] > UTIL_DEAR_S else 0.0
         self._util_next = now + self.util_every_s
+        self._util_asked = now
         self._util_last, self._util_for = answer, self._process_keys
         return answer
 

@@ -292,3 +292,47 @@ def test_a_cheap_process_utilisation_call_is_asked_every_refresh(open_replay, fi
         backend.process_usage()
         backend.process_utilisation()
     assert len(calls) == 3 and backend.util_every_s == 0.0
+
+
+def test_while_nobody_reads_it_a_dear_call_waits_the_quiet_interval(settings, tmp_path, fixtures, monkeypatch):
+    from gpuwarden.ops.node.backends import nvml
+
+    class Clock:
+        now = 1000.0
+
+        def monotonic(self) -> float:
+            return self.now
+
+        def thread_time(self) -> float:
+            import time
+            return time.thread_time()  # the call's cost is still measured for real
+    clock = Clock()
+    monkeypatch.setattr(nvml, "time", clock)
+    gpus = parse_q(fixtures / H100_LOAD_Q)
+    pid = gpus[0].processes[0].pid
+    mod = standin.build(gpus, utilisation={0: [(pid, 10, 50, 5, 0, 0)]})
+    backend = NvmlBackend(settings.with_(dev_root=tmp_path / "dev"), module=mod)
+    calls = _dear(mod, 0.002)
+    try:
+        backend.process_usage()
+        backend.process_utilisation()
+        assert len(calls) == 1 and backend.util_every_s > 0
+        backend.util_quiet = True
+        clock.now += nvml.UTIL_MAX_EVERY_S + 1  # due at the usual cadence, not while quiet
+        backend.process_utilisation()
+        assert len(calls) == 1
+        clock.now += nvml.UTIL_QUIET_EVERY_S - nvml.UTIL_MAX_EVERY_S
+        backend.process_utilisation()
+        assert len(calls) == 2
+        # A process that comes or goes is asked about at once, quiet or not.
+        gpus[0].processes.pop(0)
+        backend.process_usage()
+        backend.process_utilisation()
+        assert len(calls) == 3
+        # A reader again: the usual cadence from the next refresh on.
+        backend.util_quiet = False
+        clock.now += nvml.UTIL_MAX_EVERY_S + 0.01
+        backend.process_utilisation()
+        assert len(calls) == 4
+    finally:
+        backend.close()
