@@ -16,6 +16,8 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
+from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
 
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.model import NodeSnapshot
@@ -28,6 +30,7 @@ from gpuwarden.tui.keyhints import with_keys
 from gpuwarden.tui.messages import PlaybookFinished, PlaybookProgress, SamplingFailed, SnapshotArrived
 from gpuwarden.tui.palette import GpuwardenCommands
 from gpuwarden.tui.runner import PlaybookRun
+from gpuwarden.tui import terminal_driver
 from gpuwarden.ops.config.keys import MIN_REFRESH_S
 from gpuwarden.ops.sampling.thread import SamplingThread, SnapshotSource
 from gpuwarden.tui.text import duration
@@ -70,6 +73,11 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
         Binding("x", "topology", "Topology", show=False),
         Binding("i", "process_detail", "Process", show=False),
     ]
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's choice, with the terminal driver's input thread asleep between keys (see terminal_driver)."""
+        chosen = super().get_driver_class()
+        return terminal_driver.QuietLinuxDriver if chosen is LinuxDriver and terminal_driver.fits() else chosen
 
     def __init__(self, settings: Settings, *, source: SnapshotSource, refresh_s: float = 1.0,
                  read_only: bool = False, bundle: Path | None = None,

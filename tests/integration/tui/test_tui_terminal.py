@@ -195,3 +195,47 @@ def test_an_open_console_at_80x24_follows_a_scenario_run_in_another_shell(sim_st
     finally:
         subprocess.run([str(GPUWARDEN), "--state-dir", str(sim_state), "--backend", "sim", "sim", "scenario", "clean"],
                        capture_output=True, timeout=60)
+
+
+def _thread_wakeups(pid: int) -> dict[str, int]:
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            status = (task / "status").read_text()
+        except OSError:
+            continue
+        out[f"{name}/{task.name}"] = next(int(line.split()[1]) for line in status.splitlines()
+                                          if line.startswith("voluntary_ctxt_switches"))
+    return out
+
+
+def test_the_idle_consoles_input_thread_sleeps_until_a_key(sim_state, tmux, tmp_path):
+    # Textual's own input thread woke ten times a second to look for its exit flag: 1.5 ms of CPU a second in an
+    # idle console, more than its drawing (issue 38). Absence of wake-ups can only be seen over a window.
+    status = tmp_path / "rc"
+    tmux.start(f"{sys.executable} -c '{WRAPPER}' {status} {GPUWARDEN} --state-dir {sim_state} --backend sim tui")
+    tmux.wait_screen("0.0/24G")
+    pid = int(wait_file(Path(f"{status}.pid"), 15))
+    before = _thread_wakeups(pid)
+    assert any(k.startswith("textual-input/") for k in before), sorted(before)
+    time.sleep(1.5)  # fifteen wake-ups of Textual's own thread
+    after = _thread_wakeups(pid)
+    woke = {k: after[k] - v for k, v in before.items() if k in after and k.startswith("textual-input/")}
+    assert all(n <= 1 for n in woke.values()), woke
+    # It still wakes for keys at once, a lone Esc included (the parser's timeout is the one it sleeps to).
+    tmux.keys("?")
+    tmux.wait_screen("WHAT IT DOES")
+    tmux.keys("Escape")
+    tmux.wait_gone("WHAT IT DOES")
+    tmux.keys("q")
+    assert wait_file(status, 15).strip() == "0"
+
+
+def test_the_installed_textual_is_one_the_quiet_driver_was_read_against():
+    # A Textual upgrade falls back to Textual's own driver (correct, ten wake-ups a second) until someone reads its
+    # LinuxDriver.run_input_thread again and adds the release to TEXTUAL_READ: this says when that is due.
+    import textual
+    from gpuwarden.tui import terminal_driver
+    assert terminal_driver.fits(), (f"Textual {textual.__version__} is not in terminal_driver.TEXTUAL_READ "
+                                    f"{terminal_driver.TEXTUAL_READ}: read its input thread, then add it")
