@@ -72,7 +72,10 @@ class QuietLinuxDriver(LinuxDriver):
         while not exit_event.is_set():
             ready = poller.poll(_poll_ms(parser))
             if any(fd == fileno for fd, _ in ready):
-                data = os.read(fileno, 4096)
+                try:
+                    data = os.read(fileno, 4096)
+                except OSError:  # the terminal hung up (EIO) or was closed: SIGHUP ends the console
+                    break
                 if not data:
                     break  # end of input (stdin a pipe, not a terminal): nothing more will come
                 for event in parser.feed(decode(data)):

@@ -118,8 +118,8 @@ class ConnectionCap(_Server):
             poller.register(self._wake_r, select.POLLIN)
             while not self._stop_serving:
                 ready = poller.poll()
-                if self._stop_serving:
-                    break
+                if self._stop_serving or any(mask & select.POLLNVAL for _, mask in ready):
+                    break  # stopped, or a descriptor closed under the loop (server_close without shutdown)
                 if any(fd == listening for fd, _ in ready):
                     self._handle_request_noblock()
                 self.service_actions()

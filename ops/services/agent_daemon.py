@@ -364,7 +364,7 @@ class Agent:
         latest = self._latest
         if latest is None:
             return None
-        self._process_gpu_read_at = time.monotonic()
+        self.process_gpu_served()
         served = self._serve(latest.snapshot)
         stale, age = self.staleness()
         tail = (f',"agent":{{"pid":{os.getpid()},"interval_s":{json.dumps(self.config.interval)},'
