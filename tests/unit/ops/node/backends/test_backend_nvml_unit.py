@@ -336,3 +336,32 @@ def test_while_nobody_reads_it_a_dear_call_waits_the_quiet_interval(settings, tm
         assert len(calls) == 4
     finally:
         backend.close()
+
+
+def test_the_process_lists_come_with_each_gpus_lane_job_and_repeat_as_the_same_objects(settings, tmp_path, fixtures):
+    gpus = parse_q(fixtures / H100_LOAD_Q)
+    backend = NvmlBackend(settings.with_(dev_root=tmp_path / "dev"), module=standin.build(gpus))
+    handed: list[object] = []
+    latest = backend._lanes.latest
+
+    def counted(*args, **kw):
+        handed.append(args[0])
+        return latest(*args, **kw)
+    backend._lanes.latest = counted
+    try:
+        backend.gpus()
+        first = backend.process_usage()
+        assert first and handed == []  # read in the GPUs' own lane jobs: no second hand-off
+        assert backend.process_usage() == first and len(handed) == 1  # lists are used once; then the lane
+        backend.gpus()
+        again = backend.process_usage()
+        assert len(handed) == 1 and len(again) == len(first) and all(a is b for a, b in zip(again, first))
+        # A figure that moved is a new object; the other GPUs' lists stay the very same.
+        gpus[0].processes[0].used_mib += 1
+        backend.gpus()
+        moved = backend.process_usage()
+        changed = [(a, b) for a, b in zip(moved, first) if a is not b]
+        assert changed and all(a.gpu_index == 0 for a, _ in changed)
+        assert any(a.vram_bytes != b.vram_bytes for a, b in changed)
+    finally:
+        backend.close()
