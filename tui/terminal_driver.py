@@ -6,9 +6,9 @@ on the stand-in NVML node that was 1.5 ms of CPU a second, more than the main th
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
+import threading
 from codecs import getincrementaldecoder
 from typing import Any
 
@@ -30,7 +30,6 @@ _UNKNOWN = object()
 # The Textual releases whose LinuxDriver.run_input_thread this one stands in for (read against each): another
 # release gets Textual's own driver until its input thread has been read again and the release added here.
 TEXTUAL_READ = ("8.",)
-PR_SET_NAME = 15  # include/uapi/linux/prctl.h: the calling thread's name, as top -H and /proc/<pid>/task/*/comm show
 
 
 def fits() -> bool:
@@ -102,8 +101,10 @@ class QuietLinuxDriver(LinuxDriver):
 
 
 def _name_this_thread(name: bytes) -> None:
-    """Give the calling thread its name in the kernel too (Python before 3.14 names threads for itself only)."""
+    """Give the calling thread its name in the kernel too, as top -H shows it (Python before 3.14 names threads for
+    itself only); written through /proc, which takes a thread's own name (fs/proc/base.c, comm_write)."""
     try:
-        ctypes.CDLL(None).prctl(PR_SET_NAME, name[:15], 0, 0, 0)
-    except (OSError, AttributeError):  # no prctl (not Linux): the name is a convenience
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "wb") as f:
+            f.write(name[:15])
+    except OSError:  # no /proc (not Linux): the name is a convenience
         pass
