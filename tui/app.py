@@ -6,6 +6,7 @@ Snapshots come from a SamplingThread (never the event loop); a watchdog marks th
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import termios
 import time
@@ -75,9 +76,12 @@ class GpuwardenApp(LayoutMixin, ProcessActionsMixin, App):
     ]
 
     def get_driver_class(self) -> type[Driver]:
-        """Textual's choice, with the terminal driver's input thread asleep between keys (see terminal_driver)."""
+        """Textual's choice, with the terminal driver's input thread asleep between keys (see terminal_driver);
+        a driver named in TEXTUAL_DRIVER (`serve`'s, or Textual's own to rule this one out) is left as named."""
         chosen = super().get_driver_class()
-        return terminal_driver.QuietLinuxDriver if chosen is LinuxDriver and terminal_driver.fits() else chosen
+        if chosen is LinuxDriver and not os.environ.get("TEXTUAL_DRIVER") and terminal_driver.fits():
+            return terminal_driver.QuietLinuxDriver
+        return chosen
 
     def __init__(self, settings: Settings, *, source: SnapshotSource, refresh_s: float = 1.0,
                  read_only: bool = False, bundle: Path | None = None,

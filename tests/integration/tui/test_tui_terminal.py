@@ -239,3 +239,33 @@ def test_the_installed_textual_is_one_the_quiet_driver_was_read_against():
     from gpuwarden.tui import terminal_driver
     assert terminal_driver.fits(), (f"Textual {textual.__version__} is not in terminal_driver.TEXTUAL_READ "
                                     f"{terminal_driver.TEXTUAL_READ}: read its input thread, then add it")
+
+
+def test_a_console_stopped_and_continued_from_the_shell_still_answers_keys(sim_state, tmux, tmp_path):
+    # SIGTSTP stops the input thread (the quiet driver's wake pipe) and `fg` starts a new one: exactly one reads
+    # the keys afterwards, and it still sleeps between them.
+    tmux.start("bash --norc --noprofile", width=120, height=40)
+    tmux.keys(f"{GPUWARDEN} --state-dir {sim_state} --backend sim tui", "Enter")
+    tmux.wait_screen("0.0/24G")
+    out = subprocess.run(["pgrep", "-f", f"state-dir {sim_state} --backend sim tui"], capture_output=True, text=True)
+    pid = int(out.stdout.split()[0])
+    os.kill(pid, signal.SIGTSTP)
+    tmux.wait_screen("Stopped")
+    tmux.keys("fg", "Enter")
+    deadline = time.monotonic() + 30
+    while "WHAT IT DOES" not in tmux.screen():  # Textual redraws after a resume in its own time: ask until it answers
+        assert time.monotonic() < deadline, tmux.screen()
+        tmux.keys("?")
+        time.sleep(0.3)
+    tmux.keys("Escape")
+    tmux.wait_gone("WHAT IT DOES")
+    before = _thread_wakeups(pid)
+    inputs = [k for k in before if k.startswith("textual-input/")]
+    assert len(inputs) == 1, sorted(before)
+    time.sleep(1.0)  # ten wake-ups of Textual's own thread
+    assert _thread_wakeups(pid)[inputs[0]] - before[inputs[0]] <= 1
+    tmux.keys("q")
+    deadline = time.monotonic() + 15
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists(), "the console did not quit after fg"
