@@ -15,6 +15,8 @@ from typing import Any
 import textual
 from textual.drivers.linux_driver import LinuxDriver
 
+from gpuwarden.ops.foundation.waitfd import WakePipe
+
 try:  # Textual's private modules: a release that moved them gets Textual's own driver (fits() says no)
     from textual._time import get_time
     from textual._xterm_parser import XTermParser
@@ -55,18 +57,18 @@ class QuietLinuxDriver(LinuxDriver):
         super().__init__(*args, **kwargs)
         # Not drained until the next input thread starts (a suspend and resume starts a new one), so a wake-up
         # written a moment before the exit flag is set keeps the thread looking until it is.
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake = WakePipe()
 
     def run_input_thread(self) -> None:
         """Read the terminal and hand Textual its events, as Textual's own thread does, asleep in between."""
         _name_this_thread(b"textual-input")
-        self._drain_wake()
+        self._wake.drain()
         fileno = self.fileno
         parser = XTermParser(self._debug)
         decode = getincrementaldecoder("utf-8")().decode
         poller = select.poll()
         poller.register(fileno, select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
+        poller.register(self._wake.fd, select.POLLIN)
         exit_event = self.exit_event
         while not exit_event.is_set():
             ready = poller.poll(_poll_ms(parser))
@@ -86,18 +88,8 @@ class QuietLinuxDriver(LinuxDriver):
 
     def disable_input(self) -> None:
         if not self.exit_event.is_set():
-            try:
-                os.write(self._wake_w, b"x")
-            except OSError:  # the pipe is full: a wake-up is pending already
-                pass
+            self._wake.wake()
         super().disable_input()
-
-    def _drain_wake(self) -> None:
-        try:
-            while os.read(self._wake_r, 64):
-                pass
-        except BlockingIOError:
-            pass
 
 
 def _name_this_thread(name: bytes) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from gpuwarden.ops.sampling.changes import NodeEvent
-from gpuwarden.ops.foundation.waitfd import readable
+from gpuwarden.ops.foundation.waitfd import WakePipe, readable
 from gpuwarden.ops.agent.writewatch import WriteWatch, ignore
 from gpuwarden.ops.triage.findings import Finding
 from gpuwarden.ops.triage.live import LiveTriage
@@ -123,7 +123,7 @@ class KernelWatch:
         self._stop = threading.Event()
         # stop() writes here: the thread sleeps on the kernel log until a line comes (it used to wake every BATCH_S
         # to look at the stop flag: 0.19 ms/s of an idle agent).
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake = WakePipe()
         self._thread: threading.Thread | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -140,20 +140,13 @@ class KernelWatch:
 
     def stop(self) -> None:
         self._stop.set()
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:  # a wake-up is pending already, or stop() ran before
-            pass
+        self._wake.wake()
         if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
         if self._thread is not None:
             self._thread.join(1.0)  # woken by the pipe (a regular file source looks at the flag 5 times a second)
         if self._thread is None or not self._thread.is_alive():
-            for name in ("_wake_r", "_wake_w"):
-                fd = getattr(self, name)
-                if fd >= 0:
-                    setattr(self, name, -1)
-                    os.close(fd)
+            self._wake.close()
 
     # --- sources --------------------------------------------------------------------------------
     def _open(self) -> _Lines | None:
@@ -198,7 +191,7 @@ class KernelWatch:
         try:
             while not self._stop.is_set():
                 # Nothing pending: asleep until a line comes or stop() wakes it; else until the batch is due.
-                lines = reader.read(None if not batch else max(0.0, first + BATCH_S - time.monotonic()), self._wake_r)
+                lines = reader.read(None if not batch else max(0.0, first + BATCH_S - time.monotonic()), self._wake.fd)
                 if lines is None:
                     break  # the source ended (a FIFO's writer went away and will not come back is fine too)
                 if lines and not batch:

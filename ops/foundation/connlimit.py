@@ -16,7 +16,6 @@ itself is bounded by the socket timeout; it is not marked meanwhile, so no hones
 from __future__ import annotations
 
 import fcntl
-import os
 import select
 import socket
 import socketserver
@@ -26,6 +25,8 @@ import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
+
+from gpuwarden.ops.foundation.waitfd import WakePipe
 
 if TYPE_CHECKING:
     # What the mixin is placed before: its super() calls reach a threading socketserver.
@@ -98,7 +99,7 @@ class ConnectionCap(_Server):
         self._queued: deque[tuple[Any, Any]] = deque()  # accepted in this wakeup's batch, not yet processed
         # serve_forever sleeps until a connection comes or shutdown() writes here (socketserver's own loop wakes
         # every poll_interval to look for a shutdown: an idle agent's API thread spent 0.27 ms/s on it).
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake = WakePipe()
         self._stop_serving = False
         self._served_out = threading.Event()
         self._served_out.set()
@@ -115,7 +116,7 @@ class ConnectionCap(_Server):
             poller = select.poll()  # not select(): the agent holds thousands of descriptors, this may be past 1024
             listening = self.socket.fileno()
             poller.register(listening, select.POLLIN)
-            poller.register(self._wake_r, select.POLLIN)
+            poller.register(self._wake.fd, select.POLLIN)
             while not self._stop_serving:
                 ready = poller.poll()
                 if self._stop_serving or any(mask & select.POLLNVAL for _, mask in ready):
@@ -129,20 +130,13 @@ class ConnectionCap(_Server):
             # shutdown() and server_close() came before this loop had registered the socket: nothing to serve
         finally:
             self._stop_serving = False
-            try:
-                while os.read(self._wake_r, 64):
-                    pass
-            except OSError:  # drained (BlockingIOError), or closed by server_close
-                pass
+            self._wake.drain()
             self._served_out.set()
 
     def shutdown(self) -> None:
         """Stop serve_forever and wait until it has (from another thread, as socketserver's)."""
         self._stop_serving = True
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:  # the pipe is full (a wake-up is pending anyway) or closed
-            pass
+        self._wake.wake()
         self._served_out.wait()
 
     def server_activate(self) -> None:
@@ -237,11 +231,7 @@ class ConnectionCap(_Server):
         while self._queued:
             self.shutdown_request(self._queued.popleft()[0])
         super().server_close()
-        for name in ("_wake_r", "_wake_w"):
-            fd = getattr(self, name)
-            if fd >= 0:  # a second server_close must not close a number another file has been given since
-                setattr(self, name, -1)
-                os.close(fd)
+        self._wake.close()
 
     # --- the handler's side ------------------------------------------------------------------------
     def request_read(self, request: Any) -> None:

@@ -1,10 +1,11 @@
-"""Waiting until a file descriptor can be read, whatever its number.
+"""Waiting until a file descriptor can be read, whatever its number, and waking a thread asleep on one.
 
 select() cannot watch a descriptor above FD_SETSIZE (1024), and a busy node's agent holds thousands open.
 """
 
 from __future__ import annotations
 
+import os
 import select
 from typing import Any
 
@@ -22,3 +23,35 @@ def readable(fd: Any, timeout_s: float | None, wake: int | None = None) -> bool:
         return bool(ready)
     mine = fd if isinstance(fd, int) else fd.fileno()
     return any(got == mine for got, _ in ready)
+
+
+class WakePipe:
+    """How a thread asleep on a descriptor is told to look at its stop flag without waking on a timer: it polls
+    `fd` too, and wake() makes it readable until drain(). Set the flag before wake()."""
+
+    def __init__(self) -> None:
+        self.fd, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def wake(self) -> None:
+        try:
+            os.write(self._w, b"x")
+        except OSError:  # full (a wake-up is pending anyway) or closed
+            pass
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.fd, 64):
+                pass
+        except OSError:  # empty, or closed
+            pass
+
+    def close(self) -> None:
+        """Once: a second call must not close a number another file has been given since."""
+        fds, self.fd, self._w = (self.fd, self._w), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
+
+    @property
+    def closed(self) -> bool:
+        return self.fd < 0

@@ -115,10 +115,10 @@ class NvmlBackend(libload.LibraryBackend):
         self._process_keys: frozenset[tuple[int, int]] | None = None  # (gpu, pid) of the last process lists
         self._lister_lock = _thread.allocate_lock()
         self._refresh = 0  # gpus() calls so far
-        self._lists: dict[int, tuple[int, list[ProcessUsage]]] = {}  # gpu -> (the gpus() call, its process list)
+        # gpu -> (the gpus() call its lists came with, 0: the processes lane; their (pid, bytes) pairs; the
+        # ProcessUsage list made of them): unchanged lists are the same objects again
+        self._lists: dict[int, tuple[int, tuple[tuple[int, int | None], ...], list[ProcessUsage]]] = {}
         self._lists_used = 0  # the gpus() call whose lists process_usage() answered with
-        # gpu -> ((pid, bytes) pairs, the ProcessUsage list made of them): unchanged lists are the same objects
-        self._last_lists: dict[int, tuple[tuple[tuple[int, int | None], ...], list[ProcessUsage]]] = {}
         self._util_for: frozenset[tuple[int, int]] | None = None  # ... when the dear call last answered
         self._util_next = 0.0  # monotonic time the dear call is due again
         self._util_asked = 0.0  # monotonic time it last answered
@@ -136,7 +136,7 @@ class NvmlBackend(libload.LibraryBackend):
 
     def _gpu_and_processes(self, refresh: int, index: int, handle: Any) -> GpuInfo:
         info = self._gpu(index, handle)
-        self._lists[index] = (refresh, self._gpu_processes(index, handle))
+        self._gpu_processes(index, handle, refresh)
         return info
 
     def _stale_gpu(self, index: int, late: LateRead) -> GpuInfo:
@@ -149,7 +149,7 @@ class NvmlBackend(libload.LibraryBackend):
         if refresh != self._lists_used and all(lists.get(i, (0,))[0] == refresh for i in self._handles):
             # Every GPU's lists came with this refresh's gpus(): no lane hand-off (each list once, then the lane).
             self._lists_used = refresh
-            usage = [u for i in self._handles for u in lists[i][1]]
+            usage = [u for i in self._handles for u in lists[i][2]]
             self._process_keys = frozenset((u.gpu_index, u.pid) for u in usage)
             self._last_usage, self.late = usage, ()
             return usage
@@ -160,7 +160,7 @@ class NvmlBackend(libload.LibraryBackend):
         self._process_keys = frozenset((u.gpu_index, u.pid) for u in usage)
         return usage
 
-    def _gpu_processes(self, index: int, handle: Any) -> list[ProcessUsage]:
+    def _gpu_processes(self, index: int, handle: Any, refresh: int = 0) -> list[ProcessUsage]:
         # A process can sit in both lists (type C+G) with the same figure: count it once.
         seen: dict[int, int | None] = {}
         for candidates in self._listers:
@@ -170,12 +170,13 @@ class NvmlBackend(libload.LibraryBackend):
                 earlier = seen.get(pid)
                 seen[pid] = used if earlier is None else (earlier if used is None else max(earlier, used))
         figures = tuple(seen.items())
-        last = self._last_lists.get(index)
-        if last is not None and last[0] == figures:
-            return last[1]  # the same objects: the sampler then knows nothing changed without comparing fields
-        usage = [ProcessUsage(pid=pid, gpu_index=index, vram_bytes=int(used) if used is not None else 0,
-                              source="nvml" if used is not None else SOURCE_UNKNOWN) for pid, used in figures]
-        self._last_lists[index] = (figures, usage)
+        last = self._lists.get(index)
+        if last is not None and last[1] == figures:
+            usage = last[2]  # the same objects: the sampler then knows nothing changed without comparing fields
+        else:
+            usage = [ProcessUsage(pid=pid, gpu_index=index, vram_bytes=int(used) if used is not None else 0,
+                                  source="nvml" if used is not None else SOURCE_UNKNOWN) for pid, used in figures]
+        self._lists[index] = (refresh, figures, usage)
         return usage
 
     def process_utilisation(self) -> dict[int, dict[int, tuple[int, int, int, int]]] | None:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.sleepers import sleeps_by_thread
 from helpers.tui_terminal import GPUWARDEN, Tmux
 from helpers.tui_terminal import pytestmark  # noqa: F401  (fixtures and marks: pytest finds them by name)
 
@@ -197,19 +198,6 @@ def test_an_open_console_at_80x24_follows_a_scenario_run_in_another_shell(sim_st
                        capture_output=True, timeout=60)
 
 
-def _thread_wakeups(pid: int) -> dict[str, int]:
-    out = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            name = (task / "comm").read_text().strip()
-            status = (task / "status").read_text()
-        except OSError:
-            continue
-        out[f"{name}/{task.name}"] = next(int(line.split()[1]) for line in status.splitlines()
-                                          if line.startswith("voluntary_ctxt_switches"))
-    return out
-
-
 def test_the_idle_consoles_input_thread_sleeps_until_a_key(sim_state, tmux, tmp_path):
     # Textual's own input thread woke ten times a second to look for its exit flag: 1.5 ms of CPU a second in an
     # idle console, more than its drawing (issue 38). Absence of wake-ups can only be seen over a window.
@@ -217,10 +205,10 @@ def test_the_idle_consoles_input_thread_sleeps_until_a_key(sim_state, tmux, tmp_
     tmux.start(f"{sys.executable} -c '{WRAPPER}' {status} {GPUWARDEN} --state-dir {sim_state} --backend sim tui")
     tmux.wait_screen("0.0/24G")
     pid = int(wait_file(Path(f"{status}.pid"), 15))
-    before = _thread_wakeups(pid)
+    before = sleeps_by_thread(pid)
     assert any(k.startswith("textual-input/") for k in before), sorted(before)
     time.sleep(1.5)  # fifteen wake-ups of Textual's own thread
-    after = _thread_wakeups(pid)
+    after = sleeps_by_thread(pid)
     woke = {k: after[k] - v for k, v in before.items() if k in after and k.startswith("textual-input/")}
     assert all(n <= 1 for n in woke.values()), woke
     # It still wakes for keys at once, a lone Esc included (the parser's timeout is the one it sleeps to).
@@ -259,11 +247,11 @@ def test_a_console_stopped_and_continued_from_the_shell_still_answers_keys(sim_s
         time.sleep(0.3)
     tmux.keys("Escape")
     tmux.wait_gone("WHAT IT DOES")
-    before = _thread_wakeups(pid)
+    before = sleeps_by_thread(pid)
     inputs = [k for k in before if k.startswith("textual-input/")]
     assert len(inputs) == 1, sorted(before)
     time.sleep(1.0)  # ten wake-ups of Textual's own thread
-    assert _thread_wakeups(pid)[inputs[0]] - before[inputs[0]] <= 1
+    assert sleeps_by_thread(pid)[inputs[0]] - before[inputs[0]] <= 1
     tmux.keys("q")
     deadline = time.monotonic() + 15
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:

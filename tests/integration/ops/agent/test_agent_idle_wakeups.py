@@ -14,17 +14,13 @@ from pathlib import Path
 
 from helpers.agentnode import start_agent
 from helpers.simnode import wait_for
+from helpers.sleepers import sleeps
 
 from gpuwarden.ops.agent.client import get
 from gpuwarden.ops.config.agent import AgentConfig
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.node.sim.node import SimNode
 from gpuwarden.ops.services.agent_daemon import Agent
-
-
-def switches(pid: int, tid: int) -> int:
-    with open(f"/proc/{pid}/task/{tid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
 
 
 def test_the_api_and_kernel_log_threads_sleep_until_there_is_work(state_dir):
@@ -41,9 +37,9 @@ def test_the_api_and_kernel_log_threads_sleep_until_there_is_work(state_dir):
         assert api is not None and kmsg is not None
         me = os.getpid()
         wait_for(lambda: get(agent.socket, "/healthz") is not None, 30, "the API answering")
-        before = switches(me, api), switches(me, kmsg)
+        before = sleeps(me, api), sleeps(me, kmsg)
         threading.Event().wait(1.2)  # two or three wake-ups of each old loop
-        after = switches(me, api), switches(me, kmsg)
+        after = sleeps(me, api), sleeps(me, kmsg)
         assert after[0] - before[0] <= 1, f"the API thread woke {after[0] - before[0]} times with no connection"
         assert after[1] - before[1] <= 1, f"the kernel log watch woke {after[1] - before[1]} times with no line"
         # Both still wake for work at once.
@@ -59,7 +55,7 @@ def test_the_api_and_kernel_log_threads_sleep_until_there_is_work(state_dir):
         assert time.monotonic() - began < 5, "stopping waited on a timer"
     assert not agent._server_thread.is_alive()
     assert kernel is not None and kernel._thread is not None and not kernel._thread.is_alive()
-    assert kernel._wake_r == -1 and kernel._wake_w == -1  # the wake pipe is closed with the watch
+    assert kernel._wake.closed  # the wake pipe is closed with the watch
 
 
 def test_the_main_thread_sleeps_until_a_snapshot_could_be_stale_and_wakes_for_signals(state_dir: Path):
@@ -70,11 +66,11 @@ def test_the_main_thread_sleeps_until_a_snapshot_could_be_stale_and_wakes_for_si
     try:
         pid = agent.proc.pid
         wait_for(lambda: get(agent.sock, "/healthz") is not None, 30, "the API answering")
-        before = switches(pid, pid)
+        before = sleeps(pid, pid)
         # The stale limit at a 1 s interval is 5 s: the main thread wakes at most once in 4 s (it woke every
         # second before). One wake-up can count twice: the thread may sleep again on the GIL once woken.
         threading.Event().wait(4.0)
-        woke = switches(pid, pid) - before
+        woke = sleeps(pid, pid) - before
         assert woke <= 2, f"the idle main thread slept {woke} times in 4 s"
         # SIGHUP still reloads at once, not at the next stale check.
         agent.proc.send_signal(signal.SIGHUP)
