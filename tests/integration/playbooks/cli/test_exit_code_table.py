@@ -42,9 +42,20 @@ def test_0_healthy_1_needs_attention_1_refused_2_error(sim_cli):
 
 def _start(state_dir: Path, *args: str) -> subprocess.Popen:
     # SIGINT at its default in the child, as in a terminal (a background job would inherit it ignored).
-    return subprocess.Popen([sys.executable, "-m", "gpuwarden.tui.main", "--state-dir", str(state_dir),
+    # -X faulthandler: a child that does not end after its signal is made to print where every thread is (SIGABRT).
+    return subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "gpuwarden.tui.main", "--state-dir", str(state_dir),
                              "--backend", "sim", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _exit_code(proc: subprocess.Popen, timeout: float = 30.0) -> int:
+    """The child's exit status; one still running after `timeout` fails the test with every thread's stack."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+        raise AssertionError(f"still running {timeout:g} s after its signal; where it was:\n{err}") from None
 
 
 def _wait_for_output(proc: subprocess.Popen, needle: str, timeout: float = 30.0) -> None:
@@ -73,7 +84,7 @@ def test_an_interrupted_command_exits_128_plus_the_signal(sim_cli, sim_state, si
         proc = _start(sim_state, "drain", "0", "--yes", "--timeout", "60")
         _wait_for_output(proc, "→ wait")
         proc.send_signal(sig)
-        assert proc.wait(30) == code
+        assert _exit_code(proc) == code
         assert word in proc.stderr.read()
     finally:
         tenant.terminate()
