@@ -72,7 +72,46 @@ def main(repeats: int) -> None:
         cpu, wall, answer = cost(fn, h, since, repeats=max(20, repeats // 10))
         print(f"{'while shown':14s} {'nvmlDeviceGetProcessUtilization ' + label:42s} {cpu:8.1f} {wall:8.1f}  {answer}")
     print(f"one GPU's NVML calls per refresh (every-refresh calls + a tenth of the others): {per_refresh:.0f} us of CPU")
+    single_calls(h, repeats)
     nv.nvmlShutdown()
+
+
+def single_calls(h, repeats: int) -> None:
+    """The sized calls made once into a kept buffer (pynvml's wrappers make two: one to size, one to fill), and
+    the newer per-process utilisation call: what a sampler that keeps its buffers would pay."""
+    import ctypes
+    get = getattr(nv, "_nvmlGetFunctionPointer", None)
+    if get is None:
+        print("single calls: this nvidia-ml-py has no _nvmlGetFunctionPointer")
+        return
+    util = get("nvmlDeviceGetProcessUtilization")
+    samples = (nv.c_nvmlProcessUtilizationSample_t * 64)()
+    count = ctypes.c_uint(64)
+
+    def util_once() -> int:
+        count.value = 64
+        return util(h, samples, ctypes.byref(count), ctypes.c_ulonglong(0))
+    procs = get("nvmlDeviceGetComputeRunningProcesses_v3")
+    infos = (nv.c_nvmlProcessInfo_v3_t * 64)()
+    n = ctypes.c_uint(64)
+
+    def procs_once() -> int:
+        n.value = 64
+        return procs(h, ctypes.byref(n), infos)
+    rows = [("nvmlDeviceGetProcessUtilization, one call", util_once),
+            ("nvmlDeviceGetComputeRunningProcesses_v3, one call", procs_once)]
+    newer = getattr(nv, "nvmlDeviceGetProcessesUtilizationInfo", None)
+    if newer is not None:
+        rows.append(("nvmlDeviceGetProcessesUtilizationInfo (pynvml)", lambda: newer(h, 0)))
+    fields = getattr(nv, "nvmlDeviceGetFieldValues", None)
+    ids = [getattr(nv, n, None) for n in ("NVML_FI_DEV_POWER_INSTANT", "NVML_FI_DEV_MEMORY_TEMP",
+                                           "NVML_FI_DEV_PCIE_LINK_GEN_CURRENT", "NVML_FI_DEV_PCIE_LINK_WIDTH_CURRENT")]
+    ids = [i for i in ids if i is not None]
+    if fields is not None and ids:
+        rows.append((f"nvmlDeviceGetFieldValues, {len(ids)} fields", lambda: fields(h, ids)))
+    for label, fn in rows:
+        cpu, wall, answer = cost(fn, repeats=max(20, repeats // 5))
+        print(f"{'single':14s} {label:50s} {cpu:8.1f} {wall:8.1f}  {answer}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from gpuwarden.ops.foundation.model import GpuInfo, ProcessUsage, stale_read
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.node.backends import libload
 from gpuwarden.ops.node.backends.nvml_sensors import NvmlSensors
+from gpuwarden.ops.node.backends.nvml_sized import Samples, SizedQueries
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing (~3 ms): `status` tries this backend on every node
 if TYPE_CHECKING:
@@ -23,13 +24,14 @@ if TYPE_CHECKING:
 
 _HINT = "install the NVIDIA driver (libnvidia-ml.so.1) or pick another source with --backend"
 
-# nvmlDeviceGetProcessUtilization is the one dear call of a refresh: 1.5-1.6 ms of CPU a call on an H100 with a
-# process on it (driver 580.159.04; tests/device/nvml_call_cost.py), against 0.09 ms for every other call of the
-# refresh together. Where a pass over the GPUs costs more than UTIL_DEAR_S it is asked again only after its cost
-# over UTIL_SHARE of a core (at most UTIL_MAX_EVERY_S): per-process GPU% is then that many seconds old, its newest
-# sample in the window, as every call answers.
+# nvmlDeviceGetProcessUtilization is the one dear call of a refresh: 1.5-1.6 ms of CPU on an H100 with a process
+# on it as nvidia-ml-py asks it (twice: to size, then to fill; driver 580.159.04, tests/device/nvml_call_cost.py),
+# against 0.09 ms for every other call of the refresh together; nvml_sized asks once. Where a pass over the GPUs
+# costs more than UTIL_DEAR_S it is asked again only after its cost over UTIL_SHARE of a core (at most
+# UTIL_MAX_EVERY_S): per-process GPU% is then that many seconds old, its newest sample in the window, as every
+# call answers.
 UTIL_DEAR_S = 0.0002
-UTIL_SHARE = 0.0005
+UTIL_SHARE = 0.0002
 UTIL_MAX_EVERY_S = 5.0
 # While nobody reads per-process GPU% (an agent with no client: see Sampler.quiet_process_gpu), a dear pass is asked
 # this often instead: the first reader after a quiet spell sees a figure up to this old, the next ones fresh.
@@ -101,8 +103,12 @@ class NvmlBackend(libload.LibraryBackend):
         self._temperature_v = getattr(nv, "nvmlDeviceGetTemperatureV", None)
         # The unversioned process listers call the _v3 symbols (drivers r510+); older drivers raise a
         # version mismatch there and answer only the _v2 ones. Newest first; a mismatch drops it for good.
+        # First of all the _v3 symbol asked once into a kept array (nvml_sized), where nvidia-ml-py allows it.
+        self._sized = SizedQueries.open(nv)
+        sized = self._sized
         self._listers = [
-            [f for f in (getattr(nv, newest, None), getattr(nv, older, None)) if f]
+            [f for f in (sized.lister(newest + "_v3") if sized is not None else None, getattr(nv, newest, None),
+                         getattr(nv, older, None)) if f]
             for newest, older in (
                 ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
                 ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"))]
@@ -164,9 +170,7 @@ class NvmlBackend(libload.LibraryBackend):
         # A process can sit in both lists (type C+G) with the same figure: count it once.
         seen: dict[int, int | None] = {}
         for candidates in self._listers:
-            for proc in self._running(candidates, handle):
-                pid = int(proc.pid)
-                used = getattr(proc, "usedGpuMemory", None)
+            for pid, used in self._running(candidates, handle):
                 earlier = seen.get(pid)
                 seen[pid] = used if earlier is None else (earlier if used is None else max(earlier, used))
         figures = tuple(seen.items())
@@ -182,9 +186,10 @@ class NvmlBackend(libload.LibraryBackend):
     def process_utilisation(self) -> dict[int, dict[int, tuple[int, int, int, int]]] | None:
         """gpu -> pid -> (sm, mem, enc, dec) % since the last call (nvmlDeviceGetProcessUtilization), for the GPUs
         that answered; None when the driver has no such call or the calls are late (their lane names them)."""
-        get = getattr(self._nv, "nvmlDeviceGetProcessUtilization", None)
-        if get is None:
+        public = getattr(self._nv, "nvmlDeviceGetProcessUtilization", None)
+        if public is None:
             return None
+        get = self._sized.utilisation if self._sized is not None else functools.partial(_samples, public)
         now = time.monotonic()
         if self._util_last is not None and self._process_keys == self._util_for and (
                 now < self._util_next or (self.util_quiet and self.util_every_s and
@@ -233,15 +238,14 @@ class NvmlBackend(libload.LibraryBackend):
                 if getattr(exc, "value", None) in (not_found, 0):
                     out[index] = {}
                 continue  # NOT_SUPPORTED (vGPU, MIG), NO_PERMISSION: this GPU's processes show n/a
-            latest: dict[int, Any] = {}
+            latest: dict[int, tuple[int, int, int, int, int, int]] = {}
             for sample in samples:
-                pid = int(sample.pid)
-                if pid not in latest or sample.timeStamp > latest[pid].timeStamp:
+                pid = sample[0]
+                if pid not in latest or sample[1] > latest[pid][1]:
                     latest[pid] = sample  # several samples of one process in the window: the newest
             if latest:
-                seen[index] = max(int(s.timeStamp) for s in latest.values())
-            out[index] = {pid: (int(s.smUtil), int(s.memUtil), int(s.encUtil), int(s.decUtil))
-                          for pid, s in latest.items()}
+                seen[index] = max(s[1] for s in latest.values())
+            out[index] = {pid: (s[2], s[3], s[4], s[5]) for pid, s in latest.items()}
         return out if out else None
 
     def device_globs(self) -> list[str]:
@@ -250,11 +254,16 @@ class NvmlBackend(libload.LibraryBackend):
 
     # ----------------------------------------------------------------- readings
 
-    def _running(self, candidates: list[Any], handle: Any) -> list[Any]:
+    def _running(self, candidates: list[Any], handle: Any) -> list[tuple[int, int | None]]:
+        """(pid, used bytes or None) of one list, from the first lister this driver answers."""
         while candidates:
             lister = candidates[0]
             try:
-                return list(lister(handle))
+                answer = lister(handle)
+                if getattr(lister, "sized", False):
+                    pairs: list[tuple[int, int | None]] = answer  # already (pid, bytes) pairs
+                    return pairs
+                return [(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in answer]
             except self._mismatch:
                 with self._lister_lock:  # GPUs' lanes list at once: the one that failed is dropped once
                     if candidates and candidates[0] is lister:
@@ -314,6 +323,12 @@ class NvmlBackend(libload.LibraryBackend):
             device_files=static["device_files"],
             sensors=self._sensors[index].read(float(rates.memory) if rates is not None else None, temperature),
         )
+
+
+def _samples(get: Any, handle: Any, since_us: int) -> Samples:
+    """nvidia-ml-py's own nvmlDeviceGetProcessUtilization (it asks twice) as nvml_sized's tuples."""
+    return [(int(s.pid), int(s.timeStamp), int(s.smUtil), int(s.memUtil), int(s.encUtil), int(s.decUtil))
+            for s in get(handle, since_us)]
 
 
 def _text(value: Any) -> str | None:
