@@ -2,16 +2,19 @@
 CPU ms per second (every thread's schedstat), idle and with a busy process whose utilisation call is dear.
 
 What a GPU machine measures against nvitop and dmon (tests/device/) this measures against gpuwarden itself, here:
-    python tests/bench/bench_idle_cpu.py --peer HEAD~3 [--window 40] [--rounds 2] [--only agent|console]
+    python tests/bench/bench_idle_cpu.py --peer HEAD~3 [--window 40] [--rounds 2] [--only agent|console] [--reader 20]
+--reader S: a client reads the agent's /v1/snapshot every S seconds meanwhile (per-process GPU% then has a reader).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -52,6 +55,16 @@ def agent_pid(env: dict[str, str], state: Path, cwd: Path) -> tuple[int, callabl
     return p.pid, stop
 
 
+def read_every(sock: Path, every: float, stop: threading.Event) -> None:
+    """GET /v1/snapshot every `every` s until stopped: a reader of per-process GPU%."""
+    while not stop.wait(every):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(sock))
+            s.sendall(b"GET /v1/snapshot HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+            while s.recv(65536):
+                pass
+
+
 def console_pid(env: dict[str, str], state: Path, cwd: Path) -> tuple[int, callable]:
     sock = state / "tmux.sock"
     envs = [f"{k}={v}" for k, v in env.items() if k.startswith(("PYTHONPATH", "BUSY", "DEAR_MS", "GPUWARDEN_",
@@ -79,6 +92,7 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=40.0, help="seconds each run is measured over")
     ap.add_argument("--rounds", type=int, default=2, help="runs of each tree, alternating")
     ap.add_argument("--only", choices=("agent", "console"))
+    ap.add_argument("--reader", type=float, default=0.0, help="an agent client reads /v1/snapshot every S s")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gw-bench-idle-"))
     trees = {"this tree": benchlib.linked_env(REPO, tmp / "this"),
@@ -97,12 +111,17 @@ def main() -> None:
                     env.update(tree_env, BUSY=busy, DEAR_MS="1.5", GPUWARDEN_STATE_DIR=str(state),
                                XDG_CONFIG_HOME=str(state / "xdg"))
                     pid, stop = start(env, state, tmp)
+                    done = threading.Event()
+                    if args.reader and what == "agent":
+                        threading.Thread(target=read_every, args=(state / "agent.sock", args.reader, done),
+                                         daemon=True).start()
                     try:
                         time.sleep(8)  # start-up, the first deep scan and the first utilisation passes
                         a, t0 = cpu_ns(pid), time.monotonic()
                         time.sleep(args.window)
                         b, t1 = cpu_ns(pid), time.monotonic()
                     finally:
+                        done.set()
                         stop()
                     got[label].append((b - a) / 1e6 / (t1 - t0))
             means = {label: sum(v) / len(v) for label, v in got.items()}

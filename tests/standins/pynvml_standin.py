@@ -4,7 +4,6 @@ from a captured nvidia-smi report with the structs NVML fills, and rejecting cal
 
 from __future__ import annotations
 
-import ctypes
 import inspect
 import types
 from typing import Any
@@ -251,12 +250,10 @@ class _Replay:
 def build(gpus: list[SmiGpu], *, init_error: int | None = None, memory_v2: bool = True,
           process_memory: bool = True, process_v3: bool = True,
           denied: frozenset[int] = frozenset(),
-          utilisation: dict[int, list[tuple[int, int, int, int, int, int]]] | None = None,
-          c_functions: bool = True) -> types.ModuleType:
+          utilisation: dict[int, list[tuple[int, int, int, int, int, int]]] | None = None) -> types.ModuleType:
     """A module that looks like `import pynvml` on the node the capture describes. `utilisation`: gpu index ->
     process samples (pid, timestamp us, sm, mem, enc, dec) nvmlDeviceGetProcessUtilization answers from; without
-    it the call is NOT_SUPPORTED, as nvidia-smi -q captures say nothing about it. `c_functions`: whether its
-    _nvmlGetFunctionPointer answers the sized calls in C's way (else it is missing, as in an older binding)."""
+    it the call is NOT_SUPPORTED, as nvidia-smi -q captures say nothing about it."""
     mod = types.ModuleType("pynvml", "stand-in pynvml replaying nvidia-smi -q")
     mod.calls = []
     replay = _Replay(mod, gpus, init_error=init_error, memory_v2=memory_v2, process_memory=process_memory,
@@ -270,68 +267,7 @@ def build(gpus: list[SmiGpu], *, init_error: int | None = None, memory_v2: bool 
             setattr(mod, name, _function(mod, replay, name, inspect.signature(obj)))
         elif not name.startswith("__"):
             setattr(mod, name, obj)
-    if c_functions:
-        mod._nvmlGetFunctionPointer = _c_functions(mod, replay)
-    else:  # a binding without the lookup: the sampler keeps to the module's functions
-        del mod._nvmlGetFunctionPointer
     return mod
-
-
-def _c_functions(mod: types.ModuleType, replay: _Replay):
-    """nvidia-ml-py's _nvmlGetFunctionPointer for the sized calls a sampler may make itself: each answers as
-    nvml.h documents the C function (a caller-supplied array and its size in and out; INSUFFICIENT_SIZE when it
-    is NULL or too small), from the same capture and the same module functions a test may have replaced."""
-    def fill(array: Any, count: Any, rows: list[Any], put: Any) -> int:
-        room = count.value
-        count.value = len(rows)
-        if array is None or room < len(rows):
-            return real.NVML_ERROR_INSUFFICIENT_SIZE if rows else real.NVML_SUCCESS
-        for i, row in enumerate(rows):
-            put(array[i], row)
-        return real.NVML_SUCCESS
-
-    def put_process(entry: Any, p: Any) -> None:
-        entry.pid = p.pid
-        entry.usedGpuMemory = real.NVML_VALUE_NOT_AVAILABLE_ulonglong.value if p.usedGpuMemory is None \
-            else p.usedGpuMemory
-        entry.gpuInstanceId = entry.computeInstanceId = 0xFFFFFFFF
-
-    def processes(kind: str, symbol: str):
-        def c_call(handle: DeviceHandle, count_ref: Any, array: Any) -> int:
-            _handle(symbol, handle)
-            mod.calls.append(symbol)
-            return fill(array, count_ref._obj, replay._processes(handle, kind), put_process)
-        return c_call
-
-    def put_sample(entry: Any, sample: Any) -> None:
-        ctypes.memmove(ctypes.addressof(entry), ctypes.addressof(sample), ctypes.sizeof(entry))
-
-    def utilisation(handle: DeviceHandle, array: Any, count_ref: Any, stamp: Any) -> int:
-        _handle("nvmlDeviceGetProcessUtilization", handle)
-        try:  # the module's function, as a test may have made it dear or replaced it
-            samples = mod.nvmlDeviceGetProcessUtilization(handle, stamp.value)
-        except real.NVMLError as exc:
-            count_ref._obj.value = 0
-            return exc.value
-        return fill(array, count_ref._obj, samples, put_sample)
-
-    table = {"nvmlDeviceGetProcessUtilization": utilisation}
-    for kind, word in (("C", "Compute"), ("G", "Graphics")):
-        symbol = f"nvmlDeviceGet{word}RunningProcesses_v3"
-        table[symbol] = processes(kind, symbol)
-
-    def lookup(name: str) -> Any:
-        if name.endswith("RunningProcesses_v3") and not replay.process_v3:
-            raise real.NVMLError(real.NVML_ERROR_FUNCTION_NOT_FOUND)  # a pre-r510 libnvidia-ml.so
-        if name not in table:
-            raise ContractViolation(f"the stand-in answers no C function {name}")
-        return table[name]
-    return lookup
-
-
-def _handle(name: str, handle: Any) -> None:
-    if not isinstance(handle, DeviceHandle):
-        raise ContractViolation(f"{name}: handle must come from nvmlDeviceGetHandleByIndex, got {handle!r}")
 
 
 def _function(mod: types.ModuleType, replay: _Replay, name: str, sig: inspect.Signature):

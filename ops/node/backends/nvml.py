@@ -16,7 +16,6 @@ from gpuwarden.ops.foundation.model import GpuInfo, ProcessUsage, stale_read
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.node.backends import libload
 from gpuwarden.ops.node.backends.nvml_sensors import NvmlSensors
-from gpuwarden.ops.node.backends.nvml_sized import Samples, SizedQueries
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing (~3 ms): `status` tries this backend on every node
 if TYPE_CHECKING:
@@ -24,12 +23,12 @@ if TYPE_CHECKING:
 
 _HINT = "install the NVIDIA driver (libnvidia-ml.so.1) or pick another source with --backend"
 
-# nvmlDeviceGetProcessUtilization is the one dear call of a refresh: 1.5-1.6 ms of CPU on an H100 with a process
-# on it as nvidia-ml-py asks it (twice: to size, then to fill; driver 580.159.04, tests/device/nvml_call_cost.py),
-# against 0.09 ms for every other call of the refresh together; nvml_sized asks once. Where a pass over the GPUs
-# costs more than UTIL_DEAR_S it is asked again only after its cost over UTIL_SHARE of a core (at most
-# UTIL_MAX_EVERY_S): per-process GPU% is then that many seconds old, its newest sample in the window, as every
-# call answers.
+# nvmlDeviceGetProcessUtilization is the one dear call of a refresh: 1.4-2.3 ms of CPU a call on an H100, with a
+# process on it or not, against 0.05 ms for every other call of the refresh together (driver 580.159.04,
+# tests/device/nvml_call_cost.py; the filling costs it, sizing the array 1-2 us). It is asked only for GPUs with
+# two or more processes (process_utilisation), and where a pass costs more than UTIL_DEAR_S, again only after its
+# cost over UTIL_SHARE of a core (at most UTIL_MAX_EVERY_S): per-process GPU% is then that many seconds old, its
+# newest sample in the window, as every call answers.
 UTIL_DEAR_S = 0.0002
 UTIL_SHARE = 0.0002
 UTIL_MAX_EVERY_S = 5.0
@@ -103,12 +102,8 @@ class NvmlBackend(libload.LibraryBackend):
         self._temperature_v = getattr(nv, "nvmlDeviceGetTemperatureV", None)
         # The unversioned process listers call the _v3 symbols (drivers r510+); older drivers raise a
         # version mismatch there and answer only the _v2 ones. Newest first; a mismatch drops it for good.
-        # First of all the _v3 symbol asked once into a kept array (nvml_sized), where nvidia-ml-py allows it.
-        self._sized = SizedQueries.open(nv)
-        sized = self._sized
         self._listers = [
-            [f for f in (sized.lister(newest + "_v3") if sized is not None else None, getattr(nv, newest, None),
-                         getattr(nv, older, None)) if f]
+            [f for f in (getattr(nv, newest, None), getattr(nv, older, None)) if f]
             for newest, older in (
                 ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
                 ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"))]
@@ -117,6 +112,12 @@ class NvmlBackend(libload.LibraryBackend):
         self._static = {i: self._static_info(i, h) for i, h in self._handles.items()}
         self._sensors = {i: NvmlSensors(nv, h, self._try) for i, h in self._handles.items()}
         self._util_seen: dict[int, int] = {}  # gpu -> the newest utilisation sample's timestamp (us)
+        # A GPU whose lists hold one process: its GPU% is the GPU's own (see process_utilisation). gpu -> the
+        # refresh's (sm, mem) %, and gpu -> (its one pid, (sm, mem, enc, dec) %).
+        self._rates: dict[int, tuple[int, int]] = {}
+        self._sole: dict[int, tuple[int, tuple[int, int, int, int]]] = {}
+        self._coders = (getattr(nv, "nvmlDeviceGetEncoderUtilization", None),
+                        getattr(nv, "nvmlDeviceGetDecoderUtilization", None))
         self._util_last: dict[int, dict[int, tuple[int, int, int, int]]] | None = None
         self._process_keys: frozenset[tuple[int, int]] | None = None  # (gpu, pid) of the last process lists
         self._lister_lock = _thread.allocate_lock()
@@ -146,6 +147,8 @@ class NvmlBackend(libload.LibraryBackend):
         return info
 
     def _stale_gpu(self, index: int, late: LateRead) -> GpuInfo:
+        self._rates.pop(index, None)  # its figures are not this refresh's: no process is given them as its own
+        self._sole.pop(index, None)
         static = self._static[index]
         return GpuInfo(index=index, name=static["name"], vendor="nvidia", bus_id=static["bus_id"],
                        uuid=static["uuid"], device_files=static["device_files"], stale=stale_read(late))
@@ -181,15 +184,42 @@ class NvmlBackend(libload.LibraryBackend):
             usage = [ProcessUsage(pid=pid, gpu_index=index, vram_bytes=int(used) if used is not None else 0,
                                   source="nvml" if used is not None else SOURCE_UNKNOWN) for pid, used in figures]
         self._lists[index] = (refresh, figures, usage)
+        rates = self._rates.get(index)
+        if len(figures) == 1 and rates is not None:
+            enc, dec = (self._try(f, handle) for f in self._coders)  # [percent, sampling period us]
+            self._sole[index] = (figures[0][0], (rates[0], rates[1], int(enc[0]) if enc else 0,
+                                                 int(dec[0]) if dec else 0))
+        else:
+            self._sole.pop(index, None)
         return usage
 
     def process_utilisation(self) -> dict[int, dict[int, tuple[int, int, int, int]]] | None:
         """gpu -> pid -> (sm, mem, enc, dec) % since the last call (nvmlDeviceGetProcessUtilization), for the GPUs
-        that answered; None when the driver has no such call or the calls are late (their lane names them)."""
+        that answered; None when the driver has no such call or the calls are late (their lane names them).
+
+        A GPU whose process lists hold one process answers from its own figures instead, fresh each refresh and
+        without the dear call: every kernel it ran was that process's, so the GPU's busy time
+        (nvmlDeviceGetUtilizationRates: the share of the sample period a kernel ran) is the process's. NVML's own
+        figure for a sole process was 1 point lower in NVIDIA/dcgm-exporter#107; tests/device/sole_process_util.py
+        compares the two on a node. Two or more processes (MPS lists its server and clients) take the dear call."""
+        sole = dict(self._sole)
+        keys = self._process_keys
+        shared = keys is None or any(gpu not in sole for gpu, _ in keys)
         public = getattr(self._nv, "nvmlDeviceGetProcessUtilization", None)
-        if public is None:
-            return None
-        get = self._sized.utilisation if self._sized is not None else functools.partial(_samples, public)
+        if shared:  # some GPU with processes has more than one, or none was listed yet
+            answer = self._shared_utilisation(public, frozenset(sole)) if public is not None else None
+        else:
+            answer = {i: {} for i in self._handles}
+        if not sole:
+            return answer
+        out = dict(answer) if answer is not None else {}
+        out.update((gpu, {pid: figures}) for gpu, (pid, figures) in sole.items())
+        return out
+
+    def _shared_utilisation(self, public: Any, sole: frozenset[int]
+                            ) -> dict[int, dict[int, tuple[int, int, int, int]]] | None:
+        """The dear call, for the GPUs with processes not in `sole`, at its cadence (UTIL_SHARE)."""
+        get = functools.partial(_samples, public)
         now = time.monotonic()
         if self._util_last is not None and self._process_keys == self._util_for and (
                 now < self._util_next or (self.util_quiet and self.util_every_s and
@@ -200,7 +230,7 @@ class NvmlBackend(libload.LibraryBackend):
         def timed() -> dict[int, dict[int, tuple[int, int, int, int]]] | None:
             began = time.thread_time()  # the lane thread's own CPU: its waits in the driver do not count
             try:
-                return self._utilisation(get)
+                return self._utilisation(get, sole)
             finally:
                 cost[0] = time.thread_time() - began
         try:
@@ -214,7 +244,8 @@ class NvmlBackend(libload.LibraryBackend):
         self._util_last, self._util_for = answer, self._process_keys
         return answer
 
-    def _utilisation(self, get: Any) -> dict[int, dict[int, tuple[int, int, int, int]]] | None:
+    def _utilisation(self, get: Any, sole: frozenset[int] = frozenset()
+                     ) -> dict[int, dict[int, tuple[int, int, int, int]]] | None:
         nv = self._nv
         not_found = getattr(nv, "NVML_ERROR_NOT_FOUND", 6)
         seen = self._util_seen
@@ -224,8 +255,8 @@ class NvmlBackend(libload.LibraryBackend):
         keys = self._process_keys
         with_processes = {gpu for gpu, _ in keys} if keys is not None else None  # None: not listed yet
         for index, handle in self._handles.items():
-            if with_processes is not None and index not in with_processes:
-                out[index] = {}
+            if with_processes is not None and index not in with_processes or index in sole:
+                out[index] = {}  # (a sole process's figures are the GPU's own: process_utilisation adds them)
                 continue
             mark = self._marks.get(_thread.get_ident())
             if mark is not None:
@@ -259,11 +290,7 @@ class NvmlBackend(libload.LibraryBackend):
         while candidates:
             lister = candidates[0]
             try:
-                answer = lister(handle)
-                if getattr(lister, "sized", False):
-                    pairs: list[tuple[int, int | None]] = answer  # already (pid, bytes) pairs
-                    return pairs
-                return [(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in answer]
+                return [(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in lister(handle)]
             except self._mismatch:
                 with self._lister_lock:  # GPUs' lanes list at once: the one that failed is dropped once
                     if candidates and candidates[0] is lister:
@@ -312,6 +339,10 @@ class NvmlBackend(libload.LibraryBackend):
         static = self._static[index]
         total, used = self._memory(handle)
         rates = self._try(nv.nvmlDeviceGetUtilizationRates, handle)
+        if rates is not None:
+            self._rates[index] = (int(rates.gpu), int(rates.memory))
+        else:
+            self._rates.pop(index, None)
         milliwatts = self._try(nv.nvmlDeviceGetPowerUsage, handle)
         temperature = self._temperature(handle)
         return GpuInfo(
@@ -325,8 +356,8 @@ class NvmlBackend(libload.LibraryBackend):
         )
 
 
-def _samples(get: Any, handle: Any, since_us: int) -> Samples:
-    """nvidia-ml-py's own nvmlDeviceGetProcessUtilization (it asks twice) as nvml_sized's tuples."""
+def _samples(get: Any, handle: Any, since_us: int) -> list[tuple[int, int, int, int, int, int]]:
+    """nvmlDeviceGetProcessUtilization's samples as (pid, timestamp us, sm %, mem %, enc %, dec %)."""
     return [(int(s.pid), int(s.timeStamp), int(s.smUtil), int(s.memUtil), int(s.encUtil), int(s.decUtil))
             for s in get(handle, since_us)]
 

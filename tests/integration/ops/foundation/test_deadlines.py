@@ -380,3 +380,38 @@ def test_the_tui_shows_every_panel_names_the_stale_gpu_and_keeps_the_simulated_l
     finally:
         tmux.kill()
         cli("sim", "fault", "hang", "off")
+
+
+def test_a_sole_process_is_not_given_its_late_gpus_old_figures(settings, tmp_path):
+    """A GPU with one process gives it the GPU's own busy figure; when that GPU's read is late, the process's GPU%
+    is unknown for the refresh, not the last refresh's figure passed off as this one's."""
+    from standins import pynvml_standin as standin
+    from standins.nvsmi_capture import parse_q
+    from gpuwarden.ops.node.backends.nvml import NvmlBackend
+    gpus = parse_q(FIXTURES / "nvidia/nvidia_smi_q_text_h100_80gb_hbm3_590.48.01_load.txt")
+    gpus[0].processes[:] = gpus[0].processes[:1]
+    pid = gpus[0].processes[0].pid
+    mod = standin.build(gpus)
+    fifo = tmp_path / "wedged"
+    os.mkfifo(fifo)
+    real, wedged = mod.nvmlDeviceGetUtilizationRates, []
+
+    def nvmlDeviceGetUtilizationRates(handle):
+        if wedged:
+            os.close(os.open(fifo, os.O_RDONLY))
+        return real(handle)
+    mod.nvmlDeviceGetUtilizationRates = nvmlDeviceGetUtilizationRates
+    backend = NvmlBackend(settings.with_(dev_root=tmp_path, read_timeout_s=0.3), module=mod)
+    try:
+        busy = backend.gpus()[0].busy_percent
+        backend.process_usage()
+        loads = backend.process_utilisation()
+        assert loads is not None and loads[0][pid][0] == busy
+        wedged.append(True)
+        assert backend.gpus()[0].stale is not None
+        assert [u.pid for u in backend.process_usage()] == [pid]
+        loads = backend.process_utilisation()
+        assert loads is None or pid not in loads.get(0, {})
+    finally:
+        release(fifo)
+        backend.close()

@@ -365,3 +365,31 @@ def test_the_process_lists_come_with_each_gpus_lane_job_and_repeat_as_the_same_o
         assert any(a.vram_bytes != b.vram_bytes for a, b in changed)
     finally:
         backend.close()
+
+
+def test_a_gpu_with_one_process_gives_it_the_gpus_own_figures_without_the_dear_call(settings, tmp_path, fixtures):
+    gpus = parse_q(fixtures / H100_LOAD_Q)
+    first, second = gpus[0].processes[:2]
+    gpus[0].processes[:] = [first]
+    # What the dear call would say differs, so an answer from it would show.
+    mod = standin.build(gpus, utilisation={0: [(first.pid, 10, 99, 9, 0, 0), (second.pid, 10, 1, 1, 0, 0)]})
+    backend = NvmlBackend(settings.with_(dev_root=tmp_path / "dev"), module=mod)
+    calls = _dear(mod, 0.002)
+    try:
+        for busy in (37, 64):
+            gpus[0].fields["Utilization.GPU"] = f"{busy} %"
+            gpu = backend.gpus()[0]
+            backend.process_usage()
+            loads = backend.process_utilisation()
+            assert gpu.busy_percent == busy
+            assert loads is not None and loads[0] == {first.pid: (busy, int(gpu.sensors.mem_busy_percent), 0, 0)}
+        assert calls == []  # fresh each refresh, and never the 2 ms call
+        # A second process on it: whose kernels ran is no longer the GPU's to say, so the dear call says it.
+        gpus[0].processes.append(second)
+        backend.gpus()
+        backend.process_usage()
+        loads = backend.process_utilisation()
+        assert loads is not None and loads[0] == {first.pid: (99, 9, 0, 0), second.pid: (1, 1, 0, 0)}
+        assert len(calls) == 1
+    finally:
+        backend.close()
