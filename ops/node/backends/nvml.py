@@ -199,9 +199,9 @@ class NvmlBackend(libload.LibraryBackend):
 
         A GPU whose process lists hold one process answers from its own figures instead, fresh each refresh and
         without the dear call: every kernel it ran was that process's, so the GPU's busy time
-        (nvmlDeviceGetUtilizationRates: the share of the sample period a kernel ran) is the process's. NVML's own
-        figure for a sole process was 1 point lower in NVIDIA/dcgm-exporter#107; tests/device/sole_process_util.py
-        compares the two on a node. Two or more processes (MPS lists its server and clients) take the dear call."""
+        (nvmlDeviceGetUtilizationRates: the share of the sample period a kernel ran) is the process's. A per-process
+        SM figure (DCGM's) of a sole process was reported 1 point below its GPU's in NVIDIA/dcgm-exporter#107;
+        tests/device/sole_process_util.py compares NVML's two on a node. Two or more processes (MPS lists its server and clients) take the dear call."""
         sole = dict(self._sole)
         keys = self._process_keys
         shared = keys is None or any(gpu not in sole for gpu, _ in keys)
