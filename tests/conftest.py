@@ -5,6 +5,7 @@ Tests run the installed `gpuwarden` in subprocesses where behaviour at the proce
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from pathlib import Path
 
@@ -14,12 +15,21 @@ from helpers.cli import gpuwarden, wheel_build_module
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Compile the package and the test helpers once, in the controller, before any child starts.
+    """The signal dispositions a terminal gives; then compile the package and the test helpers once, in the
+    controller, before any child starts.
+
+    A suite started in a script's background (`cmd &`: SIGINT and SIGQUIT ignored) or under nohup (SIGHUP ignored)
+    would hand those to every child, and an ignored signal stays ignored across exec: the tests that interrupt a
+    command (test_exit_codes.py, test_exit_code_table.py) then saw it run on. Such a child's own handling of an
+    inherited ignored signal is tested where a test ignores it on purpose.
 
     The suite starts thousands of `gpuwarden` children. Where PYTHONDONTWRITEBYTECODE is set (the image of the
     machines here sets it) no child may write the bytecode it compiles, so each one compiled every module it imported
     from source again: about 0.2 s of CPU per child here, a fifth of the suite's CPU. py_compile writes the
     cache files whatever that variable says; the children then read them like any installed package's."""
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
         return
     import compileall
