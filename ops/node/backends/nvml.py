@@ -201,7 +201,8 @@ class NvmlBackend(libload.LibraryBackend):
         without the dear call: every kernel it ran was that process's, so the GPU's busy time
         (nvmlDeviceGetUtilizationRates: the share of the sample period a kernel ran) is the process's. A per-process
         SM figure (DCGM's) of a sole process was reported 1 point below its GPU's in NVIDIA/dcgm-exporter#107;
-        tests/device/sole_process_util.py compares NVML's two on a node. Two or more processes (MPS lists its server and clients) take the dear call."""
+        tests/device/sole_process_util.py compares NVML's two on a node. Two or more processes (MPS lists its
+        server and clients) take the dear call."""
         sole = dict(self._sole)
         keys = self._process_keys
         shared = keys is None or any(gpu not in sole for gpu, _ in keys)
@@ -244,8 +245,7 @@ class NvmlBackend(libload.LibraryBackend):
         self._util_last, self._util_for = answer, self._process_keys
         return answer
 
-    def _utilisation(self, get: Any, sole: frozenset[int] = frozenset()
-                     ) -> dict[int, dict[int, tuple[int, int, int, int]]] | None:
+    def _utilisation(self, get: Any, sole: frozenset[int]) -> dict[int, dict[int, tuple[int, int, int, int]]] | None:
         nv = self._nv
         not_found = getattr(nv, "NVML_ERROR_NOT_FOUND", 6)
         seen = self._util_seen
