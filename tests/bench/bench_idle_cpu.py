@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -56,13 +55,10 @@ def agent_pid(env: dict[str, str], state: Path, cwd: Path) -> tuple[int, callabl
 
 
 def read_every(sock: Path, every: float, stop: threading.Event) -> None:
-    """GET /v1/snapshot every `every` s until stopped: a reader of per-process GPU%."""
+    """GET /v1/snapshot every `every` s until stopped: a reader of per-process GPU% (the agent's own client)."""
+    from gpuwarden.ops.agent.client import get
     while not stop.wait(every):
-        with socket.socket(socket.AF_UNIX) as s:
-            s.connect(str(sock))
-            s.sendall(b"GET /v1/snapshot HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
-            while s.recv(65536):
-                pass
+        get(sock, "/v1/snapshot")
 
 
 def console_pid(env: dict[str, str], state: Path, cwd: Path) -> tuple[int, callable]:

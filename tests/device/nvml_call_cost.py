@@ -104,7 +104,7 @@ def single_calls(h, repeats: int) -> None:
     if newer is not None:
         rows.append(("nvmlDeviceGetProcessesUtilizationInfo (pynvml)", lambda: newer(h, 0)))
     fields = getattr(nv, "nvmlDeviceGetFieldValues", None)
-    ids = [getattr(nv, n, None) for n in ("NVML_FI_DEV_POWER_INSTANT", "NVML_FI_DEV_MEMORY_TEMP",
+    ids = [getattr(nv, name, None) for name in ("NVML_FI_DEV_POWER_INSTANT", "NVML_FI_DEV_MEMORY_TEMP",
                                            "NVML_FI_DEV_PCIE_LINK_GEN_CURRENT", "NVML_FI_DEV_PCIE_LINK_WIDTH_CURRENT")]
     ids = [i for i in ids if i is not None]
     if fields is not None and ids:
