@@ -6,8 +6,11 @@ config, the arena scan cadence); a broken state file or config becomes a warning
 
 from __future__ import annotations
 
+import os
 
 from gpuwarden.ops.node import nodestate
+from gpuwarden.ops.foundation import statedir
+from gpuwarden.ops.foundation.dirwatch import DirWatch
 from gpuwarden.ops.foundation.errors import GpuwardenError
 from gpuwarden.ops.foundation.model import ArenaInfo, EngineInfo, SnapshotWarning
 from gpuwarden.ops.foundation.records import record
@@ -44,6 +47,11 @@ class NodeExtras:
         self._arenas: ArenaWatch | None = None  # made at the first refresh that has something to watch
         self._engines: dict[str, Any] = {}  # list_engines' memo: an unchanged engine is the same EngineInfo again
         self._engine_watch: EngineWatch | None = None  # made at the first refresh with an engines directory
+        self._refreshes = 0
+        self._watch: DirWatch | None = None  # the state dir's and the config's directories, from the 2nd refresh
+        self._fixed: tuple[Any, ...] | None = None  # _read_fixed's last answer
+        self._fixed_files = frozenset(str(p) for p in (settings.state_dir / statedir.BASELINE,
+                                                        settings.state_dir / statedir.DRAINED, settings.config_path))
 
     def config(self) -> NodeConfig | None:
         """The node config (None when there is none); ConfigError when it does not load."""
@@ -59,24 +67,20 @@ class NodeExtras:
 
     def sample(self) -> Extras:
         settings = self.settings
-        warnings: list[SnapshotWarning] = []
-        baseline, baseline_problem = nodestate.baseline_or_warning(settings.state_dir, self.files)
-        drained_gpus, drained_problem = nodestate.drained_or_warning(settings.state_dir, self.files)
-        drained = tuple(sorted(drained_gpus))
-        warnings.extend(SnapshotWarning("state-file-corrupt", p) for p in (baseline_problem, drained_problem) if p)
-        arena_path: str | None = None
-        if not settings.replay:
-            try:
-                config = self.config()
-                arena_path = config.arena.path if config is not None and config.arena else None
-            except GpuwardenError as exc:
-                # The arena panel would just say "no arena configured": a typo in node.toml must be visible.
-                warnings.append(SnapshotWarning(
-                    "config-unusable", f"node config unusable, arena and launch settings ignored: {exc.message} "
-                    "(see `gpuwarden config check`)"))
+        self._refreshes += 1
+        if self._refreshes == 2 and self._watch is None and not settings.replay:
+            # A sampler that refreshes again lives on (the agent, the console): from now on the state files and
+            # the config are read only when their directories say something changed. One-shot `status` never
+            # gets here, so it pays nothing for the watch.
+            self._watch = DirWatch(self._watched_dirs())
+        fixed = self._fixed
+        if fixed is None or self._watch is None or self._watch.changed():
+            fixed = self._fixed = self._read_fixed()
+        baseline, baseline_problem, drained, arena_path, engines_dir, fixed_warnings = fixed
+        warnings = list(fixed_warnings)
         engines: tuple[EngineInfo, ...] = ()
         arenas: tuple[ArenaInfo, ...] = ()
-        if self.with_engines and (settings.state_dir / "engines").is_dir():
+        if self.with_engines and engines_dir:
             try:
                 watch = self._engine_watch
                 if watch is None:
@@ -92,12 +96,47 @@ class NodeExtras:
                 arenas = self._list_arenas(engines, arena_path)
             except Exception as exc:
                 warnings.append(SnapshotWarning("arena-state-unreadable", f"arena state unreadable: {exc}"))
-        self.files.sweep(self._engine_watch.files() if self._engine_watch is not None else frozenset())
-        return Extras(baseline=baseline, baseline_problem=bool(baseline_problem), drained=drained, engines=engines,
+        # The state files a quiet refresh did not ask for are still current: keep their parsed values.
+        keep = self._fixed_files if self._watch is not None else frozenset()
+        self.files.sweep(keep | self._engine_watch.files() if self._engine_watch is not None else keep)
+        return Extras(baseline=baseline, baseline_problem=baseline_problem, drained=drained, engines=engines,
                       arenas=arenas, warnings=tuple(warnings))
 
+    def _read_fixed(self) -> tuple[Any, ...]:
+        """What only a change in the state dir or the config's directory can change: the baseline, the drained
+        GPUs, the configured arena and whether there is an engines directory, with their warnings."""
+        settings = self.settings
+        warnings: list[SnapshotWarning] = []
+        baseline, baseline_problem = nodestate.baseline_or_warning(settings.state_dir, self.files)
+        drained_gpus, drained_problem = nodestate.drained_or_warning(settings.state_dir, self.files)
+        warnings.extend(SnapshotWarning("state-file-corrupt", p) for p in (baseline_problem, drained_problem) if p)
+        arena_path: str | None = None
+        if not settings.replay:
+            try:
+                config = self.config()
+                arena_path = config.arena.path if config is not None and config.arena else None
+            except GpuwardenError as exc:
+                # The arena panel would just say "no arena configured": a typo in node.toml must be visible.
+                warnings.append(SnapshotWarning(
+                    "config-unusable", f"node config unusable, arena and launch settings ignored: {exc.message} "
+                    "(see `gpuwarden config check`)"))
+        engines_dir = os.path.isdir(os.path.join(settings.state_dir, statedir.ENGINES))
+        return (baseline, bool(baseline_problem), tuple(sorted(drained_gpus)), arena_path, engines_dir,
+                tuple(warnings))
+
+    def _watched_dirs(self) -> list[str]:
+        config = self.settings.config_path
+        dirs = [str(self.settings.state_dir), os.path.dirname(os.path.abspath(config))]
+        real = os.path.realpath(config)
+        if os.path.dirname(real) not in dirs:
+            dirs.append(os.path.dirname(real))  # a config that links elsewhere (a ConfigMap's ..data) changes there
+        return dirs
+
     def close(self) -> None:
-        """Let go of the shims' pidfds (the engine watch's)."""
+        """Let go of the shims' pidfds (the engine watch's) and the state dir's watch."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         if self._engine_watch is not None:
             self._engine_watch.close()
             self._engine_watch = None

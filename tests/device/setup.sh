@@ -20,6 +20,7 @@ python3 -c 'import prometheus_client' 2>/dev/null || need+=(prometheus_client)
 python3 -c 'import nvitop_exporter' 2>/dev/null || need+=(nvitop_exporter)
 python3 -c 'import xxhash' 2>/dev/null || need+=(xxhash)
 python3 -c 'import re2' 2>/dev/null || need+=(google_re2)
+python3 -c 'import inotify_simple' 2>/dev/null || need+=(inotify_simple)
 python3 -c 'import rich' 2>/dev/null || need+=(rich pygments)
 python3 -c 'import textual_plotext' 2>/dev/null || need+=(textual_plotext plotext)
 if [ ${#need[@]} -gt 0 ] && [ -d .device/wheels ]; then
