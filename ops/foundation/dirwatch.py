@@ -6,6 +6,7 @@ A long-lived sampler asks it every refresh instead of stat-ing each state file; 
 from __future__ import annotations
 
 import os
+import select
 import time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
@@ -35,6 +36,9 @@ class DirWatch:
         self.clock = clock
         self.unavailable: str | None = None
         self._inotify: INotify | None = None
+        # Asked every refresh: poll(0) on the descriptor is the cheapest "anything queued?" (about half of a read
+        # that fails with EAGAIN, cold; tests/bench/RESULTS.md, issue 38, seventh session).
+        self._poll = select.poll()
         # Watch descriptors of ancestors standing in for a directory not there yet: an event there can be its coming.
         self._ancestors: set[int] = set()
         self._last_true: float | None = None
@@ -50,13 +54,14 @@ class DirWatch:
             self._drain()
             self._last_true = now
             return True
-        if not self._drain():
+        if not self._poll.poll(0) or not self._drain():
             return False
         self._last_true = now
         return True
 
     def close(self) -> None:
         if self._inotify is not None:
+            self._poll.unregister(self._inotify.fileno())
             self._inotify.close()
             self._inotify = None
 
@@ -100,6 +105,7 @@ class DirWatch:
             self._give_up(f"inotify watch failed: {exc}")
             return
         self._inotify = inotify
+        self._poll.register(inotify.fileno(), select.POLLIN)
         self.unavailable = None
 
     def _give_up(self, why: str) -> None:

@@ -50,6 +50,7 @@ class NodeExtras:
         self._refreshes = 0
         self._watch: DirWatch | None = None  # the state dir's and the config's directories, from the 2nd refresh
         self._fixed: tuple[Any, ...] | None = None  # _read_fixed's last answer
+        self._plain: Extras | None = None  # the last extras of a node without engines or arenas (see sample)
         self._fixed_files = frozenset(str(p) for p in (settings.state_dir / statedir.BASELINE,
                                                         settings.state_dir / statedir.DRAINED, settings.config_path))
 
@@ -76,6 +77,8 @@ class NodeExtras:
         fixed = self._fixed
         if fixed is None or self._watch is None or self._watch.changed():
             fixed = self._fixed = self._read_fixed()
+        elif self._plain is not None:
+            return self._plain  # no engines, no arena, nothing changed: the last refresh's extras, as they were
         baseline, baseline_problem, drained, arena_path, engines_dir, fixed_warnings = fixed
         warnings = list(fixed_warnings)
         engines: tuple[EngineInfo, ...] = ()
@@ -99,8 +102,13 @@ class NodeExtras:
         # The state files a quiet refresh did not ask for are still current: keep their parsed values.
         keep = self._fixed_files if self._watch is not None else frozenset()
         self.files.sweep(keep | self._engine_watch.files() if self._engine_watch is not None else keep)
-        return Extras(baseline=baseline, baseline_problem=baseline_problem, drained=drained, engines=engines,
-                      arenas=arenas, warnings=tuple(warnings))
+        extras = Extras(baseline=baseline, baseline_problem=baseline_problem, drained=drained, engines=engines,
+                        arenas=arenas, warnings=tuple(warnings))
+        # A node with neither engines nor an arena: until the watched directories change, nothing here can.
+        plain = (self._watch is not None and not engines_dir and arena_path is None and not engines and not arenas
+                 and self._engine_watch is None and self._arenas is None)
+        self._plain = extras if plain else None
+        return extras
 
     def _read_fixed(self) -> tuple[Any, ...]:
         """What only a change in the state dir or the config's directory can change: the baseline, the drained

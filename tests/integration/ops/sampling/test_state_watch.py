@@ -140,6 +140,7 @@ def test_a_living_sampler_reads_state_files_only_after_a_change_and_sees_each_at
         for _ in range(5):
             assert sampler.snapshot().drained == ()
         assert len(reads) == before  # quiet: not one state file asked
+        assert sampler.extras.sample() is sampler.extras.sample()  # no engines, no arena: the same extras again
         nodestate.set_drained(state_dir, 1, True, who="test", reason="watch")
         assert sampler.snapshot().drained == (1,)
         assert sampler.snapshot().drained == (1,) and len(reads) == before + 1
