@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The agent at 1 s against its peers and its floor, all in the same windows: this tree's agent, optionally a peer
-# tree's agent (PEER_TREE=dir holding an exported gpuwarden tree, e.g. `git archive REV`), `nvidia-smi dmon -d 1`,
+# The agent at 1 s against its peers and its floor, all in the same windows: this tree's agent, optionally peer
+# trees' agents (PEER_TREES="dir ...", each an exported gpuwarden tree, e.g. `git archive REV`), `nvidia-smi dmon -d 1`,
 # and tests/device/nvml_floor.py (one Python thread asking NVML what a refresh asks, once a second, nothing else;
 # and again with the calls handed to a worker thread, as the agent's deadline lanes do).
 # A reader asks each agent's /v1/snapshot every 20 s, so per-process GPU% has a reader throughout.
 # Two windows of WINDOW_S seconds (default 90): one CUDA process ~50% busy on GPU 0 (tests/device/gpu_busy.py;
 # sole_process_util.py first compares its GPU's figures), then the GPU idle. CPU of every thread from schedstat.
-# Only reads the GPUs. Run from the repo root: [PEER_TREE=.device/peer] bash tests/device/agent_vs_peers.sh
+# Only reads the GPUs. Run from the repo root: [PEER_TREES=".device/a .device/b"] bash tests/device/agent_vs_peers.sh
 
 source tests/device/setup.sh
 set -uo pipefail
@@ -64,10 +64,11 @@ python3 tests/device/sole_process_util.py 15 2>&1 | tee -a "$OUT/agent_vs_peers.
 
 named=()
 start_agent this /tmp/gw-pkgroot; named+=("agent=$STARTED")
-if [ -n "${PEER_TREE:-}" ]; then
-    mkdir -p /tmp/gw-peerroot && ln -sfn "$(cd "$PEER_TREE" && pwd)" /tmp/gw-peerroot/gpuwarden
-    start_agent peer /tmp/gw-peerroot; named+=("agentpeer=$STARTED")
-fi
+for tree in ${PEER_TREES:-}; do  # each peer tree as the package gpuwarden under its own root
+    peer=$(basename "$tree")
+    mkdir -p "/tmp/gw-peerroot-$peer" && ln -sfn "$(cd "$tree" && pwd)" "/tmp/gw-peerroot-$peer/gpuwarden"
+    start_agent "$peer" "/tmp/gw-peerroot-$peer"; named+=("agent-$peer=$STARTED")
+done
 nvidia-smi dmon -d 1 > /dev/null 2>&1 &
 PIDS+=($!); named+=("dmon=$!")
 python3 tests/device/nvml_floor.py &

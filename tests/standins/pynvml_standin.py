@@ -93,6 +93,13 @@ class _Replay:
         rates.memory = int(gpu.number("Utilization.Memory") or 0)
         return rates
 
+    def nvmlDeviceGetEncoderUtilization(self, handle: DeviceHandle) -> list[int]:
+        # [percent, sampling period in us]; nvidia-smi -q prints no period, and gpuwarden reads only the percent
+        return [int(self._gpu(handle).number("Utilization.Encoder") or 0), 0]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: DeviceHandle) -> list[int]:
+        return [int(self._gpu(handle).number("Utilization.Decoder") or 0), 0]
+
     def nvmlDeviceGetTemperature(self, handle: DeviceHandle, sensor: int) -> int:
         if sensor != real.NVML_TEMPERATURE_GPU:
             raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)

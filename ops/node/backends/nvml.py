@@ -15,7 +15,7 @@ from gpuwarden.ops.foundation.errors import BackendUnavailable
 from gpuwarden.ops.foundation.model import GpuInfo, ProcessUsage, stale_read
 from gpuwarden.ops.foundation.settings import Settings
 from gpuwarden.ops.node.backends import libload
-from gpuwarden.ops.node.backends.nvml_sensors import NvmlSensors
+from gpuwarden.ops.node.backends.nvml_sensors import MEDIUM_EVERY, NvmlSensors
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing (~3 ms): `status` tries this backend on every node
 if TYPE_CHECKING:
@@ -116,6 +116,9 @@ class NvmlBackend(libload.LibraryBackend):
         # refresh's (sm, mem) %, and gpu -> (its one pid, (sm, mem, enc, dec) %).
         self._rates: dict[int, tuple[int, int]] = {}
         self._sole: dict[int, tuple[int, tuple[int, int, int, int]]] = {}
+        # Asked every MEDIUM_EVERY refreshes (nvml_sensors): gpu -> its temperature; gpu -> (encoder, decoder) %.
+        self._temperatures: dict[int, float | None] = {}
+        self._coder_pct: dict[int, tuple[int, int]] = {}
         self._coders = (getattr(nv, "nvmlDeviceGetEncoderUtilization", None),
                         getattr(nv, "nvmlDeviceGetDecoderUtilization", None))
         self._util_last: dict[int, dict[int, tuple[int, int, int, int]]] | None = None
@@ -142,13 +145,16 @@ class NvmlBackend(libload.LibraryBackend):
         return self._gpus_in_lanes(list(self._handles.items()), read, self._stale_gpu)
 
     def _gpu_and_processes(self, refresh: int, index: int, handle: Any) -> GpuInfo:
-        info = self._gpu(index, handle)
-        self._gpu_processes(index, handle, refresh)
+        medium = refresh % MEDIUM_EVERY == 1  # the first refresh, then every MEDIUM_EVERY-th
+        info = self._gpu(index, handle, medium)
+        self._gpu_processes(index, handle, refresh, medium)
         return info
 
     def _stale_gpu(self, index: int, late: LateRead) -> GpuInfo:
         self._rates.pop(index, None)  # its figures are not this refresh's: no process is given them as its own
         self._sole.pop(index, None)
+        self._temperatures.pop(index, None)
+        self._coder_pct.pop(index, None)
         static = self._static[index]
         return GpuInfo(index=index, name=static["name"], vendor="nvidia", bus_id=static["bus_id"],
                        uuid=static["uuid"], device_files=static["device_files"], stale=stale_read(late))
@@ -169,7 +175,7 @@ class NvmlBackend(libload.LibraryBackend):
         self._process_keys = frozenset((u.gpu_index, u.pid) for u in usage)
         return usage
 
-    def _gpu_processes(self, index: int, handle: Any, refresh: int = 0) -> list[ProcessUsage]:
+    def _gpu_processes(self, index: int, handle: Any, refresh: int = 0, medium: bool = False) -> list[ProcessUsage]:
         # A process can sit in both lists (type C+G) with the same figure: count it once.
         seen: dict[int, int | None] = {}
         for candidates in self._listers:
@@ -186,9 +192,11 @@ class NvmlBackend(libload.LibraryBackend):
         self._lists[index] = (refresh, figures, usage)
         rates = self._rates.get(index)
         if len(figures) == 1 and rates is not None:
-            enc, dec = (self._try(f, handle) for f in self._coders)  # [percent, sampling period us]
-            self._sole[index] = (figures[0][0], (rates[0], rates[1], int(enc[0]) if enc else 0,
-                                                 int(dec[0]) if dec else 0))
+            coders = self._coder_pct.get(index)
+            if coders is None or medium:
+                enc, dec = (self._try(f, handle) for f in self._coders)  # [percent, sampling period us]
+                coders = self._coder_pct[index] = (int(enc[0]) if enc else 0, int(dec[0]) if dec else 0)
+            self._sole[index] = (figures[0][0], (rates[0], rates[1], *coders))
         else:
             self._sole.pop(index, None)
         return usage
@@ -334,7 +342,7 @@ class NvmlBackend(libload.LibraryBackend):
         value = self._try(nv.nvmlDeviceGetTemperature, handle, sensor)
         return None if value is None else float(value)
 
-    def _gpu(self, index: int, handle: Any) -> GpuInfo:
+    def _gpu(self, index: int, handle: Any, medium: bool = True) -> GpuInfo:
         nv = self._nv
         static = self._static[index]
         total, used = self._memory(handle)
@@ -344,7 +352,9 @@ class NvmlBackend(libload.LibraryBackend):
         else:
             self._rates.pop(index, None)
         milliwatts = self._try(nv.nvmlDeviceGetPowerUsage, handle)
-        temperature = self._temperature(handle)
+        if medium or index not in self._temperatures:
+            self._temperatures[index] = self._temperature(handle)
+        temperature = self._temperatures[index]
         return GpuInfo(
             index=index, name=static["name"], vendor="nvidia", bus_id=static["bus_id"], uuid=static["uuid"],
             vram_total=total, vram_used=used,
@@ -352,7 +362,8 @@ class NvmlBackend(libload.LibraryBackend):
             temperature_c=temperature,
             power_w=milliwatts / 1000.0 if milliwatts is not None else None,
             device_files=static["device_files"],
-            sensors=self._sensors[index].read(float(rates.memory) if rates is not None else None, temperature),
+            sensors=self._sensors[index].read(float(rates.memory) if rates is not None else None, temperature,
+                                              medium),
         )
 
 

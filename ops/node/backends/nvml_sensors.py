@@ -21,6 +21,10 @@ REASONS = (("GpuIdle", "idle"), ("ApplicationsClocksSetting", "app-clocks"), ("S
            ("HwThermalSlowdown", "hw-thermal"), ("HwPowerBrakeSlowdown", "hw-power-brake"),
            ("DisplayClockSetting", "display-clock"))
 SLOW_EVERY = 10
+# Figures that move over seconds rather than from one refresh to the next: the GPU's temperature, its memory clock
+# (fixed on HBM parts), the video coders' % given to a GPU's sole process. Each NVML call costs 20-40 us of CPU
+# asked once a second from cold caches (tests/device/nvml_floor.py): these are asked every MEDIUM_EVERY refreshes.
+MEDIUM_EVERY = 5
 
 
 def _bits(nv: Any) -> list[tuple[int, str]]:
@@ -56,6 +60,8 @@ class NvmlSensors:
         self._calls = 0
         self._slow: dict[str, Any] = {}
         self._last: tuple[tuple[Any, ...], GpuSensors] | None = None
+        self._mclk: Any = None
+        self._mclk_asked = False
 
     def _read_slow(self) -> dict[str, Any]:
         nv, h, call = self._nv, self._h, self._call
@@ -76,13 +82,16 @@ class NvmlSensors:
             "width": call(getattr(nv, "nvmlDeviceGetCurrPcieLinkWidth", None), h),
         }
 
-    def read(self, memory_busy: float | None, gpu_temperature: float | None) -> GpuSensors:
+    def read(self, memory_busy: float | None, gpu_temperature: float | None, medium: bool = True) -> GpuSensors:
+        """`medium`: this refresh asks the MEDIUM_EVERY figures too (the backend's cadence, one for all GPUs)."""
         if self._calls % SLOW_EVERY == 0:
             self._slow = self._read_slow()
         self._calls += 1
         nv, h, call = self._nv, self._h, self._call
         clock = getattr(nv, "nvmlDeviceGetClockInfo", None)
-        fast = (call(clock, h, self._clocks[0]), call(clock, h, self._clocks[1]),
+        if medium or not self._mclk_asked:
+            self._mclk, self._mclk_asked = call(clock, h, self._clocks[1]), True
+        fast = (call(clock, h, self._clocks[0]), self._mclk,
                 call(getattr(nv, "nvmlDeviceGetFanSpeed", None), h), call(self._reason_fn, h),
                 memory_busy, gpu_temperature)
         key = (fast, tuple(self._slow.values()))

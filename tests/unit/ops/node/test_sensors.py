@@ -220,6 +220,30 @@ def test_nvml_reasons_and_the_slow_group(settings, fixtures):
         backend.close()
 
 
+def test_nvml_temperature_and_the_memory_clock_are_asked_every_medium_refreshes(settings, fixtures):
+    from gpuwarden.ops.node.backends import nvml_sensors
+    gpus = parse_q(fixtures / "nvidia/nvidia_smi_q_text_8x_h100_sxm_565.txt")
+    backend, mod = _nvml(settings, gpus)
+    n = len(gpus)
+
+    def asked(name):
+        return sum(1 for c in mod.calls if c.startswith(name))
+    try:
+        first = backend.gpus()
+        assert first[0].temperature_c is not None and first[0].sensors.mclk_mhz is not None
+        temps, clocks = asked("nvmlDeviceGetTemperature"), asked("nvmlDeviceGetClockInfo")
+        assert temps == n and clocks == 2 * n  # the first refresh asks everything
+        for _ in range(nvml_sensors.MEDIUM_EVERY - 1):
+            later = backend.gpus()
+        assert later[0].temperature_c == first[0].temperature_c and later[0].sensors.mclk_mhz == 2619.0
+        assert asked("nvmlDeviceGetTemperature") == temps  # not asked in between
+        assert asked("nvmlDeviceGetClockInfo") == clocks + (nvml_sensors.MEDIUM_EVERY - 1) * n  # the SM clock only
+        backend.gpus()
+        assert asked("nvmlDeviceGetTemperature") == 2 * n  # the next medium refresh
+    finally:
+        backend.close()
+
+
 # --- amdsmi 6.x and 7.x: the stand-in built from each version's real API, replaying captured amd-smi output -----
 @pytest.mark.parametrize("version", ["rocm-6.0.0", "rocm-6.1.0", "rocm-6.2.0", "amdsmi-7.0.2"])
 def test_amdsmi_sensors_from_a_capture_and_na_for_the_rest(version, settings, fixtures):

@@ -393,3 +393,27 @@ def test_a_gpu_with_one_process_gives_it_the_gpus_own_figures_without_the_dear_c
         assert len(calls) == 1
     finally:
         backend.close()
+
+
+def test_a_sole_process_s_video_coder_figures_are_asked_every_medium_refreshes(settings, tmp_path, fixtures):
+    from gpuwarden.ops.node.backends.nvml_sensors import MEDIUM_EVERY
+    gpus = parse_q(fixtures / H100_LOAD_Q)
+    first = gpus[0].processes[0]
+    gpus[0].processes[:] = [first]
+    gpus[0].fields["Utilization.Encoder"], gpus[0].fields["Utilization.Decoder"] = "12 %", "3 %"
+    mod = standin.build(gpus, utilisation={0: []})
+    backend = NvmlBackend(settings.with_(dev_root=tmp_path / "dev"), module=mod)
+    try:
+        for _ in range(MEDIUM_EVERY):
+            backend.gpus()
+            backend.process_usage()
+            loads = backend.process_utilisation()
+            assert loads is not None and loads[0][first.pid][2:] == (12, 3)  # kept between the asks
+        assert mod.calls.count("nvmlDeviceGetEncoderUtilization") == 1
+        assert mod.calls.count("nvmlDeviceGetDecoderUtilization") == 1
+        gpus[0].fields["Utilization.Encoder"] = "40 %"
+        backend.gpus()
+        backend.process_usage()
+        assert backend.process_utilisation()[0][first.pid][2] == 40  # the next medium refresh asks again
+    finally:
+        backend.close()
