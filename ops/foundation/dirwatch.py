@@ -41,6 +41,7 @@ class DirWatch:
         self._poll = select.poll()
         # Watch descriptors of ancestors standing in for a directory not there yet: an event there can be its coming.
         self._ancestors: set[int] = set()
+        self._rearm = 0  # set by _arm from inotify's flags
         self._last_true: float | None = None
         self._armed_at = clock()
         self._arm()
@@ -76,8 +77,7 @@ class DirWatch:
             return True
         if not events:
             return False
-        from inotify_simple import flags
-        rearm = flags.IGNORED | flags.Q_OVERFLOW | flags.DELETE_SELF | flags.MOVE_SELF
+        rearm = self._rearm
         if any(e.mask & rearm or e.wd in self._ancestors for e in events):
             self.close()
             self._arm()
@@ -93,6 +93,8 @@ class DirWatch:
             return
         mask = (flags.CREATE | flags.DELETE | flags.MOVED_FROM | flags.MOVED_TO | flags.MODIFY | flags.CLOSE_WRITE
                 | flags.ATTRIB | flags.DELETE_SELF | flags.MOVE_SELF)
+        # events that say the way to a directory changed: its watch is gone or pointed elsewhere
+        self._rearm = flags.IGNORED | flags.Q_OVERFLOW | flags.DELETE_SELF | flags.MOVE_SELF
         self._ancestors = set()
         try:
             for d in self.dirs:

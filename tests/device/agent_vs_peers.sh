@@ -56,6 +56,8 @@ PY
 }
 
 : > "$OUT/agent_vs_peers.txt"
+echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(nproc) cores, $(python3 --version)" \
+    | tee -a "$OUT/agent_vs_peers.txt"
 python3 tests/device/gpu_busy.py 0.5 > "$RUN/busy.out" 2>&1 &
 BUSY=$!; PIDS+=($BUSY)
 for _ in $(seq 240); do grep -q busy "$RUN/busy.out" && break; sleep 0.5; done
