@@ -102,6 +102,8 @@ class Agent:
         # (the snapshot, its JSON body, needs attention): the object itself, since a freed snapshot's id() is
         # soon another's
         self._served: tuple[NodeSnapshot, bytes, bool] | None = None
+        # The last snapshot a client asked for (not merely one made ahead for it): what _deliver's guess goes by.
+        self._asked: NodeSnapshot | None = None
         self._serve_lock = threading.Lock()
         self._failure: str | None = None
         self._stale_reported = False
@@ -290,10 +292,13 @@ class Agent:
             self.emit(NodeEvent(snap.taken_at, "ok", "sampling works again", "agent"))
         self._failure = None
         self._stale_reported = False
-        before, served = self._latest, self._served
-        if before is not None and served is not None and served[0] is before.snapshot:
+        before = self._latest
+        if before is not None and self._asked is before.snapshot:
             # A client asked for the last snapshot: one that polls will ask for this one too. Its JSON is made
-            # here, before it is published, so no client's request waits for it (none asks: none is made).
+            # here, before it is published, so no client's request waits for it (none asks: none is made). It
+            # goes by what was asked, not by what was made: a JSON made ahead and never asked for must not make
+            # the next one (it did until issue 38's seventh session, so that one read made every later refresh
+            # render its snapshot).
             made = self._render(snap)
             with self._serve_lock:
                 self._served = made
@@ -365,6 +370,7 @@ class Agent:
         if latest is None:
             return None
         self.process_gpu_served()
+        self._asked = latest.snapshot
         served = self._serve(latest.snapshot)
         stale, age = self.staleness()
         tail = (f',"agent":{{"pid":{os.getpid()},"interval_s":{json.dumps(self.config.interval)},'

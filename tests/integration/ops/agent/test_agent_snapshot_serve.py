@@ -71,6 +71,43 @@ def test_the_served_answer_follows_every_refresh(state_dir):
         agent.events.close()
 
 
+def test_one_read_makes_one_answer_ahead_not_one_every_refresh_after(state_dir, monkeypatch):
+    # The answer is made ahead, in the sampling thread, for the refresh after one a client asked for. Before the
+    # seventh session of issue 38 an answer made ahead counted as asked for, so one read made every later refresh
+    # render its whole snapshot to JSON.
+    node = SimNode(state_dir)
+    node.init(gpus=2, vram=8 << 30)
+    settings = Settings(state_dir=state_dir, backend="sim")
+    sampler = Sampler(settings, deep_every_s=1e9)
+    agent = Agent(settings, AgentConfig(), sampler=sampler, log_stream=open(os.devnull, "w"))
+    agent.history = History(agent.dir, 1.0)
+    agent.events = EventLog(agent.dir, 1000)
+    made = []
+    render = Agent._render
+    monkeypatch.setattr(Agent, "_render", staticmethod(lambda snap: made.append(snap) or render(snap)))
+    try:
+        agent._deliver(sampler.snapshot(deep=True))
+        for _ in range(3):
+            agent._deliver(sampler.snapshot())
+        assert made == []  # nobody asked: nothing made
+        _served(agent)  # one read: the answer for the latest snapshot, made at the request
+        assert len(made) == 1
+        first = sampler.snapshot()
+        agent._deliver(first)
+        assert made[-1] is first  # made ahead for the refresh after the read
+        for _ in range(4):
+            agent._deliver(sampler.snapshot())
+        assert len(made) == 2  # and no more: the answer made ahead was never asked for
+        assert _served(agent)["taken_at"] == agent.latest().snapshot.taken_at  # a later read is still current
+        polled = sampler.snapshot()
+        agent._deliver(polled)
+        assert made[-1] is polled and len(made) == 4  # a client that keeps asking keeps its answer made ahead
+    finally:
+        sampler.close()
+        agent.history.close()
+        agent.events.close()
+
+
 def test_a_gathered_send_reaches_a_slow_reader_whole():
     """More than the socket buffer can take at once (9 MiB past a default wmem_max of 4 MiB, doubled): partial
     sends continue where they stopped."""
