@@ -38,6 +38,12 @@ def threads(pid):
         except OSError:
             pass
     return out
+def cpu_of(pid, key):  # the CPU the thread last ran on (field 39 of its stat): who shares a core with whom
+    try:
+        return open(f"/proc/{pid}/task/{key.split()[0]}/stat").read().rsplit(")", 1)[1].split()[36]
+    except OSError:
+        return "?"
+pid_of = dict(named)
 a = {n: threads(p) for n, p in named}
 t0 = time.monotonic(); time.sleep(window); t1 = time.monotonic()
 b = {n: threads(p) for n, p in named}
@@ -47,7 +53,8 @@ for n, _ in named:
     print(f"{label}: {n:8s} {ms[n]:6.3f} ms/s ({ms[n] / 10:.3f}% of a core)")
     if n.startswith("agent"):
         top = sorted(((b[n][k] - a[n].get(k, 0), k) for k in b[n]), reverse=True)[:3]
-        print("          " + ", ".join(f"{k.split()[1]} {d / 1e6 / (t1 - t0):.3f}" for d, k in top if d > 0))
+        print("          " + ", ".join(f"{k.split()[1]} {d / 1e6 / (t1 - t0):.3f} (cpu {cpu_of(pid_of[n], k)})"
+                                       for d, k in top if d > 0))
 for n in ms:
     if n != "dmon" and ms.get("dmon"):
         print(f"{label}: {n} / dmon = {ms[n] / ms['dmon']:.2f}x" + (f"; {n} / floor = {ms[n] / ms['floor']:.2f}x"
