@@ -29,7 +29,8 @@ def _served(agent: Agent) -> dict:
     return json.loads(b"".join(parts))
 
 
-def test_the_served_answer_follows_every_refresh(state_dir):
+def _agent(state_dir) -> tuple[SimNode, Sampler, Agent]:
+    """An agent on a two-GPU sim node, fed by hand (no threads): _deliver is the sampling thread's hand-over."""
     node = SimNode(state_dir)
     node.init(gpus=2, vram=8 << 30)
     settings = Settings(state_dir=state_dir, backend="sim")
@@ -37,6 +38,11 @@ def test_the_served_answer_follows_every_refresh(state_dir):
     agent = Agent(settings, AgentConfig(), sampler=sampler, log_stream=open(os.devnull, "w"))
     agent.history = History(agent.dir, 1.0)
     agent.events = EventLog(agent.dir, 1000)
+    return node, sampler, agent
+
+
+def test_the_served_answer_follows_every_refresh(state_dir):
+    node, sampler, agent = _agent(state_dir)
     procs = []
     try:
         agent._deliver(sampler.snapshot(deep=True))
@@ -75,13 +81,7 @@ def test_one_read_makes_one_answer_ahead_not_one_every_refresh_after(state_dir, 
     # The answer is made ahead, in the sampling thread, for the refresh after one a client asked for. Before the
     # seventh session of issue 38 an answer made ahead counted as asked for, so one read made every later refresh
     # render its whole snapshot to JSON.
-    node = SimNode(state_dir)
-    node.init(gpus=2, vram=8 << 30)
-    settings = Settings(state_dir=state_dir, backend="sim")
-    sampler = Sampler(settings, deep_every_s=1e9)
-    agent = Agent(settings, AgentConfig(), sampler=sampler, log_stream=open(os.devnull, "w"))
-    agent.history = History(agent.dir, 1.0)
-    agent.events = EventLog(agent.dir, 1000)
+    _, sampler, agent = _agent(state_dir)
     made = []
     render = Agent._render
     monkeypatch.setattr(Agent, "_render", staticmethod(lambda snap: made.append(snap) or render(snap)))

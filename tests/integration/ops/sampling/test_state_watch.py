@@ -151,6 +151,9 @@ def test_a_living_sampler_reads_state_files_only_after_a_change_and_sees_each_at
         assert any(w.code == "config-unusable" for w in warned), warned
         config.write_text("")
         assert not any(w.code == "config-unusable" for w in sampler.snapshot().warnings)
+        (state_dir / "engines").mkdir()  # the first launch makes it: from the next refresh engines are listed
+        sampler.snapshot()
+        assert sampler.extras._engine_watch is not None and sampler.extras._plain is None
     finally:
         sampler.close()
 
