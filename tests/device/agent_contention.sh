@@ -15,28 +15,17 @@ trap '[ -n "$AGENT" ] && kill $AGENT 2>/dev/null; [ -n "$DMON" ] && kill $DMON 2
 window() {  # $1 label, rest: name=pid ...
     local label=$1; shift
     python3 - "$label" "$WINDOW_S" "$@" <<'PY'
-import os, sys, time
-label, window, named = sys.argv[1], float(sys.argv[2]), [a.split("=") for a in sys.argv[3:]]
-def threads(pid):
-    out = {}
-    for t in os.listdir(f"/proc/{pid}/task"):
-        try:
-            comm = open(f"/proc/{pid}/task/{t}/comm").read().strip()
-            out[f"{t} {comm}"] = int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0])
-        except OSError:
-            pass
-    return out
-a = {n: threads(p) for n, p in named}
-t0 = time.monotonic(); time.sleep(window); t1 = time.monotonic()
-b = {n: threads(p) for n, p in named}
+import sys
+sys.path.insert(0, "tests/device")
+from threadcpu import measure
+label, window, named = sys.argv[1], float(sys.argv[2]), [(n, int(p)) for n, p in (a.split("=") for a in sys.argv[3:])]
+spent, elapsed = measure(named, window)
 for n, _ in named:
-    total = sum(b[n].values()) - sum(a[n].get(k, 0) for k in b[n])
-    print(f"{label}: {n:6s} {total / 1e6 / (t1 - t0):6.3f} ms/s")
+    print(f"{label}: {n:6s} {sum(spent[n].values()) / 1e6 / elapsed:6.3f} ms/s")
     if n == "agent":
-        for k in sorted(b[n], key=lambda k: a[n].get(k, 0) - b[n][k]):
-            d = b[n][k] - a[n].get(k, 0)
+        for k, d in sorted(spent[n].items(), key=lambda kv: -kv[1]):
             if d > 0:
-                print(f"           {k:34s} {d / 1e6 / (t1 - t0):6.3f} ms/s")
+                print(f"           {k:34s} {d / 1e6 / elapsed:6.3f} ms/s")
 PY
 }
 gpuwarden --backend nvml agent --foreground --interval 1 > "$OUT/contention_agent.log" 2>&1 &

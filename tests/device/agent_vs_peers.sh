@@ -27,33 +27,19 @@ start_agent() {  # $1 name, $2 PYTHONPATH root -> the agent's pid in $STARTED; i
 
 window() {  # $1 label; rest: name=pid ... -> ms/s of CPU each, the agent's threads, ratios
     python3 - "$1" "$WINDOW_S" "${@:2}" <<'PY' | tee -a "$OUT/agent_vs_peers.txt"
-import os, sys, time
-label, window, named = sys.argv[1], float(sys.argv[2]), [a.split("=") for a in sys.argv[3:]]
-def threads(pid):
-    out = {}
-    for t in os.listdir(f"/proc/{pid}/task"):
-        try:
-            comm = open(f"/proc/{pid}/task/{t}/comm").read().strip()
-            out[f"{t} {comm}"] = int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0])
-        except OSError:
-            pass
-    return out
-def cpu_of(pid, key):  # the CPU the thread last ran on (field 39 of its stat): who shares a core with whom
-    try:
-        return open(f"/proc/{pid}/task/{key.split()[0]}/stat").read().rsplit(")", 1)[1].split()[36]
-    except OSError:
-        return "?"
+import sys
+sys.path.insert(0, "tests/device")
+from threadcpu import last_cpu, measure
+label, window, named = sys.argv[1], float(sys.argv[2]), [(n, int(p)) for n, p in (a.split("=") for a in sys.argv[3:])]
 pid_of = dict(named)
-a = {n: threads(p) for n, p in named}
-t0 = time.monotonic(); time.sleep(window); t1 = time.monotonic()
-b = {n: threads(p) for n, p in named}
+spent, elapsed = measure(named, window)
 ms = {}
 for n, _ in named:
-    ms[n] = (sum(b[n].values()) - sum(a[n].get(k, 0) for k in b[n])) / 1e6 / (t1 - t0)
+    ms[n] = sum(spent[n].values()) / 1e6 / elapsed
     print(f"{label}: {n:8s} {ms[n]:6.3f} ms/s ({ms[n] / 10:.3f}% of a core)")
     if n.startswith("agent"):
-        top = sorted(((b[n][k] - a[n].get(k, 0), k) for k in b[n]), reverse=True)[:3]
-        print("          " + ", ".join(f"{k.split()[1]} {d / 1e6 / (t1 - t0):.3f} (cpu {cpu_of(pid_of[n], k)})"
+        top = sorted(((d, k) for k, d in spent[n].items()), reverse=True)[:3]
+        print("          " + ", ".join(f"{k.split()[1]} {d / 1e6 / elapsed:.3f} (cpu {last_cpu(pid_of[n], k)})"
                                        for d, k in top if d > 0))
 for n in ms:
     if n != "dmon" and ms.get("dmon"):
