@@ -342,7 +342,7 @@ class NvmlBackend(libload.LibraryBackend):
         value = self._try(nv.nvmlDeviceGetTemperature, handle, sensor)
         return None if value is None else float(value)
 
-    def _gpu(self, index: int, handle: Any, medium: bool = True) -> GpuInfo:
+    def _gpu(self, index: int, handle: Any, medium: bool) -> GpuInfo:
         nv = self._nv
         static = self._static[index]
         total, used = self._memory(handle)

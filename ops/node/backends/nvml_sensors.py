@@ -60,8 +60,7 @@ class NvmlSensors:
         self._calls = 0
         self._slow: dict[str, Any] = {}
         self._last: tuple[tuple[Any, ...], GpuSensors] | None = None
-        self._mclk: Any = None
-        self._mclk_asked = False
+        self._mclk: Any = None  # asked at the first read and at each medium one
 
     def _read_slow(self) -> dict[str, Any]:
         nv, h, call = self._nv, self._h, self._call
@@ -82,15 +81,15 @@ class NvmlSensors:
             "width": call(getattr(nv, "nvmlDeviceGetCurrPcieLinkWidth", None), h),
         }
 
-    def read(self, memory_busy: float | None, gpu_temperature: float | None, medium: bool = True) -> GpuSensors:
+    def read(self, memory_busy: float | None, gpu_temperature: float | None, medium: bool) -> GpuSensors:
         """`medium`: this refresh asks the MEDIUM_EVERY figures too (the backend's cadence, one for all GPUs)."""
         if self._calls % SLOW_EVERY == 0:
             self._slow = self._read_slow()
         self._calls += 1
         nv, h, call = self._nv, self._h, self._call
         clock = getattr(nv, "nvmlDeviceGetClockInfo", None)
-        if medium or not self._mclk_asked:
-            self._mclk, self._mclk_asked = call(clock, h, self._clocks[1]), True
+        if medium or self._calls == 1:
+            self._mclk = call(clock, h, self._clocks[1])
         fast = (call(clock, h, self._clocks[0]), self._mclk,
                 call(getattr(nv, "nvmlDeviceGetFanSpeed", None), h), call(self._reason_fn, h),
                 memory_busy, gpu_temperature)

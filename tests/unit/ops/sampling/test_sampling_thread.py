@@ -3,6 +3,7 @@ call is not lost, and several wakes during a call make one more call, not severa
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from gpuwarden.ops.sampling.thread import SamplingThread
@@ -30,28 +31,29 @@ class Source:
             assert self.cond.wait_for(lambda: self.calls >= n, timeout=30), f"{self.calls} calls, waited for {n}"
 
 
-def _thread(source: Source) -> SamplingThread:
-    return SamplingThread(source, 3600.0, lambda snap: None, lambda message: None, min_interval=0.0)
-
-
-def test_refresh_now_cuts_an_hour_long_wait_short_and_stop_ends_the_thread():
-    source = Source()
-    t = _thread(source)
+@contextlib.contextmanager
+def _running(source: Source):
+    """A sampling thread on `source` with an hour-long interval; stopped at the end, which must end it at once."""
+    t = SamplingThread(source, 3600.0, lambda snap: None, lambda message: None, min_interval=0.0)
     t.start()
     try:
-        source.wait_calls(1)
-        t.refresh_now()
-        source.wait_calls(2)
+        yield t
     finally:
         t.stop()
     assert t.join(30), "the thread outlived stop() in an hour-long wait"
 
 
+def test_refresh_now_cuts_an_hour_long_wait_short_and_stop_ends_the_thread():
+    source = Source()
+    with _running(source) as t:
+        source.wait_calls(1)
+        t.refresh_now()
+        source.wait_calls(2)
+
+
 def test_a_wake_during_a_call_is_kept_and_three_wakes_make_one_more_call():
     source = Source()
-    t = _thread(source)
-    t.start()
-    try:
+    with _running(source) as t:
         source.wait_calls(1)
         gate = source.gate = threading.Event()
         t.refresh_now()  # call 2, which waits on the gate
@@ -63,6 +65,3 @@ def test_a_wake_during_a_call_is_kept_and_three_wakes_make_one_more_call():
         source.wait_calls(3)  # the kept wake: call 3 comes without waiting out the hour
         with source.cond:  # and no fourth (an absence has no condition to wait for: half a second of it)
             assert not source.cond.wait_for(lambda: source.calls >= 4, timeout=0.5)
-    finally:
-        t.stop()
-    assert t.join(30)
